@@ -1,0 +1,218 @@
+//! Everything that talks to the Kubernetes API: the client (with our request rate limit), the
+//! label-scoped PV watch, creates and patches, StorageClasses, the Node, and Events. Nothing
+//! else in the agent calls the API.
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Config, Resource};
+
+/// An API call that failed, with the object it was about.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The kubeconfig or in-cluster configuration could not be loaded.
+    #[error("loading Kubernetes client config ({source_name}): {message}")]
+    Config { source_name: String, message: String },
+    /// A request failed.
+    #[error("{action} {object}: {source}")]
+    Request {
+        action: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ApiError {
+    fn request(action: &'static str, object: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
+        let object = object.into();
+        move |source| ApiError::Request { action, object, source }
+    }
+
+    /// Whether the API said the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 404)
+    }
+}
+
+/// How to reach the API server and how hard to use it.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Path of a kubeconfig file; in-cluster config when absent.
+    pub kubeconfig: Option<PathBuf>,
+    /// Sustained requests per second the agent's own calls may make.
+    pub qps: u32,
+    /// Requests that may go out at once above the sustained rate.
+    pub burst: u32,
+}
+
+/// The result of trying to create a PV.
+#[derive(Debug)]
+pub enum Created {
+    /// The PV was created.
+    Created,
+    /// A PV with that name already existed; here it is, for the planner to judge.
+    AlreadyExists(Box<PersistentVolume>),
+}
+
+/// A connection to the cluster for one node's agent.
+#[derive(Clone)]
+pub struct Cluster {
+    client: Client,
+    limiter: Arc<DefaultDirectRateLimiter>,
+    recorder: Recorder,
+}
+
+impl Cluster {
+    /// Connects using the kubeconfig or the in-cluster service account.
+    pub async fn connect(opts: &ClientOptions, reporter_instance: &str) -> Result<Self, ApiError> {
+        let config = match &opts.kubeconfig {
+            Some(path) => {
+                let cfg_err = |message: String| ApiError::Config { source_name: path.display().to_string(), message };
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| cfg_err(e.to_string()))?;
+                Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| cfg_err(e.to_string()))?
+            }
+            None => Config::incluster()
+                .map_err(|e| ApiError::Config { source_name: "in-cluster service account".into(), message: e.to_string() })?,
+        };
+        let client = Client::try_from(config)
+            .map_err(|e| ApiError::Config { source_name: "client".into(), message: e.to_string() })?;
+        let qps = NonZeroU32::new(opts.qps.max(1)).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(opts.burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        let limiter = Arc::new(RateLimiter::direct(Quota::per_second(qps).allow_burst(burst)));
+        let reporter = Reporter { controller: "local-static-provisioner".into(), instance: Some(reporter_instance.into()) };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Ok(Cluster { client, limiter, recorder })
+    }
+
+    async fn throttle(&self) {
+        self.limiter.until_ready().await;
+    }
+
+    fn pvs(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    /// Reads this node's Node object (UID and labels go into every PV).
+    pub async fn node(&self, name: &str) -> Result<Node, ApiError> {
+        self.throttle().await;
+        Api::<Node>::all(self.client.clone()).get(name).await.map_err(ApiError::request("get node", name))
+    }
+
+    /// Every PV in the cluster, listed in pages; used once at start-up to adopt PVs that
+    /// upstream made for this node before they carried our label.
+    pub async fn list_all_pvs(&self) -> Result<Vec<PersistentVolume>, ApiError> {
+        let mut out = Vec::new();
+        let mut params = ListParams::default().limit(500);
+        loop {
+            self.throttle().await;
+            let page = self.pvs().list(&params).await.map_err(ApiError::request("list", "persistentvolumes"))?;
+            out.extend(page.items);
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Creates a PV; an existing PV of the same name is returned instead of an error.
+    pub async fn create_pv(&self, pv: &PersistentVolume) -> Result<Created, ApiError> {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        self.throttle().await;
+        match self.pvs().create(&PostParams::default(), pv).await {
+            Ok(_) => Ok(Created::Created),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                self.throttle().await;
+                let existing = self.pvs().get(&name).await.map_err(ApiError::request("get existing pv", &name))?;
+                Ok(Created::AlreadyExists(Box::new(existing)))
+            }
+            Err(e) => Err(ApiError::request("create pv", name)(e)),
+        }
+    }
+
+    /// Adds one label to a PV (merge patch: nothing else changes).
+    pub async fn label_pv(&self, name: &str, key: &str, value: &str) -> Result<(), ApiError> {
+        let patch = serde_json::json!({ "metadata": { "labels": { key: value } } });
+        self.throttle().await;
+        self.pvs()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(ApiError::request("label pv", name))
+    }
+
+    /// A reflector over the PVs carrying `label_selector`, so the agent holds only its own
+    /// node's PVs. The stream yields once per change and must be polled to keep the store fresh.
+    pub fn watch_pvs(
+        &self,
+        label_selector: &str,
+    ) -> (Store<PersistentVolume>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
+        let (reader, writer) = reflector::store();
+        let cfg = watcher::Config::default().labels(label_selector);
+        let stream = reflector::reflector(writer, watcher(self.pvs(), cfg).default_backoff())
+            .touched_objects()
+            .map(|r| r.map(|_| ()));
+        (reader, stream)
+    }
+
+    /// A reflector over StorageClasses (few per cluster) for reclaim policy and mount options.
+    pub fn watch_storage_classes(
+        &self,
+    ) -> (Store<StorageClass>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
+        let (reader, writer) = reflector::store();
+        let api: Api<StorageClass> = Api::all(self.client.clone());
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff())
+            .touched_objects()
+            .map(|r| r.map(|_| ()));
+        (reader, stream)
+    }
+
+    /// Publishes an Event an operator should see (`kubectl describe`), logging instead of
+    /// failing when events cannot be written.
+    pub async fn event(&self, regarding: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action.to_string(),
+            secondary: None,
+        };
+        self.throttle().await;
+        if let Err(e) = self.recorder.publish(&ev, regarding).await {
+            tracing::warn!(reason, error = %e, "could not publish event");
+        }
+    }
+}
+
+/// An object reference for Events about a PV.
+pub fn pv_reference(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(PersistentVolume::api_version(&()).into()),
+        kind: Some(PersistentVolume::kind(&()).into()),
+        name: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+/// An object reference for Events about the Node (problems not tied to one PV).
+pub fn node_reference(node: &Node) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(Node::api_version(&()).into()),
+        kind: Some(Node::kind(&()).into()),
+        name: node.metadata.name.clone(),
+        uid: node.metadata.uid.clone(),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,259 @@
+//! The command line: `run`, `discover`, `validate-config` and `version`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+use crate::agent::{AgentOptions, run};
+use crate::api::ClientOptions;
+use crate::config::{DEFAULT_CONFIG_DIR, LoadedConfig, load_dir};
+use crate::core::desired::{class_policy, desired_pvs};
+use crate::core::naming::provisioner_name;
+use crate::core::pv::{NodeInfo, PvContext};
+use crate::discovery;
+
+/// Placeholder for the node UID in dry runs; obviously not a real UID, so it is not applied
+/// by accident without being noticed.
+pub const PLACEHOLDER_NODE_UID: &str = "REPLACE-WITH-NODE-UID";
+
+/// Publishes a node's local disks as Kubernetes PersistentVolumes (drop-in for the upstream
+/// local-static-provisioner).
+#[derive(Debug, Parser)]
+#[command(name = "local-static-provisioner", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent: discover volumes and keep their PVs in the cluster.
+    Run(RunArgs),
+    /// Dry run without a cluster: print the PVs this machine's volumes would become.
+    Discover(DiscoverArgs),
+    /// Parse and check a config directory, print the effective config with defaults.
+    ValidateConfig(ConfigArgs),
+    /// Print the version.
+    Version,
+}
+
+#[derive(Debug, Args)]
+struct ConfigArgs {
+    /// Directory holding the ConfigMap keys, one file per key (as kubelet mounts it).
+    #[arg(long, env = "CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
+    config_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Name of the Node this agent runs on (from the downward API).
+    #[arg(long, env = "MY_NODE_NAME")]
+    node_name: String,
+    /// Kubeconfig file; without it the in-cluster service account is used.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Sustained API requests per second for the agent's own calls.
+    #[arg(long, env = "KUBE_API_QPS", default_value_t = 50)]
+    kube_api_qps: u32,
+    /// Requests allowed in a burst above the sustained rate.
+    #[arg(long, env = "KUBE_API_BURST", default_value_t = 100)]
+    kube_api_burst: u32,
+    /// PV creations in flight at once.
+    #[arg(long, env = "CREATE_CONCURRENCY", default_value_t = 16)]
+    create_concurrency: usize,
+    /// Time between discovery passes when no watch event triggers one (Go duration, e.g. 10s).
+    #[arg(long, env = "DISCOVERY_PERIOD", default_value = "10s", value_parser = parse_duration)]
+    discovery_period: Duration,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, env = "LOG_JSON")]
+    log_json: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Output {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct DiscoverArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Node name used in PV names, the provisioned-by annotation and node affinity.
+    #[arg(long, env = "MY_NODE_NAME")]
+    node_name: String,
+    /// Node UID for the provisioned-by annotation (a marked placeholder when absent).
+    #[arg(long)]
+    node_uid: Option<String>,
+    /// Node labels (key=value, repeatable): the kubernetes.io/hostname value and nodeLabelsForPV.
+    #[arg(long = "node-label", value_parser = parse_key_value)]
+    node_labels: Vec<(String, String)>,
+    /// Reclaim policy the StorageClasses would give (Delete or Retain).
+    #[arg(long, default_value = "Delete")]
+    reclaim_policy: String,
+    /// Mount options the StorageClasses would give (repeatable).
+    #[arg(long = "mount-option")]
+    mount_options: Vec<String>,
+    /// Output format: YAML documents or a JSON v1 List.
+    #[arg(long, value_enum, default_value = "yaml")]
+    output: Output,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = crate::config::duration::parse_go_duration(s)?;
+    if d.is_zero() { Err("must be greater than zero".into()) } else { Ok(d) }
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not key=value"))
+}
+
+/// Runs the parsed command and maps its outcome to an exit code.
+pub fn main(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Version => {
+            println!("local-static-provisioner {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::ValidateConfig(args) => validate_config(&args),
+        Command::Discover(args) => discover(&args),
+        Command::Run(args) => run_agent(args),
+    }
+}
+
+fn load_or_report(args: &ConfigArgs) -> Option<LoadedConfig> {
+    match load_dir(&args.config_dir) {
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                eprintln!("warning: {w}");
+            }
+            Some(loaded)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            None
+        }
+    }
+}
+
+fn validate_config(args: &ConfigArgs) -> ExitCode {
+    let Some(loaded) = load_or_report(args) else { return ExitCode::FAILURE };
+    match serde_saphyr::to_string(&loaded.config) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: printing the effective config: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn discover(args: &DiscoverArgs) -> ExitCode {
+    let Some(LoadedConfig { config, .. }) = load_or_report(&args.config) else { return ExitCode::FAILURE };
+    let scan = match discovery::scan(&config) {
+        Ok(scan) => scan,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let uid = args.node_uid.clone().unwrap_or_else(|| PLACEHOLDER_NODE_UID.to_string());
+    let node = NodeInfo { name: args.node_name.clone(), uid: uid.clone(), labels: args.node_labels.iter().cloned().collect() };
+    let provisioner = provisioner_name(&node.name, &uid, config.use_node_name_only);
+    let ctx = PvContext { config: &config, node: &node, provisioner_name: &provisioner };
+    let mut policies = BTreeMap::new();
+    for class in config.storage_class_map.keys() {
+        policies.insert(class.clone(), class_policy(class, Some(&args.reclaim_policy), Some(&args.mount_options)));
+    }
+    let (desired, problems) = desired_pvs(&ctx, &scan.volumes, &policies);
+    let mut stderr = std::io::stderr().lock();
+    for s in &scan.skipped {
+        let _ = writeln!(stderr, "skipped {} (class {}): {}", s.path.display(), s.class, s.reason);
+    }
+    for p in &problems {
+        let _ = writeln!(stderr, "class {}: {}", p.class, p.message);
+    }
+    // Two entries with the same host path or PV name are reported, as the agent would refuse them.
+    let identity = crate::core::planner::Identity {
+        node: node.name.clone(),
+        provisioner: provisioner.clone(),
+        node_label: crate::core::naming::node_label_value(&node.name),
+        use_node_name_only: config.use_node_name_only,
+    };
+    let mut pvs = Vec::new();
+    for action in crate::core::planner::plan(&identity, &desired, &[], &BTreeMap::new()) {
+        match action {
+            crate::core::planner::Action::Create(pv) => pvs.push(*pv),
+            crate::core::planner::Action::Refuse { name, host_path, reason } => {
+                let _ = writeln!(stderr, "skipped {host_path} ({name}): {reason}");
+            }
+        }
+    }
+    if args.node_uid.is_none() {
+        let _ = writeln!(stderr, "note: node UID unknown, provisioned-by uses the placeholder {PLACEHOLDER_NODE_UID} (pass --node-uid)");
+    }
+    let text = match args.output {
+        Output::Json => serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pvs}))
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string()),
+        Output::Yaml => pvs.iter().try_fold(String::new(), |mut acc, pv| {
+            acc.push_str("---\n");
+            acc.push_str(&serde_saphyr::to_string(pv).map_err(|e| e.to_string())?);
+            Ok(acc)
+        }),
+    };
+    match text {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: printing PVs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_agent(args: RunArgs) -> ExitCode {
+    init_logging(args.log_json);
+    let opts = AgentOptions {
+        config_dir: args.config.config_dir,
+        node_name: args.node_name,
+        client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
+        discovery_period: args.discovery_period,
+        create_concurrency: args.create_concurrency,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "agent stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,315 @@
+//! Reading the ConfigMap directory and turning its YAML into a typed config. Matching is
+//! lenient the way upstream's is (case-insensitive keys, YAML 1.1 booleans, booleans written
+//! as strings) so every ConfigMap that upstream accepts is accepted here too.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::duration::parse_go_duration;
+use super::{
+    ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, LoadedConfig, Problem, ProvisionerConfig,
+    VolumeMode, validate,
+};
+
+/// Reads every key file of a mounted ConfigMap (skipping kubelet's `..data` machinery and
+/// directories), then parses and validates it.
+pub fn load_dir(dir: &Path) -> Result<LoadedConfig, ConfigError> {
+    let read_err = |source| ConfigError::Read { path: dir.to_path_buf(), source };
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_err)? {
+        let entry = entry.map_err(read_err)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("..") {
+            continue;
+        }
+        let path = entry.path();
+        // Keys are symlinks into ..data; follow them, and ignore anything that is not a file.
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => continue,
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        }
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        entries.push((name.to_string(), text));
+    }
+    entries.sort();
+    parse_entries(&dir.display().to_string(), &entries)
+}
+
+/// Parses ConfigMap entries (key, file content) into a validated config. `source_name` is
+/// only used in error messages.
+pub fn parse_entries(source_name: &str, entries: &[(String, String)]) -> Result<LoadedConfig, ConfigError> {
+    let mut p = Parser::default();
+    let config = p.top_level(entries);
+    p.problems.extend(validate(&config));
+    if p.problems.is_empty() {
+        Ok(LoadedConfig { config, warnings: p.warnings })
+    } else {
+        Err(ConfigError::Invalid { source_name: source_name.to_string(), problems: p.problems })
+    }
+}
+
+const TOP_KEYS: [&str; 11] = [
+    "storageClassMap",
+    "nodeLabelsForPV",
+    "labelsForPV",
+    "useAlphaAPI",
+    "useJobForCleaning",
+    "jobTolerations",
+    "minResyncPeriod",
+    "useNodeNameOnly",
+    "setPVOwnerRef",
+    "removeNodeNotReadyTaint",
+    "provisionerNotReadyNodeTaintKey",
+];
+
+const CLASS_KEYS: [&str; 8] =
+    ["hostDir", "mountDir", "blockCleanerCommand", "volumeMode", "accessMode", "fsType", "namePattern", "selector"];
+
+#[derive(Default)]
+struct Parser {
+    problems: Vec<Problem>,
+    warnings: Vec<String>,
+}
+
+impl Parser {
+    fn problem(&mut self, location: &str, message: impl Into<String>) {
+        self.problems.push(Problem { location: location.to_string(), message: message.into() });
+    }
+
+    fn top_level(&mut self, entries: &[(String, String)]) -> ProvisionerConfig {
+        let mut cfg = ProvisionerConfig::default();
+        for (key, text) in entries {
+            let Some(canonical) = canonical_key(key, &TOP_KEYS) else {
+                self.warnings.push(format!("unknown config key {key:?} ignored (known keys: {})", TOP_KEYS.join(", ")));
+                continue;
+            };
+            let value = match serde_saphyr::from_str::<Value>(text) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.problem(canonical, format!("not valid YAML: {e}"));
+                    continue;
+                }
+            };
+            let loc = canonical;
+            match canonical {
+                "storageClassMap" => cfg.storage_class_map = self.class_map(&value),
+                "nodeLabelsForPV" => cfg.node_labels_for_pv = self.string_list(&value, loc).unwrap_or_default(),
+                "labelsForPV" => cfg.labels_for_pv = self.string_map(&value, loc),
+                "useAlphaAPI" => cfg.use_alpha_api = self.boolean(&value, loc),
+                "useJobForCleaning" => cfg.use_job_for_cleaning = self.boolean(&value, loc),
+                "useNodeNameOnly" => cfg.use_node_name_only = self.boolean(&value, loc),
+                "setPVOwnerRef" => cfg.set_pv_owner_ref = self.boolean(&value, loc),
+                "removeNodeNotReadyTaint" => cfg.remove_node_not_ready_taint = self.boolean(&value, loc),
+                "provisionerNotReadyNodeTaintKey" => {
+                    cfg.provisioner_not_ready_node_taint_key = self.string(&value, loc).unwrap_or_default()
+                }
+                "jobTolerations" => {
+                    cfg.job_tolerations = self.k8s_list(&value, loc, "a list of Tolerations").unwrap_or_default()
+                }
+                "minResyncPeriod" => {
+                    if let Some(s) = self.string(&value, loc) {
+                        match parse_go_duration(&s) {
+                            Ok(d) => cfg.min_resync_period = d,
+                            Err(e) => self.problem(loc, format!("{e} (expected a Go duration such as 5m0s)")),
+                        }
+                    }
+                }
+                _ => unreachable_key(canonical),
+            }
+        }
+        cfg
+    }
+
+    fn class_map(&mut self, value: &Value) -> BTreeMap<String, ClassConfig> {
+        let mut out = BTreeMap::new();
+        match value {
+            Value::Null => {}
+            Value::Object(map) => {
+                for (class, spec) in map {
+                    let loc = format!("storageClassMap.{class}");
+                    if let Some(c) = self.class(spec, &loc) {
+                        out.insert(class.clone(), c);
+                    }
+                }
+            }
+            other => self.problem("storageClassMap", format!("expected a map of class name to settings, got {}", kind(other))),
+        }
+        out
+    }
+
+    fn class(&mut self, value: &Value, loc: &str) -> Option<ClassConfig> {
+        let Value::Object(map) = value else {
+            self.problem(loc, format!("expected a map of settings, got {}", kind(value)));
+            return None;
+        };
+        let mut fields: BTreeMap<&'static str, &Value> = BTreeMap::new();
+        for (key, v) in map {
+            match canonical_key(key, &CLASS_KEYS) {
+                Some(k) => {
+                    fields.insert(k, v);
+                }
+                None => self.warnings.push(format!("{loc}: unknown key {key:?} ignored (known keys: {})", CLASS_KEYS.join(", "))),
+            }
+        }
+        let field_str = |p: &mut Self, name: &str| -> Option<String> {
+            fields.get(name).and_then(|v| p.string(v, &format!("{loc}.{name}")))
+        };
+        let host_dir = field_str(self, "hostDir");
+        let mount_dir = field_str(self, "mountDir");
+        let volume_mode = match field_str(self, "volumeMode").as_deref() {
+            None | Some("") | Some("Filesystem") => VolumeMode::Filesystem,
+            Some("Block") => VolumeMode::Block,
+            Some(other) => {
+                self.problem(&format!("{loc}.volumeMode"), format!("{other:?} is not a volume mode (use Filesystem or Block)"));
+                VolumeMode::Filesystem
+            }
+        };
+        let access_mode = field_str(self, "accessMode").filter(|s| !s.is_empty()).unwrap_or_else(|| "ReadWriteOnce".into());
+        let fs_type = field_str(self, "fsType").filter(|s| !s.is_empty());
+        let name_pattern = field_str(self, "namePattern").filter(|s| !s.is_empty()).unwrap_or_else(|| "*".into());
+        let block_cleaner_command = match fields.get("blockCleanerCommand") {
+            None | Some(Value::Null) => vec![DEFAULT_BLOCK_CLEANER.to_string()],
+            Some(v) => {
+                let l = format!("{loc}.blockCleanerCommand");
+                match self.string_list(v, &l) {
+                    Some(list) if list.is_empty() => {
+                        self.problem(&l, "is an empty list; leave it out to use the default or name a command");
+                        Vec::new()
+                    }
+                    Some(list) => list,
+                    None => Vec::new(),
+                }
+            }
+        };
+        let selector = match fields.get("selector") {
+            Some(v) => self.k8s_list(v, &format!("{loc}.selector"), "a list of NodeSelectorTerms").unwrap_or_default(),
+            None => Vec::new(),
+        };
+        Some(ClassConfig {
+            host_dir: host_dir.unwrap_or_default(),
+            mount_dir: mount_dir.unwrap_or_default(),
+            block_cleaner_command,
+            volume_mode,
+            access_mode,
+            fs_type,
+            name_pattern,
+            selector,
+        })
+    }
+
+    /// Accepts YAML booleans (1.1 spellings included) and the same words written as strings,
+    /// because the upstream Helm chart renders `"yes"` and `"true"`.
+    fn boolean(&mut self, value: &Value, loc: &str) -> bool {
+        match value {
+            Value::Bool(b) => *b,
+            Value::Null => false,
+            Value::String(s) => match parse_yaml11_bool(s) {
+                Some(b) => b,
+                None => {
+                    self.problem(loc, format!("{s:?} is not a boolean (use true/false, yes/no or on/off)"));
+                    false
+                }
+            },
+            other => {
+                self.problem(loc, format!("expected a boolean, got {}", kind(other)));
+                false
+            }
+        }
+    }
+
+    fn string(&mut self, value: &Value, loc: &str) -> Option<String> {
+        match value {
+            Value::String(s) => Some(s.trim().to_string()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Null => None,
+            other => {
+                self.problem(loc, format!("expected a string, got {} (quote the value)", kind(other)));
+                None
+            }
+        }
+    }
+
+    fn string_list(&mut self, value: &Value, loc: &str) -> Option<Vec<String>> {
+        match value {
+            Value::Null => Some(Vec::new()),
+            Value::Array(items) => {
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    out.push(self.string(item, &format!("{loc}[{i}]"))?);
+                }
+                Some(out)
+            }
+            other => {
+                self.problem(loc, format!("expected a list of strings, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
+    fn string_map(&mut self, value: &Value, loc: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        match value {
+            Value::Null => {}
+            Value::Object(map) => {
+                for (k, v) in map {
+                    if let Some(s) = self.string(v, &format!("{loc}.{k}")) {
+                        out.insert(k.clone(), s);
+                    }
+                }
+            }
+            other => self.problem(loc, format!("expected a map of strings, got {}", kind(other))),
+        }
+        out
+    }
+
+    fn k8s_list<T: serde::de::DeserializeOwned>(&mut self, value: &Value, loc: &str, what: &str) -> Option<Vec<T>> {
+        if value.is_null() {
+            return Some(Vec::new());
+        }
+        match serde_json::from_value(value.clone()) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.problem(loc, format!("expected {what}: {e}"));
+                None
+            }
+        }
+    }
+}
+
+/// Matches a key case-insensitively against the known spellings, as Go's encoding/json does
+/// for upstream.
+fn canonical_key(key: &str, known: &[&'static str]) -> Option<&'static str> {
+    let key = key.trim();
+    known.iter().copied().find(|k| k.eq_ignore_ascii_case(key))
+}
+
+/// YAML 1.1 boolean words, in any case.
+pub(crate) fn parse_yaml11_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "y" | "on" => Some(true),
+        "false" | "no" | "n" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+fn unreachable_key(key: &str) {
+    // TOP_KEYS and the match above list the same keys; a key missing from the match is a
+    // programming error that tests catch, not something to crash a node agent over.
+    debug_assert!(false, "config key {key} has no handler");
+}

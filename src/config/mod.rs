@@ -1,0 +1,181 @@
+//! The provisioner configuration: the upstream ConfigMap format, read from the directory
+//! kubelet mounts it into, with upstream's defaults, and validated before anything acts on it.
+//! A config that fails here is never applied, so a typo cannot make the agent touch the
+//! wrong directory.
+
+pub mod duration;
+mod load;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
+use serde::Serialize;
+
+pub use load::{load_dir, parse_entries};
+pub use validate::validate;
+
+/// Where the upstream DaemonSet mounts the ConfigMap; keeping it lets operators swap images
+/// without editing manifests.
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/provisioner/config";
+/// Upstream's default block cleaner, kept so `validate-config` shows what upstream would run.
+pub const DEFAULT_BLOCK_CLEANER: &str = "/scripts/quick_reset.sh";
+/// Upstream's default resync period (Go's `5m0s`).
+pub const DEFAULT_MIN_RESYNC_PERIOD: Duration = Duration::from_secs(300);
+
+/// Whether entries of a class become filesystem or raw block PVs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum VolumeMode {
+    /// A mount point (or a block device kubelet formats with fsType).
+    Filesystem,
+    /// A raw block device handed to the pod as a device.
+    Block,
+}
+
+impl VolumeMode {
+    /// The value the Kubernetes API uses, so PVs match upstream's byte for byte.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeMode::Filesystem => "Filesystem",
+            VolumeMode::Block => "Block",
+        }
+    }
+}
+
+/// Access modes the API accepts for a PV; anything else is a config error, not an API error
+/// at publish time.
+pub const ACCESS_MODES: [&str; 4] = ["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"];
+
+/// One `storageClassMap` entry: which directory to watch and how its entries become PVs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassConfig {
+    /// The directory on the host; PV paths are built from it because kubelet resolves them on
+    /// the host, not in our container.
+    pub host_dir: String,
+    /// The same directory as mounted into the agent's container; discovery reads this one.
+    pub mount_dir: String,
+    /// Upstream's external block cleaner; kept for compatibility and shown by validate-config.
+    pub block_cleaner_command: Vec<String>,
+    /// Filesystem or Block.
+    pub volume_mode: VolumeMode,
+    /// The single access mode every PV of this class gets.
+    pub access_mode: String,
+    /// Filesystem type kubelet formats a block device with (Filesystem mode only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs_type: Option<String>,
+    /// Comma-separated Go `filepath.Match` globs; an entry is used if any one matches.
+    pub name_pattern: String,
+    /// Extra node selector terms, ORed with the node's own hostname term.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub selector: Vec<NodeSelectorTerm>,
+}
+
+/// The whole configuration with every default filled in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionerConfig {
+    /// Per StorageClass discovery settings, keyed by class name.
+    pub storage_class_map: BTreeMap<String, ClassConfig>,
+    /// Node label keys copied onto every PV (when the node has them).
+    pub node_labels_for_pv: Vec<String>,
+    /// Fixed labels added to every PV.
+    pub labels_for_pv: BTreeMap<String, String>,
+    /// Put node affinity in the legacy alpha annotation instead of the spec field.
+    pub use_alpha_api: bool,
+    /// Upstream's Job-based block cleaning; accepted for compatibility.
+    pub use_job_for_cleaning: bool,
+    /// Tolerations for upstream's cleaning Jobs; accepted for compatibility.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub job_tolerations: Vec<Toleration>,
+    /// Upper bound for the periodic full resync that backs up event-driven discovery.
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub min_resync_period: Duration,
+    /// Leave the node UID out of the provisioned-by annotation.
+    pub use_node_name_only: bool,
+    /// Make every PV owned by its Node object.
+    #[serde(rename = "setPVOwnerRef")]
+    pub set_pv_owner_ref: bool,
+    /// Upstream's start-up taint removal; accepted for compatibility.
+    pub remove_node_not_ready_taint: bool,
+    /// The taint key used with removeNodeNotReadyTaint.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub provisioner_not_ready_node_taint_key: String,
+}
+
+impl Default for ProvisionerConfig {
+    fn default() -> Self {
+        ProvisionerConfig {
+            storage_class_map: BTreeMap::new(),
+            node_labels_for_pv: Vec::new(),
+            labels_for_pv: BTreeMap::new(),
+            use_alpha_api: false,
+            use_job_for_cleaning: false,
+            job_tolerations: Vec::new(),
+            min_resync_period: DEFAULT_MIN_RESYNC_PERIOD,
+            use_node_name_only: false,
+            set_pv_owner_ref: false,
+            remove_node_not_ready_taint: false,
+            provisioner_not_ready_node_taint_key: String::new(),
+        }
+    }
+}
+
+fn serialize_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&duration::format_go_duration(*d))
+}
+
+/// One thing wrong with a config, with where it is (`storageClassMap.fast.hostDir`), so an
+/// operator can fix every problem in one edit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted location of the offending key.
+    pub location: String,
+    /// What is wrong and, where it helps, what would be right.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The directory or one of its files could not be read.
+    #[error("reading config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config was read but is wrong; every problem is listed.
+    #[error("invalid config in {source_name}: {}", format_problems(.problems))]
+    Invalid { source_name: String, problems: Vec<Problem> },
+}
+
+fn format_problems(problems: &[Problem]) -> String {
+    let mut out = format!("{} problem(s)", problems.len());
+    for p in problems {
+        out.push_str("\n  - ");
+        out.push_str(&p.to_string());
+    }
+    out
+}
+
+/// A valid configuration together with the warnings (unknown keys) met while reading it.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The effective configuration.
+    pub config: ProvisionerConfig,
+    /// Non-fatal findings an operator should still see.
+    pub warnings: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests;

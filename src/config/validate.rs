@@ -1,0 +1,118 @@
+//! Semantic checks on a parsed config: things that parse but would make the agent publish the
+//! wrong directory, or fail later in a way an operator would only see in the API server logs.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use super::{ACCESS_MODES, Problem, ProvisionerConfig, VolumeMode};
+use crate::core::pattern::NamePattern;
+
+/// Directories that must never be a discovery root: every entry below them would be offered
+/// (and later wiped) as a volume.
+const SYSTEM_DIRS: [&str; 20] = [
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root",
+    "/run", "/sbin", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/lib/kubelet",
+];
+
+/// Pseudo-filesystems that hold no volumes at any depth.
+const PSEUDO_FS_ROOTS: [&str; 2] = ["/proc", "/sys"];
+
+/// Lists every problem in the config, empty when it is usable.
+pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut push = |location: String, message: String| problems.push(Problem { location, message });
+
+    if cfg.min_resync_period.is_zero() {
+        push("minResyncPeriod".into(), "must be greater than zero".into());
+    }
+    let mut host_dirs: BTreeMap<String, &str> = BTreeMap::new();
+    let mut mount_dirs: BTreeMap<String, &str> = BTreeMap::new();
+    for (class, c) in &cfg.storage_class_map {
+        let loc = |key: &str| format!("storageClassMap.{class}.{key}");
+        if let Some(msg) = class_name_problem(class) {
+            push(format!("storageClassMap.{class}"), msg);
+        }
+        for (key, dir, seen) in [("hostDir", &c.host_dir, &mut host_dirs), ("mountDir", &c.mount_dir, &mut mount_dirs)] {
+            match dir_problem(dir) {
+                Some(msg) => push(loc(key), msg),
+                None => {
+                    let normal = normalize(dir);
+                    if let Some(other) = seen.get(&normal) {
+                        push(loc(key), format!("{dir:?} is already the {key} of class {other:?}; one directory can serve one class"));
+                    } else {
+                        seen.insert(normal, class.as_str());
+                    }
+                }
+            }
+        }
+        if !ACCESS_MODES.contains(&c.access_mode.as_str()) {
+            push(loc("accessMode"), format!("{:?} is not an access mode (use one of {})", c.access_mode, ACCESS_MODES.join(", ")));
+        }
+        if let Err(e) = NamePattern::parse(&c.name_pattern) {
+            push(loc("namePattern"), e);
+        }
+        if c.block_cleaner_command.iter().any(|s| s.is_empty()) {
+            push(loc("blockCleanerCommand"), "contains an empty string".into());
+        }
+        if c.fs_type.is_some() && c.volume_mode == VolumeMode::Block {
+            push(loc("fsType"), "is only meaningful with volumeMode Filesystem".into());
+        }
+        for (i, term) in c.selector.iter().enumerate() {
+            let empty = term.match_expressions.as_ref().is_none_or(Vec::is_empty)
+                && term.match_fields.as_ref().is_none_or(Vec::is_empty);
+            if empty {
+                push(format!("{}[{i}]", loc("selector")), "is an empty term; it would match every node".into());
+            }
+        }
+    }
+    for (i, key) in cfg.node_labels_for_pv.iter().enumerate() {
+        if key.is_empty() {
+            push(format!("nodeLabelsForPV[{i}]"), "is empty".into());
+        }
+    }
+    for (key, value) in &cfg.labels_for_pv {
+        if key.is_empty() || value.len() > 63 {
+            push(format!("labelsForPV.{key}"), "label keys must be non-empty and values at most 63 characters".into());
+        }
+    }
+    problems
+}
+
+fn class_name_problem(name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    (!ok).then(|| format!("{name:?} is not a valid StorageClass name (lowercase DNS subdomain)"))
+}
+
+fn dir_problem(dir: &str) -> Option<String> {
+    if dir.is_empty() {
+        return Some("is required".into());
+    }
+    let path = Path::new(dir);
+    if !path.is_absolute() {
+        return Some(format!("{dir:?} must be an absolute path"));
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Some(format!("{dir:?} must not contain '..'"));
+    }
+    let normal = normalize(dir);
+    if SYSTEM_DIRS.contains(&normal.as_str()) {
+        return Some(format!("{dir:?} is a system directory and cannot be a discovery root"));
+    }
+    if PSEUDO_FS_ROOTS.iter().any(|root| normal.starts_with(&format!("{root}/"))) {
+        return Some(format!("{dir:?} is inside a kernel pseudo-filesystem and cannot hold volumes"));
+    }
+    None
+}
+
+/// `/mnt//disks/./` and `/mnt/disks` are the same directory.
+fn normalize(dir: &str) -> String {
+    let parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    format!("/{}", parts.join("/"))
+}

@@ -1,0 +1,9 @@
+//! The pure core: naming, rounding, pattern matching, PV construction and the planner. Nothing
+//! here touches the host or the API, so all of it is tested with plain unit tests.
+
+pub mod capacity;
+pub mod desired;
+pub mod naming;
+pub mod pattern;
+pub mod planner;
+pub mod pv;

@@ -1,0 +1,150 @@
+//! Names and ownership markers that must match upstream exactly: a PV name that differs by a
+//! single character would make every upstream-made PV a duplicate after the image swap.
+
+/// Annotation upstream uses to mark which provisioner instance made a PV.
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// Legacy annotation carrying node affinity when `useAlphaAPI` is set.
+pub const ANN_ALPHA_NODE_AFFINITY: &str = "volume.alpha.kubernetes.io/node-affinity";
+/// The well-known node label whose value goes into every PV's node affinity.
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+/// Our own label naming the node a PV belongs to; the agent watches only PVs carrying its own
+/// value, so its memory and watch traffic do not grow with the cluster.
+pub const LABEL_NODE: &str = "local-static-provisioner.io/node";
+/// Prefix of upstream's provisioner name.
+pub const PROVISIONER_PREFIX: &str = "local-volume-provisioner-";
+
+/// FNV-1a, 32 bits. Written out because upstream's names depend on this exact variant and the
+/// `fnv` crate only offers the 64-bit one.
+pub fn fnv1a32(parts: &[&[u8]]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for part in parts {
+        for &b in *part {
+            hash ^= u32::from(b);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+    }
+    hash
+}
+
+/// Upstream's PV name: `local-pv-` + unpadded lowercase hex of FNV-1a over entry + node +
+/// class with no separator.
+pub fn pv_name(entry: &str, node: &str, class: &str) -> String {
+    format!("local-pv-{:x}", fnv1a32(&[entry.as_bytes(), node.as_bytes(), class.as_bytes()]))
+}
+
+/// The provisioned-by value upstream writes for this node.
+pub fn provisioner_name(node: &str, node_uid: &str, use_node_name_only: bool) -> String {
+    if use_node_name_only {
+        format!("{PROVISIONER_PREFIX}{node}")
+    } else {
+        format!("{PROVISIONER_PREFIX}{node}-{node_uid}")
+    }
+}
+
+/// Whether a PV's provisioned-by annotation (and hostname label) say it was made for this node,
+/// by upstream or by us, with the same rules upstream's cache applies.
+pub fn is_provisioned_for_node(
+    annotation: Option<&str>,
+    hostname_label: Option<&str>,
+    node: &str,
+    provisioner: &str,
+    use_node_name_only: bool,
+) -> bool {
+    let Some(ann) = annotation else { return false };
+    if ann == provisioner {
+        return true;
+    }
+    use_node_name_only
+        && hostname_label == Some(node)
+        && ann.strip_prefix(provisioner).is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Value of our node label. Label values are limited to 63 characters of a restricted set, while
+/// node names may be 253; names that do not fit are shortened with a hash so two long names
+/// never share a value.
+pub fn node_label_value(node: &str) -> String {
+    let valid = node.len() <= 63
+        && node.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && node.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && node.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if valid {
+        return node.to_string();
+    }
+    let keep: String = node
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
+        .take(54)
+        .collect();
+    let keep = keep.trim_end_matches(['-', '.']);
+    format!("{keep}-{:08x}", fnv1a32(&[node.as_bytes()]))
+        .trim_start_matches(['-', '.'])
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_pv_name_matches_upstream() {
+        assert_eq!(pv_name("mount1", "test-node", "sc1"), "local-pv-aaaafef5");
+    }
+
+    #[test]
+    fn fnv_reference_vectors() {
+        // Published FNV-1a 32-bit test vectors.
+        assert_eq!(fnv1a32(&[b""]), 0x811c9dc5);
+        assert_eq!(fnv1a32(&[b"a"]), 0xe40c292c);
+        assert_eq!(fnv1a32(&[b"foobar"]), 0xbf9cf968);
+        assert_eq!(fnv1a32(&[b"foo", b"bar"]), 0xbf9cf968);
+    }
+
+    #[test]
+    fn names_are_unpadded_hex_and_depend_on_every_part() {
+        let a = pv_name("ssd1", "node-a", "fast");
+        assert!(a.starts_with("local-pv-"));
+        let hex = &a["local-pv-".len()..];
+        assert!(hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(!hex.starts_with('0'));
+        assert_ne!(a, pv_name("ssd2", "node-a", "fast"));
+        assert_ne!(a, pv_name("ssd1", "node-b", "fast"));
+        assert_ne!(a, pv_name("ssd1", "node-a", "slow"));
+        // The hash has no separator, exactly like upstream: these two collide by design.
+        assert_eq!(pv_name("ab", "c", "d"), pv_name("a", "bc", "d"));
+    }
+
+    #[test]
+    fn provisioner_names() {
+        assert_eq!(provisioner_name("n1", "uid-1", false), "local-volume-provisioner-n1-uid-1");
+        assert_eq!(provisioner_name("n1", "uid-1", true), "local-volume-provisioner-n1");
+    }
+
+    #[test]
+    fn ownership_rules() {
+        let p = "local-volume-provisioner-n1-u1";
+        assert!(is_provisioned_for_node(Some(p), None, "n1", p, false));
+        assert!(!is_provisioned_for_node(None, None, "n1", p, false));
+        assert!(!is_provisioned_for_node(Some("local-volume-provisioner-n1-u0"), None, "n1", p, false));
+        let short = "local-volume-provisioner-n1";
+        assert!(is_provisioned_for_node(Some(short), None, "n1", short, true));
+        // Old UID-style PVs are adopted in node-name-only mode when the hostname label agrees.
+        assert!(is_provisioned_for_node(Some(p), Some("n1"), "n1", short, true));
+        assert!(!is_provisioned_for_node(Some(p), None, "n1", short, true));
+        assert!(!is_provisioned_for_node(Some(p), Some("n2"), "n1", short, true));
+        // A node whose name is a prefix of another's does not adopt its PVs.
+        assert!(!is_provisioned_for_node(Some("local-volume-provisioner-n10-u1"), Some("n1"), "n1", short, true));
+    }
+
+    #[test]
+    fn node_label_values_are_valid_and_distinct() {
+        assert_eq!(node_label_value("worker-1.example.com"), "worker-1.example.com");
+        let long_a = format!("{}.a", "x".repeat(70));
+        let long_b = format!("{}.b", "x".repeat(70));
+        for v in [node_label_value(&long_a), node_label_value(&long_b)] {
+            assert!(v.len() <= 63, "{v}");
+            assert!(v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)));
+            assert!(v.as_bytes()[0].is_ascii_alphanumeric());
+        }
+        assert_ne!(node_label_value(&long_a), node_label_value(&long_b));
+    }
+}

@@ -1,0 +1,203 @@
+//! The planner: compares the volumes this node should publish (desired) with the PVs that
+//! exist (actual) and returns what to do. It does no I/O, so every decision about creating,
+//! adopting or refusing a PV is tested here without a cluster or a disk.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use super::naming::{ANN_PROVISIONED_BY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node};
+use super::pv::local_path;
+
+/// A volume discovery wants published, with the PV object that would publish it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredPv {
+    /// PV name (upstream's hash).
+    pub name: String,
+    /// Host path of the volume.
+    pub host_path: String,
+    /// The full object to create.
+    pub pv: PersistentVolume,
+}
+
+/// What the planner needs to know about an existing PV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedPv {
+    /// PV name.
+    pub name: String,
+    /// `spec.local.path`, if it is a local PV.
+    pub host_path: Option<String>,
+    /// `pv.kubernetes.io/provisioned-by`.
+    pub provisioned_by: Option<String>,
+    /// The `kubernetes.io/hostname` label (used by useNodeNameOnly adoption).
+    pub hostname_label: Option<String>,
+    /// Our node label.
+    pub node_label: Option<String>,
+}
+
+impl ObservedPv {
+    /// Extracts the fields the planner looks at.
+    pub fn from_pv(pv: &PersistentVolume) -> Self {
+        let labels = pv.metadata.labels.as_ref();
+        ObservedPv {
+            name: pv.metadata.name.clone().unwrap_or_default(),
+            host_path: local_path(pv).map(str::to_string),
+            provisioned_by: pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_PROVISIONED_BY)).cloned(),
+            hostname_label: labels.and_then(|l| l.get(LABEL_HOSTNAME)).cloned(),
+            node_label: labels.and_then(|l| l.get(LABEL_NODE)).cloned(),
+        }
+    }
+}
+
+/// Who this agent is, for ownership decisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Node name.
+    pub node: String,
+    /// provisioned-by value for this node.
+    pub provisioner: String,
+    /// Value of our node label for this node.
+    pub node_label: String,
+    /// Upstream's useNodeNameOnly setting.
+    pub use_node_name_only: bool,
+}
+
+impl Identity {
+    /// Whether this PV was made for this node (by upstream or by us).
+    pub fn owns(&self, pv: &ObservedPv) -> bool {
+        is_provisioned_for_node(
+            pv.provisioned_by.as_deref(),
+            pv.hostname_label.as_deref(),
+            &self.node,
+            &self.provisioner,
+            self.use_node_name_only,
+        )
+    }
+}
+
+/// Why a desired volume is not published in this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Two entries of this node hash to the same PV name.
+    NameCollisionOnNode { other_path: String },
+    /// A PV with this name exists for a different volume (another node or another path).
+    NameTaken { owner: String },
+    /// The host path is already published under another PV name.
+    PathInUse { pv: String },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NameCollisionOnNode { other_path } => {
+                write!(f, "its PV name collides with the volume at {other_path} on this node")
+            }
+            Refusal::NameTaken { owner } => write!(f, "its PV name is already used by {owner}; refusing to overwrite it"),
+            Refusal::PathInUse { pv } => write!(f, "the path is already published as PV {pv}"),
+        }
+    }
+}
+
+/// One step for the executors.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create this PV.
+    Create(Box<PersistentVolume>),
+    /// Do not publish this volume, and tell the operator why.
+    Refuse { name: String, host_path: String, reason: Refusal },
+}
+
+/// Plans one reconcile pass. `observed` are the PVs carrying our node label; `foreign` are PV
+/// names known (from an earlier AlreadyExists) to belong to someone else, with a description
+/// of the owner. The result is sorted by PV name, so equal inputs give equal plans.
+pub fn plan(
+    identity: &Identity,
+    desired: &[DesiredPv],
+    observed: &[ObservedPv],
+    foreign: &BTreeMap<String, String>,
+) -> Vec<Action> {
+    let by_name: BTreeMap<&str, &ObservedPv> = observed.iter().map(|o| (o.name.as_str(), o)).collect();
+    let mut by_path: BTreeMap<&str, &str> = BTreeMap::new();
+    for o in observed.iter().filter(|o| identity.owns(o)) {
+        if let Some(path) = o.host_path.as_deref() {
+            by_path.entry(path).or_insert(o.name.as_str());
+        }
+    }
+    let mut sorted: Vec<&DesiredPv> = desired.iter().collect();
+    sorted.sort_by(|a, b| (&a.name, &a.host_path).cmp(&(&b.name, &b.host_path)));
+
+    let mut claimed: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut paths_done: BTreeSet<&str> = BTreeSet::new();
+    let mut actions = Vec::new();
+    for d in sorted {
+        let refuse = |reason| Action::Refuse { name: d.name.clone(), host_path: d.host_path.clone(), reason };
+        if !paths_done.insert(d.host_path.as_str()) {
+            continue; // Discovery reported the same path twice; one PV is enough.
+        }
+        if let Some(other) = claimed.insert(d.name.as_str(), d.host_path.as_str()) {
+            claimed.insert(d.name.as_str(), other);
+            actions.push(refuse(Refusal::NameCollisionOnNode { other_path: other.to_string() }));
+            continue;
+        }
+        if let Some(existing) = by_name.get(d.name.as_str()) {
+            let same_volume = identity.owns(existing) && existing.host_path.as_deref() == Some(d.host_path.as_str());
+            if !same_volume {
+                actions.push(refuse(Refusal::NameTaken { owner: describe_owner(existing) }));
+            }
+            continue;
+        }
+        if let Some(pv) = by_path.get(d.host_path.as_str()) {
+            actions.push(refuse(Refusal::PathInUse { pv: pv.to_string() }));
+            continue;
+        }
+        if let Some(owner) = foreign.get(&d.name) {
+            actions.push(refuse(Refusal::NameTaken { owner: owner.clone() }));
+            continue;
+        }
+        actions.push(Action::Create(Box::new(d.pv.clone())));
+    }
+    actions
+}
+
+/// PVs made for this node that lack our label: they were made by upstream or an older version
+/// and must be labelled so the label-scoped watch sees them. Sorted by name.
+pub fn plan_adoption(identity: &Identity, all_pvs: &[ObservedPv]) -> Vec<String> {
+    let mut names: Vec<String> = all_pvs
+        .iter()
+        .filter(|pv| identity.owns(pv) && pv.node_label.as_deref() != Some(identity.node_label.as_str()))
+        .map(|pv| pv.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// What to do with a PV that the API said already exists when we tried to create `desired`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExistingPv {
+    /// It is the same volume, made for this node: adopt it (add our label) if it lacks it.
+    Ours { needs_label: bool },
+    /// It belongs to another node or path: never touch it.
+    Foreign { owner: String },
+}
+
+/// Classifies a PV found under a name we wanted to create.
+pub fn classify_existing(identity: &Identity, desired: &DesiredPv, existing: &ObservedPv) -> ExistingPv {
+    if identity.owns(existing) && existing.host_path.as_deref() == Some(desired.host_path.as_str()) {
+        ExistingPv::Ours { needs_label: existing.node_label.as_deref() != Some(identity.node_label.as_str()) }
+    } else {
+        ExistingPv::Foreign { owner: describe_owner(existing) }
+    }
+}
+
+fn describe_owner(pv: &ObservedPv) -> String {
+    format!(
+        "PV {} (path {}, provisioned by {})",
+        pv.name,
+        pv.host_path.as_deref().unwrap_or("<not a local PV>"),
+        pv.provisioned_by.as_deref().unwrap_or("<unknown>")
+    )
+}
+
+#[cfg(test)]
+#[path = "planner_tests.rs"]
+mod tests;

@@ -1,0 +1,164 @@
+//! Building PersistentVolume objects exactly as upstream does, from a discovered volume and the
+//! facts about its node and StorageClass. Pure: everything it needs is passed in.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
+    PersistentVolumeSpec, VolumeNodeAffinity,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use super::capacity::binary_si_quantity;
+use super::naming::{ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, LABEL_HOSTNAME, LABEL_NODE, node_label_value};
+use crate::config::{ClassConfig, ProvisionerConfig};
+
+/// What the PV needs to know about this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// The Node object's name.
+    pub name: String,
+    /// The Node object's UID (part of the provisioned-by annotation and the owner reference).
+    pub uid: String,
+    /// The Node's labels: the hostname label feeds node affinity, others nodeLabelsForPV.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl NodeInfo {
+    /// The value pods are scheduled by; the node name when the label is absent (dry runs).
+    pub fn hostname(&self) -> &str {
+        self.labels.get(LABEL_HOSTNAME).map_or(self.name.as_str(), String::as_str)
+    }
+}
+
+/// The StorageClass settings that upstream copies onto each PV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassPolicy {
+    /// `Delete` or `Retain`.
+    pub reclaim_policy: String,
+    /// Mount options kubelet will use.
+    pub mount_options: Vec<String>,
+}
+
+impl Default for ClassPolicy {
+    /// Upstream's behaviour for a class object without these fields.
+    fn default() -> Self {
+        ClassPolicy { reclaim_policy: "Delete".into(), mount_options: Vec::new() }
+    }
+}
+
+/// A volume found on this node that should be published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundVolume {
+    /// StorageClass name (key of storageClassMap).
+    pub class: String,
+    /// First-level entry name under the discovery directory.
+    pub entry: String,
+    /// Path on the host (hostDir joined with the entry).
+    pub host_path: String,
+    /// Rounded capacity in bytes.
+    pub capacity_bytes: u64,
+}
+
+/// Everything that is the same for all PVs of one pass.
+pub struct PvContext<'a> {
+    /// The effective config.
+    pub config: &'a ProvisionerConfig,
+    /// This node.
+    pub node: &'a NodeInfo,
+    /// The provisioned-by value for this node.
+    pub provisioner_name: &'a str,
+}
+
+impl PvContext<'_> {
+    /// The PV upstream would create for `volume`, plus our node label.
+    pub fn build(&self, name: &str, class: &ClassConfig, policy: &ClassPolicy, volume: &FoundVolume) -> PersistentVolume {
+        let mut labels = BTreeMap::new();
+        for key in &self.config.node_labels_for_pv {
+            if let Some(value) = self.node.labels.get(key) {
+                labels.insert(key.clone(), value.clone());
+            }
+        }
+        labels.extend(self.config.labels_for_pv.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels.insert(LABEL_NODE.to_string(), node_label_value(&self.node.name));
+
+        let mut annotations = BTreeMap::from([(ANN_PROVISIONED_BY.to_string(), self.provisioner_name.to_string())]);
+        let affinity = self.node_affinity(class);
+        let node_affinity = if self.config.use_alpha_api {
+            // Serializing plain k8s-openapi structs to JSON cannot fail.
+            let json = serde_json::to_string(&affinity.required).unwrap_or_default();
+            annotations.insert(
+                ANN_ALPHA_NODE_AFFINITY.to_string(),
+                format!("{{\"requiredDuringSchedulingIgnoredDuringExecution\":{json}}}"),
+            );
+            None
+        } else {
+            Some(affinity)
+        };
+        let owner_references = self.config.set_pv_owner_ref.then(|| {
+            vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: self.node.name.clone(),
+                uid: self.node.uid.clone(),
+                ..Default::default()
+            }]
+        });
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                labels: Some(labels),
+                annotations: Some(annotations),
+                owner_references,
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                capacity: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(binary_si_quantity(volume.capacity_bytes)),
+                )])),
+                local: Some(LocalVolumeSource { path: volume.host_path.clone(), fs_type: class.fs_type.clone() }),
+                access_modes: Some(vec![class.access_mode.clone()]),
+                storage_class_name: Some(volume.class.clone()),
+                persistent_volume_reclaim_policy: Some(policy.reclaim_policy.clone()),
+                mount_options: (!policy.mount_options.is_empty()).then(|| policy.mount_options.clone()),
+                volume_mode: Some(class.volume_mode.as_str().to_string()),
+                node_affinity,
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// The node's own hostname term first, then the class's selector terms as separate (ORed)
+    /// terms, as upstream does for shared filesystems.
+    fn node_affinity(&self, class: &ClassConfig) -> VolumeNodeAffinity {
+        let mut terms = vec![NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: LABEL_HOSTNAME.into(),
+                operator: "In".into(),
+                values: Some(vec![self.node.hostname().to_string()]),
+            }]),
+            match_fields: None,
+        }];
+        terms.extend(class.selector.iter().cloned());
+        VolumeNodeAffinity { required: Some(NodeSelector { node_selector_terms: terms }) }
+    }
+}
+
+/// The host path of a PV, if it is a local PV.
+pub fn local_path(pv: &PersistentVolume) -> Option<&str> {
+    pv.spec.as_ref()?.local.as_ref().map(|l| l.path.as_str())
+}
+
+/// Joins hostDir and an entry the way Go's `filepath.Join` does for these inputs (one slash,
+/// trailing slashes of hostDir dropped), so PV paths match upstream's.
+pub fn host_path(host_dir: &str, entry: &str) -> String {
+    let dir = host_dir.trim_end_matches('/');
+    format!("{dir}/{entry}")
+}
+
+#[cfg(test)]
+#[path = "pv_tests.rs"]
+mod tests;

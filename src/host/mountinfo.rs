@@ -1,0 +1,193 @@
+//! The mount table, from `/proc/self/mountinfo`: the only reliable way to know whether a
+//! directory is a mount point (a bind mount of a directory onto itself included) as seen from
+//! inside the agent's container.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+use super::HostError;
+
+/// Where the kernel publishes the mount table of our mount namespace.
+pub const MOUNTINFO: &str = "/proc/self/mountinfo";
+
+/// One line of mountinfo, with the fields discovery uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// Mount ID (unique in the namespace).
+    pub id: u32,
+    /// `major:minor` of the filesystem's device.
+    pub device: String,
+    /// Path within the filesystem that is mounted (`/` unless a bind mount of a subdirectory).
+    pub root: PathBuf,
+    /// Where it is mounted, with octal escapes decoded.
+    pub mount_point: PathBuf,
+    /// Filesystem type (`ext4`, `tmpfs`...).
+    pub fs_type: String,
+    /// Mount source (`/dev/sdb1`, `tmpfs`...).
+    pub source: String,
+}
+
+/// The mount points of this namespace, last mount on a path winning (as the kernel shows it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountTable {
+    by_point: BTreeMap<PathBuf, MountEntry>,
+}
+
+impl MountTable {
+    /// Reads the current mount table.
+    pub fn read() -> Result<Self, HostError> {
+        let bytes = std::fs::read(MOUNTINFO)
+            .map_err(|source| HostError::Io { path: PathBuf::from(MOUNTINFO), op: "read", source })?;
+        // Volume paths are UTF-8 (they become PV paths); a mount elsewhere with a non-UTF-8
+        // name is kept lossily rather than failing the whole table.
+        Self::parse(&String::from_utf8_lossy(&bytes))
+    }
+
+    /// Parses mountinfo text; a malformed line is an error naming the line, since guessing
+    /// could make a plain directory look like a volume.
+    pub fn parse(text: &str) -> Result<Self, HostError> {
+        let mut by_point = BTreeMap::new();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let entry = parse_line(line).ok_or_else(|| HostError::Mountinfo { line: n + 1, text: line.to_string() })?;
+            by_point.insert(entry.mount_point.clone(), entry);
+        }
+        Ok(MountTable { by_point })
+    }
+
+    /// The mount whose mount point is exactly `path`.
+    pub fn get(&self, path: &Path) -> Option<&MountEntry> {
+        self.by_point.get(path)
+    }
+
+    /// Whether `path` is exactly a mount point.
+    pub fn is_mount_point(&self, path: &Path) -> bool {
+        self.by_point.contains_key(path)
+    }
+
+    /// Mount points strictly below `path` (nested mounts inside a volume).
+    pub fn mounts_below<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = &'a MountEntry> + 'a {
+        self.by_point
+            .range(path.to_path_buf()..)
+            .skip_while(move |(p, _)| p.as_path() == path)
+            .take_while(move |(p, _)| p.starts_with(path))
+            .map(|(_, e)| e)
+    }
+
+    /// Number of mounts, for logs.
+    pub fn len(&self) -> usize {
+        self.by_point.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.by_point.is_empty()
+    }
+}
+
+// Format (proc(5)): id parent major:minor root mount-point options [optional...] - fstype source super-options
+fn parse_line(line: &str) -> Option<MountEntry> {
+    let mut fields = line.split(' ');
+    let id = fields.next()?.parse().ok()?;
+    let _parent = fields.next()?;
+    let device = fields.next()?.to_string();
+    let root = unescape_path(fields.next()?);
+    let mount_point = unescape_path(fields.next()?);
+    let _options = fields.next()?;
+    // Optional fields end at the lone "-" separator.
+    fields.by_ref().find(|f| *f == "-")?;
+    let fs_type = unescape_text(fields.next()?);
+    let source = unescape_text(fields.next().unwrap_or(""));
+    Some(MountEntry { id, device, root, mount_point, fs_type, source })
+}
+
+/// Decodes the kernel's `\ooo` octal escapes (space, tab, newline, backslash) byte-exactly, so
+/// non-UTF-8 names survive.
+fn unescape(field: &str) -> Vec<u8> {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() {
+            let oct = &bytes[i + 1..i + 4];
+            if oct.iter().all(|b| (b'0'..=b'7').contains(b)) {
+                let v = (oct[0] - b'0') as u32 * 64 + (oct[1] - b'0') as u32 * 8 + (oct[2] - b'0') as u32;
+                if let Ok(b) = u8::try_from(v) {
+                    out.push(b);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+fn unescape_path(field: &str) -> PathBuf {
+    PathBuf::from(OsString::from_vec(unescape(field)))
+}
+
+fn unescape_text(field: &str) -> String {
+    String::from_utf8_lossy(&unescape(field)).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+23 22 0:21 / /proc rw,nosuid - proc proc rw
+40 22 0:35 / /mnt/disks/vol1 rw,relatime shared:20 - tmpfs tmpfs rw,size=1024k
+41 22 0:36 / /mnt/disks/with\\040space rw - tmpfs tmpfs rw
+42 22 8:17 /data /mnt/disks/bind rw master:3 - ext4 /dev/sdb1 rw
+43 40 0:37 / /mnt/disks/vol1/nested rw - tmpfs tmpfs rw
+44 22 0:38 / /mnt/disks/tab\\011and\\012newline\\134 rw - tmpfs none rw
+45 22 0:39 / /mnt/disks/vol10 rw - tmpfs tmpfs rw
+";
+
+    #[test]
+    fn parses_fields_and_escapes() {
+        let t = MountTable::parse(SAMPLE).unwrap();
+        assert_eq!(t.len(), 8);
+        assert!(t.is_mount_point(Path::new("/mnt/disks/vol1")));
+        assert!(t.is_mount_point(Path::new("/mnt/disks/with space")));
+        assert!(t.is_mount_point(Path::new("/mnt/disks/tab\tand\nnewline\\")));
+        assert!(!t.is_mount_point(Path::new("/mnt/disks")));
+        let bind = t.get(Path::new("/mnt/disks/bind")).unwrap();
+        assert_eq!(bind.root, PathBuf::from("/data"));
+        assert_eq!(bind.fs_type, "ext4");
+        assert_eq!(bind.source, "/dev/sdb1");
+        assert_eq!(bind.device, "8:17");
+        assert_eq!(bind.id, 42);
+    }
+
+    #[test]
+    fn nested_mounts_are_found_without_siblings() {
+        let t = MountTable::parse(SAMPLE).unwrap();
+        let below: Vec<_> = t.mounts_below(Path::new("/mnt/disks/vol1")).map(|e| e.mount_point.clone()).collect();
+        assert_eq!(below, vec![PathBuf::from("/mnt/disks/vol1/nested")]);
+    }
+
+    #[test]
+    fn malformed_lines_are_errors() {
+        for bad in ["garbage", "1 2 3:4 / /x rw", "x 1 0:1 / /y rw - tmpfs t rw"] {
+            assert!(MountTable::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn unescape_leaves_other_backslashes() {
+        assert_eq!(unescape_text("a\\040b"), "a b");
+        assert_eq!(unescape_text("a\\9"), "a\\9");
+        assert_eq!(unescape_text("end\\"), "end\\");
+        assert_eq!(unescape_text("\\04"), "\\04");
+        assert_eq!(unescape("\\377"), vec![0xff]);
+    }
+}

@@ -1,0 +1,14 @@
+//! local-static-provisioner: publishes the disks mounted on a Kubernetes node as local
+//! PersistentVolumes, compatible with the upstream Go provisioner.
+//!
+//! Layout: `config` (the ConfigMap), `core` (pure naming, PV construction, planner),
+//! `host` (mount table and devices), `discovery` (host scan), `api` (Kubernetes access),
+//! `agent` (the reconcile loop), `cli` (commands).
+
+pub mod agent;
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod core;
+pub mod discovery;
+pub mod host;

@@ -1,0 +1,13 @@
+//go:build tools
+
+// Package tools pins the main packages that build.sh compiles, so that `go mod tidy`
+// keeps every module they need in go.sum.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
