@@ -81,10 +81,13 @@ pub struct ProvisionerConfig {
     /// Per StorageClass discovery settings, keyed by class name.
     pub storage_class_map: BTreeMap<String, ClassConfig>,
     /// Node label keys copied onto every PV (when the node has them).
+    #[serde(rename = "nodeLabelsForPV")]
     pub node_labels_for_pv: Vec<String>,
     /// Fixed labels added to every PV.
+    #[serde(rename = "labelsForPV")]
     pub labels_for_pv: BTreeMap<String, String>,
     /// Put node affinity in the legacy alpha annotation instead of the spec field.
+    #[serde(rename = "useAlphaAPI")]
     pub use_alpha_api: bool,
     /// Upstream's Job-based block cleaning; accepted for compatibility.
     pub use_job_for_cleaning: bool,

@@ -1,1 +1,752 @@
 use super::*;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+fn entries(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// Parses and expects success.
+fn ok(list: &[(&str, &str)]) -> LoadedConfig {
+    parse_entries("test-configmap", &entries(list)).unwrap_or_else(|e| panic!("expected a valid config, got: {e}"))
+}
+
+/// Parses and expects `ConfigError::Invalid`, returning its problems.
+fn problems(list: &[(&str, &str)]) -> Vec<Problem> {
+    match parse_entries("test-configmap", &entries(list)) {
+        Err(ConfigError::Invalid { source_name, problems }) => {
+            assert_eq!(source_name, "test-configmap");
+            problems
+        }
+        Err(other) => panic!("expected Invalid, got {other}"),
+        Ok(loaded) => panic!("expected Invalid, got a valid config: {:?}", loaded.config),
+    }
+}
+
+fn locations(ps: &[Problem]) -> Vec<&str> {
+    ps.iter().map(|p| p.location.as_str()).collect()
+}
+
+/// A class with both directories set to `dir`.
+fn one_class(name: &str, dir: &str) -> String {
+    format!("{name}:\n  hostDir: {dir}\n  mountDir: {dir}\n")
+}
+
+/// The class every default test expects: only hostDir/mountDir given.
+fn default_class(dir: &str) -> ClassConfig {
+    ClassConfig {
+        host_dir: dir.into(),
+        mount_dir: dir.into(),
+        block_cleaner_command: vec!["/scripts/quick_reset.sh".into()],
+        volume_mode: VolumeMode::Filesystem,
+        access_mode: "ReadWriteOnce".into(),
+        fs_type: None,
+        name_pattern: "*".into(),
+        selector: Vec::new(),
+    }
+}
+
+/// The `storageClassMap` block exactly as the upstream Helm chart renders it.
+const HELM_CLASS_MAP: &str = r#"fast-disks:
+  hostDir: /mnt/fast-disks
+  mountDir: /mnt/fast-disks
+  blockCleanerCommand:
+    - "/scripts/shred.sh"
+    - "2"
+  volumeMode: Filesystem
+  fsType: ext4
+  namePattern: "*"
+"#;
+
+/// A fresh, unique directory under the system temp dir, removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("lsp-config-test-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Lays out `keys` the way kubelet mounts a ConfigMap: files in a timestamped `..` directory,
+/// `..data` pointing at it, and one symlink per key through `..data`.
+fn kubelet_layout(dir: &Path, keys: &[(&str, &str)]) {
+    let stamp = dir.join("..2026_01_01_00_00_00.123456789");
+    std::fs::create_dir(&stamp).unwrap();
+    for (k, v) in keys {
+        std::fs::write(stamp.join(k), v).unwrap();
+    }
+    std::os::unix::fs::symlink("..2026_01_01_00_00_00.123456789", dir.join("..data")).unwrap();
+    for (k, _) in keys {
+        std::os::unix::fs::symlink(format!("..data/{k}"), dir.join(k)).unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstream ConfigMaps
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn helm_chart_rendering_is_accepted_with_every_value() {
+    // The `data:` of the newest upstream Helm chart, key by key, as kubelet hands it to us.
+    let loaded = ok(&[
+        ("nodeLabelsForPV", "- topology.kubernetes.io/zone\n"),
+        ("labelsForPV", "pv-labels : can-be-selected\n"),
+        ("setPVOwnerRef", "true"),
+        ("useJobForCleaning", "yes"),
+        ("useNodeNameOnly", "\"true\""),
+        ("minResyncPeriod", "5m0s"),
+        ("storageClassMap", HELM_CLASS_MAP),
+    ]);
+    let want = ProvisionerConfig {
+        storage_class_map: BTreeMap::from([(
+            "fast-disks".to_string(),
+            ClassConfig {
+                host_dir: "/mnt/fast-disks".into(),
+                mount_dir: "/mnt/fast-disks".into(),
+                block_cleaner_command: vec!["/scripts/shred.sh".into(), "2".into()],
+                volume_mode: VolumeMode::Filesystem,
+                access_mode: "ReadWriteOnce".into(),
+                fs_type: Some("ext4".into()),
+                name_pattern: "*".into(),
+                selector: Vec::new(),
+            },
+        )]),
+        node_labels_for_pv: vec!["topology.kubernetes.io/zone".into()],
+        labels_for_pv: BTreeMap::from([("pv-labels".to_string(), "can-be-selected".to_string())]),
+        use_alpha_api: false,
+        use_job_for_cleaning: true,
+        job_tolerations: Vec::new(),
+        min_resync_period: Duration::from_secs(300),
+        use_node_name_only: true,
+        set_pv_owner_ref: true,
+        remove_node_not_ready_taint: false,
+        provisioner_not_ready_node_taint_key: String::new(),
+    };
+    assert_eq!(loaded.config, want);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn helm_generated_baremetal_cleanbyjobs_example() {
+    // helm/generated_examples/baremetal-cleanbyjobs.yaml
+    let loaded = ok(&[
+        ("useJobForCleaning", "yes"),
+        (
+            "storageClassMap",
+            "local-storage:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n  blockCleanerCommand:\n    - \"/scripts/quick_reset.sh\"\n  volumeMode: Block\n",
+        ),
+    ]);
+    assert!(loaded.config.use_job_for_cleaning);
+    let class = &loaded.config.storage_class_map["local-storage"];
+    assert_eq!(class.volume_mode, VolumeMode::Block);
+    assert_eq!(class.block_cleaner_command, vec!["/scripts/quick_reset.sh".to_string()]);
+    assert_eq!(class.host_dir, "/mnt/disks");
+}
+
+#[test]
+fn helm_selector_and_tolerations_are_parsed_as_k8s_types() {
+    let loaded = ok(&[
+        (
+            "storageClassMap",
+            "shared:\n  hostDir: /mnt/shared\n  mountDir: /mnt/shared\n  selector:\n    - matchExpressions:\n        - key: pool\n          operator: In\n          values:\n            - a\n            - b\n",
+        ),
+        ("jobTolerations", "- key: dedicated\n  operator: Equal\n  value: storage\n  effect: NoSchedule\n- operator: Exists\n  tolerationSeconds: 300\n"),
+    ]);
+    let class = &loaded.config.storage_class_map["shared"];
+    assert_eq!(
+        class.selector,
+        vec![NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: "pool".into(),
+                operator: "In".into(),
+                values: Some(vec!["a".into(), "b".into()]),
+            }]),
+            match_fields: None,
+        }]
+    );
+    let t = &loaded.config.job_tolerations;
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[0].key.as_deref(), Some("dedicated"));
+    assert_eq!(t[0].value.as_deref(), Some("storage"));
+    assert_eq!(t[0].effect.as_deref(), Some("NoSchedule"));
+    assert_eq!(t[1].operator.as_deref(), Some("Exists"));
+    assert_eq!(t[1].toleration_seconds, Some(300));
+}
+
+#[test]
+fn taint_remover_keys_are_read() {
+    let loaded = ok(&[
+        ("removeNodeNotReadyTaint", "true"),
+        ("provisionerNotReadyNodeTaintKey", "example.com/local-provisioner-not-ready"),
+    ]);
+    assert!(loaded.config.remove_node_not_ready_taint);
+    assert_eq!(loaded.config.provisioner_not_ready_node_taint_key, "example.com/local-provisioner-not-ready");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaults
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn empty_configmap_gives_upstream_defaults() {
+    let loaded = ok(&[]);
+    assert_eq!(loaded.config, ProvisionerConfig::default());
+    assert_eq!(loaded.config.min_resync_period, Duration::from_secs(300));
+    assert!(loaded.config.storage_class_map.is_empty());
+    assert!(!loaded.config.use_alpha_api);
+    assert!(!loaded.config.use_node_name_only);
+    assert!(!loaded.config.set_pv_owner_ref);
+    assert!(!loaded.config.use_job_for_cleaning);
+    assert!(loaded.warnings.is_empty());
+}
+
+#[test]
+fn class_defaults_match_upstream() {
+    let loaded = ok(&[("storageClassMap", &one_class("local", "/mnt/disks"))]);
+    assert_eq!(loaded.config.storage_class_map["local"], default_class("/mnt/disks"));
+}
+
+#[test]
+fn empty_or_null_values_fall_back_to_defaults() {
+    // Keys present but empty behave like absent ones (upstream's "" -> default).
+    let map = "local:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n  volumeMode: \"\"\n  accessMode: \"\"\n  fsType: \"\"\n  namePattern: \"\"\n  blockCleanerCommand:\n";
+    let loaded = ok(&[("storageClassMap", map), ("useAlphaAPI", ""), ("nodeLabelsForPV", ""), ("labelsForPV", "")]);
+    assert_eq!(loaded.config.storage_class_map["local"], default_class("/mnt/disks"));
+    assert!(!loaded.config.use_alpha_api);
+    assert!(loaded.config.node_labels_for_pv.is_empty());
+    assert!(loaded.config.labels_for_pv.is_empty());
+}
+
+#[test]
+fn explicit_class_settings_are_kept() {
+    let map = "fast:\n  hostDir: /mnt/fast\n  mountDir: /host/fast\n  volumeMode: Block\n  accessMode: ReadWriteOncePod\n  namePattern: \"nvme*, ssd?\"\n  blockCleanerCommand: [\"/scripts/dd_zero.sh\"]\n";
+    let loaded = ok(&[("storageClassMap", map)]);
+    let c = &loaded.config.storage_class_map["fast"];
+    assert_eq!(c.host_dir, "/mnt/fast");
+    assert_eq!(c.mount_dir, "/host/fast");
+    assert_eq!(c.volume_mode, VolumeMode::Block);
+    assert_eq!(c.access_mode, "ReadWriteOncePod");
+    assert_eq!(c.name_pattern, "nvme*, ssd?");
+    assert_eq!(c.block_cleaner_command, vec!["/scripts/dd_zero.sh".to_string()]);
+    assert_eq!(c.fs_type, None);
+}
+
+#[test]
+fn several_classes_are_all_read() {
+    let map = format!("{}{}{}", one_class("a", "/mnt/a"), one_class("b", "/mnt/b"), one_class("c", "/mnt/c"));
+    let loaded = ok(&[("storageClassMap", &map)]);
+    let names: Vec<&str> = loaded.config.storage_class_map.keys().map(String::as_str).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(loaded.config.storage_class_map["b"].host_dir, "/mnt/b");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalars: booleans, durations, lists and maps
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn yaml11_booleans_in_any_case_and_quoted() {
+    let cases = [
+        ("true", true),
+        ("True", true),
+        ("TRUE", true),
+        ("\"true\"", true),
+        ("'true'", true),
+        ("yes", true),
+        ("Yes", true),
+        ("YES", true),
+        ("\"yes\"", true),
+        ("on", true),
+        ("ON", true),
+        ("On", true),
+        ("y", true),
+        ("Y", true),
+        ("false", false),
+        ("False", false),
+        ("\"false\"", false),
+        ("no", false),
+        ("No", false),
+        ("NO", false),
+        ("off", false),
+        ("OFF", false),
+        ("n", false),
+        ("N", false),
+        ("", false),
+        ("true\n", true),
+    ];
+    let keys = ["useAlphaAPI", "useJobForCleaning", "useNodeNameOnly", "setPVOwnerRef", "removeNodeNotReadyTaint"];
+    for key in keys {
+        for (text, want) in cases {
+            let c = ok(&[(key, text)]).config;
+            let got = match key {
+                "useAlphaAPI" => c.use_alpha_api,
+                "useJobForCleaning" => c.use_job_for_cleaning,
+                "useNodeNameOnly" => c.use_node_name_only,
+                "setPVOwnerRef" => c.set_pv_owner_ref,
+                "removeNodeNotReadyTaint" => c.remove_node_not_ready_taint,
+                _ => unreachable!(),
+            };
+            assert_eq!(got, want, "{key}: {text:?}");
+        }
+    }
+}
+
+#[test]
+fn non_booleans_are_rejected_at_their_key() {
+    for text in ["maybe", "\"enabled\"", "1", "[true]", "{a: b}"] {
+        let ps = problems(&[("setPVOwnerRef", text)]);
+        assert_eq!(locations(&ps), ["setPVOwnerRef"], "{text:?}");
+    }
+}
+
+#[test]
+fn min_resync_period_go_durations() {
+    let cases = [
+        ("5m0s", 300),
+        ("\"5m0s\"", 300),
+        ("\"1h30m\"", 5400),
+        ("1h30m", 5400),
+        ("30s", 30),
+        ("1h", 3600),
+        ("'10m'", 600),
+        ("2h0m0s", 7200),
+    ];
+    for (text, secs) in cases {
+        let c = ok(&[("minResyncPeriod", text)]).config;
+        assert_eq!(c.min_resync_period, Duration::from_secs(secs), "{text:?}");
+    }
+}
+
+#[test]
+fn bad_min_resync_periods_are_rejected() {
+    // Unparsable, unit-less, negative, zero.
+    for text in ["soon", "5", "300", "-5m", "0s", "0", "5 minutes"] {
+        let ps = problems(&[("minResyncPeriod", text)]);
+        assert_eq!(locations(&ps), ["minResyncPeriod"], "{text:?}");
+    }
+}
+
+#[test]
+fn node_labels_for_pv_list() {
+    let c = ok(&[("nodeLabelsForPV", "- topology.kubernetes.io/zone\n- topology.kubernetes.io/region\n- rack\n")]).config;
+    assert_eq!(c.node_labels_for_pv, ["topology.kubernetes.io/zone", "topology.kubernetes.io/region", "rack"]);
+}
+
+#[test]
+fn labels_for_pv_map_in_helm_style() {
+    // Helm renders `<k> : <v>` with a space before the colon; numbers become strings.
+    let c = ok(&[("labelsForPV", "pv-labels : can-be-selected\ntier : 1\nexample.com/team : storage\n")]).config;
+    assert_eq!(
+        c.labels_for_pv,
+        BTreeMap::from([
+            ("example.com/team".to_string(), "storage".to_string()),
+            ("pv-labels".to_string(), "can-be-selected".to_string()),
+            ("tier".to_string(), "1".to_string()),
+        ])
+    );
+}
+
+#[test]
+fn wrongly_shaped_lists_and_maps_are_rejected() {
+    let cases = [
+        ("nodeLabelsForPV", "zone", "nodeLabelsForPV"),
+        ("nodeLabelsForPV", "- [a]", "nodeLabelsForPV[0]"),
+        ("labelsForPV", "- a", "labelsForPV"),
+        ("labelsForPV", "enabled : true", "labelsForPV.enabled"),
+        ("jobTolerations", "not-a-list", "jobTolerations"),
+    ];
+    for (key, text, loc) in cases {
+        let ps = problems(&[(key, text)]);
+        assert_eq!(locations(&ps), [loc], "{key}: {text:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key matching and unknown keys
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn top_level_keys_are_case_insensitive() {
+    let map = one_class("local", "/mnt/disks");
+    let spellings = ["storageClassMap", "storageclassmap", "STORAGECLASSMAP", "StorageClassMap"];
+    for key in spellings {
+        let loaded = ok(&[(key, &map)]);
+        assert_eq!(loaded.config.storage_class_map.len(), 1, "{key}");
+        assert!(loaded.warnings.is_empty(), "{key}: {:?}", loaded.warnings);
+    }
+    let c = ok(&[("SETPVOWNERREF", "true"), ("usenodenameonly", "yes"), ("MinResyncPeriod", "1m"), ("NODELABELSFORPV", "- a")])
+        .config;
+    assert!(c.set_pv_owner_ref);
+    assert!(c.use_node_name_only);
+    assert_eq!(c.min_resync_period, Duration::from_secs(60));
+    assert_eq!(c.node_labels_for_pv, ["a"]);
+}
+
+#[test]
+fn class_keys_are_case_insensitive() {
+    let map = "local:\n  HOSTDIR: /mnt/disks\n  MountDir: /mnt/disks\n  VOLUMEMODE: Block\n  blockcleanercommand: [\"/scripts/shred.sh\", \"2\"]\n  ACCESSMODE: ReadWriteMany\n  NamePattern: \"sd*\"\n";
+    let loaded = ok(&[("storageClassMap", map)]);
+    let c = &loaded.config.storage_class_map["local"];
+    assert_eq!(c.host_dir, "/mnt/disks");
+    assert_eq!(c.mount_dir, "/mnt/disks");
+    assert_eq!(c.volume_mode, VolumeMode::Block);
+    assert_eq!(c.block_cleaner_command, ["/scripts/shred.sh", "2"]);
+    assert_eq!(c.access_mode, "ReadWriteMany");
+    assert_eq!(c.name_pattern, "sd*");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+    let c = &ok(&[("storageClassMap", "local:\n  hostdir: /mnt/x\n  MOUNTDIR: /mnt/x\n  FsType: xfs\n")]).config.storage_class_map["local"];
+    assert_eq!(c.fs_type.as_deref(), Some("xfs"));
+}
+
+#[test]
+fn unknown_top_level_key_warns_and_succeeds() {
+    let loaded = ok(&[("storageClassMap", &one_class("local", "/mnt/disks")), ("someFutureKey", "42")]);
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    assert!(loaded.warnings[0].contains("someFutureKey"), "{}", loaded.warnings[0]);
+    assert_eq!(loaded.config.storage_class_map.len(), 1);
+}
+
+#[test]
+fn unknown_key_with_invalid_yaml_is_only_a_warning() {
+    // The value of an unknown key is never parsed.
+    let loaded = ok(&[("notes", "this: [is not: valid")]);
+    assert_eq!(loaded.warnings.len(), 1);
+    assert!(loaded.warnings[0].contains("\"notes\""), "{}", loaded.warnings[0]);
+}
+
+#[test]
+fn unknown_class_key_warns_naming_class_and_key() {
+    let map = "local:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n  reclaimPolicy: Retain\n";
+    let loaded = ok(&[("storageClassMap", map)]);
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    let w = &loaded.warnings[0];
+    assert!(w.contains("storageClassMap.local"), "{w}");
+    assert!(w.contains("reclaimPolicy"), "{w}");
+    assert_eq!(loaded.config.storage_class_map["local"], default_class("/mnt/disks"));
+}
+
+#[test]
+fn misspelled_class_key_warns_and_the_required_key_is_reported_missing() {
+    let map = "local:\n  hostDirr: /mnt/disks\n  mountDir: /mnt/disks\n";
+    let ps = problems(&[("storageClassMap", map)]);
+    assert_eq!(locations(&ps), ["storageClassMap.local.hostDir"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation: one problem per case, at the right location
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn each_invalid_class_setting_is_one_problem_at_its_location() {
+    // (storageClassMap content, expected location, text the message must contain)
+    let cases: &[(&str, &str, &str)] = &[
+        ("fast:\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "required"),
+        ("fast:\n  hostDir: /mnt/fast\n", "storageClassMap.fast.mountDir", "required"),
+        ("fast:\n  hostDir: \"\"\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "required"),
+        ("fast:\n  hostDir: mnt/fast\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "absolute"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: ./fast\n", "storageClassMap.fast.mountDir", "absolute"),
+        ("fast:\n  hostDir: /mnt/../etc\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "'..'"),
+        ("fast:\n  hostDir: /mnt/fast/..\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "'..'"),
+        ("fast:\n  hostDir: /\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: /proc\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: /sys\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: /sys/block\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "pseudo-filesystem"),
+        ("fast:\n  hostDir: /proc/1/root\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "pseudo-filesystem"),
+        ("fast:\n  hostDir: /dev\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: /etc\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: /etc/\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: //usr\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: /./usr/.\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: /var/lib/kubelet\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /\n", "storageClassMap.fast.mountDir", "system directory"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: block\n", "storageClassMap.fast.volumeMode", "\"block\""),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: Raw\n", "storageClassMap.fast.volumeMode", "Raw"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: []\n", "storageClassMap.fast.blockCleanerCommand", "empty list"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: [\"\"]\n", "storageClassMap.fast.blockCleanerCommand", "empty string"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: /scripts/shred.sh\n", "storageClassMap.fast.blockCleanerCommand", "list"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  accessMode: ReadWriteSometimes\n", "storageClassMap.fast.accessMode", "ReadWriteSometimes"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  accessMode: rwo\n", "storageClassMap.fast.accessMode", "rwo"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \"[\"\n", "storageClassMap.fast.namePattern", "["),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \"ssd*,,nvme*\"\n", "storageClassMap.fast.namePattern", "empty glob"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector:\n    - {}\n", "storageClassMap.fast.selector[0]", "empty term"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector: 3\n", "storageClassMap.fast.selector", "NodeSelectorTerm"),
+        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: Block\n  fsType: ext4\n", "storageClassMap.fast.fsType", "Filesystem"),
+        ("fast:\n  hostDir: [/mnt/fast]\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "string"),
+        ("Fast_Disks:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n", "storageClassMap.Fast_Disks", "StorageClass name"),
+        ("fast-:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n", "storageClassMap.fast-", "StorageClass name"),
+        ("fast: 3\n", "storageClassMap.fast", "map"),
+        ("fast:\n", "storageClassMap.fast", "map"),
+        ("- fast\n", "storageClassMap", "map"),
+        ("fast: [\n", "storageClassMap", "YAML"),
+    ];
+    for (map, loc, text) in cases {
+        let ps = problems(&[("storageClassMap", map)]);
+        // A key the parser could not read must not also be reported as "missing".
+        let at_loc: Vec<&Problem> = ps.iter().filter(|p| p.location == *loc).collect();
+        assert!(!at_loc.is_empty(), "{map:?}: no problem at {loc}, got {ps:?}");
+        assert!(at_loc.iter().any(|p| p.message.contains(text)), "{map:?}: {ps:?} should mention {text:?}");
+        assert!(ps.iter().all(|p| p.location == *loc), "{map:?}: unexpected extra problems {ps:?}");
+    }
+}
+
+#[test]
+fn a_key_of_the_wrong_type_is_reported_at_that_key() {
+    // `hostDir: [..]` is reported as "expected a string" and (since no value was read) as
+    // "is required"; both at the same location.
+    let ps = problems(&[("storageClassMap", "fast:\n  hostDir: [/mnt/fast]\n  mountDir: /mnt/fast\n")]);
+    assert_eq!(ps.len(), 2, "{ps:?}");
+    assert!(ps[0].message.contains("expected a string"), "{ps:?}");
+    assert!(ps[1].message.contains("required"), "{ps:?}");
+}
+
+#[test]
+fn acceptable_discovery_roots() {
+    for dir in ["/mnt/disks", "/mnt/disks/", "/mnt//fast/./disks", "/dev/disk/by-id", "/var/lib/local-disks", "/data", "/mnt/proc"] {
+        let c = ok(&[("storageClassMap", &one_class("local", dir))]).config;
+        assert_eq!(c.storage_class_map["local"].host_dir, dir);
+    }
+}
+
+#[test]
+fn valid_class_names() {
+    for name in ["a", "fast-disks", "local.storage.example.com", "ssd1", "0nvme"] {
+        let c = ok(&[("storageClassMap", &one_class(name, "/mnt/disks"))]).config;
+        assert!(c.storage_class_map.contains_key(name), "{name}");
+    }
+}
+
+#[test]
+fn same_host_dir_in_two_classes_is_rejected() {
+    // `/mnt/disks/` and `/mnt/disks` are one directory; the class sorted second is blamed.
+    let map = "a:\n  hostDir: /mnt/disks/\n  mountDir: /mnt/a\nb:\n  hostDir: /mnt/disks\n  mountDir: /mnt/b\n";
+    let ps = problems(&[("storageClassMap", map)]);
+    assert_eq!(locations(&ps), ["storageClassMap.b.hostDir"]);
+    assert!(ps[0].message.contains("\"a\""), "{}", ps[0].message);
+
+    let map = "a:\n  hostDir: /mnt/disks\n  mountDir: /mnt/a\nb:\n  hostDir: /mnt//disks/.\n  mountDir: /mnt/b\n";
+    assert_eq!(locations(&problems(&[("storageClassMap", map)])), ["storageClassMap.b.hostDir"]);
+}
+
+#[test]
+fn same_mount_dir_in_two_classes_is_rejected() {
+    let map = "a:\n  hostDir: /mnt/a\n  mountDir: /disks\nb:\n  hostDir: /mnt/b\n  mountDir: /disks/\n";
+    assert_eq!(locations(&problems(&[("storageClassMap", map)])), ["storageClassMap.b.mountDir"]);
+}
+
+#[test]
+fn three_classes_sharing_a_host_dir_give_two_problems() {
+    let map = "a:\n  hostDir: /mnt/d\n  mountDir: /m/a\nb:\n  hostDir: /mnt/d\n  mountDir: /m/b\nc:\n  hostDir: /mnt/d/\n  mountDir: /m/c\n";
+    let ps = problems(&[("storageClassMap", map)]);
+    assert_eq!(locations(&ps), ["storageClassMap.b.hostDir", "storageClassMap.c.hostDir"]);
+    assert!(ps.iter().all(|p| p.message.contains("\"a\"")), "{ps:?}");
+}
+
+#[test]
+fn other_top_level_validation() {
+    let cases = [
+        ("nodeLabelsForPV", "- zone\n- \"\"\n", "nodeLabelsForPV[1]"),
+        ("labelsForPV", &format!("big : {}\n", "x".repeat(64)), "labelsForPV.big"),
+        ("minResyncPeriod", "soon", "minResyncPeriod"),
+        ("useAlphaAPI", "maybe", "useAlphaAPI"),
+    ];
+    for (key, text, loc) in cases {
+        assert_eq!(locations(&problems(&[(key, text)])), [loc], "{key}: {text:?}");
+    }
+    // 63 characters is still fine.
+    ok(&[("labelsForPV", &format!("big : {}\n", "x".repeat(63)))]);
+}
+
+#[test]
+fn all_problems_are_reported_at_once() {
+    let map = "\
+Fast_Disks:
+  hostDir: /mnt/fast
+  mountDir: /mnt/fast
+fast:
+  mountDir: relative/dir
+  volumeMode: Blok
+  accessMode: RWX
+  namePattern: \"[\"
+  blockCleanerCommand: []
+slow:
+  hostDir: /mnt/fast/
+  mountDir: /etc
+";
+    let ps = problems(&[
+        ("storageClassMap", map),
+        ("minResyncPeriod", "later"),
+        ("setPVOwnerRef", "perhaps"),
+        ("nodeLabelsForPV", "- \"\""),
+        ("mysteryKey", "1"),
+    ]);
+    let mut locs = locations(&ps);
+    locs.sort();
+    assert_eq!(
+        locs,
+        [
+            "minResyncPeriod",
+            "nodeLabelsForPV[0]",
+            "setPVOwnerRef",
+            "storageClassMap.Fast_Disks",
+            "storageClassMap.fast.accessMode",
+            "storageClassMap.fast.blockCleanerCommand",
+            "storageClassMap.fast.hostDir",
+            "storageClassMap.fast.mountDir",
+            "storageClassMap.fast.namePattern",
+            "storageClassMap.fast.volumeMode",
+            "storageClassMap.slow.hostDir",
+            "storageClassMap.slow.mountDir",
+        ]
+    );
+    assert_eq!(ps.len(), 12);
+    // slow's hostDir is a duplicate of Fast_Disks' (sorted first).
+    let dup = ps.iter().find(|p| p.location == "storageClassMap.slow.hostDir").unwrap();
+    assert!(dup.message.contains("Fast_Disks"), "{}", dup.message);
+}
+
+#[test]
+fn invalid_error_display_names_source_class_key_and_reason() {
+    let err = parse_entries("/etc/provisioner/config", &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n")]))
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(text, "invalid config in /etc/provisioner/config: 1 problem(s)\n  - storageClassMap.fast.hostDir: is required");
+
+    let err = parse_entries("cm", &entries(&[("storageClassMap", "fast:\n  hostDir: /proc\n  mountDir: /mnt/fast\n  volumeMode: Blok\n")]))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("invalid config in cm: 2 problem(s)\n"), "{text}");
+    assert!(text.contains("\n  - storageClassMap.fast.volumeMode: \"Blok\" is not a volume mode"), "{text}");
+    assert!(text.contains("\n  - storageClassMap.fast.hostDir: \"/proc\" is a system directory"), "{text}");
+}
+
+#[test]
+fn problem_display_is_location_then_message() {
+    let p = Problem { location: "storageClassMap.fast.hostDir".into(), message: "is required".into() };
+    assert_eq!(p.to_string(), "storageClassMap.fast.hostDir: is required");
+}
+
+#[test]
+fn effective_config_serializes_like_upstream_keys() {
+    let c = ok(&[("storageClassMap", &one_class("local", "/mnt/disks")), ("minResyncPeriod", "1h30m")]).config;
+    let v = serde_json::to_value(&c).unwrap();
+    assert_eq!(v["minResyncPeriod"], "1h30m0s");
+    assert_eq!(v["setPVOwnerRef"], false);
+    assert_eq!(v["storageClassMap"]["local"]["hostDir"], "/mnt/disks");
+    assert_eq!(v["storageClassMap"]["local"]["volumeMode"], "Filesystem");
+    assert_eq!(v["storageClassMap"]["local"]["blockCleanerCommand"], serde_json::json!(["/scripts/quick_reset.sh"]));
+    assert!(v["storageClassMap"]["local"].get("fsType").is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// load_dir
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn load_dir_reads_kubelet_configmap_layout() {
+    let tmp = TempDir::new("kubelet");
+    kubelet_layout(
+        tmp.path(),
+        &[
+            ("storageClassMap", HELM_CLASS_MAP),
+            ("useNodeNameOnly", "\"true\""),
+            ("minResyncPeriod", "\"1h30m\""),
+            ("labelsForPV", "pv-labels : can-be-selected\n"),
+        ],
+    );
+    let loaded = load_dir(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+    // `..data` and the timestamped directory are not keys: no unknown-key warnings.
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert!(loaded.config.use_node_name_only);
+    assert_eq!(loaded.config.min_resync_period, Duration::from_secs(5400));
+    assert_eq!(loaded.config.storage_class_map["fast-disks"].fs_type.as_deref(), Some("ext4"));
+    assert_eq!(loaded.config.labels_for_pv["pv-labels"], "can-be-selected");
+}
+
+#[test]
+fn load_dir_ignores_subdirectories_and_dot_dot_entries() {
+    let tmp = TempDir::new("subdir");
+    std::fs::write(tmp.path().join("storageClassMap"), one_class("local", "/mnt/disks")).unwrap();
+    // A subdirectory (even one named like a key) is not a key.
+    std::fs::create_dir(tmp.path().join("setPVOwnerRef")).unwrap();
+    std::fs::write(tmp.path().join("setPVOwnerRef").join("x"), "not a bool").unwrap();
+    // A regular `..`-prefixed file is kubelet machinery, not a key.
+    std::fs::write(tmp.path().join("..stray"), "garbage: [").unwrap();
+    let loaded = load_dir(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert!(!loaded.config.set_pv_owner_ref);
+    assert_eq!(loaded.config.storage_class_map["local"], default_class("/mnt/disks"));
+}
+
+#[test]
+fn load_dir_plain_files_work_too() {
+    let tmp = TempDir::new("plain");
+    std::fs::write(tmp.path().join("storageClassMap"), one_class("local", "/mnt/disks")).unwrap();
+    std::fs::write(tmp.path().join("useJobForCleaning"), "yes").unwrap();
+    std::fs::write(tmp.path().join("unknownThing"), "1").unwrap();
+    let loaded = load_dir(tmp.path()).unwrap();
+    assert!(loaded.config.use_job_for_cleaning);
+    assert_eq!(loaded.warnings.len(), 1);
+    assert!(loaded.warnings[0].contains("unknownThing"));
+}
+
+#[test]
+fn load_dir_reports_invalid_config_with_the_directory_as_source() {
+    let tmp = TempDir::new("invalid");
+    kubelet_layout(tmp.path(), &[("storageClassMap", "fast:\n  hostDir: /etc\n  mountDir: /mnt/fast\n")]);
+    match load_dir(tmp.path()) {
+        Err(ConfigError::Invalid { source_name, problems }) => {
+            assert_eq!(source_name, tmp.path().display().to_string());
+            assert_eq!(locations(&problems), ["storageClassMap.fast.hostDir"]);
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn load_dir_missing_directory_is_a_read_error() {
+    let tmp = TempDir::new("missing");
+    let missing = tmp.path().join("does-not-exist");
+    match load_dir(&missing) {
+        Err(ConfigError::Read { path, .. }) => assert_eq!(path, missing),
+        other => panic!("expected Read, got {other:?}"),
+    }
+}
+
+#[test]
+fn load_dir_dangling_key_symlink_is_a_read_error() {
+    let tmp = TempDir::new("dangling");
+    std::os::unix::fs::symlink("..data/storageClassMap", tmp.path().join("storageClassMap")).unwrap();
+    match load_dir(tmp.path()) {
+        Err(ConfigError::Read { path, .. }) => assert_eq!(path, tmp.path().join("storageClassMap")),
+        other => panic!("expected Read, got {other:?}"),
+    }
+}
+
+#[test]
+fn load_dir_empty_directory_gives_defaults() {
+    let tmp = TempDir::new("empty");
+    let loaded = load_dir(tmp.path()).unwrap();
+    assert_eq!(loaded.config, ProvisionerConfig::default());
+}

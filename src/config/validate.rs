@@ -6,6 +6,7 @@ use std::path::{Component, Path};
 
 use super::{ACCESS_MODES, Problem, ProvisionerConfig, VolumeMode};
 use crate::core::pattern::NamePattern;
+use crate::core::pv::clean_path as normalize;
 
 /// Directories that must never be a discovery root: every entry below them would be offered
 /// (and later wiped) as a volume.
@@ -109,10 +110,4 @@ fn dir_problem(dir: &str) -> Option<String> {
         return Some(format!("{dir:?} is inside a kernel pseudo-filesystem and cannot hold volumes"));
     }
     None
-}
-
-/// `/mnt//disks/./` and `/mnt/disks` are the same directory.
-fn normalize(dir: &str) -> String {
-    let parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
-    format!("/{}", parts.join("/"))
 }

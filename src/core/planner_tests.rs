@@ -1,1 +1,511 @@
 use super::*;
+
+use k8s_openapi::api::core::v1::{LocalVolumeSource, NFSVolumeSource, PersistentVolumeSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::core::naming::{node_label_value, provisioner_name};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+const NODE: &str = "node-1";
+const UID: &str = "0b6d3a1c-uid-1";
+
+/// This agent, UID-style provisioner name (upstream's default).
+fn me() -> Identity {
+    Identity {
+        node: NODE.into(),
+        provisioner: provisioner_name(NODE, UID, false),
+        node_label: node_label_value(NODE),
+        use_node_name_only: false,
+    }
+}
+
+/// This agent with useNodeNameOnly.
+fn me_name_only() -> Identity {
+    Identity { provisioner: provisioner_name(NODE, UID, true), use_node_name_only: true, ..me() }
+}
+
+/// A PV object as we would create it (annotation + our label + local path).
+fn pv_object(name: &str, path: &str, provisioned_by: &str) -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            annotations: Some([(ANN_PROVISIONED_BY.to_string(), provisioned_by.to_string())].into()),
+            labels: Some([(LABEL_NODE.to_string(), node_label_value(NODE))].into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            local: Some(LocalVolumeSource { path: path.into(), fs_type: None }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn desired(name: &str, path: &str) -> DesiredPv {
+    DesiredPv { name: name.into(), host_path: path.into(), pv: pv_object(name, path, &me().provisioner) }
+}
+
+/// A PV we (or upstream on this node) made, carrying our label.
+fn ours(name: &str, path: &str) -> ObservedPv {
+    ObservedPv {
+        name: name.into(),
+        host_path: Some(path.into()),
+        provisioned_by: Some(me().provisioner),
+        hostname_label: None,
+        node_label: Some(node_label_value(NODE)),
+    }
+}
+
+/// A PV with an arbitrary provisioned-by annotation and no labels.
+fn other(name: &str, path: Option<&str>, provisioned_by: Option<&str>) -> ObservedPv {
+    ObservedPv {
+        name: name.into(),
+        host_path: path.map(str::to_string),
+        provisioned_by: provisioned_by.map(str::to_string),
+        hostname_label: None,
+        node_label: None,
+    }
+}
+
+fn no_foreign() -> BTreeMap<String, String> {
+    BTreeMap::new()
+}
+
+/// A compact, comparable rendering of a plan: "create NAME" / "refuse NAME PATH: REASON".
+fn summary(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::Create(pv) => format!("create {}", pv.metadata.name.as_deref().unwrap_or("?")),
+            Action::Refuse { name, host_path, reason } => format!("refuse {name} {host_path}: {reason:?}"),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// plan: creates
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn creates_everything_when_nothing_exists() {
+    let d = [desired("local-pv-b", "/mnt/disks/b"), desired("local-pv-a", "/mnt/disks/a"), desired("local-pv-c", "/mnt/disks/c")];
+    let actions = plan(&me(), &d, &[], &no_foreign());
+    assert_eq!(summary(&actions), ["create local-pv-a", "create local-pv-b", "create local-pv-c"]);
+    // The object to create is exactly the desired one.
+    assert_eq!(actions[0], Action::Create(Box::new(d[1].pv.clone())));
+}
+
+#[test]
+fn empty_desired_plans_nothing() {
+    assert!(plan(&me(), &[], &[ours("local-pv-a", "/mnt/disks/a")], &no_foreign()).is_empty());
+}
+
+#[test]
+fn nothing_to_do_when_our_pv_exists_with_same_name_and_path() {
+    let d = [desired("local-pv-a", "/mnt/disks/a")];
+    assert!(plan(&me(), &d, &[ours("local-pv-a", "/mnt/disks/a")], &no_foreign()).is_empty());
+}
+
+#[test]
+fn restart_is_idempotent() {
+    let d = [desired("local-pv-a", "/mnt/disks/a"), desired("local-pv-b", "/mnt/disks/b")];
+    let first = plan(&me(), &d, &[], &no_foreign());
+    assert_eq!(first.len(), 2);
+    // What the first plan created is what the watch shows on the next pass.
+    let observed: Vec<ObservedPv> = first
+        .iter()
+        .map(|a| match a {
+            Action::Create(pv) => ObservedPv::from_pv(pv),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    let second = plan(&me(), &d, &observed, &no_foreign());
+    assert!(second.is_empty(), "{:?}", summary(&second));
+}
+
+#[test]
+fn a_pv_of_another_node_with_the_same_path_does_not_block() {
+    // Every node has /mnt/disks/a; only our own PVs count for PathInUse.
+    let d = [desired("local-pv-a", "/mnt/disks/a")];
+    let o = [other("local-pv-x", Some("/mnt/disks/a"), Some("local-volume-provisioner-node-2-uid2"))];
+    assert_eq!(summary(&plan(&me(), &d, &o, &no_foreign())), ["create local-pv-a"]);
+}
+
+#[test]
+fn unrelated_observed_pvs_do_not_change_the_plan() {
+    let d = [desired("local-pv-a", "/mnt/disks/a")];
+    let o = [ours("local-pv-z", "/mnt/disks/z"), other("pvc-123", None, Some("ebs.csi.aws.com"))];
+    assert_eq!(summary(&plan(&me(), &d, &o, &no_foreign())), ["create local-pv-a"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// plan: refusals
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn name_taken_cases() {
+    // (observed PV with the desired's name, expected owner description)
+    let cases = [
+        // Ours, but for another path.
+        (
+            ours("local-pv-a", "/mnt/disks/other"),
+            "PV local-pv-a (path /mnt/disks/other, provisioned by local-volume-provisioner-node-1-0b6d3a1c-uid-1)",
+        ),
+        // Same path, but made by another node's provisioner (a hash collision across nodes).
+        (
+            other("local-pv-a", Some("/mnt/disks/a"), Some("local-volume-provisioner-node-2-uid2")),
+            "PV local-pv-a (path /mnt/disks/a, provisioned by local-volume-provisioner-node-2-uid2)",
+        ),
+        // Not a local PV and no annotation at all.
+        (other("local-pv-a", None, None), "PV local-pv-a (path <not a local PV>, provisioned by <unknown>)"),
+        // Same path, our old UID, but useNodeNameOnly is off: not ours.
+        (
+            other("local-pv-a", Some("/mnt/disks/a"), Some("local-volume-provisioner-node-1-olduid")),
+            "PV local-pv-a (path /mnt/disks/a, provisioned by local-volume-provisioner-node-1-olduid)",
+        ),
+    ];
+    for (existing, owner) in cases {
+        let actions = plan(&me(), &[desired("local-pv-a", "/mnt/disks/a")], &[existing.clone()], &no_foreign());
+        assert_eq!(
+            actions,
+            [Action::Refuse {
+                name: "local-pv-a".into(),
+                host_path: "/mnt/disks/a".into(),
+                reason: Refusal::NameTaken { owner: owner.into() },
+            }],
+            "{existing:?}"
+        );
+    }
+}
+
+#[test]
+fn path_in_use_by_our_pv_with_another_name() {
+    let actions = plan(&me(), &[desired("local-pv-new", "/mnt/disks/a")], &[ours("local-pv-old", "/mnt/disks/a")], &no_foreign());
+    assert_eq!(
+        actions,
+        [Action::Refuse {
+            name: "local-pv-new".into(),
+            host_path: "/mnt/disks/a".into(),
+            reason: Refusal::PathInUse { pv: "local-pv-old".into() },
+        }]
+    );
+}
+
+#[test]
+fn name_collision_on_node_creates_one_and_refuses_the_other() {
+    let a = desired("local-pv-same", "/mnt/disks/a");
+    let b = desired("local-pv-same", "/mnt/disks/b");
+    for input in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]] {
+        let actions = plan(&me(), &input, &[], &no_foreign());
+        assert_eq!(actions.len(), 2);
+        assert_eq!(actions[0], Action::Create(Box::new(a.pv.clone())));
+        assert_eq!(
+            actions[1],
+            Action::Refuse {
+                name: "local-pv-same".into(),
+                host_path: "/mnt/disks/b".into(),
+                reason: Refusal::NameCollisionOnNode { other_path: "/mnt/disks/a".into() },
+            }
+        );
+    }
+}
+
+#[test]
+fn three_way_name_collision_refuses_both_later_paths_against_the_first() {
+    let d = [desired("n", "/mnt/c"), desired("n", "/mnt/a"), desired("n", "/mnt/b")];
+    let s = summary(&plan(&me(), &d, &[], &no_foreign()));
+    assert_eq!(
+        s,
+        [
+            "create n",
+            "refuse n /mnt/b: NameCollisionOnNode { other_path: \"/mnt/a\" }",
+            "refuse n /mnt/c: NameCollisionOnNode { other_path: \"/mnt/a\" }",
+        ]
+    );
+}
+
+#[test]
+#[ignore = "bug: planner.rs plan() reports the already-published volume as refused when a new entry collides with its name"]
+fn name_collision_keeps_the_already_published_volume() {
+    // local-pv-same is published for /mnt/disks/b. A new entry /mnt/disks/a hashes to the same
+    // name. The published volume must stay quiet (it is published); only the newcomer is
+    // refused. Actually: /mnt/disks/a sorts first, is refused as NameTaken by our own PV, and
+    // then /mnt/disks/b is refused as NameCollisionOnNode with /mnt/disks/a, so the agent emits
+    // "volume at /mnt/disks/b not published" for a volume that is published.
+    let d = [desired("local-pv-same", "/mnt/disks/a"), desired("local-pv-same", "/mnt/disks/b")];
+    let o = [ours("local-pv-same", "/mnt/disks/b")];
+    let actions = plan(&me(), &d, &o, &no_foreign());
+    assert_eq!(actions.len(), 1, "{:?}", summary(&actions));
+    match &actions[0] {
+        Action::Refuse { host_path, .. } => assert_eq!(host_path, "/mnt/disks/a"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn duplicate_desired_with_same_path_is_planned_once() {
+    let d = [desired("local-pv-a", "/mnt/disks/a"), desired("local-pv-a", "/mnt/disks/a")];
+    assert_eq!(summary(&plan(&me(), &d, &[], &no_foreign())), ["create local-pv-a"]);
+    // Same path under two names (should not happen after validation): the first name wins.
+    let d = [desired("local-pv-b", "/mnt/disks/a"), desired("local-pv-a", "/mnt/disks/a")];
+    assert_eq!(summary(&plan(&me(), &d, &[], &no_foreign())), ["create local-pv-a"]);
+}
+
+#[test]
+fn foreign_names_are_refused_with_the_recorded_owner() {
+    let foreign = BTreeMap::from([("local-pv-a".to_string(), "PV local-pv-a on node-9".to_string())]);
+    let d = [desired("local-pv-a", "/mnt/disks/a"), desired("local-pv-b", "/mnt/disks/b")];
+    let actions = plan(&me(), &d, &[], &foreign);
+    assert_eq!(
+        actions,
+        [
+            Action::Refuse {
+                name: "local-pv-a".into(),
+                host_path: "/mnt/disks/a".into(),
+                reason: Refusal::NameTaken { owner: "PV local-pv-a on node-9".into() },
+            },
+            Action::Create(Box::new(d[1].pv.clone())),
+        ]
+    );
+}
+
+#[test]
+fn foreign_entry_is_ignored_once_the_pv_is_observed_as_ours() {
+    let foreign = BTreeMap::from([("local-pv-a".to_string(), "someone".to_string())]);
+    let actions = plan(&me(), &[desired("local-pv-a", "/mnt/disks/a")], &[ours("local-pv-a", "/mnt/disks/a")], &foreign);
+    assert!(actions.is_empty(), "{:?}", summary(&actions));
+}
+
+#[test]
+fn plan_is_sorted_and_independent_of_input_order() {
+    let d = vec![
+        desired("local-pv-e", "/mnt/disks/e"),
+        desired("local-pv-a", "/mnt/disks/a"),
+        desired("local-pv-c", "/mnt/disks/c"), // name taken (ours at another path)
+        desired("local-pv-d", "/mnt/disks/d"), // path in use
+        desired("local-pv-b", "/mnt/disks/b2"), // name collision with b1
+        desired("local-pv-b", "/mnt/disks/b1"),
+        desired("local-pv-f", "/mnt/disks/f"), // already exists
+    ];
+    let o = vec![ours("local-pv-c", "/mnt/disks/elsewhere"), ours("local-pv-old", "/mnt/disks/d"), ours("local-pv-f", "/mnt/disks/f")];
+    let want = [
+        "create local-pv-a",
+        "create local-pv-b",
+        "refuse local-pv-b /mnt/disks/b2: NameCollisionOnNode { other_path: \"/mnt/disks/b1\" }",
+        "refuse local-pv-c /mnt/disks/c: NameTaken { owner: \"PV local-pv-c (path /mnt/disks/elsewhere, provisioned by local-volume-provisioner-node-1-0b6d3a1c-uid-1)\" }",
+        "refuse local-pv-d /mnt/disks/d: PathInUse { pv: \"local-pv-old\" }",
+        "create local-pv-e",
+    ];
+    let base = plan(&me(), &d, &o, &no_foreign());
+    assert_eq!(summary(&base), want);
+    // Every rotation and the reversal of both inputs give the identical plan.
+    for r in 0..d.len() {
+        let mut dd = d.clone();
+        dd.rotate_left(r);
+        let mut oo = o.clone();
+        oo.rotate_left(r % o.len());
+        assert_eq!(plan(&me(), &dd, &oo, &no_foreign()), base, "rotation {r}");
+        dd.reverse();
+        oo.reverse();
+        assert_eq!(plan(&me(), &dd, &oo, &no_foreign()), base, "reversed rotation {r}");
+    }
+}
+
+#[test]
+fn node_name_only_treats_old_uid_style_pvs_as_ours() {
+    let mut old = other("local-pv-a", Some("/mnt/disks/a"), Some("local-volume-provisioner-node-1-olduid"));
+    old.hostname_label = Some(NODE.into());
+    assert!(plan(&me_name_only(), &[desired("local-pv-a", "/mnt/disks/a")], &[old.clone()], &no_foreign()).is_empty());
+    // And it also blocks another name for that path.
+    let actions = plan(&me_name_only(), &[desired("local-pv-b", "/mnt/disks/a")], &[old.clone()], &no_foreign());
+    assert_eq!(summary(&actions), ["refuse local-pv-b /mnt/disks/a: PathInUse { pv: \"local-pv-a\" }"]);
+    // With the hostname label of another node it is not ours.
+    old.hostname_label = Some("node-2".into());
+    let actions = plan(&me_name_only(), &[desired("local-pv-a", "/mnt/disks/a")], &[old], &no_foreign());
+    assert!(matches!(&actions[..], [Action::Refuse { reason: Refusal::NameTaken { .. }, .. }]), "{:?}", summary(&actions));
+}
+
+#[test]
+fn refusal_messages() {
+    let cases = [
+        (
+            Refusal::NameCollisionOnNode { other_path: "/mnt/disks/a".into() },
+            "its PV name collides with the volume at /mnt/disks/a on this node",
+        ),
+        (Refusal::NameTaken { owner: "PV x".into() }, "its PV name is already used by PV x; refusing to overwrite it"),
+        (Refusal::PathInUse { pv: "local-pv-1".into() }, "the path is already published as PV local-pv-1"),
+    ];
+    for (r, want) in cases {
+        assert_eq!(r.to_string(), want);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ownership and adoption
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn identity_owns_table() {
+    // (annotation, hostname label, owned by me(), owned by me_name_only())
+    let cases: [(Option<&str>, Option<&str>, bool, bool); 10] = [
+        (Some("local-volume-provisioner-node-1-0b6d3a1c-uid-1"), None, true, false),
+        (Some("local-volume-provisioner-node-1-0b6d3a1c-uid-1"), Some("node-1"), true, true),
+        (Some("local-volume-provisioner-node-1"), None, false, true),
+        (Some("local-volume-provisioner-node-1"), Some("node-2"), false, true),
+        (Some("local-volume-provisioner-node-1-otheruid"), Some("node-1"), false, true),
+        (Some("local-volume-provisioner-node-1-otheruid"), Some("node-2"), false, false),
+        (Some("local-volume-provisioner-node-1-otheruid"), None, false, false),
+        (Some("local-volume-provisioner-node-10-uid"), Some("node-1"), false, false),
+        (Some("local-volume-provisioner-node-2-uid"), Some("node-1"), false, false),
+        (None, Some("node-1"), false, false),
+    ];
+    for (ann, host, uid_mode, name_mode) in cases {
+        let pv = ObservedPv {
+            name: "pv".into(),
+            host_path: Some("/mnt/disks/a".into()),
+            provisioned_by: ann.map(str::to_string),
+            hostname_label: host.map(str::to_string),
+            node_label: None,
+        };
+        assert_eq!(me().owns(&pv), uid_mode, "uid mode: {ann:?} {host:?}");
+        assert_eq!(me_name_only().owns(&pv), name_mode, "name-only mode: {ann:?} {host:?}");
+    }
+}
+
+#[test]
+fn adoption_picks_only_our_unlabelled_pvs_sorted() {
+    let mut wrong_label = ours("local-pv-c", "/mnt/disks/c");
+    wrong_label.node_label = Some("node-2".into());
+    let mut upstream_made = ours("local-pv-b", "/mnt/disks/b");
+    upstream_made.node_label = None;
+    let mut upstream_made_2 = ours("local-pv-a", "/mnt/disks/a");
+    upstream_made_2.node_label = None;
+    let all = [
+        wrong_label,
+        ours("local-pv-labelled", "/mnt/disks/l"),
+        upstream_made,
+        other("local-pv-other-node", Some("/mnt/disks/a"), Some("local-volume-provisioner-node-2-u")),
+        other("local-pv-no-ann", Some("/mnt/disks/z"), None),
+        other("local-pv-old-uid", Some("/mnt/disks/o"), Some("local-volume-provisioner-node-1-olduid")),
+        upstream_made_2,
+    ];
+    assert_eq!(plan_adoption(&me(), &all), ["local-pv-a", "local-pv-b", "local-pv-c"]);
+}
+
+#[test]
+fn adoption_with_use_node_name_only() {
+    let pv = |name: &str, ann: &str, host: Option<&str>| ObservedPv {
+        name: name.into(),
+        host_path: Some(format!("/mnt/disks/{name}")),
+        provisioned_by: Some(ann.into()),
+        hostname_label: host.map(str::to_string),
+        node_label: None,
+    };
+    let all = [
+        pv("e-short", "local-volume-provisioner-node-1", None), // exact name-only annotation
+        pv("d-uid-host", "local-volume-provisioner-node-1-0b6d3a1c-uid-1", Some("node-1")), // UID-style, label ok
+        pv("c-uid-other-host", "local-volume-provisioner-node-1-0b6d3a1c-uid-1", Some("node-2")),
+        pv("b-uid-no-host", "local-volume-provisioner-node-1-0b6d3a1c-uid-1", None),
+        pv("a-prefix-node", "local-volume-provisioner-node-10-u", Some("node-1")),
+        pv("f-old-uid-host", "local-volume-provisioner-node-1-olduid", Some("node-1")),
+    ];
+    assert_eq!(plan_adoption(&me_name_only(), &all), ["d-uid-host", "e-short", "f-old-uid-host"]);
+    // Without useNodeNameOnly only the exact UID-style annotation counts.
+    assert_eq!(plan_adoption(&me(), &all), ["b-uid-no-host", "c-uid-other-host", "d-uid-host"]);
+}
+
+#[test]
+fn adoption_of_nothing() {
+    assert!(plan_adoption(&me(), &[]).is_empty());
+    assert!(plan_adoption(&me(), &[ours("a", "/x"), ours("b", "/y")]).is_empty());
+}
+
+#[test]
+fn classify_existing_cases() {
+    let d = desired("local-pv-a", "/mnt/disks/a");
+    let mut unlabelled = ours("local-pv-a", "/mnt/disks/a");
+    unlabelled.node_label = None;
+    let mut other_label = ours("local-pv-a", "/mnt/disks/a");
+    other_label.node_label = Some("node-2".into());
+    let cases = [
+        (ours("local-pv-a", "/mnt/disks/a"), ExistingPv::Ours { needs_label: false }),
+        (unlabelled, ExistingPv::Ours { needs_label: true }),
+        (other_label, ExistingPv::Ours { needs_label: true }),
+        (
+            ours("local-pv-a", "/mnt/disks/b"),
+            ExistingPv::Foreign {
+                owner: "PV local-pv-a (path /mnt/disks/b, provisioned by local-volume-provisioner-node-1-0b6d3a1c-uid-1)".into(),
+            },
+        ),
+        (
+            other("local-pv-a", Some("/mnt/disks/a"), Some("local-volume-provisioner-node-7-u7")),
+            ExistingPv::Foreign { owner: "PV local-pv-a (path /mnt/disks/a, provisioned by local-volume-provisioner-node-7-u7)".into() },
+        ),
+        (
+            other("local-pv-a", None, None),
+            ExistingPv::Foreign { owner: "PV local-pv-a (path <not a local PV>, provisioned by <unknown>)".into() },
+        ),
+    ];
+    for (existing, want) in cases {
+        assert_eq!(classify_existing(&me(), &d, &existing), want, "{existing:?}");
+    }
+}
+
+#[test]
+fn classify_existing_in_node_name_only_mode() {
+    let d = desired("local-pv-a", "/mnt/disks/a");
+    let mut old = other("local-pv-a", Some("/mnt/disks/a"), Some("local-volume-provisioner-node-1-olduid"));
+    old.hostname_label = Some(NODE.into());
+    assert_eq!(classify_existing(&me_name_only(), &d, &old), ExistingPv::Ours { needs_label: true });
+    assert!(matches!(classify_existing(&me(), &d, &old), ExistingPv::Foreign { .. }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// ObservedPv::from_pv
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn observed_from_full_pv() {
+    let mut pv = pv_object("local-pv-a", "/mnt/disks/a", "local-volume-provisioner-node-1-u");
+    pv.metadata.labels.as_mut().unwrap().insert(LABEL_HOSTNAME.into(), "node-1".into());
+    pv.metadata.labels.as_mut().unwrap().insert("other".into(), "x".into());
+    pv.metadata.annotations.as_mut().unwrap().insert("unrelated".into(), "y".into());
+    assert_eq!(
+        ObservedPv::from_pv(&pv),
+        ObservedPv {
+            name: "local-pv-a".into(),
+            host_path: Some("/mnt/disks/a".into()),
+            provisioned_by: Some("local-volume-provisioner-node-1-u".into()),
+            hostname_label: Some("node-1".into()),
+            node_label: Some("node-1".into()),
+        }
+    );
+}
+
+#[test]
+fn observed_from_empty_pv() {
+    assert_eq!(
+        ObservedPv::from_pv(&PersistentVolume::default()),
+        ObservedPv { name: String::new(), host_path: None, provisioned_by: None, hostname_label: None, node_label: None }
+    );
+}
+
+#[test]
+fn observed_from_non_local_pv() {
+    let pv = PersistentVolume {
+        metadata: ObjectMeta { name: Some("nfs-1".into()), ..Default::default() },
+        spec: Some(PersistentVolumeSpec {
+            nfs: Some(NFSVolumeSource { path: "/export".into(), server: "nfs.example".into(), read_only: None }),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let o = ObservedPv::from_pv(&pv);
+    assert_eq!(o.name, "nfs-1");
+    assert_eq!(o.host_path, None);
+    assert_eq!(o.provisioned_by, None);
+    assert!(!me().owns(&o));
+}

@@ -152,11 +152,16 @@ pub fn local_path(pv: &PersistentVolume) -> Option<&str> {
     pv.spec.as_ref()?.local.as_ref().map(|l| l.path.as_str())
 }
 
-/// Joins hostDir and an entry the way Go's `filepath.Join` does for these inputs (one slash,
-/// trailing slashes of hostDir dropped), so PV paths match upstream's.
+/// Joins hostDir and an entry the way Go's `filepath.Join` does, so PV paths match upstream's.
 pub fn host_path(host_dir: &str, entry: &str) -> String {
-    let dir = host_dir.trim_end_matches('/');
-    format!("{dir}/{entry}")
+    clean_path(&format!("{host_dir}/{entry}"))
+}
+
+/// Go's `filepath.Clean` for absolute paths without `..` (config validation rejects those):
+/// repeated slashes and `.` elements removed, no trailing slash.
+pub fn clean_path(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    format!("/{}", parts.join("/"))
 }
 
 #[cfg(test)]

@@ -1,0 +1,334 @@
+//! Shared fixtures for the integration tests: real mounts and loop devices on this machine,
+//! and a real control plane (started by tests/control-plane/start.sh), with the agent run as
+//! its own process under the ServiceAccount and RBAC from deploy/.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The binary under test.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_local-static-provisioner"))
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// True when the test may mount and use loop devices; prints why the test is skipped otherwise.
+pub fn require_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIPPED {test}: needs root (tmpfs/bind mounts and loop devices); CI runs as root");
+    false
+}
+
+/// Runs a command and panics with its output when it fails.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Polls `f` until it returns Some, panicking with `what` after `timeout`.
+pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A mount made by a test, unmounted when dropped.
+pub struct Mount {
+    pub path: PathBuf,
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// Mounts a tmpfs of `size_mib` at `path` (created if needed).
+pub fn mount_tmpfs(path: &Path, size_mib: u64) -> Mount {
+    std::fs::create_dir_all(path).unwrap();
+    run(Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"]).arg(path));
+    Mount { path: path.to_path_buf() }
+}
+
+/// Bind-mounts `src` onto `dst` (both created if needed).
+pub fn bind_mount(src: &Path, dst: &Path) -> Mount {
+    std::fs::create_dir_all(src).unwrap();
+    std::fs::create_dir_all(dst).unwrap();
+    run(Command::new("mount").arg("--bind").arg(src).arg(dst));
+    Mount { path: dst.to_path_buf() }
+}
+
+/// A loop device backed by a sparse file, detached when dropped.
+pub struct LoopDevice {
+    pub device: PathBuf,
+    _backing: PathBuf,
+}
+
+impl LoopDevice {
+    pub fn new(backing: &Path, size_mib: u64) -> Self {
+        run(Command::new("truncate").arg("-s").arg(format!("{size_mib}M")).arg(backing));
+        let out = run(Command::new("losetup").args(["--find", "--show"]).arg(backing));
+        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        LoopDevice { device, _backing: backing.to_path_buf() }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+    }
+}
+
+/// Writes a config directory in kubelet's ConfigMap layout (`..data` symlink and key links).
+pub fn write_config(dir: &Path, keys: &[(&str, &str)]) {
+    let data = dir.join("..2026_11_23_00_00_00.000000001");
+    std::fs::create_dir_all(&data).unwrap();
+    for (key, value) in keys {
+        std::fs::write(data.join(key), value).unwrap();
+    }
+    let link = dir.join("..data");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(data.file_name().unwrap(), &link).unwrap();
+    for (key, _) in keys {
+        let key_link = dir.join(key);
+        let _ = std::fs::remove_file(&key_link);
+        std::os::unix::fs::symlink(Path::new("..data").join(key), key_link).unwrap();
+    }
+}
+
+/// A control plane: the one `tests/run.sh` started (LSP_CONTROL_PLANE_DIR), or a private one
+/// this test starts and stops.
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub bin: PathBuf,
+    pub api_url: String,
+    owned: Option<tempfile::TempDir>,
+}
+
+impl ControlPlane {
+    pub fn get() -> ControlPlane {
+        if let Ok(dir) = std::env::var("LSP_CONTROL_PLANE_DIR") {
+            return Self::from_dir(PathBuf::from(dir), None);
+        }
+        let tmp = tempfile::Builder::new().prefix("lsp-control-plane-").tempdir().unwrap();
+        let script = repo_root().join("tests/control-plane/start.sh");
+        run(Command::new("bash").arg(script).arg(tmp.path()));
+        Self::from_dir(tmp.path().to_path_buf(), Some(tmp))
+    }
+
+    fn from_dir(dir: PathBuf, owned: Option<tempfile::TempDir>) -> ControlPlane {
+        let env = std::fs::read_to_string(dir.join("env")).expect("control plane env file");
+        let var = |name: &str| {
+            env.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .unwrap_or_else(|| panic!("{name} missing from env file"))
+                .to_string()
+        };
+        ControlPlane {
+            kubeconfig: PathBuf::from(var("KUBECONFIG")),
+            bin: PathBuf::from(var("CONTROL_PLANE_BIN")),
+            api_url: var("API_URL"),
+            dir,
+            owned,
+        }
+    }
+
+    /// kubectl as cluster admin.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_as(&self.kubeconfig, args)
+    }
+
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Output {
+        Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .expect("running kubectl")
+    }
+
+    /// kubectl that must succeed.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl get ... -o json` parsed; None when the object does not exist.
+    pub fn get_json(&self, args: &[&str]) -> Option<Value> {
+        let mut full = vec!["get"];
+        full.extend_from_slice(args);
+        full.extend_from_slice(&["-o", "json"]);
+        let out = self.kubectl(&full);
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("NotFound") || err.contains("not found"), "kubectl {full:?}: {err}");
+            return None;
+        }
+        Some(serde_json::from_slice(&out.stdout).expect("kubectl json"))
+    }
+
+    /// Applies YAML as admin.
+    pub fn apply(&self, yaml: &str) {
+        let mut child = Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(yaml.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A fake Node that the scheduler accepts: Ready, with capacity, without the not-ready taint
+    /// (no kubelet heartbeats here, and the node lifecycle controller is off).
+    pub fn create_node(&self, name: &str) -> String {
+        self.apply(&format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n    topology.kubernetes.io/zone: zone-a\n"
+        ));
+        let status = r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"fake node for tests"}],"capacity":{"cpu":"4","memory":"8Gi","pods":"110"},"allocatable":{"cpu":"4","memory":"8Gi","pods":"110"}}}"#;
+        self.kubectl_ok(&["patch", "node", name, "--subresource=status", "--type=merge", "-p", status]);
+        let node = self.get_json(&["node", name]).unwrap();
+        if node["spec"]["taints"].is_array() {
+            self.kubectl_ok(&["patch", "node", name, "--type=json", "-p", r#"[{"op":"remove","path":"/spec/taints"}]"#]);
+        }
+        node["metadata"]["uid"].as_str().unwrap().to_string()
+    }
+
+    pub fn create_storage_class(&self, name: &str, reclaim: &str) {
+        self.apply(&format!(
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {name}\nprovisioner: kubernetes.io/no-provisioner\nvolumeBindingMode: WaitForFirstConsumer\nreclaimPolicy: {reclaim}\n"
+        ));
+    }
+
+    /// Applies the agent's Namespace, ServiceAccount and RBAC from deploy/ and returns a
+    /// kubeconfig holding a token of that ServiceAccount: the agent never runs as admin.
+    pub fn agent_kubeconfig(&self, dir: &Path) -> PathBuf {
+        for file in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
+            let yaml = std::fs::read_to_string(repo_root().join("deploy/base").join(file)).unwrap();
+            self.apply(&yaml);
+        }
+        let token = self.kubectl_ok(&[
+            "create", "token", "local-static-provisioner", "-n", "local-static-provisioner", "--duration", "2h",
+        ]);
+        let ca = std::fs::read(self.dir.join("pki/ca.crt")).unwrap();
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: agent\n  user:\n    token: {}\ncontexts:\n- name: local\n  context: {{cluster: local, user: agent}}\ncurrent-context: local\n",
+            self.api_url,
+            base64(&ca),
+            token.trim()
+        );
+        let path = dir.join("agent.kubeconfig");
+        std::fs::write(&path, kubeconfig).unwrap();
+        path
+    }
+
+    /// PVs whose spec.local.path starts with `prefix` (tests use unique temp dirs).
+    pub fn pvs_under(&self, prefix: &str) -> Vec<Value> {
+        let list = self.get_json(&["pv"]).unwrap();
+        let mut items: Vec<Value> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|pv| pv["spec"]["local"]["path"].as_str().is_some_and(|p| p.starts_with(prefix)))
+            .cloned()
+            .collect();
+        items.sort_by_key(|pv| pv["metadata"]["name"].as_str().unwrap().to_string());
+        items
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if self.owned.is_some() {
+            let script = repo_root().join("tests/control-plane/stop.sh");
+            let _ = Command::new("bash").arg(script).arg(&self.dir).status();
+        }
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The agent under test, as its own process; killed (by its PID) when dropped.
+pub struct AgentProcess {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl AgentProcess {
+    pub fn start(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path) -> Self {
+        let log_file = std::fs::File::create(log).unwrap();
+        let child = Command::new(binary())
+            .args(["run", "--discovery-period", "1s", "--node-name", node])
+            .arg("--config-dir")
+            .arg(config_dir)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .env("RUST_LOG", "info,local_static_provisioner=debug")
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .spawn()
+            .expect("starting the agent");
+        AgentProcess { child, log: log.to_path_buf() }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops the agent with SIGTERM (graceful) and waits for it.
+    pub fn stop(mut self) -> String {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+        self.log_text()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
