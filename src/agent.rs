@@ -139,6 +139,7 @@ struct Agent {
 
 impl Agent {
     async fn reconcile(&mut self) {
+        let started = std::time::Instant::now();
         if !self.adopted {
             self.adopted = self.adopt().await;
         }
@@ -158,10 +159,15 @@ impl Agent {
         }
         let observed: Vec<ObservedPv> = self.pv_store.state().iter().map(|pv| ObservedPv::from_pv(pv)).collect();
         let actions = plan(&self.identity, &desired, &observed, &self.foreign);
-        if !actions.is_empty() {
-            debug!(actions = actions.len(), desired = desired.len(), observed = observed.len(), "executing plan");
-        }
+        let planned = actions.len();
         self.execute(actions, &desired).await;
+        debug!(
+            desired = desired.len(),
+            observed = observed.len(),
+            actions = planned,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "pass done"
+        );
     }
 
     /// Labels the PVs upstream (or an older version) made for this node. Returns whether the
@@ -233,7 +239,7 @@ impl Agent {
             match result {
                 Ok(Created::Created) => info!(pv = %name, path = %path, "created PV"),
                 Ok(Created::AlreadyExists(existing)) => {
-                    let Some(d) = desired.iter().find(|d| d.name == name) else { continue };
+                    let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == path) else { continue };
                     match classify_existing(&self.identity, d, &ObservedPv::from_pv(&existing)) {
                         ExistingPv::Ours { needs_label: true } => {
                             match self.cluster.label_pv(&name, LABEL_NODE, &self.identity.node_label).await {

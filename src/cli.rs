@@ -11,7 +11,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::agent::{AgentOptions, run};
 use crate::api::ClientOptions;
-use crate::config::{DEFAULT_CONFIG_DIR, LoadedConfig, load_dir};
+use crate::config::{ConfigError, DEFAULT_CONFIG_DIR, LoadedConfig, load_dir};
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;
 use crate::core::pv::{NodeInfo, PvContext};
@@ -137,6 +137,11 @@ fn load_or_report(args: &ConfigArgs) -> Option<LoadedConfig> {
             Some(loaded)
         }
         Err(e) => {
+            if let ConfigError::Invalid { warnings, .. } = &e {
+                for w in warnings {
+                    eprintln!("warning: {w}");
+                }
+            }
             eprintln!("error: {e}");
             None
         }

@@ -49,7 +49,7 @@ pub fn parse_entries(source_name: &str, entries: &[(String, String)]) -> Result<
     if p.problems.is_empty() {
         Ok(LoadedConfig { config, warnings: p.warnings })
     } else {
-        Err(ConfigError::Invalid { source_name: source_name.to_string(), problems: p.problems })
+        Err(ConfigError::Invalid { source_name: source_name.to_string(), problems: p.problems, warnings: p.warnings })
     }
 }
 

@@ -159,7 +159,12 @@ pub enum ConfigError {
     },
     /// The config was read but is wrong; every problem is listed.
     #[error("invalid config in {source_name}: {}", format_problems(.problems))]
-    Invalid { source_name: String, problems: Vec<Problem> },
+    Invalid {
+        source_name: String,
+        problems: Vec<Problem>,
+        /// Warnings met on the way, so they are not lost when the config is refused.
+        warnings: Vec<String>,
+    },
 }
 
 fn format_problems(problems: &[Problem]) -> String {

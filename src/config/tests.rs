@@ -21,7 +21,7 @@ fn ok(list: &[(&str, &str)]) -> LoadedConfig {
 /// Parses and expects `ConfigError::Invalid`, returning its problems.
 fn problems(list: &[(&str, &str)]) -> Vec<Problem> {
     match parse_entries("test-configmap", &entries(list)) {
-        Err(ConfigError::Invalid { source_name, problems }) => {
+        Err(ConfigError::Invalid { source_name, problems, .. }) => {
             assert_eq!(source_name, "test-configmap");
             problems
         }
@@ -492,7 +492,6 @@ fn each_invalid_class_setting_is_one_problem_at_its_location() {
         ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \"ssd*,,nvme*\"\n", "storageClassMap.fast.namePattern", "empty glob"),
         ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector:\n    - {}\n", "storageClassMap.fast.selector[0]", "empty term"),
         ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector: 3\n", "storageClassMap.fast.selector", "NodeSelectorTerm"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: Block\n  fsType: ext4\n", "storageClassMap.fast.fsType", "Filesystem"),
         ("fast:\n  hostDir: [/mnt/fast]\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "string"),
         ("Fast_Disks:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n", "storageClassMap.Fast_Disks", "StorageClass name"),
         ("fast-:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n", "storageClassMap.fast-", "StorageClass name"),
@@ -716,7 +715,7 @@ fn load_dir_reports_invalid_config_with_the_directory_as_source() {
     let tmp = TempDir::new("invalid");
     kubelet_layout(tmp.path(), &[("storageClassMap", "fast:\n  hostDir: /etc\n  mountDir: /mnt/fast\n")]);
     match load_dir(tmp.path()) {
-        Err(ConfigError::Invalid { source_name, problems }) => {
+        Err(ConfigError::Invalid { source_name, problems, .. }) => {
             assert_eq!(source_name, tmp.path().display().to_string());
             assert_eq!(locations(&problems), ["storageClassMap.fast.hostDir"]);
         }
@@ -749,4 +748,47 @@ fn load_dir_empty_directory_gives_defaults() {
     let tmp = TempDir::new("empty");
     let loaded = load_dir(tmp.path()).unwrap();
     assert_eq!(loaded.config, ProvisionerConfig::default());
+}
+
+#[test]
+fn warnings_are_kept_when_the_config_is_refused() {
+    let err = parse_entries("cm", &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n  hostdirr: /x\n"), ("oddKey", "1")]))
+        .unwrap_err();
+    match err {
+        ConfigError::Invalid { problems, warnings, .. } => {
+            assert_eq!(locations(&problems), ["storageClassMap.fast.hostDir"]);
+            assert_eq!(warnings.len(), 2, "{warnings:?}");
+            assert!(warnings.iter().any(|w| w.contains("oddKey")), "{warnings:?}");
+            assert!(warnings.iter().any(|w| w.contains("storageClassMap.fast") && w.contains("hostdirr")), "{warnings:?}");
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn labels_for_pv_with_invalid_label_syntax_are_rejected() {
+    // A label value with a space, and a key with a space: Kubernetes rejects both, so every
+    // PV create would fail at runtime instead of the config being refused up front.
+    for text in ["team : storage team\n", "\"pv labels\" : x\n", "tier : -bad-\n"] {
+        let ps = problems(&[("labelsForPV", text)]);
+        assert_eq!(ps.len(), 1, "{text:?}: {ps:?}");
+        assert!(ps[0].location.starts_with("labelsForPV."), "{ps:?}");
+    }
+}
+
+#[test]
+fn nested_host_dirs_are_rejected_in_either_order() {
+    let map = format!("{}{}", one_class("outer", "/mnt/disks"), one_class("inner", "/mnt/disks/ssd1"));
+    let ps = problems(&[("storageClassMap", &map)]);
+    assert_eq!(locations(&ps), vec!["storageClassMap.inner.hostDir"]);
+    assert!(ps[0].message.contains("must not nest"), "{}", ps[0].message);
+    // Siblings with a common name prefix are not nested.
+    ok(&[("storageClassMap", &format!("{}{}", one_class("a", "/mnt/disks"), one_class("b", "/mnt/disks2")))]);
+}
+
+#[test]
+fn block_class_with_fs_type_is_accepted_like_upstream() {
+    let map = "raw:\n  hostDir: /mnt/raw\n  mountDir: /mnt/raw\n  volumeMode: Block\n  fsType: ext4\n";
+    let loaded = ok(&[("storageClassMap", map)]);
+    assert_eq!(loaded.config.storage_class_map["raw"].volume_mode, VolumeMode::Block);
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
-use super::{ACCESS_MODES, Problem, ProvisionerConfig, VolumeMode};
+use super::{ACCESS_MODES, Problem, ProvisionerConfig};
 use crate::core::pattern::NamePattern;
 use crate::core::pv::clean_path as normalize;
 
@@ -55,9 +55,6 @@ pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
         if c.block_cleaner_command.iter().any(|s| s.is_empty()) {
             push(loc("blockCleanerCommand"), "contains an empty string".into());
         }
-        if c.fs_type.is_some() && c.volume_mode == VolumeMode::Block {
-            push(loc("fsType"), "is only meaningful with volumeMode Filesystem".into());
-        }
         for (i, term) in c.selector.iter().enumerate() {
             let empty = term.match_expressions.as_ref().is_none_or(Vec::is_empty)
                 && term.match_fields.as_ref().is_none_or(Vec::is_empty);
@@ -72,11 +69,58 @@ pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
         }
     }
     for (key, value) in &cfg.labels_for_pv {
-        if key.is_empty() || value.len() > 63 {
-            push(format!("labelsForPV.{key}"), "label keys must be non-empty and values at most 63 characters".into());
+        if let Some(msg) = label_key_problem(key).or_else(|| label_value_problem(value)) {
+            push(format!("labelsForPV.{key}"), msg);
+        }
+    }
+    // A class's hostDir inside another's would make one class's whole directory a volume of
+    // the other, to be published twice and wiped with everything in it.
+    let dirs: Vec<(&String, String)> =
+        cfg.storage_class_map.iter().filter(|(_, c)| dir_problem(&c.host_dir).is_none()).map(|(n, c)| (n, normalize(&c.host_dir))).collect();
+    for (inner, inner_dir) in &dirs {
+        for (outer, outer_dir) in &dirs {
+            if inner != outer && inner_dir.starts_with(&format!("{outer_dir}/")) {
+                push(
+                    format!("storageClassMap.{inner}.hostDir"),
+                    format!("{inner_dir:?} is inside the hostDir {outer_dir:?} of class {outer:?}; discovery directories must not nest"),
+                );
+            }
         }
     }
     problems
+}
+
+/// Kubernetes label key syntax: optional DNS-subdomain prefix and `/`, then a name of at most
+/// 63 alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric.
+fn label_key_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() || class_name_problem(prefix).is_some() {
+            return Some(format!("label key {key:?} has an invalid prefix (must be a lowercase DNS subdomain)"));
+        }
+    }
+    if name.is_empty() || !label_name_ok(name) {
+        return Some(format!(
+            "label key {key:?} is invalid (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+        ));
+    }
+    None
+}
+
+fn label_value_problem(value: &str) -> Option<String> {
+    (!value.is_empty() && !label_name_ok(value)).then(|| {
+        format!("label value {value:?} is invalid (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)")
+    })
+}
+
+fn label_name_ok(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
 }
 
 fn class_name_problem(name: &str) -> Option<String> {

@@ -117,14 +117,22 @@ pub fn plan(
     foreign: &BTreeMap<String, String>,
 ) -> Vec<Action> {
     let by_name: BTreeMap<&str, &ObservedPv> = observed.iter().map(|o| (o.name.as_str(), o)).collect();
+    // Path -> the smallest name of our PVs on it, so the plan does not depend on store order.
     let mut by_path: BTreeMap<&str, &str> = BTreeMap::new();
     for o in observed.iter().filter(|o| identity.owns(o)) {
         if let Some(path) = o.host_path.as_deref() {
-            by_path.entry(path).or_insert(o.name.as_str());
+            by_path.entry(path).and_modify(|n| *n = (*n).min(o.name.as_str())).or_insert(o.name.as_str());
         }
     }
+    // Within one name, the volume already published under it goes first, so a new entry that
+    // collides with it is the one refused, never the volume that is already in use.
+    let already_published = |d: &DesiredPv| {
+        by_name.get(d.name.as_str()).is_some_and(|o| o.host_path.as_deref() == Some(d.host_path.as_str()))
+    };
     let mut sorted: Vec<&DesiredPv> = desired.iter().collect();
-    sorted.sort_by(|a, b| (&a.name, &a.host_path).cmp(&(&b.name, &b.host_path)));
+    sorted.sort_by(|a, b| {
+        (&a.name, !already_published(a), &a.host_path).cmp(&(&b.name, !already_published(b), &b.host_path))
+    });
 
     let mut claimed: BTreeMap<&str, &str> = BTreeMap::new();
     let mut paths_done: BTreeSet<&str> = BTreeSet::new();

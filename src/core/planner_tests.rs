@@ -228,7 +228,6 @@ fn three_way_name_collision_refuses_both_later_paths_against_the_first() {
 }
 
 #[test]
-#[ignore = "bug: planner.rs plan() reports the already-published volume as refused when a new entry collides with its name"]
 fn name_collision_keeps_the_already_published_volume() {
     // local-pv-same is published for /mnt/disks/b. A new entry /mnt/disks/a hashes to the same
     // name. The published volume must stay quiet (it is published); only the newcomer is
@@ -508,4 +507,16 @@ fn observed_from_non_local_pv() {
     assert_eq!(o.host_path, None);
     assert_eq!(o.provisioned_by, None);
     assert!(!me().owns(&o));
+}
+
+#[test]
+fn path_in_use_names_the_same_pv_regardless_of_observed_order() {
+    // Two of our PVs share a path (e.g. one made by upstream, one by an older version of us).
+    // The watch store returns them in arbitrary order; the refusal must not flip between
+    // passes (each flip re-emits the "not published" event because the reason text changes).
+    let d = [desired("local-pv-new", "/mnt/disks/a")];
+    let o = [ours("local-pv-y", "/mnt/disks/a"), ours("local-pv-x", "/mnt/disks/a")];
+    let mut rev = o.clone();
+    rev.reverse();
+    assert_eq!(plan(&me(), &d, &o, &no_foreign()), plan(&me(), &d, &rev, &no_foreign()));
 }

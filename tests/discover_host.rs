@@ -1,0 +1,127 @@
+//! `discover` against real mounts on this machine: tmpfs, bind mounts, a plain directory, a
+//! name with a space, a symlink to a loop device in a Block class, and pattern mismatches.
+//! Needs root; skipped with a message otherwise.
+
+mod support;
+
+use std::os::unix::fs::symlink;
+use std::process::Command;
+
+use serde_json::Value;
+use support::{LoopDevice, binary, bind_mount, mount_tmpfs, require_root, run, write_config};
+
+#[test]
+fn discover_reports_real_mounts_and_block_devices() {
+    if !require_root("discover_reports_real_mounts_and_block_devices") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let fs_dir = root.join("fs");
+    let block_dir = root.join("block");
+    std::fs::create_dir_all(&fs_dir).unwrap();
+    std::fs::create_dir_all(&block_dir).unwrap();
+
+    // Filesystem class: two tmpfs mounts (one with a space), a bind mount onto itself,
+    // a plain directory, a regular file, and a mount that does not match the pattern.
+    let _m1 = mount_tmpfs(&fs_dir.join("vol1"), 16);
+    let _m2 = mount_tmpfs(&fs_dir.join("vol 2"), 24);
+    let bind_src = root.join("bind-src");
+    let _m3 = bind_mount(&bind_src, &fs_dir.join("vol3"));
+    let _m4 = mount_tmpfs(&fs_dir.join("other"), 8);
+    std::fs::create_dir_all(fs_dir.join("vol4-plain")).unwrap();
+    std::fs::write(fs_dir.join("vol5-file"), b"x").unwrap();
+
+    // Block class: a symlink to a loop device, a directory, and a dangling link.
+    let lo = LoopDevice::new(&root.join("disk.img"), 64);
+    symlink(&lo.device, block_dir.join("disk1")).unwrap();
+    std::fs::create_dir_all(block_dir.join("disk2-dir")).unwrap();
+    symlink(root.join("missing"), block_dir.join("disk3-dangling")).unwrap();
+
+    let config = root.join("config");
+    let class_map = format!(
+        "local-fs:\n  hostDir: /host{fs}\n  mountDir: {fs}\n  namePattern: \"vol*\"\nlocal-block:\n  hostDir: {block}\n  mountDir: {block}\n  volumeMode: Block\n",
+        fs = fs_dir.display(),
+        block = block_dir.display()
+    );
+    write_config(&config, &[("storageClassMap", &class_map), ("labelsForPV", "team: storage\n")]);
+
+    let out = run(Command::new(binary())
+        .args(["discover", "--node-name", "test-node", "--node-uid", "uid-1", "--output", "json"])
+        .arg("--config-dir")
+        .arg(&config));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let list: Value = serde_json::from_slice(&out.stdout).expect("discover prints a JSON List");
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["apiVersion"], "v1");
+    let items = list["items"].as_array().unwrap();
+    let mut paths: Vec<&str> = items.iter().map(|pv| pv["spec"]["local"]["path"].as_str().unwrap()).collect();
+    paths.sort();
+    let host_fs = format!("/host{}", fs_dir.display());
+    let mut want = vec![
+        format!("{}/disk1", block_dir.display()),
+        format!("{host_fs}/vol 2"),
+        format!("{host_fs}/vol1"),
+        format!("{host_fs}/vol3"),
+    ];
+    want.sort();
+    assert_eq!(paths, want, "stderr: {stderr}");
+
+    let by_path = |p: &str| items.iter().find(|pv| pv["spec"]["local"]["path"] == p).unwrap();
+    let vol1 = by_path(&format!("{host_fs}/vol1"));
+    // 16 MiB tmpfs: >= 10 MiB, so whole MiB.
+    assert_eq!(vol1["spec"]["capacity"]["storage"], "16Mi");
+    assert_eq!(vol1["spec"]["volumeMode"], "Filesystem");
+    assert_eq!(vol1["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"], "local-volume-provisioner-test-node-uid-1");
+    assert_eq!(vol1["metadata"]["labels"]["team"], "storage");
+    assert_eq!(
+        vol1["metadata"]["name"].as_str().unwrap(),
+        local_static_provisioner::core::naming::pv_name("vol1", "test-node", "local-fs")
+    );
+    assert_eq!(by_path(&format!("{host_fs}/vol 2"))["spec"]["capacity"]["storage"], "24Mi");
+    let disk = by_path(&format!("{}/disk1", block_dir.display()));
+    assert_eq!(disk["spec"]["volumeMode"], "Block");
+    assert_eq!(disk["spec"]["capacity"]["storage"], "64Mi");
+    assert_eq!(disk["spec"]["storageClassName"], "local-block");
+
+    for (entry, reason) in [
+        ("vol4-plain", "not a mount point"),
+        ("vol5-file", "neither a directory nor a block device"),
+        ("other", "does not match namePattern"),
+        ("disk2-dir", "directory in a Block class"),
+        ("disk3-dangling", "No such file or directory"),
+    ] {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(&format!("/{entry} ")))
+            .unwrap_or_else(|| panic!("no skip line for {entry} in:\n{stderr}"));
+        assert!(line.contains(reason), "skip line for {entry} should say {reason:?}: {line}");
+    }
+
+    // YAML output carries the same objects as documents.
+    let yaml = run(Command::new(binary()).args(["discover", "--node-name", "test-node"]).arg("--config-dir").arg(&config));
+    let text = String::from_utf8_lossy(&yaml.stdout);
+    assert_eq!(text.matches("kind: PersistentVolume").count(), 4, "{text}");
+    assert!(String::from_utf8_lossy(&yaml.stderr).contains("REPLACE-WITH-NODE-UID"));
+}
+
+#[test]
+fn validate_config_lists_every_problem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let class_map = "a:\n  hostDir: relative/dir\n  mountDir: /mnt/a\nb:\n  hostDir: /proc\n  mountDir: /mnt/b\n  volumeMode: Raw\n";
+    write_config(tmp.path(), &[("storageClassMap", class_map), ("minResyncPeriod", "soon\n"), ("bogusKey", "1\n")]);
+    let out = Command::new(binary()).args(["validate-config", "--config-dir"]).arg(tmp.path()).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "storageClassMap.a.hostDir",
+        "must be an absolute path",
+        "storageClassMap.b.hostDir",
+        "system directory",
+        "storageClassMap.b.volumeMode",
+        "minResyncPeriod",
+        "unknown config key \"bogusKey\"",
+    ] {
+        assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+    }
+}
