@@ -18,7 +18,9 @@ use crate::api::{ApiError, ClientOptions, Cluster, Created, node_reference, pv_r
 use crate::config::{ConfigError, LoadedConfig, ProvisionerConfig, load_dir};
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::{LABEL_NODE, node_label_value, provisioner_name};
-use crate::core::planner::{Action, DesiredPv, ExistingPv, Identity, ObservedPv, classify_existing, plan, plan_adoption};
+use crate::core::planner::{
+    Action, DesiredPv, ExistingPv, Identity, ObservedPv, classify_existing, plan, plan_adoption,
+};
 use crate::core::pv::{ClassPolicy, NodeInfo, PvContext};
 use crate::discovery::{self, Scan};
 
@@ -86,8 +88,14 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
             }
         });
     }
-    pv_store.wait_until_ready().await.map_err(|e| AgentError::Node { node: identity.node.clone(), message: e.to_string() })?;
-    sc_store.wait_until_ready().await.map_err(|e| AgentError::Node { node: identity.node.clone(), message: e.to_string() })?;
+    pv_store
+        .wait_until_ready()
+        .await
+        .map_err(|e| AgentError::Node { node: identity.node.clone(), message: e.to_string() })?;
+    sc_store
+        .wait_until_ready()
+        .await
+        .map_err(|e| AgentError::Node { node: identity.node.clone(), message: e.to_string() })?;
 
     let mut agent = Agent {
         cluster,
@@ -151,7 +159,8 @@ impl Agent {
         };
         self.report_skips(&scan);
         let policies = self.class_policies();
-        let ctx = PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
+        let ctx =
+            PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
         let (desired, problems) = desired_pvs(&ctx, &scan.volumes, &policies);
         for p in problems {
             let note = format!("volumes of StorageClass {} are not published: {}", p.class, p.message);
@@ -202,7 +211,9 @@ impl Agent {
             .map(|class| {
                 let policy = match self.sc_store.state().iter().find(|sc| sc.metadata.name.as_deref() == Some(class)) {
                     Some(sc) => class_policy(class, sc.reclaim_policy.as_deref(), sc.mount_options.as_deref()),
-                    None => Err(format!("StorageClass {class:?} does not exist; create it (provisioner kubernetes.io/no-provisioner)")),
+                    None => Err(format!(
+                        "StorageClass {class:?} does not exist; create it (provisioner kubernetes.io/no-provisioner)"
+                    )),
                 };
                 (class.clone(), policy)
             })
@@ -219,7 +230,9 @@ impl Agent {
                     if self.reported.insert(key) {
                         warn!(pv = %name, path = %host_path, "volume not published: {reason}");
                         let note = format!("volume at {host_path} not published as {name}: {reason}");
-                        self.cluster.event(&node_reference(&self.node), true, "VolumeNotPublished", "Publish", note).await;
+                        self.cluster
+                            .event(&node_reference(&self.node), true, "VolumeNotPublished", "Publish", note)
+                            .await;
                     }
                 }
             }
@@ -251,7 +264,9 @@ impl Agent {
                         ExistingPv::Foreign { owner } => {
                             warn!(pv = %name, path = %path, "PV name taken by {owner}; not overwriting it");
                             let note = format!("volume at {path} not published: PV name {name} is taken by {owner}");
-                            self.cluster.event(&pv_reference(&name), true, "VolumeNameCollision", "Publish", note).await;
+                            self.cluster
+                                .event(&pv_reference(&name), true, "VolumeNameCollision", "Publish", note)
+                                .await;
                             self.foreign.insert(name, owner);
                         }
                     }

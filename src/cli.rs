@@ -172,7 +172,8 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
         }
     };
     let uid = args.node_uid.clone().unwrap_or_else(|| PLACEHOLDER_NODE_UID.to_string());
-    let node = NodeInfo { name: args.node_name.clone(), uid: uid.clone(), labels: args.node_labels.iter().cloned().collect() };
+    let node =
+        NodeInfo { name: args.node_name.clone(), uid: uid.clone(), labels: args.node_labels.iter().cloned().collect() };
     let provisioner = provisioner_name(&node.name, &uid, config.use_node_name_only);
     let ctx = PvContext { config: &config, node: &node, provisioner_name: &provisioner };
     let mut policies = BTreeMap::new();
@@ -204,15 +205,23 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
         }
     }
     if args.node_uid.is_none() {
-        let _ = writeln!(stderr, "note: node UID unknown, provisioned-by uses the placeholder {PLACEHOLDER_NODE_UID} (pass --node-uid)");
+        let _ = writeln!(
+            stderr,
+            "note: node UID unknown, provisioned-by uses the placeholder {PLACEHOLDER_NODE_UID} (pass --node-uid)"
+        );
     }
     let text = match args.output {
-        Output::Json => serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pvs}))
-            .map(|s| s + "\n")
-            .map_err(|e| e.to_string()),
+        Output::Json => {
+            serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pvs}))
+                .map(|s| s + "\n")
+                .map_err(|e| e.to_string())
+        }
         Output::Yaml => pvs.iter().try_fold(String::new(), |mut acc, pv| {
             acc.push_str("---\n");
             acc.push_str(&serde_saphyr::to_string(pv).map_err(|e| e.to_string())?);
+            if !acc.ends_with('\n') {
+                acc.push('\n');
+            }
             Ok(acc)
         }),
     };

@@ -43,7 +43,9 @@ impl fmt::Display for SkipReason {
             SkipReason::NotMountPoint => {
                 write!(f, "directory is not a mount point (mount a filesystem there, or bind-mount it onto itself)")
             }
-            SkipReason::DirectoryInBlockClass => write!(f, "directory in a Block class (only block devices can be Block volumes)"),
+            SkipReason::DirectoryInBlockClass => {
+                write!(f, "directory in a Block class (only block devices can be Block volumes)")
+            }
             SkipReason::NotDirectoryOrBlockDevice => write!(f, "neither a directory nor a block device"),
             SkipReason::Unreadable(e) => write!(f, "{e}"),
         }

@@ -57,7 +57,11 @@ fn agent_publishes_once_and_restarts_without_churn() {
     );
     write_config(
         &config,
-        &[("storageClassMap", &class_map), ("nodeLabelsForPV", "- topology.kubernetes.io/zone\n"), ("setPVOwnerRef", "true\n")],
+        &[
+            ("storageClassMap", &class_map),
+            ("nodeLabelsForPV", "- topology.kubernetes.io/zone\n"),
+            ("setPVOwnerRef", "true\n"),
+        ],
     );
     let kubeconfig = cp.agent_kubeconfig(root);
     let prefix = root.display().to_string();
@@ -70,7 +74,10 @@ fn agent_publishes_once_and_restarts_without_churn() {
 
     let vol1 = pvs.iter().find(|pv| pv["metadata"]["name"] == pv_name("vol1", node, "agent-fs")).expect("vol1 PV");
     let meta = &vol1["metadata"];
-    assert_eq!(meta["annotations"]["pv.kubernetes.io/provisioned-by"], format!("local-volume-provisioner-{node}-{uid}"));
+    assert_eq!(
+        meta["annotations"]["pv.kubernetes.io/provisioned-by"],
+        format!("local-volume-provisioner-{node}-{uid}")
+    );
     assert_eq!(meta["labels"]["local-static-provisioner.io/node"], node);
     assert_eq!(meta["labels"]["topology.kubernetes.io/zone"], "zone-a");
     assert_eq!(meta["ownerReferences"][0]["kind"], "Node");

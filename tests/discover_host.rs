@@ -72,7 +72,10 @@ fn discover_reports_real_mounts_and_block_devices() {
     // 16 MiB tmpfs: >= 10 MiB, so whole MiB.
     assert_eq!(vol1["spec"]["capacity"]["storage"], "16Mi");
     assert_eq!(vol1["spec"]["volumeMode"], "Filesystem");
-    assert_eq!(vol1["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"], "local-volume-provisioner-test-node-uid-1");
+    assert_eq!(
+        vol1["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"],
+        "local-volume-provisioner-test-node-uid-1"
+    );
     assert_eq!(vol1["metadata"]["labels"]["team"], "storage");
     assert_eq!(
         vol1["metadata"]["name"].as_str().unwrap(),
@@ -99,7 +102,8 @@ fn discover_reports_real_mounts_and_block_devices() {
     }
 
     // YAML output carries the same objects as documents.
-    let yaml = run(Command::new(binary()).args(["discover", "--node-name", "test-node"]).arg("--config-dir").arg(&config));
+    let yaml =
+        run(Command::new(binary()).args(["discover", "--node-name", "test-node"]).arg("--config-dir").arg(&config));
     let text = String::from_utf8_lossy(&yaml.stdout);
     assert_eq!(text.matches("kind: PersistentVolume").count(), 4, "{text}");
     assert!(String::from_utf8_lossy(&yaml.stderr).contains("REPLACE-WITH-NODE-UID"));

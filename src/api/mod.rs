@@ -84,15 +84,18 @@ impl Cluster {
                     .await
                     .map_err(|e| cfg_err(e.to_string()))?
             }
-            None => Config::incluster()
-                .map_err(|e| ApiError::Config { source_name: "in-cluster service account".into(), message: e.to_string() })?,
+            None => Config::incluster().map_err(|e| ApiError::Config {
+                source_name: "in-cluster service account".into(),
+                message: e.to_string(),
+            })?,
         };
         let client = Client::try_from(config)
             .map_err(|e| ApiError::Config { source_name: "client".into(), message: e.to_string() })?;
         let qps = NonZeroU32::new(opts.qps.max(1)).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(opts.burst.max(1)).unwrap_or(NonZeroU32::MIN);
         let limiter = Arc::new(RateLimiter::direct(Quota::per_second(qps).allow_burst(burst)));
-        let reporter = Reporter { controller: "local-static-provisioner".into(), instance: Some(reporter_instance.into()) };
+        let reporter =
+            Reporter { controller: "local-static-provisioner".into(), instance: Some(reporter_instance.into()) };
         let recorder = Recorder::new(client.clone(), reporter);
         Ok(Cluster { client, limiter, recorder })
     }

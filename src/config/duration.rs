@@ -31,9 +31,7 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
             .parse()
             .map_err(|_| format!("invalid number {:?} in duration {input:?}", &rest[..num_len]))?;
         rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let unit = &rest[..unit_len];
         let scale = match unit {
             "ns" => 1.0,
@@ -62,9 +60,9 @@ pub fn format_go_duration(d: Duration) -> String {
         return "0s".into();
     }
     if total < 1_000_000_000 {
-        return if total % 1_000_000 == 0 {
+        return if total.is_multiple_of(1_000_000) {
             format!("{}ms", total / 1_000_000)
-        } else if total % 1_000 == 0 {
+        } else if total.is_multiple_of(1_000) {
             format!("{}µs", total / 1_000)
         } else {
             format!("{total}ns")

@@ -9,8 +9,7 @@ use serde_json::Value;
 
 use super::duration::parse_go_duration;
 use super::{
-    ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, LoadedConfig, Problem, ProvisionerConfig,
-    VolumeMode, validate,
+    ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, LoadedConfig, Problem, ProvisionerConfig, VolumeMode, validate,
 };
 
 /// Reads every key file of a mounted ConfigMap (skipping kubelet's `..data` machinery and
@@ -32,8 +31,7 @@ pub fn load_dir(dir: &Path) -> Result<LoadedConfig, ConfigError> {
             Ok(_) => continue,
             Err(source) => return Err(ConfigError::Read { path, source }),
         }
-        let text =
-            std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
         entries.push((name.to_string(), text));
     }
     entries.sort();
@@ -137,7 +135,8 @@ impl Parser {
                     }
                 }
             }
-            other => self.problem("storageClassMap", format!("expected a map of class name to settings, got {}", kind(other))),
+            other => self
+                .problem("storageClassMap", format!("expected a map of class name to settings, got {}", kind(other))),
         }
         out
     }
@@ -153,7 +152,9 @@ impl Parser {
                 Some(k) => {
                     fields.insert(k, v);
                 }
-                None => self.warnings.push(format!("{loc}: unknown key {key:?} ignored (known keys: {})", CLASS_KEYS.join(", "))),
+                None => self
+                    .warnings
+                    .push(format!("{loc}: unknown key {key:?} ignored (known keys: {})", CLASS_KEYS.join(", "))),
             }
         }
         let field_str = |p: &mut Self, name: &str| -> Option<String> {
@@ -165,11 +166,15 @@ impl Parser {
             None | Some("") | Some("Filesystem") => VolumeMode::Filesystem,
             Some("Block") => VolumeMode::Block,
             Some(other) => {
-                self.problem(&format!("{loc}.volumeMode"), format!("{other:?} is not a volume mode (use Filesystem or Block)"));
+                self.problem(
+                    &format!("{loc}.volumeMode"),
+                    format!("{other:?} is not a volume mode (use Filesystem or Block)"),
+                );
                 VolumeMode::Filesystem
             }
         };
-        let access_mode = field_str(self, "accessMode").filter(|s| !s.is_empty()).unwrap_or_else(|| "ReadWriteOnce".into());
+        let access_mode =
+            field_str(self, "accessMode").filter(|s| !s.is_empty()).unwrap_or_else(|| "ReadWriteOnce".into());
         let fs_type = field_str(self, "fsType").filter(|s| !s.is_empty());
         let name_pattern = field_str(self, "namePattern").filter(|s| !s.is_empty()).unwrap_or_else(|| "*".into());
         let block_cleaner_command = match fields.get("blockCleanerCommand") {

@@ -171,7 +171,10 @@ fn helm_selector_and_tolerations_are_parsed_as_k8s_types() {
             "storageClassMap",
             "shared:\n  hostDir: /mnt/shared\n  mountDir: /mnt/shared\n  selector:\n    - matchExpressions:\n        - key: pool\n          operator: In\n          values:\n            - a\n            - b\n",
         ),
-        ("jobTolerations", "- key: dedicated\n  operator: Equal\n  value: storage\n  effect: NoSchedule\n- operator: Exists\n  tolerationSeconds: 300\n"),
+        (
+            "jobTolerations",
+            "- key: dedicated\n  operator: Equal\n  value: storage\n  effect: NoSchedule\n- operator: Exists\n  tolerationSeconds: 300\n",
+        ),
     ]);
     let class = &loaded.config.storage_class_map["shared"];
     assert_eq!(
@@ -349,7 +352,8 @@ fn bad_min_resync_periods_are_rejected() {
 
 #[test]
 fn node_labels_for_pv_list() {
-    let c = ok(&[("nodeLabelsForPV", "- topology.kubernetes.io/zone\n- topology.kubernetes.io/region\n- rack\n")]).config;
+    let c =
+        ok(&[("nodeLabelsForPV", "- topology.kubernetes.io/zone\n- topology.kubernetes.io/region\n- rack\n")]).config;
     assert_eq!(c.node_labels_for_pv, ["topology.kubernetes.io/zone", "topology.kubernetes.io/region", "rack"]);
 }
 
@@ -395,8 +399,13 @@ fn top_level_keys_are_case_insensitive() {
         assert_eq!(loaded.config.storage_class_map.len(), 1, "{key}");
         assert!(loaded.warnings.is_empty(), "{key}: {:?}", loaded.warnings);
     }
-    let c = ok(&[("SETPVOWNERREF", "true"), ("usenodenameonly", "yes"), ("MinResyncPeriod", "1m"), ("NODELABELSFORPV", "- a")])
-        .config;
+    let c = ok(&[
+        ("SETPVOWNERREF", "true"),
+        ("usenodenameonly", "yes"),
+        ("MinResyncPeriod", "1m"),
+        ("NODELABELSFORPV", "- a"),
+    ])
+    .config;
     assert!(c.set_pv_owner_ref);
     assert!(c.use_node_name_only);
     assert_eq!(c.min_resync_period, Duration::from_secs(60));
@@ -416,7 +425,9 @@ fn class_keys_are_case_insensitive() {
     assert_eq!(c.name_pattern, "sd*");
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
 
-    let c = &ok(&[("storageClassMap", "local:\n  hostdir: /mnt/x\n  MOUNTDIR: /mnt/x\n  FsType: xfs\n")]).config.storage_class_map["local"];
+    let c = &ok(&[("storageClassMap", "local:\n  hostdir: /mnt/x\n  MOUNTDIR: /mnt/x\n  FsType: xfs\n")])
+        .config
+        .storage_class_map["local"];
     assert_eq!(c.fs_type.as_deref(), Some("xfs"));
 }
 
@@ -473,27 +484,83 @@ fn each_invalid_class_setting_is_one_problem_at_its_location() {
         ("fast:\n  hostDir: /proc\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
         ("fast:\n  hostDir: /sys\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
         ("fast:\n  hostDir: /sys/block\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "pseudo-filesystem"),
-        ("fast:\n  hostDir: /proc/1/root\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "pseudo-filesystem"),
+        (
+            "fast:\n  hostDir: /proc/1/root\n  mountDir: /mnt/fast\n",
+            "storageClassMap.fast.hostDir",
+            "pseudo-filesystem",
+        ),
         ("fast:\n  hostDir: /dev\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
         ("fast:\n  hostDir: /etc\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
         ("fast:\n  hostDir: /etc/\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
         ("fast:\n  hostDir: //usr\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
         ("fast:\n  hostDir: /./usr/.\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
-        ("fast:\n  hostDir: /var/lib/kubelet\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "system directory"),
+        (
+            "fast:\n  hostDir: /var/lib/kubelet\n  mountDir: /mnt/fast\n",
+            "storageClassMap.fast.hostDir",
+            "system directory",
+        ),
         ("fast:\n  hostDir: /mnt/fast\n  mountDir: /\n", "storageClassMap.fast.mountDir", "system directory"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: block\n", "storageClassMap.fast.volumeMode", "\"block\""),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: Raw\n", "storageClassMap.fast.volumeMode", "Raw"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: []\n", "storageClassMap.fast.blockCleanerCommand", "empty list"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: [\"\"]\n", "storageClassMap.fast.blockCleanerCommand", "empty string"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: /scripts/shred.sh\n", "storageClassMap.fast.blockCleanerCommand", "list"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  accessMode: ReadWriteSometimes\n", "storageClassMap.fast.accessMode", "ReadWriteSometimes"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  accessMode: rwo\n", "storageClassMap.fast.accessMode", "rwo"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \"[\"\n", "storageClassMap.fast.namePattern", "["),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \"ssd*,,nvme*\"\n", "storageClassMap.fast.namePattern", "empty glob"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector:\n    - {}\n", "storageClassMap.fast.selector[0]", "empty term"),
-        ("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector: 3\n", "storageClassMap.fast.selector", "NodeSelectorTerm"),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: block\n",
+            "storageClassMap.fast.volumeMode",
+            "\"block\"",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: Raw\n",
+            "storageClassMap.fast.volumeMode",
+            "Raw",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: []\n",
+            "storageClassMap.fast.blockCleanerCommand",
+            "empty list",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: [\"\"]\n",
+            "storageClassMap.fast.blockCleanerCommand",
+            "empty string",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: /scripts/shred.sh\n",
+            "storageClassMap.fast.blockCleanerCommand",
+            "list",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  accessMode: ReadWriteSometimes\n",
+            "storageClassMap.fast.accessMode",
+            "ReadWriteSometimes",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  accessMode: rwo\n",
+            "storageClassMap.fast.accessMode",
+            "rwo",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \"[\"\n",
+            "storageClassMap.fast.namePattern",
+            "[",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \"ssd*,,nvme*\"\n",
+            "storageClassMap.fast.namePattern",
+            "empty glob",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector:\n    - {}\n",
+            "storageClassMap.fast.selector[0]",
+            "empty term",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector: 3\n",
+            "storageClassMap.fast.selector",
+            "NodeSelectorTerm",
+        ),
         ("fast:\n  hostDir: [/mnt/fast]\n  mountDir: /mnt/fast\n", "storageClassMap.fast.hostDir", "string"),
-        ("Fast_Disks:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n", "storageClassMap.Fast_Disks", "StorageClass name"),
+        (
+            "Fast_Disks:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n",
+            "storageClassMap.Fast_Disks",
+            "StorageClass name",
+        ),
         ("fast-:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n", "storageClassMap.fast-", "StorageClass name"),
         ("fast: 3\n", "storageClassMap.fast", "map"),
         ("fast:\n", "storageClassMap.fast", "map"),
@@ -522,7 +589,15 @@ fn a_key_of_the_wrong_type_is_reported_at_that_key() {
 
 #[test]
 fn acceptable_discovery_roots() {
-    for dir in ["/mnt/disks", "/mnt/disks/", "/mnt//fast/./disks", "/dev/disk/by-id", "/var/lib/local-disks", "/data", "/mnt/proc"] {
+    for dir in [
+        "/mnt/disks",
+        "/mnt/disks/",
+        "/mnt//fast/./disks",
+        "/dev/disk/by-id",
+        "/var/lib/local-disks",
+        "/data",
+        "/mnt/proc",
+    ] {
         let c = ok(&[("storageClassMap", &one_class("local", dir))]).config;
         assert_eq!(c.storage_class_map["local"].host_dir, dir);
     }
@@ -627,13 +702,20 @@ slow:
 
 #[test]
 fn invalid_error_display_names_source_class_key_and_reason() {
-    let err = parse_entries("/etc/provisioner/config", &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n")]))
-        .unwrap_err();
+    let err =
+        parse_entries("/etc/provisioner/config", &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n")]))
+            .unwrap_err();
     let text = err.to_string();
-    assert_eq!(text, "invalid config in /etc/provisioner/config: 1 problem(s)\n  - storageClassMap.fast.hostDir: is required");
+    assert_eq!(
+        text,
+        "invalid config in /etc/provisioner/config: 1 problem(s)\n  - storageClassMap.fast.hostDir: is required"
+    );
 
-    let err = parse_entries("cm", &entries(&[("storageClassMap", "fast:\n  hostDir: /proc\n  mountDir: /mnt/fast\n  volumeMode: Blok\n")]))
-        .unwrap_err();
+    let err = parse_entries(
+        "cm",
+        &entries(&[("storageClassMap", "fast:\n  hostDir: /proc\n  mountDir: /mnt/fast\n  volumeMode: Blok\n")]),
+    )
+    .unwrap_err();
     let text = err.to_string();
     assert!(text.starts_with("invalid config in cm: 2 problem(s)\n"), "{text}");
     assert!(text.contains("\n  - storageClassMap.fast.volumeMode: \"Blok\" is not a volume mode"), "{text}");
@@ -752,14 +834,20 @@ fn load_dir_empty_directory_gives_defaults() {
 
 #[test]
 fn warnings_are_kept_when_the_config_is_refused() {
-    let err = parse_entries("cm", &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n  hostdirr: /x\n"), ("oddKey", "1")]))
-        .unwrap_err();
+    let err = parse_entries(
+        "cm",
+        &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n  hostdirr: /x\n"), ("oddKey", "1")]),
+    )
+    .unwrap_err();
     match err {
         ConfigError::Invalid { problems, warnings, .. } => {
             assert_eq!(locations(&problems), ["storageClassMap.fast.hostDir"]);
             assert_eq!(warnings.len(), 2, "{warnings:?}");
             assert!(warnings.iter().any(|w| w.contains("oddKey")), "{warnings:?}");
-            assert!(warnings.iter().any(|w| w.contains("storageClassMap.fast") && w.contains("hostdirr")), "{warnings:?}");
+            assert!(
+                warnings.iter().any(|w| w.contains("storageClassMap.fast") && w.contains("hostdirr")),
+                "{warnings:?}"
+            );
         }
         other => panic!("expected Invalid, got {other:?}"),
     }

@@ -11,8 +11,26 @@ use crate::core::pv::clean_path as normalize;
 /// Directories that must never be a discovery root: every entry below them would be offered
 /// (and later wiped) as a volume.
 const SYSTEM_DIRS: [&str; 20] = [
-    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root",
-    "/run", "/sbin", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/lib/kubelet",
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/var/lib",
+    "/var/lib/kubelet",
 ];
 
 /// Pseudo-filesystems that hold no volumes at any depth.
@@ -33,13 +51,19 @@ pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
         if let Some(msg) = class_name_problem(class) {
             push(format!("storageClassMap.{class}"), msg);
         }
-        for (key, dir, seen) in [("hostDir", &c.host_dir, &mut host_dirs), ("mountDir", &c.mount_dir, &mut mount_dirs)] {
+        for (key, dir, seen) in [("hostDir", &c.host_dir, &mut host_dirs), ("mountDir", &c.mount_dir, &mut mount_dirs)]
+        {
             match dir_problem(dir) {
                 Some(msg) => push(loc(key), msg),
                 None => {
                     let normal = normalize(dir);
                     if let Some(other) = seen.get(&normal) {
-                        push(loc(key), format!("{dir:?} is already the {key} of class {other:?}; one directory can serve one class"));
+                        push(
+                            loc(key),
+                            format!(
+                                "{dir:?} is already the {key} of class {other:?}; one directory can serve one class"
+                            ),
+                        );
                     } else {
                         seen.insert(normal, class.as_str());
                     }
@@ -47,7 +71,10 @@ pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
             }
         }
         if !ACCESS_MODES.contains(&c.access_mode.as_str()) {
-            push(loc("accessMode"), format!("{:?} is not an access mode (use one of {})", c.access_mode, ACCESS_MODES.join(", ")));
+            push(
+                loc("accessMode"),
+                format!("{:?} is not an access mode (use one of {})", c.access_mode, ACCESS_MODES.join(", ")),
+            );
         }
         if let Err(e) = NamePattern::parse(&c.name_pattern) {
             push(loc("namePattern"), e);
@@ -75,14 +102,20 @@ pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
     }
     // A class's hostDir inside another's would make one class's whole directory a volume of
     // the other, to be published twice and wiped with everything in it.
-    let dirs: Vec<(&String, String)> =
-        cfg.storage_class_map.iter().filter(|(_, c)| dir_problem(&c.host_dir).is_none()).map(|(n, c)| (n, normalize(&c.host_dir))).collect();
+    let dirs: Vec<(&String, String)> = cfg
+        .storage_class_map
+        .iter()
+        .filter(|(_, c)| dir_problem(&c.host_dir).is_none())
+        .map(|(n, c)| (n, normalize(&c.host_dir)))
+        .collect();
     for (inner, inner_dir) in &dirs {
         for (outer, outer_dir) in &dirs {
             if inner != outer && inner_dir.starts_with(&format!("{outer_dir}/")) {
                 push(
                     format!("storageClassMap.{inner}.hostDir"),
-                    format!("{inner_dir:?} is inside the hostDir {outer_dir:?} of class {outer:?}; discovery directories must not nest"),
+                    format!(
+                        "{inner_dir:?} is inside the hostDir {outer_dir:?} of class {outer:?}; discovery directories must not nest"
+                    ),
                 );
             }
         }
@@ -97,10 +130,10 @@ fn label_key_problem(key: &str) -> Option<String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if let Some(prefix) = prefix {
-        if prefix.is_empty() || class_name_problem(prefix).is_some() {
-            return Some(format!("label key {key:?} has an invalid prefix (must be a lowercase DNS subdomain)"));
-        }
+    if let Some(prefix) = prefix
+        && (prefix.is_empty() || class_name_problem(prefix).is_some())
+    {
+        return Some(format!("label key {key:?} has an invalid prefix (must be a lowercase DNS subdomain)"));
     }
     if name.is_empty() || !label_name_ok(name) {
         return Some(format!(

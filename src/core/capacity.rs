@@ -26,7 +26,7 @@ pub fn binary_si_quantity(bytes: u64) -> String {
     let mut value = bytes;
     let mut suffix = "";
     for s in SUFFIXES {
-        if value % 1024 != 0 {
+        if !value.is_multiple_of(1024) {
             break;
         }
         value /= 1024;

@@ -50,12 +50,19 @@ pub fn desired_pvs(
 
 /// Turns a StorageClass's reclaim policy and mount options into a policy, refusing what
 /// upstream refuses (only Delete and Retain make sense for local volumes).
-pub fn class_policy(class: &str, reclaim_policy: Option<&str>, mount_options: Option<&[String]>) -> Result<ClassPolicy, String> {
+pub fn class_policy(
+    class: &str,
+    reclaim_policy: Option<&str>,
+    mount_options: Option<&[String]>,
+) -> Result<ClassPolicy, String> {
     let reclaim_policy = reclaim_policy.unwrap_or("Delete");
     if reclaim_policy != "Delete" && reclaim_policy != "Retain" {
         return Err(format!(
             "unsupported reclaimPolicy {reclaim_policy:?} in StorageClass {class:?}; local volumes support Delete and Retain"
         ));
     }
-    Ok(ClassPolicy { reclaim_policy: reclaim_policy.to_string(), mount_options: mount_options.unwrap_or_default().to_vec() })
+    Ok(ClassPolicy {
+        reclaim_policy: reclaim_policy.to_string(),
+        mount_options: mount_options.unwrap_or_default().to_vec(),
+    })
 }

@@ -70,15 +70,9 @@ pub fn node_label_value(node: &str) -> String {
     if valid {
         return node.to_string();
     }
-    let keep: String = node
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
-        .take(54)
-        .collect();
+    let keep: String = node.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.')).take(54).collect();
     let keep = keep.trim_end_matches(['-', '.']);
-    format!("{keep}-{:08x}", fnv1a32(&[node.as_bytes()]))
-        .trim_start_matches(['-', '.'])
-        .to_string()
+    format!("{keep}-{:08x}", fnv1a32(&[node.as_bytes()])).trim_start_matches(['-', '.']).to_string()
 }
 
 #[cfg(test)]

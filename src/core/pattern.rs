@@ -80,10 +80,11 @@ fn parse_class(p: &[char], start: usize, c: Option<char>) -> Option<(bool, usize
         if lo > hi {
             return None;
         }
-        if let Some(c) = c {
-            if lo <= c && c <= hi {
-                matched = true;
-            }
+        if let Some(c) = c
+            && lo <= c
+            && c <= hi
+        {
+            matched = true;
         }
     }
     Some((matched != negated, i))

@@ -92,7 +92,9 @@ impl std::fmt::Display for Refusal {
             Refusal::NameCollisionOnNode { other_path } => {
                 write!(f, "its PV name collides with the volume at {other_path} on this node")
             }
-            Refusal::NameTaken { owner } => write!(f, "its PV name is already used by {owner}; refusing to overwrite it"),
+            Refusal::NameTaken { owner } => {
+                write!(f, "its PV name is already used by {owner}; refusing to overwrite it")
+            }
             Refusal::PathInUse { pv } => write!(f, "the path is already published as PV {pv}"),
         }
     }

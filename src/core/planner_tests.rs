@@ -91,7 +91,11 @@ fn summary(actions: &[Action]) -> Vec<String> {
 
 #[test]
 fn creates_everything_when_nothing_exists() {
-    let d = [desired("local-pv-b", "/mnt/disks/b"), desired("local-pv-a", "/mnt/disks/a"), desired("local-pv-c", "/mnt/disks/c")];
+    let d = [
+        desired("local-pv-b", "/mnt/disks/b"),
+        desired("local-pv-a", "/mnt/disks/a"),
+        desired("local-pv-c", "/mnt/disks/c"),
+    ];
     let actions = plan(&me(), &d, &[], &no_foreign());
     assert_eq!(summary(&actions), ["create local-pv-a", "create local-pv-b", "create local-pv-c"]);
     // The object to create is exactly the desired one.
@@ -168,7 +172,8 @@ fn name_taken_cases() {
         ),
     ];
     for (existing, owner) in cases {
-        let actions = plan(&me(), &[desired("local-pv-a", "/mnt/disks/a")], &[existing.clone()], &no_foreign());
+        let actions =
+            plan(&me(), &[desired("local-pv-a", "/mnt/disks/a")], std::slice::from_ref(&existing), &no_foreign());
         assert_eq!(
             actions,
             [Action::Refuse {
@@ -183,7 +188,8 @@ fn name_taken_cases() {
 
 #[test]
 fn path_in_use_by_our_pv_with_another_name() {
-    let actions = plan(&me(), &[desired("local-pv-new", "/mnt/disks/a")], &[ours("local-pv-old", "/mnt/disks/a")], &no_foreign());
+    let actions =
+        plan(&me(), &[desired("local-pv-new", "/mnt/disks/a")], &[ours("local-pv-old", "/mnt/disks/a")], &no_foreign());
     assert_eq!(
         actions,
         [Action::Refuse {
@@ -274,7 +280,8 @@ fn foreign_names_are_refused_with_the_recorded_owner() {
 #[test]
 fn foreign_entry_is_ignored_once_the_pv_is_observed_as_ours() {
     let foreign = BTreeMap::from([("local-pv-a".to_string(), "someone".to_string())]);
-    let actions = plan(&me(), &[desired("local-pv-a", "/mnt/disks/a")], &[ours("local-pv-a", "/mnt/disks/a")], &foreign);
+    let actions =
+        plan(&me(), &[desired("local-pv-a", "/mnt/disks/a")], &[ours("local-pv-a", "/mnt/disks/a")], &foreign);
     assert!(actions.is_empty(), "{:?}", summary(&actions));
 }
 
@@ -283,13 +290,17 @@ fn plan_is_sorted_and_independent_of_input_order() {
     let d = vec![
         desired("local-pv-e", "/mnt/disks/e"),
         desired("local-pv-a", "/mnt/disks/a"),
-        desired("local-pv-c", "/mnt/disks/c"), // name taken (ours at another path)
-        desired("local-pv-d", "/mnt/disks/d"), // path in use
+        desired("local-pv-c", "/mnt/disks/c"),  // name taken (ours at another path)
+        desired("local-pv-d", "/mnt/disks/d"),  // path in use
         desired("local-pv-b", "/mnt/disks/b2"), // name collision with b1
         desired("local-pv-b", "/mnt/disks/b1"),
         desired("local-pv-f", "/mnt/disks/f"), // already exists
     ];
-    let o = vec![ours("local-pv-c", "/mnt/disks/elsewhere"), ours("local-pv-old", "/mnt/disks/d"), ours("local-pv-f", "/mnt/disks/f")];
+    let o = vec![
+        ours("local-pv-c", "/mnt/disks/elsewhere"),
+        ours("local-pv-old", "/mnt/disks/d"),
+        ours("local-pv-f", "/mnt/disks/f"),
+    ];
     let want = [
         "create local-pv-a",
         "create local-pv-b",
@@ -324,7 +335,11 @@ fn node_name_only_treats_old_uid_style_pvs_as_ours() {
     // With the hostname label of another node it is not ours.
     old.hostname_label = Some("node-2".into());
     let actions = plan(&me_name_only(), &[desired("local-pv-a", "/mnt/disks/a")], &[old], &no_foreign());
-    assert!(matches!(&actions[..], [Action::Refuse { reason: Refusal::NameTaken { .. }, .. }]), "{:?}", summary(&actions));
+    assert!(
+        matches!(&actions[..], [Action::Refuse { reason: Refusal::NameTaken { .. }, .. }]),
+        "{:?}",
+        summary(&actions)
+    );
 }
 
 #[test]
@@ -436,12 +451,16 @@ fn classify_existing_cases() {
         (
             ours("local-pv-a", "/mnt/disks/b"),
             ExistingPv::Foreign {
-                owner: "PV local-pv-a (path /mnt/disks/b, provisioned by local-volume-provisioner-node-1-0b6d3a1c-uid-1)".into(),
+                owner:
+                    "PV local-pv-a (path /mnt/disks/b, provisioned by local-volume-provisioner-node-1-0b6d3a1c-uid-1)"
+                        .into(),
             },
         ),
         (
             other("local-pv-a", Some("/mnt/disks/a"), Some("local-volume-provisioner-node-7-u7")),
-            ExistingPv::Foreign { owner: "PV local-pv-a (path /mnt/disks/a, provisioned by local-volume-provisioner-node-7-u7)".into() },
+            ExistingPv::Foreign {
+                owner: "PV local-pv-a (path /mnt/disks/a, provisioned by local-volume-provisioner-node-7-u7)".into(),
+            },
         ),
         (
             other("local-pv-a", None, None),
@@ -488,7 +507,13 @@ fn observed_from_full_pv() {
 fn observed_from_empty_pv() {
     assert_eq!(
         ObservedPv::from_pv(&PersistentVolume::default()),
-        ObservedPv { name: String::new(), host_path: None, provisioned_by: None, hostname_label: None, node_label: None }
+        ObservedPv {
+            name: String::new(),
+            host_path: None,
+            provisioned_by: None,
+            hostname_label: None,
+            node_label: None
+        }
     );
 }
 

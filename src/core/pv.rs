@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
-    PersistentVolumeSpec, VolumeNodeAffinity,
+    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeSpec,
+    VolumeNodeAffinity,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -73,7 +73,13 @@ pub struct PvContext<'a> {
 
 impl PvContext<'_> {
     /// The PV upstream would create for `volume`, plus our node label.
-    pub fn build(&self, name: &str, class: &ClassConfig, policy: &ClassPolicy, volume: &FoundVolume) -> PersistentVolume {
+    pub fn build(
+        &self,
+        name: &str,
+        class: &ClassConfig,
+        policy: &ClassPolicy,
+        volume: &FoundVolume,
+    ) -> PersistentVolume {
         let mut labels = BTreeMap::new();
         for key in &self.config.node_labels_for_pv {
             if let Some(value) = self.node.labels.get(key) {

@@ -48,7 +48,12 @@ fn config_with(classes: &[(&str, ClassConfig)]) -> ProvisionerConfig {
 
 /// A discovered volume; the host path is built the way discovery builds it.
 fn volume(class: &str, host_dir: &str, entry: &str, bytes: u64) -> FoundVolume {
-    FoundVolume { class: class.into(), entry: entry.into(), host_path: host_path(host_dir, entry), capacity_bytes: bytes }
+    FoundVolume {
+        class: class.into(),
+        entry: entry.into(),
+        host_path: host_path(host_dir, entry),
+        capacity_bytes: bytes,
+    }
 }
 
 fn uid_provisioner() -> String {
@@ -215,7 +220,12 @@ fn provisioned_by_annotation_both_forms() {
     ] {
         let prov = provisioner_name(&n.name, &n.uid, name_only);
         let ctx = PvContext { config: &cfg, node: &n, provisioner_name: &prov };
-        let pv = ctx.build("x", &cfg.storage_class_map["sc1"], &ClassPolicy::default(), &volume("sc1", "/mnt/disks", "m", GIB));
+        let pv = ctx.build(
+            "x",
+            &cfg.storage_class_map["sc1"],
+            &ClassPolicy::default(),
+            &volume("sc1", "/mnt/disks", "m", GIB),
+        );
         let ann = pv.metadata.annotations.unwrap();
         assert_eq!(ann, BTreeMap::from([(ANN_PROVISIONED_BY.to_string(), want.to_string())]));
     }
@@ -235,7 +245,8 @@ fn local_path_is_host_dir_joined_with_entry() {
         let n = node();
         let prov = uid_provisioner();
         let ctx = PvContext { config: &cfg, node: &n, provisioner_name: &prov };
-        let pv = ctx.build("x", &cfg.storage_class_map["sc1"], &ClassPolicy::default(), &volume("sc1", dir, entry, GIB));
+        let pv =
+            ctx.build("x", &cfg.storage_class_map["sc1"], &ClassPolicy::default(), &volume("sc1", dir, entry, GIB));
         assert_eq!(spec(&pv).local.as_ref().unwrap().path, want, "{dir} + {entry}");
     }
 }
@@ -283,7 +294,9 @@ fn access_mode_class_name_volume_mode_and_fs_type() {
 #[test]
 fn reclaim_policy_and_mount_options_come_from_the_class_policy() {
     let cfg = config_with(&[("sc1", class("/mnt/disks"))]);
-    let cases: [(&str, Vec<String>, Option<Vec<String>>); 3] = [
+    // (reclaim policy, class mount options, expected spec.mountOptions)
+    type Case = (&'static str, Vec<String>, Option<Vec<String>>);
+    let cases: [Case; 3] = [
         ("Delete", vec![], None),
         ("Retain", vec!["noatime".into(), "discard".into()], Some(vec!["noatime".into(), "discard".into()])),
         ("Delete", vec!["ro".into()], Some(vec!["ro".into()])),
@@ -408,7 +421,11 @@ fn owner_reference_only_with_set_pv_owner_ref() {
 fn alpha_api_puts_affinity_in_the_annotation() {
     let mut c = class("/mnt/disks");
     c.selector = vec![NodeSelectorTerm {
-        match_expressions: Some(vec![NodeSelectorRequirement { key: "pool".into(), operator: "In".into(), values: Some(vec!["x".into()]) }]),
+        match_expressions: Some(vec![NodeSelectorRequirement {
+            key: "pool".into(),
+            operator: "In".into(),
+            values: Some(vec!["x".into()]),
+        }]),
         match_fields: None,
     }];
     let mut cfg = config_with(&[("sc1", c)]);
@@ -497,7 +514,10 @@ fn local_path_of_pvs() {
 #[test]
 fn class_policy_table() {
     let opts = vec!["noatime".to_string()];
-    assert_eq!(class_policy("sc1", None, None), Ok(ClassPolicy { reclaim_policy: "Delete".into(), mount_options: vec![] }));
+    assert_eq!(
+        class_policy("sc1", None, None),
+        Ok(ClassPolicy { reclaim_policy: "Delete".into(), mount_options: vec![] })
+    );
     assert_eq!(class_policy("sc1", Some("Delete"), None), Ok(ClassPolicy::default()));
     assert_eq!(
         class_policy("sc1", Some("Retain"), Some(&opts)),
@@ -513,7 +533,11 @@ fn class_policy_table() {
 
 #[test]
 fn desired_pvs_holds_back_classes_without_a_policy_and_reports_each_once() {
-    let cfg = config_with(&[("good", class("/mnt/good")), ("recycle", class("/mnt/recycle")), ("unknown", class("/mnt/unknown"))]);
+    let cfg = config_with(&[
+        ("good", class("/mnt/good")),
+        ("recycle", class("/mnt/recycle")),
+        ("unknown", class("/mnt/unknown")),
+    ]);
     let n = node();
     let prov = uid_provisioner();
     let ctx = PvContext { config: &cfg, node: &n, provisioner_name: &prov };

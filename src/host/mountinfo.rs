@@ -38,8 +38,11 @@ pub struct MountTable {
 impl MountTable {
     /// Reads the current mount table.
     pub fn read() -> Result<Self, HostError> {
-        let bytes = std::fs::read(MOUNTINFO)
-            .map_err(|source| HostError::Io { path: PathBuf::from(MOUNTINFO), op: "read", source })?;
+        let bytes = std::fs::read(MOUNTINFO).map_err(|source| HostError::Io {
+            path: PathBuf::from(MOUNTINFO),
+            op: "read",
+            source,
+        })?;
         // Volume paths are UTF-8 (they become PV paths); a mount elsewhere with a non-UTF-8
         // name is kept lossily rather than failing the whole table.
         Self::parse(&String::from_utf8_lossy(&bytes))

@@ -34,7 +34,7 @@ pub fn entry_kind(path: &Path) -> Result<EntryKind, HostError> {
 /// Total size of the filesystem mounted at `path` (blocks times block size, as upstream).
 pub fn filesystem_capacity(path: &Path) -> Result<u64, HostError> {
     let st = nix::sys::statfs::statfs(path).map_err(|e| HostError::io("statfs", path, e))?;
-    let blocks = u64::try_from(st.blocks()).unwrap_or(0);
+    let blocks = st.blocks();
     let bsize = u64::try_from(st.block_size()).unwrap_or(0);
     Ok(blocks.saturating_mul(bsize))
 }

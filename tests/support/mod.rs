@@ -216,7 +216,14 @@ impl ControlPlane {
         self.kubectl_ok(&["patch", "node", name, "--subresource=status", "--type=merge", "-p", status]);
         let node = self.get_json(&["node", name]).unwrap();
         if node["spec"]["taints"].is_array() {
-            self.kubectl_ok(&["patch", "node", name, "--type=json", "-p", r#"[{"op":"remove","path":"/spec/taints"}]"#]);
+            self.kubectl_ok(&[
+                "patch",
+                "node",
+                name,
+                "--type=json",
+                "-p",
+                r#"[{"op":"remove","path":"/spec/taints"}]"#,
+            ]);
         }
         node["metadata"]["uid"].as_str().unwrap().to_string()
     }
@@ -235,7 +242,13 @@ impl ControlPlane {
             self.apply(&yaml);
         }
         let token = self.kubectl_ok(&[
-            "create", "token", "local-static-provisioner", "-n", "local-static-provisioner", "--duration", "2h",
+            "create",
+            "token",
+            "local-static-provisioner",
+            "-n",
+            "local-static-provisioner",
+            "--duration",
+            "2h",
         ]);
         let ca = std::fs::read(self.dir.join("pki/ca.crt")).unwrap();
         let kubeconfig = format!(

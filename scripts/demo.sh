@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The local demo: the agent against a real local control plane, with real tmpfs mounts as
+# disks. Needs root (it mounts). It builds (or reuses) the control plane, creates a fake Ready
+# node and a StorageClass, mounts three volumes under $DEMO_DIR/disks, shows `discover`, then
+# runs the agent under the ServiceAccount and RBAC from deploy/ until Ctrl-C (or for
+# DEMO_SECONDS seconds when set). Everything it started or mounted is undone on exit.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+demo=${DEMO_DIR:-/tmp/local-static-provisioner-demo}
+node=${DEMO_NODE:-demo-node}
+[[ $(id -u) == 0 ]] || { echo "demo: run as root (it mounts tmpfs volumes)" >&2; exit 1; }
+
+mkdir -p "$demo"
+agent_pid=""
+cleanup() {
+  [[ -n "$agent_pid" ]] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
+  for v in "$demo"/disks/*; do mountpoint -q "$v" && umount "$v"; done
+  bash "$repo/tests/control-plane/stop.sh" "$demo/control-plane"
+}
+trap cleanup EXIT
+
+echo "== building the agent and the control plane (first time takes a while)"
+(cd "$repo" && cargo build --release --locked -q)
+bin=$repo/target/release/local-static-provisioner
+bash "$repo/tests/control-plane/start.sh" "$demo/control-plane"
+# shellcheck disable=SC1091
+source "$demo/control-plane/env"
+kubectl() { "$CONTROL_PLANE_BIN/kubectl" "$@"; }
+
+echo "== a fake Ready node '$node' and the StorageClass"
+kubectl apply -f - > /dev/null <<YAML
+apiVersion: v1
+kind: Node
+metadata:
+  name: $node
+  labels: {kubernetes.io/hostname: $node}
+YAML
+kubectl patch node "$node" --subresource=status --type=merge -p \
+  '{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"demo"}],"allocatable":{"cpu":"4","memory":"8Gi","pods":"110"},"capacity":{"cpu":"4","memory":"8Gi","pods":"110"}}}' > /dev/null
+kubectl patch node "$node" --type=json -p '[{"op":"remove","path":"/spec/taints"}]' > /dev/null 2>&1 || true
+kubectl apply -f "$repo/deploy/base/storageclass.yaml" > /dev/null
+
+echo "== three tmpfs volumes under $demo/disks"
+for v in vol1 vol2 vol3; do
+  mkdir -p "$demo/disks/$v"
+  mountpoint -q "$demo/disks/$v" || mount -t tmpfs -o size=$((RANDOM % 64 + 16))m tmpfs "$demo/disks/$v"
+done
+mkdir -p "$demo/config"
+cat > "$demo/config/storageClassMap" <<YAML
+fast-disks:
+  hostDir: $demo/disks
+  mountDir: $demo/disks
+YAML
+
+echo "== discover (dry run, no cluster)"
+"$bin" discover --config-dir "$demo/config" --node-name "$node"
+
+echo "== the agent, as the ServiceAccount from deploy/"
+for f in namespace serviceaccount rbac; do kubectl apply -f "$repo/deploy/base/$f.yaml" > /dev/null; done
+token=$(kubectl create token local-static-provisioner -n local-static-provisioner --duration 24h)
+cat > "$demo/agent.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: $API_URL, certificate-authority-data: $(base64 -w0 "$CONTROL_PLANE_DIR/pki/ca.crt")}}]
+users: [{name: agent, user: {token: $token}}]
+contexts: [{name: local, context: {cluster: local, user: agent}}]
+current-context: local
+KC
+"$bin" run --config-dir "$demo/config" --node-name "$node" --kubeconfig "$demo/agent.kubeconfig" &
+agent_pid=$!
+for _ in $(seq 1 50); do
+  [[ $(kubectl get pv -o name | wc -l) -ge 3 ]] && break
+  sleep 0.2
+done
+kubectl get pv -o wide
+echo "== agent running (pid $agent_pid); KUBECONFIG=$KUBECONFIG; mount more tmpfs under $demo/disks to see new PVs"
+if [[ -n "${DEMO_SECONDS:-}" ]]; then sleep "$DEMO_SECONDS"; else wait "$agent_pid"; fi

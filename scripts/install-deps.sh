@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the tools the tests and the demo use that a fresh machine of this kind may lack.
+# Go and Rust come with the machine; everything else is a Debian package.
+set -euo pipefail
+need=()
+for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fsprogs blkid:util-linux \
+            wipefs:util-linux flock:util-linux setsid:util-linux python3:python3 truncate:coreutils; do
+  command -v "${tool%%:*}" > /dev/null || need+=("${tool#*:}")
+done
+if (( ${#need[@]} )); then
+  echo "installing: ${need[*]}" >&2
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" > /dev/null
+fi
+command -v go > /dev/null || { echo "Go (>= 1.26) is required to build the test control plane" >&2; exit 1; }
+command -v cargo > /dev/null || { echo "Rust (cargo) is required" >&2; exit 1; }
+for tool in cargo-clippy rustfmt; do
+  command -v "$tool" > /dev/null || { echo "$tool is required (rustup component add clippy rustfmt)" >&2; exit 1; }
+done
