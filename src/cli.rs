@@ -60,10 +60,10 @@ struct RunArgs {
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// Sustained API requests per second for the agent's own calls.
-    #[arg(long, env = "KUBE_API_QPS", default_value_t = 50)]
+    #[arg(long, env = "KUBE_API_QPS", default_value_t = 100)]
     kube_api_qps: u32,
     /// Requests allowed in a burst above the sustained rate.
-    #[arg(long, env = "KUBE_API_BURST", default_value_t = 100)]
+    #[arg(long, env = "KUBE_API_BURST", default_value_t = 200)]
     kube_api_burst: u32,
     /// PV creations in flight at once.
     #[arg(long, env = "CREATE_CONCURRENCY", default_value_t = 16)]
