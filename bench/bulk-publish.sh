@@ -27,16 +27,7 @@ kind: Node
 metadata: {name: bench-node, labels: {kubernetes.io/hostname: bench-node}}
 YAML
 k apply -f "$repo/deploy/base/storageclass.yaml" > /dev/null
-for f in namespace serviceaccount rbac; do k apply -f "$repo/deploy/base/$f.yaml" > /dev/null; done
-token=$(k create token local-static-provisioner -n local-static-provisioner)
-cat > "$work/agent.kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: local, cluster: {server: $API_URL, certificate-authority-data: $(base64 -w0 "$CONTROL_PLANE_DIR/pki/ca.crt")}}]
-users: [{name: agent, user: {token: $token}}]
-contexts: [{name: local, context: {cluster: local, user: agent}}]
-current-context: local
-KC
+bash "$repo/tests/control-plane/agent-kubeconfig.sh" "$work/cp" "$work/agent.kubeconfig"
 for i in $(seq 1 "$n"); do mkdir -p "$work/disks/v$i"; mount -t tmpfs -o size=16m tmpfs "$work/disks/v$i"; done
 mkdir -p "$work/config"
 printf 'fast-disks:\n  hostDir: %s\n  mountDir: %s\n' "$work/disks" "$work/disks" > "$work/config/storageClassMap"

@@ -56,16 +56,7 @@ echo "== discover (dry run, no cluster)"
 "$bin" discover --config-dir "$demo/config" --node-name "$node"
 
 echo "== the agent, as the ServiceAccount from deploy/"
-for f in namespace serviceaccount rbac; do kubectl apply -f "$repo/deploy/base/$f.yaml" > /dev/null; done
-token=$(kubectl create token local-static-provisioner -n local-static-provisioner --duration 24h)
-cat > "$demo/agent.kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: local, cluster: {server: $API_URL, certificate-authority-data: $(base64 -w0 "$CONTROL_PLANE_DIR/pki/ca.crt")}}]
-users: [{name: agent, user: {token: $token}}]
-contexts: [{name: local, context: {cluster: local, user: agent}}]
-current-context: local
-KC
+bash "$repo/tests/control-plane/agent-kubeconfig.sh" "$demo/control-plane" "$demo/agent.kubeconfig"
 "$bin" run --config-dir "$demo/config" --node-name "$node" --kubeconfig "$demo/agent.kubeconfig" &
 agent_pid=$!
 for _ in $(seq 1 50); do

@@ -234,31 +234,14 @@ impl ControlPlane {
         ));
     }
 
-    /// Applies the agent's Namespace, ServiceAccount and RBAC from deploy/ and returns a
-    /// kubeconfig holding a token of that ServiceAccount: the agent never runs as admin.
+    /// A kubeconfig holding a token of the agent's ServiceAccount, with the RBAC from deploy/
+    /// applied (tests/control-plane/agent-kubeconfig.sh): the agent never runs as admin.
     pub fn agent_kubeconfig(&self, dir: &Path) -> PathBuf {
-        for file in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
-            let yaml = std::fs::read_to_string(repo_root().join("deploy/base").join(file)).unwrap();
-            self.apply(&yaml);
-        }
-        let token = self.kubectl_ok(&[
-            "create",
-            "token",
-            "local-static-provisioner",
-            "-n",
-            "local-static-provisioner",
-            "--duration",
-            "2h",
-        ]);
-        let ca = std::fs::read(self.dir.join("pki/ca.crt")).unwrap();
-        let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: agent\n  user:\n    token: {}\ncontexts:\n- name: local\n  context: {{cluster: local, user: agent}}\ncurrent-context: local\n",
-            self.api_url,
-            base64(&ca),
-            token.trim()
-        );
         let path = dir.join("agent.kubeconfig");
-        std::fs::write(&path, kubeconfig).unwrap();
+        run(Command::new("bash")
+            .arg(repo_root().join("tests/control-plane/agent-kubeconfig.sh"))
+            .arg(&self.dir)
+            .arg(&path));
         path
     }
 
@@ -284,23 +267,6 @@ impl Drop for ControlPlane {
             let _ = Command::new("bash").arg(script).arg(&self.dir).status();
         }
     }
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// The agent under test, as its own process; killed (by its PID) when dropped.
