@@ -22,6 +22,7 @@ trap cleanup EXIT
 echo "== building the agent and the control plane (first time takes a while)"
 (cd "$repo" && cargo build --release --locked -q)
 bin=$repo/target/release/local-static-provisioner
+rm -rf "$demo/control-plane"  # a fresh cluster each time
 bash "$repo/tests/control-plane/start.sh" "$demo/control-plane"
 # shellcheck disable=SC1091
 source "$demo/control-plane/env"
