@@ -1,8 +1,11 @@
 //! Everything that touches the host: the mount table, file types, filesystem and block
 //! device sizes. Kept small and separate so the rest of the agent is plain logic.
 
+pub mod identity;
 pub mod mountinfo;
 pub mod volume;
+pub mod wipe_block;
+pub mod wipe_fs;
 
 use std::path::PathBuf;
 

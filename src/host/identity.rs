@@ -1,0 +1,88 @@
+//! Volume identity: a fingerprint of the disk behind a path, recorded on the PV when it is
+//! published and checked before a wipe, so that a different disk now mounted (or linked) at
+//! the same path is never wiped in its place.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use super::HostError;
+
+/// Fingerprint of the volume at `path` (symlinks followed).
+///
+/// - Filesystem: the filesystem ID from statfs (derived from the filesystem UUID on ext4, xfs,
+///   btrfs and tmpfs, so it survives reboots and device renumbering) and the inode of the
+///   volume's root (different for bind mounts of different directories of one disk).
+/// - Block device: the most stable ID the kernel offers in sysfs (WWID, serial, device-mapper
+///   UUID, loop backing file), with the size; the device number only when none exists.
+pub fn volume_identity(path: &Path) -> Result<String, HostError> {
+    let meta = std::fs::metadata(path).map_err(|e| HostError::io("stat", path, e))?;
+    if meta.file_type().is_block_device() {
+        return Ok(block_identity(path, meta.rdev()));
+    }
+    let st = nix::sys::statfs::statfs(path).map_err(|e| HostError::io("statfs", path, e))?;
+    // fsid has no public accessor in nix; its Debug form is stable ("fsid_t { __val: [a, b] }").
+    let fsid = format!("{:?}", st.filesystem_id());
+    let fsid: String = fsid.chars().filter(|c| c.is_ascii_digit() || *c == ',' || *c == '-').collect();
+    Ok(format!("fs:fsid={fsid};ino={}", meta.ino()))
+}
+
+fn block_identity(path: &Path, rdev: u64) -> String {
+    let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    let sys = format!("/sys/dev/block/{major}:{minor}");
+    let read = |rel: &str| {
+        std::fs::read_to_string(format!("{sys}/{rel}")).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    };
+    let size = super::volume::block_device_capacity(path).unwrap_or(0);
+    let stable = read("device/wwid")
+        .map(|v| format!("wwid={v}"))
+        .or_else(|| read("wwid").map(|v| format!("wwid={v}")))
+        .or_else(|| read("device/serial").map(|v| format!("serial={v}")))
+        .or_else(|| read("dm/uuid").map(|v| format!("dm={v}")))
+        .or_else(|| read("loop/backing_file").map(|v| format!("loop={v}@{}", read("loop/offset").unwrap_or_default())));
+    match stable {
+        Some(id) => format!("blk:{id};size={size}"),
+        None => format!("blk:dev={major}:{minor};size={size}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_on_one_filesystem_differ_by_root_inode() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        let b = tmp.path().join("b");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let ia = volume_identity(&a).unwrap();
+        assert!(ia.starts_with("fs:fsid="), "{ia}");
+        assert_ne!(ia, volume_identity(&b).unwrap());
+        assert_eq!(ia, volume_identity(&a).unwrap(), "identity is stable");
+    }
+
+    #[test]
+    fn tmpfs_mounts_at_one_path_differ() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED tmpfs_mounts_at_one_path_differ: needs root (mounts)");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("v");
+        std::fs::create_dir_all(&p).unwrap();
+        let mount = |p: &Path| {
+            assert!(
+                std::process::Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(p).status().unwrap().success()
+            )
+        };
+        let umount = |p: &Path| assert!(std::process::Command::new("umount").arg(p).status().unwrap().success());
+        mount(&p);
+        let first = volume_identity(&p).unwrap();
+        umount(&p);
+        mount(&p);
+        let second = volume_identity(&p).unwrap();
+        umount(&p);
+        assert_ne!(first, second, "a different disk at the same path must not look the same");
+    }
+}

@@ -1,0 +1,607 @@
+//! Block wipe: erases a released block device before it is offered again, either with a
+//! built-in method (signature erase, discard, zero-fill) or with an upstream-style
+//! `blockCleanerCommand` run as a child process.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use tokio::io::{AsyncRead, ReadBuf};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+
+/// Longest stretch between two progress reports (and cancel checks of the chunked methods).
+const PROGRESS_STEP: u64 = 256 * MIB;
+/// Largest BLKDISCARD request: big enough to be fast, small enough to cancel and report.
+const DISCARD_CHUNK: u64 = GIB;
+/// Largest BLKZEROOUT request.
+const ZEROOUT_CHUNK: u64 = 256 * MIB;
+/// Buffer size of the pwrite fallback and of the signature erase.
+const WRITE_CHUNK: usize = MIB as usize;
+/// How many trailing stderr lines of a failed cleaner command go into the error.
+const STDERR_TAIL: usize = 5;
+/// How long to keep reading output after the cleaner exited (a background child may hold the pipe).
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
+// BLKDISCARD and BLKZEROOUT are declared with _IO (no size) although they take a u64[2].
+nix::ioctl_write_ptr_bad!(blkdiscard, nix::request_code_none!(0x12, 119), [u64; 2]);
+nix::ioctl_write_ptr_bad!(blkzeroout, nix::request_code_none!(0x12, 127), [u64; 2]);
+nix::ioctl_none!(blkflsbuf, 0x12, 97);
+nix::ioctl_none!(blkrrpart, 0x12, 95);
+
+/// Built-in ways to wipe a block device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockMethod {
+    /// Erase every known signature area (partition tables, filesystems, RAID, LVM) so that
+    /// nothing is detected on the device; the data in between stays. Fast.
+    Quick,
+    /// Discard the whole device (fast on SSDs and thin devices), then erase signatures since
+    /// discarded blocks need not read back as zeroes. Falls back to Zero when unsupported.
+    Discard,
+    /// Write zeroes over the whole device (BLKZEROOUT, else plain writes). Slow but thorough.
+    Zero,
+}
+
+impl BlockMethod {
+    /// Parses the configuration spelling ("quick", "discard", "zero").
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "quick" => Some(BlockMethod::Quick),
+            "discard" => Some(BlockMethod::Discard),
+            "zero" => Some(BlockMethod::Zero),
+            _ => None,
+        }
+    }
+
+    /// The configuration spelling, for logs, events and metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockMethod::Quick => "quick",
+            BlockMethod::Discard => "discard",
+            BlockMethod::Zero => "zero",
+        }
+    }
+}
+
+/// What a successful wipe did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockWipeReport {
+    /// Size of the device in bytes (what the wipe was about, whatever the method).
+    pub bytes: u64,
+    /// The method really used, e.g. Zero after a Discard fallback.
+    pub method: BlockMethod,
+}
+
+/// A block wipe that failed, with the device it was about.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockWipeError {
+    /// The path (after following symlinks) is not a block device.
+    #[error("{path} is not a block device")]
+    NotBlockDevice { path: PathBuf },
+    /// The cancel flag was raised (shutdown or timeout) before the wipe finished.
+    #[error("wipe of {path} cancelled after {done} of {total} bytes")]
+    Cancelled { path: PathBuf, done: u64, total: u64 },
+    /// A system call failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An external cleaner failed (exit status, signal, spawn error, timeout).
+    #[error("cleaner command `{command}` for {path} failed: {detail}")]
+    Command { command: String, path: PathBuf, detail: String },
+}
+
+impl BlockWipeError {
+    fn io(op: &'static str, path: &Path, source: impl Into<std::io::Error>) -> Self {
+        BlockWipeError::Io { path: path.to_path_buf(), op, source: source.into() }
+    }
+}
+
+/// Wipes the block device at `device` (symlinks followed; must be a block device).
+/// `progress(done_bytes, total_bytes)` is called at least every 256 MiB and at the end.
+pub fn wipe_block(
+    device: &Path,
+    method: BlockMethod,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<BlockWipeReport, BlockWipeError> {
+    let meta = std::fs::metadata(device).map_err(|e| BlockWipeError::io("stat", device, e))?;
+    if !meta.file_type().is_block_device() {
+        return Err(BlockWipeError::NotBlockDevice { path: device.to_path_buf() });
+    }
+    let file = open_exclusive(device)?;
+    // The path may have changed between stat and open: check what was really opened.
+    let opened = file.metadata().map_err(|e| BlockWipeError::io("fstat", device, e))?;
+    if !opened.file_type().is_block_device() {
+        return Err(BlockWipeError::NotBlockDevice { path: device.to_path_buf() });
+    }
+    let mut dev = Device { file, path: device, size: 0, cancel };
+    dev.size = dev.size()?;
+    dev.check_cancel(0)?;
+
+    let used = match method {
+        BlockMethod::Quick => {
+            dev.erase_signatures()?;
+            BlockMethod::Quick
+        }
+        BlockMethod::Discard => {
+            if dev.discard(progress)? {
+                dev.erase_signatures()?;
+                BlockMethod::Discard
+            } else {
+                tracing::info!(device = %device.display(), "device does not support discard; zeroing it instead");
+                dev.zero(progress)?;
+                BlockMethod::Zero
+            }
+        }
+        BlockMethod::Zero => {
+            dev.zero(progress)?;
+            BlockMethod::Zero
+        }
+    };
+    progress(dev.size, dev.size);
+    Ok(BlockWipeReport { bytes: dev.size, method: used })
+}
+
+fn open_exclusive(device: &Path) -> Result<File, BlockWipeError> {
+    // std adds O_CLOEXEC; O_EXCL without O_CREAT on a block device claims it exclusively
+    // and fails with EBUSY while it is mounted, part of a RAID/LVM, or opened O_EXCL elsewhere.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nix::fcntl::OFlag::O_EXCL.bits())
+        .open(device)
+        .map_err(|e| {
+            let op = if e.raw_os_error() == Some(Errno::EBUSY as i32) {
+                "open exclusively (is it mounted?)"
+            } else {
+                "open"
+            };
+            BlockWipeError::io(op, device, e)
+        })
+}
+
+/// An exclusively opened block device being wiped.
+struct Device<'a> {
+    file: File,
+    path: &'a Path,
+    size: u64,
+    cancel: &'a AtomicBool,
+}
+
+impl Device<'_> {
+    fn size(&self) -> Result<u64, BlockWipeError> {
+        let mut size: u64 = 0;
+        // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid for the call.
+        unsafe { blkgetsize64(self.file.as_raw_fd(), &mut size) }
+            .map_err(|e| BlockWipeError::io("ioctl BLKGETSIZE64", self.path, e))?;
+        Ok(size)
+    }
+
+    fn check_cancel(&self, done: u64) -> Result<(), BlockWipeError> {
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(BlockWipeError::Cancelled { path: self.path.to_path_buf(), done, total: self.size });
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), BlockWipeError> {
+        self.file.sync_all().map_err(|e| BlockWipeError::io("fsync", self.path, e))
+    }
+
+    /// Zeroes every signature area, flushes, and asks the kernel to forget the partitions.
+    fn erase_signatures(&self) -> Result<(), BlockWipeError> {
+        let zeroes = vec![0u8; WRITE_CHUNK];
+        for (offset, len) in signature_areas(self.size) {
+            let mut at = offset;
+            let end = offset + len;
+            while at < end {
+                let n = (end - at).min(WRITE_CHUNK as u64);
+                // n <= WRITE_CHUNK, so it fits in usize.
+                let buf = &zeroes[..n as usize];
+                self.file.write_all_at(buf, at).map_err(|e| BlockWipeError::io("write zeroes to", self.path, e))?;
+                at += n;
+            }
+        }
+        self.sync()?;
+        // SAFETY: BLKFLSBUF takes no argument.
+        unsafe { blkflsbuf(self.file.as_raw_fd()) }.map_err(|e| BlockWipeError::io("ioctl BLKFLSBUF", self.path, e))?;
+        // SAFETY: BLKRRPART takes no argument. It fails on unpartitionable devices (e.g. loop
+        // devices without partscan) and while partitions are in use; neither matters here.
+        if let Err(e) = unsafe { blkrrpart(self.file.as_raw_fd()) } {
+            tracing::debug!(device = %self.path.display(), error = %e, "BLKRRPART failed (ignored)");
+        }
+        Ok(())
+    }
+
+    /// Discards the whole device. Ok(false) when the device does not support discard at all.
+    fn discard(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<bool, BlockWipeError> {
+        let mut done = 0;
+        while done < self.size {
+            self.check_cancel(done)?;
+            let len = (self.size - done).min(DISCARD_CHUNK);
+            let range = [done, len];
+            // SAFETY: BLKDISCARD reads two u64 (start, length) through the pointer, valid for the call.
+            if let Err(e) = unsafe { blkdiscard(self.file.as_raw_fd(), &range) } {
+                if done == 0 && unsupported(e) {
+                    return Ok(false);
+                }
+                return Err(BlockWipeError::io("ioctl BLKDISCARD", self.path, e));
+            }
+            done += len;
+            progress(done, self.size);
+        }
+        Ok(true)
+    }
+
+    /// Writes zeroes over the whole device: BLKZEROOUT, else plain writes.
+    fn zero(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), BlockWipeError> {
+        let mut done = 0;
+        while done < self.size {
+            self.check_cancel(done)?;
+            let len = (self.size - done).min(ZEROOUT_CHUNK);
+            let range = [done, len];
+            // SAFETY: BLKZEROOUT reads two u64 (start, length) through the pointer, valid for the call.
+            if let Err(e) = unsafe { blkzeroout(self.file.as_raw_fd(), &range) } {
+                if done == 0 && unsupported(e) {
+                    tracing::info!(device = %self.path.display(), "BLKZEROOUT unsupported; writing zeroes");
+                    return self.write_zeroes(progress);
+                }
+                return Err(BlockWipeError::io("ioctl BLKZEROOUT", self.path, e));
+            }
+            done += len;
+            progress(done, self.size);
+        }
+        self.sync()
+    }
+
+    fn write_zeroes(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), BlockWipeError> {
+        let zeroes = vec![0u8; WRITE_CHUNK];
+        let mut done = 0;
+        let mut reported = 0;
+        while done < self.size {
+            self.check_cancel(done)?;
+            let n = (self.size - done).min(WRITE_CHUNK as u64);
+            // n <= WRITE_CHUNK, so it fits in usize.
+            self.file
+                .write_all_at(&zeroes[..n as usize], done)
+                .map_err(|e| BlockWipeError::io("write zeroes to", self.path, e))?;
+            done += n;
+            if done - reported >= PROGRESS_STEP || done == self.size {
+                progress(done, self.size);
+                reported = done;
+            }
+        }
+        self.sync()
+    }
+}
+
+/// Errors meaning "this device cannot do that request at all" rather than a real failure.
+fn unsupported(e: Errno) -> bool {
+    matches!(e, Errno::EOPNOTSUPP | Errno::ENOTTY | Errno::EINVAL)
+}
+
+/// Byte ranges `(offset, len)` holding on-disk signatures of a device of `size` bytes,
+/// sorted, merged and clipped to the device:
+/// - the first and last MiB: MBR, GPT primary and backup, ZFS labels, md 0.90/1.x, LVM,
+///   and the primary superblocks of xfs, btrfs, ext2/3/4 and most others;
+/// - LUKS2 secondary header candidates beyond the first MiB (1, 2 and 4 MiB);
+/// - ext2/3/4 backup superblocks (sparse_super: groups 1 and powers of 3, 5, 7) for block
+///   sizes 1024, 2048 and 4096;
+/// - btrfs mirror superblocks at 64 MiB, 256 GiB and 1 PiB.
+fn signature_areas(size: u64) -> Vec<(u64, u64)> {
+    const SMALL: u64 = 64 * KIB;
+    let mut areas = vec![(0, MIB), (size.saturating_sub(MIB), MIB)];
+    for at in [MIB, 2 * MIB, 4 * MIB, 64 * MIB, 256 * GIB, 1024 * 1024 * GIB] {
+        areas.push((at, SMALL));
+    }
+    for bs in [1024u64, 2048, 4096] {
+        for group in ext_backup_groups() {
+            let offset = if bs == 1024 {
+                group.checked_mul(8192).and_then(|b| b.checked_add(1)).and_then(|b| b.checked_mul(1024))
+            } else {
+                group.checked_mul(8 * bs * bs)
+            };
+            match offset {
+                Some(o) if o < size => areas.push((o, SMALL)),
+                _ => {}
+            }
+        }
+    }
+    let mut clipped: Vec<(u64, u64)> = areas
+        .into_iter()
+        .filter(|&(offset, _)| offset < size)
+        .map(|(offset, len)| (offset, len.min(size - offset)))
+        .collect();
+    clipped.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(clipped.len());
+    for (offset, len) in clipped {
+        match merged.last_mut() {
+            Some((last_off, last_len)) if offset <= *last_off + *last_len => {
+                *last_len = (*last_len).max(offset + len - *last_off);
+            }
+            _ => merged.push((offset, len)),
+        }
+    }
+    merged
+}
+
+/// Block groups carrying an ext backup superblock with sparse_super: 1 and the powers of 3, 5
+/// and 7, up to a bound far beyond any device (the caller drops offsets past the end).
+fn ext_backup_groups() -> Vec<u64> {
+    const LIMIT: u64 = 1 << 40;
+    let mut groups = vec![1];
+    for base in [3u64, 5, 7] {
+        let mut g = base;
+        while g < LIMIT {
+            groups.push(g);
+            g *= base;
+        }
+    }
+    groups
+}
+
+/// Runs an upstream-style blockCleanerCommand with LOCAL_PV_BLKDEVICE=<device> in its environment,
+/// logging its stdout/stderr lines with tracing::info!(pv = pv_name, ...) as they come, honouring
+/// its exit status, killing it (by its own PID / kill_on_drop) when `timeout` passes.
+///
+/// The command runs in its own process group so that a timeout also kills what a script
+/// started (e.g. `dd`, `sleep`); dropping the returned future only kills the command itself.
+pub async fn run_cleaner_command(
+    argv: &[String],
+    device: &Path,
+    pv_name: &str,
+    timeout: Duration,
+) -> Result<(), BlockWipeError> {
+    let command = argv.join(" ");
+    let fail =
+        |detail: String| BlockWipeError::Command { command: command.clone(), path: device.to_path_buf(), detail };
+    let Some((program, args)) = argv.split_first() else {
+        return Err(fail("empty command".to_string()));
+    };
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env("LOCAL_PV_BLKDEVICE", device)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| fail(format!("could not start {program}: {e}")))?;
+    tracing::info!(pv = pv_name, command = %command, device = %device.display(), pid = child.id(), "running block cleaner command");
+
+    let tail = Mutex::new(VecDeque::with_capacity(STDERR_TAIL));
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let outcome = tokio::time::timeout(timeout, async {
+        let readers = async {
+            tokio::join!(log_lines(stdout, pv_name, "stdout", None), log_lines(stderr, pv_name, "stderr", Some(&tail)))
+        };
+        let mut readers = std::pin::pin!(readers);
+        let mut readers_done = false;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                _ = &mut readers, if !readers_done => readers_done = true,
+            }
+        };
+        if !readers_done {
+            // Both pipes normally close with the command; a leftover background child may
+            // keep them open, which must not hold the wipe.
+            let _ = tokio::time::timeout(OUTPUT_GRACE, &mut readers).await;
+        }
+        status
+    })
+    .await;
+
+    let status = match outcome {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => return Err(fail(format!("waiting for it: {e}"))),
+        Err(_) => {
+            if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+                // The child is not reaped yet, so its PID (and group id) cannot have been reused.
+                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(fail(format!("timed out after {timeout:?}; killed")));
+        }
+    };
+    if status.success() {
+        tracing::info!(pv = pv_name, command = %command, "block cleaner command succeeded");
+        return Ok(());
+    }
+    let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => format!("ended with {status}"),
+    };
+    let lines: Vec<String> = match tail.lock() {
+        Ok(t) => t.iter().cloned().collect(),
+        Err(poisoned) => poisoned.into_inner().iter().cloned().collect(),
+    };
+    let detail = if lines.is_empty() { how } else { format!("{how}; stderr: {}", lines.join(" | ")) };
+    Err(fail(detail))
+}
+
+/// Logs every line read from `reader` until end of file, keeping the last lines in `tail`.
+async fn log_lines<R: AsyncRead + Unpin>(
+    reader: Option<R>,
+    pv_name: &str,
+    stream: &'static str,
+    tail: Option<&Mutex<VecDeque<String>>>,
+) {
+    const MAX_LINE: usize = 64 * 1024;
+    let Some(mut reader) = reader else { return };
+    let mut buf = vec![0u8; 8192];
+    let mut pending: Vec<u8> = Vec::new();
+    let emit = |bytes: &[u8]| {
+        let line = String::from_utf8_lossy(bytes);
+        let line = line.trim_end_matches(['\n', '\r']);
+        tracing::info!(pv = pv_name, stream, "{line}");
+        if let Some(tail) = tail {
+            let mut t = match tail.lock() {
+                Ok(t) => t,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
+            }
+            t.push_back(line.to_string());
+        }
+    };
+    loop {
+        let n = match read_some(&mut reader, &mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        while let Some(pos) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=pos).collect();
+            emit(&line);
+        }
+        if pending.len() > MAX_LINE {
+            emit(&pending);
+            pending.clear();
+        }
+    }
+    if !pending.is_empty() {
+        emit(&pending);
+    }
+}
+
+/// One read from an async reader (tokio's io-util extension traits are not enabled here).
+async fn read_some<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        let mut rb = ReadBuf::new(buf);
+        match Pin::new(&mut *reader).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Upstream's shipped script paths mapped to the built-in method doing the same, used when the
+/// configured script does not exist in our image: /scripts/quick_reset.sh -> Quick,
+/// /scripts/blkdiscard.sh -> Discard, /scripts/dd_zero.sh -> Zero (shred.sh has no equivalent: None).
+pub fn builtin_for_upstream_script(program: &str) -> Option<BlockMethod> {
+    match program {
+        "/scripts/quick_reset.sh" => Some(BlockMethod::Quick),
+        "/scripts/blkdiscard.sh" => Some(BlockMethod::Discard),
+        "/scripts/dd_zero.sh" => Some(BlockMethod::Zero),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covers(areas: &[(u64, u64)], offset: u64, len: u64) -> bool {
+        areas.iter().any(|&(o, l)| o <= offset && offset + len <= o + l)
+    }
+
+    #[test]
+    fn upstream_scripts_map_to_builtins() {
+        assert_eq!(builtin_for_upstream_script("/scripts/quick_reset.sh"), Some(BlockMethod::Quick));
+        assert_eq!(builtin_for_upstream_script("/scripts/blkdiscard.sh"), Some(BlockMethod::Discard));
+        assert_eq!(builtin_for_upstream_script("/scripts/dd_zero.sh"), Some(BlockMethod::Zero));
+        assert_eq!(builtin_for_upstream_script("/scripts/shred.sh"), None);
+        assert_eq!(builtin_for_upstream_script("/usr/local/bin/my-wipe"), None);
+        assert_eq!(builtin_for_upstream_script("quick_reset.sh"), None);
+    }
+
+    #[test]
+    fn method_names_round_trip() {
+        for m in [BlockMethod::Quick, BlockMethod::Discard, BlockMethod::Zero] {
+            assert_eq!(BlockMethod::parse(m.as_str()), Some(m));
+            assert_eq!(serde_json::to_string(&m).unwrap(), format!("\"{}\"", m.as_str()));
+        }
+        assert_eq!(BlockMethod::parse("Quick"), None);
+        assert_eq!(BlockMethod::parse("shred"), None);
+    }
+
+    #[test]
+    fn signature_areas_cover_known_offsets() {
+        let size = 1024 * GIB;
+        let areas = signature_areas(size);
+        // Head and tail.
+        assert!(covers(&areas, 0, MIB));
+        assert!(covers(&areas, size - MIB, MIB));
+        // ext, block size 1024: group g at block 1 + g*8192.
+        for g in [1u64, 3, 5, 7, 9, 25, 27, 49, 81, 125, 243, 343] {
+            assert!(covers(&areas, (1 + g * 8192) * 1024, 64 * KIB), "bs 1024 group {g}");
+        }
+        // ext, block size 2048 and 4096: group g at block g*8*bs.
+        for g in [1u64, 3, 5, 7, 9, 25, 27, 49] {
+            assert!(covers(&areas, g * 16384 * 2048, 64 * KIB), "bs 2048 group {g}");
+            assert!(covers(&areas, g * 32768 * 4096, 64 * KIB), "bs 4096 group {g}");
+        }
+        assert_eq!(8193 * 1024, 8_389_632);
+        assert!(covers(&areas, 8193 * 1024, 1024));
+        assert!(covers(&areas, 32768 * 4096, 4096));
+        // Not a backup group: nothing written there.
+        assert!(!covers(&areas, (1 + 2 * 8192) * 1024, 1));
+        assert!(!covers(&areas, 2 * 32768 * 4096, 1));
+        // btrfs mirrors and LUKS2 secondary headers.
+        assert!(covers(&areas, 64 * MIB, 64 * KIB));
+        assert!(covers(&areas, 256 * GIB, 64 * KIB));
+        assert!(covers(&areas, 4 * MIB, 4 * KIB));
+        // Sorted, disjoint, inside the device.
+        for w in areas.windows(2) {
+            assert!(w[0].0 + w[0].1 < w[1].0, "{w:?}");
+        }
+        assert!(areas.iter().all(|&(o, l)| l > 0 && o + l <= size));
+        // Only a few MiB are written on a 1 TiB device.
+        let total: u64 = areas.iter().map(|&(_, l)| l).sum();
+        assert!(total < 16 * MIB, "{total}");
+    }
+
+    #[test]
+    fn signature_areas_clip_to_small_devices() {
+        assert_eq!(signature_areas(0), Vec::<(u64, u64)>::new());
+        assert_eq!(signature_areas(512 * KIB), vec![(0, 512 * KIB)]);
+        assert_eq!(signature_areas(3 * MIB / 2), vec![(0, 3 * MIB / 2)]);
+        let areas = signature_areas(10 * MIB);
+        assert_eq!(areas[0], (0, MIB + 64 * KIB));
+        assert!(covers(&areas, 2 * MIB, 64 * KIB));
+        assert!(covers(&areas, 8193 * 1024, 64 * KIB));
+        assert_eq!(*areas.last().unwrap(), (9 * MIB, MIB));
+        assert!(!covers(&areas, 64 * MIB, 1));
+    }
+
+    #[test]
+    fn cleaner_future_is_send() {
+        fn assert_send<T: Send>(_: T) {}
+        let argv = vec!["true".to_string()];
+        assert_send(run_cleaner_command(&argv, Path::new("/dev/null"), "pv", Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let e = BlockWipeError::io("open exclusively (is it mounted?)", Path::new("/dev/loop9"), Errno::EBUSY);
+        assert!(e.to_string().contains("/dev/loop9"), "{e}");
+        assert!(e.to_string().contains("mounted"), "{e}");
+        let e = BlockWipeError::Cancelled { path: "/dev/sdz".into(), done: 1, total: 2 };
+        assert!(e.to_string().contains("/dev/sdz"), "{e}");
+    }
+}
