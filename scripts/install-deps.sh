@@ -4,7 +4,7 @@
 set -euo pipefail
 need=()
 for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fsprogs blkid:util-linux \
-            wipefs:util-linux flock:util-linux setsid:util-linux python3:python3 truncate:coreutils; do
+            wipefs:util-linux sfdisk:fdisk flock:util-linux setsid:util-linux python3:python3 truncate:coreutils; do
   command -v "${tool%%:*}" > /dev/null || need+=("${tool#*:}")
 done
 if (( ${#need[@]} )); then

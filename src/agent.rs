@@ -14,15 +14,21 @@ use kube::runtime::reflector::Store;
 use tokio::sync::Notify;
 use tracing::{debug, error, info, warn};
 
+use crate::admin::{Readiness, parse_listen_address, serve};
 use crate::api::{ApiError, ClientOptions, Cluster, Created, node_reference, pv_reference};
+use crate::cleaner::{Cleaner, CleanerOptions, target_for};
 use crate::config::{ConfigError, LoadedConfig, ProvisionerConfig, load_dir};
+use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
 use crate::core::desired::{class_policy, desired_pvs};
+use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, FINALIZER_WIPE};
 use crate::core::naming::{LABEL_NODE, node_label_value, provisioner_name};
 use crate::core::planner::{
     Action, DesiredPv, ExistingPv, Identity, ObservedPv, classify_existing, plan, plan_adoption,
 };
 use crate::core::pv::{ClassPolicy, NodeInfo, PvContext};
 use crate::discovery::{self, Scan};
+use crate::host::identity::volume_identity;
+use crate::metrics::Metrics;
 
 /// Settings of `run`.
 #[derive(Debug, Clone)]
@@ -37,6 +43,12 @@ pub struct AgentOptions {
     pub discovery_period: Duration,
     /// PV creations in flight at once.
     pub create_concurrency: usize,
+    /// Wipe limits.
+    pub cleaner: CleanerOptions,
+    /// Admin server address (metrics, health); upstream's `:8080` form accepted.
+    pub listen_address: String,
+    /// Path of the metrics endpoint.
+    pub metrics_path: String,
 }
 
 /// Why the agent stopped.
@@ -51,6 +63,9 @@ pub enum AgentError {
     /// This node's Node object is unusable.
     #[error("node {node}: {message}")]
     Node { node: String, message: String },
+    /// The admin server could not start.
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -60,6 +75,12 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         warn!(config_dir = %opts.config_dir.display(), "{w}");
     }
     info!(classes = config.storage_class_map.len(), config_dir = %opts.config_dir.display(), "configuration loaded");
+
+    let metrics = Metrics::new();
+    metrics.set_config_valid(true);
+    let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
+    let addr = parse_listen_address(&opts.listen_address)?;
+    serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
 
     let cluster = Cluster::connect(&opts.client, &opts.node_name).await?;
     let node = wait_for_node(&cluster, &opts.node_name).await?;
@@ -97,7 +118,11 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         .await
         .map_err(|e| AgentError::Node { node: identity.node.clone(), message: e.to_string() })?;
 
+    readiness.set(None);
+    let (cleaner, mut wipes_done) = Cleaner::new(cluster.clone(), opts.cleaner.clone(), metrics.clone());
     let mut agent = Agent {
+        cleaner,
+        metrics,
         cluster,
         config,
         node,
@@ -114,22 +139,43 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut shutdown = std::pin::pin!(shutdown_signal());
     loop {
+        let retry = agent.cleaner.next_retry().map(tokio::time::Instant::from_std);
         tokio::select! {
-            _ = &mut shutdown => {
-                info!("shutting down");
-                return Ok(());
-            }
+            _ = &mut shutdown => break,
             _ = ticker.tick() => {}
             _ = changed.notified() => {
                 // Let a burst of watch events settle into one pass.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            Some(outcome) = wipes_done.recv() => agent.cleaner.finished(&outcome),
+            _ = sleep_until_opt(retry) => {}
         }
         agent.reconcile().await;
+    }
+    // Wipes in flight are abandoned safely: their PVs keep our finalizer and are wiped again
+    // from the start after the restart.
+    let running = agent.cleaner.cancel_all();
+    info!(running_wipes = running, "shutting down");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while agent.cleaner.running() > 0 {
+        match tokio::time::timeout_at(deadline, wipes_done.recv()).await {
+            Ok(Some(outcome)) => agent.cleaner.finished(&outcome),
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
 struct Agent {
+    cleaner: Cleaner,
+    metrics: Metrics,
     cluster: Cluster,
     config: ProvisionerConfig,
     node: Node,
@@ -170,6 +216,7 @@ impl Agent {
         let actions = plan(&self.identity, &desired, &observed, &self.foreign);
         let planned = actions.len();
         self.execute(actions, &desired).await;
+        self.clean().await;
         debug!(
             desired = desired.len(),
             observed = observed.len(),
@@ -177,6 +224,7 @@ impl Agent {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "pass done"
         );
+        self.metrics.pass_done(started.elapsed());
     }
 
     /// Labels the PVs upstream (or an older version) made for this node. Returns whether the
@@ -193,7 +241,8 @@ impl Agent {
         let names = plan_adoption(&self.identity, &observed);
         let mut ok = true;
         for name in names {
-            match self.cluster.label_pv(&name, LABEL_NODE, &self.identity.node_label).await {
+            let Some(pv) = all.iter().find(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) else { continue };
+            match self.take_over(pv).await {
                 Ok(()) => info!(pv = %name, "adopted existing PV of this node"),
                 Err(e) => {
                     warn!(pv = %name, error = %e, "adopting PV failed; will retry");
@@ -202,6 +251,92 @@ impl Agent {
             }
         }
         ok
+    }
+
+    /// Puts our label, our finalizer and (when the volume is there) its identity on a PV made
+    /// for this node by upstream or an older version, in one patch guarded by resourceVersion.
+    async fn take_over(&self, pv: &PersistentVolume) -> Result<(), ApiError> {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let mut finalizers = pv.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == FINALIZER_WIPE) {
+            finalizers.push(FINALIZER_WIPE.to_string());
+        }
+        let state = PvState::from_pv(pv);
+        let mut annotations = serde_json::json!({});
+        if state.identity.is_none() {
+            let class = self.config.storage_class_map.get(&state.class);
+            if let Ok(target) = target_for(&state, class) {
+                match volume_identity(&target.path) {
+                    Ok(id) => annotations[ANN_VOLUME_IDENTITY] = serde_json::json!(id),
+                    Err(e) => warn!(pv = %name, error = %e, "cannot record the volume identity of an adopted PV"),
+                }
+            }
+        }
+        let labels = serde_json::json!({ LABEL_NODE: self.identity.node_label });
+        let rv = pv.metadata.resource_version.as_deref();
+        self.cluster.patch_pv_metadata(&name, rv, labels, annotations, Some(&finalizers)).await
+    }
+
+    /// Plans and starts cleanup for this node's PVs (see core::cleanup).
+    async fn clean(&mut self) {
+        let pvs = self.pv_store.state();
+        let states: Vec<PvState> = pvs
+            .iter()
+            .filter(|pv| self.identity.owns(&ObservedPv::from_pv(pv)))
+            .map(|pv| PvState::from_pv(pv))
+            .collect();
+        let busy = self.cleaner.busy();
+        for action in plan_cleanup(&states, &busy) {
+            match action {
+                CleanupAction::AddFinalizer { name } => {
+                    let Some(pv) = pvs.iter().find(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) else {
+                        continue;
+                    };
+                    match self.take_over(pv).await {
+                        Ok(()) => info!(pv = %name, "added our wipe finalizer"),
+                        Err(e) => warn!(pv = %name, error = %e, "adding our finalizer failed; will retry"),
+                    }
+                }
+                CleanupAction::Wipe { pv, after } => {
+                    match target_for(&pv, self.config.storage_class_map.get(&pv.class)) {
+                        Ok(target) => {
+                            info!(pv = %pv.name, path = %target.path.display(), ?after, "starting wipe");
+                            self.cleaner.start(pv, after, target);
+                        }
+                        Err(msg) => {
+                            let note = format!("cannot clean PV {}: {msg}", pv.name);
+                            self.report_pv_problem(&pv.name, "VolumeFailedDelete", note).await;
+                        }
+                    }
+                }
+                CleanupAction::Withdraw { name, resource_version } => {
+                    let Some(uid) = states.iter().find(|s| s.name == name).map(|s| s.uid.clone()) else { continue };
+                    match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
+                        Ok(()) => info!(pv = %name, "withdrew Available PV for the requested cleanup"),
+                        Err(e) => {
+                            warn!(pv = %name, error = %e, "withdrawing PV failed (changed meanwhile?); will retry")
+                        }
+                    }
+                }
+                CleanupAction::ReleaseFinalizer { name, uid } => {
+                    match self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE).await {
+                        Ok(()) => info!(pv = %name, "PV deleted before any claim used it; nothing to wipe"),
+                        Err(e) => warn!(pv = %name, error = %e, "removing our finalizer failed; will retry"),
+                    }
+                }
+                CleanupAction::Refuse { name, refusal } => {
+                    if refusal.answers_request() {
+                        let ann = serde_json::json!({ ANN_CLEANUP_RESULT: refusal.to_string() });
+                        if let Err(e) =
+                            self.cluster.patch_pv_metadata(&name, None, serde_json::json!({}), ann, None).await
+                        {
+                            warn!(pv = %name, error = %e, "recording the cleanup refusal failed");
+                        }
+                    }
+                    self.report_pv_problem(&name, refusal.reason(), refusal.to_string()).await;
+                }
+            }
+        }
     }
 
     fn class_policies(&self) -> BTreeMap<String, Result<ClassPolicy, String>> {
@@ -250,16 +385,18 @@ impl Agent {
             let name = pv.metadata.name.clone().unwrap_or_default();
             let path = crate::core::pv::local_path(&pv).unwrap_or_default().to_string();
             match result {
-                Ok(Created::Created) => info!(pv = %name, path = %path, "created PV"),
+                Ok(Created::Created) => {
+                    info!(pv = %name, path = %path, "created PV");
+                    let mode = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()).unwrap_or("Filesystem");
+                    self.metrics.pv_created(if mode == "Block" { "block" } else { "fs" });
+                }
                 Ok(Created::AlreadyExists(existing)) => {
                     let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == path) else { continue };
                     match classify_existing(&self.identity, d, &ObservedPv::from_pv(&existing)) {
-                        ExistingPv::Ours { needs_label: true } => {
-                            match self.cluster.label_pv(&name, LABEL_NODE, &self.identity.node_label).await {
-                                Ok(()) => info!(pv = %name, path = %path, "adopted existing PV"),
-                                Err(e) => warn!(pv = %name, path = %path, error = %e, "adopting PV failed"),
-                            }
-                        }
+                        ExistingPv::Ours { needs_label: true } => match self.take_over(&existing).await {
+                            Ok(()) => info!(pv = %name, path = %path, "adopted existing PV"),
+                            Err(e) => warn!(pv = %name, path = %path, error = %e, "adopting PV failed"),
+                        },
                         ExistingPv::Ours { needs_label: false } => debug!(pv = %name, "PV already exists"),
                         ExistingPv::Foreign { owner } => {
                             warn!(pv = %name, path = %path, "PV name taken by {owner}; not overwriting it");
@@ -282,6 +419,13 @@ impl Agent {
             if self.reported.insert(key) {
                 info!(class = %s.class, path = %s.path.display(), "entry skipped: {}", s.reason);
             }
+        }
+    }
+
+    async fn report_pv_problem(&mut self, name: &str, reason: &str, note: String) {
+        if self.reported.insert(format!("pv/{name}/{reason}/{note}")) {
+            warn!(pv = name, "{note}");
+            self.cluster.event(&pv_reference(name), true, reason, "Clean", note).await;
         }
     }
 

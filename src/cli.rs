@@ -11,6 +11,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::agent::{AgentOptions, run};
 use crate::api::ClientOptions;
+use crate::cleaner::CleanerOptions;
 use crate::config::{ConfigError, DEFAULT_CONFIG_DIR, LoadedConfig, load_dir};
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;
@@ -38,6 +39,11 @@ enum Command {
     Discover(DiscoverArgs),
     /// Parse and check a config directory, print the effective config with defaults.
     ValidateConfig(ConfigArgs),
+    /// Ask the agent to wipe and recycle PVs (sets our cleanup annotation).
+    ///
+    /// A Released PV is wiped whatever its reclaim policy; an Available PV is withdrawn first
+    /// so it cannot be bound during the wipe; a Bound PV is refused.
+    Cleanup(CleanupArgs),
     /// Print the version.
     Version,
 }
@@ -74,6 +80,37 @@ struct RunArgs {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "LOG_JSON")]
     log_json: bool,
+    /// Address of the admin server (metrics, /healthz, /readyz); upstream's `:8080` form works.
+    #[arg(long, env = "LISTEN_ADDRESS", default_value = ":8080")]
+    listen_address: String,
+    /// Path of the Prometheus metrics endpoint.
+    #[arg(long, default_value = "/metrics")]
+    metrics_path: String,
+    /// Wipes running at once.
+    #[arg(long, env = "WIPE_CONCURRENCY", default_value_t = 2)]
+    wipe_concurrency: usize,
+    /// Time every wipe gets regardless of size (Go duration).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    wipe_timeout_base: Duration,
+    /// Slowest acceptable wipe rate in MiB/s; a wipe's timeout is the base plus size / rate.
+    #[arg(long, default_value_t = 10)]
+    wipe_min_rate_mib: u64,
+}
+
+#[derive(Debug, Args)]
+struct CleanupArgs {
+    /// Names of the PVs to wipe and recycle.
+    #[arg(required = true)]
+    pvs: Vec<String>,
+    /// Kubeconfig of an administrator; in-cluster or ~/.kube/config when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Follow each request until the PV is Available again, refused, or the timeout passes.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait follows a request (Go duration).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -125,6 +162,15 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::ValidateConfig(args) => validate_config(&args),
         Command::Discover(args) => discover(&args),
         Command::Run(args) => run_agent(args),
+        Command::Cleanup(args) => match runtime() {
+            Ok(rt) => rt.block_on(crate::cleanup_cli::run(
+                args.pvs,
+                ClientOptions { kubeconfig: args.kubeconfig, qps: 20, burst: 40 },
+                args.wait,
+                args.timeout,
+            )),
+            Err(code) => code,
+        },
     }
 }
 
@@ -245,13 +291,17 @@ fn run_agent(args: RunArgs) -> ExitCode {
         client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
         discovery_period: args.discovery_period,
         create_concurrency: args.create_concurrency,
+        cleaner: CleanerOptions {
+            concurrency: args.wipe_concurrency,
+            timeout_base: args.wipe_timeout_base,
+            min_rate: args.wipe_min_rate_mib.max(1) * 1024 * 1024,
+        },
+        listen_address: args.listen_address,
+        metrics_path: args.metrics_path,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(run(opts)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -260,6 +310,13 @@ fn run_agent(args: RunArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| {
+        eprintln!("error: starting the async runtime: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 fn init_logging(json: bool) {

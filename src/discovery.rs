@@ -9,6 +9,7 @@ use crate::core::capacity::round_down_pretty;
 use crate::core::pattern::NamePattern;
 use crate::core::pv::{FoundVolume, host_path};
 use crate::host::HostError;
+use crate::host::identity::volume_identity;
 use crate::host::mountinfo::MountTable;
 use crate::host::volume::{EntryKind, block_device_capacity, entry_kind, filesystem_capacity};
 
@@ -110,12 +111,15 @@ fn scan_class(class: &str, cfg: &ClassConfig, mounts: &MountTable, out: &mut Sca
             skip(path, SkipReason::PatternMismatch(cfg.name_pattern.clone()));
             continue;
         }
-        match inspect(&path, cfg.volume_mode, mounts) {
-            Ok(bytes) => found.push(FoundVolume {
+        let identity =
+            |bytes| volume_identity(&path).map_err(|e| SkipReason::Unreadable(e.to_string())).map(|id| (bytes, id));
+        match inspect(&path, cfg.volume_mode, mounts).and_then(identity) {
+            Ok((bytes, identity)) => found.push(FoundVolume {
                 class: class.to_string(),
                 entry: name.to_string(),
                 host_path: host_path(&cfg.host_dir, name),
                 capacity_bytes: round_down_pretty(bytes),
+                identity,
             }),
             Err(reason) => skip(path, reason),
         }

@@ -3,12 +3,16 @@
 //!
 //! Layout: `config` (the ConfigMap), `core` (pure naming, PV construction, planner),
 //! `host` (mount table and devices), `discovery` (host scan), `api` (Kubernetes access),
-//! `agent` (the reconcile loop), `cli` (commands).
+//! `agent` (the reconcile loop), `cleaner` (wipes), `metrics` and `admin` (HTTP), `cli` (commands).
 
+pub mod admin;
 pub mod agent;
 pub mod api;
+pub mod cleaner;
+pub mod cleanup_cli;
 pub mod cli;
 pub mod config;
 pub mod core;
 pub mod discovery;
 pub mod host;
+pub mod metrics;

@@ -72,7 +72,8 @@ spec:
     });
 
     // The agent's ServiceAccount gets exactly its ClusterRole: reading its node is allowed,
-    // deleting nodes, reading secrets or deleting PVs is not.
+    // deleting nodes, reading secrets, running pods, changing StorageClasses or creating
+    // namespaces is not.
     let tmp = tempfile::tempdir().unwrap();
     let agent = cp.agent_kubeconfig(tmp.path());
     let ok = cp.kubectl_as(&agent, &["get", "node", node, "-o", "name"]);
@@ -80,7 +81,8 @@ spec:
     for denied in [
         vec!["delete", "node", node],
         vec!["get", "secrets", "-n", "kube-system"],
-        vec!["delete", "pv", "cp-proof-pv"],
+        vec!["run", "agent-must-not", "--image", "x", "-n", "default"],
+        vec!["delete", "storageclass", "cp-proof-sc"],
         vec!["create", "namespace", "agent-must-not"],
     ] {
         let out = cp.kubectl_as(&agent, &denied);

@@ -10,7 +10,7 @@ use futures::{Stream, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -48,7 +48,7 @@ impl ApiError {
 /// How to reach the API server and how hard to use it.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
-    /// Path of a kubeconfig file; in-cluster config when absent.
+    /// Path of a kubeconfig file; in-cluster config (or ~/.kube/config) when absent.
     pub kubeconfig: Option<PathBuf>,
     /// Sustained requests per second the agent's own calls may make.
     pub qps: u32,
@@ -84,8 +84,9 @@ impl Cluster {
                     .await
                     .map_err(|e| cfg_err(e.to_string()))?
             }
-            None => Config::incluster().map_err(|e| ApiError::Config {
-                source_name: "in-cluster service account".into(),
+            // In a pod this is the in-cluster service account; on a workstation ~/.kube/config.
+            None => Config::infer().await.map_err(|e| ApiError::Config {
+                source_name: "in-cluster or ~/.kube/config".into(),
                 message: e.to_string(),
             })?,
         };
@@ -154,6 +155,80 @@ impl Cluster {
             .await
             .map(|_| ())
             .map_err(ApiError::request("label pv", name))
+    }
+
+    /// Reads one PV; None when it does not exist.
+    pub async fn get_pv(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
+        self.throttle().await;
+        self.pvs().get_opt(name).await.map_err(ApiError::request("get pv", name))
+    }
+
+    /// Deletes a PV only if it is still the object we decided about (same UID, and same
+    /// resourceVersion when given). Already gone counts as done.
+    pub async fn delete_pv(&self, name: &str, uid: &str, resource_version: Option<&str>) -> Result<(), ApiError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: resource_version.map(str::to_string),
+            }),
+            ..Default::default()
+        };
+        self.throttle().await;
+        match self.pvs().delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(ApiError::request("delete pv", name)(e)),
+        }
+    }
+
+    /// Removes one finalizer from the PV with this UID. A JSON patch that tests the UID and the
+    /// finalizer's position first, so it never removes anything from a different object or
+    /// another controller's finalizer.
+    pub async fn remove_finalizer(&self, name: &str, uid: &str, finalizer: &str) -> Result<(), ApiError> {
+        let Some(pv) = self.get_pv(name).await? else { return Ok(()) };
+        if pv.metadata.uid.as_deref() != Some(uid) {
+            return Ok(()); // A successor with the same name: not ours to touch.
+        }
+        let finalizers = pv.metadata.finalizers.unwrap_or_default();
+        let Some(index) = finalizers.iter().position(|f| f == finalizer) else { return Ok(()) };
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
+            {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+        ]))
+        .map_err(|e| ApiError::Config { source_name: "finalizer patch".into(), message: e.to_string() })?;
+        self.throttle().await;
+        self.pvs()
+            .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .map(|_| ())
+            .map_err(ApiError::request("remove finalizer from pv", name))
+    }
+
+    /// Merges labels, annotations and (when given) the full finalizer list into a PV, with a
+    /// resourceVersion precondition when given so a concurrent change is not overwritten.
+    pub async fn patch_pv_metadata(
+        &self,
+        name: &str,
+        resource_version: Option<&str>,
+        labels: serde_json::Value,
+        annotations: serde_json::Value,
+        finalizers: Option<&[String]>,
+    ) -> Result<(), ApiError> {
+        let mut meta = serde_json::json!({ "labels": labels, "annotations": annotations });
+        if let Some(f) = finalizers {
+            meta["finalizers"] = serde_json::json!(f);
+        }
+        if let Some(rv) = resource_version {
+            meta["resourceVersion"] = serde_json::json!(rv);
+        }
+        let patch = serde_json::json!({ "metadata": meta });
+        self.throttle().await;
+        self.pvs()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(ApiError::request("patch pv", name))
     }
 
     /// A reflector over the PVs carrying `label_selector`, so the agent holds only its own

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::duration::parse_go_duration;
 use super::{
-    ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, LoadedConfig, Problem, ProvisionerConfig, VolumeMode, validate,
+    BlockCleanMethod, ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, LoadedConfig, Problem, ProvisionerConfig,
+    VolumeMode, validate,
 };
 
 /// Reads every key file of a mounted ConfigMap (skipping kubelet's `..data` machinery and
@@ -65,8 +66,17 @@ const TOP_KEYS: [&str; 11] = [
     "provisionerNotReadyNodeTaintKey",
 ];
 
-const CLASS_KEYS: [&str; 8] =
-    ["hostDir", "mountDir", "blockCleanerCommand", "volumeMode", "accessMode", "fsType", "namePattern", "selector"];
+const CLASS_KEYS: [&str; 9] = [
+    "hostDir",
+    "mountDir",
+    "blockCleanerCommand",
+    "blockCleanMethod",
+    "volumeMode",
+    "accessMode",
+    "fsType",
+    "namePattern",
+    "selector",
+];
 
 #[derive(Default)]
 struct Parser {
@@ -191,6 +201,26 @@ impl Parser {
                 }
             }
         };
+        let block_clean_method = match field_str(self, "blockCleanMethod").as_deref() {
+            None | Some("") => None,
+            Some(m) => match BlockCleanMethod::parse(m) {
+                Some(m) if fields.contains_key("blockCleanerCommand") => {
+                    self.problem(
+                        &format!("{loc}.blockCleanMethod"),
+                        "is set together with blockCleanerCommand; choose one",
+                    );
+                    Some(m)
+                }
+                Some(m) => Some(m),
+                None => {
+                    self.problem(
+                        &format!("{loc}.blockCleanMethod"),
+                        format!("{m:?} is not a block clean method (use quick, discard or zero)"),
+                    );
+                    None
+                }
+            },
+        };
         let selector = match fields.get("selector") {
             Some(v) => self.k8s_list(v, &format!("{loc}.selector"), "a list of NodeSelectorTerms").unwrap_or_default(),
             None => Vec::new(),
@@ -199,6 +229,7 @@ impl Parser {
             host_dir: host_dir.unwrap_or_default(),
             mount_dir: mount_dir.unwrap_or_default(),
             block_cleaner_command,
+            block_clean_method,
             volume_mode,
             access_mode,
             fs_type,

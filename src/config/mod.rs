@@ -45,6 +45,30 @@ impl VolumeMode {
     }
 }
 
+/// Built-in block wipe methods a class can choose instead of an external command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockCleanMethod {
+    /// Erase every signature area (partition tables, superblocks and their copies): seconds.
+    Quick,
+    /// Discard every block (TRIM/UNMAP), falling back to zeroing; then erase signatures.
+    Discard,
+    /// Write zeroes over the whole device (offloaded with BLKZEROOUT where supported).
+    Zero,
+}
+
+impl BlockCleanMethod {
+    /// Parses the config spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "quick" => Some(Self::Quick),
+            "discard" => Some(Self::Discard),
+            "zero" => Some(Self::Zero),
+            _ => None,
+        }
+    }
+}
+
 /// Access modes the API accepts for a PV; anything else is a config error, not an API error
 /// at publish time.
 pub const ACCESS_MODES: [&str; 4] = ["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"];
@@ -58,8 +82,12 @@ pub struct ClassConfig {
     pub host_dir: String,
     /// The same directory as mounted into the agent's container; discovery reads this one.
     pub mount_dir: String,
-    /// Upstream's external block cleaner; kept for compatibility and shown by validate-config.
+    /// Upstream's external block cleaner. Run as given when the program exists; upstream's own
+    /// script paths fall back to the equivalent built-in method when it does not.
     pub block_cleaner_command: Vec<String>,
+    /// Our built-in block wipe method; when set it is used instead of blockCleanerCommand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_clean_method: Option<BlockCleanMethod>,
     /// Filesystem or Block.
     pub volume_mode: VolumeMode,
     /// The single access mode every PV of this class gets.

@@ -2,6 +2,7 @@
 //! here touches the host or the API, so all of it is tested with plain unit tests.
 
 pub mod capacity;
+pub mod cleanup;
 pub mod desired;
 pub mod naming;
 pub mod pattern;

@@ -10,6 +10,17 @@ pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 /// Our own label naming the node a PV belongs to; the agent watches only PVs carrying its own
 /// value, so its memory and watch traffic do not grow with the cluster.
 pub const LABEL_NODE: &str = "local-static-provisioner.io/node";
+/// Our finalizer on every PV we create or adopt: the PV object cannot disappear (crash, manual
+/// `kubectl delete pv`) before its volume has been wiped.
+pub const FINALIZER_WIPE: &str = "local-static-provisioner.io/wipe";
+/// Fingerprint of the disk recorded at publication, checked before every wipe.
+pub const ANN_VOLUME_IDENTITY: &str = "local-static-provisioner.io/volume-identity";
+/// Set (to `requested`) by an administrator to ask for a wipe and recycle of a PV.
+pub const ANN_CLEANUP: &str = "local-static-provisioner.io/cleanup";
+/// Value of ANN_CLEANUP that asks for a wipe.
+pub const CLEANUP_REQUESTED: &str = "requested";
+/// The outcome of a cleanup request that did not end in a recycled PV (refused and why).
+pub const ANN_CLEANUP_RESULT: &str = "local-static-provisioner.io/cleanup-result";
 /// Prefix of upstream's provisioner name.
 pub const PROVISIONER_PREFIX: &str = "local-volume-provisioner-";
 

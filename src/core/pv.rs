@@ -11,7 +11,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::capacity::binary_si_quantity;
-use super::naming::{ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, LABEL_HOSTNAME, LABEL_NODE, node_label_value};
+use super::naming::{
+    ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
+    node_label_value,
+};
 use crate::config::{ClassConfig, ProvisionerConfig};
 
 /// What the PV needs to know about this node.
@@ -59,6 +62,8 @@ pub struct FoundVolume {
     pub host_path: String,
     /// Rounded capacity in bytes.
     pub capacity_bytes: u64,
+    /// Fingerprint of the disk (see host::identity), recorded on the PV.
+    pub identity: String,
 }
 
 /// Everything that is the same for all PVs of one pass.
@@ -72,7 +77,8 @@ pub struct PvContext<'a> {
 }
 
 impl PvContext<'_> {
-    /// The PV upstream would create for `volume`, plus our node label.
+    /// The PV upstream would create for `volume`, plus our node label, the volume identity and
+    /// our wipe finalizer.
     pub fn build(
         &self,
         name: &str,
@@ -89,7 +95,10 @@ impl PvContext<'_> {
         labels.extend(self.config.labels_for_pv.iter().map(|(k, v)| (k.clone(), v.clone())));
         labels.insert(LABEL_NODE.to_string(), node_label_value(&self.node.name));
 
-        let mut annotations = BTreeMap::from([(ANN_PROVISIONED_BY.to_string(), self.provisioner_name.to_string())]);
+        let mut annotations = BTreeMap::from([
+            (ANN_PROVISIONED_BY.to_string(), self.provisioner_name.to_string()),
+            (ANN_VOLUME_IDENTITY.to_string(), volume.identity.clone()),
+        ]);
         let affinity = self.node_affinity(class);
         let node_affinity = if self.config.use_alpha_api {
             // Serializing plain k8s-openapi structs to JSON cannot fail.
@@ -116,6 +125,7 @@ impl PvContext<'_> {
                 name: Some(name.to_string()),
                 labels: Some(labels),
                 annotations: Some(annotations),
+                finalizers: Some(vec![FINALIZER_WIPE.to_string()]),
                 owner_references,
                 ..Default::default()
             },

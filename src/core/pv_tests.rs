@@ -31,6 +31,7 @@ fn class(host_dir: &str) -> ClassConfig {
         host_dir: host_dir.into(),
         mount_dir: host_dir.into(),
         block_cleaner_command: vec!["/scripts/quick_reset.sh".into()],
+        block_clean_method: None,
         volume_mode: VolumeMode::Filesystem,
         access_mode: "ReadWriteOnce".into(),
         fs_type: None,
@@ -53,6 +54,7 @@ fn volume(class: &str, host_dir: &str, entry: &str, bytes: u64) -> FoundVolume {
         entry: entry.into(),
         host_path: host_path(host_dir, entry),
         capacity_bytes: bytes,
+        identity: format!("fs:fsid=1,2;ino={}", entry.len()),
     }
 }
 
@@ -142,8 +144,10 @@ fn whole_pv_serializes_like_upstream() {
                 "local-static-provisioner.io/node": "test-node"
             },
             "annotations": {
-                "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-test-node-8f3c2a1e-0000-4000-8000-000000000001"
+                "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-test-node-8f3c2a1e-0000-4000-8000-000000000001",
+                "local-static-provisioner.io/volume-identity": "fs:fsid=1,2;ino=6"
             },
+            "finalizers": ["local-static-provisioner.io/wipe"],
             "ownerReferences": [{
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -184,8 +188,10 @@ fn minimal_pv_serializes_without_optional_fields() {
             "name": "local-pv-aaaafef5",
             "labels": { "local-static-provisioner.io/node": "test-node" },
             "annotations": {
-                "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-test-node-8f3c2a1e-0000-4000-8000-000000000001"
-            }
+                "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-test-node-8f3c2a1e-0000-4000-8000-000000000001",
+                "local-static-provisioner.io/volume-identity": "fs:fsid=1,2;ino=6"
+            },
+            "finalizers": ["local-static-provisioner.io/wipe"]
         },
         "spec": {
             "capacity": { "storage": "10Gi" },
@@ -227,7 +233,14 @@ fn provisioned_by_annotation_both_forms() {
             &volume("sc1", "/mnt/disks", "m", GIB),
         );
         let ann = pv.metadata.annotations.unwrap();
-        assert_eq!(ann, BTreeMap::from([(ANN_PROVISIONED_BY.to_string(), want.to_string())]));
+        assert_eq!(
+            ann,
+            BTreeMap::from([
+                (ANN_PROVISIONED_BY.to_string(), want.to_string()),
+                // Ours, checked before every wipe.
+                (ANN_VOLUME_IDENTITY.to_string(), "fs:fsid=1,2;ino=1".to_string()),
+            ])
+        );
     }
 }
 
@@ -433,7 +446,7 @@ fn alpha_api_puts_affinity_in_the_annotation() {
     let pv = build(&cfg);
     assert_eq!(spec(&pv).node_affinity, None);
     let ann = pv.metadata.annotations.unwrap();
-    assert_eq!(ann.len(), 2);
+    assert_eq!(ann.len(), 3);
     assert_eq!(ann[ANN_PROVISIONED_BY], uid_provisioner());
     let raw = &ann[ANN_ALPHA_NODE_AFFINITY];
     let parsed: serde_json::Value = serde_json::from_str(raw).unwrap();

@@ -60,7 +60,7 @@ pub struct Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        let _ = Command::new("umount").arg("-l").arg(&self.path).stderr(Stdio::null()).status();
     }
 }
 
@@ -279,7 +279,7 @@ impl AgentProcess {
     pub fn start(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path) -> Self {
         let log_file = std::fs::File::create(log).unwrap();
         let child = Command::new(binary())
-            .args(["run", "--discovery-period", "1s", "--node-name", node])
+            .args(["run", "--discovery-period", "1s", "--listen-address", "127.0.0.1:0", "--node-name", node])
             .arg("--config-dir")
             .arg(config_dir)
             .arg("--kubeconfig")
@@ -309,5 +309,57 @@ impl Drop for AgentProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(80).collect();
+            eprintln!("----- last lines of the agent log {} -----", self.log.display());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+impl ControlPlane {
+    /// A claim of `class` and a pod using it; returns once the claim is Bound, with the PV name.
+    pub fn bind_claim(&self, name: &str, class: &str, block: bool) -> String {
+        let mode = if block { "Block" } else { "Filesystem" };
+        let (mount_kind, mount_line) =
+            if block { ("volumeDevices", "devicePath: /dev/data") } else { ("volumeMounts", "mountPath: /data") };
+        self.apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: {mode}\n  storageClassName: {class}\n  resources: {{requests: {{storage: 1Mi}}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  containers:\n  - name: app\n    image: registry.k8s.io/pause:3.10\n    {mount_kind}: [{{name: data, {mount_line}}}]\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {name}}}}}]\n"
+        ));
+        wait_until(&format!("claim {name} bound"), Duration::from_secs(60), || {
+            let pvc = self.get_json(&["pvc", name, "-n", "default"])?;
+            (pvc["status"]["phase"] == "Bound")
+                .then(|| pvc["spec"]["volumeName"].as_str().unwrap_or_default().to_string())
+        })
+    }
+
+    /// Deletes the pod (forced: no kubelet) and the claim of `bind_claim`.
+    pub fn release_claim(&self, name: &str) {
+        self.kubectl_ok(&["delete", "pod", name, "-n", "default", "--grace-period=0", "--force"]);
+        self.kubectl_ok(&["delete", "pvc", name, "-n", "default", "--wait=false"]);
+    }
+
+    /// The PV's UID and phase, None when it does not exist.
+    pub fn pv_state(&self, name: &str) -> Option<(String, String)> {
+        let pv = self.get_json(&["pv", name])?;
+        Some((
+            pv["metadata"]["uid"].as_str().unwrap_or_default().to_string(),
+            pv["status"]["phase"].as_str().unwrap_or_default().to_string(),
+        ))
+    }
+
+    /// Whether an events.k8s.io Event about `pv` with `reason` exists whose note contains `text`.
+    pub fn has_event(&self, pv: &str, reason: &str, text: &str) -> bool {
+        let Some(events) = self.get_json(&["events.events.k8s.io", "-A"]) else { return false };
+        events["items"].as_array().is_some_and(|items| {
+            items.iter().any(|e| {
+                e["regarding"]["name"] == pv
+                    && e["reason"] == reason
+                    && e["note"].as_str().is_some_and(|n| n.contains(text))
+            })
+        })
     }
 }

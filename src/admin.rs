@@ -1,0 +1,140 @@
+//! The admin HTTP server: `/metrics` for Prometheus, `/healthz` for liveness and `/readyz`
+//! (with upstream's `/ready` alias) for readiness, which says why when not ready.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+
+/// Readiness shared between the agent and the server: `None` when ready, else the reason.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    not_ready: Arc<Mutex<Option<String>>>,
+}
+
+impl Readiness {
+    /// Starts not ready, with a reason.
+    pub fn new(reason: &str) -> Self {
+        Readiness { not_ready: Arc::new(Mutex::new(Some(reason.to_string()))) }
+    }
+
+    /// Sets the state: `None` for ready, or why not.
+    pub fn set(&self, reason: Option<String>) {
+        if let Ok(mut g) = self.not_ready.lock() {
+            *g = reason;
+        }
+    }
+
+    fn get(&self) -> Option<String> {
+        self.not_ready.lock().map(|g| g.clone()).unwrap_or_else(|_| Some("readiness state poisoned".into()))
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The listen address is not usable.
+    #[error("admin server: bad listen address {0:?} (use host:port or :port)")]
+    Address(String),
+    /// Binding failed.
+    #[error("admin server: binding {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Parses upstream's `:8080` form as well as `host:port`.
+pub fn parse_listen_address(s: &str) -> Result<SocketAddr, AdminError> {
+    let full = if s.starts_with(':') { format!("0.0.0.0{s}") } else { s.to_string() };
+    full.parse().map_err(|_| AdminError::Address(s.to_string()))
+}
+
+/// Binds and serves in the background; returns the bound address (port 0 picks a free one).
+pub async fn serve(
+    addr: SocketAddr,
+    metrics_path: String,
+    metrics: Metrics,
+    readiness: Readiness,
+) -> Result<SocketAddr, AdminError> {
+    let listener =
+        TcpListener::bind(addr).await.map_err(|source| AdminError::Bind { addr: addr.to_string(), source })?;
+    let local = listener.local_addr().map_err(|source| AdminError::Bind { addr: addr.to_string(), source })?;
+    info!(address = %local, "admin server listening (metrics, healthz, readyz)");
+    let metrics_path = Arc::new(metrics_path);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "admin server accept failed");
+                    continue;
+                }
+            };
+            let (metrics, readiness, metrics_path) = (metrics.clone(), readiness.clone(), metrics_path.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let resp = respond(req.uri().path(), &metrics_path, &metrics, &readiness);
+                    async move { Ok::<_, Infallible>(resp) }
+                });
+                let _ =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    Ok(local)
+}
+
+fn respond(path: &str, metrics_path: &str, metrics: &Metrics, readiness: &Readiness) -> Response<Full<Bytes>> {
+    let (status, body, content_type) = if path == metrics_path {
+        (StatusCode::OK, metrics.encode(), "application/openmetrics-text; version=1.0.0; charset=utf-8")
+    } else {
+        match path {
+            "/healthz" => (StatusCode::OK, "ok\n".to_string(), "text/plain"),
+            "/readyz" | "/ready" => match readiness.get() {
+                None => (StatusCode::OK, "ok\n".to_string(), "text/plain"),
+                Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n"), "text/plain"),
+            },
+            _ => (StatusCode::NOT_FOUND, "not found\n".to_string(), "text/plain"),
+        }
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(parse_listen_address(":8080").unwrap().to_string(), "0.0.0.0:8080");
+        assert_eq!(parse_listen_address("127.0.0.1:0").unwrap().port(), 0);
+        assert!(parse_listen_address("nope").is_err());
+    }
+
+    #[test]
+    fn readiness_reports_reason() {
+        let m = Metrics::new();
+        let r = Readiness::new("starting");
+        assert_eq!(respond("/readyz", "/metrics", &m, &r).status(), StatusCode::SERVICE_UNAVAILABLE);
+        r.set(None);
+        assert_eq!(respond("/ready", "/metrics", &m, &r).status(), StatusCode::OK);
+        assert_eq!(respond("/healthz", "/metrics", &m, &r).status(), StatusCode::OK);
+        assert_eq!(respond("/metrics", "/metrics", &m, &r).status(), StatusCode::OK);
+        assert_eq!(respond("/other", "/metrics", &m, &r).status(), StatusCode::NOT_FOUND);
+    }
+}

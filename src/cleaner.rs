@@ -1,0 +1,390 @@
+//! The cleaner executor: runs the wipes the cleanup planner asks for, each in the background
+//! with a concurrency limit and a timeout that scales with the volume's size, and finishes the
+//! PV (delete it, or drop our finalizer) only after the wipe succeeded. Before wiping it checks
+//! that the path still holds the very disk that was published.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Semaphore, mpsc};
+use tracing::{info, warn};
+
+use crate::api::{Cluster, pv_reference};
+use crate::config::{BlockCleanMethod, ClassConfig};
+use crate::core::cleanup::{AfterWipe, PvState};
+use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
+use crate::host::identity::volume_identity;
+use crate::host::mountinfo::MountTable;
+use crate::host::volume::{EntryKind, block_device_capacity, entry_kind};
+use crate::host::wipe_block::{BlockMethod, builtin_for_upstream_script, run_cleaner_command, wipe_block};
+use crate::host::wipe_fs::{FsWipeError, wipe_filesystem};
+use crate::metrics::Metrics;
+
+/// Limits for wipes.
+#[derive(Debug, Clone)]
+pub struct CleanerOptions {
+    /// Wipes running at once (across volumes).
+    pub concurrency: usize,
+    /// Time every wipe gets regardless of size.
+    pub timeout_base: Duration,
+    /// Slowest rate (bytes per second) a wipe is allowed before it times out.
+    pub min_rate: u64,
+}
+
+/// Why a wipe did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum WipeError {
+    /// The disk at the path is not the one that was published: never wipe it.
+    #[error(
+        "volume identity mismatch at {path}: PV recorded {recorded:?}, found {found:?}; a different disk sits at this path"
+    )]
+    IdentityMismatch { path: PathBuf, recorded: String, found: String },
+    /// The PV cannot be mapped to a path this agent sees.
+    #[error("{0}")]
+    Unmapped(String),
+    /// The wipe itself failed (I/O error, tree changed, cancelled); retried soon.
+    #[error("{0}")]
+    Failed(String),
+    /// The volume is in a state only an operator can fix (nested mount, not mounted,
+    /// immutable file, wrong entry type, missing cleaner): retried rarely.
+    #[error("{0}")]
+    Refused(String),
+    /// The wipe took longer than its size allows.
+    #[error("wipe of {path} timed out after {after:?}")]
+    TimedOut { path: PathBuf, after: Duration },
+    /// The wipe succeeded but the PV could not be finished; it is retried (and wiped again).
+    #[error("finishing PV after the wipe: {0}")]
+    Api(#[from] crate::api::ApiError),
+}
+
+impl WipeError {
+    /// Refusals that will not go away by retrying soon: they wait for an operator.
+    fn is_refusal(&self) -> bool {
+        matches!(self, WipeError::IdentityMismatch { .. } | WipeError::Unmapped(_) | WipeError::Refused(_))
+    }
+}
+
+/// Where a PV's volume is, as this agent sees it, and how its class wants it wiped.
+#[derive(Debug, Clone)]
+pub struct WipeTarget {
+    /// Path under the class's mountDir.
+    pub path: PathBuf,
+    /// The class settings (block method or command).
+    pub class: ClassConfig,
+}
+
+/// Maps a PV's host path to the path inside this container via its class's hostDir/mountDir.
+pub fn target_for(pv: &PvState, class: Option<&ClassConfig>) -> Result<WipeTarget, String> {
+    let class =
+        class.ok_or_else(|| format!("StorageClass {:?} is not in the config; cannot locate its volume", pv.class))?;
+    let host_dir = crate::core::pv::clean_path(&class.host_dir);
+    let rel = pv
+        .host_path
+        .strip_prefix(&format!("{host_dir}/"))
+        .filter(|rel| !rel.is_empty() && !rel.contains('/') && *rel != "." && *rel != "..")
+        .ok_or_else(|| format!("path {} is not an entry of hostDir {host_dir}", pv.host_path))?;
+    Ok(WipeTarget { path: Path::new(&class.mount_dir).join(rel), class: class.clone() })
+}
+
+/// The result of one wipe task, fed back to the reconcile loop.
+#[derive(Debug)]
+pub struct WipeOutcome {
+    /// PV UID.
+    pub uid: String,
+    /// PV name.
+    pub name: String,
+    /// What happened.
+    pub result: Result<(), WipeError>,
+}
+
+/// Tracks running wipes and failures waiting for a retry.
+pub struct Cleaner {
+    cluster: Cluster,
+    opts: CleanerOptions,
+    permits: Arc<Semaphore>,
+    running: BTreeMap<String, Arc<AtomicBool>>,
+    backoff: BTreeMap<String, (Instant, Duration)>,
+    done_tx: mpsc::UnboundedSender<WipeOutcome>,
+    metrics: Metrics,
+}
+
+impl Cleaner {
+    /// A cleaner whose finished wipes are reported on the returned channel.
+    pub fn new(
+        cluster: Cluster,
+        opts: CleanerOptions,
+        metrics: Metrics,
+    ) -> (Self, mpsc::UnboundedReceiver<WipeOutcome>) {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
+        let cleaner =
+            Cleaner { cluster, opts, permits, running: BTreeMap::new(), backoff: BTreeMap::new(), done_tx, metrics };
+        (cleaner, done_rx)
+    }
+
+    /// UIDs the planner must leave alone: wiping now, or failed recently.
+    pub fn busy(&mut self) -> BTreeSet<String> {
+        let now = Instant::now();
+        self.backoff.retain(|_, (until, _)| *until > now);
+        self.running.keys().chain(self.backoff.keys()).cloned().collect()
+    }
+
+    /// When the next backed-off wipe may be retried, so the loop can wake up for it.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.backoff.values().map(|(until, _)| *until).min()
+    }
+
+    /// Starts wiping in the background.
+    pub fn start(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.running.insert(pv.uid.clone(), cancel.clone());
+        let task = WipeTask {
+            cluster: self.cluster.clone(),
+            opts: self.opts.clone(),
+            permits: self.permits.clone(),
+            metrics: self.metrics.clone(),
+            pv,
+            after,
+            target,
+            cancel,
+            progress: Arc::new(AtomicU64::new(0)),
+        };
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let (uid, name) = (task.pv.uid.clone(), task.pv.name.clone());
+            let result = task.run().await;
+            let _ = tx.send(WipeOutcome { uid, name, result });
+        });
+    }
+
+    /// Records a finished wipe; failures back off (longer for refusals) before a retry.
+    pub fn finished(&mut self, outcome: &WipeOutcome) {
+        self.running.remove(&outcome.uid);
+        if let Err(e) = &outcome.result {
+            let base = if e.is_refusal() { Duration::from_secs(300) } else { Duration::from_secs(10) };
+            let next = match self.backoff.get(&outcome.uid) {
+                Some((_, last)) => (*last * 2).min(Duration::from_secs(1800)),
+                None => base,
+            };
+            self.backoff.insert(outcome.uid.clone(), (Instant::now() + next, next));
+        } else {
+            self.backoff.remove(&outcome.uid);
+        }
+    }
+
+    /// Forgets the backoff of a PV that changed (for example a new cleanup request).
+    pub fn forget_backoff(&mut self, uid: &str) {
+        self.backoff.remove(uid);
+    }
+
+    /// Asks every running wipe to stop (shutdown). The PVs stay as they are; the wipes are
+    /// done again from the start after the restart.
+    pub fn cancel_all(&self) -> usize {
+        for c in self.running.values() {
+            c.store(true, Ordering::Relaxed);
+        }
+        self.running.len()
+    }
+
+    /// Number of wipes in flight.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+}
+
+struct WipeTask {
+    cluster: Cluster,
+    opts: CleanerOptions,
+    permits: Arc<Semaphore>,
+    metrics: Metrics,
+    pv: PvState,
+    after: AfterWipe,
+    target: WipeTarget,
+    cancel: Arc<AtomicBool>,
+    /// Bytes done so far, for progress reports of block wipes.
+    progress: Arc<AtomicU64>,
+}
+
+impl WipeTask {
+    async fn run(self) -> Result<(), WipeError> {
+        let _permit = self.permits.clone().acquire_owned().await.map_err(|e| WipeError::Failed(e.to_string()))?;
+        let (name, path) = (self.pv.name.as_str(), self.target.path.clone());
+        let reference = pv_reference(name);
+        let started = Instant::now();
+        let result = self.wipe().await;
+        let elapsed = started.elapsed();
+        match &result {
+            Ok((mode, bytes)) => {
+                self.metrics.wipe_finished(mode, true, elapsed, *bytes);
+                info!(pv = name, path = %path.display(), mode, bytes, elapsed_ms = elapsed.as_millis() as u64, "volume wiped");
+                let note = format!("Volume at {} wiped ({bytes} bytes, {:.1}s)", path.display(), elapsed.as_secs_f64());
+                self.cluster.event(&reference, false, "VolumeCleaned", "Wipe", note).await;
+            }
+            Err(e) => {
+                self.metrics.wipe_finished(self.mode_guess(), false, elapsed, 0);
+                warn!(pv = name, path = %path.display(), error = %e, "wipe failed; the PV is left as it is");
+                let note = format!("Error cleaning PV {name:?}: {e}");
+                self.cluster.event(&reference, true, "VolumeFailedDelete", "Wipe", note.clone()).await;
+                let result_ann = serde_json::json!({ ANN_CLEANUP_RESULT: format!("failed: {e}") });
+                let _ = self.cluster.patch_pv_metadata(name, None, serde_json::json!({}), result_ann, None).await;
+            }
+        }
+        result?;
+        if self.after == AfterWipe::DeletePv {
+            self.cluster.delete_pv(name, &self.pv.uid, None).await?;
+        }
+        self.cluster.remove_finalizer(name, &self.pv.uid, FINALIZER_WIPE).await?;
+        info!(pv = name, "PV finished after wipe; discovery publishes the clean volume again");
+        Ok(())
+    }
+
+    fn mode_guess(&self) -> &'static str {
+        match entry_kind(&self.target.path) {
+            Ok(EntryKind::BlockDevice) => "block",
+            _ => "fs",
+        }
+    }
+
+    /// Checks identity, then wipes. Returns the mode ("fs" or "block") and the bytes wiped.
+    async fn wipe(&self) -> Result<(&'static str, u64), WipeError> {
+        let path = self.target.path.clone();
+        let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
+        let found = volume_identity(&path).map_err(|e| failed(&e))?;
+        match &self.pv.identity {
+            Some(recorded) if *recorded != found => {
+                return Err(WipeError::IdentityMismatch { path, recorded: recorded.clone(), found });
+            }
+            Some(_) => {}
+            None => {
+                warn!(pv = %self.pv.name, path = %path.display(), "PV has no recorded volume identity (made by upstream?); wiping what is at its path")
+            }
+        }
+        let reference = pv_reference(&self.pv.name);
+        match entry_kind(&path).map_err(|e| failed(&e))? {
+            EntryKind::Directory => {
+                let root =
+                    std::fs::canonicalize(&path).map_err(|e| failed(&format!("resolving {}: {e}", path.display())))?;
+                let size = crate::host::volume::filesystem_capacity(&root).map_err(|e| failed(&e))?;
+                let note = format!("Starting cleanup of Filesystem PV {:?} at {}", self.pv.name, path.display());
+                self.cluster.event(&reference, false, "VolumeDelete", "Wipe", note).await;
+                let cancel = self.cancel.clone();
+                let stats = self
+                    .blocking(size, &path, move || {
+                        let mounts = MountTable::read().map_err(|e| WipeError::Failed(e.to_string()))?;
+                        wipe_filesystem(&root, &mounts, &cancel).map_err(|e| match e {
+                            FsWipeError::NestedMount { .. }
+                            | FsWipeError::NotMounted { .. }
+                            | FsWipeError::Immutable { .. } => WipeError::Refused(e.to_string()),
+                            _ => WipeError::Failed(e.to_string()),
+                        })
+                    })
+                    .await?;
+                Ok(("fs", stats.bytes_freed))
+            }
+            EntryKind::BlockDevice => {
+                let size = block_device_capacity(&path).map_err(|e| failed(&e))?;
+                let method = match (self.target.class.block_clean_method, &self.target.class.block_cleaner_command) {
+                    (Some(m), _) => Ok(builtin(m)),
+                    (None, cmd) if !cmd.is_empty() && Path::new(&cmd[0]).exists() => Err(cmd.clone()),
+                    (None, cmd) => match cmd.first().and_then(|p| builtin_for_upstream_script(p)) {
+                        Some(m) => Ok(m),
+                        None => {
+                            return Err(WipeError::Refused(format!(
+                                "blockCleanerCommand {cmd:?} does not exist in this container and has no built-in equivalent; set blockCleanMethod or mount the script"
+                            )));
+                        }
+                    },
+                };
+                let how = match &method {
+                    Ok(m) => format!("built-in method {}", m.as_str()),
+                    Err(cmd) => format!("command {cmd:?}"),
+                };
+                let note = format!("Starting cleanup of Block PV {:?} with {how}, this may take a while", self.pv.name);
+                self.cluster.event(&reference, false, "VolumeDelete", "Wipe", note).await;
+                match method {
+                    Err(cmd) => {
+                        let timeout = self.timeout(size);
+                        run_cleaner_command(&cmd, &path, &self.pv.name, timeout).await.map_err(|e| failed(&e))?;
+                    }
+                    Ok(m) => {
+                        let cancel = self.cancel.clone();
+                        let device = path.clone();
+                        let done = self.progress.clone();
+                        self.blocking(size, &path, move || {
+                            wipe_block(&device, m, &cancel, &mut |d, _| done.store(d, Ordering::Relaxed))
+                                .map_err(|e| WipeError::Failed(e.to_string()))
+                        })
+                        .await?;
+                    }
+                }
+                Ok(("block", size))
+            }
+            EntryKind::Other => {
+                Err(WipeError::Refused(format!("{} is neither a directory nor a block device", path.display())))
+            }
+        }
+    }
+
+    fn timeout(&self, size: u64) -> Duration {
+        self.opts.timeout_base + Duration::from_secs(size / self.opts.min_rate.max(1))
+    }
+
+    /// Runs blocking wipe code on the blocking pool with the size-scaled timeout, logging
+    /// progress every 10 seconds and posting an event every 5 minutes for long wipes.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        size: u64,
+        path: &Path,
+        f: impl FnOnce() -> Result<T, WipeError> + Send + 'static,
+    ) -> Result<T, WipeError> {
+        let timeout = self.timeout(size);
+        let started = Instant::now();
+        let mut handle = tokio::task::spawn_blocking(f);
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        tick.tick().await;
+        let mut ticks = 0u64;
+        let mut timed_out = false;
+        loop {
+            tokio::select! {
+                joined = &mut handle => {
+                    return match joined {
+                        Ok(Ok(v)) => Ok(v),
+                        Ok(Err(_)) if timed_out => Err(WipeError::TimedOut { path: path.to_path_buf(), after: timeout }),
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => Err(WipeError::Failed(format!("wipe task failed: {e}"))),
+                    };
+                }
+                _ = tick.tick() => {
+                    ticks += 1;
+                    let done = self.progress.load(Ordering::Relaxed);
+                    let pct = if size > 0 && done > 0 {
+                        format!(" ({}%)", done.saturating_mul(100) / size)
+                    } else {
+                        String::new()
+                    };
+                    let elapsed_s = started.elapsed().as_secs();
+                    info!(pv = %self.pv.name, path = %path.display(), elapsed_s, "still wiping{pct}");
+                    if ticks.is_multiple_of(30) {
+                        let note = format!("Still wiping {} after {elapsed_s}s{pct}", path.display());
+                        self.cluster.event(&pv_reference(&self.pv.name), false, "VolumeWipeProgress", "Wipe", note).await;
+                    }
+                    if started.elapsed() >= timeout && !timed_out {
+                        timed_out = true;
+                        self.cancel.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn builtin(m: BlockCleanMethod) -> BlockMethod {
+    match m {
+        BlockCleanMethod::Quick => BlockMethod::Quick,
+        BlockCleanMethod::Discard => BlockMethod::Discard,
+        BlockCleanMethod::Zero => BlockMethod::Zero,
+    }
+}

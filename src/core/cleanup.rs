@@ -1,0 +1,187 @@
+//! The cleanup planner: decides, from the PV objects alone, which volumes must be wiped, which
+//! PVs need our finalizer, and which cleanup requests to refuse. The PV object (its phase, its
+//! deletion timestamp and our finalizer) is the durable record, so after any crash the same
+//! decisions come out again and an interrupted wipe is simply done again.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use super::naming::{ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, CLEANUP_REQUESTED, FINALIZER_WIPE};
+use super::pv::local_path;
+
+/// What the cleanup planner needs to know about one of our PVs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PvState {
+    /// PV name.
+    pub name: String,
+    /// PV UID: wipes and deletions are tied to this very object, never to a successor.
+    pub uid: String,
+    /// For preconditions on withdrawal.
+    pub resource_version: String,
+    /// `status.phase`.
+    pub phase: String,
+    /// `spec.persistentVolumeReclaimPolicy`.
+    pub reclaim_policy: String,
+    /// A deletion timestamp is set.
+    pub deleting: bool,
+    /// Our finalizer is present.
+    pub has_finalizer: bool,
+    /// A claim was bound to it at some point (claimRef set).
+    pub claimed: bool,
+    /// An administrator asked for a wipe.
+    pub cleanup_requested: bool,
+    /// Result recorded for an earlier cleanup request.
+    pub cleanup_result: Option<String>,
+    /// `spec.local.path`.
+    pub host_path: String,
+    /// `spec.storageClassName`.
+    pub class: String,
+    /// Recorded volume identity, absent on PVs upstream made.
+    pub identity: Option<String>,
+}
+
+impl PvState {
+    /// Extracts the fields the planner looks at.
+    pub fn from_pv(pv: &PersistentVolume) -> Self {
+        let meta = &pv.metadata;
+        let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
+        let spec = pv.spec.as_ref();
+        PvState {
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            phase: pv.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
+            reclaim_policy: spec.and_then(|s| s.persistent_volume_reclaim_policy.clone()).unwrap_or_default(),
+            deleting: meta.deletion_timestamp.is_some(),
+            has_finalizer: meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == FINALIZER_WIPE)),
+            claimed: spec.is_some_and(|s| s.claim_ref.is_some()),
+            cleanup_requested: ann(ANN_CLEANUP).as_deref() == Some(CLEANUP_REQUESTED),
+            cleanup_result: ann(ANN_CLEANUP_RESULT),
+            host_path: local_path(pv).unwrap_or_default().to_string(),
+            class: spec.and_then(|s| s.storage_class_name.clone()).unwrap_or_default(),
+            identity: ann(ANN_VOLUME_IDENTITY),
+        }
+    }
+}
+
+/// What to do with the PV once its volume is wiped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterWipe {
+    /// Delete the PV (then drop our finalizer); discovery publishes the clean volume anew.
+    DeletePv,
+    /// The PV is already being deleted: drop our finalizer so it goes.
+    RemoveFinalizer,
+}
+
+/// Why a PV is left alone, reported once as a Warning event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Released with reclaim policy Recycle (upstream reason VolumeUnsupportedReclaimPolicy).
+    RecyclePolicy,
+    /// Released with a policy we do not know (upstream reason VolumeUnknownReclaimPolicy).
+    UnknownPolicy(String),
+    /// A cleanup was requested on a Bound PV: its data is in use.
+    Bound,
+}
+
+impl Refusal {
+    /// Event reason, upstream's where one exists.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::RecyclePolicy => "VolumeUnsupportedReclaimPolicy",
+            Refusal::UnknownPolicy(_) => "VolumeUnknownReclaimPolicy",
+            Refusal::Bound => "VolumeCleanupRefused",
+        }
+    }
+
+    /// Whether the refusal answers an administrator's request and is recorded on the PV.
+    pub fn answers_request(&self) -> bool {
+        matches!(self, Refusal::Bound)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::RecyclePolicy => write!(f, "Volume has unsupported PersistentVolumeReclaimPolicy: Recycle"),
+            Refusal::UnknownPolicy(p) => write!(f, "Volume has unrecognized PersistentVolumeReclaimPolicy {p:?}"),
+            Refusal::Bound => write!(f, "refused: the PV is Bound to a claim; delete the claim first"),
+        }
+    }
+}
+
+/// One cleanup step for the executors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CleanupAction {
+    /// Put our finalizer on a PV that lacks it (made by upstream or an older version).
+    AddFinalizer { name: String },
+    /// Wipe the PV's volume, then finish as `after` says.
+    Wipe { pv: PvState, after: AfterWipe },
+    /// Delete an Available PV whose cleanup was requested, only if unchanged since we saw it,
+    /// so it cannot get bound during the wipe; the finalizer keeps it until the wipe is done.
+    Withdraw { name: String, resource_version: String },
+    /// A PV deleted by hand that never had a claim: nothing to wipe, let it go.
+    ReleaseFinalizer { name: String, uid: String },
+    /// Leave the PV alone and say why.
+    Refuse { name: String, refusal: Refusal },
+}
+
+/// Plans cleanup for our PVs. `busy` holds the UIDs with a wipe running or backing off after a
+/// failure; they get no action. Sorted by PV name.
+pub fn plan_cleanup(pvs: &[PvState], busy: &BTreeSet<String>) -> Vec<CleanupAction> {
+    let mut sorted: Vec<&PvState> = pvs.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut actions = Vec::new();
+    for pv in sorted {
+        if busy.contains(&pv.uid) {
+            continue;
+        }
+        if let Some(action) = plan_one(pv) {
+            actions.push(action);
+        }
+    }
+    actions
+}
+
+fn plan_one(pv: &PvState) -> Option<CleanupAction> {
+    let wipe = |after| Some(CleanupAction::Wipe { pv: pv.clone(), after });
+    let refuse = |refusal| Some(CleanupAction::Refuse { name: pv.name.clone(), refusal });
+    if pv.deleting {
+        if !pv.has_finalizer {
+            return None; // Not held by us; it is going away.
+        }
+        return match pv.phase.as_str() {
+            // Still in use by a pod: kubernetes' own pv-protection keeps it; wipe after release.
+            "Bound" => None,
+            _ if pv.claimed || pv.cleanup_requested => wipe(AfterWipe::RemoveFinalizer),
+            _ => Some(CleanupAction::ReleaseFinalizer { name: pv.name.clone(), uid: pv.uid.clone() }),
+        };
+    }
+    if !pv.has_finalizer {
+        return Some(CleanupAction::AddFinalizer { name: pv.name.clone() });
+    }
+    match pv.phase.as_str() {
+        "Released" | "Failed" if pv.cleanup_requested => wipe(AfterWipe::DeletePv),
+        "Released" => match pv.reclaim_policy.as_str() {
+            "Delete" => wipe(AfterWipe::DeletePv),
+            "Retain" => None,
+            "Recycle" => refuse(Refusal::RecyclePolicy),
+            other => refuse(Refusal::UnknownPolicy(other.to_string())),
+        },
+        "Available" | "Pending" if pv.cleanup_requested && !pv.claimed => {
+            Some(CleanupAction::Withdraw { name: pv.name.clone(), resource_version: pv.resource_version.clone() })
+        }
+        "Bound" if pv.cleanup_requested => {
+            let refusal = Refusal::Bound;
+            // Recorded once; the annotation is the answer the administrator reads.
+            (pv.cleanup_result.as_deref() != Some(refusal.to_string().as_str())).then_some(())?;
+            refuse(refusal)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[path = "cleanup_tests.rs"]
+mod tests;

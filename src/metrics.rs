@@ -1,0 +1,166 @@
+//! Prometheus metrics. Upstream's metric names are kept so existing dashboards and alerts keep
+//! working after the image swap; ours are added under `local_static_provisioner_`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of upstream's delete metrics: `mode` (fs or block) and `type` (always "process":
+/// wipes run in the agent, never in Jobs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeleteLabels {
+    mode: String,
+    r#type: String,
+}
+
+/// Labels with only a volume mode.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    mode: String,
+}
+
+/// All metrics of the agent, cheap to clone and share between tasks.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    delete_total: Family<DeleteLabels, Counter>,
+    delete_failed_total: Family<DeleteLabels, Counter>,
+    delete_duration: Family<DeleteLabels, Histogram>,
+    wipe_bytes: Family<ModeLabels, Counter>,
+    discovery_total: Family<ModeLabels, Counter>,
+    pass_duration: Histogram,
+    config_valid: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let delete_total = Family::<DeleteLabels, Counter>::default();
+        let delete_failed_total = Family::<DeleteLabels, Counter>::default();
+        let delete_duration = Family::<DeleteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.1, 4.0, 10))
+        });
+        let wipe_bytes = Family::<ModeLabels, Counter>::default();
+        let discovery_total = Family::<ModeLabels, Counter>::default();
+        let pass_duration = Histogram::new(exponential_buckets(0.001, 4.0, 10));
+        let config_valid = Gauge::default();
+        registry.register(
+            "local_volume_provisioner_persistentvolume_delete",
+            "Volumes wiped and their PVs finished (upstream name)",
+            delete_total.clone(),
+        );
+        registry.register(
+            "local_volume_provisioner_persistentvolume_delete_failed",
+            "Wipes that failed or were refused (upstream name)",
+            delete_failed_total.clone(),
+        );
+        registry.register(
+            "local_volume_provisioner_persistentvolume_delete_duration_seconds",
+            "Duration of wipes (upstream name)",
+            delete_duration.clone(),
+        );
+        registry.register("local_static_provisioner_wipe_bytes", "Bytes wiped", wipe_bytes.clone());
+        registry.register(
+            "local_volume_provisioner_persistentvolume_discovery",
+            "PVs created by discovery (upstream name)",
+            discovery_total.clone(),
+        );
+        registry.register(
+            "local_static_provisioner_reconcile_duration_seconds",
+            "Duration of a reconcile pass (scan, plan, execute)",
+            pass_duration.clone(),
+        );
+        registry.register(
+            "local_static_provisioner_config_valid",
+            "1 when the configuration in use is the one on disk, 0 when the last change was refused",
+            config_valid.clone(),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                delete_total,
+                delete_failed_total,
+                delete_duration,
+                wipe_bytes,
+                discovery_total,
+                pass_duration,
+                config_valid,
+            }),
+        }
+    }
+
+    /// Records one finished wipe.
+    pub fn wipe_finished(&self, mode: &str, ok: bool, elapsed: Duration, bytes: u64) {
+        let labels = DeleteLabels { mode: mode.to_string(), r#type: "process".into() };
+        if ok {
+            self.inner.delete_total.get_or_create(&labels).inc();
+            self.inner.wipe_bytes.get_or_create(&ModeLabels { mode: mode.to_string() }).inc_by(bytes);
+        } else {
+            self.inner.delete_failed_total.get_or_create(&labels).inc();
+        }
+        self.inner.delete_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one PV created by discovery.
+    pub fn pv_created(&self, mode: &str) {
+        self.inner.discovery_total.get_or_create(&ModeLabels { mode: mode.to_string() }).inc();
+    }
+
+    /// Records the duration of one reconcile pass.
+    pub fn pass_done(&self, elapsed: Duration) {
+        self.inner.pass_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records whether the configuration on disk is the one in use.
+    pub fn set_config_valid(&self, valid: bool) {
+        self.inner.config_valid.set(i64::from(valid));
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_names_are_exposed() {
+        let m = Metrics::new();
+        m.wipe_finished("fs", true, Duration::from_millis(300), 4096);
+        m.wipe_finished("block", false, Duration::from_secs(2), 0);
+        m.pv_created("fs");
+        let text = m.encode();
+        for line in [
+            "local_volume_provisioner_persistentvolume_delete_total{mode=\"fs\",type=\"process\"} 1",
+            "local_volume_provisioner_persistentvolume_delete_failed_total{mode=\"block\",type=\"process\"} 1",
+            "local_static_provisioner_wipe_bytes_total{mode=\"fs\"} 4096",
+            "local_volume_provisioner_persistentvolume_discovery_total{mode=\"fs\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+        assert!(text.contains("local_volume_provisioner_persistentvolume_delete_duration_seconds_bucket"));
+    }
+}

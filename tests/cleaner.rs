@@ -1,0 +1,389 @@
+//! The cleaner against real mounts, loop devices and the real control plane, with the agent
+//! under the RBAC from deploy/: released volumes are wiped and published again, a used volume
+//! is never published unwiped (crash, manual deletion), nothing outside a volume is touched,
+//! and refusals keep every byte. Needs root.
+
+mod support;
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use local_static_provisioner::core::naming::pv_name;
+use support::{
+    AgentProcess, ControlPlane, LoopDevice, binary, mount_tmpfs, require_root, run, wait_until, write_config,
+};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn entries(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(usize::MAX)
+}
+
+/// Waits until a PV named `name` with a UID other than `old_uid` is Available, checking on
+/// every look that while any successor exists the volume at `volume` is empty: a used volume
+/// is never offered unwiped.
+fn wait_recycled(cp: &ControlPlane, name: &str, old_uid: &str, volume: Option<&Path>) -> String {
+    wait_until(&format!("{name} wiped and Available again"), WAIT, || {
+        let (uid, phase) = cp.pv_state(name)?;
+        if uid == old_uid {
+            return None;
+        }
+        if let Some(v) = volume {
+            assert_eq!(entries(v), 0, "{name} was published again while {} still had data", v.display());
+        }
+        (phase == "Available").then_some(uid)
+    })
+}
+
+fn cleanup_cli(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
+    Command::new(binary()).arg("cleanup").args(args).arg("--kubeconfig").arg(&cp.kubeconfig).output().unwrap()
+}
+
+#[test]
+fn released_filesystem_volume_is_wiped_and_published_again() {
+    if !require_root("released_filesystem_volume_is_wiped_and_published_again") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-fs-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-fs", "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let fs_dir = tmp.path().join("fs");
+    let vol = fs_dir.join("vol1");
+    let _m = mount_tmpfs(&vol, 64);
+    std::fs::set_permissions(&vol, std::fs::Permissions::from_mode(0o751)).unwrap();
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(outside.join("keepdir")).unwrap();
+    std::fs::write(outside.join("keep.txt"), b"keep me").unwrap();
+    std::fs::write(outside.join("keepdir/inner.txt"), b"me too").unwrap();
+
+    let config = tmp.path().join("config");
+    let class_map = format!("clean-fs:\n  hostDir: {d}\n  mountDir: {d}\n", d = fs_dir.display());
+    write_config(&config, &[("storageClassMap", &class_map)]);
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+
+    let name = pv_name("vol1", node, "clean-fs");
+    let first_uid = wait_until("PV published", WAIT, || cp.pv_state(&name).map(|(uid, _)| uid));
+    let pv = cp.get_json(&["pv", &name]).unwrap();
+    let finalizers = pv["metadata"]["finalizers"].as_array().unwrap();
+    assert!(finalizers.contains(&serde_json::json!("local-static-provisioner.io/wipe")), "{finalizers:?}");
+    assert!(
+        pv["metadata"]["annotations"]["local-static-provisioner.io/volume-identity"]
+            .as_str()
+            .unwrap()
+            .starts_with("fs:")
+    );
+    assert_eq!(cp.bind_claim("clean-fs-claim", "clean-fs", false), name);
+
+    // What a pod would leave behind: deep trees, odd names, read-only files, symlinks out.
+    let mut deep = vol.join("deep");
+    for i in 0..200 {
+        deep = deep.join(format!("d{i}"));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("bottom"), b"x").unwrap();
+    std::fs::write(vol.join(OsStr::from_bytes(b"not-utf8-\xff\xfe")), b"x").unwrap();
+    std::fs::write(vol.join("new\nline"), b"x").unwrap();
+    let ro = vol.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::write(ro.join("file"), b"x").unwrap();
+    std::fs::set_permissions(ro.join("file"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    symlink(outside.join("keep.txt"), vol.join("link-to-file")).unwrap();
+    symlink(outside.join("keepdir"), vol.join("link-to-dir")).unwrap();
+
+    cp.release_claim("clean-fs-claim");
+    wait_recycled(&cp, &name, &first_uid, Some(&vol));
+    assert_eq!(entries(&vol), 0, "volume must be empty");
+    assert_eq!(std::fs::metadata(&vol).unwrap().permissions().mode() & 0o7777, 0o751, "root mode kept");
+    assert_eq!(std::fs::read(outside.join("keep.txt")).unwrap(), b"keep me");
+    assert_eq!(std::fs::read(outside.join("keepdir/inner.txt")).unwrap(), b"me too");
+    wait_until("VolumeCleaned event", WAIT, || cp.has_event(&name, "VolumeCleaned", "wiped").then_some(()));
+    drop(agent);
+}
+
+#[test]
+fn block_volumes_are_wiped_by_builtin_quick_and_by_a_command() {
+    if !require_root("block_volumes_are_wiped_by_builtin_quick_and_by_a_command") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-blk-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-blk", "Delete");
+    cp.create_storage_class("clean-cmd", "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let (blk_dir, cmd_dir) = (tmp.path().join("blk"), tmp.path().join("cmd"));
+    std::fs::create_dir_all(&blk_dir).unwrap();
+    std::fs::create_dir_all(&cmd_dir).unwrap();
+
+    // disk1: a GPT with one partition holding ext4, plus ext4 on the whole device's start.
+    let disk1 = LoopDevice::new(&tmp.path().join("disk1.img"), 128);
+    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&disk1.device));
+    let gpt = "label: gpt\nstart=2048, size=100000, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4\n";
+    let mut sfdisk = Command::new("sfdisk")
+        .args(["--quiet", "--wipe", "never"])
+        .arg(&disk1.device)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut sfdisk.stdin.take().unwrap(), gpt.as_bytes()).unwrap();
+    assert!(sfdisk.wait().unwrap().success());
+    let probe = run(Command::new("blkid").arg("-p").arg(&disk1.device));
+    assert!(
+        String::from_utf8_lossy(&probe.stdout).contains("gpt")
+            || String::from_utf8_lossy(&probe.stdout).contains("ext4")
+    );
+    symlink(&disk1.device, blk_dir.join("disk1")).unwrap();
+
+    let disk2 = LoopDevice::new(&tmp.path().join("disk2.img"), 64);
+    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&disk2.device));
+    symlink(&disk2.device, cmd_dir.join("disk2")).unwrap();
+    let marker = tmp.path().join("marker");
+    let script = tmp.path().join("cleaner.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nset -e\necho \"cleaning $LOCAL_PV_BLKDEVICE\"\nprintf '%s' \"$LOCAL_PV_BLKDEVICE\" > {}\nwipefs -a \"$LOCAL_PV_BLKDEVICE\"\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let config = tmp.path().join("config");
+    let class_map = format!(
+        "clean-blk:\n  hostDir: {b}\n  mountDir: {b}\n  volumeMode: Block\nclean-cmd:\n  hostDir: {c}\n  mountDir: {c}\n  volumeMode: Block\n  blockCleanerCommand: [\"{s}\"]\n",
+        b = blk_dir.display(),
+        c = cmd_dir.display(),
+        s = script.display()
+    );
+    write_config(&config, &[("storageClassMap", &class_map)]);
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+
+    let (n1, n2) = (pv_name("disk1", node, "clean-blk"), pv_name("disk2", node, "clean-cmd"));
+    let u1 = wait_until("disk1 PV", WAIT, || cp.pv_state(&n1).map(|(u, _)| u));
+    let u2 = wait_until("disk2 PV", WAIT, || cp.pv_state(&n2).map(|(u, _)| u));
+    assert_eq!(cp.bind_claim("clean-blk-claim", "clean-blk", true), n1);
+    assert_eq!(cp.bind_claim("clean-cmd-claim", "clean-cmd", true), n2);
+    cp.release_claim("clean-blk-claim");
+    cp.release_claim("clean-cmd-claim");
+    wait_recycled(&cp, &n1, &u1, None);
+    wait_recycled(&cp, &n2, &u2, None);
+
+    let blkid = Command::new("blkid").arg("-p").arg(&disk1.device).output().unwrap();
+    assert_eq!(blkid.status.code(), Some(2), "blkid must find nothing: {}", String::from_utf8_lossy(&blkid.stdout));
+    let wipefs = run(Command::new("wipefs").arg(&disk1.device));
+    assert!(wipefs.stdout.is_empty(), "wipefs must find nothing: {}", String::from_utf8_lossy(&wipefs.stdout));
+    let marker_text = std::fs::read_to_string(&marker).unwrap_or_else(|e| panic!("marker: {e}\n{}", agent.log_text()));
+    assert_eq!(marker_text, cmd_dir.join("disk2").display().to_string());
+    assert!(agent.log_text().contains("cleaning"), "the command's output is logged");
+    drop(agent);
+}
+
+#[test]
+fn sigkill_during_a_wipe_resumes_and_never_offers_the_dirty_volume() {
+    if !require_root("sigkill_during_a_wipe_resumes_and_never_offers_the_dirty_volume") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-kill-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-kill", "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let fs_dir = tmp.path().join("fs");
+    let vol = fs_dir.join("big");
+    let _m = mount_tmpfs(&vol, 2048);
+    let config = tmp.path().join("config");
+    write_config(
+        &config,
+        &[("storageClassMap", &format!("clean-kill:\n  hostDir: {d}\n  mountDir: {d}\n", d = fs_dir.display()))],
+    );
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-1.log"));
+    let name = pv_name("big", node, "clean-kill");
+    let uid = wait_until("PV published", WAIT, || cp.pv_state(&name).map(|(u, _)| u));
+    assert_eq!(cp.bind_claim("clean-kill-claim", "clean-kill", false), name);
+    for d in 0..400 {
+        let dir = vol.join(format!("dir{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..1000 {
+            std::fs::write(dir.join(format!("f{f}")), b"").unwrap();
+        }
+    }
+    cp.release_claim("clean-kill-claim");
+    let started = Instant::now();
+    while !agent.log_text().contains("starting wipe") {
+        assert!(started.elapsed() < WAIT, "wipe never started:\n{}", agent.log_text());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(agent); // SIGKILL, mid-wipe.
+    let left = entries(&vol);
+    assert!(left > 0, "the wipe finished before the kill; the test needs a bigger tree");
+    let (still, phase) = cp.pv_state(&name).expect("the PV must survive the crash");
+    assert_eq!(still, uid, "the PV must not be deleted before its wipe completed");
+    assert_eq!(phase, "Released");
+
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-2.log"));
+    wait_recycled(&cp, &name, &uid, Some(&vol));
+    assert_eq!(entries(&vol), 0);
+    drop(agent);
+}
+
+#[test]
+fn a_hand_deleted_used_pv_is_wiped_before_it_returns() {
+    if !require_root("a_hand_deleted_used_pv_is_wiped_before_it_returns") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-manual-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-retain", "Retain");
+    let tmp = tempfile::tempdir().unwrap();
+    let fs_dir = tmp.path().join("fs");
+    let vol = fs_dir.join("vol");
+    let _m = mount_tmpfs(&vol, 16);
+    let config = tmp.path().join("config");
+    write_config(
+        &config,
+        &[("storageClassMap", &format!("clean-retain:\n  hostDir: {d}\n  mountDir: {d}\n", d = fs_dir.display()))],
+    );
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+    let name = pv_name("vol", node, "clean-retain");
+    let uid = wait_until("PV published", WAIT, || cp.pv_state(&name).map(|(u, _)| u));
+    cp.bind_claim("clean-manual-claim", "clean-retain", false);
+    std::fs::write(vol.join("secret"), b"tenant data").unwrap();
+    cp.release_claim("clean-manual-claim");
+    wait_until("Released", WAIT, || (cp.pv_state(&name)?.1 == "Released").then_some(()));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(std::fs::read(vol.join("secret")).unwrap(), b"tenant data", "Retain keeps the data");
+
+    cp.kubectl_ok(&["delete", "pv", &name, "--wait=false"]);
+    wait_recycled(&cp, &name, &uid, Some(&vol));
+    assert_eq!(entries(&vol), 0, "a used volume comes back only wiped");
+    drop(agent);
+}
+
+#[test]
+fn refusals_keep_every_byte_and_say_why() {
+    if !require_root("refusals_keep_every_byte_and_say_why") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-refuse-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-refuse", "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let fs_dir = tmp.path().join("fs");
+    let (nested, swapped, bound) = (fs_dir.join("nested"), fs_dir.join("swapped"), fs_dir.join("bound"));
+    let _m1 = mount_tmpfs(&nested, 16);
+    let _m2 = mount_tmpfs(&swapped, 16);
+    let _m3 = mount_tmpfs(&bound, 16);
+    let config = tmp.path().join("config");
+    write_config(
+        &config,
+        &[("storageClassMap", &format!("clean-refuse:\n  hostDir: {d}\n  mountDir: {d}\n", d = fs_dir.display()))],
+    );
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+    let names: Vec<String> = ["nested", "swapped", "bound"].iter().map(|e| pv_name(e, node, "clean-refuse")).collect();
+    for n in &names {
+        wait_until("PVs published", WAIT, || cp.pv_state(n));
+    }
+    let claims = ["refuse-nested", "refuse-swapped", "refuse-bound"];
+    let mut bound_to = Vec::new();
+    for c in claims {
+        bound_to.push(cp.bind_claim(c, "clean-refuse", false));
+    }
+    let path_of = |pv: &str| -> std::path::PathBuf {
+        let v = cp.get_json(&["pv", pv]).unwrap();
+        v["spec"]["local"]["path"].as_str().unwrap().into()
+    };
+    let (pv_nested, pv_swapped, pv_bound) = (&bound_to[0], &bound_to[1], &bound_to[2]);
+    let (p_nested, p_swapped, p_bound) = (path_of(pv_nested), path_of(pv_swapped), path_of(pv_bound));
+
+    // A nested mount inside one volume; a different disk swapped in at another's path.
+    std::fs::write(p_nested.join("data"), b"kept").unwrap();
+    let _inner = mount_tmpfs(&p_nested.join("inner"), 8);
+    std::fs::write(p_nested.join("inner/data"), b"inner kept").unwrap();
+    run(Command::new("umount").arg(&p_swapped));
+    let _other = mount_tmpfs(&p_swapped, 16);
+    std::fs::write(p_swapped.join("other-disk"), b"not yours").unwrap();
+    std::fs::write(p_bound.join("live"), b"in use").unwrap();
+
+    cp.release_claim(claims[0]);
+    cp.release_claim(claims[1]);
+    wait_until("nested mount refused", WAIT, || cp.has_event(pv_nested, "VolumeFailedDelete", "inner").then_some(()));
+    wait_until("swapped disk refused", WAIT, || {
+        cp.has_event(pv_swapped, "VolumeFailedDelete", "identity").then_some(())
+    });
+
+    // A cleanup request on a Bound PV is refused, visibly.
+    let out = cleanup_cli(&cp, &[pv_bound.as_str(), "--wait", "--timeout", "60s"]);
+    assert!(!out.status.success(), "a Bound PV must be refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Bound"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(cp.has_event(pv_bound, "VolumeCleanupRefused", "Bound"));
+
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(std::fs::read(p_nested.join("data")).unwrap(), b"kept");
+    assert_eq!(std::fs::read(p_nested.join("inner/data")).unwrap(), b"inner kept");
+    assert_eq!(std::fs::read(p_swapped.join("other-disk")).unwrap(), b"not yours");
+    assert_eq!(std::fs::read(p_bound.join("live")).unwrap(), b"in use");
+    for pv in [pv_nested, pv_swapped] {
+        assert_eq!(cp.pv_state(pv).unwrap().1, "Released", "{pv} stays Released");
+    }
+    assert_eq!(cp.pv_state(pv_bound).unwrap().1, "Bound");
+    drop(agent);
+}
+
+#[test]
+fn cleanup_requests_recycle_available_and_retained_volumes() {
+    if !require_root("cleanup_requests_recycle_available_and_retained_volumes") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-trigger-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-trigger", "Retain");
+    let tmp = tempfile::tempdir().unwrap();
+    let fs_dir = tmp.path().join("fs");
+    let (avail, kept) = (fs_dir.join("avail"), fs_dir.join("kept"));
+    let _m1 = mount_tmpfs(&avail, 16);
+    let _m2 = mount_tmpfs(&kept, 16);
+    let config = tmp.path().join("config");
+    write_config(
+        &config,
+        &[("storageClassMap", &format!("clean-trigger:\n  hostDir: {d}\n  mountDir: {d}\n", d = fs_dir.display()))],
+    );
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+    let (n_avail, n_kept) = (pv_name("avail", node, "clean-trigger"), pv_name("kept", node, "clean-trigger"));
+    let u_avail = wait_until("PV published", WAIT, || cp.pv_state(&n_avail).map(|(u, _)| u));
+    wait_until("PV published", WAIT, || cp.pv_state(&n_kept));
+
+    // Available: withdrawn, wiped, published again.
+    std::fs::write(avail.join("stale"), b"x").unwrap();
+    let out = cleanup_cli(&cp, &[n_avail.as_str(), "--wait", "--timeout", "90s"]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
+    assert_eq!(entries(&avail), 0);
+    assert_ne!(cp.pv_state(&n_avail).unwrap().0, u_avail);
+
+    // Released with Retain: kept until asked, then wiped.
+    let pv = cp.bind_claim("trigger-kept", "clean-trigger", false);
+    let u_kept = cp.pv_state(&pv).unwrap().0;
+    let kept_path = if pv == n_kept { &kept } else { &avail };
+    std::fs::write(kept_path.join("data"), b"x").unwrap();
+    cp.release_claim("trigger-kept");
+    wait_until("Released", WAIT, || (cp.pv_state(&pv)?.1 == "Released").then_some(()));
+    let out = cleanup_cli(&cp, &[pv.as_str(), "--wait", "--timeout", "90s"]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(entries(kept_path), 0);
+    assert_ne!(cp.pv_state(&pv).unwrap().0, u_kept);
+    drop(agent);
+}
