@@ -105,6 +105,13 @@ fn released_filesystem_volume_is_wiped_and_published_again() {
     assert_eq!(std::fs::read(outside.join("keep.txt")).unwrap(), b"keep me");
     assert_eq!(std::fs::read(outside.join("keepdir/inner.txt")).unwrap(), b"me too");
     wait_until("VolumeCleaned event", WAIT, || cp.has_event(&name, "VolumeCleaned", "wiped").then_some(()));
+    let metrics = agent.admin_get("/metrics");
+    assert!(
+        metrics.contains("local_volume_provisioner_persistentvolume_delete_total{mode=\"fs\",type=\"process\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("local_static_provisioner_wipe_bytes_total{mode=\"fs\"}"), "{metrics}");
+    assert!(agent.admin_get("/readyz").starts_with("HTTP/1.1 200"));
     drop(agent);
 }
 

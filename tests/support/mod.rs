@@ -296,6 +296,21 @@ impl AgentProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// GETs a path from the agent's admin server (its address is read from the log).
+    pub fn admin_get(&self, path: &str) -> String {
+        use std::io::Read;
+        let addr = wait_until("the admin server address in the log", Duration::from_secs(30), || {
+            let log = self.log_text();
+            let line = log.lines().find(|l| l.contains("admin server listening"))?;
+            Some(line.split("address=").nth(1)?.split_whitespace().next()?.to_string())
+        });
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        stream.read_to_string(&mut out).unwrap();
+        out
+    }
+
     /// Stops the agent with SIGTERM (graceful) and waits for it.
     pub fn stop(mut self) -> String {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
