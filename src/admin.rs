@@ -14,16 +14,18 @@ use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 
-/// Readiness shared between the agent and the server: `None` when ready, else the reason.
+/// Readiness shared between the agent and the server: `None` when ready, else the reason; and
+/// details worth knowing while ready (a refused config change, for example).
 #[derive(Clone, Default)]
 pub struct Readiness {
     not_ready: Arc<Mutex<Option<String>>>,
+    detail: Arc<Mutex<Option<String>>>,
 }
 
 impl Readiness {
     /// Starts not ready, with a reason.
     pub fn new(reason: &str) -> Self {
-        Readiness { not_ready: Arc::new(Mutex::new(Some(reason.to_string()))) }
+        Readiness { not_ready: Arc::new(Mutex::new(Some(reason.to_string()))), detail: Arc::default() }
     }
 
     /// Sets the state: `None` for ready, or why not.
@@ -31,6 +33,17 @@ impl Readiness {
         if let Ok(mut g) = self.not_ready.lock() {
             *g = reason;
         }
+    }
+
+    /// Sets or clears the detail shown in a ready answer.
+    pub fn set_detail(&self, detail: Option<String>) {
+        if let Ok(mut g) = self.detail.lock() {
+            *g = detail;
+        }
+    }
+
+    fn detail(&self) -> Option<String> {
+        self.detail.lock().ok().and_then(|g| g.clone())
     }
 
     fn get(&self) -> Option<String> {
@@ -101,7 +114,10 @@ fn respond(path: &str, metrics_path: &str, metrics: &Metrics, readiness: &Readin
         match path {
             "/healthz" => (StatusCode::OK, "ok\n".to_string(), "text/plain"),
             "/readyz" | "/ready" => match readiness.get() {
-                None => (StatusCode::OK, "ok\n".to_string(), "text/plain"),
+                None => match readiness.detail() {
+                    None => (StatusCode::OK, "ok\n".to_string(), "text/plain"),
+                    Some(detail) => (StatusCode::OK, format!("ok; {detail}\n"), "text/plain"),
+                },
                 Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n"), "text/plain"),
             },
             _ => (StatusCode::NOT_FOUND, "not found\n".to_string(), "text/plain"),
@@ -133,6 +149,11 @@ mod tests {
         assert_eq!(respond("/readyz", "/metrics", &m, &r).status(), StatusCode::SERVICE_UNAVAILABLE);
         r.set(None);
         assert_eq!(respond("/ready", "/metrics", &m, &r).status(), StatusCode::OK);
+        r.set_detail(Some("config: last change refused".into()));
+        let resp = respond("/readyz", "/metrics", &m, &r);
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = format!("{:?}", resp.body());
+        assert!(body.contains("last change refused"), "{body}");
         assert_eq!(respond("/healthz", "/metrics", &m, &r).status(), StatusCode::OK);
         assert_eq!(respond("/metrics", "/metrics", &m, &r).status(), StatusCode::OK);
         assert_eq!(respond("/other", "/metrics", &m, &r).status(), StatusCode::NOT_FOUND);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
@@ -17,17 +17,22 @@ use tracing::{debug, error, info, warn};
 use crate::admin::{Readiness, parse_listen_address, serve};
 use crate::api::{ApiError, ClientOptions, Cluster, Created, node_reference, pv_reference};
 use crate::cleaner::{Cleaner, CleanerOptions, target_for};
-use crate::config::{ConfigError, LoadedConfig, ProvisionerConfig, load_dir};
+use crate::config::{LoadedConfig, ProvisionerConfig, load_dir};
 use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
 use crate::core::desired::{class_policy, desired_pvs};
-use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, FINALIZER_WIPE};
+use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, FINALIZER_WIPE};
 use crate::core::naming::{LABEL_NODE, node_label_value, provisioner_name};
 use crate::core::planner::{
     Action, DesiredPv, ExistingPv, Identity, ObservedPv, classify_existing, plan, plan_adoption,
 };
+use crate::core::presence::{PresenceAction, plan_presence};
 use crate::core::pv::{ClassPolicy, NodeInfo, PvContext};
+use crate::core::settle::Settler;
 use crate::discovery::{self, Scan};
 use crate::host::identity::volume_identity;
+use crate::host::identity::volume_present;
+use crate::host::mountinfo::MountTable;
+use crate::host::watch::{DirWatcher, watch_mounts};
 use crate::metrics::Metrics;
 
 /// Settings of `run`.
@@ -39,8 +44,10 @@ pub struct AgentOptions {
     pub node_name: String,
     /// API connection settings.
     pub client: ClientOptions,
-    /// Time between discovery passes when nothing else triggers one.
-    pub discovery_period: Duration,
+    /// Safety-net resync period; `None` uses the config's minResyncPeriod (with jitter).
+    pub discovery_period: Option<Duration>,
+    /// How long a new or vanished volume must stay so before the agent acts on it.
+    pub settle: Duration,
     /// PV creations in flight at once.
     pub create_concurrency: usize,
     /// Wipe limits.
@@ -54,9 +61,6 @@ pub struct AgentOptions {
 /// Why the agent stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// The configuration could not be used at start-up.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
     /// The API could not be used.
     #[error(transparent)]
     Api(#[from] ApiError),
@@ -70,27 +74,32 @@ pub enum AgentError {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
-    let LoadedConfig { config, warnings } = load_dir(&opts.config_dir)?;
-    for w in &warnings {
-        warn!(config_dir = %opts.config_dir.display(), "{w}");
-    }
-    info!(classes = config.storage_class_map.len(), config_dir = %opts.config_dir.display(), "configuration loaded");
-
     let metrics = Metrics::new();
-    metrics.set_config_valid(true);
     let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
+    // An invalid config at start-up does not stop the agent: it publishes nothing, says so in
+    // readiness, and picks up the config as soon as it is fixed.
+    let (config, config_problem) = match load_dir(&opts.config_dir) {
+        Ok(LoadedConfig { config, warnings }) => {
+            for w in &warnings {
+                warn!(config_dir = %opts.config_dir.display(), "{w}");
+            }
+            info!(classes = config.storage_class_map.len(), config_dir = %opts.config_dir.display(), "configuration loaded");
+            (Some(config), None)
+        }
+        Err(e) => {
+            error!(error = %e, "configuration invalid; nothing is published until it is fixed");
+            (None, Some(e.to_string()))
+        }
+    };
+    metrics.set_config_valid(config_problem.is_none());
     let addr = parse_listen_address(&opts.listen_address)?;
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
 
     let cluster = Cluster::connect(&opts.client, &opts.node_name).await?;
     let node = wait_for_node(&cluster, &opts.node_name).await?;
     let node_info = node_info(&node)?;
-    let identity = Identity {
-        node: node_info.name.clone(),
-        provisioner: provisioner_name(&node_info.name, &node_info.uid, config.use_node_name_only),
-        node_label: node_label_value(&node_info.name),
-        use_node_name_only: config.use_node_name_only,
-    };
+    let use_node_name_only = config.as_ref().is_some_and(|c| c.use_node_name_only);
+    let identity = identity_for(&node_info, use_node_name_only);
     info!(node = %identity.node, provisioner = %identity.provisioner, "agent starting");
 
     let changed = Arc::new(Notify::new());
@@ -118,13 +127,31 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         .await
         .map_err(|e| AgentError::Node { node: identity.node.clone(), message: e.to_string() })?;
 
-    readiness.set(None);
+    if let Err(e) = watch_mounts(changed.clone()) {
+        warn!(error = %e, "mount events unavailable; new mounts are found by the periodic resync");
+    }
+    let dir_watcher = match DirWatcher::new(changed.clone()) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            warn!(error = %e, "directory events unavailable; relying on mount events and resync");
+            None
+        }
+    };
     let (cleaner, mut wipes_done) = Cleaner::new(cluster.clone(), opts.cleaner.clone(), metrics.clone());
     let mut agent = Agent {
         cleaner,
         metrics,
         cluster,
-        config,
+        config: config.clone().unwrap_or_default(),
+        has_config: config.is_some(),
+        config_problem,
+        config_dir: opts.config_dir.clone(),
+        dir_watcher,
+        readiness,
+        settle: opts.settle,
+        new_volumes: Settler::default(),
+        vanished: Settler::default(),
+        next_settle: None,
         node,
         node_info,
         identity,
@@ -135,20 +162,24 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         foreign: BTreeMap::new(),
         reported: BTreeSet::new(),
     };
-    let mut ticker = tokio::time::interval(opts.discovery_period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut shutdown = std::pin::pin!(shutdown_signal());
+    let mut resync_at = tokio::time::Instant::now();
     loop {
-        let retry = agent.cleaner.next_retry().map(tokio::time::Instant::from_std);
+        let wake = [agent.cleaner.next_retry(), agent.next_settle].into_iter().flatten().min();
+        let wake = wake.map(tokio::time::Instant::from_std);
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = ticker.tick() => {}
+            _ = tokio::time::sleep_until(resync_at) => {
+                let period = opts.discovery_period.unwrap_or(agent.config.min_resync_period);
+                resync_at = tokio::time::Instant::now() + jittered(period, opts.discovery_period.is_none());
+                debug!(next_in_s = (resync_at - tokio::time::Instant::now()).as_secs(), "periodic resync");
+            }
             _ = changed.notified() => {
                 // Let a burst of watch events settle into one pass.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Some(outcome) = wipes_done.recv() => agent.cleaner.finished(&outcome),
-            _ = sleep_until_opt(retry) => {}
+            _ = sleep_until_opt(wake) => {}
         }
         agent.reconcile().await;
     }
@@ -166,6 +197,26 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     Ok(())
 }
 
+/// Upstream's resync spread: a random time in [period, 2*period) so nodes do not resync in
+/// step; exactly `period` when the operator set it explicitly.
+fn jittered(period: Duration, jitter: bool) -> Duration {
+    if !jitter {
+        return period;
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    period + period.mul_f64((random % 10_000) as f64 / 10_000.0)
+}
+
+fn identity_for(node: &NodeInfo, use_node_name_only: bool) -> Identity {
+    Identity {
+        node: node.name.clone(),
+        provisioner: provisioner_name(&node.name, &node.uid, use_node_name_only),
+        node_label: node_label_value(&node.name),
+        use_node_name_only,
+    }
+}
+
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -177,7 +228,22 @@ struct Agent {
     cleaner: Cleaner,
     metrics: Metrics,
     cluster: Cluster,
+    /// The configuration in use: the last valid one read.
     config: ProvisionerConfig,
+    /// Whether any valid configuration has been read yet.
+    has_config: bool,
+    /// Why the configuration on disk is not the one in use, if it is not.
+    config_problem: Option<String>,
+    config_dir: PathBuf,
+    dir_watcher: Option<DirWatcher>,
+    readiness: Readiness,
+    settle: Duration,
+    /// Since when each found volume (path and identity) has been seen.
+    new_volumes: Settler,
+    /// Since when each PV's volume has been missing.
+    vanished: Settler,
+    /// When the next volume settles, so the loop wakes up for it.
+    next_settle: Option<Instant>,
     node: Node,
     node_info: NodeInfo,
     identity: Identity,
@@ -193,7 +259,12 @@ struct Agent {
 
 impl Agent {
     async fn reconcile(&mut self) {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
+        self.reload_config().await;
+        self.watch_dirs();
+        if !self.has_config {
+            return;
+        }
         if !self.adopted {
             self.adopted = self.adopt().await;
         }
@@ -204,6 +275,12 @@ impl Agent {
             Err(e) => return error!(error = %e, "discovery task failed"),
         };
         self.report_skips(&scan);
+        let mut scan = scan;
+        // A new volume is published once it has stayed (same disk at the same path) for the
+        // settle window; its capacity is read in that later pass.
+        let keys = scan.volumes.iter().map(|v| format!("{}\n{}", v.host_path, v.identity));
+        let (settled, next_new) = self.new_volumes.observe(keys, Instant::now(), self.settle);
+        scan.volumes.retain(|v| settled.contains(&format!("{}\n{}", v.host_path, v.identity)));
         let policies = self.class_policies();
         let ctx =
             PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
@@ -216,7 +293,10 @@ impl Agent {
         let actions = plan(&self.identity, &desired, &observed, &self.foreign);
         let planned = actions.len();
         self.execute(actions, &desired).await;
-        self.clean().await;
+        let (missing, next_missing) = self.missing_volumes().await;
+        self.next_settle = [next_new, next_missing].into_iter().flatten().min();
+        self.follow_presence(&missing).await;
+        self.clean(&missing).await;
         debug!(
             desired = desired.len(),
             observed = observed.len(),
@@ -277,8 +357,9 @@ impl Agent {
         self.cluster.patch_pv_metadata(&name, rv, labels, annotations, Some(&finalizers)).await
     }
 
-    /// Plans and starts cleanup for this node's PVs (see core::cleanup).
-    async fn clean(&mut self) {
+    /// Plans and starts cleanup for this node's PVs (see core::cleanup). Volumes that are
+    /// missing are not wiped until they are back.
+    async fn clean(&mut self, missing: &BTreeSet<String>) {
         let pvs = self.pv_store.state();
         let states: Vec<PvState> = pvs
             .iter()
@@ -296,6 +377,10 @@ impl Agent {
                         Ok(()) => info!(pv = %name, "added our wipe finalizer"),
                         Err(e) => warn!(pv = %name, error = %e, "adding our finalizer failed; will retry"),
                     }
+                }
+                CleanupAction::Wipe { pv, .. } if missing.contains(&pv.uid) => {
+                    let note = format!("volume of PV {} is missing; it will be wiped when it is back", pv.name);
+                    self.report_pv_problem(&pv.name, "VolumeMissing", note).await;
                 }
                 CleanupAction::Wipe { pv, after } => {
                     match target_for(&pv, self.config.storage_class_map.get(&pv.class)) {
@@ -411,6 +496,141 @@ impl Agent {
                 Err(e) => error!(pv = %name, path = %path, error = %e, "creating PV failed; will retry"),
             }
         }
+    }
+
+    /// Reads the config directory and applies a valid new config at once. An invalid one is
+    /// refused with every problem listed (log, Warning event, metric, readiness detail) and the
+    /// last good config stays in use. New settings apply to new PVs; existing PVs are not
+    /// changed.
+    async fn reload_config(&mut self) {
+        match load_dir(&self.config_dir) {
+            Ok(LoadedConfig { config, warnings }) => {
+                if !self.has_config || config != self.config {
+                    for w in &warnings {
+                        warn!(config_dir = %self.config_dir.display(), "{w}");
+                    }
+                    if self.has_config {
+                        info!(classes = config.storage_class_map.len(), "configuration reloaded");
+                        let note = format!("configuration reloaded: {} classes", config.storage_class_map.len());
+                        self.cluster.event(&node_reference(&self.node), false, "ConfigReloaded", "Reload", note).await;
+                    }
+                    self.identity = identity_for(&self.node_info, config.use_node_name_only);
+                    self.config = config;
+                    self.has_config = true;
+                }
+                if self.config_problem.take().is_some() {
+                    info!("configuration valid again");
+                }
+                self.metrics.set_config_valid(true);
+                self.readiness.set(None);
+                self.readiness.set_detail(None);
+            }
+            Err(e) => {
+                let problem = e.to_string();
+                if self.config_problem.as_deref() != Some(problem.as_str()) {
+                    error!(error = %problem, "configuration change refused; the last valid configuration stays in use");
+                    let note = format!("configuration change refused, last valid configuration kept: {problem}");
+                    self.cluster.event(&node_reference(&self.node), true, "ConfigInvalid", "Reload", note).await;
+                    self.config_problem = Some(problem.clone());
+                }
+                self.metrics.set_config_valid(false);
+                if self.has_config {
+                    self.readiness.set_detail(Some(format!("config: last change refused: {problem}")));
+                } else {
+                    self.readiness.set(Some(format!("no valid configuration: {problem}")));
+                }
+            }
+        }
+    }
+
+    /// inotify on the config directory and every class's discovery directory.
+    fn watch_dirs(&mut self) {
+        let Some(watcher) = self.dir_watcher.as_mut() else { return };
+        let mut dirs = BTreeSet::from([self.config_dir.clone()]);
+        dirs.extend(self.config.storage_class_map.values().map(|c| PathBuf::from(&c.mount_dir)));
+        for e in watcher.watch_exactly(&dirs) {
+            let key = format!("watch/{e}");
+            if self.reported.insert(key) {
+                warn!(error = %e, "cannot watch directory; changes there are found by mount events and resync");
+            }
+        }
+    }
+
+    /// UIDs of this node's PVs whose volume has been gone for the settle window, and when the
+    /// next one would be. Only PVs of configured classes are checked: a removed class's PVs
+    /// are left alone.
+    async fn missing_volumes(&mut self) -> (BTreeSet<String>, Option<Instant>) {
+        let states = self.own_states();
+        let mut checks = Vec::new();
+        for pv in states.iter().filter(|pv| !pv.deleting) {
+            if let Ok(target) = target_for(pv, self.config.storage_class_map.get(&pv.class)) {
+                checks.push((pv.uid.clone(), target.path, pv.identity.clone()));
+            }
+        }
+        let absent = tokio::task::spawn_blocking(move || {
+            let Ok(mounts) = MountTable::read() else { return Vec::new() };
+            checks
+                .into_iter()
+                .filter(|(_, path, identity)| !volume_present(path, identity.as_deref(), &mounts))
+                .map(|(uid, _, _)| uid)
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        self.vanished.observe(absent, Instant::now(), self.settle)
+    }
+
+    /// Withdraws unbound PVs whose volume vanished, flags bound ones, unflags returned ones.
+    async fn follow_presence(&mut self, missing: &BTreeSet<String>) {
+        let states = self.own_states();
+        for action in plan_presence(&states, missing) {
+            match action {
+                PresenceAction::Withdraw { name, uid, resource_version } => {
+                    match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
+                        Ok(()) => {
+                            info!(pv = %name, "volume vanished; unbound PV withdrawn");
+                            let note =
+                                format!("volume of PV {name} is gone from the node; the unbound PV is withdrawn");
+                            self.cluster.event(&pv_reference(&name), false, "VolumeWithdrawn", "Discover", note).await;
+                        }
+                        Err(e) => warn!(pv = %name, error = %e, "withdrawing PV failed (bound meanwhile?); will retry"),
+                    }
+                }
+                PresenceAction::Flag { name } => {
+                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                    let ann = serde_json::json!({ ANN_VOLUME_MISSING: now });
+                    match self.cluster.patch_pv_metadata(&name, None, serde_json::json!({}), ann, None).await {
+                        Ok(()) => {
+                            warn!(pv = %name, "volume of a bound or released PV is missing; PV kept and flagged");
+                            let note = format!("the volume of PV {name} is missing from the node; the PV is kept");
+                            self.cluster.event(&pv_reference(&name), true, "VolumeMissing", "Discover", note).await;
+                        }
+                        Err(e) => warn!(pv = %name, error = %e, "flagging PV failed; will retry"),
+                    }
+                }
+                PresenceAction::Unflag { name } => {
+                    let ann = serde_json::json!({ ANN_VOLUME_MISSING: null });
+                    match self.cluster.patch_pv_metadata(&name, None, serde_json::json!({}), ann, None).await {
+                        Ok(()) => {
+                            info!(pv = %name, "volume is back");
+                            let note = format!("the volume of PV {name} is back");
+                            self.cluster.event(&pv_reference(&name), false, "VolumeBack", "Discover", note).await;
+                        }
+                        Err(e) => warn!(pv = %name, error = %e, "unflagging PV failed; will retry"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Cleanup/presence view of this node's PVs.
+    fn own_states(&self) -> Vec<PvState> {
+        self.pv_store
+            .state()
+            .iter()
+            .filter(|pv| self.identity.owns(&ObservedPv::from_pv(pv)))
+            .map(|pv| PvState::from_pv(pv))
+            .collect()
     }
 
     fn report_skips(&mut self, scan: &Scan) {

@@ -74,9 +74,13 @@ struct RunArgs {
     /// PV creations in flight at once.
     #[arg(long, env = "CREATE_CONCURRENCY", default_value_t = 16)]
     create_concurrency: usize,
-    /// Time between discovery passes when no watch event triggers one (Go duration, e.g. 10s).
-    #[arg(long, env = "DISCOVERY_PERIOD", default_value = "10s", value_parser = parse_duration)]
-    discovery_period: Duration,
+    /// Safety-net full resync period (Go duration). Discovery is event-driven (mount-table and
+    /// inotify events); by default the resync runs every minResyncPeriod to 2x that, like upstream.
+    #[arg(long, env = "DISCOVERY_PERIOD", value_parser = parse_duration)]
+    discovery_period: Option<Duration>,
+    /// How long a new mount (or a vanished one) must stay so before the agent acts (Go duration).
+    #[arg(long, env = "SETTLE", default_value = "500ms", value_parser = parse_settle)]
+    settle: Duration,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "LOG_JSON")]
     log_json: bool,
@@ -146,6 +150,10 @@ struct DiscoverArgs {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = crate::config::duration::parse_go_duration(s)?;
     if d.is_zero() { Err("must be greater than zero".into()) } else { Ok(d) }
+}
+
+fn parse_settle(s: &str) -> Result<Duration, String> {
+    crate::config::duration::parse_go_duration(s)
 }
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
@@ -290,6 +298,7 @@ fn run_agent(args: RunArgs) -> ExitCode {
         node_name: args.node_name,
         client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
         discovery_period: args.discovery_period,
+        settle: args.settle,
         create_concurrency: args.create_concurrency,
         cleaner: CleanerOptions {
             concurrency: args.wipe_concurrency,

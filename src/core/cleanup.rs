@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use super::naming::{ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, CLEANUP_REQUESTED, FINALIZER_WIPE};
+use super::naming::{
+    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, CLEANUP_REQUESTED, FINALIZER_WIPE,
+};
 use super::pv::local_path;
 
 /// What the cleanup planner needs to know about one of our PVs.
@@ -39,6 +41,8 @@ pub struct PvState {
     pub class: String,
     /// Recorded volume identity, absent on PVs upstream made.
     pub identity: Option<String>,
+    /// Our volume-missing annotation is set.
+    pub flagged_missing: bool,
 }
 
 impl PvState {
@@ -61,6 +65,7 @@ impl PvState {
             host_path: local_path(pv).unwrap_or_default().to_string(),
             class: spec.and_then(|s| s.storage_class_name.clone()).unwrap_or_default(),
             identity: ann(ANN_VOLUME_IDENTITY),
+            flagged_missing: ann(ANN_VOLUME_MISSING).is_some(),
         }
     }
 }

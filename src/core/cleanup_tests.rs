@@ -28,6 +28,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         host_path: format!("/mnt/disks/{name}"),
         class: "local".to_string(),
         identity: Some(format!("id-{name}")),
+        flagged_missing: false,
     }
 }
 
@@ -742,6 +743,7 @@ fn from_pv_extracts_every_field() {
             host_path: "/mnt/fast-disks/ssd0".to_string(),
             class: "fast-disks".to_string(),
             identity: Some("wwn-0x5000c500a1b2c3d4".to_string()),
+            flagged_missing: false,
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

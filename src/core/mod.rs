@@ -7,4 +7,6 @@ pub mod desired;
 pub mod naming;
 pub mod pattern;
 pub mod planner;
+pub mod presence;
 pub mod pv;
+pub mod settle;

@@ -21,6 +21,9 @@ pub const ANN_CLEANUP: &str = "local-static-provisioner.io/cleanup";
 pub const CLEANUP_REQUESTED: &str = "requested";
 /// The outcome of a cleanup request that did not end in a recycled PV (refused and why).
 pub const ANN_CLEANUP_RESULT: &str = "local-static-provisioner.io/cleanup-result";
+/// Set on a Bound or Released PV whose volume has disappeared from the node (the time it was
+/// noticed); removed when the volume is back.
+pub const ANN_VOLUME_MISSING: &str = "local-static-provisioner.io/volume-missing";
 /// Prefix of upstream's provisioner name.
 pub const PROVISIONER_PREFIX: &str = "local-volume-provisioner-";
 

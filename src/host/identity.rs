@@ -6,6 +6,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use super::HostError;
+use super::mountinfo::MountTable;
+use super::volume::{EntryKind, entry_kind};
 
 /// Fingerprint of the volume at `path` (symlinks followed).
 ///
@@ -24,6 +26,17 @@ pub fn volume_identity(path: &Path) -> Result<String, HostError> {
     let fsid = format!("{:?}", st.filesystem_id());
     let fsid: String = fsid.chars().filter(|c| c.is_ascii_digit() || *c == ',' || *c == '-').collect();
     Ok(format!("fs:fsid={fsid};ino={}", meta.ino()))
+}
+
+/// Whether the volume recorded as `recorded` is still at `path`: a mounted directory or a
+/// block device, with the same identity when one was recorded. Any error counts as absent.
+pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> bool {
+    let here = match entry_kind(path) {
+        Ok(EntryKind::Directory) => std::fs::canonicalize(path).is_ok_and(|p| mounts.is_mount_point(&p)),
+        Ok(EntryKind::BlockDevice) => true,
+        _ => false,
+    };
+    here && recorded.is_none_or(|r| volume_identity(path).is_ok_and(|found| found == r))
 }
 
 fn block_identity(path: &Path, rdev: u64) -> String {

@@ -4,6 +4,7 @@
 pub mod identity;
 pub mod mountinfo;
 pub mod volume;
+pub mod watch;
 pub mod wipe_block;
 pub mod wipe_fs;
 

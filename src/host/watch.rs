@@ -1,0 +1,120 @@
+//! Change notifications from the host, so discovery reacts in milliseconds instead of polling:
+//! the kernel's mount-table event (POLLPRI on /proc/self/mountinfo, which works inside a
+//! container with HostToContainer propagation) and inotify on the discovery and config
+//! directories. Both only say "something changed"; the next pass finds out what.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::Notify;
+use tracing::warn;
+
+use super::HostError;
+use super::mountinfo::MOUNTINFO;
+
+/// Starts a thread that signals `changed` on every mount or unmount in this namespace. The
+/// thread sleeps in poll(2): an idle agent uses no CPU for it.
+pub fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
+    let file = File::open(MOUNTINFO).map_err(|e| HostError::io("open", MOUNTINFO, e))?;
+    std::thread::Builder::new()
+        .name("mount-watch".into())
+        .spawn(move || {
+            loop {
+                let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLPRI)];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) => changed.notify_one(),
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => {
+                        warn!(error = %e, "polling the mount table failed; relying on the periodic resync");
+                        std::thread::sleep(Duration::from_secs(5));
+                    }
+                }
+            }
+        })
+        .map_err(|e| HostError::io("spawn mount watcher for", MOUNTINFO, e))?;
+    Ok(())
+}
+
+/// inotify watches on a set of directories (non-recursive), adjusted when the config changes.
+pub struct DirWatcher {
+    watcher: notify::RecommendedWatcher,
+    watched: BTreeSet<PathBuf>,
+}
+
+impl DirWatcher {
+    /// A watcher that signals `changed` on any event in a watched directory.
+    pub fn new(changed: Arc<Notify>) -> Result<Self, HostError> {
+        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+            Ok(_) => changed.notify_one(),
+            Err(e) => warn!(error = %e, "directory watch error"),
+        })
+        .map_err(|e| HostError::io("create inotify watcher for", "discovery directories", std::io::Error::other(e)))?;
+        Ok(DirWatcher { watcher, watched: BTreeSet::new() })
+    }
+
+    /// Watches exactly `dirs` from now on. Returns the directories that could not be watched
+    /// (missing ones, for example); they are retried on the next call.
+    pub fn watch_exactly(&mut self, dirs: &BTreeSet<PathBuf>) -> Vec<HostError> {
+        let mut errors = Vec::new();
+        for gone in self.watched.difference(dirs).cloned().collect::<Vec<_>>() {
+            let _ = self.watcher.unwatch(&gone);
+            self.watched.remove(&gone);
+        }
+        for dir in dirs {
+            if self.watched.contains(dir) {
+                continue;
+            }
+            match self.watcher.watch(dir, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    self.watched.insert(dir.clone());
+                }
+                Err(e) => errors.push(HostError::io("watch", dir.clone(), std::io::Error::other(e))),
+            }
+        }
+        errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_changes_are_signalled() {
+        let tmp = tempfile::tempdir().unwrap();
+        let changed = Arc::new(Notify::new());
+        let mut w = DirWatcher::new(changed.clone()).unwrap();
+        let errors = w.watch_exactly(&BTreeSet::from([tmp.path().to_path_buf(), tmp.path().join("missing")]));
+        assert_eq!(errors.len(), 1, "the missing directory is reported");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            std::fs::create_dir(tmp.path().join("new")).unwrap();
+            tokio::time::timeout(Duration::from_secs(5), changed.notified()).await.expect("inotify event");
+        });
+    }
+
+    #[test]
+    fn mount_changes_are_signalled() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED mount_changes_are_signalled: needs root (mounts)");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let changed = Arc::new(Notify::new());
+        watch_mounts(changed.clone()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let status = std::process::Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(tmp.path()).status();
+            assert!(status.unwrap().success());
+            let got = tokio::time::timeout(Duration::from_secs(5), changed.notified()).await;
+            let _ = std::process::Command::new("umount").arg(tmp.path()).status();
+            got.expect("mount event");
+        });
+    }
+}
