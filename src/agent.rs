@@ -521,9 +521,9 @@ impl Agent {
                 if self.config_problem.take().is_some() {
                     info!("configuration valid again");
                 }
-                self.metrics.set_config_valid(true);
                 self.readiness.set(None);
                 self.readiness.set_detail(None);
+                self.metrics.set_config_valid(true);
             }
             Err(e) => {
                 let problem = e.to_string();

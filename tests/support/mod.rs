@@ -100,20 +100,28 @@ impl Drop for LoopDevice {
     }
 }
 
-/// Writes a config directory in kubelet's ConfigMap layout (`..data` symlink and key links).
+/// Writes a config directory the way kubelet updates a mounted ConfigMap: the keys go into a
+/// new hidden data directory, then the `..data` symlink is swapped atomically (rename), and
+/// each key is a symlink through `..data`. Readers never see a half-written config.
 pub fn write_config(dir: &Path, keys: &[(&str, &str)]) {
-    let data = dir.join("..2026_11_23_00_00_00.000000001");
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static GENERATION: AtomicUsize = AtomicUsize::new(0);
+    std::fs::create_dir_all(dir).unwrap();
+    let data_name = format!("..2026_11_23_00_00_00.{:09}", GENERATION.fetch_add(1, Ordering::Relaxed));
+    let data = dir.join(&data_name);
     std::fs::create_dir_all(&data).unwrap();
     for (key, value) in keys {
         std::fs::write(data.join(key), value).unwrap();
     }
-    let link = dir.join("..data");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(data.file_name().unwrap(), &link).unwrap();
+    let tmp_link = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp_link);
+    std::os::unix::fs::symlink(&data_name, &tmp_link).unwrap();
+    std::fs::rename(&tmp_link, dir.join("..data")).unwrap();
     for (key, _) in keys {
         let key_link = dir.join(key);
-        let _ = std::fs::remove_file(&key_link);
-        std::os::unix::fs::symlink(Path::new("..data").join(key), key_link).unwrap();
+        if std::fs::symlink_metadata(&key_link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(key), key_link).unwrap();
+        }
     }
 }
 
@@ -276,10 +284,18 @@ pub struct AgentProcess {
 }
 
 impl AgentProcess {
+    /// Starts the agent with a 1 s resync, so tests do not depend on events alone.
     pub fn start(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path) -> Self {
+        Self::start_with(config_dir, node, kubeconfig, log, &["--discovery-period", "1s"])
+    }
+
+    /// Starts the agent with extra flags (none: event-driven with the config's resync).
+    pub fn start_with(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path, extra: &[&str]) -> Self {
         let log_file = std::fs::File::create(log).unwrap();
         let child = Command::new(binary())
-            .args(["run", "--discovery-period", "1s", "--listen-address", "127.0.0.1:0", "--node-name", node])
+            .arg("run")
+            .args(extra)
+            .args(["--listen-address", "127.0.0.1:0", "--node-name", node])
             .arg("--config-dir")
             .arg(config_dir)
             .arg("--kubeconfig")
