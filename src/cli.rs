@@ -79,7 +79,7 @@ struct RunArgs {
     #[arg(long, env = "DISCOVERY_PERIOD", value_parser = parse_duration)]
     discovery_period: Option<Duration>,
     /// How long a new mount (or a vanished one) must stay so before the agent acts (Go duration).
-    #[arg(long, env = "SETTLE", default_value = "500ms", value_parser = parse_settle)]
+    #[arg(long, env = "SETTLE", default_value = "200ms", value_parser = parse_settle)]
     settle: Duration,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "LOG_JSON")]

@@ -51,6 +51,8 @@ impl DirWatcher {
     /// A watcher that signals `changed` on any event in a watched directory.
     pub fn new(changed: Arc<Notify>) -> Result<Self, HostError> {
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+            // Opening and reading (which every pass does) must not trigger the next pass.
+            Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => {}
             Ok(_) => changed.notify_one(),
             Err(e) => warn!(error = %e, "directory watch error"),
         })
@@ -94,6 +96,17 @@ mod tests {
         assert_eq!(errors.len(), 1, "the missing directory is reported");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
+            std::fs::write(tmp.path().join("existing"), b"x").unwrap();
+            tokio::time::timeout(Duration::from_secs(5), changed.notified()).await.expect("inotify event");
+            // Reading a directory or a file is not a change: no notification, or every pass
+            // (which reads them) would trigger the next one.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let drained = tokio::time::timeout(Duration::from_millis(50), changed.notified()).await;
+            let _ = drained;
+            let _ = std::fs::read_dir(tmp.path()).unwrap().count();
+            let _ = std::fs::read(tmp.path().join("existing")).unwrap();
+            let spurious = tokio::time::timeout(Duration::from_millis(500), changed.notified()).await;
+            assert!(spurious.is_err(), "reading must not count as a change");
             std::fs::create_dir(tmp.path().join("new")).unwrap();
             tokio::time::timeout(Duration::from_secs(5), changed.notified()).await.expect("inotify event");
         });
