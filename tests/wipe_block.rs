@@ -1,12 +1,16 @@
 //! Built-in block wipes against real loop devices (root only: skipped with a message
 //! otherwise), and the external cleaner command runner (runs as any user).
 
+mod support;
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
+
+use support::{Mount, require_root, run};
 
 use local_static_provisioner::host::wipe_block::{
     BlockMethod, BlockWipeError, BlockWipeReport, run_cleaner_command, wipe_block,
@@ -15,59 +19,20 @@ use local_static_provisioner::host::wipe_block::{
 const MIB: u64 = 1024 * 1024;
 const DEVICE_SIZE: u64 = 256 * MIB;
 
-/// True when the test may use loop devices; prints why the test is skipped otherwise.
-fn require_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIPPED {test}: needs root (loop devices)");
-    false
-}
-
-/// Runs a command and panics with its output when it fails.
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A 256 MiB loop device backed by a sparse file in its own temp dir, detached when dropped.
+/// A loop device of DEVICE_SIZE backed by a sparse file in its own temp dir (the shared
+/// fixture detaches it when dropped, before the temp dir goes).
 struct LoopDevice {
     device: PathBuf,
+    _lo: support::LoopDevice,
+    #[allow(dead_code)]
     dir: tempfile::TempDir,
 }
 
 impl LoopDevice {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let backing = dir.path().join("disk.img");
-        run(Command::new("truncate").arg("-s").arg(DEVICE_SIZE.to_string()).arg(&backing));
-        let out = run(Command::new("losetup").args(["--find", "--show"]).arg(&backing));
-        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        LoopDevice { device, dir }
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-    }
-}
-
-/// A mount made by a test, unmounted when dropped (before its loop device is detached).
-struct Mount {
-    path: PathBuf,
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.path).status();
+        let lo = support::LoopDevice::new(&dir.path().join("disk.img"), DEVICE_SIZE / (1024 * 1024));
+        LoopDevice { device: lo.device.clone(), _lo: lo, dir }
     }
 }
 
