@@ -146,17 +146,6 @@ impl Cluster {
         }
     }
 
-    /// Adds one label to a PV (merge patch: nothing else changes).
-    pub async fn label_pv(&self, name: &str, key: &str, value: &str) -> Result<(), ApiError> {
-        let patch = serde_json::json!({ "metadata": { "labels": { key: value } } });
-        self.throttle().await;
-        self.pvs()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
-            .map_err(ApiError::request("label pv", name))
-    }
-
     /// Reads one PV; None when it does not exist.
     pub async fn get_pv(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
         self.throttle().await;
