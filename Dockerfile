@@ -1,11 +1,25 @@
-# Multi-stage build of the single static-ish binary; the runtime image holds nothing else.
-# Built from the locked dependencies (Cargo.lock) so the image is reproducible.
+# Reproducible multi-stage build from the locked dependencies (Cargo.lock).
+#   docker build -t local-static-provisioner .                 # minimal image: the binary only
+#   docker build -t local-static-provisioner:full --target full .   # + shell, util-linux and
+#                                                               #   upstream's /scripts, for
+#                                                               #   external blockCleanerCommands
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 RUN cargo build --release --locked && strip target/release/local-static-provisioner
 
+# Variant for clusters whose ConfigMap points blockCleanerCommand at upstream's scripts.
+FROM debian:bookworm-slim AS full
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends util-linux coreutils e2fsprogs \
+ && rm -rf /var/lib/apt/lists/*
+COPY deploy/scripts/ /scripts/
+COPY --from=build /src/target/release/local-static-provisioner /usr/local/bin/local-static-provisioner
+ENTRYPOINT ["/usr/local/bin/local-static-provisioner"]
+CMD ["run"]
+
+# Default: nothing but the binary (all built-in wipes need no shell or external tool).
 FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
 COPY --from=build /src/target/release/local-static-provisioner /usr/local/bin/local-static-provisioner
 # The DaemonSet runs it privileged as root to read mounts and block devices.

@@ -253,6 +253,20 @@ impl ControlPlane {
         path
     }
 
+    /// A kubeconfig for this cluster that authenticates with `token`.
+    pub fn token_kubeconfig(&self, dir: &Path, name: &str, token: &str) -> PathBuf {
+        use base64::Engine;
+        let ca = std::fs::read(self.dir.join("pki/ca.crt")).unwrap();
+        let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+        let path = dir.join(format!("{name}.kubeconfig"));
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: local, cluster: {{server: {}, certificate-authority-data: {ca}}}}}]\nusers: [{{name: u, user: {{token: {token}}}}}]\ncontexts: [{{name: local, context: {{cluster: local, user: u}}}}]\ncurrent-context: local\n",
+            self.api_url
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     /// PVs whose spec.local.path starts with `prefix` (tests use unique temp dirs).
     pub fn pvs_under(&self, prefix: &str) -> Vec<Value> {
         let list = self.get_json(&["pv"]).unwrap();
