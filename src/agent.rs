@@ -274,6 +274,7 @@ impl Agent {
             Ok(Err(e)) => return error!(error = %e, "discovery failed"),
             Err(e) => return error!(error = %e, "discovery task failed"),
         };
+        let discovery_time = started.elapsed();
         self.report_skips(&scan);
         let mut scan = scan;
         // A new volume is published once it has stayed (same disk at the same path) for the
@@ -304,7 +305,12 @@ impl Agent {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "pass done"
         );
-        self.metrics.pass_done(started.elapsed());
+        let mut by_phase = BTreeMap::new();
+        for pv in self.own_states() {
+            *by_phase.entry(pv.phase).or_insert(0) += 1;
+        }
+        self.metrics.set_volumes(&by_phase);
+        self.metrics.pass_done(started.elapsed(), discovery_time);
     }
 
     /// Labels the PVs upstream (or an older version) made for this node. Returns whether the
@@ -473,7 +479,9 @@ impl Agent {
                 Ok(Created::Created) => {
                     info!(pv = %name, path = %path, "created PV");
                     let mode = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()).unwrap_or("Filesystem");
-                    self.metrics.pv_created(if mode == "Block" { "block" } else { "fs" });
+                    let capacity =
+                        desired.iter().find(|d| d.name == name && d.host_path == path).map_or(0, |d| d.capacity_bytes);
+                    self.metrics.pv_created(if mode == "Block" { "block" } else { "fs" }, capacity);
                 }
                 Ok(Created::AlreadyExists(existing)) => {
                     let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == path) else { continue };

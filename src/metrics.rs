@@ -39,7 +39,16 @@ struct Inner {
     wipe_bytes: Family<ModeLabels, Counter>,
     discovery_total: Family<ModeLabels, Counter>,
     pass_duration: Histogram,
+    discovery_duration: Family<ModeLabels, Histogram>,
+    capacity_bytes: Family<ModeLabels, Histogram>,
+    volumes: Family<StateLabels, Gauge>,
     config_valid: Gauge,
+}
+
+/// PVs of this node by phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
 }
 
 impl Default for Metrics {
@@ -61,6 +70,24 @@ impl Metrics {
         let discovery_total = Family::<ModeLabels, Counter>::default();
         let pass_duration = Histogram::new(exponential_buckets(0.001, 4.0, 10));
         let config_valid = Gauge::default();
+        let discovery_duration = Family::<ModeLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 4.0, 10))
+        });
+        let capacity_bytes = Family::<ModeLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(1024.0 * 1024.0, 4.0, 12))
+        });
+        let volumes = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "local_volume_provisioner_persistentvolume_discovery_duration_seconds",
+            "Duration of a discovery pass (upstream name; mode is always \"all\" here: one pass covers every class)",
+            discovery_duration.clone(),
+        );
+        registry.register(
+            "local_volume_provisioner_persistentvolume_capacity_bytes",
+            "Capacity of the PVs created (upstream name)",
+            capacity_bytes.clone(),
+        );
+        registry.register("local_static_provisioner_volumes", "This node's PVs by phase", volumes.clone());
         registry.register(
             "local_volume_provisioner_persistentvolume_delete",
             "Volumes wiped and their PVs finished (upstream name)",
@@ -101,6 +128,9 @@ impl Metrics {
                 wipe_bytes,
                 discovery_total,
                 pass_duration,
+                discovery_duration,
+                capacity_bytes,
+                volumes,
                 config_valid,
             }),
         }
@@ -119,13 +149,25 @@ impl Metrics {
     }
 
     /// Records one PV created by discovery.
-    pub fn pv_created(&self, mode: &str) {
-        self.inner.discovery_total.get_or_create(&ModeLabels { mode: mode.to_string() }).inc();
+    pub fn pv_created(&self, mode: &str, capacity_bytes: u64) {
+        let labels = ModeLabels { mode: mode.to_string() };
+        self.inner.discovery_total.get_or_create(&labels).inc();
+        self.inner.capacity_bytes.get_or_create(&labels).observe(capacity_bytes as f64);
     }
 
-    /// Records the duration of one reconcile pass.
-    pub fn pass_done(&self, elapsed: Duration) {
+    /// Records the duration of one reconcile pass and of its discovery part.
+    pub fn pass_done(&self, elapsed: Duration, discovery: Duration) {
         self.inner.pass_duration.observe(elapsed.as_secs_f64());
+        let labels = ModeLabels { mode: "all".into() };
+        self.inner.discovery_duration.get_or_create(&labels).observe(discovery.as_secs_f64());
+    }
+
+    /// Sets the number of this node's PVs per phase (phases not listed drop to zero).
+    pub fn set_volumes(&self, by_phase: &std::collections::BTreeMap<String, i64>) {
+        for phase in ["Available", "Bound", "Released", "Failed", "Pending"] {
+            let n = by_phase.get(phase).copied().unwrap_or(0);
+            self.inner.volumes.get_or_create(&StateLabels { state: phase.to_string() }).set(n);
+        }
     }
 
     /// Records whether the configuration on disk is the one in use.
@@ -151,13 +193,19 @@ mod tests {
         let m = Metrics::new();
         m.wipe_finished("fs", true, Duration::from_millis(300), 4096);
         m.wipe_finished("block", false, Duration::from_secs(2), 0);
-        m.pv_created("fs");
+        m.pv_created("fs", 10 * 1024 * 1024 * 1024);
+        m.set_volumes(&std::collections::BTreeMap::from([("Bound".to_string(), 3)]));
+        m.pass_done(Duration::from_millis(20), Duration::from_millis(5));
         let text = m.encode();
         for line in [
             "local_volume_provisioner_persistentvolume_delete_total{mode=\"fs\",type=\"process\"} 1",
             "local_volume_provisioner_persistentvolume_delete_failed_total{mode=\"block\",type=\"process\"} 1",
             "local_static_provisioner_wipe_bytes_total{mode=\"fs\"} 4096",
             "local_volume_provisioner_persistentvolume_discovery_total{mode=\"fs\"} 1",
+            "local_static_provisioner_volumes{state=\"Bound\"} 3",
+            "local_static_provisioner_volumes{state=\"Available\"} 0",
+            "local_volume_provisioner_persistentvolume_capacity_bytes_count{mode=\"fs\"} 1",
+            "local_volume_provisioner_persistentvolume_discovery_duration_seconds_count{mode=\"all\"} 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }

@@ -12,7 +12,8 @@ const NS: &str = "vap-test";
 const SA: &str = "vap-agent";
 
 fn pv_yaml(name: &str, label_node: Option<&str>, provisioned_by: &str) -> String {
-    let labels = label_node.map(|n| format!("  labels: {{local-static-provisioner.io/node: {n}}}\n")).unwrap_or_default();
+    let labels =
+        label_node.map(|n| format!("  labels: {{local-static-provisioner.io/node: {n}}}\n")).unwrap_or_default();
     format!(
         "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\n{labels}  annotations: {{pv.kubernetes.io/provisioned-by: {provisioned_by}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  storageClassName: vap-sc\n  local: {{path: /mnt/{name}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [x]}}]\n"
     )
@@ -53,13 +54,26 @@ fn agents_may_only_touch_their_own_nodes_pvs() {
     // The shipped policy, bound to this test's ServiceAccount instead of the real one.
     let policy = std::fs::read_to_string(repo_root().join("deploy/base/admission-policy.yaml"))
         .unwrap()
-        .replace("system:serviceaccount:local-static-provisioner:local-static-provisioner", &format!("system:serviceaccount:{NS}:{SA}"))
+        .replace(
+            "system:serviceaccount:local-static-provisioner:local-static-provisioner",
+            &format!("system:serviceaccount:{NS}:{SA}"),
+        )
         .replace("name: local-static-provisioner-node-scope", "name: vap-test-node-scope")
         .replace("policyName: local-static-provisioner-node-scope", "policyName: vap-test-node-scope");
     cp.apply(&policy);
 
     let tmp = tempfile::tempdir().unwrap();
-    let bound = cp.kubectl_ok(&["create", "token", SA, "-n", NS, "--bound-object-kind", "Pod", "--bound-object-name", "agent-a"]);
+    let bound = cp.kubectl_ok(&[
+        "create",
+        "token",
+        SA,
+        "-n",
+        NS,
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        "agent-a",
+    ]);
     let agent_a = cp.token_kubeconfig(tmp.path(), "agent-a", bound.trim());
     let unbound = cp.kubectl_ok(&["create", "token", SA, "-n", NS]);
     let no_node = cp.token_kubeconfig(tmp.path(), "no-node", unbound.trim());
@@ -70,7 +84,11 @@ fn agents_may_only_touch_their_own_nodes_pvs() {
         let out = as_agent(&cp, &agent_a, &["create", "-f", "-"], Some(&b_label));
         (!out.status.success()).then_some(())
     });
-    assert_denied(&as_agent(&cp, &agent_a, &["create", "-f", "-"], Some(&b_label)), "creating a PV of node B", "may only change");
+    assert_denied(
+        &as_agent(&cp, &agent_a, &["create", "-f", "-"], Some(&b_label)),
+        "creating a PV of node B",
+        "may only change",
+    );
     let own = pv_yaml("vap-a-own", Some(node_a), &format!("local-volume-provisioner-{node_a}-{uid_a}"));
     assert_allowed(&as_agent(&cp, &agent_a, &["create", "-f", "-"], Some(&own)), "creating a PV of node A");
 
@@ -98,7 +116,11 @@ fn agents_may_only_touch_their_own_nodes_pvs() {
     );
 
     // Its own PV can be deleted; a token without a node name can do nothing.
-    assert_denied(&as_agent(&cp, &no_node, &["delete", "pv", "vap-a-own"], None), "a token without node", "no node name");
+    assert_denied(
+        &as_agent(&cp, &no_node, &["delete", "pv", "vap-a-own"], None),
+        "a token without node",
+        "no node name",
+    );
     assert_allowed(&as_agent(&cp, &agent_a, &["delete", "pv", "vap-a-own", "--wait=false"], None), "deleting A's PV");
     cp.kubectl_ok(&["delete", "pv", "vap-b", "vap-upstream-a", "vap-upstream-b", "--wait=false"]);
     cp.kubectl_ok(&["delete", "validatingadmissionpolicybinding", "vap-test-node-scope"]);

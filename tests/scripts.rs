@@ -27,6 +27,11 @@ async fn shipped_scripts_leave_no_signatures() {
             .await
             .unwrap_or_else(|e| panic!("{script}: {e}"));
         let blkid = Command::new("blkid").arg("-p").arg(&lo.device).output().unwrap();
-        assert_eq!(blkid.status.code(), Some(2), "{script}: blkid still finds {}", String::from_utf8_lossy(&blkid.stdout));
+        assert_eq!(
+            blkid.status.code(),
+            Some(2),
+            "{script}: blkid still finds {}",
+            String::from_utf8_lossy(&blkid.stdout)
+        );
     }
 }

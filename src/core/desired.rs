@@ -42,7 +42,7 @@ pub fn desired_pvs(
         };
         let name = pv_name(&v.entry, &ctx.node.name, &v.class);
         let pv = ctx.build(&name, class_cfg, policy, v);
-        desired.push(DesiredPv { name, host_path: v.host_path.clone(), pv });
+        desired.push(DesiredPv { name, host_path: v.host_path.clone(), pv, capacity_bytes: v.capacity_bytes });
     }
     let problems = problems.into_iter().map(|(class, message)| ClassProblem { class, message }).collect();
     (desired, problems)

@@ -18,6 +18,8 @@ pub struct DesiredPv {
     pub host_path: String,
     /// The full object to create.
     pub pv: PersistentVolume,
+    /// Rounded capacity in bytes (for metrics).
+    pub capacity_bytes: u64,
 }
 
 /// What the planner needs to know about an existing PV.

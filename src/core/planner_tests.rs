@@ -45,7 +45,12 @@ fn pv_object(name: &str, path: &str, provisioned_by: &str) -> PersistentVolume {
 }
 
 fn desired(name: &str, path: &str) -> DesiredPv {
-    DesiredPv { name: name.into(), host_path: path.into(), pv: pv_object(name, path, &me().provisioner) }
+    DesiredPv {
+        name: name.into(),
+        host_path: path.into(),
+        pv: pv_object(name, path, &me().provisioner),
+        capacity_bytes: 0,
+    }
 }
 
 /// A PV we (or upstream on this node) made, carrying our label.

@@ -97,7 +97,20 @@ launch etcd "$bin/etcd" --name default --data-dir "$dir/etcd" \
   --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
   --initial-cluster "default=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --log-level warn
 
+# Audit what the agent's ServiceAccount does (metadata only), so the suite can check that its
+# ClusterRole is both sufficient and minimal (check-rbac.py).
+cat > "$dir/audit-policy.yaml" <<AUDIT
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:local-static-provisioner:local-static-provisioner"]
+- level: None
+AUDIT
+
 launch kube-apiserver "$bin/kube-apiserver" \
+  --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/logs/audit.log" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
   --cert-dir "$dir/apiserver-certs" \

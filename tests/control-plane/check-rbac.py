@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Checks the agent's ClusterRole against what the agent really did during the test suite,
+from the API server's audit log: sufficient (the agent was never refused a request its role is
+meant to allow) and minimal (every granted verb was used). Prints a table; exits 1 on failure.
+
+usage: check-rbac.py AUDIT_LOG CLUSTERROLE_JSON
+"""
+import json
+import sys
+
+# Verbs granted on purpose although a test run may not exercise them: kube-rs patches an
+# Event (its series count) only when the same event repeats within minutes.
+MAY_BE_UNUSED = {("events.k8s.io", "events", "patch")}
+# Requests the suite makes with the agent's identity on purpose to prove RBAC is enforced.
+EXPECTED_DENIALS = {("", "nodes", "delete"), ("", "secrets", "get"), ("", "secrets", "list"),
+                    ("", "pods", "create"), ("storage.k8s.io", "storageclasses", "delete"),
+                    ("", "namespaces", "create")}
+
+log_path, role_path = sys.argv[1], sys.argv[2]
+role = json.load(open(role_path))
+granted = {(g, r, v) for rule in role["rules"] for g in rule.get("apiGroups", [""])
+           for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+used, denied = set(), set()
+for line in open(log_path):
+    ev = json.loads(line)
+    ref = ev.get("objectRef") or {}
+    key = (ref.get("apiGroup", ""), ref.get("resource", ""), ev["verb"])
+    code = (ev.get("responseStatus") or {}).get("code", 0)
+    (denied if code == 403 else used).add(key)
+
+unused = sorted(granted - used - MAY_BE_UNUSED)
+unexpected = sorted(d for d in denied - EXPECTED_DENIALS if d in granted or d[1] in {r for _, r, _ in granted})
+print(f"{'group':<16} {'resource':<20} {'verb':<8} used")
+for g, r, v in sorted(granted):
+    print(f"{g or 'core':<16} {r:<20} {v:<8} {'yes' if (g, r, v) in used else 'NO'}")
+ok = True
+if unused:
+    print(f"not minimal: granted but never used: {unused}")
+    ok = False
+if unexpected:
+    print(f"not sufficient: the agent was refused: {unexpected}")
+    ok = False
+print("rbac check: " + ("ok" if ok else "FAILED"))
+sys.exit(0 if ok else 1)
