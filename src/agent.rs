@@ -95,7 +95,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let addr = parse_listen_address(&opts.listen_address)?;
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
 
-    let cluster = Cluster::connect(&opts.client, &opts.node_name).await?;
+    let cluster = Cluster::connect(&opts.client, &opts.node_name).await?.with_metrics(metrics.clone());
     let node = wait_for_node(&cluster, &opts.node_name).await?;
     let node_info = node_info(&node)?;
     let use_node_name_only = config.as_ref().is_some_and(|c| c.use_node_name_only);

@@ -43,6 +43,15 @@ struct Inner {
     capacity_bytes: Family<ModeLabels, Histogram>,
     volumes: Family<StateLabels, Gauge>,
     config_valid: Gauge,
+    api_requests: Family<MethodLabels, Counter>,
+    api_requests_failed: Family<MethodLabels, Counter>,
+    api_duration: Family<MethodLabels, Histogram>,
+}
+
+/// Labels of upstream's API request metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: String,
 }
 
 /// PVs of this node by phase.
@@ -77,6 +86,26 @@ impl Metrics {
             Histogram::new(exponential_buckets(1024.0 * 1024.0, 4.0, 12))
         });
         let volumes = Family::<StateLabels, Gauge>::default();
+        let api_requests = Family::<MethodLabels, Counter>::default();
+        let api_requests_failed = Family::<MethodLabels, Counter>::default();
+        let api_duration = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 4.0, 10))
+        });
+        registry.register(
+            "local_volume_provisioner_apiserver_requests",
+            "API requests made by the agent, watches excluded (upstream name)",
+            api_requests.clone(),
+        );
+        registry.register(
+            "local_volume_provisioner_apiserver_requests_failed",
+            "API requests that failed (upstream name)",
+            api_requests_failed.clone(),
+        );
+        registry.register(
+            "local_volume_provisioner_apiserver_requests_duration_seconds",
+            "Duration of API requests (upstream name)",
+            api_duration.clone(),
+        );
         registry.register(
             "local_volume_provisioner_persistentvolume_discovery_duration_seconds",
             "Duration of a discovery pass (upstream name; mode is always \"all\" here: one pass covers every class)",
@@ -132,6 +161,9 @@ impl Metrics {
                 capacity_bytes,
                 volumes,
                 config_valid,
+                api_requests,
+                api_requests_failed,
+                api_duration,
             }),
         }
     }
@@ -170,6 +202,16 @@ impl Metrics {
         }
     }
 
+    /// Records one API request.
+    pub fn api_request(&self, method: &str, ok: bool, elapsed: Duration) {
+        let labels = MethodLabels { method: method.to_string() };
+        self.inner.api_requests.get_or_create(&labels).inc();
+        if !ok {
+            self.inner.api_requests_failed.get_or_create(&labels).inc();
+        }
+        self.inner.api_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+    }
+
     /// Records whether the configuration on disk is the one in use.
     pub fn set_config_valid(&self, valid: bool) {
         self.inner.config_valid.set(i64::from(valid));
@@ -196,6 +238,8 @@ mod tests {
         m.pv_created("fs", 10 * 1024 * 1024 * 1024);
         m.set_volumes(&std::collections::BTreeMap::from([("Bound".to_string(), 3)]));
         m.pass_done(Duration::from_millis(20), Duration::from_millis(5));
+        m.api_request("create", true, Duration::from_millis(3));
+        m.api_request("create", false, Duration::from_millis(3));
         let text = m.encode();
         for line in [
             "local_volume_provisioner_persistentvolume_delete_total{mode=\"fs\",type=\"process\"} 1",
@@ -203,6 +247,8 @@ mod tests {
             "local_static_provisioner_wipe_bytes_total{mode=\"fs\"} 4096",
             "local_volume_provisioner_persistentvolume_discovery_total{mode=\"fs\"} 1",
             "local_static_provisioner_volumes{state=\"Bound\"} 3",
+            "local_volume_provisioner_apiserver_requests_total{method=\"create\"} 2",
+            "local_volume_provisioner_apiserver_requests_failed_total{method=\"create\"} 1",
             "local_static_provisioner_volumes{state=\"Available\"} 0",
             "local_volume_provisioner_persistentvolume_capacity_bytes_count{mode=\"fs\"} 1",
             "local_volume_provisioner_persistentvolume_discovery_duration_seconds_count{mode=\"all\"} 1",

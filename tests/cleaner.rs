@@ -111,6 +111,8 @@ fn released_filesystem_volume_is_wiped_and_published_again() {
         "{metrics}"
     );
     assert!(metrics.contains("local_static_provisioner_wipe_bytes_total{mode=\"fs\"}"), "{metrics}");
+    assert!(metrics.contains("local_volume_provisioner_apiserver_requests_total{method=\"create\"}"), "{metrics}");
+    assert!(metrics.contains("local_static_provisioner_volumes{state=\"Available\"} 1"), "{metrics}");
     assert!(agent.admin_get("/readyz").starts_with("HTTP/1.1 200"));
     drop(agent);
 }

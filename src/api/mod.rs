@@ -71,6 +71,7 @@ pub struct Cluster {
     client: Client,
     limiter: Arc<DefaultDirectRateLimiter>,
     recorder: Recorder,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl Cluster {
@@ -98,11 +99,33 @@ impl Cluster {
         let reporter =
             Reporter { controller: "local-static-provisioner".into(), instance: Some(reporter_instance.into()) };
         let recorder = Recorder::new(client.clone(), reporter);
-        Ok(Cluster { client, limiter, recorder })
+        Ok(Cluster { client, limiter, recorder, metrics: None })
     }
 
     async fn throttle(&self) {
         self.limiter.until_ready().await;
+    }
+
+    /// Runs one request under the rate limit and records it in upstream's apiserver_requests
+    /// metrics (a 404 or 409 the caller handles still counts as a failed request, as upstream).
+    async fn call<T>(
+        &self,
+        method: &'static str,
+        request: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, kube::Error> {
+        self.throttle().await;
+        let started = std::time::Instant::now();
+        let result = request.await;
+        if let Some(m) = &self.metrics {
+            m.api_request(method, result.is_ok(), started.elapsed());
+        }
+        result
+    }
+
+    /// Records this cluster's requests in `metrics` from now on.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     fn pvs(&self) -> Api<PersistentVolume> {
@@ -111,8 +134,8 @@ impl Cluster {
 
     /// Reads this node's Node object (UID and labels go into every PV).
     pub async fn node(&self, name: &str) -> Result<Node, ApiError> {
-        self.throttle().await;
-        Api::<Node>::all(self.client.clone()).get(name).await.map_err(ApiError::request("get node", name))
+        let api = Api::<Node>::all(self.client.clone());
+        self.call("get", api.get(name)).await.map_err(ApiError::request("get node", name))
     }
 
     /// Every PV in the cluster, listed in pages; used once at start-up to adopt PVs that
@@ -121,8 +144,9 @@ impl Cluster {
         let mut out = Vec::new();
         let mut params = ListParams::default().limit(500);
         loop {
-            self.throttle().await;
-            let page = self.pvs().list(&params).await.map_err(ApiError::request("list", "persistentvolumes"))?;
+            let pvs = self.pvs();
+            let page =
+                self.call("list", pvs.list(&params)).await.map_err(ApiError::request("list", "persistentvolumes"))?;
             out.extend(page.items);
             match page.metadata.continue_ {
                 Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -134,12 +158,12 @@ impl Cluster {
     /// Creates a PV; an existing PV of the same name is returned instead of an error.
     pub async fn create_pv(&self, pv: &PersistentVolume) -> Result<Created, ApiError> {
         let name = pv.metadata.name.clone().unwrap_or_default();
-        self.throttle().await;
-        match self.pvs().create(&PostParams::default(), pv).await {
+        let pvs = self.pvs();
+        match self.call("create", pvs.create(&PostParams::default(), pv)).await {
             Ok(_) => Ok(Created::Created),
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                self.throttle().await;
-                let existing = self.pvs().get(&name).await.map_err(ApiError::request("get existing pv", &name))?;
+                let existing =
+                    self.call("get", pvs.get(&name)).await.map_err(ApiError::request("get existing pv", &name))?;
                 Ok(Created::AlreadyExists(Box::new(existing)))
             }
             Err(e) => Err(ApiError::request("create pv", name)(e)),
@@ -148,8 +172,8 @@ impl Cluster {
 
     /// Reads one PV; None when it does not exist.
     pub async fn get_pv(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
-        self.throttle().await;
-        self.pvs().get_opt(name).await.map_err(ApiError::request("get pv", name))
+        let pvs = self.pvs();
+        self.call("get", pvs.get_opt(name)).await.map_err(ApiError::request("get pv", name))
     }
 
     /// Deletes a PV only if it is still the object we decided about (same UID, and same
@@ -162,8 +186,8 @@ impl Cluster {
             }),
             ..Default::default()
         };
-        self.throttle().await;
-        match self.pvs().delete(name, &params).await {
+        let pvs = self.pvs();
+        match self.call("delete", pvs.delete(name, &params)).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(ApiError::request("delete pv", name)(e)),
@@ -186,9 +210,8 @@ impl Cluster {
             {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
         ]))
         .map_err(|e| ApiError::Config { source_name: "finalizer patch".into(), message: e.to_string() })?;
-        self.throttle().await;
-        self.pvs()
-            .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        let pvs = self.pvs();
+        self.call("patch", pvs.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)))
             .await
             .map(|_| ())
             .map_err(ApiError::request("remove finalizer from pv", name))
@@ -212,9 +235,8 @@ impl Cluster {
             meta["resourceVersion"] = serde_json::json!(rv);
         }
         let patch = serde_json::json!({ "metadata": meta });
-        self.throttle().await;
-        self.pvs()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        let pvs = self.pvs();
+        self.call("patch", pvs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
             .await
             .map(|_| ())
             .map_err(ApiError::request("patch pv", name))
