@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 use tokio::sync::Notify;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info, trace, warn};
 
 use crate::admin::{Readiness, parse_listen_address, serve};
 use crate::api::{ApiError, ClientOptions, Cluster, Created, node_reference, pv_reference};
@@ -112,7 +112,11 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
             let mut events = events;
             while let Some(ev) = events.next().await {
                 match ev {
-                    Ok(()) => changed.notify_one(),
+                    Ok(()) => {
+                        // Counted by bench/scale-foreign.sh: one line per event received.
+                        trace!("{what} watch event");
+                        changed.notify_one()
+                    }
                     Err(e) => warn!(watch = what, error = %e, "watch error; retrying with backoff"),
                 }
             }
@@ -175,11 +179,12 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
                 debug!(next_in_s = (resync_at - tokio::time::Instant::now()).as_secs(), "periodic resync");
             }
             _ = changed.notified() => {
+                trace!("pass triggered by an event");
                 // Let a burst of watch events settle into one pass.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Some(outcome) = wipes_done.recv() => agent.cleaner.finished(&outcome),
-            _ = sleep_until_opt(wake) => {}
+            _ = sleep_until_opt(wake) => trace!("pass triggered by a settle or retry deadline"),
         }
         agent.reconcile().await;
     }

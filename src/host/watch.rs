@@ -28,7 +28,10 @@ pub fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
             loop {
                 let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLPRI)];
                 match poll(&mut fds, PollTimeout::NONE) {
-                    Ok(_) => changed.notify_one(),
+                    Ok(_) => {
+                        tracing::trace!("mount table changed");
+                        changed.notify_one()
+                    }
                     Err(nix::errno::Errno::EINTR) => {}
                     Err(e) => {
                         warn!(error = %e, "polling the mount table failed; relying on the periodic resync");
@@ -53,7 +56,10 @@ impl DirWatcher {
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
             // Opening and reading (which every pass does) must not trigger the next pass.
             Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => {}
-            Ok(_) => changed.notify_one(),
+            Ok(ev) => {
+                tracing::trace!(kind = ?ev.kind, paths = ?ev.paths, "directory changed");
+                changed.notify_one()
+            }
             Err(e) => warn!(error = %e, "directory watch error"),
         })
         .map_err(|e| HostError::io("create inotify watcher for", "discovery directories", std::io::Error::other(e)))?;

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Every benchmark figure, one after the other (each sets up and tears down its own control
+# plane, volumes and agents). Prints each figure's JSON line and table. Never fails on timing.
+# Needs root; takes about 10 minutes on 2 cores.
+set -uo pipefail
+here=$(dirname "${BASH_SOURCE[0]}")
+bash "$here/discovery-latency.sh" 100        # figures 1 and 6 (idle cost with 100 volumes)
+bash "$here/bulk-publish.sh" 1000            # figure 2
+bash "$here/recycle.sh" 10000                # figure 3
+bash "$here/wipe-fs.sh" 200000               # figure 4
+bash "$here/scale-foreign.sh" 10 20000       # figure 5
+bash "$here/many-agents.sh" 50 20            # figure 7
