@@ -20,16 +20,7 @@ fn pv_yaml(name: &str, label_node: Option<&str>, provisioned_by: &str) -> String
 }
 
 fn as_agent(cp: &ControlPlane, kubeconfig: &std::path::Path, args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write;
-    let mut cmd = std::process::Command::new(cp.bin.join("kubectl"));
-    cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
-    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    if let Some(text) = stdin {
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
+    cp.kubectl_stdin(kubeconfig, args, stdin)
 }
 
 fn assert_allowed(out: &Output, what: &str) {

@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use support::{ControlPlane, binary, repo_root, run, write_config};
 
@@ -16,18 +16,7 @@ fn helm() -> PathBuf {
 
 /// `kubectl apply --dry-run=server -f -`: validated and admitted by the API server, not stored.
 fn server_dry_run(cp: &ControlPlane, yaml: &str) {
-    use std::io::Write;
-    let mut child = Command::new(cp.bin.join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(&cp.kubeconfig)
-        .args(["apply", "--dry-run=server", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(yaml.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = cp.kubectl_stdin(&cp.kubeconfig, &["apply", "--dry-run=server", "-f", "-"], Some(yaml));
     assert!(out.status.success(), "dry run refused: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
 }
 

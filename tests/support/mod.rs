@@ -198,19 +198,28 @@ impl ControlPlane {
         Some(serde_json::from_slice(&out.stdout).expect("kubectl json"))
     }
 
-    /// Applies YAML as admin.
-    pub fn apply(&self, yaml: &str) {
+    /// kubectl with `kubeconfig`, feeding `stdin` (if any) to it.
+    pub fn kubectl_stdin(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         let mut child = Command::new(self.bin.join("kubectl"))
             .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["apply", "-f", "-"])
+            .arg(kubeconfig)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(yaml.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).unwrap();
+        }
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+
+    /// Applies YAML as admin.
+    pub fn apply(&self, yaml: &str) {
+        let out = self.kubectl_stdin(&self.kubeconfig, &["apply", "-f", "-"], Some(yaml));
         assert!(out.status.success(), "apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
     }
 
