@@ -299,10 +299,13 @@ impl Agent {
         let actions = plan(&self.identity, &desired, &observed, &self.foreign);
         let planned = actions.len();
         self.execute(actions, &desired).await;
-        let (missing, next_missing) = self.missing_volumes().await;
+        // One snapshot of this node's PVs serves presence, cleanup and the metrics of this pass;
+        // what they change shows up in the next pass (level-triggered).
+        let states = self.own_states();
+        let (missing, next_missing) = self.missing_volumes(&states).await;
         self.next_settle = [next_new, next_missing].into_iter().flatten().min();
-        self.follow_presence(&missing).await;
-        self.clean(&missing).await;
+        self.follow_presence(&states, &missing).await;
+        self.clean(&states, &missing).await;
         debug!(
             desired = desired.len(),
             observed = observed.len(),
@@ -311,8 +314,8 @@ impl Agent {
             "pass done"
         );
         let mut by_phase = BTreeMap::new();
-        for pv in self.own_states() {
-            *by_phase.entry(pv.phase).or_insert(0) += 1;
+        for pv in &states {
+            *by_phase.entry(pv.phase.clone()).or_insert(0) += 1;
         }
         self.metrics.set_volumes(&by_phase);
         self.metrics.pass_done(started.elapsed(), discovery_time);
@@ -370,17 +373,12 @@ impl Agent {
 
     /// Plans and starts cleanup for this node's PVs (see core::cleanup). Volumes that are
     /// missing are not wiped until they are back.
-    async fn clean(&mut self, missing: &BTreeSet<String>) {
-        let pvs = self.pv_store.state();
-        let states: Vec<PvState> = pvs
-            .iter()
-            .filter(|pv| self.identity.owns(&ObservedPv::from_pv(pv)))
-            .map(|pv| PvState::from_pv(pv))
-            .collect();
+    async fn clean(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
         let busy = self.cleaner.busy();
-        for action in plan_cleanup(&states, &busy) {
+        for action in plan_cleanup(states, &busy) {
             match action {
                 CleanupAction::AddFinalizer { name } => {
+                    let pvs = self.pv_store.state();
                     let Some(pv) = pvs.iter().find(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) else {
                         continue;
                     };
@@ -572,8 +570,7 @@ impl Agent {
     /// UIDs of this node's PVs whose volume has been gone for the settle window, and when the
     /// next one would be. Only PVs of configured classes are checked: a removed class's PVs
     /// are left alone.
-    async fn missing_volumes(&mut self) -> (BTreeSet<String>, Option<Instant>) {
-        let states = self.own_states();
+    async fn missing_volumes(&mut self, states: &[PvState]) -> (BTreeSet<String>, Option<Instant>) {
         let mut checks = Vec::new();
         for pv in states.iter().filter(|pv| !pv.deleting) {
             if let Ok(target) = target_for(pv, self.config.storage_class_map.get(&pv.class)) {
@@ -594,9 +591,8 @@ impl Agent {
     }
 
     /// Withdraws unbound PVs whose volume vanished, flags bound ones, unflags returned ones.
-    async fn follow_presence(&mut self, missing: &BTreeSet<String>) {
-        let states = self.own_states();
-        for action in plan_presence(&states, missing) {
+    async fn follow_presence(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
+        for action in plan_presence(states, missing) {
             match action {
                 PresenceAction::Withdraw { name, uid, resource_version } => {
                     match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
