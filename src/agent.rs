@@ -104,7 +104,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
 
     let changed = Arc::new(Notify::new());
     let selector = format!("{LABEL_NODE}={}", identity.node_label);
-    let (pv_store, pv_events) = cluster.watch_pvs(&selector);
+    let (pv_store, pv_events) = cluster.watch_pvs(Some(&selector));
     let (sc_store, sc_events) = cluster.watch_storage_classes();
     for (what, events) in [("persistentvolumes", pv_events.boxed()), ("storageclasses", sc_events.boxed())] {
         let changed = changed.clone();
@@ -698,7 +698,8 @@ fn node_info(node: &Node) -> Result<NodeInfo, AgentError> {
     Ok(NodeInfo { name, uid, labels })
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT (never, when signal handlers cannot be installed).
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(mut term), Ok(mut int)) => {

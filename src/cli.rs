@@ -1,4 +1,5 @@
-//! The command line: `run`, `discover`, `validate-config` and `version`.
+//! The command line: `run`, `discover`, `validate-config`, `cleanup`, `node-cleanup` and
+//! `version`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,6 +18,8 @@ use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;
 use crate::core::pv::{NodeInfo, PvContext};
 use crate::discovery;
+use crate::leader::LeaseOptions;
+use crate::node_cleanup::NodeCleanupOptions;
 
 /// Placeholder for the node UID in dry runs; obviously not a real UID, so it is not applied
 /// by accident without being noticed.
@@ -44,8 +47,64 @@ enum Command {
     /// A Released PV is wiped whatever its reclaim policy; an Available PV is withdrawn first
     /// so it cannot be bound during the wipe; a Bound PV is refused.
     Cleanup(CleanupArgs),
+    /// Release local PVs and claims of deleted Nodes (and stale PVs of re-created ones) for
+    /// opted-in StorageClasses; run as a Deployment, one replica acting at a time (Lease).
+    NodeCleanup(NodeCleanupArgs),
     /// Print the version.
     Version,
+}
+
+#[derive(Debug, Args)]
+struct NodeCleanupArgs {
+    /// StorageClasses opted in (comma-separated or repeated); PVs of other classes are never
+    /// touched. Upstream's --storageclass-names is accepted.
+    #[arg(
+        long = "storage-classes",
+        alias = "storageclass-names",
+        env = "STORAGE_CLASSES",
+        value_delimiter = ',',
+        required = true
+    )]
+    storage_classes: Vec<String>,
+    /// How long a Node must be gone (or a PV marked stale) before its claims and PVs are
+    /// released (Go duration). A Node that comes back within it loses nothing. Upstream's
+    /// --pvc-deletion-delay is accepted.
+    #[arg(long, alias = "pvc-deletion-delay", env = "GRACE_PERIOD", default_value = "10m", value_parser = parse_duration)]
+    grace_period: Duration,
+    /// Safety-net pass period (Go duration); passes also follow PV changes and grace deadlines.
+    /// Upstream's --stale-pv-discovery-interval is accepted.
+    #[arg(long, alias = "stale-pv-discovery-interval", default_value = "10s", value_parser = parse_duration)]
+    resync_period: Duration,
+    /// Kubeconfig file; without it the in-cluster service account is used.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "local-static-provisioner-node-cleanup")]
+    lease_name: String,
+    /// Namespace of the leader Lease (the pod's own, from the downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "local-static-provisioner")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease (the pod name, from the downward API).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long the Lease holds without renewal before another replica may take it.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// How long the leader keeps acting after its last successful renewal (< lease duration).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: Duration,
+    /// How often candidates try to take the Lease and the leader renews it.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    retry_period: Duration,
+    /// Address of the admin server (metrics, /healthz, /readyz).
+    #[arg(long, env = "LISTEN_ADDRESS", default_value = ":8080")]
+    listen_address: String,
+    /// Path of the Prometheus metrics endpoint.
+    #[arg(long, default_value = "/metrics")]
+    metrics_path: String,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, env = "LOG_JSON")]
+    log_json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -170,6 +229,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::ValidateConfig(args) => validate_config(&args),
         Command::Discover(args) => discover(&args),
         Command::Run(args) => run_agent(args),
+        Command::NodeCleanup(args) => run_node_cleanup(args),
         Command::Cleanup(args) => match runtime() {
             Ok(rt) => rt.block_on(crate::cleanup_cli::run(
                 args.pvs,
@@ -319,6 +379,51 @@ fn run_agent(args: RunArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_node_cleanup(args: NodeCleanupArgs) -> ExitCode {
+    init_logging(args.log_json);
+    if args.renew_deadline >= args.lease_duration {
+        eprintln!("error: --renew-deadline must be shorter than --lease-duration, or two replicas could act at once");
+        return ExitCode::FAILURE;
+    }
+    let identity = args.identity.filter(|s| !s.is_empty()).unwrap_or_else(default_identity);
+    let opts = NodeCleanupOptions {
+        classes: args.storage_classes.into_iter().map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect(),
+        grace: args.grace_period,
+        resync: args.resync_period,
+        lease: LeaseOptions {
+            namespace: args.lease_namespace,
+            name: args.lease_name,
+            identity,
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+        },
+        client: ClientOptions { kubeconfig: args.kubeconfig, qps: 20, burst: 40 },
+        listen_address: args.listen_address,
+        metrics_path: args.metrics_path,
+    };
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match runtime.block_on(crate::node_cleanup::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "node-cleanup stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Hostname plus PID: unique per process even when two run on one machine (tests, or a pod
+/// name that is not passed in).
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    format!("{host}-{}", std::process::id())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {

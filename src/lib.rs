@@ -3,7 +3,8 @@
 //!
 //! Layout: `config` (the ConfigMap), `core` (pure naming, PV construction, planner),
 //! `host` (mount table and devices), `discovery` (host scan), `api` (Kubernetes access),
-//! `agent` (the reconcile loop), `cleaner` (wipes), `metrics` and `admin` (HTTP), `cli` (commands).
+//! `agent` (the reconcile loop), `cleaner` (wipes), `node_cleanup` and `leader` (the cluster-wide
+//! Deployment for deleted Nodes), `metrics` and `admin` (HTTP), `cli` (commands).
 
 pub mod admin;
 pub mod agent;
@@ -15,4 +16,6 @@ pub mod config;
 pub mod core;
 pub mod discovery;
 pub mod host;
+pub mod leader;
 pub mod metrics;
+pub mod node_cleanup;

@@ -46,6 +46,34 @@ struct Inner {
     api_requests: Family<MethodLabels, Counter>,
     api_requests_failed: Family<MethodLabels, Counter>,
     api_duration: Family<MethodLabels, Histogram>,
+    succession: Family<OutcomeLabels, Counter>,
+    cleanup_actions: Family<ActionLabels, Counter>,
+    cleanup_failures: Family<ActionLabels, Counter>,
+    gone_nodes: Gauge,
+    leader: Gauge,
+    nodes_unreadable: Counter,
+}
+
+/// Outcome of a succession decision about a PV of an earlier incarnation of the node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+/// What node-cleanup did and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: String,
+    cause: String,
+}
+
+/// Which process the metrics belong to: each exposes only its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The per-node agent.
+    Agent,
+    /// The node-cleanup Deployment.
+    NodeCleanup,
 }
 
 /// Labels of upstream's API request metrics.
@@ -67,8 +95,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric.
+    /// The agent's metrics.
     pub fn new() -> Self {
+        Self::for_role(Role::Agent)
+    }
+
+    /// Registers the metrics of `role` (API request metrics are common to both).
+    pub fn for_role(role: Role) -> Self {
         let mut registry = Registry::default();
         let delete_total = Family::<DeleteLabels, Counter>::default();
         let delete_failed_total = Family::<DeleteLabels, Counter>::default();
@@ -106,47 +139,89 @@ impl Metrics {
             "Duration of API requests (upstream name)",
             api_duration.clone(),
         );
-        registry.register(
+        // Each process exposes only its own metrics; the other role's go to a registry nobody reads.
+        let mut unused = Registry::default();
+        let (agent_registry, cleanup_registry) = match role {
+            Role::Agent => (&mut registry, &mut unused),
+            Role::NodeCleanup => (&mut unused, &mut registry),
+        };
+        agent_registry.register(
             "local_volume_provisioner_persistentvolume_discovery_duration_seconds",
             "Duration of a discovery pass (upstream name; mode is always \"all\" here: one pass covers every class)",
             discovery_duration.clone(),
         );
-        registry.register(
+        agent_registry.register(
             "local_volume_provisioner_persistentvolume_capacity_bytes",
             "Capacity of the PVs created (upstream name)",
             capacity_bytes.clone(),
         );
-        registry.register("local_static_provisioner_volumes", "This node's PVs by phase", volumes.clone());
-        registry.register(
+        agent_registry.register("local_static_provisioner_volumes", "This node's PVs by phase", volumes.clone());
+        agent_registry.register(
             "local_volume_provisioner_persistentvolume_delete",
             "Volumes wiped and their PVs finished (upstream name)",
             delete_total.clone(),
         );
-        registry.register(
+        agent_registry.register(
             "local_volume_provisioner_persistentvolume_delete_failed",
             "Wipes that failed or were refused (upstream name)",
             delete_failed_total.clone(),
         );
-        registry.register(
+        agent_registry.register(
             "local_volume_provisioner_persistentvolume_delete_duration_seconds",
             "Duration of wipes (upstream name)",
             delete_duration.clone(),
         );
-        registry.register("local_static_provisioner_wipe_bytes", "Bytes wiped", wipe_bytes.clone());
-        registry.register(
+        agent_registry.register("local_static_provisioner_wipe_bytes", "Bytes wiped", wipe_bytes.clone());
+        agent_registry.register(
             "local_volume_provisioner_persistentvolume_discovery",
             "PVs created by discovery (upstream name)",
             discovery_total.clone(),
         );
-        registry.register(
+        agent_registry.register(
             "local_static_provisioner_reconcile_duration_seconds",
             "Duration of a reconcile pass (scan, plan, execute)",
             pass_duration.clone(),
         );
-        registry.register(
+        agent_registry.register(
             "local_static_provisioner_config_valid",
             "1 when the configuration in use is the one on disk, 0 when the last change was refused",
             config_valid.clone(),
+        );
+        let succession = Family::<OutcomeLabels, Counter>::default();
+        agent_registry.register(
+            "local_static_provisioner_succession",
+            "PVs of an earlier incarnation of this Node (same name, other UID): readopted, withdrawn or flagged stale",
+            succession.clone(),
+        );
+        let cleanup_actions = Family::<ActionLabels, Counter>::default();
+        let cleanup_failures = Family::<ActionLabels, Counter>::default();
+        let gone_nodes = Gauge::default();
+        let leader = Gauge::default();
+        let nodes_unreadable = Counter::default();
+        cleanup_registry.register(
+            "local_static_provisioner_node_cleanup_actions",
+            "Claims deleted, PVs deleted and finalizers released by node-cleanup, by cause (node_gone, stale)",
+            cleanup_actions.clone(),
+        );
+        cleanup_registry.register(
+            "local_static_provisioner_node_cleanup_failures",
+            "node-cleanup actions that failed (retried on the next pass)",
+            cleanup_failures.clone(),
+        );
+        cleanup_registry.register(
+            "local_static_provisioner_node_cleanup_absent_nodes",
+            "Nodes named by opted-in local PVs that do not exist (within or past the grace period)",
+            gone_nodes.clone(),
+        );
+        cleanup_registry.register(
+            "local_static_provisioner_node_cleanup_leader",
+            "1 while this replica holds the leader Lease",
+            leader.clone(),
+        );
+        cleanup_registry.register(
+            "local_static_provisioner_node_cleanup_nodes_unreadable",
+            "Passes skipped because Nodes could not be listed (nothing is done without them)",
+            nodes_unreadable.clone(),
         );
         Metrics {
             inner: Arc::new(Inner {
@@ -164,6 +239,12 @@ impl Metrics {
                 api_requests,
                 api_requests_failed,
                 api_duration,
+                succession,
+                cleanup_actions,
+                cleanup_failures,
+                gone_nodes,
+                leader,
+                nodes_unreadable,
             }),
         }
     }
@@ -217,6 +298,36 @@ impl Metrics {
         self.inner.config_valid.set(i64::from(valid));
     }
 
+    /// Records a succession decision of the agent (readopted, withdrawn, flagged_stale).
+    pub fn succession(&self, outcome: &str) {
+        self.inner.succession.get_or_create(&OutcomeLabels { outcome: outcome.to_string() }).inc();
+    }
+
+    /// Records one node-cleanup action (delete_claim, delete_pv, release_finalizer) and its cause.
+    pub fn node_cleanup_action(&self, action: &str, cause: &str, ok: bool) {
+        let labels = ActionLabels { action: action.to_string(), cause: cause.to_string() };
+        if ok {
+            self.inner.cleanup_actions.get_or_create(&labels).inc();
+        } else {
+            self.inner.cleanup_failures.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Sets the number of absent Nodes named by opted-in PVs.
+    pub fn set_absent_nodes(&self, n: usize) {
+        self.inner.gone_nodes.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Sets whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.inner.leader.set(i64::from(leader));
+    }
+
+    /// Counts a pass skipped because Nodes could not be listed.
+    pub fn nodes_unreadable(&self) {
+        self.inner.nodes_unreadable.inc();
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -256,5 +367,29 @@ mod tests {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
         assert!(text.contains("local_volume_provisioner_persistentvolume_delete_duration_seconds_bucket"));
+        assert!(!text.contains("node_cleanup"), "the agent exposes no node-cleanup metrics");
+    }
+
+    #[test]
+    fn node_cleanup_exposes_only_its_own() {
+        let m = Metrics::for_role(Role::NodeCleanup);
+        m.node_cleanup_action("delete_claim", "node_gone", true);
+        m.node_cleanup_action("delete_pv", "stale", false);
+        m.set_leader(true);
+        m.set_absent_nodes(2);
+        m.nodes_unreadable();
+        m.api_request("delete", true, Duration::from_millis(3));
+        let text = m.encode();
+        for line in [
+            "local_static_provisioner_node_cleanup_actions_total{action=\"delete_claim\",cause=\"node_gone\"} 1",
+            "local_static_provisioner_node_cleanup_failures_total{action=\"delete_pv\",cause=\"stale\"} 1",
+            "local_static_provisioner_node_cleanup_leader 1",
+            "local_static_provisioner_node_cleanup_absent_nodes 2",
+            "local_static_provisioner_node_cleanup_nodes_unreadable_total 1",
+            "local_volume_provisioner_apiserver_requests_total{method=\"delete\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+        assert!(!text.contains("persistentvolume_delete"), "no agent metrics in node-cleanup:\n{text}");
     }
 }

@@ -1,6 +1,8 @@
 //! Everything that talks to the Kubernetes API: the client (with our request rate limit), the
-//! label-scoped PV watch, creates and patches, StorageClasses, the Node, and Events. Nothing
-//! else in the agent calls the API.
+//! label-scoped PV watch, creates and patches, StorageClasses, Nodes, claims, the leader Lease
+//! and Events. Nothing else calls the API.
+
+pub mod lease;
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -8,7 +10,7 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -138,6 +140,38 @@ impl Cluster {
         self.call("get", api.get(name)).await.map_err(ApiError::request("get node", name))
     }
 
+    /// Names and labels of every Node, in pages: what node-cleanup needs to tell a deleted Node
+    /// from a live one (metadata only, so the answer stays small on big clusters).
+    pub async fn list_node_metadata(&self) -> Result<Vec<kube::core::PartialObjectMeta<Node>>, ApiError> {
+        let api = Api::<Node>::all(self.client.clone());
+        let mut out = Vec::new();
+        let mut params = ListParams::default().limit(500);
+        loop {
+            let page =
+                self.call("list", api.list_metadata(&params)).await.map_err(ApiError::request("list", "nodes"))?;
+            out.extend(page.items);
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Deletes a claim only if it is still the one the PV was bound to (UID precondition), so
+    /// a claim re-created under the same name is never touched. Already gone counts as done.
+    pub async fn delete_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
+            ..Default::default()
+        };
+        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
+        match self.call("delete", api.delete(name, &params)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(ApiError::request("delete persistentvolumeclaim", format!("{namespace}/{name}"))(e)),
+        }
+    }
+
     /// Every PV in the cluster, listed in pages; used once at start-up to adopt PVs that
     /// upstream made for this node before they carried our label.
     pub async fn list_all_pvs(&self) -> Result<Vec<PersistentVolume>, ApiError> {
@@ -242,14 +276,18 @@ impl Cluster {
             .map_err(ApiError::request("patch pv", name))
     }
 
-    /// A reflector over the PVs carrying `label_selector`, so the agent holds only its own
-    /// node's PVs. The stream yields once per change and must be polled to keep the store fresh.
+    /// A reflector over the PVs carrying `label_selector` (the agent: its own node's PVs), or
+    /// over all PVs (node-cleanup, a single replica for the cluster). The stream yields once
+    /// per change and must be polled to keep the store fresh.
     pub fn watch_pvs(
         &self,
-        label_selector: &str,
+        label_selector: Option<&str>,
     ) -> (Store<PersistentVolume>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
         let (reader, writer) = reflector::store();
-        let cfg = watcher::Config::default().labels(label_selector);
+        let cfg = match label_selector {
+            Some(selector) => watcher::Config::default().labels(selector),
+            None => watcher::Config::default(),
+        };
         let stream = reflector::reflector(writer, watcher(self.pvs(), cfg).default_backoff())
             .touched_objects()
             .map(|r| r.map(|_| ()));
@@ -291,6 +329,18 @@ pub fn pv_reference(name: &str) -> ObjectReference {
         api_version: Some(PersistentVolume::api_version(&()).into()),
         kind: Some(PersistentVolume::kind(&()).into()),
         name: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+/// An object reference for Events about a claim (node-cleanup deletes claims).
+pub fn claim_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(PersistentVolumeClaim::api_version(&()).into()),
+        kind: Some(PersistentVolumeClaim::kind(&()).into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid: Some(uid.to_string()),
         ..Default::default()
     }
 }

@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::naming::{
-    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, CLEANUP_REQUESTED, FINALIZER_WIPE,
+    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_STALE, CLEANUP_REQUESTED,
+    FINALIZER_WIPE,
 };
 use super::pv::local_path;
 
@@ -43,6 +44,8 @@ pub struct PvState {
     pub identity: Option<String>,
     /// Our volume-missing annotation is set.
     pub flagged_missing: bool,
+    /// Our volume-stale annotation is set (PV of an earlier incarnation of the Node).
+    pub flagged_stale: bool,
 }
 
 impl PvState {
@@ -66,6 +69,7 @@ impl PvState {
             class: spec.and_then(|s| s.storage_class_name.clone()).unwrap_or_default(),
             identity: ann(ANN_VOLUME_IDENTITY),
             flagged_missing: ann(ANN_VOLUME_MISSING).is_some(),
+            flagged_stale: ann(ANN_VOLUME_STALE).is_some(),
         }
     }
 }

@@ -29,6 +29,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         class: "local".to_string(),
         identity: Some(format!("id-{name}")),
         flagged_missing: false,
+        flagged_stale: false,
     }
 }
 
@@ -744,6 +745,7 @@ fn from_pv_extracts_every_field() {
             class: "fast-disks".to_string(),
             identity: Some("wwn-0x5000c500a1b2c3d4".to_string()),
             flagged_missing: false,
+            flagged_stale: false,
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

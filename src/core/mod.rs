@@ -4,9 +4,12 @@
 pub mod capacity;
 pub mod cleanup;
 pub mod desired;
+pub mod lease;
 pub mod naming;
+pub mod node_cleanup;
 pub mod pattern;
 pub mod planner;
 pub mod presence;
 pub mod pv;
 pub mod settle;
+pub mod succession;

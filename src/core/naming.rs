@@ -24,6 +24,10 @@ pub const ANN_CLEANUP_RESULT: &str = "local-static-provisioner.io/cleanup-result
 /// Set on a Bound or Released PV whose volume has disappeared from the node (the time it was
 /// noticed); removed when the volume is back.
 pub const ANN_VOLUME_MISSING: &str = "local-static-provisioner.io/volume-missing";
+/// Set by the agent on a PV left by an earlier incarnation of its Node (same name, other UID)
+/// whose recorded disk is not at its path any more: the time it was found stale. Node-cleanup
+/// (where opted in) releases such PVs once they have been stale for its grace period.
+pub const ANN_VOLUME_STALE: &str = "local-static-provisioner.io/volume-stale";
 /// Prefix of upstream's provisioner name.
 pub const PROVISIONER_PREFIX: &str = "local-volume-provisioner-";
 
@@ -71,6 +75,23 @@ pub fn is_provisioned_for_node(
     use_node_name_only
         && hostname_label == Some(node)
         && ann.strip_prefix(provisioner).is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// The node UID in a provisioned-by value written for `node` by an earlier incarnation of the
+/// Node (same name). Node UIDs are UUIDs, which is what tells `n1-<uid>` apart from a node
+/// named `n1-x`: the rest after `n1-` must be exactly one UUID.
+pub fn provisioned_by_uid<'a>(annotation: &'a str, node: &str) -> Option<&'a str> {
+    let uid = annotation.strip_prefix(PROVISIONER_PREFIX)?.strip_prefix(node)?.strip_prefix('-')?;
+    is_uuid(uid).then_some(uid)
+}
+
+/// Whether `s` has the 8-4-4-4-12 hex shape of the UIDs the API server assigns.
+pub fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
 }
 
 /// Value of our node label. Label values are limited to 63 characters of a restricted set, while
@@ -141,6 +162,24 @@ mod tests {
         assert!(!is_provisioned_for_node(Some(p), Some("n2"), "n1", short, true));
         // A node whose name is a prefix of another's does not adopt its PVs.
         assert!(!is_provisioned_for_node(Some("local-volume-provisioner-n10-u1"), Some("n1"), "n1", short, true));
+    }
+
+    #[test]
+    fn uids_of_earlier_incarnations() {
+        let uid = "0f0e1d2c-3b4a-5968-7786-95a4b3c2d1e0";
+        let ann = format!("local-volume-provisioner-n1-{uid}");
+        assert_eq!(provisioned_by_uid(&ann, "n1"), Some(uid));
+        // A node whose name extends ours is not an earlier us.
+        assert_eq!(provisioned_by_uid(&format!("local-volume-provisioner-n1-x-{uid}"), "n1"), None);
+        assert_eq!(provisioned_by_uid(&ann, "n1-x"), None);
+        assert_eq!(provisioned_by_uid(&ann, "n"), None);
+        // Node-name-only values carry no UID.
+        assert_eq!(provisioned_by_uid("local-volume-provisioner-n1", "n1"), None);
+        assert_eq!(provisioned_by_uid(&format!("other-provisioner-n1-{uid}"), "n1"), None);
+        assert!(is_uuid(uid));
+        assert!(!is_uuid("0f0e1d2c-3b4a-5968-7786-95a4b3c2d1e"));
+        assert!(!is_uuid("0f0e1d2c_3b4a-5968-7786-95a4b3c2d1e0"));
+        assert!(!is_uuid("0f0e1d2c-3b4a-5968-7786-95a4b3c2d1eg"));
     }
 
     #[test]

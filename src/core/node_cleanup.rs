@@ -1,0 +1,241 @@
+//! The node-cleanup planner: which claims and PVs to release because the Node their volume
+//! lives on is gone for good (deleted, not just NotReady), or because the agent of a re-created
+//! Node found their disk is not there any more (stale). Only classes the operator opted in are
+//! considered, and only after a grace period, so a Node that is deleted and re-registers soon
+//! after loses nothing. Pure: Node and PV facts and the time are passed in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::jiff::Timestamp;
+
+use super::naming::{
+    ANN_PROVISIONED_BY, ANN_VOLUME_STALE, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE, PROVISIONER_PREFIX,
+    node_label_value,
+};
+use super::pv::local_path;
+
+/// What the planner needs to know about a Node: whether a PV's affinity points at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    /// Node name.
+    pub name: String,
+    /// Its `kubernetes.io/hostname` label (the value local PVs' affinity names).
+    pub hostname: Option<String>,
+}
+
+/// The claim a PV is bound to, for a delete with a UID precondition and an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    /// Namespace of the claim.
+    pub namespace: String,
+    /// Name of the claim.
+    pub name: String,
+    /// UID of the claim the PV was bound to: a re-created claim of the same name is not touched.
+    pub uid: String,
+}
+
+/// A local PV made by a local-static-provisioner (ours or upstream's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalPv {
+    /// PV name.
+    pub name: String,
+    /// PV UID (delete precondition).
+    pub uid: String,
+    /// resourceVersion (delete precondition: an Available PV may get bound meanwhile).
+    pub resource_version: String,
+    /// `spec.storageClassName`.
+    pub class: String,
+    /// `status.phase`.
+    pub phase: String,
+    /// `spec.persistentVolumeReclaimPolicy`.
+    pub reclaim_policy: String,
+    /// The bound claim, if any.
+    pub claim: Option<ClaimRef>,
+    /// The hostname value of the PV's node affinity: which Node the volume lives on.
+    pub node: String,
+    /// Our node label, when the PV carries it.
+    pub node_label: Option<String>,
+    /// A deletion timestamp is set.
+    pub deleting: bool,
+    /// Our wipe finalizer is present.
+    pub has_wipe_finalizer: bool,
+    /// When the agent marked the PV stale, if it did (unparsable marks count as "now").
+    pub stale_since: Option<Option<Timestamp>>,
+}
+
+impl LocalPv {
+    /// The PV as the planner sees it, or None when it is not a local PV made by a
+    /// local-static-provisioner with a hostname affinity (never acted upon).
+    pub fn from_pv(pv: &PersistentVolume) -> Option<Self> {
+        let meta = &pv.metadata;
+        let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k));
+        if !ann(ANN_PROVISIONED_BY).is_some_and(|p| p.starts_with(PROVISIONER_PREFIX)) {
+            return None;
+        }
+        local_path(pv)?;
+        let spec = pv.spec.as_ref()?;
+        let node = spec
+            .node_affinity
+            .as_ref()?
+            .required
+            .as_ref()?
+            .node_selector_terms
+            .iter()
+            .flat_map(|t| t.match_expressions.iter().flatten())
+            .find(|r| r.key == LABEL_HOSTNAME && r.operator == "In")
+            .and_then(|r| r.values.as_ref())
+            .filter(|v| v.len() == 1)?[0]
+            .clone();
+        let claim = spec.claim_ref.as_ref().map(|c| ClaimRef {
+            namespace: c.namespace.clone().unwrap_or_default(),
+            name: c.name.clone().unwrap_or_default(),
+            uid: c.uid.clone().unwrap_or_default(),
+        });
+        Some(LocalPv {
+            name: meta.name.clone()?,
+            uid: meta.uid.clone()?,
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            class: spec.storage_class_name.clone().unwrap_or_default(),
+            phase: pv.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
+            reclaim_policy: spec.persistent_volume_reclaim_policy.clone().unwrap_or_default(),
+            claim,
+            node,
+            node_label: meta.labels.as_ref().and_then(|l| l.get(LABEL_NODE)).cloned(),
+            deleting: meta.deletion_timestamp.is_some(),
+            has_wipe_finalizer: meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == FINALIZER_WIPE)),
+            stale_since: ann(ANN_VOLUME_STALE).map(|v| v.parse::<Timestamp>().ok()),
+        })
+    }
+}
+
+/// Why a PV is released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// Its Node has not existed for longer than the grace period.
+    NodeGone { node: String },
+    /// The agent of its (re-created) Node found its disk missing or different.
+    Stale { node: String },
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cause::NodeGone { node } => write!(f, "node {node} has been gone for longer than the grace period"),
+            Cause::Stale { node } => {
+                write!(f, "the agent on node {node} found its disk gone for longer than the grace period")
+            }
+        }
+    }
+}
+
+/// One step for the node-cleanup executor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeCleanupAction {
+    /// Delete the claim bound to `pv` (UID precondition) so its owner (a StatefulSet) can make
+    /// a new one that binds on a live node.
+    DeleteClaim { pv: String, claim: ClaimRef, cause: Cause },
+    /// Delete the Available or Released PV (UID and resourceVersion preconditions), dropping
+    /// our wipe finalizer: no agent can wipe a disk that is not there.
+    DeletePv { name: String, uid: String, resource_version: String, cause: Cause },
+    /// The PV is already being deleted and waits for a wipe that cannot happen: drop our
+    /// finalizer.
+    ReleaseFinalizer { name: String, uid: String, cause: Cause },
+    /// Left alone on purpose (reported once): a Released PV with reclaim policy Retain.
+    Keep { name: String, why: String },
+}
+
+/// The Node keys (affinity hostname values) of opted-in PVs whose Node does not exist now.
+/// The caller tracks since when each has been absent (a restart starts the clock again,
+/// which only delays).
+pub fn absent_nodes(classes: &BTreeSet<String>, nodes: &[NodeView], pvs: &[LocalPv]) -> BTreeSet<String> {
+    pvs.iter().filter(|pv| classes.contains(&pv.class) && !node_exists(pv, nodes)).map(|pv| pv.node.clone()).collect()
+}
+
+/// Whether any Node matches the PV's affinity value or its node label, by name or hostname
+/// label. Any match counts, so a doubt never turns into a deletion.
+fn node_exists(pv: &LocalPv, nodes: &[NodeView]) -> bool {
+    nodes.iter().any(|n| {
+        n.name == pv.node
+            || n.hostname.as_deref() == Some(pv.node.as_str())
+            || pv.node_label.as_deref().is_some_and(|l| l == node_label_value(&n.name))
+    })
+}
+
+/// Plans one pass. `gone` holds the node keys absent for longer than the grace period;
+/// `grace` also applies to stale marks, counted from the time the agent set them. Returns the
+/// actions sorted by PV name and the earliest time a waiting stale mark becomes due.
+pub fn plan_node_cleanup(
+    classes: &BTreeSet<String>,
+    nodes: &[NodeView],
+    pvs: &[LocalPv],
+    gone: &BTreeSet<String>,
+    grace: Duration,
+    now: Timestamp,
+) -> (Vec<NodeCleanupAction>, Option<Timestamp>) {
+    // An API server that answers with no Node at all is not a cluster whose every node died:
+    // this controller itself runs on a Node. Never act on such an answer.
+    if nodes.is_empty() {
+        return (Vec::new(), None);
+    }
+    let mut next_due: Option<Timestamp> = None;
+    let mut by_name: BTreeMap<&str, NodeCleanupAction> = BTreeMap::new();
+    for pv in pvs.iter().filter(|pv| classes.contains(&pv.class)) {
+        let cause = if !node_exists(pv, nodes) {
+            if !gone.contains(&pv.node) {
+                continue;
+            }
+            Cause::NodeGone { node: pv.node.clone() }
+        } else if let Some(since) = pv.stale_since {
+            // An unreadable mark starts counting now, so it is never due at once.
+            let since = since.unwrap_or(now);
+            let due = since.checked_add(grace_span(grace)).unwrap_or(Timestamp::MAX);
+            if due > now {
+                next_due = Some(next_due.map_or(due, |n| n.min(due)));
+                continue;
+            }
+            Cause::Stale { node: pv.node.clone() }
+        } else {
+            continue;
+        };
+        if let Some(action) = release(pv, cause) {
+            by_name.insert(pv.name.as_str(), action);
+        }
+    }
+    (by_name.into_values().collect(), next_due)
+}
+
+fn grace_span(grace: Duration) -> k8s_openapi::jiff::SignedDuration {
+    k8s_openapi::jiff::SignedDuration::try_from(grace).unwrap_or(k8s_openapi::jiff::SignedDuration::MAX)
+}
+
+fn release(pv: &LocalPv, cause: Cause) -> Option<NodeCleanupAction> {
+    match (pv.phase.as_str(), &pv.claim) {
+        ("Bound", Some(claim)) => {
+            Some(NodeCleanupAction::DeleteClaim { pv: pv.name.clone(), claim: claim.clone(), cause })
+        }
+        ("Bound", None) => None, // The PV binder has not settled it yet.
+        _ if pv.deleting => pv.has_wipe_finalizer.then(|| NodeCleanupAction::ReleaseFinalizer {
+            name: pv.name.clone(),
+            uid: pv.uid.clone(),
+            cause,
+        }),
+        ("Released", _) if pv.reclaim_policy == "Retain" => Some(NodeCleanupAction::Keep {
+            name: pv.name.clone(),
+            why: format!("{cause}, but its reclaim policy is Retain; delete it by hand when its data is not needed"),
+        }),
+        ("Available" | "Released", _) => Some(NodeCleanupAction::DeletePv {
+            name: pv.name.clone(),
+            uid: pv.uid.clone(),
+            resource_version: pv.resource_version.clone(),
+            cause,
+        }),
+        // Pending or Failed: the PV binder has not settled it yet.
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[path = "node_cleanup_tests.rs"]
+mod tests;

@@ -1,0 +1,296 @@
+//! `node-cleanup`: the cluster-wide Deployment that releases local PVs (and their claims) of
+//! Nodes that are gone for good, or that the agent of a re-created Node found stale. Every
+//! replica watches PVs and tracks absent Nodes, so a failover does not restart the grace
+//! period; only the holder of the Lease acts, and it checks that right before each deletion.
+//! Each pass lists Nodes afresh; when they cannot be listed, nothing is done.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::reflector::Store;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::admin::{Readiness, parse_listen_address, serve};
+use crate::api::{ApiError, ClientOptions, Cluster, claim_reference, pv_reference};
+use crate::core::naming::{FINALIZER_WIPE, LABEL_HOSTNAME};
+use crate::core::node_cleanup::{Cause, LocalPv, NodeCleanupAction, NodeView, absent_nodes, plan_node_cleanup};
+use crate::core::settle::Settler;
+use crate::leader::{self, Leadership, LeaseOptions};
+use crate::metrics::{Metrics, Role};
+
+/// Settings of `node-cleanup`.
+#[derive(Debug, Clone)]
+pub struct NodeCleanupOptions {
+    /// StorageClasses opted in; PVs of other classes are never touched.
+    pub classes: BTreeSet<String>,
+    /// How long a Node must be gone (or a PV stale) before its claims and PVs are released.
+    pub grace: Duration,
+    /// Safety-net pass period (passes also follow PV changes and grace deadlines).
+    pub resync: Duration,
+    /// The leader Lease.
+    pub lease: LeaseOptions,
+    /// API connection settings.
+    pub client: ClientOptions,
+    /// Admin server address.
+    pub listen_address: String,
+    /// Path of the metrics endpoint.
+    pub metrics_path: String,
+}
+
+/// Why node-cleanup stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeCleanupError {
+    /// The API could not be used at start.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The admin server could not start.
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
+    /// The PV watch never became ready.
+    #[error("watching persistentvolumes: {0}")]
+    Watch(String),
+    /// Nothing to do: no class opted in.
+    #[error("no StorageClass opted in: pass --storage-classes (node-cleanup never acts on other classes)")]
+    NoClasses,
+}
+
+/// Runs until SIGTERM or SIGINT; releases the Lease on the way out.
+pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
+    if opts.classes.is_empty() {
+        return Err(NodeCleanupError::NoClasses);
+    }
+    let metrics = Metrics::for_role(Role::NodeCleanup);
+    let readiness = Readiness::new("starting: waiting for the PV watch");
+    serve(parse_listen_address(&opts.listen_address)?, opts.metrics_path.clone(), metrics.clone(), readiness.clone())
+        .await?;
+    let cluster = Cluster::connect(&opts.client, &opts.lease.identity).await?.with_metrics(metrics.clone());
+    info!(
+        classes = ?opts.classes,
+        grace_s = opts.grace.as_secs(),
+        identity = %opts.lease.identity,
+        "node-cleanup starting"
+    );
+
+    let changed = Arc::new(Notify::new());
+    let elector = {
+        let (metrics, changed) = (metrics.clone(), changed.clone());
+        leader::spawn(cluster.clone(), opts.lease.clone(), move |leads| {
+            metrics.set_leader(leads);
+            if leads {
+                changed.notify_one(); // Act at once on what is already due.
+            } else {
+                warn!("leadership lost; not acting until it is regained");
+            }
+        })
+    };
+    let (pv_store, pv_events) = cluster.watch_pvs(None);
+    {
+        let changed = changed.clone();
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(pv_events);
+            while let Some(ev) = events.next().await {
+                match ev {
+                    Ok(()) => changed.notify_one(),
+                    Err(e) => warn!(error = %e, "PV watch error; retrying with backoff"),
+                }
+            }
+        });
+    }
+    pv_store.wait_until_ready().await.map_err(|e| NodeCleanupError::Watch(e.to_string()))?;
+    readiness.set(None);
+
+    let mut worker = Worker {
+        cluster,
+        metrics,
+        readiness,
+        leadership: elector.leadership.clone(),
+        pv_store,
+        opts: opts.clone(),
+        absent: Settler::default(),
+        reported: BTreeSet::new(),
+        absent_logged: BTreeSet::new(),
+    };
+    let mut shutdown = std::pin::pin!(crate::agent::shutdown_signal());
+    let mut next_due: Option<Instant> = None;
+    loop {
+        worker.pass(&mut next_due).await;
+        let wake = next_due.map(tokio::time::Instant::from_std);
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tokio::time::sleep(opts.resync) => debug!("periodic pass"),
+            _ = changed.notified() => {
+                // Let a burst of PV events settle into one pass.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ = sleep_until_opt(wake) => debug!("pass for a grace deadline"),
+        }
+    }
+    info!("shutting down");
+    elector.release().await;
+    Ok(())
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct Worker {
+    cluster: Cluster,
+    metrics: Metrics,
+    readiness: Readiness,
+    leadership: Leadership,
+    pv_store: Store<PersistentVolume>,
+    opts: NodeCleanupOptions,
+    /// Since when each Node key named by an opted-in PV has been absent.
+    absent: Settler,
+    /// Things already reported (logged and evented once).
+    reported: BTreeSet<String>,
+    /// Absent Nodes already logged.
+    absent_logged: BTreeSet<String>,
+}
+
+impl Worker {
+    async fn pass(&mut self, next_due: &mut Option<Instant>) {
+        let pvs: Vec<LocalPv> = self.pv_store.state().iter().filter_map(|pv| LocalPv::from_pv(pv)).collect();
+        let nodes = match self.cluster.list_node_metadata().await {
+            Ok(list) => list
+                .into_iter()
+                .map(|n| NodeView {
+                    hostname: n.metadata.labels.as_ref().and_then(|l| l.get(LABEL_HOSTNAME)).cloned(),
+                    name: n.metadata.name.unwrap_or_default(),
+                })
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                // Without a fresh list of Nodes nothing can be known to be gone: act on nothing.
+                self.metrics.nodes_unreadable();
+                warn!(error = %e, "cannot list Nodes; nothing is done until they can be read");
+                self.readiness.set_detail(Some(format!("cannot list Nodes: {e}")));
+                *next_due = Some(Instant::now() + self.opts.resync);
+                return;
+            }
+        };
+        self.readiness.set_detail(None);
+        let absent = if nodes.is_empty() { BTreeSet::new() } else { absent_nodes(&self.opts.classes, &nodes, &pvs) };
+        self.metrics.set_absent_nodes(absent.len());
+        for node in absent.difference(&self.absent_logged) {
+            warn!(node = %node, grace_s = self.opts.grace.as_secs(), "node not found; its opted-in local PVs are released after the grace period unless it returns");
+        }
+        for node in self.absent_logged.difference(&absent) {
+            info!(node = %node, "node is back (or has no opted-in PVs left)");
+        }
+        self.absent_logged = absent.clone();
+        let (gone, next_gone) = self.absent.observe(absent, Instant::now(), self.opts.grace);
+        let (actions, next_stale) =
+            plan_node_cleanup(&self.opts.classes, &nodes, &pvs, &gone, self.opts.grace, Timestamp::now());
+        let next_stale = next_stale.map(|at| {
+            let wait = Timestamp::now().duration_until(at);
+            Instant::now() + Duration::try_from(wait).unwrap_or(Duration::ZERO)
+        });
+        *next_due = [next_gone, next_stale].into_iter().flatten().min();
+        if actions.is_empty() {
+            return;
+        }
+        if !self.leadership.is_leader() {
+            debug!(due = actions.len(), "actions due, but another replica leads");
+            return;
+        }
+        let by_name: BTreeMap<&str, &LocalPv> = pvs.iter().map(|pv| (pv.name.as_str(), pv)).collect();
+        for action in actions {
+            // Leadership can end during a pass: check right before each deletion.
+            if !self.leadership.is_leader() {
+                warn!("leadership lost during a pass; stopping");
+                return;
+            }
+            self.execute(action, &by_name).await;
+        }
+    }
+
+    async fn execute(&mut self, action: NodeCleanupAction, pvs: &BTreeMap<&str, &LocalPv>) {
+        match action {
+            NodeCleanupAction::DeleteClaim { pv, claim, cause } => {
+                let ok = match self.cluster.delete_claim(&claim.namespace, &claim.name, &claim.uid).await {
+                    Ok(()) => {
+                        let note = format!(
+                            "claim deleted because its local PV {pv} cannot be used again: {cause}; its owner \
+                             (a StatefulSet) can re-create it and get a volume on a live node"
+                        );
+                        info!(claim = %format!("{}/{}", claim.namespace, claim.name), pv = %pv, "{note}");
+                        let reference = claim_reference(&claim.namespace, &claim.name, &claim.uid);
+                        self.cluster.event(&reference, true, reason(&cause), "DeleteClaim", note.clone()).await;
+                        self.cluster.event(&pv_reference(&pv), true, reason(&cause), "DeleteClaim", note).await;
+                        true
+                    }
+                    Err(e) => {
+                        warn!(pv = %pv, error = %e, "deleting the claim failed; will retry");
+                        false
+                    }
+                };
+                self.metrics.node_cleanup_action("delete_claim", cause_label(&cause), ok);
+            }
+            NodeCleanupAction::DeletePv { name, uid, resource_version, cause } => {
+                let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await;
+                let released = match &deleted {
+                    Ok(()) => self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE).await,
+                    Err(_) => Ok(()),
+                };
+                let ok = match (deleted, released) {
+                    (Ok(()), Ok(())) => {
+                        let note = format!("PV deleted: {cause}; its data is not reachable, nothing is wiped");
+                        info!(pv = %name, "{note}");
+                        self.cluster.event(&pv_reference(&name), false, reason(&cause), "DeletePV", note).await;
+                        true
+                    }
+                    (Err(e), _) | (_, Err(e)) => {
+                        warn!(pv = %name, error = %e, "deleting the PV failed (changed meanwhile?); will retry");
+                        false
+                    }
+                };
+                self.metrics.node_cleanup_action("delete_pv", cause_label(&cause), ok);
+            }
+            NodeCleanupAction::ReleaseFinalizer { name, uid, cause } => {
+                let ok = match self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE).await {
+                    Ok(()) => {
+                        info!(pv = %name, "wipe finalizer released: {cause}; no agent can wipe it");
+                        true
+                    }
+                    Err(e) => {
+                        warn!(pv = %name, error = %e, "releasing our finalizer failed; will retry");
+                        false
+                    }
+                };
+                self.metrics.node_cleanup_action("release_finalizer", cause_label(&cause), ok);
+            }
+            NodeCleanupAction::Keep { name, why } => {
+                let key = format!("keep/{name}/{}", pvs.get(name.as_str()).map_or("", |pv| pv.uid.as_str()));
+                if self.reported.insert(key) {
+                    warn!(pv = %name, "PV kept: {why}");
+                    self.cluster
+                        .event(&pv_reference(&name), true, "VolumeKept", "DeletePV", format!("PV kept: {why}"))
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+fn reason(cause: &Cause) -> &'static str {
+    match cause {
+        Cause::NodeGone { .. } => "NodeGone",
+        Cause::Stale { .. } => "VolumeStale",
+    }
+}
+
+fn cause_label(cause: &Cause) -> &'static str {
+    match cause {
+        Cause::NodeGone { .. } => "node_gone",
+        Cause::Stale { .. } => "stale",
+    }
+}
