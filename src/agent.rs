@@ -20,7 +20,9 @@ use crate::cleaner::{Cleaner, CleanerOptions, target_for};
 use crate::config::{LoadedConfig, ProvisionerConfig, load_dir};
 use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
 use crate::core::desired::{class_policy, desired_pvs};
-use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, FINALIZER_WIPE};
+use crate::core::naming::{
+    ANN_CLEANUP_RESULT, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_STALE, FINALIZER_WIPE,
+};
 use crate::core::naming::{LABEL_NODE, node_label_value, provisioner_name};
 use crate::core::planner::{
     Action, DesiredPv, ExistingPv, Identity, ObservedPv, classify_existing, plan, plan_adoption,
@@ -28,9 +30,9 @@ use crate::core::planner::{
 use crate::core::presence::{PresenceAction, plan_presence};
 use crate::core::pv::{ClassPolicy, NodeInfo, PvContext};
 use crate::core::settle::Settler;
+use crate::core::succession::{DiskCheck, SuccessionAction, plan_succession};
 use crate::discovery::{self, Scan};
-use crate::host::identity::volume_identity;
-use crate::host::identity::volume_present;
+use crate::host::identity::{check_disk, volume_identity, volume_present};
 use crate::host::mountinfo::MountTable;
 use crate::host::watch::{DirWatcher, watch_mounts};
 use crate::metrics::Metrics;
@@ -155,6 +157,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         settle: opts.settle,
         new_volumes: Settler::default(),
         vanished: Settler::default(),
+        stale: Settler::default(),
         next_settle: None,
         node,
         node_info,
@@ -177,6 +180,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
                 let period = opts.discovery_period.unwrap_or(agent.config.min_resync_period);
                 resync_at = tokio::time::Instant::now() + jittered(period, opts.discovery_period.is_none());
                 debug!(next_in_s = (resync_at - tokio::time::Instant::now()).as_secs(), "periodic resync");
+                agent.refresh_node().await;
             }
             _ = changed.notified() => {
                 trace!("pass triggered by an event");
@@ -247,6 +251,8 @@ struct Agent {
     new_volumes: Settler,
     /// Since when each PV's volume has been missing.
     vanished: Settler,
+    /// Since when each PV of an earlier incarnation of this Node has looked stale.
+    stale: Settler,
     /// When the next volume settles, so the loop wakes up for it.
     next_settle: Option<Instant>,
     node: Node,
@@ -263,6 +269,25 @@ struct Agent {
 }
 
 impl Agent {
+    /// Re-reads this Node on each resync. When it was deleted and registered again (new UID)
+    /// while the agent kept running, the agent becomes the new incarnation: its earlier PVs turn
+    /// into predecessors and succession decides about them from the disks, as after a restart.
+    /// A Node that cannot be read changes nothing.
+    async fn refresh_node(&mut self) {
+        let node = match self.cluster.node(&self.identity.node).await {
+            Ok(node) => node,
+            Err(e) => return debug!(error = %e, "re-reading the Node failed; keeping what we know"),
+        };
+        let Ok(info) = node_info(&node) else { return };
+        if info.uid != self.node_info.uid {
+            warn!(node = %info.name, old_uid = %self.node_info.uid, new_uid = %info.uid, "the Node was re-created; taking over as its new incarnation");
+            self.identity = identity_for(&info, self.config.use_node_name_only);
+            self.adopted = false;
+        }
+        self.node = node;
+        self.node_info = info;
+    }
+
     async fn reconcile(&mut self) {
         let started = Instant::now();
         self.reload_config().await;
@@ -290,12 +315,23 @@ impl Agent {
         let policies = self.class_policies();
         let ctx =
             PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
-        let (desired, problems) = desired_pvs(&ctx, &scan.volumes, &policies);
+        let (mut desired, problems) = desired_pvs(&ctx, &scan.volumes, &policies);
         for p in problems {
             let note = format!("volumes of StorageClass {} are not published: {}", p.class, p.message);
             self.report_node_problem("ClassUnavailable", note).await;
         }
         let observed: Vec<ObservedPv> = self.pv_store.state().iter().map(|pv| ObservedPv::from_pv(pv)).collect();
+        // PVs left by an earlier incarnation of this Node: their names wait for succession to
+        // decide (re-adopt or withdraw) instead of being reported as taken.
+        let predecessors: Vec<PvState> = self
+            .pv_store
+            .state()
+            .iter()
+            .filter(|pv| self.identity.is_predecessor(&ObservedPv::from_pv(pv)))
+            .map(|pv| PvState::from_pv(pv))
+            .collect();
+        desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
+        let next_stale = self.succeed(&predecessors).await;
         let actions = plan(&self.identity, &desired, &observed, &self.foreign);
         let planned = actions.len();
         self.execute(actions, &desired).await;
@@ -303,7 +339,7 @@ impl Agent {
         // what they change shows up in the next pass (level-triggered).
         let states = self.own_states();
         let (missing, next_missing) = self.missing_volumes(&states).await;
-        self.next_settle = [next_new, next_missing].into_iter().flatten().min();
+        self.next_settle = [next_new, next_missing, next_stale].into_iter().flatten().min();
         self.follow_presence(&states, &missing).await;
         self.clean(&states, &missing).await;
         debug!(
@@ -336,7 +372,16 @@ impl Agent {
         let mut ok = true;
         for name in names {
             let Some(pv) = all.iter().find(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) else { continue };
-            match self.take_over(pv).await {
+            // A PV of an earlier incarnation of this Node only gets our label here, so the watch
+            // sees it; succession then decides from the disk whether to take it over.
+            let result = if self.identity.owns(&ObservedPv::from_pv(pv)) {
+                self.take_over(pv).await
+            } else {
+                let labels = serde_json::json!({ LABEL_NODE: self.identity.node_label });
+                let rv = pv.metadata.resource_version.as_deref();
+                self.cluster.patch_pv_metadata(&name, rv, labels, serde_json::json!({}), None).await
+            };
+            match result {
                 Ok(()) => info!(pv = %name, "adopted existing PV of this node"),
                 Err(e) => {
                     warn!(pv = %name, error = %e, "adopting PV failed; will retry");
@@ -626,6 +671,151 @@ impl Agent {
                             self.cluster.event(&pv_reference(&name), false, "VolumeBack", "Discover", note).await;
                         }
                         Err(e) => warn!(pv = %name, error = %e, "unflagging PV failed; will retry"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Decides about the PVs an earlier incarnation of this Node left (see core::succession):
+    /// re-adopts those whose disk is here, withdraws or flags the others once that has held for
+    /// the settle window. Returns when the next undecided one settles.
+    async fn succeed(&mut self, pvs: &[PvState]) -> Option<Instant> {
+        let mut checks = Vec::new();
+        for pv in pvs {
+            match target_for(pv, self.config.storage_class_map.get(&pv.class)) {
+                Ok(target) => checks.push((pv.clone(), target.path)),
+                Err(msg) => {
+                    let note = format!(
+                        "PV {} was made for an earlier incarnation of this node and is left alone: {msg}",
+                        pv.name
+                    );
+                    self.report_pv_problem(&pv.name, "VolumeStale", note).await;
+                }
+            }
+        }
+        let found = tokio::task::spawn_blocking(move || {
+            let mounts = MountTable::read().map_err(|e| e.to_string())?;
+            Ok::<_, String>(
+                checks
+                    .into_iter()
+                    .map(|(pv, path)| {
+                        let check = check_disk(&path, pv.identity.as_deref(), &mounts);
+                        (pv, path, check)
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .await;
+        let found = match found {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot read the mount table; PVs of the earlier node incarnation wait");
+                return None;
+            }
+            Err(e) => {
+                warn!(error = %e, "succession check task failed");
+                return None;
+            }
+        };
+        let key = |pv: &PvState, check: DiskCheck| format!("{}\n{check:?}", pv.uid);
+        let doubtful = found
+            .iter()
+            .filter(|(_, _, c)| matches!(c, DiskCheck::Different | DiskCheck::Missing))
+            .map(|(pv, _, c)| key(pv, *c));
+        let (settled, next) = self.stale.observe(doubtful, Instant::now(), self.settle);
+        for (pv, path, check) in found {
+            if matches!(check, DiskCheck::Different | DiskCheck::Missing) && !settled.contains(&key(&pv, check)) {
+                continue;
+            }
+            let Some(action) = plan_succession(&pv, check) else { continue };
+            self.execute_succession(action, &pv, &path, check).await;
+        }
+        next
+    }
+
+    async fn execute_succession(
+        &mut self,
+        action: SuccessionAction,
+        pv: &PvState,
+        path: &std::path::Path,
+        check: DiskCheck,
+    ) {
+        let node = self.identity.node.clone();
+        match action {
+            SuccessionAction::Readopt { name, resource_version, record_identity, unflag } => {
+                let mut ann = serde_json::json!({ ANN_PROVISIONED_BY: self.identity.provisioner });
+                if unflag {
+                    ann[ANN_VOLUME_STALE] = serde_json::Value::Null;
+                }
+                if record_identity {
+                    match volume_identity(path) {
+                        Ok(id) => ann[ANN_VOLUME_IDENTITY] = serde_json::json!(id),
+                        Err(e) => return warn!(pv = %name, error = %e, "cannot read the disk identity; will retry"),
+                    }
+                }
+                let patched = self
+                    .cluster
+                    .patch_pv_metadata(&name, Some(&resource_version), serde_json::json!({}), ann, None)
+                    .await;
+                match patched {
+                    Ok(()) => {
+                        let note = format!(
+                            "PV re-adopted by the agent of re-created node {node} ({}): {}",
+                            self.node_info.uid,
+                            check.describe()
+                        );
+                        info!(pv = %name, path = %path.display(), "{note}");
+                        self.cluster.event(&pv_reference(&name), false, "VolumeReadopted", "Adopt", note).await;
+                        self.metrics.succession("readopted");
+                    }
+                    Err(e) => warn!(pv = %name, error = %e, "re-adopting PV failed (changed meanwhile?); will retry"),
+                }
+            }
+            SuccessionAction::Withdraw { name, uid, resource_version } => {
+                match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
+                    Ok(()) => {
+                        let note = format!(
+                            "unbound PV of an earlier incarnation of node {node} withdrawn: {}",
+                            check.describe()
+                        );
+                        info!(pv = %name, "{note}");
+                        self.cluster.event(&pv_reference(&name), false, "VolumeWithdrawn", "Adopt", note).await;
+                        self.metrics.succession("withdrawn");
+                    }
+                    Err(e) => {
+                        warn!(pv = %name, error = %e, "withdrawing stale PV failed (bound meanwhile?); will retry")
+                    }
+                }
+            }
+            SuccessionAction::ReleaseFinalizer { name, uid } => {
+                match self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE).await {
+                    Ok(()) => info!(pv = %name, "stale PV never used by a claim; our finalizer released"),
+                    Err(e) => warn!(pv = %name, error = %e, "removing our finalizer failed; will retry"),
+                }
+            }
+            SuccessionAction::Flag { name, check } => {
+                if !self.reported.insert(format!("stale/{}", pv.uid)) {
+                    return;
+                }
+                let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                let ann = serde_json::json!({ ANN_VOLUME_STALE: now });
+                match self.cluster.patch_pv_metadata(&name, None, serde_json::json!({}), ann, None).await {
+                    Ok(()) => {
+                        let note = format!(
+                            "PV of an earlier incarnation of node {node} is stale: {}; a claim uses or used it, so it \
+                             is kept. Where node-cleanup is enabled for class {}, it releases the claim after its \
+                             grace period; otherwise delete the claim when its data is not needed",
+                            check.describe(),
+                            pv.class
+                        );
+                        warn!(pv = %name, "{note}");
+                        self.cluster.event(&pv_reference(&name), true, "VolumeStale", "Adopt", note).await;
+                        self.metrics.succession("flagged_stale");
+                    }
+                    Err(e) => {
+                        self.reported.remove(&format!("stale/{}", pv.uid));
+                        warn!(pv = %name, error = %e, "flagging stale PV failed; will retry");
                     }
                 }
             }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use super::naming::{ANN_PROVISIONED_BY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node};
+use super::naming::{ANN_PROVISIONED_BY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node, provisioned_by_uid};
 use super::pv::local_path;
 
 /// A volume discovery wants published, with the PV object that would publish it.
@@ -74,6 +74,13 @@ impl Identity {
             &self.provisioner,
             self.use_node_name_only,
         )
+    }
+
+    /// Whether this PV was made for an earlier incarnation of this Node: same name, another
+    /// UID (the Node object was deleted and registered again). The agent decides whether to
+    /// take it over by looking at the disk (see core::succession).
+    pub fn is_predecessor(&self, pv: &ObservedPv) -> bool {
+        !self.owns(pv) && pv.provisioned_by.as_deref().is_some_and(|a| provisioned_by_uid(a, &self.node).is_some())
     }
 }
 
@@ -171,12 +178,16 @@ pub fn plan(
     actions
 }
 
-/// PVs made for this node that lack our label: they were made by upstream or an older version
-/// and must be labelled so the label-scoped watch sees them. Sorted by name.
+/// PVs made for this node, or for an earlier incarnation of it, that lack our label: they were
+/// made by upstream or an older version and must be labelled so the label-scoped watch sees
+/// them. Sorted by name.
 pub fn plan_adoption(identity: &Identity, all_pvs: &[ObservedPv]) -> Vec<String> {
     let mut names: Vec<String> = all_pvs
         .iter()
-        .filter(|pv| identity.owns(pv) && pv.node_label.as_deref() != Some(identity.node_label.as_str()))
+        .filter(|pv| {
+            (identity.owns(pv) || identity.is_predecessor(pv))
+                && pv.node_label.as_deref() != Some(identity.node_label.as_str())
+        })
         .map(|pv| pv.name.clone())
         .collect();
     names.sort();

@@ -550,3 +550,43 @@ fn path_in_use_names_the_same_pv_regardless_of_observed_order() {
     rev.reverse();
     assert_eq!(plan(&me(), &d, &o, &no_foreign()), plan(&me(), &d, &rev, &no_foreign()));
 }
+
+const OLD_UID: &str = "11111111-2222-4333-8444-555566667777";
+
+#[test]
+fn predecessors_are_pvs_of_the_same_node_name_with_another_uuid() {
+    let old = other("local-pv-old", Some("/mnt/disks/o"), Some(&format!("local-volume-provisioner-node-1-{OLD_UID}")));
+    assert!(me().is_predecessor(&old));
+    assert!(!me().owns(&old));
+    // Our own PVs, other nodes' PVs (even ones whose name extends ours) and foreign PVs are not.
+    assert!(!me().is_predecessor(&ours("local-pv-mine", "/mnt/disks/m")));
+    let longer = other("x", Some("/x"), Some(&format!("local-volume-provisioner-node-10-{OLD_UID}")));
+    assert!(!me().is_predecessor(&longer));
+    let dashed = other("y", Some("/y"), Some(&format!("local-volume-provisioner-node-1-b-{OLD_UID}")));
+    assert!(!me().is_predecessor(&dashed));
+    assert!(!me().is_predecessor(&other("z", Some("/z"), None)));
+    // In node-name-only mode a UID-style PV of this node that we own (hostname label agrees) is
+    // ours, one without the label is a predecessor.
+    let mut labelled = old.clone();
+    labelled.hostname_label = Some(NODE.into());
+    assert!(me_name_only().owns(&labelled) && !me_name_only().is_predecessor(&labelled));
+    assert!(me_name_only().is_predecessor(&old));
+}
+
+#[test]
+fn adoption_labels_unlabelled_predecessors_too() {
+    let old = other("local-pv-old", Some("/mnt/disks/o"), Some(&format!("local-volume-provisioner-node-1-{OLD_UID}")));
+    let mut labelled_old = old.clone();
+    labelled_old.name = "local-pv-old-labelled".into();
+    labelled_old.node_label = Some(node_label_value(NODE));
+    assert_eq!(plan_adoption(&me(), &[old, labelled_old]), ["local-pv-old"]);
+}
+
+#[test]
+fn a_predecessor_pv_blocks_its_name_until_succession_decides() {
+    // The agent drops desired volumes named like a predecessor PV before planning; if one got
+    // through, the planner still never overwrites it.
+    let old = other("local-pv-a", Some("/mnt/disks/a"), Some(&format!("local-volume-provisioner-node-1-{OLD_UID}")));
+    let actions = plan(&me(), &[desired("local-pv-a", "/mnt/disks/a")], &[old], &no_foreign());
+    assert!(matches!(&actions[..], [Action::Refuse { reason: Refusal::NameTaken { .. }, .. }]));
+}

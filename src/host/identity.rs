@@ -8,6 +8,7 @@ use std::path::Path;
 use super::HostError;
 use super::mountinfo::MountTable;
 use super::volume::{EntryKind, entry_kind};
+use crate::core::succession::DiskCheck;
 
 /// Fingerprint of the volume at `path` (symlinks followed).
 ///
@@ -37,6 +38,18 @@ pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) 
         _ => false,
     };
     here && recorded.is_none_or(|r| volume_identity(path).is_ok_and(|found| found == r))
+}
+
+/// What is at a predecessor PV's path compared with the disk it recorded (see core::succession).
+pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> DiskCheck {
+    if !volume_present(path, None, mounts) {
+        return DiskCheck::Missing;
+    }
+    match recorded {
+        None => DiskCheck::Unrecorded,
+        Some(r) if volume_identity(path).is_ok_and(|found| found == r) => DiskCheck::Same,
+        Some(_) => DiskCheck::Different,
+    }
 }
 
 fn block_identity(path: &Path, rdev: u64) -> String {
