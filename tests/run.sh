@@ -23,7 +23,14 @@ bash tests/control-plane/start.sh "$cp_dir"
 echo "== tests"
 LSP_CONTROL_PLANE_DIR=$cp_dir cargo test --all-targets --locked
 
-echo "== the agent's RBAC against what it really did (audit log)"
-"$(bash tests/control-plane/build.sh)/kubectl" --kubeconfig "$cp_dir/admin.kubeconfig" \
-  get clusterrole local-static-provisioner -o json > "$cp_dir/clusterrole.json"
-python3 tests/control-plane/check-rbac.py "$cp_dir/logs/audit.log" "$cp_dir/clusterrole.json"
+echo "== RBAC of the agent and of node-cleanup against what they really did (audit log)"
+kubectl=$(bash tests/control-plane/build.sh)/kubectl
+k() { "$kubectl" --kubeconfig "$cp_dir/admin.kubeconfig" "$@"; }
+ns=local-static-provisioner
+k get clusterrole local-static-provisioner -o json > "$cp_dir/agent-role.json"
+python3 tests/control-plane/check-rbac.py "$cp_dir/logs/audit.log" "$ns:local-static-provisioner" \
+  "$cp_dir/agent-role.json"
+k get clusterrole local-static-provisioner-node-cleanup -o json > "$cp_dir/node-cleanup-clusterrole.json"
+k get role local-static-provisioner-node-cleanup -n "$ns" -o json > "$cp_dir/node-cleanup-role.json"
+python3 tests/control-plane/check-rbac.py "$cp_dir/logs/audit.log" "$ns:local-static-provisioner-node-cleanup" \
+  "$cp_dir/node-cleanup-clusterrole.json" "$cp_dir/node-cleanup-role.json"

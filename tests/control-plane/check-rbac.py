@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Checks the agent's ClusterRole against what the agent really did during the test suite,
-from the API server's audit log: sufficient (the agent was never refused a request its role is
-meant to allow) and minimal (every granted verb was used). Prints a table; exits 1 on failure.
+"""Checks a component's roles against what it really did during the test suite, from the API
+server's audit log: sufficient (it was never refused a request its roles are meant to allow)
+and minimal (every granted verb was used). Prints a table; exits 1 on failure.
 
-usage: check-rbac.py AUDIT_LOG CLUSTERROLE_JSON
+usage: check-rbac.py AUDIT_LOG SERVICEACCOUNT ROLE_JSON...
+  SERVICEACCOUNT is namespace:name; each ROLE_JSON is a ClusterRole or Role (kubectl -o json).
 """
 import json
 import sys
@@ -16,13 +17,18 @@ EXPECTED_DENIALS = {("", "nodes", "delete"), ("", "secrets", "get"), ("", "secre
                     ("", "pods", "create"), ("storage.k8s.io", "storageclasses", "delete"),
                     ("", "namespaces", "create")}
 
-log_path, role_path = sys.argv[1], sys.argv[2]
-role = json.load(open(role_path))
-granted = {(g, r, v) for rule in role["rules"] for g in rule.get("apiGroups", [""])
-           for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+log_path, account, role_paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+user = "system:serviceaccount:" + account
+granted = set()
+for role_path in role_paths:
+    role = json.load(open(role_path))
+    granted |= {(g, r, v) for rule in role["rules"] for g in rule.get("apiGroups", [""])
+                for r in rule.get("resources", []) for v in rule.get("verbs", [])}
 used, denied = set(), set()
 for line in open(log_path):
     ev = json.loads(line)
+    if ev.get("user", {}).get("username") != user:
+        continue
     ref = ev.get("objectRef") or {}
     key = (ref.get("apiGroup", ""), ref.get("resource", ""), ev["verb"])
     code = (ev.get("responseStatus") or {}).get("code", 0)
@@ -38,7 +44,7 @@ if unused:
     print(f"not minimal: granted but never used: {unused}")
     ok = False
 if unexpected:
-    print(f"not sufficient: the agent was refused: {unexpected}")
+    print(f"not sufficient: {account} was refused: {unexpected}")
     ok = False
-print("rbac check: " + ("ok" if ok else "FAILED"))
+print(f"rbac check of {account}: " + ("ok" if ok else "FAILED"))
 sys.exit(0 if ok else 1)

@@ -105,7 +105,8 @@ kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  users: ["system:serviceaccount:local-static-provisioner:local-static-provisioner"]
+  users: ["system:serviceaccount:local-static-provisioner:local-static-provisioner",
+          "system:serviceaccount:local-static-provisioner:local-static-provisioner-node-cleanup"]
 - level: None
 AUDIT
 

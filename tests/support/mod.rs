@@ -262,6 +262,27 @@ impl ControlPlane {
         path
     }
 
+    /// A kubeconfig holding a token of node-cleanup's ServiceAccount, with its RBAC from
+    /// deploy/node-cleanup applied.
+    pub fn node_cleanup_kubeconfig(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("node-cleanup.kubeconfig");
+        run(Command::new("bash")
+            .arg(repo_root().join("tests/control-plane/agent-kubeconfig.sh"))
+            .arg(&self.dir)
+            .arg(&path)
+            .arg("node-cleanup"));
+        path
+    }
+
+    /// Sets the Node's Ready condition (no kubelet here: the test plays its part).
+    pub fn set_node_ready(&self, name: &str, ready: bool) {
+        let status = format!(
+            r#"{{"status":{{"conditions":[{{"type":"Ready","status":"{}","reason":"Test","message":"set by the test"}}]}}}}"#,
+            if ready { "True" } else { "False" }
+        );
+        self.kubectl_ok(&["patch", "node", name, "--subresource=status", "--type=merge", "-p", &status]);
+    }
+
     /// A kubeconfig for this cluster that authenticates with `token`.
     pub fn token_kubeconfig(&self, dir: &Path, name: &str, token: &str) -> PathBuf {
         use base64::Engine;
@@ -314,20 +335,32 @@ impl AgentProcess {
 
     /// Starts the agent with extra flags (none: event-driven with the config's resync).
     pub fn start_with(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path, extra: &[&str]) -> Self {
+        let mut args = vec!["run".to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(["--node-name".to_string(), node.to_string(), "--config-dir".to_string()]);
+        args.push(config_dir.display().to_string());
+        Self::spawn(&args, kubeconfig, log)
+    }
+
+    /// Starts `node-cleanup` with these flags (it is the same binary).
+    pub fn start_node_cleanup(kubeconfig: &Path, log: &Path, args: &[&str]) -> Self {
+        let mut all = vec!["node-cleanup".to_string()];
+        all.extend(args.iter().map(|s| s.to_string()));
+        Self::spawn(&all, kubeconfig, log)
+    }
+
+    fn spawn(args: &[String], kubeconfig: &Path, log: &Path) -> Self {
         let log_file = std::fs::File::create(log).unwrap();
         let child = Command::new(binary())
-            .arg("run")
-            .args(extra)
-            .args(["--listen-address", "127.0.0.1:0", "--node-name", node])
-            .arg("--config-dir")
-            .arg(config_dir)
+            .args(args)
+            .args(["--listen-address", "127.0.0.1:0"])
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .env("RUST_LOG", "info,local_static_provisioner=debug")
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)
             .spawn()
-            .expect("starting the agent");
+            .expect("starting the binary under test");
         AgentProcess { child, log: log.to_path_buf() }
     }
 

@@ -1,0 +1,330 @@
+//! Deleted and re-created Nodes on the real control plane: node-cleanup releases the claims
+//! and PVs of a deleted Node after the grace period and never touches a NotReady one nor acts
+//! blind; two replicas never act at once; the agent of a re-created Node re-adopts PVs whose
+//! disk is still there and handles stale ones. Every process runs with its own RBAC.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use local_static_provisioner::core::naming::pv_name;
+use serde_json::Value;
+use support::{AgentProcess, ControlPlane, mount_tmpfs, require_root, wait_until, write_config};
+
+const WAIT: Duration = Duration::from_secs(90);
+const NS: &str = "local-static-provisioner";
+
+fn class_map(classes: &[(&str, &Path)]) -> String {
+    classes.iter().map(|(c, d)| format!("{c}:\n  hostDir: {d}\n  mountDir: {d}\n", d = d.display())).collect()
+}
+
+/// A claim bound directly to `pv` (no pod).
+fn claim_pv(cp: &ControlPlane, claim: &str, class: &str, pv: &str) {
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {claim}, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  volumeName: {pv}\n  resources: {{requests: {{storage: 1Mi}}}}\n"
+    ));
+    wait_until(&format!("claim {claim} bound to {pv}"), WAIT, || (cp.pv_state(pv)?.1 == "Bound").then_some(()));
+}
+
+fn claim_uid(cp: &ControlPlane, claim: &str) -> Option<String> {
+    let pvc = cp.get_json(&["pvc", claim, "-n", "default"])?;
+    pvc["metadata"]["deletionTimestamp"].is_null().then(|| pvc["metadata"]["uid"].as_str().unwrap().to_string())
+}
+
+fn annotation(cp: &ControlPlane, pv: &str, key: &str) -> Option<String> {
+    cp.get_json(&["pv", pv])?["metadata"]["annotations"][key].as_str().map(str::to_string)
+}
+
+/// A local PV as a local-static-provisioner makes it, created as admin (no disk needed: only
+/// node-cleanup looks at it).
+fn make_pv(cp: &ControlPlane, name: &str, node: &str, class: &str) {
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\n  annotations: {{pv.kubernetes.io/provisioned-by: local-volume-provisioner-{node}-0f0e1d2c-3b4a-5968-7786-95a4b3c2d1e0}}\n  labels: {{local-static-provisioner.io/node: {node}}}\n  finalizers: [local-static-provisioner.io/wipe]\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {class}\n  local: {{path: /mnt/nowhere/{name}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]\n"
+    ));
+    wait_until(&format!("{name} Available"), WAIT, || (cp.pv_state(name)?.1 == "Available").then_some(()));
+}
+
+#[test]
+fn deleted_node_is_released_after_grace_while_not_ready_node_and_blind_runs_lose_nothing() {
+    if !require_root("deleted_node_is_released_after_grace_while_not_ready_node_and_blind_runs_lose_nothing") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let (gone, sick) = ("nc-gone-node", "nc-sick-node");
+    let class = "nc-fs";
+    cp.create_storage_class(class, "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    // Each node gets an agent that publishes two tmpfs volumes; one of each is claimed.
+    let mut mounts = Vec::new();
+    let mut names = Vec::new();
+    for node in [gone, sick] {
+        cp.create_node(node);
+        let dir = tmp.path().join(node);
+        for vol in ["a", "b"] {
+            mounts.push(mount_tmpfs(&dir.join(vol), 8));
+            names.push(pv_name(vol, node, class));
+        }
+        let config = tmp.path().join(format!("{node}-config"));
+        write_config(&config, &[("storageClassMap", &class_map(&[(class, &dir)]))]);
+        let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join(format!("{node}-agent.log")));
+        for vol in ["a", "b"] {
+            let pv = pv_name(vol, node, class);
+            wait_until(&format!("{pv} published"), WAIT, || (cp.pv_state(&pv)?.1 == "Available").then_some(()));
+        }
+        claim_pv(&cp, &format!("{node}-claim"), class, &pv_name("a", node, class));
+        // The machines go away (or stop answering): their agents stop.
+        agent.stop();
+    }
+    let gone_claim_uid = claim_uid(&cp, &format!("{gone}-claim")).unwrap();
+    let sick_claim_uid = claim_uid(&cp, &format!("{sick}-claim")).unwrap();
+    let sick_pvs: Vec<(String, String)> = names[2..].iter().map(|n| (n.clone(), cp.pv_state(n).unwrap().0)).collect();
+    cp.set_node_ready(sick, false);
+    cp.kubectl_ok(&["delete", "node", gone]);
+
+    // Blind: a node-cleanup that may not list Nodes must do nothing at all, even past the grace.
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: nc-blind, namespace: {NS}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: nc-blind}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nc-blind}}\nsubjects: [{{kind: ServiceAccount, name: nc-blind, namespace: {NS}}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: nc-blind}}\nrules:\n- {{apiGroups: [''], resources: [persistentvolumes], verbs: [get, list, watch, delete, patch]}}\n- {{apiGroups: [''], resources: [persistentvolumeclaims], verbs: [delete]}}\n- {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, create, update]}}\n"
+    ));
+    let token = cp.kubectl_ok(&["create", "token", "nc-blind", "-n", NS]);
+    let blind_kubeconfig = cp.token_kubeconfig(tmp.path(), "nc-blind", token.trim());
+    let blind = AgentProcess::start_node_cleanup(
+        &blind_kubeconfig,
+        &tmp.path().join("blind.log"),
+        &["--storage-classes", class, "--grace-period", "1s", "--resync-period", "500ms", "--lease-name", "nc-blind"],
+    );
+    wait_until("blind run leads and fails to list Nodes a few times", WAIT, || {
+        let log = blind.log_text();
+        (log.contains("leadership acquired") && log.matches("cannot list Nodes").count() >= 5).then_some(())
+    });
+    let blind_log = blind.stop();
+    assert!(!blind_log.contains("deleted"), "{blind_log}");
+    assert_eq!(claim_uid(&cp, &format!("{gone}-claim")).as_deref(), Some(gone_claim_uid.as_str()));
+    for name in &names {
+        assert!(cp.pv_state(name).is_some(), "{name} must survive a blind run");
+    }
+
+    // The real one, with its own RBAC.
+    let nc_kubeconfig = cp.node_cleanup_kubeconfig(tmp.path());
+    let nc = AgentProcess::start_node_cleanup(
+        &nc_kubeconfig,
+        &tmp.path().join("node-cleanup.log"),
+        &["--storage-classes", &format!("other-class,{class}"), "--grace-period", "6s", "--resync-period", "1s"],
+    );
+    wait_until("node-cleanup notices the deleted node", WAIT, || {
+        nc.log_text().contains(&format!("node={gone}")).then_some(())
+    });
+    // Just noticed: the grace period has only begun, so the claim is untouched.
+    assert_eq!(claim_uid(&cp, &format!("{gone}-claim")).as_deref(), Some(gone_claim_uid.as_str()));
+    wait_until("the deleted node's claim is deleted", WAIT, || {
+        claim_uid(&cp, &format!("{gone}-claim")).is_none().then_some(())
+    });
+    for name in &names[..2] {
+        wait_until(&format!("{name} of the deleted node gone"), WAIT, || cp.pv_state(name).is_none().then_some(()));
+    }
+    assert!(cp.has_event(&format!("{gone}-claim"), "NodeGone", "StatefulSet"));
+    assert!(cp.has_event(&names[1], "NodeGone", "PV deleted"));
+    let metrics = nc.admin_get("/metrics");
+    for line in [
+        "local_static_provisioner_node_cleanup_actions_total{action=\"delete_claim\",cause=\"node_gone\"} 1",
+        "local_static_provisioner_node_cleanup_actions_total{action=\"delete_pv\",cause=\"node_gone\"} 2",
+        "local_static_provisioner_node_cleanup_leader 1",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+
+    // The NotReady node, well past the same grace period: nothing of it was touched.
+    assert_eq!(claim_uid(&cp, &format!("{sick}-claim")).as_deref(), Some(sick_claim_uid.as_str()));
+    for (name, uid) in &sick_pvs {
+        assert_eq!(cp.pv_state(name).map(|s| s.0).as_deref(), Some(uid.as_str()), "{name} of the NotReady node");
+    }
+    assert_eq!(cp.pv_state(&names[2]).unwrap().1, "Bound");
+    let log = nc.stop();
+    assert!(!log.contains(&format!("node={sick}")), "the NotReady node was never taken for gone:\n{log}");
+    // The sick node's PVs: made unclaimed and released so other tests' cluster stays tidy.
+    cp.kubectl_ok(&["delete", "pvc", &format!("{sick}-claim"), "-n", "default", "--wait=false"]);
+    drop(mounts);
+}
+
+#[test]
+fn two_replicas_never_act_at_once_and_the_second_takes_over() {
+    let cp = ControlPlane::get();
+    let class = "nc-ha";
+    cp.create_storage_class(class, "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.node_cleanup_kubeconfig(tmp.path());
+    let flags = [
+        "--storage-classes",
+        class,
+        "--grace-period",
+        "2s",
+        "--resync-period",
+        "500ms",
+        "--lease-name",
+        "nc-ha-test",
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "500ms",
+    ];
+    let first = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("first.log"), &flags);
+    wait_until("first replica leads", WAIT, || first.log_text().contains("leadership acquired").then_some(()));
+    let second = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("second.log"), &flags);
+    wait_until("second replica waits", WAIT, || second.log_text().contains("another replica leads").then_some(()));
+
+    for (i, node) in ["nc-ha-node-1", "nc-ha-node-2", "nc-ha-node-3"].iter().enumerate() {
+        cp.create_node(node);
+        make_pv(&cp, &format!("nc-ha-pv-{i}"), node, class);
+        cp.kubectl_ok(&["delete", "node", node]);
+    }
+    for i in 0..3 {
+        let name = format!("nc-ha-pv-{i}");
+        wait_until(&format!("{name} deleted"), WAIT, || cp.pv_state(&name).is_none().then_some(()));
+    }
+    let (first_log, second_log) = (first.log_text(), second.log_text());
+    assert_eq!(first_log.matches("PV deleted").count(), 3, "{first_log}");
+    assert!(!second_log.contains("PV deleted"), "{second_log}");
+    assert!(!second_log.contains("leadership acquired"), "{second_log}");
+    let lease = cp.get_json(&["lease", "nc-ha-test", "-n", NS]).unwrap();
+    let holder = lease["spec"]["holderIdentity"].as_str().unwrap().to_string();
+
+    // The leader stops (releasing the lease): the other replica takes over and acts.
+    first.stop();
+    wait_until("second replica takes over", WAIT, || second.log_text().contains("leadership acquired").then_some(()));
+    let lease = cp.get_json(&["lease", "nc-ha-test", "-n", NS]).unwrap();
+    assert_ne!(lease["spec"]["holderIdentity"].as_str().unwrap(), holder);
+    assert!(lease["spec"]["leaseTransitions"].as_i64().unwrap() >= 1);
+    cp.create_node("nc-ha-node-4");
+    make_pv(&cp, "nc-ha-pv-4", "nc-ha-node-4", class);
+    cp.kubectl_ok(&["delete", "node", "nc-ha-node-4"]);
+    wait_until("the new leader acts", WAIT, || cp.pv_state("nc-ha-pv-4").is_none().then_some(()));
+    assert!(second.stop().contains("PV deleted"));
+}
+
+#[test]
+fn recreated_node_readopts_its_disks_and_handles_stale_ones() {
+    if !require_root("recreated_node_readopts_its_disks_and_handles_stale_ones") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "nc-reborn-node";
+    let class = "nc-reborn";
+    cp.create_storage_class(class, "Delete");
+    let old_uid = cp.create_node(node);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("disks");
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let config = tmp.path().join("config");
+    write_config(&config, &[("storageClassMap", &class_map(&[(class, &dir)]))]);
+    // same: bound, stays; swapped: bound, replaced by another disk; lost: bound, unmounted;
+    // free: unbound, replaced by another disk.
+    let vols = ["same", "swapped", "lost", "free"];
+    let mut mounts: Vec<_> = vols.iter().map(|v| Some(mount_tmpfs(&dir.join(v), 8))).collect();
+    let pv = |v: &str| pv_name(v, node, class);
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-1.log"));
+    for v in vols {
+        wait_until(&format!("{v} published"), WAIT, || (cp.pv_state(&pv(v))?.1 == "Available").then_some(()));
+    }
+    for v in ["same", "swapped", "lost"] {
+        claim_pv(&cp, &format!("reborn-{v}"), class, &pv(v));
+    }
+    std::fs::write(dir.join("same/data"), b"tenant data").unwrap();
+    let before: Vec<Value> = vols.iter().map(|v| cp.get_json(&["pv", &pv(v)]).unwrap()).collect();
+    agent.stop();
+
+    // The Node object is deleted and the machine registers again: same name, new UID. Meanwhile
+    // two disks were swapped and one is gone.
+    cp.kubectl_ok(&["delete", "node", node]);
+    let new_uid = cp.create_node(node);
+    assert_ne!(old_uid, new_uid);
+    for (i, v) in vols.iter().enumerate() {
+        if *v != "same" {
+            mounts[i] = None; // unmount
+        }
+    }
+    let _swapped = mount_tmpfs(&dir.join("swapped"), 8);
+    let _free = mount_tmpfs(&dir.join("free"), 8);
+
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-2.log"));
+    let new_provisioner = format!("local-volume-provisioner-{node}-{new_uid}");
+    wait_until("same disk re-adopted", WAIT, || {
+        (annotation(&cp, &pv("same"), "pv.kubernetes.io/provisioned-by")? == new_provisioner).then_some(())
+    });
+    let after = cp.get_json(&["pv", &pv("same")]).unwrap();
+    // Nothing but the provisioned-by annotation changed.
+    assert_eq!(after["metadata"]["uid"], before[0]["metadata"]["uid"]);
+    assert_eq!(after["spec"], before[0]["spec"]);
+    assert_eq!(after["metadata"]["labels"], before[0]["metadata"]["labels"]);
+    assert_eq!(after["metadata"]["finalizers"], before[0]["metadata"]["finalizers"]);
+    let mut expected = before[0]["metadata"]["annotations"].clone();
+    expected["pv.kubernetes.io/provisioned-by"] = Value::String(new_provisioner.clone());
+    assert_eq!(after["metadata"]["annotations"], expected);
+    assert_eq!(after["status"]["phase"], "Bound");
+    assert_eq!(std::fs::read(dir.join("same/data")).unwrap(), b"tenant data");
+    assert!(cp.has_event(&pv("same"), "VolumeReadopted", "recorded disk"));
+
+    // Bound PVs whose disk is different or missing: flagged stale, kept Bound, same object.
+    for (i, v) in [(1, "swapped"), (2, "lost")] {
+        wait_until(&format!("{v} flagged stale"), WAIT, || {
+            annotation(&cp, &pv(v), "local-static-provisioner.io/volume-stale").map(|_| ())
+        });
+        let now = cp.get_json(&["pv", &pv(v)]).unwrap();
+        assert_eq!(now["metadata"]["uid"], before[i]["metadata"]["uid"]);
+        assert_eq!(now["status"]["phase"], "Bound");
+        assert!(cp.has_event(&pv(v), "VolumeStale", if v == "lost" { "no volume" } else { "different disk" }));
+    }
+    // The unbound PV whose disk changed is withdrawn; the new disk there is published afresh.
+    let old_free_uid = before[3]["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_until("free PV replaced by the new disk's PV", WAIT, || {
+        let (uid, phase) = cp.pv_state(&pv("free"))?;
+        (uid != old_free_uid && phase == "Available").then_some(())
+    });
+    assert_eq!(annotation(&cp, &pv("free"), "pv.kubernetes.io/provisioned-by").unwrap(), new_provisioner);
+    assert!(cp.has_event(&pv("free"), "VolumeWithdrawn", "different disk"));
+    let metrics = agent.admin_get("/metrics");
+    for line in [
+        "local_static_provisioner_succession_total{outcome=\"readopted\"} 1",
+        "local_static_provisioner_succession_total{outcome=\"flagged_stale\"} 2",
+        "local_static_provisioner_succession_total{outcome=\"withdrawn\"} 1",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+
+    // With the class opted in, node-cleanup releases the stale claims after its grace period;
+    // the re-adopted one is untouched. The swapped path then holds a fresh PV for its new disk.
+    let same_claim = claim_uid(&cp, "reborn-same").unwrap();
+    let nc_kubeconfig = cp.node_cleanup_kubeconfig(tmp.path());
+    let nc = AgentProcess::start_node_cleanup(
+        &nc_kubeconfig,
+        &tmp.path().join("node-cleanup.log"),
+        &["--storage-classes", class, "--grace-period", "2s", "--resync-period", "1s", "--lease-name", "nc-reborn"],
+    );
+    for v in ["swapped", "lost"] {
+        wait_until(&format!("stale claim of {v} deleted"), WAIT, || {
+            claim_uid(&cp, &format!("reborn-{v}")).is_none().then_some(())
+        });
+        assert!(cp.has_event(&format!("reborn-{v}"), "VolumeStale", "claim deleted"));
+    }
+    wait_until("lost PV gone", WAIT, || cp.pv_state(&pv("lost")).is_none().then_some(()));
+    let old_swapped_uid = before[1]["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_until("swapped path published with its new disk", WAIT, || {
+        let (uid, phase) = cp.pv_state(&pv("swapped"))?;
+        (uid != old_swapped_uid && phase == "Available").then_some(())
+    });
+    assert_eq!(claim_uid(&cp, "reborn-same").as_deref(), Some(same_claim.as_str()));
+    nc.stop();
+
+    // Re-created again while the agent keeps running: noticed at the next resync.
+    cp.kubectl_ok(&["delete", "node", node]);
+    let third_uid = cp.create_node(node);
+    wait_until("re-adopted by the running agent", WAIT, || {
+        let ann = annotation(&cp, &pv("same"), "pv.kubernetes.io/provisioned-by")?;
+        ann.ends_with(&third_uid).then_some(())
+    });
+    assert_eq!(cp.pv_state(&pv("same")).unwrap().1, "Bound");
+    agent.stop();
+    cp.kubectl_ok(&["delete", "pvc", "reborn-same", "-n", "default", "--wait=false"]);
+}
