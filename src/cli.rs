@@ -78,6 +78,12 @@ struct NodeCleanupArgs {
     /// Kubeconfig file; without it the in-cluster service account is used.
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+    /// Sustained API requests per second.
+    #[arg(long, env = "KUBE_API_QPS", default_value_t = 50)]
+    kube_api_qps: u32,
+    /// Requests allowed in a burst above the sustained rate.
+    #[arg(long, env = "KUBE_API_BURST", default_value_t = 100)]
+    kube_api_burst: u32,
     /// Name of the leader Lease.
     #[arg(long, default_value = "local-static-provisioner-node-cleanup")]
     lease_name: String,
@@ -400,7 +406,7 @@ fn run_node_cleanup(args: NodeCleanupArgs) -> ExitCode {
             renew_deadline: args.renew_deadline,
             retry_period: args.retry_period,
         },
-        client: ClientOptions { kubeconfig: args.kubeconfig, qps: 20, burst: 40 },
+        client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
         listen_address: args.listen_address,
         metrics_path: args.metrics_path,
     };

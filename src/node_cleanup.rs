@@ -178,7 +178,15 @@ impl Worker {
             }
         };
         self.readiness.set_detail(None);
-        let absent = if nodes.is_empty() { BTreeSet::new() } else { absent_nodes(&self.opts.classes, &nodes, &pvs) };
+        if nodes.is_empty() {
+            // This process runs on a Node, so an empty list is a wrong answer, not a dead cluster.
+            if self.reported.insert("no-nodes".into()) {
+                warn!("the API listed no Nodes at all; acting on nothing until it lists some");
+            }
+            return;
+        }
+        self.reported.remove("no-nodes");
+        let absent = absent_nodes(&self.opts.classes, &nodes, &pvs);
         self.metrics.set_absent_nodes(absent.len());
         for node in absent.difference(&self.absent_logged) {
             warn!(node = %node, grace_s = self.opts.grace.as_secs(), "node not found; its opted-in local PVs are released after the grace period unless it returns");
