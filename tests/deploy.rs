@@ -1,6 +1,7 @@
-//! The shipped manifests against the real API server: the kustomize base and the Helm chart
-//! (rendered from a values file written for the upstream chart) are accepted by a server-side
-//! dry run, and the ConfigMap the chart renders is a valid config for the agent.
+//! The shipped manifests against the real API server: the kustomize base, the opt-in
+//! node-cleanup kustomization and the Helm chart (rendered from a values file written for the
+//! upstream chart, with and without node-cleanup) are accepted by a server-side dry run, and
+//! the ConfigMap the chart renders is a valid config for the agent.
 
 mod support;
 
@@ -20,6 +21,31 @@ fn server_dry_run(cp: &ControlPlane, yaml: &str) {
     assert!(out.status.success(), "dry run refused: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The objects of a multi-document YAML stream.
+fn documents(yaml: &str) -> Vec<serde_json::Value> {
+    yaml.split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
+        .filter(|d| d.is_object())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [serde_json::Value], kind: &str) -> &'a serde_json::Value {
+    docs.iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
+fn find_named<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+/// The node-cleanup Deployment's container arguments.
+fn node_cleanup_args(docs: &[serde_json::Value]) -> Vec<String> {
+    let deployment = find(docs, "Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
 #[test]
 fn kustomize_base_is_accepted_by_the_api_server() {
     let cp = ControlPlane::get();
@@ -28,6 +54,25 @@ fn kustomize_base_is_accepted_by_the_api_server() {
     for kind in ["DaemonSet", "ClusterRole", "ConfigMap", "StorageClass", "ValidatingAdmissionPolicy"] {
         assert!(out.contains(&format!("kind: {kind}")), "kustomize output lacks {kind}");
     }
+    server_dry_run(&cp, &out);
+}
+
+#[test]
+fn kustomize_node_cleanup_is_accepted_by_the_api_server() {
+    let cp = ControlPlane::get();
+    // Installed after deploy/base, which creates the namespace.
+    let _ = cp.kubectl(&["create", "namespace", "local-static-provisioner"]);
+    let out = cp.kubectl_ok(&["kustomize", repo_root().join("deploy/node-cleanup").to_str().unwrap()]);
+    for kind in ["Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+        assert!(out.contains(&format!("kind: {kind}\n")), "kustomize output lacks {kind}");
+    }
+    let docs = documents(&out);
+    let args = node_cleanup_args(&docs);
+    assert_eq!(args[0], "node-cleanup");
+    assert!(args.iter().any(|a| a.starts_with("--storage-classes=")), "opt-in classes are explicit: {args:?}");
+    let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "local-static-provisioner-node-cleanup");
+    assert_eq!(find(&docs, "Role")["metadata"]["namespace"], "local-static-provisioner", "the Lease's namespace");
     server_dry_run(&cp, &out);
 }
 
@@ -42,13 +87,10 @@ fn helm_chart_takes_upstream_values_and_renders_a_valid_config() {
         run(Command::new(helm()).args(["template", "lsp", "--namespace", ns]).arg(&chart).arg("--values").arg(&values));
     let rendered = String::from_utf8(out.stdout).unwrap();
     server_dry_run(&cp, &rendered);
+    assert!(!rendered.contains("node-cleanup"), "node-cleanup is opt-in; upstream values do not enable it");
 
     // The ConfigMap's keys, mounted as kubelet would, are a valid config with upstream's meaning.
-    let docs: Vec<serde_json::Value> = rendered
-        .split("\n---")
-        .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
-        .filter(|d| d.is_object())
-        .collect();
+    let docs = documents(&rendered);
     let cm = docs.iter().find(|d| d["kind"] == "ConfigMap").expect("a ConfigMap");
     let data = cm["data"].as_object().unwrap();
     let tmp = tempfile::tempdir().unwrap();
@@ -90,4 +132,80 @@ fn helm_chart_takes_upstream_values_and_renders_a_valid_config() {
         .arg("--values")
         .arg(&values));
     assert!(String::from_utf8_lossy(&out.stdout).contains("kind: ServiceMonitor"));
+}
+
+#[test]
+fn helm_chart_renders_node_cleanup_when_enabled() {
+    let cp = ControlPlane::get();
+    let ns = "lsp-helm-node-cleanup";
+    let _ = cp.kubectl(&["create", "namespace", ns]);
+    let chart = repo_root().join("deploy/helm/local-static-provisioner");
+    let values = repo_root().join("tests/fixtures/upstream-values.yaml");
+    let template = |sets: &[&str]| {
+        let mut cmd = Command::new(helm());
+        cmd.args(["template", "lsp", "--namespace", ns]).arg(&chart).arg("--values").arg(&values);
+        for set in sets {
+            cmd.args(["--set", set]);
+        }
+        String::from_utf8(run(&mut cmd).stdout).unwrap()
+    };
+    let rendered = template(&[
+        "nodeCleanup.enabled=true",
+        "nodeCleanup.storageClasses={local-block}",
+        "nodeCleanup.gracePeriod=30m",
+        "nodeCleanup.image.tag=nc",
+    ]);
+    server_dry_run(&cp, &rendered);
+
+    let docs = documents(&rendered);
+    let args = node_cleanup_args(&docs);
+    assert_eq!(args[0], "node-cleanup");
+    for arg in ["--storage-classes=local-block", "--grace-period=30m", "--lease-name=lsp-node-cleanup"] {
+        assert!(args.iter().any(|a| a == arg), "{arg} not in {args:?}");
+    }
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["metadata"]["name"], "lsp-node-cleanup");
+    assert_eq!(deployment["metadata"]["namespace"], ns);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "lsp-node-cleanup");
+    assert_eq!(pod["containers"][0]["image"], "local-static-provisioner:nc");
+    // Its pods are not the DaemonSet's: the two selectors must not overlap.
+    let ds_selector = &find(&docs, "DaemonSet")["spec"]["selector"]["matchLabels"];
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert!(
+        ds_selector.as_object().unwrap().iter().any(|(k, v)| pod_labels[k] != *v),
+        "the DaemonSet would select node-cleanup's pods"
+    );
+    assert_eq!(find_named(&docs, "ServiceAccount", "lsp-node-cleanup")["metadata"]["namespace"], ns);
+    let role = find_named(&docs, "Role", "lsp-node-cleanup");
+    assert_eq!(role["metadata"]["namespace"], ns, "the Lease lives in the release namespace");
+    let binding = find_named(&docs, "ClusterRoleBinding", "lsp-node-cleanup");
+    assert_eq!(binding["subjects"][0]["name"], "lsp-node-cleanup");
+    assert_eq!(binding["subjects"][0]["namespace"], ns);
+
+    // Same permissions as deploy/node-cleanup, whose roles the suite audits against what
+    // node-cleanup really does.
+    let kustomized =
+        documents(&cp.kubectl_ok(&["kustomize", repo_root().join("deploy/node-cleanup").to_str().unwrap()]));
+    for kind in ["ClusterRole", "Role"] {
+        assert_eq!(
+            find_named(&docs, kind, "lsp-node-cleanup")["rules"],
+            find_named(&kustomized, kind, "local-static-provisioner-node-cleanup")["rules"],
+            "{kind} rules differ from deploy/node-cleanup"
+        );
+    }
+
+    // Without storageClasses it opts in the chart's own classes; rbac.create=false and
+    // serviceAccount.create=false leave those objects to the operator.
+    let rendered = template(&["nodeCleanup.enabled=true", "rbac.create=false", "serviceAccount.create=false"]);
+    let docs = documents(&rendered);
+    assert!(node_cleanup_args(&docs).iter().any(|a| a == "--storage-classes=fast-disks,local-block"));
+    for kind in ["ServiceAccount", "ClusterRole", "Role", "RoleBinding"] {
+        assert!(!rendered.contains(&format!("kind: {kind}\n")), "{kind} rendered despite create=false");
+    }
+
+    // With serviceMonitor enabled, node-cleanup's metrics are scraped too.
+    let rendered = template(&["nodeCleanup.enabled=true", "serviceMonitor.enabled=true"]);
+    let monitors = documents(&rendered).into_iter().filter(|d| d["kind"] == "ServiceMonitor").count();
+    assert_eq!(monitors, 2, "one ServiceMonitor for the agent, one for node-cleanup");
 }

@@ -4,3 +4,20 @@
 app.kubernetes.io/name: local-static-provisioner
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+{{- /* node-cleanup: the name of its Deployment, ServiceAccount, RBAC and Lease, and labels the
+     DaemonSet's selector (lsp.labels) does not match. */ -}}
+{{- define "lsp.nodeCleanup.name" -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}-node-cleanup{{- end -}}
+{{- define "lsp.nodeCleanup.labels" -}}
+app.kubernetes.io/name: local-static-provisioner-node-cleanup
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- /* The opted-in StorageClasses: nodeCleanup.storageClasses, or else the names of classes[]. */ -}}
+{{- define "lsp.nodeCleanup.storageClasses" -}}
+{{- $names := list -}}
+{{- $given := .Values.nodeCleanup.storageClasses -}}
+{{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}
+{{- range $given }}{{ if . }}{{ $names = append $names (trim .) }}{{ end }}{{ end -}}
+{{- if not $names }}{{ range .Values.classes }}{{ $names = append $names .name }}{{ end }}{{ end -}}
+{{- if not $names }}{{ fail "nodeCleanup.enabled needs nodeCleanup.storageClasses (or classes[]) to name the StorageClasses it may act on" }}{{ end -}}
+{{- join "," $names -}}
+{{- end -}}
