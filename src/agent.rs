@@ -226,7 +226,8 @@ fn identity_for(node: &NodeInfo, use_node_name_only: bool) -> Identity {
     }
 }
 
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+/// Sleeps until `at`, or for ever when there is no deadline (a `select!` arm that never fires).
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

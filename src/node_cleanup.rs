@@ -127,19 +127,12 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
                 // Let a burst of PV events settle into one pass.
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            _ = sleep_until_opt(wake) => debug!("pass for a grace deadline"),
+            _ = crate::agent::sleep_until_opt(wake) => debug!("pass for a grace deadline"),
         }
     }
     info!("shutting down");
     elector.release().await;
     Ok(())
-}
-
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 struct Worker {
