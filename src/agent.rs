@@ -50,6 +50,9 @@ pub struct AgentOptions {
     pub discovery_period: Option<Duration>,
     /// How long a new or vanished volume must stay so before the agent acts on it.
     pub settle: Duration,
+    /// How long a predecessor PV's disk must stay missing or different before it is withdrawn
+    /// or marked stale: long enough for a rebooted machine to finish mounting its disks.
+    pub succession_settle: Duration,
     /// PV creations in flight at once.
     pub create_concurrency: usize,
     /// Wipe limits.
@@ -155,6 +158,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         dir_watcher,
         readiness,
         settle: opts.settle,
+        succession_settle: opts.succession_settle.max(opts.settle),
         new_volumes: Settler::default(),
         vanished: Settler::default(),
         stale: Settler::default(),
@@ -248,6 +252,7 @@ struct Agent {
     dir_watcher: Option<DirWatcher>,
     readiness: Readiness,
     settle: Duration,
+    succession_settle: Duration,
     /// Since when each found volume (path and identity) has been seen.
     new_volumes: Settler,
     /// Since when each PV's volume has been missing.
@@ -722,11 +727,12 @@ impl Agent {
         let key = |pv: &PvState, check: DiskCheck| format!("{}\n{check:?}", pv.uid);
         let doubtful = found
             .iter()
-            .filter(|(_, _, c)| matches!(c, DiskCheck::Different | DiskCheck::Missing))
+            .filter(|(_, _, c)| matches!(c, DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified))
             .map(|(pv, _, c)| key(pv, *c));
-        let (settled, next) = self.stale.observe(doubtful, Instant::now(), self.settle);
+        let (settled, next) = self.stale.observe(doubtful, Instant::now(), self.succession_settle);
         for (pv, path, check) in found {
-            if matches!(check, DiskCheck::Different | DiskCheck::Missing) && !settled.contains(&key(&pv, check)) {
+            let doubtful = matches!(check, DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified);
+            if doubtful && !settled.contains(&key(&pv, check)) {
                 continue;
             }
             let Some(action) = plan_succession(&pv, check) else { continue };
@@ -795,13 +801,24 @@ impl Agent {
                     Err(e) => warn!(pv = %name, error = %e, "removing our finalizer failed; will retry"),
                 }
             }
+            SuccessionAction::Report { name } => {
+                let note = format!(
+                    "PV of an earlier incarnation of node {node} is not re-adopted: {}. If it is the same disk, \
+                     remove the annotation {ANN_VOLUME_IDENTITY} from the PV and the agent re-adopts it, recording \
+                     the disk anew; if not, delete its claim when the data is not needed",
+                    check.describe()
+                );
+                self.report_pv_problem(&name, "VolumeUnverified", note).await;
+                self.metrics.succession("unverified");
+            }
             SuccessionAction::Flag { name, check } => {
                 if !self.reported.insert(format!("stale/{}", pv.uid)) {
                     return;
                 }
                 let now = k8s_openapi::jiff::Timestamp::now().to_string();
                 let ann = serde_json::json!({ ANN_VOLUME_STALE: now });
-                match self.cluster.patch_pv_metadata(&name, None, serde_json::json!({}), ann, None).await {
+                let rv = Some(pv.resource_version.as_str());
+                match self.cluster.patch_pv_metadata(&name, rv, serde_json::json!({}), ann, None).await {
                     Ok(()) => {
                         let note = format!(
                             "PV of an earlier incarnation of node {node} is stale: {}; a claim uses or used it, so it \

@@ -146,6 +146,10 @@ struct RunArgs {
     /// How long a new mount (or a vanished one) must stay so before the agent acts (Go duration).
     #[arg(long, env = "SETTLE", default_value = "200ms", value_parser = parse_settle)]
     settle: Duration,
+    /// How long the disk of a PV left by an earlier incarnation of this Node (same name, other
+    /// UID) must stay missing or different before that PV is withdrawn or marked stale.
+    #[arg(long, env = "SUCCESSION_SETTLE", default_value = "1m", value_parser = parse_settle)]
+    succession_settle: Duration,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "LOG_JSON")]
     log_json: bool,
@@ -365,6 +369,7 @@ fn run_agent(args: RunArgs) -> ExitCode {
         client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
         discovery_period: args.discovery_period,
         settle: args.settle,
+        succession_settle: args.succession_settle,
         create_concurrency: args.create_concurrency,
         cleaner: CleanerOptions {
             concurrency: args.wipe_concurrency,
@@ -391,6 +396,10 @@ fn run_node_cleanup(args: NodeCleanupArgs) -> ExitCode {
     init_logging(args.log_json);
     if args.renew_deadline >= args.lease_duration {
         eprintln!("error: --renew-deadline must be shorter than --lease-duration, or two replicas could act at once");
+        return ExitCode::FAILURE;
+    }
+    if args.retry_period >= args.renew_deadline {
+        eprintln!("error: --retry-period must be shorter than --renew-deadline, or leadership lapses between renewals");
         return ExitCode::FAILURE;
     }
     let identity = args.identity.filter(|s| !s.is_empty()).unwrap_or_else(default_identity);

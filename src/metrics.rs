@@ -190,7 +190,7 @@ impl Metrics {
         let succession = Family::<OutcomeLabels, Counter>::default();
         agent_registry.register(
             "local_static_provisioner_succession",
-            "PVs of an earlier incarnation of this Node (same name, other UID): readopted, withdrawn or flagged stale",
+            "PVs of an earlier incarnation of this Node (same name, other UID): readopted, withdrawn, flagged stale or unverified",
             succession.clone(),
         );
         let cleanup_actions = Family::<ActionLabels, Counter>::default();
@@ -298,7 +298,7 @@ impl Metrics {
         self.inner.config_valid.set(i64::from(valid));
     }
 
-    /// Records a succession decision of the agent (readopted, withdrawn, flagged_stale).
+    /// Records a succession decision of the agent (readopted, withdrawn, flagged_stale, unverified).
     pub fn succession(&self, outcome: &str) {
         self.inner.succession.get_or_create(&OutcomeLabels { outcome: outcome.to_string() }).inc();
     }

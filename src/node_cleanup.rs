@@ -18,7 +18,9 @@ use tracing::{debug, info, warn};
 use crate::admin::{Readiness, parse_listen_address, serve};
 use crate::api::{ApiError, ClientOptions, Cluster, claim_reference, pv_reference};
 use crate::core::naming::{FINALIZER_WIPE, LABEL_HOSTNAME};
-use crate::core::node_cleanup::{Cause, LocalPv, NodeCleanupAction, NodeView, absent_nodes, plan_node_cleanup};
+use crate::core::node_cleanup::{
+    Cause, LocalPv, NodeCleanupAction, NodeView, absent_nodes, plan_node_cleanup, stale_pvs,
+};
 use crate::core::settle::Settler;
 use crate::leader::{self, Leadership, LeaseOptions};
 use crate::metrics::{Metrics, Role};
@@ -77,17 +79,6 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
     );
 
     let changed = Arc::new(Notify::new());
-    let elector = {
-        let (metrics, changed) = (metrics.clone(), changed.clone());
-        leader::spawn(cluster.clone(), opts.lease.clone(), move |leads| {
-            metrics.set_leader(leads);
-            if leads {
-                changed.notify_one(); // Act at once on what is already due.
-            } else {
-                warn!("leadership lost; not acting until it is regained");
-            }
-        })
-    };
     let (pv_store, pv_events) = cluster.watch_pvs(None);
     {
         let changed = changed.clone();
@@ -103,6 +94,19 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
     }
     pv_store.wait_until_ready().await.map_err(|e| NodeCleanupError::Watch(e.to_string()))?;
     readiness.set(None);
+    // Candidates only once they can see PVs: a replica whose watch cannot sync never holds the
+    // Lease while doing nothing.
+    let elector = {
+        let (metrics, changed) = (metrics.clone(), changed.clone());
+        leader::spawn(cluster.clone(), opts.lease.clone(), move |leads| {
+            metrics.set_leader(leads);
+            if leads {
+                changed.notify_one(); // Act at once on what is already due.
+            } else {
+                warn!("leadership lost; not acting until it is regained");
+            }
+        })
+    };
 
     let mut worker = Worker {
         cluster,
@@ -112,8 +116,11 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
         pv_store,
         opts: opts.clone(),
         absent: Settler::default(),
+        stale: Settler::default(),
         reported: BTreeSet::new(),
         absent_logged: BTreeSet::new(),
+        claims_deleted: BTreeSet::new(),
+        node_checks: BTreeMap::new(),
     };
     let mut shutdown = std::pin::pin!(crate::agent::shutdown_signal());
     let mut next_due: Option<Instant> = None;
@@ -144,6 +151,13 @@ struct Worker {
     opts: NodeCleanupOptions,
     /// Since when each Node key named by an opted-in PV has been absent.
     absent: Settler,
+    /// Since when each opted-in PV's stale mark has been seen (our clock, not the node's).
+    stale: Settler,
+    /// UIDs of claims already deleted: a claim held by a pod stays Terminating, and is neither
+    /// deleted nor reported again.
+    claims_deleted: BTreeSet<String>,
+    /// When each gone Node was last confirmed absent by a direct query, this pass.
+    node_checks: BTreeMap<String, Instant>,
     /// Things already reported (logged and evented once).
     reported: BTreeSet<String>,
     /// Absent Nodes already logged.
@@ -189,13 +203,16 @@ impl Worker {
         }
         self.absent_logged = absent.clone();
         let (gone, next_gone) = self.absent.observe(absent, Instant::now(), self.opts.grace);
+        let stale = stale_pvs(&self.opts.classes, &pvs);
+        let (stale_seen, next_seen) = self.stale.observe(stale, Instant::now(), self.opts.grace);
         let (actions, next_stale) =
-            plan_node_cleanup(&self.opts.classes, &nodes, &pvs, &gone, self.opts.grace, Timestamp::now());
+            plan_node_cleanup(&self.opts.classes, &nodes, &pvs, &gone, &stale_seen, self.opts.grace, Timestamp::now());
         let next_stale = next_stale.map(|at| {
             let wait = Timestamp::now().duration_until(at);
             Instant::now() + Duration::try_from(wait).unwrap_or(Duration::ZERO)
         });
-        *next_due = [next_gone, next_stale].into_iter().flatten().min();
+        *next_due = [next_gone, next_seen, next_stale].into_iter().flatten().min();
+        self.node_checks.clear();
         if actions.is_empty() {
             return;
         }
@@ -210,13 +227,49 @@ impl Worker {
                 warn!("leadership lost during a pass; stopping");
                 return;
             }
+            if !self.still_gone(&action).await {
+                continue;
+            }
             self.execute(action, &by_name).await;
+        }
+    }
+
+    /// For a Node-gone action: asks the API directly whether the Node is still absent (at most
+    /// once a second per Node), so one that registered again during the pass loses nothing.
+    /// Any error counts as "not known to be gone".
+    async fn still_gone(&mut self, action: &NodeCleanupAction) -> bool {
+        let cause = match action {
+            NodeCleanupAction::DeleteClaim { cause, .. }
+            | NodeCleanupAction::DeletePv { cause, .. }
+            | NodeCleanupAction::ReleaseFinalizer { cause, .. } => cause,
+            NodeCleanupAction::Keep { .. } => return true,
+        };
+        let Cause::NodeGone { node } = cause else { return true };
+        if self.node_checks.get(node).is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+            return true;
+        }
+        match self.cluster.node_present(node).await {
+            Ok(false) => {
+                self.node_checks.insert(node.clone(), Instant::now());
+                true
+            }
+            Ok(true) => {
+                info!(node = %node, "the Node exists again; nothing of it is released");
+                false
+            }
+            Err(e) => {
+                warn!(node = %node, error = %e, "cannot confirm the Node is gone; not acting on it this pass");
+                false
+            }
         }
     }
 
     async fn execute(&mut self, action: NodeCleanupAction, pvs: &BTreeMap<&str, &LocalPv>) {
         match action {
             NodeCleanupAction::DeleteClaim { pv, claim, cause } => {
+                if self.claims_deleted.contains(&claim.uid) {
+                    return debug!(pv = %pv, claim = %claim.name, "claim already deleted; waiting for it to go");
+                }
                 let ok = match self.cluster.delete_claim(&claim.namespace, &claim.name, &claim.uid).await {
                     Ok(()) => {
                         let note = format!(
@@ -227,6 +280,7 @@ impl Worker {
                         let reference = claim_reference(&claim.namespace, &claim.name, &claim.uid);
                         self.cluster.event(&reference, true, reason(&cause), "DeleteClaim", note.clone()).await;
                         self.cluster.event(&pv_reference(&pv), true, reason(&cause), "DeleteClaim", note).await;
+                        self.claims_deleted.insert(claim.uid.clone());
                         true
                     }
                     Err(e) => {
@@ -236,28 +290,31 @@ impl Worker {
                 };
                 self.metrics.node_cleanup_action("delete_claim", cause_label(&cause), ok);
             }
-            NodeCleanupAction::DeletePv { name, uid, resource_version, cause } => {
-                let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await;
-                let released = match &deleted {
-                    Ok(()) => self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE).await,
-                    Err(_) => Ok(()),
-                };
-                let ok = match (deleted, released) {
-                    (Ok(()), Ok(())) => {
+            NodeCleanupAction::DeletePv { name, uid, resource_version, provisioned_by, cause } => {
+                let ok = match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
+                    Ok(()) => {
                         let note = format!("PV deleted: {cause}; its data is not reachable, nothing is wiped");
                         info!(pv = %name, "{note}");
                         self.cluster.event(&pv_reference(&name), false, reason(&cause), "DeletePV", note).await;
+                        let released =
+                            self.cluster.remove_finalizer_if(&name, &uid, FINALIZER_WIPE, Some(&provisioned_by)).await;
+                        if let Err(e) = released {
+                            // The next pass sees the PV being deleted and releases the finalizer then.
+                            warn!(pv = %name, error = %e, "releasing our finalizer failed (taken over meanwhile?); will retry");
+                        }
                         true
                     }
-                    (Err(e), _) | (_, Err(e)) => {
+                    Err(e) => {
                         warn!(pv = %name, error = %e, "deleting the PV failed (changed meanwhile?); will retry");
                         false
                     }
                 };
                 self.metrics.node_cleanup_action("delete_pv", cause_label(&cause), ok);
             }
-            NodeCleanupAction::ReleaseFinalizer { name, uid, cause } => {
-                let ok = match self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE).await {
+            NodeCleanupAction::ReleaseFinalizer { name, uid, provisioned_by, cause } => {
+                let released =
+                    self.cluster.remove_finalizer_if(&name, &uid, FINALIZER_WIPE, Some(&provisioned_by)).await;
+                let ok = match released {
                     Ok(()) => {
                         info!(pv = %name, "wipe finalizer released: {cause}; no agent can wipe it");
                         true

@@ -141,14 +141,15 @@ fn helm_chart_renders_node_cleanup_when_enabled() {
     let _ = cp.kubectl(&["create", "namespace", ns]);
     let chart = repo_root().join("deploy/helm/local-static-provisioner");
     let values = repo_root().join("tests/fixtures/upstream-values.yaml");
-    let template = |sets: &[&str]| {
+    let command = |sets: &[&str]| {
         let mut cmd = Command::new(helm());
         cmd.args(["template", "lsp", "--namespace", ns]).arg(&chart).arg("--values").arg(&values);
         for set in sets {
             cmd.args(["--set", set]);
         }
-        String::from_utf8(run(&mut cmd).stdout).unwrap()
+        cmd
     };
+    let template = |sets: &[&str]| String::from_utf8(run(&mut command(sets)).stdout).unwrap();
     let rendered = template(&[
         "nodeCleanup.enabled=true",
         "nodeCleanup.storageClasses={local-block}",
@@ -195,9 +196,17 @@ fn helm_chart_renders_node_cleanup_when_enabled() {
         );
     }
 
-    // Without storageClasses it opts in the chart's own classes; rbac.create=false and
-    // serviceAccount.create=false leave those objects to the operator.
-    let rendered = template(&["nodeCleanup.enabled=true", "rbac.create=false", "serviceAccount.create=false"]);
+    // Opting in is never implied: without storageClasses the chart refuses to render.
+    let refused = command(&["nodeCleanup.enabled=true"]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("nodeCleanup.storageClasses"));
+    // rbac.create=false and serviceAccount.create=false leave those objects to the operator.
+    let rendered = template(&[
+        "nodeCleanup.enabled=true",
+        "nodeCleanup.storageClasses=fast-disks\\,local-block",
+        "rbac.create=false",
+        "serviceAccount.create=false",
+    ]);
     let docs = documents(&rendered);
     assert!(node_cleanup_args(&docs).iter().any(|a| a == "--storage-classes=fast-disks,local-block"));
     for kind in ["ServiceAccount", "ClusterRole", "Role", "RoleBinding"] {
@@ -205,7 +214,11 @@ fn helm_chart_renders_node_cleanup_when_enabled() {
     }
 
     // With serviceMonitor enabled, node-cleanup's metrics are scraped too.
-    let rendered = template(&["nodeCleanup.enabled=true", "serviceMonitor.enabled=true"]);
+    let rendered = template(&[
+        "nodeCleanup.enabled=true",
+        "nodeCleanup.storageClasses={fast-disks}",
+        "serviceMonitor.enabled=true",
+    ]);
     let monitors = documents(&rendered).into_iter().filter(|d| d["kind"] == "ServiceMonitor").count();
     assert_eq!(monitors, 2, "one ServiceMonitor for the agent, one for node-cleanup");
 }

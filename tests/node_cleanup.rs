@@ -14,6 +14,8 @@ use support::{AgentProcess, ControlPlane, mount_tmpfs, require_root, wait_until,
 
 const WAIT: Duration = Duration::from_secs(90);
 const NS: &str = "local-static-provisioner";
+/// A 1 s resync, and succession decisions after 1 s instead of a minute.
+const FAST: &[&str] = &["--discovery-period", "1s", "--succession-settle", "1s"];
 
 fn class_map(classes: &[(&str, &Path)]) -> String {
     classes.iter().map(|(c, d)| format!("{c}:\n  hostDir: {d}\n  mountDir: {d}\n", d = d.display())).collect()
@@ -224,7 +226,7 @@ fn recreated_node_readopts_its_disks_and_handles_stale_ones() {
     let vols = ["same", "swapped", "lost", "free"];
     let mut mounts: Vec<_> = vols.iter().map(|v| Some(mount_tmpfs(&dir.join(v), 8))).collect();
     let pv = |v: &str| pv_name(v, node, class);
-    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-1.log"));
+    let agent = AgentProcess::start_with(&config, node, &kubeconfig, &tmp.path().join("agent-1.log"), FAST);
     for v in vols {
         wait_until(&format!("{v} published"), WAIT, || (cp.pv_state(&pv(v))?.1 == "Available").then_some(()));
     }
@@ -248,7 +250,7 @@ fn recreated_node_readopts_its_disks_and_handles_stale_ones() {
     let _swapped = mount_tmpfs(&dir.join("swapped"), 8);
     let _free = mount_tmpfs(&dir.join("free"), 8);
 
-    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-2.log"));
+    let agent = AgentProcess::start_with(&config, node, &kubeconfig, &tmp.path().join("agent-2.log"), FAST);
     let new_provisioner = format!("local-volume-provisioner-{node}-{new_uid}");
     wait_until("same disk re-adopted", WAIT, || {
         (annotation(&cp, &pv("same"), "pv.kubernetes.io/provisioned-by")? == new_provisioner).then_some(())

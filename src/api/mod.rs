@@ -232,23 +232,60 @@ impl Cluster {
     /// finalizer's position first, so it never removes anything from a different object or
     /// another controller's finalizer.
     pub async fn remove_finalizer(&self, name: &str, uid: &str, finalizer: &str) -> Result<(), ApiError> {
+        self.remove_finalizer_if(name, uid, finalizer, None).await
+    }
+
+    /// As `remove_finalizer`, and only while the PV's provisioned-by annotation still has the
+    /// value `provisioned_by`: node-cleanup never lets a PV go unwiped once an agent has taken it
+    /// over (re-adopted it, which changes that annotation) to wipe it.
+    pub async fn remove_finalizer_if(
+        &self,
+        name: &str,
+        uid: &str,
+        finalizer: &str,
+        provisioned_by: Option<&str>,
+    ) -> Result<(), ApiError> {
         let Some(pv) = self.get_pv(name).await? else { return Ok(()) };
         if pv.metadata.uid.as_deref() != Some(uid) {
             return Ok(()); // A successor with the same name: not ours to touch.
         }
         let finalizers = pv.metadata.finalizers.unwrap_or_default();
         let Some(index) = finalizers.iter().position(|f| f == finalizer) else { return Ok(()) };
-        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-            {"op": "test", "path": "/metadata/uid", "value": uid},
-            {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
-            {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-        ]))
-        .map_err(|e| ApiError::Config { source_name: "finalizer patch".into(), message: e.to_string() })?;
+        let mut ops = vec![
+            serde_json::json!({"op": "test", "path": "/metadata/uid", "value": uid}),
+            serde_json::json!({"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer}),
+        ];
+        if let Some(value) = provisioned_by {
+            // `/` in the annotation key is escaped as `~1` in a JSON pointer.
+            let path = "/metadata/annotations/pv.kubernetes.io~1provisioned-by";
+            ops.push(serde_json::json!({"op": "test", "path": path, "value": value}));
+        }
+        ops.push(serde_json::json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}));
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+            .map_err(|e| ApiError::Config { source_name: "finalizer patch".into(), message: e.to_string() })?;
         let pvs = self.pvs();
         self.call("patch", pvs.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)))
             .await
             .map(|_| ())
             .map_err(ApiError::request("remove finalizer from pv", name))
+    }
+
+    /// Whether a Node named `key`, or labelled `kubernetes.io/hostname=key`, exists now: asked
+    /// right before node-cleanup acts, so a Node that registered again meanwhile is not taken
+    /// for gone.
+    pub async fn node_present(&self, key: &str) -> Result<bool, ApiError> {
+        let api = Api::<Node>::all(self.client.clone());
+        for params in [
+            ListParams::default().fields(&format!("metadata.name={key}")).limit(1),
+            ListParams::default().labels(&format!("kubernetes.io/hostname={key}")).limit(1),
+        ] {
+            let page =
+                self.call("list", api.list_metadata(&params)).await.map_err(ApiError::request("list nodes", key))?;
+            if !page.items.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Merges labels, annotations and (when given) the full finalizer list into a PV, with a

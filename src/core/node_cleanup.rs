@@ -61,8 +61,11 @@ pub struct LocalPv {
     pub deleting: bool,
     /// Our wipe finalizer is present.
     pub has_wipe_finalizer: bool,
-    /// When the agent marked the PV stale, if it did (unparsable marks count as "now").
+    /// When the agent marked the PV stale, if it did (None inside: unreadable mark).
     pub stale_since: Option<Option<Timestamp>>,
+    /// `pv.kubernetes.io/provisioned-by`: our finalizer is dropped only while it is unchanged,
+    /// i.e. while no agent has taken the PV over to wipe it.
+    pub provisioned_by: String,
 }
 
 impl LocalPv {
@@ -71,23 +74,25 @@ impl LocalPv {
     pub fn from_pv(pv: &PersistentVolume) -> Option<Self> {
         let meta = &pv.metadata;
         let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k));
-        if !ann(ANN_PROVISIONED_BY).is_some_and(|p| p.starts_with(PROVISIONER_PREFIX)) {
-            return None;
-        }
+        let provisioned_by = ann(ANN_PROVISIONED_BY).filter(|p| p.starts_with(PROVISIONER_PREFIX))?.clone();
         local_path(pv)?;
         let spec = pv.spec.as_ref()?;
-        let node = spec
-            .node_affinity
-            .as_ref()?
-            .required
-            .as_ref()?
-            .node_selector_terms
-            .iter()
-            .flat_map(|t| t.match_expressions.iter().flatten())
-            .find(|r| r.key == LABEL_HOSTNAME && r.operator == "In")
-            .and_then(|r| r.values.as_ref())
-            .filter(|v| v.len() == 1)?[0]
-            .clone();
+        // Node selector terms are ORed: the volume is this one node's only when every term pins
+        // the same single hostname. A class `selector` term (shared filesystems) makes the PV
+        // usable elsewhere, so a gone Node does not mean a gone volume: such PVs are skipped.
+        let mut hosts = spec.node_affinity.as_ref()?.required.as_ref()?.node_selector_terms.iter().map(|t| {
+            t.match_expressions
+                .iter()
+                .flatten()
+                .find(|r| r.key == LABEL_HOSTNAME && r.operator == "In")
+                .and_then(|r| r.values.as_ref())
+                .filter(|v| v.len() == 1)
+                .map(|v| v[0].clone())
+        });
+        let node = hosts.next()??;
+        if !hosts.all(|h| h.as_deref() == Some(node.as_str())) {
+            return None;
+        }
         let claim = spec.claim_ref.as_ref().map(|c| ClaimRef {
             namespace: c.namespace.clone().unwrap_or_default(),
             name: c.name.clone().unwrap_or_default(),
@@ -106,6 +111,7 @@ impl LocalPv {
             deleting: meta.deletion_timestamp.is_some(),
             has_wipe_finalizer: meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == FINALIZER_WIPE)),
             stale_since: ann(ANN_VOLUME_STALE).map(|v| v.parse::<Timestamp>().ok()),
+            provisioned_by,
         })
     }
 }
@@ -137,11 +143,12 @@ pub enum NodeCleanupAction {
     /// a new one that binds on a live node.
     DeleteClaim { pv: String, claim: ClaimRef, cause: Cause },
     /// Delete the Available or Released PV (UID and resourceVersion preconditions), dropping
-    /// our wipe finalizer: no agent can wipe a disk that is not there.
-    DeletePv { name: String, uid: String, resource_version: String, cause: Cause },
+    /// our wipe finalizer while provisioned-by is unchanged: no agent can wipe a disk that is
+    /// not there.
+    DeletePv { name: String, uid: String, resource_version: String, provisioned_by: String, cause: Cause },
     /// The PV is already being deleted and waits for a wipe that cannot happen: drop our
-    /// finalizer.
-    ReleaseFinalizer { name: String, uid: String, cause: Cause },
+    /// finalizer (while provisioned-by is unchanged).
+    ReleaseFinalizer { name: String, uid: String, provisioned_by: String, cause: Cause },
     /// Left alone on purpose (reported once): a Released PV with reclaim policy Retain.
     Keep { name: String, why: String },
 }
@@ -163,14 +170,22 @@ fn node_exists(pv: &LocalPv, nodes: &[NodeView]) -> bool {
     })
 }
 
+/// UIDs of opted-in PVs that carry a stale mark: the caller tracks since when it has seen each,
+/// on its own clock, because the mark's time was written by the node's clock.
+pub fn stale_pvs(classes: &BTreeSet<String>, pvs: &[LocalPv]) -> BTreeSet<String> {
+    pvs.iter().filter(|pv| classes.contains(&pv.class) && pv.stale_since.is_some()).map(|pv| pv.uid.clone()).collect()
+}
+
 /// Plans one pass. `gone` holds the node keys absent for longer than the grace period;
-/// `grace` also applies to stale marks, counted from the time the agent set them. Returns the
-/// actions sorted by PV name and the earliest time a waiting stale mark becomes due.
+/// `stale_seen` the UIDs of PVs whose stale mark this process has seen for longer than it. A
+/// stale PV is due when both the mark's own time and our sighting are older than `grace`.
+/// Returns the actions sorted by PV name and the earliest time a waiting stale mark is due.
 pub fn plan_node_cleanup(
     classes: &BTreeSet<String>,
     nodes: &[NodeView],
     pvs: &[LocalPv],
     gone: &BTreeSet<String>,
+    stale_seen: &BTreeSet<String>,
     grace: Duration,
     now: Timestamp,
 ) -> (Vec<NodeCleanupAction>, Option<Timestamp>) {
@@ -188,12 +203,16 @@ pub fn plan_node_cleanup(
             }
             Cause::NodeGone { node: pv.node.clone() }
         } else if let Some(since) = pv.stale_since {
-            // An unreadable mark starts counting now, so it is never due at once.
-            let since = since.unwrap_or(now);
-            let due = since.checked_add(grace_span(grace)).unwrap_or(Timestamp::MAX);
-            if due > now {
-                next_due = Some(next_due.map_or(due, |n| n.min(due)));
-                continue;
+            // An unreadable mark counts from our own sighting only.
+            if let Some(since) = since {
+                let due = since.checked_add(grace_span(grace)).unwrap_or(Timestamp::MAX);
+                if due > now {
+                    next_due = Some(next_due.map_or(due, |n| n.min(due)));
+                    continue;
+                }
+            }
+            if !stale_seen.contains(&pv.uid) {
+                continue; // Our own sighting is not old enough yet; the caller wakes for it.
             }
             Cause::Stale { node: pv.node.clone() }
         } else {
@@ -219,6 +238,7 @@ fn release(pv: &LocalPv, cause: Cause) -> Option<NodeCleanupAction> {
         _ if pv.deleting => pv.has_wipe_finalizer.then(|| NodeCleanupAction::ReleaseFinalizer {
             name: pv.name.clone(),
             uid: pv.uid.clone(),
+            provisioned_by: pv.provisioned_by.clone(),
             cause,
         }),
         ("Released", _) if pv.reclaim_policy == "Retain" => Some(NodeCleanupAction::Keep {
@@ -229,6 +249,7 @@ fn release(pv: &LocalPv, cause: Cause) -> Option<NodeCleanupAction> {
             name: pv.name.clone(),
             uid: pv.uid.clone(),
             resource_version: pv.resource_version.clone(),
+            provisioned_by: pv.provisioned_by.clone(),
             cause,
         }),
         // Pending or Failed: the PV binder has not settled it yet.

@@ -33,12 +33,20 @@ fn lpv(name: &str, node: &str, phase: &str) -> LocalPv {
         deleting: false,
         has_wipe_finalizer: true,
         stale_since: None,
+        provisioned_by: PROVISIONED_BY.into(),
     }
+}
+
+const PROVISIONED_BY: &str = "local-volume-provisioner-n-0f0e1d2c-3b4a-5968-7786-95a4b3c2d1e0";
+
+/// Every PV's stale mark has been seen by us for long enough.
+fn all_seen(pvs: &[LocalPv]) -> BTreeSet<String> {
+    pvs.iter().map(|pv| pv.uid.clone()).collect()
 }
 
 fn plan(nodes: &[NodeView], pvs: &[LocalPv], gone: &[&str]) -> Vec<NodeCleanupAction> {
     let gone: BTreeSet<String> = gone.iter().map(|s| s.to_string()).collect();
-    plan_node_cleanup(&classes(), nodes, pvs, &gone, GRACE, now()).0
+    plan_node_cleanup(&classes(), nodes, pvs, &gone, &all_seen(pvs), GRACE, now()).0
 }
 
 fn gone_cause(node: &str) -> Cause {
@@ -61,12 +69,14 @@ fn pvs_of_a_node_gone_past_the_grace_period_are_released() {
                 name: "b".into(),
                 uid: "uid-b".into(),
                 resource_version: "5".into(),
+                provisioned_by: PROVISIONED_BY.into(),
                 cause: gone_cause("dead")
             },
             NodeCleanupAction::DeletePv {
                 name: "c".into(),
                 uid: "uid-c".into(),
                 resource_version: "5".into(),
+                provisioned_by: PROVISIONED_BY.into(),
                 cause: gone_cause("dead")
             },
         ]
@@ -133,7 +143,12 @@ fn deleting_pvs_lose_our_finalizer_only() {
     pv.deleting = true;
     assert_eq!(
         plan(&[node("alive")], std::slice::from_ref(&pv), &["dead"]),
-        vec![NodeCleanupAction::ReleaseFinalizer { name: "a".into(), uid: "uid-a".into(), cause: gone_cause("dead") }]
+        vec![NodeCleanupAction::ReleaseFinalizer {
+            name: "a".into(),
+            uid: "uid-a".into(),
+            provisioned_by: PROVISIONED_BY.into(),
+            cause: gone_cause("dead")
+        }]
     );
     pv.has_wipe_finalizer = false;
     assert!(plan(&[node("alive")], &[pv], &["dead"]).is_empty());
@@ -157,29 +172,31 @@ fn unsettled_phases_wait() {
 }
 
 #[test]
-fn stale_marks_count_from_their_time() {
+fn stale_marks_count_from_their_time_and_from_our_sighting() {
     let mut pv = lpv("a", "n1", "Bound");
     let marked: Timestamp = "2026-11-23T11:55:00Z".parse().unwrap();
     pv.stale_since = Some(Some(marked));
-    let (actions, next) =
-        plan_node_cleanup(&classes(), &[node("n1")], std::slice::from_ref(&pv), &BTreeSet::new(), GRACE, now());
+    let pvs = std::slice::from_ref(&pv);
+    let none = BTreeSet::new();
+    let plan_with = |grace: Duration, seen: &BTreeSet<String>, pvs: &[LocalPv]| {
+        plan_node_cleanup(&classes(), &[node("n1")], pvs, &none, seen, grace, now())
+    };
+    let (actions, next) = plan_with(GRACE, &all_seen(pvs), pvs);
     assert!(actions.is_empty());
     assert_eq!(next, Some("2026-11-23T12:05:00Z".parse().unwrap()));
-    let (actions, _) = plan_node_cleanup(
-        &classes(),
-        &[node("n1")],
-        std::slice::from_ref(&pv),
-        &BTreeSet::new(),
-        Duration::from_secs(300),
-        now(),
-    );
+    let short = Duration::from_secs(300);
+    let (actions, _) = plan_with(short, &all_seen(pvs), pvs);
     assert!(matches!(&actions[..], [NodeCleanupAction::DeleteClaim { cause: Cause::Stale { .. }, .. }]));
-    // An unreadable mark is never due at once.
-    pv.stale_since = Some(None);
-    let (actions, next) =
-        plan_node_cleanup(&classes(), &[node("n1")], &[pv], &BTreeSet::new(), Duration::from_secs(300), now());
+    // A mark dated long ago by a node with a wrong clock is not due before we have seen it
+    // for the grace period ourselves.
+    let (actions, _) = plan_with(short, &BTreeSet::new(), pvs);
     assert!(actions.is_empty());
-    assert!(next.is_some());
+    // An unreadable mark counts only from our own sighting.
+    pv.stale_since = Some(None);
+    let pvs = std::slice::from_ref(&pv);
+    assert!(plan_with(short, &BTreeSet::new(), pvs).0.is_empty());
+    assert!(matches!(&plan_with(short, &all_seen(pvs), pvs).0[..], [NodeCleanupAction::DeleteClaim { .. }]));
+    assert_eq!(stale_pvs(&classes(), pvs), BTreeSet::from(["uid-a".to_string()]));
 }
 
 /// Exhaustive safety table: for every phase, claim, deletion, finalizer, policy, node state and
@@ -279,8 +296,7 @@ fn pv_json(extra: serde_json::Value) -> PersistentVolume {
             "persistentVolumeReclaimPolicy": "Delete",
             "claimRef": {"namespace": "ns", "name": "data-0", "uid": "cu1"},
             "nodeAffinity": {"required": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-1"]}]},
-                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-1"]}]}
             ]}}
         },
         "status": {"phase": "Bound"}
@@ -321,4 +337,14 @@ fn pvs_not_made_by_a_local_static_provisioner_are_ignored() {
     let two_hosts = serde_json::json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["a", "b"]}]}]}}}});
     assert_eq!(LocalPv::from_pv(&pv_json(two_hosts)), None);
+    // Terms are ORed: a class selector term makes the volume usable on other nodes too.
+    let shared = serde_json::json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-1"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]}}}});
+    assert_eq!(LocalPv::from_pv(&pv_json(shared)), None);
+    let repeated = serde_json::json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-1"]}]},
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-1"]},
+                              {"key": "zone", "operator": "In", "values": ["z1"]}]}]}}}});
+    assert_eq!(LocalPv::from_pv(&pv_json(repeated)).unwrap().node, "host-1");
 }

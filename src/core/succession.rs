@@ -15,8 +15,11 @@ pub enum DiskCheck {
     /// A volume is there, and the PV has no recorded identity to compare with (made by
     /// upstream, never adopted by us). Treated as the same disk, as upstream adoption is.
     Unrecorded,
-    /// A volume is there, but not the recorded one.
+    /// A volume is there, and it is provably not the recorded one.
     Different,
+    /// A volume is there whose identity differs from the recorded one, but the identity is of
+    /// a kind that can change for the same disk (device numbers, XFS): no proof either way.
+    Unverified,
     /// Nothing is mounted (or no device exists) at the path.
     Missing,
 }
@@ -28,6 +31,10 @@ impl DiskCheck {
             DiskCheck::Same => "the recorded disk is at its path",
             DiskCheck::Unrecorded => "a volume is at its path and the PV recorded no disk identity",
             DiskCheck::Different => "a different disk is at its path",
+            DiskCheck::Unverified => {
+                "the disk at its path does not match the recorded identity, which can change for the same \
+                 disk (device number or XFS); it may be the same disk"
+            }
             DiskCheck::Missing => "no volume is at its path",
         }
     }
@@ -45,6 +52,9 @@ pub enum SuccessionAction {
     ReleaseFinalizer { name: String, uid: String },
     /// A claim uses (or used) the PV and its disk is not here: mark it stale, Warning event.
     Flag { name: String, check: DiskCheck },
+    /// A claim uses (or used) the PV and nobody can tell whether its disk is here: no mark
+    /// (node-cleanup never acts), a Warning event once; an operator decides.
+    Report { name: String },
 }
 
 /// Plans succession for one predecessor PV, given what is at its path. `check` must have held
@@ -60,13 +70,18 @@ pub fn plan_succession(pv: &PvState, check: DiskCheck) -> Option<SuccessionActio
             record_identity: check == DiskCheck::Unrecorded,
             unflag: pv.flagged_stale,
         }),
-        DiskCheck::Different | DiskCheck::Missing if pv.deleting => (unbound && pv.has_finalizer)
+        DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified if pv.deleting => (unbound
+            && pv.has_finalizer)
             .then(|| SuccessionAction::ReleaseFinalizer { name: pv.name.clone(), uid: pv.uid.clone() }),
-        DiskCheck::Different | DiskCheck::Missing if unbound => Some(SuccessionAction::Withdraw {
-            name: pv.name.clone(),
-            uid: pv.uid.clone(),
-            resource_version: pv.resource_version.clone(),
-        }),
+        // No claim ever used it: withdrawing gives nothing up, whatever the disk is.
+        DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified if unbound => {
+            Some(SuccessionAction::Withdraw {
+                name: pv.name.clone(),
+                uid: pv.uid.clone(),
+                resource_version: pv.resource_version.clone(),
+            })
+        }
+        DiskCheck::Unverified => Some(SuccessionAction::Report { name: pv.name.clone() }),
         DiskCheck::Different | DiskCheck::Missing => {
             (!pv.flagged_stale).then(|| SuccessionAction::Flag { name: pv.name.clone(), check })
         }
@@ -182,6 +197,23 @@ mod tests {
         assert_eq!(plan_succession(&unused, DiskCheck::Different), None);
     }
 
+    #[test]
+    fn unverified_used_pv_is_only_reported() {
+        for (phase, _) in PHASES {
+            let mut p = pv(phase, true);
+            assert_eq!(
+                plan_succession(&p, DiskCheck::Unverified),
+                Some(SuccessionAction::Report { name: "local-pv-1".into() })
+            );
+            p.flagged_stale = true;
+            assert!(!matches!(plan_succession(&p, DiskCheck::Unverified), Some(SuccessionAction::Flag { .. })));
+        }
+        assert!(matches!(
+            plan_succession(&pv("Available", false), DiskCheck::Unverified),
+            Some(SuccessionAction::Withdraw { .. })
+        ));
+    }
+
     /// Exhaustive safety property: whatever the PV and the disk, a PV a claim ever used is
     /// never deleted and never loses our finalizer here.
     #[test]
@@ -202,6 +234,10 @@ mod tests {
                             );
                             let used = claimed || !matches!(phase, "Available" | "Pending" | "");
                             assert!(!(destructive && used), "{phase} claimed={claimed} {check:?} -> {action:?}");
+                            // Only a proven absence marks a PV stale (which node-cleanup acts on).
+                            if matches!(action, Some(SuccessionAction::Flag { .. })) {
+                                assert!(matches!(check, DiskCheck::Different | DiskCheck::Missing));
+                            }
                             if matches!(check, DiskCheck::Same | DiskCheck::Unrecorded) {
                                 assert!(matches!(action, Some(SuccessionAction::Readopt { .. })));
                             }

@@ -41,14 +41,43 @@ pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) 
 }
 
 /// What is at a predecessor PV's path compared with the disk it recorded (see core::succession).
+/// A mismatch counts as a different disk only when the identity cannot change across a reboot
+/// for the same disk; otherwise it is `Unverified`, which never leads to releasing a claim.
 pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> DiskCheck {
     if !volume_present(path, None, mounts) {
         return DiskCheck::Missing;
     }
-    match recorded {
-        None => DiskCheck::Unrecorded,
-        Some(r) if volume_identity(path).is_ok_and(|found| found == r) => DiskCheck::Same,
-        Some(_) => DiskCheck::Different,
+    let Some(recorded) = recorded else { return DiskCheck::Unrecorded };
+    let Ok(found) = volume_identity(path) else { return DiskCheck::Unverified };
+    if found == recorded {
+        return DiskCheck::Same;
+    }
+    let fs_type = std::fs::canonicalize(path).ok().and_then(|p| mounts.get(&p).map(|m| m.fs_type.clone()));
+    if mismatch_proves_another_disk(recorded, &found, fs_type.as_deref()) {
+        DiskCheck::Different
+    } else {
+        DiskCheck::Unverified
+    }
+}
+
+/// Filesystems whose statfs fsid comes from the filesystem's own UUID (tmpfs: a new one per
+/// mount, and its data does not outlive the mount anyway). XFS and most others derive it from
+/// the device number, which can change when disks enumerate in another order.
+const FSID_FROM_UUID: [&str; 5] = ["ext2", "ext3", "ext4", "btrfs", "tmpfs"];
+
+/// Whether two different identities prove two different disks: block identities from a WWID,
+/// serial, device-mapper UUID or loop file do (the device-number fallback only when the sizes
+/// differ); filesystem identities only on filesystems whose fsid comes from their UUID.
+pub fn mismatch_proves_another_disk(recorded: &str, found: &str, fs_type: Option<&str>) -> bool {
+    let size = |id: &str| id.rsplit_once(";size=").map(|(_, s)| s.to_string());
+    match (recorded.strip_prefix("blk:"), found.strip_prefix("blk:")) {
+        (Some(r), Some(f)) => {
+            let by_number = |id: &str| id.starts_with("dev=");
+            !(by_number(r) || by_number(f)) || size(recorded) != size(found)
+        }
+        // A block device where a filesystem was, or the other way round.
+        (Some(_), None) | (None, Some(_)) => true,
+        (None, None) => fs_type.is_some_and(|t| FSID_FROM_UUID.contains(&t)),
     }
 }
 
@@ -74,6 +103,26 @@ fn block_identity(path: &Path, rdev: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_stable_identities_prove_a_different_disk() {
+        let fs_a = "fs:fsid=1,2;ino=2";
+        let fs_b = "fs:fsid=3,4;ino=2";
+        assert!(mismatch_proves_another_disk(fs_a, fs_b, Some("ext4")));
+        assert!(mismatch_proves_another_disk(fs_a, fs_b, Some("tmpfs")));
+        // XFS derives its fsid from the device number: a renumbered disk looks different.
+        assert!(!mismatch_proves_another_disk(fs_a, fs_b, Some("xfs")));
+        assert!(!mismatch_proves_another_disk(fs_a, fs_b, None));
+        let wwid_a = "blk:wwid=naa.1;size=100";
+        let wwid_b = "blk:wwid=naa.2;size=100";
+        assert!(mismatch_proves_another_disk(wwid_a, wwid_b, None));
+        let dev_a = "blk:dev=8:16;size=100";
+        let dev_b = "blk:dev=8:32;size=100";
+        assert!(!mismatch_proves_another_disk(dev_a, dev_b, None));
+        assert!(!mismatch_proves_another_disk(dev_a, "blk:serial=x;size=100", None));
+        assert!(mismatch_proves_another_disk(dev_a, "blk:dev=8:16;size=200", None));
+        assert!(mismatch_proves_another_disk(fs_a, wwid_a, Some("ext4")));
+    }
 
     #[test]
     fn directories_on_one_filesystem_differ_by_root_inode() {

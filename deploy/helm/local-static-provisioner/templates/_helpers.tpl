@@ -11,13 +11,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/name: local-static-provisioner-node-cleanup
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
-{{- /* The opted-in StorageClasses: nodeCleanup.storageClasses, or else the names of classes[]. */ -}}
+{{- /* The opted-in StorageClasses, named one by one: opting in is never implied. */ -}}
 {{- define "lsp.nodeCleanup.storageClasses" -}}
 {{- $names := list -}}
 {{- $given := .Values.nodeCleanup.storageClasses -}}
 {{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}
 {{- range $given }}{{ if . }}{{ $names = append $names (trim .) }}{{ end }}{{ end -}}
-{{- if not $names }}{{ range .Values.classes }}{{ $names = append $names .name }}{{ end }}{{ end -}}
-{{- if not $names }}{{ fail "nodeCleanup.enabled needs nodeCleanup.storageClasses (or classes[]) to name the StorageClasses it may act on" }}{{ end -}}
+{{- if not $names }}{{ fail "nodeCleanup.enabled needs nodeCleanup.storageClasses: name each StorageClass whose claims and PVs it may release" }}{{ end -}}
 {{- join "," $names -}}
 {{- end -}}
