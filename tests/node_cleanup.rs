@@ -154,6 +154,8 @@ fn two_replicas_never_act_at_once_and_the_second_takes_over() {
     let cp = ControlPlane::get();
     let class = "nc-ha";
     cp.create_storage_class(class, "Delete");
+    // node-cleanup runs on some Node: a cluster with no Node at all is never acted on.
+    cp.create_node("nc-bystander");
     let tmp = tempfile::tempdir().unwrap();
     let kubeconfig = cp.node_cleanup_kubeconfig(tmp.path());
     let flags = [
@@ -329,4 +331,54 @@ fn recreated_node_readopts_its_disks_and_handles_stale_ones() {
     assert_eq!(cp.pv_state(&pv("same")).unwrap().1, "Bound");
     agent.stop();
     cp.kubectl_ok(&["delete", "pvc", "reborn-same", "-n", "default", "--wait=false"]);
+}
+
+#[test]
+fn a_paused_leader_does_not_act_when_it_resumes() {
+    let cp = ControlPlane::get();
+    let class = "nc-pause";
+    cp.create_storage_class(class, "Delete");
+    cp.create_node("nc-bystander");
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.node_cleanup_kubeconfig(tmp.path());
+    let flags = [
+        "--storage-classes",
+        class,
+        "--grace-period",
+        "1s",
+        "--resync-period",
+        "500ms",
+        "--lease-name",
+        "nc-pause-test",
+        "--lease-duration",
+        "3s",
+        "--renew-deadline",
+        "2s",
+        "--retry-period",
+        "500ms",
+    ];
+    let first = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("first.log"), &flags);
+    wait_until("first replica leads", WAIT, || first.log_text().contains("leadership acquired").then_some(()));
+    let second = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("second.log"), &flags);
+    wait_until("second replica waits", WAIT, || second.log_text().contains("another replica leads").then_some(()));
+
+    // The leader freezes (a stalled process, a paused VM): its lease expires and the other one
+    // takes over and acts.
+    let pid = nix::unistd::Pid::from_raw(first.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    wait_until("second replica takes over", WAIT, || second.log_text().contains("leadership acquired").then_some(()));
+    // When the frozen one resumes, its leadership has lapsed: it must not act, now or later.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    for i in 0..2 {
+        let node = format!("nc-pause-node-{i}");
+        cp.create_node(&node);
+        make_pv(&cp, &format!("nc-pause-pv-{i}"), &node, class);
+        cp.kubectl_ok(&["delete", "node", &node]);
+        let pv = format!("nc-pause-pv-{i}");
+        wait_until(&format!("{pv} deleted"), WAIT, || cp.pv_state(&pv).is_none().then_some(()));
+    }
+    let first_log = first.stop();
+    assert!(!first_log.contains("PV deleted"), "the resumed replica acted:\n{first_log}");
+    assert!(first_log.contains("another replica leads"), "{first_log}");
+    assert_eq!(second.stop().matches("PV deleted").count(), 2);
 }

@@ -364,6 +364,11 @@ impl AgentProcess {
         AgentProcess { child, log: log.to_path_buf() }
     }
 
+    /// The process ID (to pause and resume it in tests).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
