@@ -111,22 +111,8 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let selector = format!("{LABEL_NODE}={}", identity.node_label);
     let (pv_store, pv_events) = cluster.watch_pvs(Some(&selector));
     let (sc_store, sc_events) = cluster.watch_storage_classes();
-    for (what, events) in [("persistentvolumes", pv_events.boxed()), ("storageclasses", sc_events.boxed())] {
-        let changed = changed.clone();
-        tokio::spawn(async move {
-            let mut events = events;
-            while let Some(ev) = events.next().await {
-                match ev {
-                    Ok(()) => {
-                        // Counted by bench/scale-foreign.sh: one line per event received.
-                        trace!("{what} watch event");
-                        changed.notify_one()
-                    }
-                    Err(e) => warn!(watch = what, error = %e, "watch error; retrying with backoff"),
-                }
-            }
-        });
-    }
+    forward_events("persistentvolumes", pv_events, changed.clone());
+    forward_events("storageclasses", sc_events, changed.clone());
     pv_store
         .wait_until_ready()
         .await
@@ -208,6 +194,28 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         }
     }
     Ok(())
+}
+
+/// Polls a watch stream in the background (it must be polled to keep its store fresh) and
+/// wakes the loop waiting on `changed` for every change; errors are retried by the watcher.
+pub(crate) fn forward_events(
+    what: &'static str,
+    events: impl futures::Stream<Item = Result<(), kube::runtime::watcher::Error>> + Send + 'static,
+    changed: Arc<Notify>,
+) {
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(()) => {
+                    // Counted by bench/scale-foreign.sh: one line per event received.
+                    trace!("{what} watch event");
+                    changed.notify_one()
+                }
+                Err(e) => warn!(watch = what, error = %e, "watch error; retrying with backoff"),
+            }
+        }
+    });
 }
 
 /// Upstream's resync spread: a random time in [period, 2*period) so nodes do not resync in
@@ -326,15 +334,15 @@ impl Agent {
             let note = format!("volumes of StorageClass {} are not published: {}", p.class, p.message);
             self.report_node_problem("ClassUnavailable", note).await;
         }
-        let observed: Vec<ObservedPv> = self.pv_store.state().iter().map(|pv| ObservedPv::from_pv(pv)).collect();
+        let pvs = self.pv_store.state();
+        let observed: Vec<ObservedPv> = pvs.iter().map(|pv| ObservedPv::from_pv(pv)).collect();
         // PVs left by an earlier incarnation of this Node: their names wait for succession to
         // decide (re-adopt or withdraw) instead of being reported as taken.
-        let predecessors: Vec<PvState> = self
-            .pv_store
-            .state()
+        let predecessors: Vec<PvState> = pvs
             .iter()
-            .filter(|pv| self.identity.is_predecessor(&ObservedPv::from_pv(pv)))
-            .map(|pv| PvState::from_pv(pv))
+            .zip(&observed)
+            .filter(|(_, o)| self.identity.is_predecessor(o))
+            .map(|(pv, _)| PvState::from_pv(pv))
             .collect();
         desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
         let next_stale = self.succeed(&predecessors).await;
@@ -687,6 +695,10 @@ impl Agent {
     /// re-adopts those whose disk is here, withdraws or flags the others once that has held for
     /// the settle window. Returns when the next undecided one settles.
     async fn succeed(&mut self, pvs: &[PvState]) -> Option<Instant> {
+        if pvs.is_empty() {
+            // The usual case: no mount-table read on every pass for nothing.
+            return self.stale.observe(Vec::new(), Instant::now(), self.succession_settle).1;
+        }
         let mut checks = Vec::new();
         for pv in pvs {
             match target_for(pv, self.config.storage_class_map.get(&pv.class)) {

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
@@ -80,18 +79,7 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
 
     let changed = Arc::new(Notify::new());
     let (pv_store, pv_events) = cluster.watch_pvs(None);
-    {
-        let changed = changed.clone();
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(pv_events);
-            while let Some(ev) = events.next().await {
-                match ev {
-                    Ok(()) => changed.notify_one(),
-                    Err(e) => warn!(error = %e, "PV watch error; retrying with backoff"),
-                }
-            }
-        });
-    }
+    crate::agent::forward_events("persistentvolumes", pv_events, changed.clone());
     pv_store.wait_until_ready().await.map_err(|e| NodeCleanupError::Watch(e.to_string()))?;
     readiness.set(None);
     // Candidates only once they can see PVs: a replica whose watch cannot sync never holds the
@@ -238,13 +226,7 @@ impl Worker {
     /// once a second per Node), so one that registered again during the pass loses nothing.
     /// Any error counts as "not known to be gone".
     async fn still_gone(&mut self, action: &NodeCleanupAction) -> bool {
-        let cause = match action {
-            NodeCleanupAction::DeleteClaim { cause, .. }
-            | NodeCleanupAction::DeletePv { cause, .. }
-            | NodeCleanupAction::ReleaseFinalizer { cause, .. } => cause,
-            NodeCleanupAction::Keep { .. } => return true,
-        };
-        let Cause::NodeGone { node } = cause else { return true };
+        let Some(Cause::NodeGone { node }) = action.cause() else { return true };
         if self.node_checks.get(node).is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
             return true;
         }

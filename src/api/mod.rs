@@ -144,13 +144,22 @@ impl Cluster {
     /// from a live one (metadata only, so the answer stays small on big clusters).
     pub async fn list_node_metadata(&self) -> Result<Vec<kube::core::PartialObjectMeta<Node>>, ApiError> {
         let api = Api::<Node>::all(self.client.clone());
+        self.list_paged("nodes", async |params| api.list_metadata(params).await).await
+    }
+
+    /// Lists in pages of 500, following continue tokens to the end, so no single answer is
+    /// huge for the API server or for us.
+    async fn list_paged<T: Clone>(
+        &self,
+        object: &'static str,
+        mut page: impl AsyncFnMut(&ListParams) -> Result<kube::core::ObjectList<T>, kube::Error>,
+    ) -> Result<Vec<T>, ApiError> {
         let mut out = Vec::new();
         let mut params = ListParams::default().limit(500);
         loop {
-            let page =
-                self.call("list", api.list_metadata(&params)).await.map_err(ApiError::request("list", "nodes"))?;
-            out.extend(page.items);
-            match page.metadata.continue_ {
+            let list = self.call("list", page(&params)).await.map_err(ApiError::request("list", object))?;
+            out.extend(list.items);
+            match list.metadata.continue_ {
                 Some(token) if !token.is_empty() => params = params.continue_token(&token),
                 _ => return Ok(out),
             }
@@ -175,18 +184,8 @@ impl Cluster {
     /// Every PV in the cluster, listed in pages; used once at start-up to adopt PVs that
     /// upstream made for this node before they carried our label.
     pub async fn list_all_pvs(&self) -> Result<Vec<PersistentVolume>, ApiError> {
-        let mut out = Vec::new();
-        let mut params = ListParams::default().limit(500);
-        loop {
-            let pvs = self.pvs();
-            let page =
-                self.call("list", pvs.list(&params)).await.map_err(ApiError::request("list", "persistentvolumes"))?;
-            out.extend(page.items);
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => return Ok(out),
-            }
-        }
+        let pvs = self.pvs();
+        self.list_paged("persistentvolumes", async |params| pvs.list(params).await).await
     }
 
     /// Creates a PV; an existing PV of the same name is returned instead of an error.

@@ -153,6 +153,18 @@ pub enum NodeCleanupAction {
     Keep { name: String, why: String },
 }
 
+impl NodeCleanupAction {
+    /// Why a release is planned; None for `Keep`, which releases nothing.
+    pub fn cause(&self) -> Option<&Cause> {
+        match self {
+            NodeCleanupAction::DeleteClaim { cause, .. }
+            | NodeCleanupAction::DeletePv { cause, .. }
+            | NodeCleanupAction::ReleaseFinalizer { cause, .. } => Some(cause),
+            NodeCleanupAction::Keep { .. } => None,
+        }
+    }
+}
+
 /// The Node keys (affinity hostname values) of opted-in PVs whose Node does not exist now.
 /// The caller tracks since when each has been absent (a restart starts the clock again,
 /// which only delays).
