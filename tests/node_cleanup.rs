@@ -47,6 +47,50 @@ fn make_pv(cp: &ControlPlane, name: &str, node: &str, class: &str) {
     wait_until(&format!("{name} Available"), WAIT, || (cp.pv_state(name)?.1 == "Available").then_some(()));
 }
 
+/// A PV of a Node that is then deleted: what node-cleanup exists for.
+fn strand_pv(cp: &ControlPlane, node: &str, pv: &str, class: &str) {
+    cp.create_node(node);
+    make_pv(cp, pv, node, class);
+    cp.kubectl_ok(&["delete", "node", node]);
+}
+
+/// Two node-cleanup replicas for `class` sharing the Lease `<class>-test`, the first one
+/// leading and the second one waiting; `lease` is the lease duration and renew deadline.
+fn two_replicas(
+    cp: &ControlPlane,
+    class: &str,
+    grace: &str,
+    lease: [&str; 2],
+) -> (tempfile::TempDir, AgentProcess, AgentProcess) {
+    cp.create_storage_class(class, "Delete");
+    // node-cleanup runs on some Node: a cluster with no Node at all is never acted on.
+    cp.create_node("nc-bystander");
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.node_cleanup_kubeconfig(tmp.path());
+    let lease_name = format!("{class}-test");
+    let flags = [
+        "--storage-classes",
+        class,
+        "--grace-period",
+        grace,
+        "--resync-period",
+        "500ms",
+        "--lease-name",
+        &lease_name,
+        "--lease-duration",
+        lease[0],
+        "--renew-deadline",
+        lease[1],
+        "--retry-period",
+        "500ms",
+    ];
+    let first = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("first.log"), &flags);
+    wait_until("first replica leads", WAIT, || first.log_text().contains("leadership acquired").then_some(()));
+    let second = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("second.log"), &flags);
+    wait_until("second replica waits", WAIT, || second.log_text().contains("another replica leads").then_some(()));
+    (tmp, first, second)
+}
+
 #[test]
 fn deleted_node_is_released_after_grace_while_not_ready_node_and_blind_runs_lose_nothing() {
     if !require_root("deleted_node_is_released_after_grace_while_not_ready_node_and_blind_runs_lose_nothing") {
@@ -153,36 +197,9 @@ fn deleted_node_is_released_after_grace_while_not_ready_node_and_blind_runs_lose
 fn two_replicas_never_act_at_once_and_the_second_takes_over() {
     let cp = ControlPlane::get();
     let class = "nc-ha";
-    cp.create_storage_class(class, "Delete");
-    // node-cleanup runs on some Node: a cluster with no Node at all is never acted on.
-    cp.create_node("nc-bystander");
-    let tmp = tempfile::tempdir().unwrap();
-    let kubeconfig = cp.node_cleanup_kubeconfig(tmp.path());
-    let flags = [
-        "--storage-classes",
-        class,
-        "--grace-period",
-        "2s",
-        "--resync-period",
-        "500ms",
-        "--lease-name",
-        "nc-ha-test",
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "500ms",
-    ];
-    let first = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("first.log"), &flags);
-    wait_until("first replica leads", WAIT, || first.log_text().contains("leadership acquired").then_some(()));
-    let second = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("second.log"), &flags);
-    wait_until("second replica waits", WAIT, || second.log_text().contains("another replica leads").then_some(()));
-
+    let (_tmp, first, second) = two_replicas(&cp, class, "2s", ["4s", "3s"]);
     for (i, node) in ["nc-ha-node-1", "nc-ha-node-2", "nc-ha-node-3"].iter().enumerate() {
-        cp.create_node(node);
-        make_pv(&cp, &format!("nc-ha-pv-{i}"), node, class);
-        cp.kubectl_ok(&["delete", "node", node]);
+        strand_pv(&cp, node, &format!("nc-ha-pv-{i}"), class);
     }
     for i in 0..3 {
         let name = format!("nc-ha-pv-{i}");
@@ -201,9 +218,7 @@ fn two_replicas_never_act_at_once_and_the_second_takes_over() {
     let lease = cp.get_json(&["lease", "nc-ha-test", "-n", NS]).unwrap();
     assert_ne!(lease["spec"]["holderIdentity"].as_str().unwrap(), holder);
     assert!(lease["spec"]["leaseTransitions"].as_i64().unwrap() >= 1);
-    cp.create_node("nc-ha-node-4");
-    make_pv(&cp, "nc-ha-pv-4", "nc-ha-node-4", class);
-    cp.kubectl_ok(&["delete", "node", "nc-ha-node-4"]);
+    strand_pv(&cp, "nc-ha-node-4", "nc-ha-pv-4", class);
     wait_until("the new leader acts", WAIT, || cp.pv_state("nc-ha-pv-4").is_none().then_some(()));
     assert!(second.stop().contains("PV deleted"));
 }
@@ -337,30 +352,7 @@ fn recreated_node_readopts_its_disks_and_handles_stale_ones() {
 fn a_paused_leader_does_not_act_when_it_resumes() {
     let cp = ControlPlane::get();
     let class = "nc-pause";
-    cp.create_storage_class(class, "Delete");
-    cp.create_node("nc-bystander");
-    let tmp = tempfile::tempdir().unwrap();
-    let kubeconfig = cp.node_cleanup_kubeconfig(tmp.path());
-    let flags = [
-        "--storage-classes",
-        class,
-        "--grace-period",
-        "1s",
-        "--resync-period",
-        "500ms",
-        "--lease-name",
-        "nc-pause-test",
-        "--lease-duration",
-        "3s",
-        "--renew-deadline",
-        "2s",
-        "--retry-period",
-        "500ms",
-    ];
-    let first = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("first.log"), &flags);
-    wait_until("first replica leads", WAIT, || first.log_text().contains("leadership acquired").then_some(()));
-    let second = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("second.log"), &flags);
-    wait_until("second replica waits", WAIT, || second.log_text().contains("another replica leads").then_some(()));
+    let (_tmp, first, second) = two_replicas(&cp, class, "1s", ["3s", "2s"]);
 
     // The leader freezes (a stalled process, a paused VM): its lease expires and the other one
     // takes over and acts.
@@ -370,11 +362,8 @@ fn a_paused_leader_does_not_act_when_it_resumes() {
     // When the frozen one resumes, its leadership has lapsed: it must not act, now or later.
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     for i in 0..2 {
-        let node = format!("nc-pause-node-{i}");
-        cp.create_node(&node);
-        make_pv(&cp, &format!("nc-pause-pv-{i}"), &node, class);
-        cp.kubectl_ok(&["delete", "node", &node]);
         let pv = format!("nc-pause-pv-{i}");
+        strand_pv(&cp, &format!("nc-pause-node-{i}"), &pv, class);
         wait_until(&format!("{pv} deleted"), WAIT, || cp.pv_state(&pv).is_none().then_some(()));
     }
     let first_log = first.stop();
