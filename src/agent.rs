@@ -24,6 +24,7 @@ use crate::core::naming::{
     ANN_CLEANUP_RESULT, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_STALE, FINALIZER_WIPE,
 };
 use crate::core::naming::{LABEL_NODE, node_label_value, provisioner_name};
+use crate::core::occurrence::Occurrences;
 use crate::core::planner::{
     Action, DesiredPv, ExistingPv, Identity, ObservedPv, classify_existing, plan, plan_adoption,
 };
@@ -158,6 +159,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         adopted: false,
         foreign: BTreeMap::new(),
         reported: BTreeSet::new(),
+        unpublished: Occurrences::default(),
     };
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let mut resync_at = tokio::time::Instant::now();
@@ -280,6 +282,8 @@ struct Agent {
     foreign: BTreeMap<String, String>,
     /// Problems already reported, so each is logged and evented once, not every pass.
     reported: BTreeSet<String>,
+    /// Entries not published (skips and refusals), reported once per occurrence.
+    unpublished: Occurrences,
 }
 
 impl Agent {
@@ -319,7 +323,12 @@ impl Agent {
             Err(e) => return error!(error = %e, "discovery task failed"),
         };
         let discovery_time = started.elapsed();
-        self.report_skips(&scan);
+        self.unpublished.begin_pass();
+        let mut unpublished_by_reason: BTreeMap<&'static str, i64> = BTreeMap::new();
+        for s in &scan.skipped {
+            *unpublished_by_reason.entry(s.reason.code()).or_default() += 1;
+        }
+        self.report_skips(&scan).await;
         let mut scan = scan;
         // A new volume is published once it has stayed (same disk at the same path) for the
         // settle window; its capacity is read in that later pass.
@@ -347,6 +356,12 @@ impl Agent {
         desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
         let next_stale = self.succeed(&predecessors).await;
         let actions = plan(&self.identity, &desired, &observed, &self.foreign);
+        for action in &actions {
+            if let Action::Refuse { reason, .. } = action {
+                *unpublished_by_reason.entry(reason.code()).or_default() += 1;
+            }
+        }
+        self.metrics.set_unpublished(&unpublished_by_reason);
         let planned = actions.len();
         self.execute(actions, &desired).await;
         // One snapshot of this node's PVs serves presence, cleanup and the metrics of this pass;
@@ -515,7 +530,7 @@ impl Agent {
                 Action::Create(pv) => creates.push(pv),
                 Action::Refuse { name, host_path, reason } => {
                     let key = format!("refuse/{name}/{host_path}/{reason}");
-                    if self.reported.insert(key) {
+                    if self.unpublished.first_seen(key) {
                         warn!(pv = %name, path = %host_path, "volume not published: {reason}");
                         let note = format!("volume at {host_path} not published as {name}: {reason}");
                         self.cluster
@@ -862,11 +877,20 @@ impl Agent {
             .collect()
     }
 
-    fn report_skips(&mut self, scan: &Scan) {
+    /// Logs each skipped entry once per occurrence; skips that protect data (symlinks, mounts
+    /// of the host itself, unsafe or shared discovery directories) are also Warning events.
+    async fn report_skips(&mut self, scan: &Scan) {
         for s in &scan.skipped {
             let key = format!("skip/{}/{}/{}", s.class, s.path.display(), s.reason);
-            if self.reported.insert(key) {
-                info!(class = %s.class, path = %s.path.display(), "entry skipped: {}", s.reason);
+            if !self.unpublished.first_seen(key) {
+                continue;
+            }
+            if s.reason.is_safety_refusal() {
+                warn!(class = %s.class, path = %s.path.display(), reason = s.reason.code(), "entry refused: {}", s.reason);
+                let note = format!("{} (class {}) not published: {}", s.path.display(), s.class, s.reason);
+                self.cluster.event(&node_reference(&self.node), true, "VolumeNotPublished", "Discover", note).await;
+            } else {
+                info!(class = %s.class, path = %s.path.display(), reason = s.reason.code(), "entry skipped: {}", s.reason);
             }
         }
     }

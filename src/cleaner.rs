@@ -18,7 +18,7 @@ use crate::core::cleanup::{AfterWipe, PvState};
 use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
 use crate::host::identity::volume_identity;
 use crate::host::mountinfo::MountTable;
-use crate::host::volume::{EntryKind, block_device_capacity, entry_kind};
+use crate::host::volume::{EntryKind, block_device_capacity, entry_kind, resolve_entry};
 use crate::host::wipe_block::{BlockMethod, builtin_for_upstream_script, run_cleaner_command, wipe_block};
 use crate::host::wipe_fs::{FsWipeError, wipe_filesystem};
 use crate::metrics::Metrics;
@@ -265,8 +265,7 @@ impl WipeTask {
         let reference = pv_reference(&self.pv.name);
         match entry_kind(&path).map_err(|e| failed(&e))? {
             EntryKind::Directory => {
-                let root =
-                    std::fs::canonicalize(&path).map_err(|e| failed(&format!("resolving {}: {e}", path.display())))?;
+                let (_, root) = resolve_entry(&path).map_err(|e| failed(&e))?;
                 let size = crate::host::volume::filesystem_capacity(&root).map_err(|e| failed(&e))?;
                 let note = format!("Starting cleanup of Filesystem PV {:?} at {}", self.pv.name, path.display());
                 self.cluster.event(&reference, false, "VolumeDelete", "Wipe", note).await;
@@ -322,6 +321,10 @@ impl WipeTask {
                 }
                 Ok(("block", size))
             }
+            EntryKind::Symlink => Err(WipeError::Refused(format!(
+                "{} is a symlink to something other than a block device; it is never followed",
+                path.display()
+            ))),
             EntryKind::Other => {
                 Err(WipeError::Refused(format!("{} is neither a directory nor a block device", path.display())))
             }

@@ -274,6 +274,24 @@ fn load_or_report(args: &ConfigArgs) -> Option<LoadedConfig> {
 
 fn validate_config(args: &ConfigArgs) -> ExitCode {
     let Some(loaded) = load_or_report(args) else { return ExitCode::FAILURE };
+    // The discovery directories that exist on this machine are also checked as they resolve
+    // here (symlinks, bind mounts), as the agent checks them on every pass.
+    let mounts = match crate::host::mountinfo::MountTable::read() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (_, problems) = discovery::check_roots(&loaded.config, &mounts.facts());
+    let unsafe_roots: Vec<_> = problems.iter().filter(|(_, r)| r.is_safety_refusal()).collect();
+    for (class, reason) in &unsafe_roots {
+        eprintln!("storageClassMap.{class}.mountDir: {reason}");
+    }
+    if !unsafe_roots.is_empty() {
+        eprintln!("error: {} class(es) would not be scanned; fix their discovery directories", unsafe_roots.len());
+        return ExitCode::FAILURE;
+    }
     match serde_saphyr::to_string(&loaded.config) {
         Ok(text) => {
             print!("{text}");
@@ -307,7 +325,14 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
     let (desired, problems) = desired_pvs(&ctx, &scan.volumes, &policies);
     let mut stderr = std::io::stderr().lock();
     for s in &scan.skipped {
-        let _ = writeln!(stderr, "skipped {} (class {}): {}", s.path.display(), s.class, s.reason);
+        let _ = writeln!(
+            stderr,
+            "skipped {} (class {}, reason {}): {}",
+            s.path.display(),
+            s.class,
+            s.reason.code(),
+            s.reason
+        );
     }
     for p in &problems {
         let _ = writeln!(stderr, "class {}: {}", p.class, p.message);
@@ -324,7 +349,7 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
         match action {
             crate::core::planner::Action::Create(pv) => pvs.push(*pv),
             crate::core::planner::Action::Refuse { name, host_path, reason } => {
-                let _ = writeln!(stderr, "skipped {host_path} ({name}): {reason}");
+                let _ = writeln!(stderr, "skipped {host_path} ({name}, reason {}): {reason}", reason.code());
             }
         }
     }

@@ -1,23 +1,35 @@
 //! Discovery: which first-level entries of each class's discovery directory are volumes this
 //! node can publish, and why every other entry is not. Reads the host through `host` only.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::{ClassConfig, ProvisionerConfig, VolumeMode};
 use crate::core::capacity::round_down_pretty;
 use crate::core::pattern::NamePattern;
-use crate::core::pv::{FoundVolume, host_path};
+use crate::core::pv::{FoundVolume, clean_path, host_path};
+use crate::core::volume_safety::{
+    DiskKey, HostAnchor, MountFacts, ProtectedPlace, RootFacts, SENSITIVE_DIRS, SYSTEM_DIRS, exposure, host_anchor,
+    host_area_places, locate, root_problem, shared_roots,
+};
 use crate::host::HostError;
 use crate::host::identity::volume_identity;
 use crate::host::mountinfo::MountTable;
-use crate::host::volume::{EntryKind, block_device_capacity, entry_kind, filesystem_capacity};
+use crate::host::volume::{
+    EntryKind, block_device_capacity, block_device_in_use, block_device_number, mounted_dir_capacity, resolve_entry,
+};
 
 /// Why an entry was not turned into a volume; shown by `discover` and logged by the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SkipReason {
     /// The whole discovery directory could not be read.
     UnreadableDirectory(String),
+    /// The discovery directory resolves to `/`, a system directory or a pseudo-filesystem.
+    UnsafeRoot(String),
+    /// Another class's discovery directory is the same directory, or they nest.
+    SharedRoot(String),
     /// The class's namePattern could not be parsed (validation normally prevents this).
     BadPattern(String),
     /// The name does not match namePattern.
@@ -28,16 +40,53 @@ pub enum SkipReason {
     NotMountPoint,
     /// A directory in a Block class.
     DirectoryInBlockClass,
+    /// A symlink to something other than a block device: never followed, since it could
+    /// lead out of the discovery directory.
+    Symlink,
+    /// The mount's source is the host itself (its root, a system or discovery directory) or a
+    /// kernel filesystem.
+    ExposesHost(String),
     /// Neither a directory nor a block device.
     NotDirectoryOrBlockDevice,
     /// stat/statfs/ioctl failed (dangling symlink, permissions...).
     Unreadable(String),
 }
 
+impl SkipReason {
+    /// A short stable name, for metric labels and scripts.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SkipReason::UnreadableDirectory(_) => "unreadable-directory",
+            SkipReason::UnsafeRoot(_) => "unsafe-root",
+            SkipReason::SharedRoot(_) => "shared-root",
+            SkipReason::BadPattern(_) => "bad-pattern",
+            SkipReason::PatternMismatch(_) => "pattern-mismatch",
+            SkipReason::NotUtf8 => "not-utf8",
+            SkipReason::NotMountPoint => "not-mount-point",
+            SkipReason::DirectoryInBlockClass => "directory-in-block-class",
+            SkipReason::Symlink => "symlink",
+            SkipReason::ExposesHost(_) => "exposes-host",
+            SkipReason::NotDirectoryOrBlockDevice => "not-directory-or-block-device",
+            SkipReason::Unreadable(_) => "unreadable",
+        }
+    }
+
+    /// Whether the skip protects data from a dangerous set-up, so the operator is warned
+    /// (a Warning event) rather than only told in a log line.
+    pub fn is_safety_refusal(&self) -> bool {
+        matches!(
+            self,
+            SkipReason::UnsafeRoot(_) | SkipReason::SharedRoot(_) | SkipReason::Symlink | SkipReason::ExposesHost(_)
+        )
+    }
+}
+
 impl fmt::Display for SkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SkipReason::UnreadableDirectory(e) => write!(f, "discovery directory unreadable: {e}"),
+            SkipReason::UnsafeRoot(e) => write!(f, "discovery directory not scanned: it {e}"),
+            SkipReason::SharedRoot(e) => write!(f, "discovery directory not scanned: {e}"),
             SkipReason::BadPattern(e) => write!(f, "bad namePattern: {e}"),
             SkipReason::PatternMismatch(p) => write!(f, "name does not match namePattern {p:?}"),
             SkipReason::NotUtf8 => write!(f, "name is not valid UTF-8"),
@@ -47,6 +96,11 @@ impl fmt::Display for SkipReason {
             SkipReason::DirectoryInBlockClass => {
                 write!(f, "directory in a Block class (only block devices can be Block volumes)")
             }
+            SkipReason::Symlink => write!(
+                f,
+                "symlink to something other than a block device; directory volumes must be mount points at the entry itself, symlinks are never followed"
+            ),
+            SkipReason::ExposesHost(e) => write!(f, "not published: {e}"),
             SkipReason::NotDirectoryOrBlockDevice => write!(f, "neither a directory nor a block device"),
             SkipReason::Unreadable(e) => write!(f, "{e}"),
         }
@@ -79,23 +133,129 @@ pub fn scan(config: &ProvisionerConfig) -> Result<Scan, HostError> {
     Ok(scan_with(config, &mounts))
 }
 
-/// Scans all classes against a given mount table (one read of the table per pass).
+/// Scans all classes against a given mount table (one read of the table per pass). Roots are
+/// resolved and checked first, on every pass, since a symlink or a mount can change them.
 pub fn scan_with(config: &ProvisionerConfig, mounts: &MountTable) -> Scan {
     let mut out = Scan::default();
+    let facts = mounts.facts();
+    let (roots, problems) = check_roots(config, &facts);
+    let host_dirs: Vec<PathBuf> =
+        config.storage_class_map.values().map(|c| PathBuf::from(clean_path(&c.host_dir))).collect();
+    let guard = Guard { places: protected_places(&roots, &facts), anchors: anchors(config, &roots), host_dirs };
     for (class, cfg) in &config.storage_class_map {
-        scan_class(class, cfg, mounts, &mut out);
+        match (roots.iter().find(|r| r.class == *class), problems.get(class)) {
+            (Some(root), None) => scan_class(class, cfg, &root.resolved, mounts, &facts, &guard, &mut out),
+            (_, Some(reason)) => out.skipped.push(Skipped {
+                class: class.clone(),
+                path: PathBuf::from(&cfg.mount_dir),
+                reason: reason.clone(),
+            }),
+            (None, None) => {}
+        }
     }
     out
 }
 
-fn scan_class(class: &str, cfg: &ClassConfig, mounts: &MountTable, out: &mut Scan) {
+/// Checks every class's discovery root as it resolves now. Returns the usable roots and, per
+/// class, why its root is not scanned.
+pub fn check_roots(
+    config: &ProvisionerConfig,
+    facts: &[MountFacts<'_>],
+) -> (Vec<RootFacts>, BTreeMap<String, SkipReason>) {
+    let mut roots = Vec::new();
+    let mut problems = BTreeMap::new();
+    for (class, cfg) in &config.storage_class_map {
+        let dir = Path::new(&cfg.mount_dir);
+        let resolved = match std::fs::canonicalize(dir) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.insert(class.clone(), SkipReason::UnreadableDirectory(format!("{}: {e}", dir.display())));
+                continue;
+            }
+        };
+        if let Some(p) = root_problem(&resolved) {
+            problems.insert(class.clone(), SkipReason::UnsafeRoot(p));
+            continue;
+        }
+        match std::fs::metadata(&resolved) {
+            Ok(meta) if meta.is_dir() => roots.push(RootFacts {
+                class: class.clone(),
+                location: locate(facts, &resolved),
+                resolved,
+                dev_ino: (meta.dev(), meta.ino()),
+            }),
+            Ok(_) => {
+                problems.insert(
+                    class.clone(),
+                    SkipReason::UnreadableDirectory(format!("{} is not a directory", dir.display())),
+                );
+            }
+            Err(e) => {
+                problems.insert(class.clone(), SkipReason::UnreadableDirectory(format!("{}: {e}", dir.display())));
+            }
+        }
+    }
+    for (class, p) in shared_roots(&roots) {
+        problems.insert(class, SkipReason::SharedRoot(p));
+    }
+    roots.retain(|r| !problems.contains_key(&r.class));
+    (roots, problems)
+}
+
+/// The facts every entry is checked against.
+struct Guard {
+    places: Vec<ProtectedPlace>,
+    anchors: Vec<HostAnchor>,
+    host_dirs: Vec<PathBuf>,
+}
+
+/// The host root, the system directories and every discovery root, located in the mount
+/// table: no volume may contain one (nor lie inside a sensitive one).
+fn protected_places(roots: &[RootFacts], facts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
+    let mut places = Vec::new();
+    for dir in SYSTEM_DIRS {
+        let Ok(resolved) = std::fs::canonicalize(dir) else { continue };
+        if let Some(location) = locate(facts, &resolved) {
+            let no_volume_inside = SENSITIVE_DIRS.contains(&dir);
+            places.push(ProtectedPlace { what: format!("the system directory {dir}"), location, no_volume_inside });
+        }
+    }
+    places.extend(host_area_places(facts));
+    for root in roots {
+        if let Some(location) = root.location.clone() {
+            let what = format!("the discovery directory {} of class {}", root.resolved.display(), root.class);
+            places.push(ProtectedPlace { what, location, no_volume_inside: false });
+        }
+    }
+    places
+}
+
+fn anchors(config: &ProvisionerConfig, roots: &[RootFacts]) -> Vec<HostAnchor> {
+    roots
+        .iter()
+        .filter_map(|r| {
+            let cfg = config.storage_class_map.get(&r.class)?;
+            host_anchor(Path::new(&clean_path(&cfg.host_dir)), r.location.as_ref()?)
+        })
+        .collect()
+}
+
+fn scan_class(
+    class: &str,
+    cfg: &ClassConfig,
+    root: &Path,
+    mounts: &MountTable,
+    facts: &[MountFacts<'_>],
+    guard: &Guard,
+    out: &mut Scan,
+) {
     let mount_dir = Path::new(&cfg.mount_dir);
     let mut skip = |path: PathBuf, reason| out.skipped.push(Skipped { class: class.to_string(), path, reason });
     let pattern = match NamePattern::parse(&cfg.name_pattern) {
         Ok(p) => p,
         Err(e) => return skip(mount_dir.to_path_buf(), SkipReason::BadPattern(e)),
     };
-    let mut names: Vec<_> = match std::fs::read_dir(mount_dir) {
+    let mut names: Vec<_> = match std::fs::read_dir(root) {
         Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect(),
         Err(e) => return skip(mount_dir.to_path_buf(), SkipReason::UnreadableDirectory(e.to_string())),
     };
@@ -111,15 +271,18 @@ fn scan_class(class: &str, cfg: &ClassConfig, mounts: &MountTable, out: &mut Sca
             skip(path, SkipReason::PatternMismatch(cfg.name_pattern.clone()));
             continue;
         }
+        let entry = root.join(name);
         let identity =
-            |bytes| volume_identity(&path).map_err(|e| SkipReason::Unreadable(e.to_string())).map(|id| (bytes, id));
-        match inspect(&path, cfg.volume_mode, mounts).and_then(identity) {
-            Ok((bytes, identity)) => found.push(FoundVolume {
+            |v: Inspected| volume_identity(&entry).map_err(|e| SkipReason::Unreadable(e.to_string())).map(|id| (v, id));
+        match inspect(&entry, cfg.volume_mode, mounts, facts, guard).and_then(identity) {
+            Ok((v, identity)) => found.push(FoundVolume {
                 class: class.to_string(),
                 entry: name.to_string(),
                 host_path: host_path(&cfg.host_dir, name),
-                capacity_bytes: round_down_pretty(bytes),
+                capacity_bytes: round_down_pretty(v.bytes),
                 identity,
+                disk: v.disk,
+                in_use: v.in_use,
             }),
             Err(reason) => skip(path, reason),
         }
@@ -127,21 +290,45 @@ fn scan_class(class: &str, cfg: &ClassConfig, mounts: &MountTable, out: &mut Sca
     out.volumes.extend(found);
 }
 
-/// Decides whether one entry is a volume of the class's mode and returns its raw capacity.
-fn inspect(path: &Path, mode: VolumeMode, mounts: &MountTable) -> Result<u64, SkipReason> {
+/// What inspecting one entry found.
+struct Inspected {
+    bytes: u64,
+    disk: DiskKey,
+    in_use: Option<String>,
+}
+
+/// Decides whether one entry (`entry` = resolved root joined with the entry's own name) is a
+/// volume of the class's mode, and reads its raw capacity and what disk it occupies.
+fn inspect(
+    entry: &Path,
+    mode: VolumeMode,
+    mounts: &MountTable,
+    facts: &[MountFacts<'_>],
+    guard: &Guard,
+) -> Result<Inspected, SkipReason> {
     let unreadable = |e: HostError| SkipReason::Unreadable(e.to_string());
-    match (entry_kind(path).map_err(unreadable)?, mode) {
+    let (kind, entry) = resolve_entry(entry).map_err(unreadable)?;
+    match (kind, mode) {
         (EntryKind::Directory, VolumeMode::Block) => Err(SkipReason::DirectoryInBlockClass),
         (EntryKind::Directory, VolumeMode::Filesystem) => {
-            // A symlink to a mounted directory counts: the mount table holds resolved paths.
-            let resolved = std::fs::canonicalize(path).map_err(|e| unreadable(HostError::io("resolve", path, e)))?;
-            if !mounts.is_mount_point(&resolved) {
-                return Err(SkipReason::NotMountPoint);
+            // The entry itself must be the mount point, at its unresolved name.
+            let mount = mounts.get(&entry).ok_or(SkipReason::NotMountPoint)?;
+            let view = facts.iter().find(|f| f.mount_point == mount.mount_point).ok_or(SkipReason::NotMountPoint)?;
+            if let Some(problem) = exposure(view, &guard.places, &guard.anchors, &guard.host_dirs) {
+                return Err(SkipReason::ExposesHost(problem));
             }
-            filesystem_capacity(&resolved).map_err(unreadable)
+            let bytes = mounted_dir_capacity(&entry).map_err(unreadable)?;
+            let disk = DiskKey::Filesystem { device: mount.device.clone(), root: mount.root.clone() };
+            Ok(Inspected { bytes, disk, in_use: None })
         }
         // A block device in a Filesystem class is a Filesystem PV that kubelet formats.
-        (EntryKind::BlockDevice, _) => block_device_capacity(path).map_err(unreadable),
+        (EntryKind::BlockDevice, _) => {
+            let bytes = block_device_capacity(&entry).map_err(unreadable)?;
+            let device = block_device_number(&entry).map_err(unreadable)?;
+            let in_use = block_device_in_use(&entry, mounts).map_err(unreadable)?;
+            Ok(Inspected { bytes, disk: DiskKey::Block { device }, in_use })
+        }
+        (EntryKind::Symlink, _) => Err(SkipReason::Symlink),
         (EntryKind::Other, _) => Err(SkipReason::NotDirectoryOrBlockDevice),
     }
 }

@@ -47,6 +47,7 @@ struct Inner {
     api_requests_failed: Family<MethodLabels, Counter>,
     api_duration: Family<MethodLabels, Histogram>,
     succession: Family<OutcomeLabels, Counter>,
+    unpublished: Family<ReasonLabels, Gauge>,
     cleanup_actions: Family<ActionLabels, Counter>,
     cleanup_failures: Family<ActionLabels, Counter>,
     gone_nodes: Gauge,
@@ -58,6 +59,12 @@ struct Inner {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: String,
+}
+
+/// Why entries of the discovery directories are not published.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
 }
 
 /// What node-cleanup did and why.
@@ -193,6 +200,12 @@ impl Metrics {
             "PVs of an earlier incarnation of this Node (same name, other UID): readopted, withdrawn, flagged stale or unverified",
             succession.clone(),
         );
+        let unpublished = Family::<ReasonLabels, Gauge>::default();
+        agent_registry.register(
+            "local_static_provisioner_unpublished_entries",
+            "Entries of the discovery directories not published in the last pass, by reason (symlink, exposes-host, same-disk, device-in-use, ...)",
+            unpublished.clone(),
+        );
         let cleanup_actions = Family::<ActionLabels, Counter>::default();
         let cleanup_failures = Family::<ActionLabels, Counter>::default();
         let gone_nodes = Gauge::default();
@@ -240,6 +253,7 @@ impl Metrics {
                 api_requests_failed,
                 api_duration,
                 succession,
+                unpublished,
                 cleanup_actions,
                 cleanup_failures,
                 gone_nodes,
@@ -280,6 +294,15 @@ impl Metrics {
         for phase in ["Available", "Bound", "Released", "Failed", "Pending"] {
             let n = by_phase.get(phase).copied().unwrap_or(0);
             self.inner.volumes.get_or_create(&StateLabels { state: phase.to_string() }).set(n);
+        }
+    }
+
+    /// Sets how many entries the last pass did not publish, per reason; reasons absent from
+    /// `by_reason` are removed, so the gauge shows the current state, not history.
+    pub fn set_unpublished(&self, by_reason: &std::collections::BTreeMap<&'static str, i64>) {
+        self.inner.unpublished.clear();
+        for (reason, n) in by_reason {
+            self.inner.unpublished.get_or_create(&ReasonLabels { reason: reason.to_string() }).set(*n);
         }
     }
 

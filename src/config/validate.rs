@@ -7,31 +7,7 @@ use std::path::{Component, Path};
 use super::{ACCESS_MODES, Problem, ProvisionerConfig};
 use crate::core::pattern::NamePattern;
 use crate::core::pv::clean_path as normalize;
-
-/// Directories that must never be a discovery root: every entry below them would be offered
-/// (and later wiped) as a volume.
-const SYSTEM_DIRS: [&str; 20] = [
-    "/",
-    "/bin",
-    "/boot",
-    "/dev",
-    "/etc",
-    "/home",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/proc",
-    "/root",
-    "/run",
-    "/sbin",
-    "/sys",
-    "/tmp",
-    "/usr",
-    "/var",
-    "/var/lib",
-    "/var/lib/kubelet",
-];
+use crate::core::volume_safety::SYSTEM_DIRS;
 
 /// Pseudo-filesystems that hold no volumes at any depth.
 const PSEUDO_FS_ROOTS: [&str; 2] = ["/proc", "/sys"];

@@ -42,7 +42,15 @@ pub fn desired_pvs(
         };
         let name = pv_name(&v.entry, &ctx.node.name, &v.class);
         let pv = ctx.build(&name, class_cfg, policy, v);
-        desired.push(DesiredPv { name, host_path: v.host_path.clone(), pv, capacity_bytes: v.capacity_bytes });
+        desired.push(DesiredPv {
+            name,
+            host_path: v.host_path.clone(),
+            pv,
+            capacity_bytes: v.capacity_bytes,
+            identity: v.identity.clone(),
+            disk: v.disk.clone(),
+            in_use: v.in_use.clone(),
+        });
     }
     let problems = problems.into_iter().map(|(class, message)| ClassProblem { class, message }).collect();
     (desired, problems)

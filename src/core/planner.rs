@@ -6,8 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use super::naming::{ANN_PROVISIONED_BY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node, provisioned_by_uid};
+use super::naming::{
+    ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node, provisioned_by_uid,
+};
 use super::pv::local_path;
+use super::volume_safety::DiskKey;
 
 /// A volume discovery wants published, with the PV object that would publish it.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +23,12 @@ pub struct DesiredPv {
     pub pv: PersistentVolume,
     /// Rounded capacity in bytes (for metrics).
     pub capacity_bytes: u64,
+    /// The disk fingerprint recorded on the PV.
+    pub identity: String,
+    /// What the volume occupies (one disk, at most one PV).
+    pub disk: DiskKey,
+    /// Why the host uses this block device, if it does (not published unless already).
+    pub in_use: Option<String>,
 }
 
 /// What the planner needs to know about an existing PV.
@@ -35,6 +44,8 @@ pub struct ObservedPv {
     pub hostname_label: Option<String>,
     /// Our node label.
     pub node_label: Option<String>,
+    /// The disk fingerprint recorded on the PV, if any.
+    pub identity: Option<String>,
 }
 
 impl ObservedPv {
@@ -47,6 +58,7 @@ impl ObservedPv {
             provisioned_by: pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_PROVISIONED_BY)).cloned(),
             hostname_label: labels.and_then(|l| l.get(LABEL_HOSTNAME)).cloned(),
             node_label: labels.and_then(|l| l.get(LABEL_NODE)).cloned(),
+            identity: pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_VOLUME_IDENTITY)).cloned(),
         }
     }
 }
@@ -93,6 +105,27 @@ pub enum Refusal {
     NameTaken { owner: String },
     /// The host path is already published under another PV name.
     PathInUse { pv: String },
+    /// Other entries (of this or another class) are the same disk, or share its data, and
+    /// none of them is published yet: which one is meant is ambiguous, so none is.
+    SameDisk { others: Vec<String> },
+    /// The disk is already published under another path.
+    DiskPublished { pv: String, path: String },
+    /// The host uses this block device (mounted, held, open exclusively).
+    DeviceInUse { why: String },
+}
+
+impl Refusal {
+    /// A short stable name, for metric labels and scripts.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::NameCollisionOnNode { .. } => "name-collision",
+            Refusal::NameTaken { .. } => "name-taken",
+            Refusal::PathInUse { .. } => "path-published",
+            Refusal::SameDisk { .. } => "same-disk",
+            Refusal::DiskPublished { .. } => "disk-published",
+            Refusal::DeviceInUse { .. } => "device-in-use",
+        }
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -105,6 +138,15 @@ impl std::fmt::Display for Refusal {
                 write!(f, "its PV name is already used by {owner}; refusing to overwrite it")
             }
             Refusal::PathInUse { pv } => write!(f, "the path is already published as PV {pv}"),
+            Refusal::SameDisk { others } => write!(
+                f,
+                "it is the same disk as (or shares data with) {}; none of them is published until only one remains",
+                others.join(", ")
+            ),
+            Refusal::DiskPublished { pv, path } => {
+                write!(f, "its disk is already published as PV {pv} at {path}; one disk is published at most once")
+            }
+            Refusal::DeviceInUse { why } => write!(f, "the block device is in use on the host: {why}"),
         }
     }
 }
@@ -145,6 +187,7 @@ pub fn plan(
         (&a.name, !already_published(a), &a.host_path).cmp(&(&b.name, !already_published(b), &b.host_path))
     });
 
+    let disk_refusals = plan_disks(identity, desired, observed, &by_path);
     let mut claimed: BTreeMap<&str, &str> = BTreeMap::new();
     let mut paths_done: BTreeSet<&str> = BTreeSet::new();
     let mut actions = Vec::new();
@@ -173,9 +216,65 @@ pub fn plan(
             actions.push(refuse(Refusal::NameTaken { owner: owner.clone() }));
             continue;
         }
+        if let Some(reason) = disk_refusals.get(d.host_path.as_str()) {
+            actions.push(refuse(reason.clone()));
+            continue;
+        }
         actions.push(Action::Create(Box::new(d.pv.clone())));
     }
     actions
+}
+
+/// One disk, at most one PV. For each desired volume not yet published, why its disk may not
+/// be published: another entry shares its data (the published one keeps it; with none
+/// published, all of them are refused, since which one is meant is ambiguous), a PV of this
+/// node records the same disk at another path, or the host uses the block device. Volumes
+/// already published are never refused here: an existing PV keeps its disk.
+fn plan_disks<'a>(
+    identity: &Identity,
+    desired: &'a [DesiredPv],
+    observed: &[ObservedPv],
+    published_paths: &BTreeMap<&str, &str>,
+) -> BTreeMap<&'a str, Refusal> {
+    let mut by_device: BTreeMap<&str, Vec<&DesiredPv>> = BTreeMap::new();
+    for d in desired {
+        by_device.entry(d.disk.device()).or_default().push(d);
+    }
+    let recorded: BTreeMap<&str, (&str, &str)> = observed
+        .iter()
+        .filter(|o| identity.owns(o) || identity.is_predecessor(o))
+        .filter_map(|o| Some((o.identity.as_deref()?, (o.name.as_str(), o.host_path.as_deref()?))))
+        .collect();
+    let mut refusals = BTreeMap::new();
+    for d in desired {
+        if published_paths.contains_key(d.host_path.as_str()) {
+            continue;
+        }
+        let sharing: Vec<&DesiredPv> = by_device[d.disk.device()]
+            .iter()
+            .filter(|o| o.host_path != d.host_path && o.disk.overlaps(&d.disk))
+            .copied()
+            .collect();
+        let reason = if let Some(p) = sharing.iter().find(|o| published_paths.contains_key(o.host_path.as_str())) {
+            Some(Refusal::DiskPublished {
+                pv: published_paths[p.host_path.as_str()].to_string(),
+                path: p.host_path.clone(),
+            })
+        } else if !sharing.is_empty() {
+            let mut others: Vec<String> = sharing.iter().map(|o| o.host_path.clone()).collect();
+            others.sort();
+            others.dedup();
+            Some(Refusal::SameDisk { others })
+        } else if let Some((pv, path)) = recorded.get(d.identity.as_str()).filter(|(_, path)| *path != d.host_path) {
+            Some(Refusal::DiskPublished { pv: pv.to_string(), path: path.to_string() })
+        } else {
+            d.in_use.as_ref().map(|why| Refusal::DeviceInUse { why: why.clone() })
+        };
+        if let Some(r) = reason {
+            refusals.insert(d.host_path.as_str(), r);
+        }
+    }
+    refusals
 }
 
 /// PVs made for this node, or for an earlier incarnation of it, that lack our label: they were

@@ -50,6 +50,9 @@ fn desired(name: &str, path: &str) -> DesiredPv {
         host_path: path.into(),
         pv: pv_object(name, path, &me().provisioner),
         capacity_bytes: 0,
+        identity: format!("id-of-{path}"),
+        disk: DiskKey::Filesystem { device: format!("dev-of-{path}"), root: "/".into() },
+        in_use: None,
     }
 }
 
@@ -61,6 +64,7 @@ fn ours(name: &str, path: &str) -> ObservedPv {
         provisioned_by: Some(me().provisioner),
         hostname_label: None,
         node_label: Some(node_label_value(NODE)),
+        identity: None,
     }
 }
 
@@ -72,6 +76,7 @@ fn other(name: &str, path: Option<&str>, provisioned_by: Option<&str>) -> Observ
         provisioned_by: provisioned_by.map(str::to_string),
         hostname_label: None,
         node_label: None,
+        identity: None,
     }
 }
 
@@ -388,6 +393,7 @@ fn identity_owns_table() {
             provisioned_by: ann.map(str::to_string),
             hostname_label: host.map(str::to_string),
             node_label: None,
+            identity: None,
         };
         assert_eq!(me().owns(&pv), uid_mode, "uid mode: {ann:?} {host:?}");
         assert_eq!(me_name_only().owns(&pv), name_mode, "name-only mode: {ann:?} {host:?}");
@@ -422,6 +428,7 @@ fn adoption_with_use_node_name_only() {
         provisioned_by: Some(ann.into()),
         hostname_label: host.map(str::to_string),
         node_label: None,
+        identity: None,
     };
     let all = [
         pv("e-short", "local-volume-provisioner-node-1", None), // exact name-only annotation
@@ -504,6 +511,7 @@ fn observed_from_full_pv() {
             provisioned_by: Some("local-volume-provisioner-node-1-u".into()),
             hostname_label: Some("node-1".into()),
             node_label: Some("node-1".into()),
+            identity: None,
         }
     );
 }
@@ -517,7 +525,8 @@ fn observed_from_empty_pv() {
             host_path: None,
             provisioned_by: None,
             hostname_label: None,
-            node_label: None
+            node_label: None,
+            identity: None,
         }
     );
 }
@@ -589,4 +598,138 @@ fn a_predecessor_pv_blocks_its_name_until_succession_decides() {
     let old = other("local-pv-a", Some("/mnt/disks/a"), Some(&format!("local-volume-provisioner-node-1-{OLD_UID}")));
     let actions = plan(&me(), &[desired("local-pv-a", "/mnt/disks/a")], &[old], &no_foreign());
     assert!(matches!(&actions[..], [Action::Refuse { reason: Refusal::NameTaken { .. }, .. }]));
+}
+
+/// Every combination of three volumes over a small universe of disks (two directories of one
+/// filesystem, nested directories, the whole filesystem, its block device, another disk),
+/// each published or not and in use or not: the plan never publishes two volumes that share
+/// data, never a second path for a published disk, never a device the host uses, and
+/// publishes every volume that is alone on its disk.
+#[test]
+fn one_disk_is_published_at_most_once_in_every_combination() {
+    let fs = |d: &str, r: &str| DiskKey::Filesystem { device: d.into(), root: r.into() };
+    let universe = [
+        fs("8:1", "/"),
+        fs("8:1", "/x"),
+        fs("8:1", "/x/y"),
+        fs("8:1", "/z"),
+        DiskKey::Block { device: "8:1".into() },
+        fs("8:2", "/"),
+    ];
+    let paths = ["/mnt/disks/a", "/mnt/disks/b", "/mnt/disks/c"];
+    let n = universe.len();
+    let mut cases = 0;
+    for disks in 0..n * n * n {
+        let keys = [&universe[disks % n], &universe[disks / n % n], &universe[disks / (n * n)]];
+        for published in 0..8u32 {
+            for in_use in 0..8u32 {
+                cases += 1;
+                let desired: Vec<DesiredPv> = (0..3)
+                    .map(|i| {
+                        let mut d = desired(&format!("pv-{i}"), paths[i]);
+                        d.disk = keys[i].clone();
+                        d.in_use = (in_use & (1 << i) != 0).then(|| "mounted at /x".to_string());
+                        d
+                    })
+                    .collect();
+                let observed: Vec<ObservedPv> =
+                    (0..3).filter(|i| published & (1 << i) != 0).map(|i| ours(&format!("pv-{i}"), paths[i])).collect();
+                let actions = plan(&me(), &desired, &observed, &BTreeMap::new());
+                let created: Vec<usize> = actions
+                    .iter()
+                    .filter_map(|a| match a {
+                        Action::Create(pv) => Some(paths.iter().position(|p| Some(*p) == local_path(pv)).unwrap()),
+                        _ => None,
+                    })
+                    .collect();
+                let is_pub = |i: usize| published & (1 << i) != 0;
+                let live: Vec<usize> = (0..3).filter(|&i| is_pub(i) || created.contains(&i)).collect();
+                let ctx = format!("disks {keys:?} published {published:03b} in_use {in_use:03b}: {actions:?}");
+                for &i in &created {
+                    assert!(!is_pub(i), "published volumes are not created again: {ctx}");
+                    assert!(desired[i].in_use.is_none(), "a device in use is never published: {ctx}");
+                    for &j in live.iter().filter(|&&j| j != i) {
+                        assert!(!keys[i].overlaps(keys[j]), "two PVs on one disk: {ctx}");
+                    }
+                }
+                for i in (0..3).filter(|&i| is_pub(i)) {
+                    assert!(
+                        !actions.iter().any(|a| matches!(a, Action::Refuse { host_path, .. } if host_path == paths[i])),
+                        "a published volume keeps its disk: {ctx}"
+                    );
+                }
+                for i in (0..3).filter(|&i| !is_pub(i) && desired[i].in_use.is_none()) {
+                    let alone = (0..3).all(|j| j == i || !keys[i].overlaps(keys[j]));
+                    assert_eq!(created.contains(&i), alone, "volume {i} alone on its disk is published: {ctx}");
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 216 * 64);
+}
+
+#[test]
+fn disk_refusals_name_the_other_entries_and_the_published_pv() {
+    let mut a = desired("pv-a", "/mnt/disks/a");
+    let mut b = desired("pv-b", "/mnt/disks/b");
+    let mut c = desired("pv-c", "/mnt/disks/c");
+    for d in [&mut a, &mut b, &mut c] {
+        d.disk = DiskKey::Filesystem { device: "0:50".into(), root: "/".into() };
+    }
+    let refusals = |observed: &[ObservedPv]| -> Vec<(String, Refusal)> {
+        plan(&me(), &[a.clone(), b.clone(), c.clone()], observed, &BTreeMap::new())
+            .into_iter()
+            .filter_map(|x| match x {
+                Action::Refuse { host_path, reason, .. } => Some((host_path, reason)),
+                Action::Create(_) => None,
+            })
+            .collect()
+    };
+    let none = refusals(&[]);
+    assert_eq!(none.len(), 3);
+    assert_eq!(none[0].1, Refusal::SameDisk { others: vec!["/mnt/disks/b".into(), "/mnt/disks/c".into()] }, "{none:?}");
+    assert_eq!(none[0].1.code(), "same-disk");
+    let with_b = refusals(&[ours("pv-b", "/mnt/disks/b")]);
+    assert_eq!(with_b.len(), 2);
+    for (_, r) in &with_b {
+        assert_eq!(r, &Refusal::DiskPublished { pv: "pv-b".into(), path: "/mnt/disks/b".into() });
+    }
+    assert!(with_b[0].1.to_string().contains("already published as PV pv-b"));
+}
+
+#[test]
+fn a_disk_recorded_on_a_pv_at_another_path_is_not_published_again() {
+    // The disk moved (or is bound in a second time) to a new entry; its PV still names it.
+    let d = desired("pv-new", "/mnt/disks/new");
+    let mut old = ours("pv-old", "/mnt/disks/old");
+    old.identity = Some(d.identity.clone());
+    let actions = plan(&me(), &[d.clone()], &[old.clone()], &BTreeMap::new());
+    assert_eq!(
+        actions,
+        vec![Action::Refuse {
+            name: "pv-new".into(),
+            host_path: "/mnt/disks/new".into(),
+            reason: Refusal::DiskPublished { pv: "pv-old".into(), path: "/mnt/disks/old".into() },
+        }]
+    );
+    // Another node's PV with the same identity string does not count.
+    let mut foreign = other("pv-x", Some("/mnt/disks/old"), Some("local-volume-provisioner-other-node-u"));
+    foreign.identity = Some(d.identity.clone());
+    assert!(matches!(plan(&me(), &[d.clone()], &[foreign], &BTreeMap::new())[..], [Action::Create(_)]));
+    // The PV on the same path is the volume itself.
+    old.host_path = Some("/mnt/disks/new".into());
+    old.name = "pv-new".into();
+    assert!(plan(&me(), &[d], &[old], &BTreeMap::new()).is_empty());
+}
+
+#[test]
+fn a_device_in_use_is_refused_unless_already_published() {
+    let mut d = desired("pv-a", "/mnt/disks/a");
+    d.in_use = Some("its partition sdb1 is mounted at /data".into());
+    let actions = plan(&me(), &[d.clone()], &[], &BTreeMap::new());
+    assert!(
+        matches!(&actions[..], [Action::Refuse { reason: Refusal::DeviceInUse { why }, .. }] if why.contains("sdb1")),
+        "{actions:?}"
+    );
+    assert!(plan(&me(), &[d], &[ours("pv-a", "/mnt/disks/a")], &BTreeMap::new()).is_empty());
 }

@@ -15,6 +15,7 @@ use super::naming::{
     ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
     node_label_value,
 };
+use super::volume_safety::DiskKey;
 use crate::config::{ClassConfig, ProvisionerConfig};
 
 /// What the PV needs to know about this node.
@@ -64,6 +65,11 @@ pub struct FoundVolume {
     pub capacity_bytes: u64,
     /// Fingerprint of the disk (see host::identity), recorded on the PV.
     pub identity: String,
+    /// What the volume occupies, to publish each disk at most once.
+    pub disk: DiskKey,
+    /// Why the host is using this block device (mounted, held, open exclusively), if it is:
+    /// such a device is not published, though an existing PV keeps it.
+    pub in_use: Option<String>,
 }
 
 /// Everything that is the same for all PVs of one pass.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::HostError;
 use super::mountinfo::MountTable;
-use super::volume::{EntryKind, entry_kind};
+use super::volume::{EntryKind, resolve_entry};
 use crate::core::succession::DiskCheck;
 
 /// Fingerprint of the volume at `path` (symlinks followed).
@@ -32,9 +32,9 @@ pub fn volume_identity(path: &Path) -> Result<String, HostError> {
 /// Whether the volume recorded as `recorded` is still at `path`: a mounted directory or a
 /// block device, with the same identity when one was recorded. Any error counts as absent.
 pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> bool {
-    let here = match entry_kind(path) {
-        Ok(EntryKind::Directory) => std::fs::canonicalize(path).is_ok_and(|p| mounts.is_mount_point(&p)),
-        Ok(EntryKind::BlockDevice) => true,
+    let here = match resolve_entry(path) {
+        Ok((EntryKind::Directory, resolved)) => mounts.is_mount_point(&resolved),
+        Ok((EntryKind::BlockDevice, _)) => true,
         _ => false,
     };
     here && recorded.is_none_or(|r| volume_identity(path).is_ok_and(|found| found == r))
@@ -52,7 +52,7 @@ pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> D
     if found == recorded {
         return DiskCheck::Same;
     }
-    let fs_type = std::fs::canonicalize(path).ok().and_then(|p| mounts.get(&p).map(|m| m.fs_type.clone()));
+    let fs_type = resolve_entry(path).ok().and_then(|(_, p)| mounts.get(&p).map(|m| m.fs_type.clone()));
     if mismatch_proves_another_disk(recorded, &found, fs_type.as_deref()) {
         DiskCheck::Different
     } else {

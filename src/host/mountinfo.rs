@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use super::HostError;
+use crate::core::volume_safety::MountFacts;
 
 /// Where the kernel publishes the mount table of our mount namespace.
 pub const MOUNTINFO: &str = "/proc/self/mountinfo";
@@ -79,6 +80,20 @@ impl MountTable {
             .skip_while(move |(p, _)| p.as_path() == path)
             .take_while(move |(p, _)| p.starts_with(path))
             .map(|(_, e)| e)
+    }
+
+    /// Every mount as the pure safety rules see it (core::volume_safety).
+    pub fn facts(&self) -> Vec<MountFacts<'_>> {
+        self.by_point
+            .values()
+            .map(|e| MountFacts { device: &e.device, root: &e.root, mount_point: &e.mount_point, fs_type: &e.fs_type })
+            .collect()
+    }
+
+    /// The first mount of the filesystem on device `major:minor`, if it is mounted in this
+    /// namespace (a block device in use as a filesystem).
+    pub fn mount_of_device(&self, device: &str) -> Option<&MountEntry> {
+        self.by_point.values().find(|e| e.device == device)
     }
 
     /// Number of mounts, for logs.

@@ -1,0 +1,333 @@
+//! The data-safety rules of discovery, as pure functions over facts the host module gathers:
+//! which discovery roots may be scanned, which mounts may never be offered because their
+//! source is the host itself, and when two entries are one disk. Keeping them pure lets every
+//! combination be tested without a disk, and keeps the rules in one place for the scanner, the
+//! `discover` dry run and the agent.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Directories that must never be a discovery root, and that no volume may contain: every
+/// entry below them would be offered (and later wiped) as a volume.
+pub const SYSTEM_DIRS: [&str; 20] = [
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/var/lib",
+    "/var/lib/kubelet",
+];
+
+/// Directories whose contents are the host's own (binaries, credentials, kernel interfaces,
+/// other pods' volumes): a volume may not even be a subdirectory of one of them.
+pub const SENSITIVE_DIRS: [&str; 18] = [
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var/lib/containerd",
+    "/var/lib/kubelet",
+    "/var/log",
+    "/var/run",
+];
+
+/// Host areas whose every mount is the host's own (kernel interfaces, shared memory, boot and
+/// runtime state): a volume may neither contain nor lie inside any filesystem mounted there.
+/// Kubelet's pod directories are left out on purpose: kubelet bind-mounts published volumes
+/// there, and those mounts are the volumes themselves.
+pub const HOST_MOUNT_AREAS: [&str; 7] = ["/boot", "/dev", "/etc", "/proc", "/run", "/sys", "/var/run"];
+
+/// Filesystem types that are kernel interfaces or container layers, never a tenant's disk.
+pub const NON_VOLUME_FS_TYPES: [&str; 23] = [
+    "autofs",
+    "binfmt_misc",
+    "bpf",
+    "cgroup",
+    "cgroup2",
+    "configfs",
+    "debugfs",
+    "devpts",
+    "devtmpfs",
+    "efivarfs",
+    "fusectl",
+    "hugetlbfs",
+    "mqueue",
+    "nsfs",
+    "overlay",
+    "proc",
+    "pstore",
+    "ramfs",
+    "rpc_pipefs",
+    "securityfs",
+    "selinuxfs",
+    "sysfs",
+    "tracefs",
+];
+
+/// One mount as the safety rules see it (a borrowed view of a mount-table line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountFacts<'a> {
+    /// `major:minor` of the filesystem.
+    pub device: &'a str,
+    /// The directory of the filesystem that is mounted (`/` unless a bind of a subdirectory).
+    pub root: &'a Path,
+    /// Where it is mounted in our namespace.
+    pub mount_point: &'a Path,
+    /// Filesystem type.
+    pub fs_type: &'a str,
+}
+
+/// Where a directory really lives: a filesystem (by device) and the path inside it. Two paths
+/// with the same location are the same directory, whatever mounts and symlinks lead there.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Location {
+    /// `major:minor` of the filesystem.
+    pub device: String,
+    /// Absolute path inside that filesystem.
+    pub path: PathBuf,
+}
+
+/// The location of the canonical path `path`: the deepest mount containing it, and the path
+/// below that mount's root. `None` when no mount contains it (an incomplete table).
+pub fn locate(mounts: &[MountFacts<'_>], path: &Path) -> Option<Location> {
+    let mount =
+        mounts.iter().filter(|m| path.starts_with(m.mount_point)).max_by_key(|m| m.mount_point.components().count())?;
+    let rest = path.strip_prefix(mount.mount_point).ok()?;
+    Some(Location { device: mount.device.to_string(), path: join_inside(mount.root, rest) })
+}
+
+fn join_inside(root: &Path, rest: &Path) -> PathBuf {
+    if rest.as_os_str().is_empty() { root.to_path_buf() } else { root.join(rest) }
+}
+
+/// Why a discovery root (after resolving symlinks) may not be scanned at all.
+pub fn root_problem(resolved: &Path) -> Option<String> {
+    let text = resolved.to_string_lossy();
+    if SYSTEM_DIRS.contains(&text.as_ref()) {
+        return Some(format!("resolves to the system directory {text}; it cannot be a discovery root"));
+    }
+    if ["/proc", "/sys"].iter().any(|p| resolved.starts_with(p)) {
+        return Some(format!("resolves to {text}, inside a kernel pseudo-filesystem"));
+    }
+    SENSITIVE_DIRS
+        .iter()
+        .find(|s| resolved.starts_with(s))
+        .map(|s| format!("resolves to {text}, inside the host directory {s}; it cannot be a discovery root"))
+}
+
+/// A class's discovery root as found on this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootFacts {
+    /// StorageClass name.
+    pub class: String,
+    /// The root with every symlink resolved.
+    pub resolved: PathBuf,
+    /// Device and inode of the root directory.
+    pub dev_ino: (u64, u64),
+    /// Where the root lives (filesystem and path in it), when the mount table shows it.
+    pub location: Option<Location>,
+}
+
+/// Classes whose roots are the same directory (by resolved path, by device and inode, or by
+/// location) or nest inside one another: every volume would be published once per class, or a
+/// whole discovery directory offered as a volume of another. None of them is scanned, since
+/// no one of them is more right than the others.
+pub fn shared_roots(roots: &[RootFacts]) -> BTreeMap<String, String> {
+    let mut problems = BTreeMap::new();
+    for a in roots {
+        for b in roots.iter().filter(|b| b.class != a.class) {
+            let same = a.resolved == b.resolved
+                || a.dev_ino == b.dev_ino
+                || (a.location.is_some() && a.location == b.location);
+            let problem = if same {
+                Some(format!("its discovery directory is the same directory as class {:?}'s", b.class))
+            } else if a.resolved.starts_with(&b.resolved) || b.resolved.starts_with(&a.resolved) {
+                Some(format!("its discovery directory and class {:?}'s are nested", b.class))
+            } else {
+                match (&a.location, &b.location) {
+                    (Some(la), Some(lb))
+                        if la.device == lb.device
+                            && (la.path.starts_with(&lb.path) || lb.path.starts_with(&la.path)) =>
+                    {
+                        Some(format!(
+                            "its discovery directory and class {:?}'s are nested (through a bind mount)",
+                            b.class
+                        ))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(p) = problem {
+                problems.entry(a.class.clone()).or_insert(p);
+            }
+        }
+    }
+    problems
+}
+
+/// A place no volume may expose: the host root, a system directory or a discovery directory,
+/// as seen in the agent's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedPlace {
+    /// What it is, for the reason text (`the discovery directory /mnt/disks`).
+    pub what: String,
+    /// Where it lives.
+    pub location: Location,
+    /// Whether a volume inside it is refused too (sensitive directories), not only one
+    /// containing it.
+    pub no_volume_inside: bool,
+}
+
+/// The mounts in [`HOST_MOUNT_AREAS`] as protected places (their whole mounted directory).
+pub fn host_area_places(mounts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
+    mounts
+        .iter()
+        .filter(|m| HOST_MOUNT_AREAS.iter().any(|a| m.mount_point.starts_with(a)))
+        .map(|m| ProtectedPlace {
+            what: format!("the host's mount {}", m.mount_point.display()),
+            location: Location { device: m.device.to_string(), path: m.root.to_path_buf() },
+            no_volume_inside: true,
+        })
+        .collect()
+}
+
+/// What is known about the host's paths from a class's config: the filesystem with this
+/// device has its root at `host_prefix` on the host (derived from hostDir and where mountDir
+/// lives). Lets the rules judge a volume by its host path when the agent runs in a container,
+/// where the host's system directories are not visible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostAnchor {
+    /// `major:minor` of the filesystem.
+    pub device: String,
+    /// Host path of that filesystem's root directory.
+    pub host_prefix: PathBuf,
+}
+
+/// The anchor a class gives: its hostDir is the host path of its root's location, so when the
+/// location's path is a suffix of hostDir the rest is where the filesystem's root sits on the
+/// host (`/mnt/disks` at location `/mnt/disks` means the filesystem is the host's `/`).
+pub fn host_anchor(host_dir: &Path, root: &Location) -> Option<HostAnchor> {
+    let inside = root.path.strip_prefix("/").ok()?;
+    if !host_dir.is_absolute() || !host_dir.ends_with(inside) {
+        return None;
+    }
+    let depth = inside.components().count();
+    let prefix = host_dir.ancestors().nth(depth)?;
+    Some(HostAnchor { device: root.device.clone(), host_prefix: prefix.to_path_buf() })
+}
+
+/// Why a mounted directory volume must not be published: it is a kernel or container
+/// filesystem, or its source contains the host root, a system directory or a discovery
+/// directory, or lies inside a sensitive host directory. Judged by filesystem and path, so a
+/// bind mount of `/` or of a parent of the discovery directory is caught whatever it is called.
+pub fn exposure(
+    volume: &MountFacts<'_>,
+    places: &[ProtectedPlace],
+    anchors: &[HostAnchor],
+    host_dirs: &[PathBuf],
+) -> Option<String> {
+    if NON_VOLUME_FS_TYPES.contains(&volume.fs_type) {
+        return Some(format!("its filesystem type {} is a kernel or container filesystem, not a disk", volume.fs_type));
+    }
+    for place in places.iter().filter(|p| p.location.device == volume.device) {
+        if place.location.path.starts_with(volume.root) {
+            return Some(format!(
+                "its mount source ({} of device {}) contains {}",
+                volume.root.display(),
+                volume.device,
+                place.what
+            ));
+        }
+        if place.no_volume_inside && volume.root.starts_with(&place.location.path) {
+            return Some(format!(
+                "its mount source ({} of device {}) is inside {}",
+                volume.root.display(),
+                volume.device,
+                place.what
+            ));
+        }
+    }
+    for anchor in anchors.iter().filter(|a| a.device == volume.device) {
+        let host_path = join_inside(&anchor.host_prefix, volume.root.strip_prefix("/").unwrap_or(volume.root));
+        if let Some(problem) = host_path_problem(&host_path, host_dirs) {
+            return Some(format!("its mount source is the host directory {}, which {problem}", host_path.display()));
+        }
+    }
+    None
+}
+
+/// Why a volume whose source is the host directory `host_path` would expose the host.
+pub fn host_path_problem(host_path: &Path, host_dirs: &[PathBuf]) -> Option<String> {
+    if let Some(dir) = SYSTEM_DIRS.iter().map(Path::new).find(|d| d.starts_with(host_path)) {
+        return Some(format!("contains the system directory {}", dir.display()));
+    }
+    if let Some(dir) = host_dirs.iter().find(|d| d.starts_with(host_path)) {
+        return Some(format!("contains the discovery directory {}", dir.display()));
+    }
+    SENSITIVE_DIRS
+        .iter()
+        .map(Path::new)
+        .find(|d| host_path.starts_with(d))
+        .map(|d| format!("is inside the host directory {}", d.display()))
+}
+
+/// What a volume occupies, to tell when two entries are one disk: a directory of a filesystem
+/// (the whole filesystem when `root` is `/`) or a whole block device.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DiskKey {
+    /// A mounted directory: filesystem device and the directory of it that is mounted.
+    Filesystem { device: String, root: PathBuf },
+    /// A block device, by `major:minor`.
+    Block { device: String },
+}
+
+impl DiskKey {
+    /// `major:minor` of the device underneath.
+    pub fn device(&self) -> &str {
+        match self {
+            DiskKey::Filesystem { device, .. } | DiskKey::Block { device } => device,
+        }
+    }
+
+    /// Whether two volumes share data: the same device, and for two directories one inside
+    /// the other (two different directories of one shared disk do not overlap).
+    pub fn overlaps(&self, other: &DiskKey) -> bool {
+        if self.device() != other.device() {
+            return false;
+        }
+        match (self, other) {
+            (DiskKey::Filesystem { root: a, .. }, DiskKey::Filesystem { root: b, .. }) => {
+                a.starts_with(b) || b.starts_with(a)
+            }
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "volume_safety_tests.rs"]
+mod tests;

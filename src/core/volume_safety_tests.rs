@@ -1,0 +1,211 @@
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+fn m<'a>(device: &'a str, root: &'a str, mount_point: &'a str, fs_type: &'a str) -> MountFacts<'a> {
+    MountFacts { device, root: Path::new(root), mount_point: Path::new(mount_point), fs_type }
+}
+
+fn loc(device: &str, path: &str) -> Location {
+    Location { device: device.into(), path: path.into() }
+}
+
+/// A host with its root filesystem on 8:1, /boot on 8:2, /dev as devtmpfs, a data disk at
+/// /data, and the discovery directory /mnt/disks on the root filesystem.
+fn host_mounts() -> Vec<MountFacts<'static>> {
+    vec![
+        m("8:1", "/", "/", "ext4"),
+        m("8:2", "/", "/boot", "ext4"),
+        m("0:5", "/", "/dev", "devtmpfs"),
+        m("0:6", "/", "/dev/shm", "tmpfs"),
+        m("0:4", "/", "/proc", "proc"),
+        m("8:17", "/", "/data", "xfs"),
+    ]
+}
+
+#[test]
+fn locate_picks_the_deepest_mount_and_maps_through_bind_roots() {
+    let mut mounts = host_mounts();
+    mounts.push(m("8:17", "/vols/a", "/mnt/disks/a", "xfs"));
+    assert_eq!(locate(&mounts, Path::new("/mnt/disks")), Some(loc("8:1", "/mnt/disks")));
+    assert_eq!(locate(&mounts, Path::new("/")), Some(loc("8:1", "/")));
+    assert_eq!(locate(&mounts, Path::new("/boot/grub")), Some(loc("8:2", "/grub")));
+    assert_eq!(locate(&mounts, Path::new("/mnt/disks/a")), Some(loc("8:17", "/vols/a")));
+    assert_eq!(locate(&mounts, Path::new("/mnt/disks/a/x/y")), Some(loc("8:17", "/vols/a/x/y")));
+    // Component-wise: /data2 is not inside /data.
+    assert_eq!(locate(&mounts, Path::new("/data2")), Some(loc("8:1", "/data2")));
+    assert_eq!(locate(&[], Path::new("/x")), None);
+}
+
+#[test]
+fn roots_that_resolve_to_system_directories_are_refused() {
+    for bad in SYSTEM_DIRS.iter().chain(SENSITIVE_DIRS.iter()) {
+        assert!(root_problem(Path::new(bad)).is_some(), "{bad}");
+    }
+    for bad in ["/proc/1/root", "/sys/fs/cgroup", "/etc/kubernetes", "/var/lib/kubelet/pods", "/dev/disk/by-id"] {
+        assert!(root_problem(Path::new(bad)).is_some(), "{bad}");
+    }
+    for good in ["/mnt/disks", "/mnt/fast-disks", "/srv/local", "/var/local-disks", "/home/disks", "/tmp/x"] {
+        assert_eq!(root_problem(Path::new(good)), None, "{good}");
+    }
+}
+
+fn root(class: &str, resolved: &str, dev_ino: (u64, u64), location: Option<Location>) -> RootFacts {
+    RootFacts { class: class.into(), resolved: resolved.into(), dev_ino, location }
+}
+
+#[test]
+fn classes_sharing_or_nesting_a_root_are_all_refused() {
+    // Every way two roots can be one directory or nest, and the unrelated case.
+    let cases: Vec<(RootFacts, RootFacts, bool)> = vec![
+        (root("a", "/mnt/x", (1, 2), None), root("b", "/mnt/x", (1, 2), None), true),
+        // Same inode through two bind mounts: different paths.
+        (root("a", "/mnt/x", (1, 2), None), root("b", "/srv/y", (1, 2), None), true),
+        (
+            root("a", "/mnt/x", (1, 2), Some(loc("8:1", "/d"))),
+            root("b", "/srv/y", (1, 3), Some(loc("8:1", "/d"))),
+            true,
+        ),
+        (root("a", "/mnt/x", (1, 2), None), root("b", "/mnt/x/sub", (1, 3), None), true),
+        // Nested through a bind mount of a parent.
+        (
+            root("a", "/mnt/x", (1, 2), Some(loc("8:1", "/d"))),
+            root("b", "/srv/y", (1, 3), Some(loc("8:1", "/d/e"))),
+            true,
+        ),
+        (
+            root("a", "/mnt/x", (1, 2), Some(loc("8:1", "/d"))),
+            root("b", "/mnt/y", (1, 3), Some(loc("8:1", "/e"))),
+            false,
+        ),
+        (root("a", "/mnt/x", (1, 2), None), root("b", "/mnt/xy", (1, 3), None), false),
+        (
+            root("a", "/mnt/x", (1, 2), Some(loc("8:1", "/d"))),
+            root("b", "/mnt/y", (1, 3), Some(loc("8:2", "/d"))),
+            false,
+        ),
+    ];
+    for (a, b, shared) in cases {
+        let problems = shared_roots(&[a.clone(), b.clone()]);
+        let expected: Vec<&str> = if shared { vec!["a", "b"] } else { vec![] };
+        assert_eq!(problems.keys().map(String::as_str).collect::<Vec<_>>(), expected, "{a:?} {b:?}");
+        // Order of the classes does not matter.
+        assert_eq!(shared_roots(&[b, a]).len(), problems.len());
+    }
+    assert!(shared_roots(&[root("a", "/mnt/x", (1, 2), None)]).is_empty());
+}
+
+#[test]
+fn host_anchors_follow_where_the_discovery_directory_lives() {
+    let a = |host: &str, l: Location| host_anchor(Path::new(host), &l).map(|a| a.host_prefix);
+    assert_eq!(a("/mnt/disks", loc("8:1", "/mnt/disks")), Some(PathBuf::from("/")));
+    assert_eq!(a("/mnt/disks", loc("8:3", "/disks")), Some(PathBuf::from("/mnt")));
+    assert_eq!(a("/mnt/disks", loc("8:3", "/")), Some(PathBuf::from("/mnt/disks")));
+    assert_eq!(a("/mnt/disks", loc("8:3", "/other")), None);
+    assert_eq!(a("/mnt/disks", loc("8:3", "/a/mnt/disks")), None);
+}
+
+/// Protected places as the scanner builds them on `host_mounts()` with one discovery root.
+fn places(mounts: &[MountFacts<'_>], discovery: &[&str]) -> Vec<ProtectedPlace> {
+    let mut out = Vec::new();
+    for dir in SYSTEM_DIRS {
+        if let Some(location) = locate(mounts, Path::new(dir)) {
+            out.push(ProtectedPlace {
+                what: format!("the system directory {dir}"),
+                location,
+                no_volume_inside: SENSITIVE_DIRS.contains(&dir),
+            });
+        }
+    }
+    out.extend(host_area_places(mounts));
+    for dir in discovery {
+        out.push(ProtectedPlace {
+            what: format!("the discovery directory {dir}"),
+            location: locate(mounts, Path::new(dir)).unwrap(),
+            no_volume_inside: false,
+        });
+    }
+    out
+}
+
+#[test]
+fn mounts_exposing_the_host_are_refused_by_source_not_by_name() {
+    let mounts = host_mounts();
+    let places = places(&mounts, &["/mnt/disks"]);
+    let anchors = vec![host_anchor(Path::new("/mnt/disks"), &loc("8:1", "/mnt/disks")).unwrap()];
+    let host_dirs = vec![PathBuf::from("/mnt/disks")];
+    let check = |v: MountFacts<'_>| exposure(&v, &places, &anchors, &host_dirs);
+    let refused = [
+        m("8:1", "/", "/mnt/disks/root", "ext4"),            // bind of /
+        m("8:1", "/mnt", "/mnt/disks/parent", "ext4"),       // bind of a parent of the discovery dir
+        m("8:1", "/mnt/disks", "/mnt/disks/self", "ext4"),   // bind of the discovery dir itself
+        m("8:1", "/etc", "/mnt/disks/etc", "ext4"),          // a system directory
+        m("8:1", "/etc/kubernetes", "/mnt/disks/k", "ext4"), // inside a sensitive directory
+        m("8:1", "/var", "/mnt/disks/var", "ext4"),          // contains /var/lib/kubelet
+        m("8:1", "/var/lib/kubelet/pods", "/mnt/disks/p", "ext4"),
+        m("8:2", "/", "/mnt/disks/boot", "ext4"),    // the /boot filesystem
+        m("0:5", "/", "/mnt/disks/dev", "devtmpfs"), // by type, and it contains /dev
+        m("0:6", "/", "/mnt/disks/shm", "tmpfs"),    // the host's /dev/shm
+        m("0:4", "/", "/mnt/disks/proc", "proc"),
+        m("0:9", "/", "/mnt/disks/sys", "sysfs"),
+        m("0:10", "/", "/mnt/disks/ovl", "overlay"),
+    ];
+    for v in refused {
+        assert!(check(v).is_some(), "{v:?} must be refused");
+    }
+    let allowed = [
+        m("0:50", "/", "/mnt/disks/vol1", "tmpfs"),        // a tmpfs of its own
+        m("8:17", "/vols/a", "/mnt/disks/a", "xfs"),       // a directory of a shared disk
+        m("8:17", "/", "/mnt/disks/whole", "xfs"),         // the data disk (also at /data)
+        m("8:33", "/", "/mnt/disks/ssd", "ext4"),          // a disk mounted only here
+        m("8:1", "/srv/vols/v1", "/mnt/disks/v1", "ext4"), // root filesystem directory bound in
+        m("8:1", "/mnt/fs-disk/v2", "/mnt/disks/v2", "ext4"),
+    ];
+    for v in allowed {
+        assert_eq!(check(v), None, "{v:?} must be allowed");
+    }
+}
+
+#[test]
+fn in_a_container_the_host_paths_come_from_the_anchor() {
+    // The agent's own / is an overlay; the host's root filesystem (8:1) is visible only as the
+    // hostPath mount of the discovery directory.
+    let mounts = vec![
+        m("0:60", "/", "/", "overlay"),
+        m("8:1", "/mnt/disks", "/mnt/disks", "ext4"),
+        m("0:5", "/", "/dev", "devtmpfs"),
+    ];
+    let places = places(&mounts, &["/mnt/disks"]);
+    let anchor = host_anchor(Path::new("/mnt/disks"), &locate(&mounts, Path::new("/mnt/disks")).unwrap()).unwrap();
+    let host_dirs = vec![PathBuf::from("/mnt/disks")];
+    let check = |root: &str| exposure(&m("8:1", root, "/mnt/disks/e", "ext4"), &places, &[anchor.clone()], &host_dirs);
+    for bad in ["/", "/etc", "/etc/ssl", "/var/lib/kubelet", "/root", "/usr/bin", "/var/log/pods", "/mnt"] {
+        assert!(check(bad).is_some(), "{bad}");
+    }
+    for good in ["/srv/v1", "/mnt/other/v", "/data/v"] {
+        assert_eq!(check(good), None, "{good}");
+    }
+}
+
+#[test]
+fn disk_keys_overlap_exactly_when_data_is_shared() {
+    let fs = |d: &str, r: &str| DiskKey::Filesystem { device: d.into(), root: r.into() };
+    let blk = |d: &str| DiskKey::Block { device: d.into() };
+    let keys =
+        [fs("8:1", "/"), fs("8:1", "/a"), fs("8:1", "/a/b"), fs("8:1", "/ab"), fs("8:2", "/a"), blk("8:1"), blk("8:2")];
+    // Expected overlap table, row by row (symmetric).
+    let expected = [
+        [1, 1, 1, 1, 0, 1, 0],
+        [1, 1, 1, 0, 0, 1, 0],
+        [1, 1, 1, 0, 0, 1, 0],
+        [1, 0, 0, 1, 0, 1, 0],
+        [0, 0, 0, 0, 1, 0, 1],
+        [1, 1, 1, 1, 0, 1, 0],
+        [0, 0, 0, 0, 1, 0, 1],
+    ];
+    for (i, a) in keys.iter().enumerate() {
+        for (j, b) in keys.iter().enumerate() {
+            assert_eq!(a.overlaps(b), expected[i][j] == 1, "{a:?} vs {b:?}");
+        }
+    }
+}
