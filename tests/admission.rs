@@ -1,118 +1,987 @@
-//! The ValidatingAdmissionPolicy from deploy/base on the real control plane: the agent of node
-//! A, with a pod-bound token carrying A's node name, may create, adopt and delete A's PVs and
-//! is refused on node B's; a token without a node name is refused outright.
+//! The ValidatingAdmissionPolicies of deploy/base/admission-policy.yaml (and the Helm chart's
+//! rendering of them) on the real control plane. The agent of node A, with a pod-bound token
+//! carrying A's node name, may create only local PVs at <root>/<entry> whose node affinity pins
+//! A, change only the metadata of A's PVs (adopting upstream's), and delete only A's PVs;
+//! node-cleanup may only delete local PVs and drop the wipe finalizer of those being deleted.
+//! Every refusal is tried in more than one form; the real agent and node-cleanup run under the
+//! policies; a kustomize overlay with `namespace:` keeps the agent bound.
+//!
+//! Each test binds the policies to ServiceAccounts of its own (the shipped names are replaced
+//! in the policy text), so tests never see each other's policies. The overlay test keeps the
+//! shipped names, as that is what it checks: while it runs, the shipped ServiceAccounts in any
+//! namespace are under the policies (test binaries run one after another, so no other binary
+//! sharing the control plane is affected). Every test removes its policies and PVs when it
+//! ends, even on failure.
 
 mod support;
 
-use std::process::Output;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use support::{ControlPlane, repo_root};
+use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::pv::clean_path;
+use serde_json::{Value, json};
+use support::{AgentProcess, ControlPlane, mount_tmpfs, repo_root, require_root, run, wait_until, write_config};
 
-const NS: &str = "vap-test";
-const SA: &str = "vap-agent";
+const WAIT: Duration = Duration::from_secs(90);
+const LABEL: &str = "local-static-provisioner.io/node";
+const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+const WIPE: &str = "local-static-provisioner.io/wipe";
+/// The discovery root of deploy/base/configmap.yaml, i.e. of the shipped policy.
+const ROOT: &str = "/mnt/fast-disks";
+/// The matchCondition patterns of the shipped policies, and their names.
+const AGENT_MATCH: &str = ":local-static-provisioner$'";
+const CLEANUP_MATCH: &str = ":local-static-provisioner-node-cleanup$'";
+const AGENT_POLICY: &str = "local-static-provisioner-node-scope";
+const CLEANUP_POLICY: &str = "local-static-provisioner-node-cleanup-scope";
 
-fn pv_yaml(name: &str, label_node: Option<&str>, provisioned_by: &str) -> String {
-    let labels =
-        label_node.map(|n| format!("  labels: {{local-static-provisioner.io/node: {n}}}\n")).unwrap_or_default();
-    format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\n{labels}  annotations: {{pv.kubernetes.io/provisioned-by: {provisioned_by}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  storageClassName: vap-sc\n  local: {{path: /mnt/{name}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [x]}}]\n"
-    )
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn as_agent(cp: &ControlPlane, kubeconfig: &std::path::Path, args: &[&str], stdin: Option<&str>) -> Output {
-    cp.kubectl_stdin(kubeconfig, args, stdin)
+/// The objects of a multi-document YAML stream.
+fn documents(yaml: &str) -> Vec<Value> {
+    yaml.split("\n---").filter_map(|d| serde_saphyr::from_str::<Value>(d).ok()).filter(|d| d.is_object()).collect()
 }
 
-fn assert_allowed(out: &Output, what: &str) {
-    assert!(out.status.success(), "{what} must be allowed: {}", String::from_utf8_lossy(&out.stderr));
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in {docs:#?}"))
 }
 
-fn assert_denied(out: &Output, what: &str, why: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains(why), "{what} must be denied ({why}), got: {err}");
-}
-
-#[test]
-fn agents_may_only_touch_their_own_nodes_pvs() {
-    let cp = ControlPlane::get();
-    let (node_a, node_b) = ("vap-node-a", "vap-node-b");
-    let uid_a = cp.create_node(node_a);
-    let uid_b = cp.create_node(node_b);
-    cp.apply(&std::fs::read_to_string(repo_root().join("deploy/base/rbac.yaml")).unwrap());
-    cp.apply(&format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {SA}, namespace: {NS}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: vap-agent}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: local-static-provisioner}}\nsubjects: [{{kind: ServiceAccount, name: {SA}, namespace: {NS}}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: agent-a, namespace: {NS}}}\nspec:\n  nodeName: {node_a}\n  serviceAccountName: {SA}\n  containers: [{{name: agent, image: local-static-provisioner:test}}]\n"
-    ));
-    // The shipped policy, bound to this test's ServiceAccount instead of the real one.
-    let policy = std::fs::read_to_string(repo_root().join("deploy/base/admission-policy.yaml"))
+/// The expression of a policy's variable.
+fn variable<'a>(policy: &'a Value, name: &str) -> &'a str {
+    policy["spec"]["variables"]
+        .as_array()
         .unwrap()
-        .replace(
-            "system:serviceaccount:local-static-provisioner:local-static-provisioner",
-            &format!("system:serviceaccount:{NS}:{SA}"),
-        )
-        .replace("name: local-static-provisioner-node-scope", "name: vap-test-node-scope")
-        .replace("policyName: local-static-provisioner-node-scope", "policyName: vap-test-node-scope");
-    cp.apply(&policy);
+        .iter()
+        .find(|v| v["name"] == name)
+        .and_then(|v| v["expression"].as_str())
+        .unwrap_or_else(|| panic!("no variable {name}"))
+}
 
-    let tmp = tempfile::tempdir().unwrap();
-    let bound = cp.kubectl_ok(&[
+/// The discovery roots of a policy: its `roots` variable, a CEL list of single-quoted strings
+/// (also a YAML flow sequence).
+fn roots(policy: &Value) -> Vec<String> {
+    let expression = variable(policy, "roots");
+    assert_eq!(policy["spec"]["variables"][0]["name"], "roots", "overlays patch variable 0");
+    serde_saphyr::from_str::<Vec<String>>(expression).unwrap_or_else(|e| panic!("roots {expression}: {e}"))
+}
+
+/// A node selector term: `key operator values` as a matchExpression (or a matchField when the
+/// key is metadata.name).
+fn term(key: &str, operator: &str, values: &[&str]) -> Value {
+    let field = if key == "metadata.name" { "matchFields" } else { "matchExpressions" };
+    let mut requirement = json!({"key": key, "operator": operator});
+    if !values.is_empty() {
+        requirement["values"] = json!(values);
+    }
+    json!({ field: [requirement] })
+}
+
+fn hostname(node: &str) -> Value {
+    term("kubernetes.io/hostname", "In", &[node])
+}
+
+/// A PV shaped exactly as the agent builds it (src/core/pv.rs; the golden JSON of
+/// src/core/pv_tests.rs with every optional field but the class selector), for `node`, whose
+/// Node has UID `uid`, at `path`. `test` labels it for clean-up.
+fn agent_pv(test: &str, name: &str, node: &str, uid: &str, path: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": name,
+            "labels": {"topology.kubernetes.io/zone": "zone-a", "pv-labels": "can-be-selected", LABEL: node, "vap-test": test},
+            "annotations": {
+                PROVISIONED_BY: format!("local-volume-provisioner-{node}-{uid}"),
+                "local-static-provisioner.io/volume-identity": "fs:fsid=1,2;ino=6"
+            },
+            "finalizers": [WIPE],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]
+        },
+        "spec": {
+            "capacity": {"storage": "1536Mi"},
+            "local": {"path": path, "fsType": "ext4"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "vap-sc",
+            "mountOptions": ["noatime"],
+            "volumeMode": "Filesystem",
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [hostname(node)]}}
+        }
+    })
+}
+
+/// The same PV with `edit` applied.
+fn with(mut pv: Value, edit: impl FnOnce(&mut Value)) -> Value {
+    edit(&mut pv);
+    pv
+}
+
+fn set_terms(pv: &mut Value, terms: Vec<Value>) {
+    pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"] = Value::Array(terms);
+}
+
+fn set_source(pv: &mut Value, key: &str, source: Value) {
+    let spec = pv["spec"].as_object_mut().unwrap();
+    spec.remove("local");
+    spec.insert(key.to_string(), source);
+}
+
+/// The policies of `yaml` with their names made unique to `test`, bound to this test's own
+/// ServiceAccounts instead of the shipped ones (`None` keeps the shipped name).
+fn policies_for(yaml: &str, test: &str, agent_sa: Option<&str>, cleanup_sa: Option<&str>) -> String {
+    let mut yaml = yaml
+        .replace(CLEANUP_POLICY, &format!("{test}-node-cleanup-scope"))
+        .replace(AGENT_POLICY, &format!("{test}-node-scope"));
+    if let Some(sa) = cleanup_sa {
+        assert!(yaml.contains(CLEANUP_MATCH));
+        yaml = yaml.replace(CLEANUP_MATCH, &format!(":{sa}$'"));
+    }
+    if let Some(sa) = agent_sa {
+        assert!(yaml.contains(AGENT_MATCH));
+        yaml = yaml.replace(AGENT_MATCH, &format!(":{sa}$'"));
+    }
+    yaml
+}
+
+/// What a test installed: its policies and the PVs labelled `vap-test=<test>`, removed when
+/// dropped (finalizers first, as no agent runs to remove them).
+struct Scratch<'a> {
+    cp: &'a ControlPlane,
+    test: String,
+    policies: Vec<String>,
+}
+
+impl<'a> Scratch<'a> {
+    fn new(cp: &'a ControlPlane, test: &str) -> Self {
+        Scratch { cp, test: test.to_string(), policies: Vec::new() }
+    }
+
+    /// Applies policies and their bindings (YAML documents or a JSON List), remembering them
+    /// for removal.
+    fn apply_policies(&mut self, yaml: &str) {
+        let docs = documents(yaml);
+        let docs = match docs.as_slice() {
+            [list] if list["kind"] == "List" => list["items"].as_array().unwrap().clone(),
+            _ => docs,
+        };
+        for doc in docs {
+            let kind = doc["kind"].as_str().unwrap().to_lowercase();
+            assert!(kind.starts_with("validatingadmissionpolicy"), "not a policy: {doc}");
+            self.policies.push(format!("{kind}/{}", doc["metadata"]["name"].as_str().unwrap()));
+        }
+        self.cp.apply(yaml);
+    }
+
+    fn label(&self) -> String {
+        format!("vap-test={}", self.test)
+    }
+
+    fn remove_pv(&self, name: &str) {
+        let _ = self.cp.kubectl(&["patch", "pv", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+        let _ = self.cp.kubectl(&["delete", "pv", name, "--wait=false", "--ignore-not-found"]);
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        if let Some(list) = self.cp.get_json(&["pv", "-l", &self.label()]) {
+            for pv in list["items"].as_array().into_iter().flatten() {
+                self.remove_pv(pv["metadata"]["name"].as_str().unwrap_or_default());
+            }
+        }
+        for policy in self.policies.iter().rev() {
+            let _ = self.cp.kubectl(&["delete", policy, "--ignore-not-found"]);
+        }
+    }
+}
+
+/// A ServiceAccount `sa` in `ns` bound to `cluster_role`.
+fn service_account(cp: &ControlPlane, ns: &str, sa: &str, cluster_role: &str) {
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {sa}, namespace: {ns}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {ns}-{sa}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {cluster_role}}}\nsubjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]\n"
+    ));
+}
+
+/// A kubeconfig with a token of `sa` bound to a pod on `node`, as the agent's DaemonSet pod
+/// gets: the token carries the node-name claim the agent's policy reads.
+fn pod_bound_kubeconfig(cp: &ControlPlane, dir: &Path, ns: &str, sa: &str, node: &str) -> PathBuf {
+    let pod = format!("agent-{node}");
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: {ns}}}\nspec:\n  nodeName: {node}\n  serviceAccountName: {sa}\n  containers: [{{name: agent, image: local-static-provisioner:test}}]\n"
+    ));
+    let token = cp.kubectl_ok(&[
         "create",
         "token",
-        SA,
+        sa,
         "-n",
-        NS,
+        ns,
+        "--duration",
+        "1h",
         "--bound-object-kind",
         "Pod",
         "--bound-object-name",
-        "agent-a",
+        &pod,
     ]);
-    let agent_a = cp.token_kubeconfig(tmp.path(), "agent-a", bound.trim());
-    let unbound = cp.kubectl_ok(&["create", "token", SA, "-n", NS]);
-    let no_node = cp.token_kubeconfig(tmp.path(), "no-node", unbound.trim());
+    cp.token_kubeconfig(dir, &format!("{ns}-{sa}-{node}"), token.trim())
+}
 
-    // Policies take a moment to be enforced after creation: wait until a denial shows.
-    let b_label = pv_yaml("vap-b-by-a", Some(node_b), "x");
-    support::wait_until("the policy to be enforced", std::time::Duration::from_secs(30), || {
-        let out = as_agent(&cp, &agent_a, &["create", "-f", "-"], Some(&b_label));
-        (!out.status.success()).then_some(())
+/// A kubeconfig with a plain (not pod-bound) token of `sa`.
+fn plain_kubeconfig(cp: &ControlPlane, dir: &Path, ns: &str, sa: &str) -> PathBuf {
+    let token = cp.kubectl_ok(&["create", "token", sa, "-n", ns, "--duration", "1h"]);
+    cp.token_kubeconfig(dir, &format!("{ns}-{sa}-plain"), token.trim())
+}
+
+fn as_user(cp: &ControlPlane, kubeconfig: &Path, args: &[&str], stdin: Option<&Value>) -> Output {
+    cp.kubectl_stdin(kubeconfig, args, stdin.map(Value::to_string).as_deref())
+}
+
+fn create(cp: &ControlPlane, kubeconfig: &Path, pv: &Value) -> Output {
+    as_user(cp, kubeconfig, &["create", "-f", "-"], Some(pv))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_allowed(out: &Output, what: &str) {
+    assert!(out.status.success(), "{what} must be allowed: {}", stderr(out));
+}
+
+fn assert_denied(out: &Output, what: &str, why: &str) {
+    let err = stderr(out);
+    assert!(!out.status.success() && err.contains(why), "{what} must be denied ({why}), got: {err}");
+}
+
+/// Creating `pv` as `kubeconfig` is refused with `why`, and nothing is created.
+fn assert_create_denied(cp: &ControlPlane, kubeconfig: &Path, pv: &Value, what: &str, why: &str) {
+    assert_denied(&create(cp, kubeconfig, pv), what, why);
+    let name = pv["metadata"]["name"].as_str().unwrap();
+    assert!(cp.get_json(&["pv", name]).is_none(), "{what}: {name} exists after a refusal");
+}
+
+/// Policies take a moment to be enforced after creation: waits until creating `probe` (a PV
+/// the policy refuses) is denied with `why`. A probe created before that is removed again.
+fn wait_enforced(scratch: &Scratch, kubeconfig: &Path, probe: &Value, why: &str) {
+    let name = probe["metadata"]["name"].as_str().unwrap();
+    wait_until("the policy to be enforced", WAIT, || {
+        let out = create(scratch.cp, kubeconfig, probe);
+        if out.status.success() {
+            scratch.remove_pv(name);
+            wait_until("the probe PV to go", WAIT, || scratch.cp.get_json(&["pv", name]).is_none().then_some(()));
+            return None;
+        }
+        stderr(&out).contains(why).then_some(())
     });
-    assert_denied(
-        &as_agent(&cp, &agent_a, &["create", "-f", "-"], Some(&b_label)),
-        "creating a PV of node B",
+}
+
+/// An admin-side object, e.g. a PV of another node, that the test then tries to change.
+fn admin_create(cp: &ControlPlane, pv: &Value) {
+    cp.apply(&pv.to_string());
+}
+
+fn merge_patch(cp: &ControlPlane, kubeconfig: &Path, name: &str, patch: &Value) -> Output {
+    as_user(cp, kubeconfig, &["patch", "pv", name, "--type=merge", "-p", &patch.to_string()], None)
+}
+
+fn json_patch(cp: &ControlPlane, kubeconfig: &Path, name: &str, patch: &Value) -> Output {
+    as_user(cp, kubeconfig, &["patch", "pv", name, "--type=json", "-p", &patch.to_string()], None)
+}
+
+fn delete(cp: &ControlPlane, kubeconfig: &Path, name: &str) -> Output {
+    as_user(cp, kubeconfig, &["delete", "pv", name, "--wait=false"], None)
+}
+
+#[test]
+fn chart_policy_file_is_the_base_policy() {
+    // The chart cannot reach outside itself (a symlink out of it breaks packaging), so it
+    // carries a copy; this keeps the one source of truth.
+    let chart = Path::new("deploy/helm/local-static-provisioner/files/admission-policy.yaml");
+    let meta = std::fs::symlink_metadata(repo_root().join(chart)).unwrap();
+    assert!(meta.file_type().is_file(), "{} must be a regular file, not a symlink", chart.display());
+    assert!(
+        read("deploy/base/admission-policy.yaml") == read(chart.to_str().unwrap()),
+        "{} differs from deploy/base/admission-policy.yaml: cp deploy/base/admission-policy.yaml {}",
+        chart.display(),
+        chart.display()
+    );
+}
+
+#[test]
+fn base_policy_roots_are_the_configmap_host_dirs() {
+    let docs = documents(&read("deploy/base/admission-policy.yaml"));
+    let policy = find(&docs, "ValidatingAdmissionPolicy", AGENT_POLICY);
+    let configmap: Value = serde_saphyr::from_str(&read("deploy/base/configmap.yaml")).unwrap();
+    let classes: Value = serde_saphyr::from_str(configmap["data"]["storageClassMap"].as_str().unwrap()).unwrap();
+    let mut host_dirs: Vec<String> =
+        classes.as_object().unwrap().values().map(|c| clean_path(c["hostDir"].as_str().unwrap())).collect();
+    host_dirs.sort();
+    host_dirs.dedup();
+    let mut policy_roots = roots(policy);
+    policy_roots.sort();
+    assert_eq!(
+        policy_roots, host_dirs,
+        "the roots variable of {AGENT_POLICY} must list the hostDirs of deploy/base/configmap.yaml"
+    );
+    assert_eq!(policy_roots, [ROOT], "the tests below assume the shipped root");
+}
+
+#[test]
+fn agent_creates_only_local_pvs_pinned_to_its_node_under_a_root() {
+    let cp = ControlPlane::get();
+    let test = "vap-create";
+    let (ns, sa) = ("vap-create", "vap-create-agent");
+    let (a, b) = ("vap-create-a", "vap-create-b");
+    let uid_a = cp.create_node(a);
+    cp.create_node(b);
+    cp.apply(&read("deploy/base/rbac.yaml"));
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
+    let pv = |name: &str, path: &str| agent_pv(test, name, a, &uid_a, path);
+    wait_enforced(&scratch, &agent, &pv("vap-create-probe", "/etc"), "is not directly under one of");
+
+    // Allowed: the PV exactly as the agent builds it, the minimal one, and other forms that pin
+    // only node A.
+    assert_allowed(&create(&cp, &agent, &pv("vap-create-full", &format!("{ROOT}/vol1"))), "the agent's PV");
+    let minimal = json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": "vap-create-minimal",
+            "labels": {LABEL: a, "vap-test": test},
+            "annotations": {PROVISIONED_BY: format!("local-volume-provisioner-{a}")},
+            "finalizers": [WIPE]
+        },
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "local": {"path": format!("{ROOT}/mount1")},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "vap-sc",
+            "volumeMode": "Filesystem",
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [hostname(a)]}}
+        }
+    });
+    assert_allowed(&create(&cp, &agent, &minimal), "the minimal PV (useNodeNameOnly)");
+    let allowed_terms = [
+        ("vap-create-fields", vec![term("metadata.name", "In", &[a])]),
+        ("vap-create-both", vec![hostname(a), term("metadata.name", "In", &[a])]),
+        (
+            "vap-create-narrower",
+            vec![json!({"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [a]},
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+            ]})],
+        ),
+    ];
+    for (name, terms) in allowed_terms {
+        let p = with(pv(name, &format!("{ROOT}/{name}")), |p| set_terms(p, terms));
+        assert_allowed(&create(&cp, &agent, &p), name);
+    }
+
+    // Not a local volume: hostPath (the root filesystem, or even under a root), NFS.
+    let not_local = "may only create PVs with a local volume source";
+    for (name, key, source) in [
+        ("vap-create-hostpath-root", "hostPath", json!({"path": "/"})),
+        ("vap-create-hostpath-under", "hostPath", json!({"path": format!("{ROOT}/vol1")})),
+        ("vap-create-nfs", "nfs", json!({"server": "10.0.0.9", "path": "/"})),
+    ] {
+        let p = with(pv(name, "/unused"), |p| set_source(p, key, source));
+        assert_create_denied(&cp, &agent, &p, name, not_local);
+    }
+
+    // A local path that is not <root>/<entry>: the message names the path and the roots.
+    for path in [
+        "/",
+        "/etc",
+        "/mnt",
+        ROOT,
+        "/mnt/fast-disks-evil/vol1",
+        "mnt/fast-disks/vol1",
+        "/mnt/fast-disks/",
+        "/mnt/fast-disks/.",
+        "/mnt/fast-disks/./vol1",
+        "/mnt/fast-disks//vol1",
+        "/mnt/fast-disks/a/b",
+        "/mnt/fast-disks/vol1/",
+    ] {
+        let why = format!("{path} is not directly under one of [{ROOT}]");
+        assert_create_denied(&cp, &agent, &pv("vap-create-path", path), path, &why);
+    }
+    // Backsteps: the API server's own validation refuses them before admission (the policy
+    // would too: '..' is never an entry, and 'root/../etc' has two components).
+    for path in ["/mnt/fast-disks/../etc", "/mnt/fast-disks/..", "/mnt/fast-disks/vol1/../../../etc"] {
+        assert_create_denied(&cp, &agent, &pv("vap-create-path", path), path, "must not contain '..'");
+    }
+
+    // Node affinity that does not pin node A alone (terms are ORed).
+    let not_pinned = format!(
+        "may only create PVs whose every spec.nodeAffinity term pins kubernetes.io/hostname (or metadata.name) In [{a}]"
+    );
+    let refused_terms = [
+        ("node B", vec![hostname(b)]),
+        ("node B by name", vec![term("metadata.name", "In", &[b])]),
+        ("A, or B", vec![hostname(a), hostname(b)]),
+        ("A, or a zone (a class selector)", vec![hostname(a), term("topology.kubernetes.io/zone", "In", &["zone-a"])]),
+        ("A, or an empty term", vec![hostname(a), json!({})]),
+        ("A or B in one requirement", vec![term("kubernetes.io/hostname", "In", &[a, b])]),
+        ("A, or B by name", vec![hostname(a), term("metadata.name", "In", &[b])]),
+        ("not B", vec![term("kubernetes.io/hostname", "NotIn", &[b])]),
+        ("any hostname", vec![term("kubernetes.io/hostname", "Exists", &[])]),
+        ("another label equal to A", vec![term("example.com/host", "In", &[a])]),
+        ("no terms", vec![]),
+    ];
+    for (what, terms) in refused_terms {
+        let p = with(pv("vap-create-affinity", &format!("{ROOT}/vol9")), |p| set_terms(p, terms));
+        let why = if what == "no terms" { "nodeSelectorTerms: Required value" } else { not_pinned.as_str() };
+        assert_create_denied(&cp, &agent, &p, what, why);
+    }
+    // Two names in one field selector: the API server's validation refuses it first.
+    let p = with(pv("vap-create-affinity", &format!("{ROOT}/vol9")), |p| {
+        set_terms(p, vec![term("metadata.name", "In", &[a, b])]);
+    });
+    assert_create_denied(&cp, &agent, &p, "A or B by name", "must be only one value");
+    // The alpha annotation: without spec.nodeAffinity the API server refuses the local PV; with
+    // it the policy refuses the annotation, whatever it says.
+    let alpha = "volume.alpha.kubernetes.io/node-affinity";
+    let alpha_b = format!(
+        r#"{{"requiredDuringSchedulingIgnoredDuringExecution":{{"nodeSelectorTerms":[{{"matchExpressions":[{{"key":"kubernetes.io/hostname","operator":"In","values":["{b}"]}}]}}]}}}}"#
+    );
+    let alpha_only = with(pv("vap-create-alpha", &format!("{ROOT}/vol9")), |p| {
+        p["metadata"]["annotations"][alpha] = json!(alpha_b);
+        p["spec"].as_object_mut().unwrap().remove("nodeAffinity");
+    });
+    assert_create_denied(&cp, &agent, &alpha_only, "alpha affinity alone", "Local volume requires node affinity");
+    let alpha_too = with(pv("vap-create-alpha", &format!("{ROOT}/vol9")), |p| {
+        p["metadata"]["annotations"][alpha] = json!(alpha_b);
+    });
+    assert_create_denied(&cp, &agent, &alpha_too, "alpha affinity as well", "may not set volume.alpha");
+    let alpha_a = with(pv("vap-create-alpha", &format!("{ROOT}/vol9")), |p| {
+        p["metadata"]["annotations"][alpha] = json!(alpha_b.replace(b, a));
+    });
+    assert_create_denied(&cp, &agent, &alpha_a, "alpha affinity for A as well", "may not set volume.alpha");
+
+    // Labelled or annotated for another node, or not at all.
+    let other_label =
+        with(pv("vap-create-label", &format!("{ROOT}/vol9")), |p| p["metadata"]["labels"][LABEL] = json!(b));
+    assert_create_denied(&cp, &agent, &other_label, "labelled for B", "may only change PVs labelled");
+    let no_label = with(other_label.clone(), |p| {
+        p["metadata"]["labels"].as_object_mut().unwrap().remove(LABEL);
+    });
+    assert_create_denied(&cp, &agent, &no_label, "unlabelled", "may only change PVs labelled");
+    for provisioned_by in [Some(format!("local-volume-provisioner-{b}-x")), Some("someone-else".into()), None] {
+        let p = with(pv("vap-create-annotation", &format!("{ROOT}/vol9")), |p| match &provisioned_by {
+            Some(v) => p["metadata"]["annotations"][PROVISIONED_BY] = json!(v),
+            None => {
+                p["metadata"]["annotations"].as_object_mut().unwrap().remove(PROVISIONED_BY);
+            }
+        });
+        assert_create_denied(
+            &cp,
+            &agent,
+            &p,
+            &format!("provisioned-by {provisioned_by:?}"),
+            "may only create PVs annotated",
+        );
+    }
+
+    // The golden PV with a class selector: an extra ORed term, refused (a documented limit).
+    let selector = with(pv("vap-create-selector", &format!("{ROOT}/vol9")), |p| {
+        set_terms(p, vec![hostname(a), term("pool", "In", &["shared"])]);
+    });
+    assert_create_denied(&cp, &agent, &selector, "a class selector", &not_pinned);
+}
+
+#[test]
+fn agent_changes_only_the_metadata_of_its_own_pvs() {
+    let cp = ControlPlane::get();
+    let test = "vap-update";
+    let (ns, sa) = ("vap-update", "vap-update-agent");
+    let (a, b) = ("vap-update-a", "vap-update-b");
+    let uid_a = cp.create_node(a);
+    let uid_b = cp.create_node(b);
+    cp.apply(&read("deploy/base/rbac.yaml"));
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
+    let no_node = plain_kubeconfig(&cp, tmp.path(), ns, sa);
+    wait_enforced(
+        &scratch,
+        &agent,
+        &agent_pv(test, "vap-update-probe", b, &uid_b, &format!("{ROOT}/p")),
         "may only change",
     );
-    let own = pv_yaml("vap-a-own", Some(node_a), &format!("local-volume-provisioner-{node_a}-{uid_a}"));
-    assert_allowed(&as_agent(&cp, &agent_a, &["create", "-f", "-"], Some(&own)), "creating a PV of node A");
 
-    // Node B's PV (made by admin): no delete, no patch, no relabel.
-    cp.apply(&pv_yaml("vap-b", Some(node_b), &format!("local-volume-provisioner-{node_b}-{uid_b}")));
-    assert_denied(&as_agent(&cp, &agent_a, &["delete", "pv", "vap-b"], None), "deleting B's PV", "may only change");
-    let relabel = format!(r#"{{"metadata":{{"labels":{{"local-static-provisioner.io/node":"{node_a}"}}}}}}"#);
-    assert_denied(
-        &as_agent(&cp, &agent_a, &["patch", "pv", "vap-b", "--type=merge", "-p", &relabel], None),
-        "relabelling B's PV",
-        "may only change",
+    let own = "vap-update-own";
+    assert_allowed(&create(&cp, &agent, &agent_pv(test, own, a, &uid_a, &format!("{ROOT}/own"))), "creating A's PV");
+    let b_pv = "vap-update-b-pv";
+    admin_create(&cp, &agent_pv(test, b_pv, b, &uid_b, &format!("{ROOT}/b")));
+    let upstream = |name: &str, node: &str, uid: &str| {
+        with(agent_pv(test, name, node, uid, &format!("{ROOT}/{name}")), |p| {
+            let meta = p["metadata"].as_object_mut().unwrap();
+            meta["labels"].as_object_mut().unwrap().remove(LABEL);
+            meta.remove("finalizers");
+            meta.remove("ownerReferences");
+            meta["annotations"].as_object_mut().unwrap().remove("local-static-provisioner.io/volume-identity");
+        })
+    };
+    let (up_a, up_b, up_a_prefix) = ("vap-update-up-a", "vap-update-up-b", "vap-update-up-ax");
+    admin_create(&cp, &upstream(up_a, a, &uid_a));
+    admin_create(&cp, &upstream(up_b, b, &uid_b));
+    // Upstream's useNodeNameOnly form for node "<a>x": not A's (no '-' after the name).
+    admin_create(
+        &cp,
+        &with(upstream(up_a_prefix, a, &uid_a), |p| {
+            p["metadata"]["annotations"][PROVISIONED_BY] = json!(format!("local-volume-provisioner-{a}x"));
+        }),
     );
 
-    // Adoption of an unlabelled upstream PV: A's is allowed, B's is not.
-    cp.apply(&pv_yaml("vap-upstream-a", None, &format!("local-volume-provisioner-{node_a}-{uid_a}")));
-    cp.apply(&pv_yaml("vap-upstream-b", None, &format!("local-volume-provisioner-{node_b}-{uid_b}")));
+    // Allowed: metadata of its own PV (cleanup annotations, finalizers), adoption of its own
+    // upstream PV as the agent does it (label, finalizer, identity in one patch).
+    let annotate =
+        json!({"metadata": {"annotations": {"local-static-provisioner.io/cleanup-result": "refused: test"}}});
+    assert_allowed(&merge_patch(&cp, &agent, own, &annotate), "annotating its PV");
+    let finalizers = json!({"metadata": {"finalizers": [WIPE, "example.com/other"]}});
+    assert_allowed(&merge_patch(&cp, &agent, own, &finalizers), "changing its PV's finalizers");
+    let adopt = json!({"metadata": {
+        "labels": {LABEL: a},
+        "annotations": {"local-static-provisioner.io/volume-identity": "fs:fsid=1,2;ino=3"},
+        "finalizers": [WIPE]
+    }});
+    assert_allowed(&merge_patch(&cp, &agent, up_a, &adopt), "adopting A's upstream PV");
+
+    // Node B's PVs, labelled or upstream's: no patch, no relabel, no adoption, no delete.
+    let relabel = json!({"metadata": {"labels": {LABEL: a}}});
+    let mine = "may only change PVs labelled";
+    assert_denied(&merge_patch(&cp, &agent, b_pv, &relabel), "relabelling B's PV", mine);
+    assert_denied(&merge_patch(&cp, &agent, b_pv, &annotate), "annotating B's PV", mine);
+    assert_denied(&merge_patch(&cp, &agent, up_b, &adopt), "adopting B's upstream PV", mine);
+    assert_denied(&merge_patch(&cp, &agent, up_a_prefix, &adopt), "adopting node <a>x's upstream PV", mine);
+    assert_denied(&delete(&cp, &agent, b_pv), "deleting B's PV", mine);
+    assert_denied(&delete(&cp, &agent, up_b), "deleting B's upstream PV", mine);
+    // Nor may its own PV be handed to B or lose our label.
+    assert_denied(&merge_patch(&cp, &agent, own, &json!({"metadata": {"labels": {LABEL: b}}})), "handing to B", mine);
+    assert_denied(&merge_patch(&cp, &agent, own, &json!({"metadata": {"labels": {LABEL: null}}})), "unlabelling", mine);
+
+    // The spec of its own PVs stays as it is, also within an adoption.
+    let spec_only = "may change only the metadata of a PV, not its spec";
+    for (what, patch) in [
+        ("reclaim policy", json!({"spec": {"persistentVolumeReclaimPolicy": "Delete"}})),
+        ("class", json!({"spec": {"storageClassName": "other"}})),
+        ("capacity", json!({"spec": {"capacity": {"storage": "100Gi"}}})),
+        ("mount options", json!({"spec": {"mountOptions": ["rw"]}})),
+        ("claim", json!({"spec": {"claimRef": {"namespace": "default", "name": "stolen"}}})),
+        ("label and class", json!({"metadata": {"labels": {"x": "y"}}, "spec": {"storageClassName": "other"}})),
+    ] {
+        assert_denied(&merge_patch(&cp, &agent, own, &patch), what, spec_only);
+    }
+    let adopt_and_change = with(adopt.clone(), |p| p["spec"] = json!({"mountOptions": ["rw"]}));
+    assert_denied(&merge_patch(&cp, &agent, up_a, &adopt_and_change), "adoption with a spec change", spec_only);
+    // The alpha affinity annotation cannot be added later either.
+    let alpha = json!({"metadata": {"annotations": {"volume.alpha.kubernetes.io/node-affinity": "{}"}}});
+    assert_denied(&merge_patch(&cp, &agent, own, &alpha), "adding the alpha affinity", "may not set volume.alpha");
+
+    // A token without a node name can do nothing; A's own PV can be deleted.
+    let no_name = "no node name";
+    assert_denied(&delete(&cp, &no_node, own), "a token without node: delete", no_name);
+    assert_denied(&merge_patch(&cp, &no_node, own, &annotate), "a token without node: patch", no_name);
+    assert_denied(
+        &create(&cp, &no_node, &agent_pv(test, "vap-update-nonode", a, &uid_a, &format!("{ROOT}/x"))),
+        "a token without node: create",
+        no_name,
+    );
+    assert_allowed(&delete(&cp, &agent, own), "deleting A's PV");
+    assert_allowed(&delete(&cp, &agent, up_a), "deleting A's adopted PV");
+    // Its finalizers can be removed while it is being deleted (after the wipe).
     assert_allowed(
-        &as_agent(&cp, &agent_a, &["patch", "pv", "vap-upstream-a", "--type=merge", "-p", &relabel], None),
-        "adopting A's upstream PV",
+        &merge_patch(&cp, &agent, own, &json!({"metadata": {"finalizers": null}})),
+        "releasing its finalizers",
     );
+}
+
+#[test]
+fn node_cleanup_only_deletes_local_pvs_and_drops_the_wipe_finalizer() {
+    let cp = ControlPlane::get();
+    let test = "vap-nc";
+    let (ns, sa) = ("vap-nc", "vap-nc-cleanup");
+    cp.apply(&read("deploy/base/namespace.yaml"));
+    cp.apply(&read("deploy/node-cleanup/rbac.yaml"));
+    service_account(&cp, ns, sa, "local-static-provisioner-node-cleanup");
+    // Its Lease, in its own namespace (deploy/node-cleanup/rbac.yaml's Role, for this namespace).
+    cp.apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {sa}, namespace: {ns}}}\nrules: [{{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, create, update]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {sa}, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {sa}}}\nsubjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]\n"
+    ));
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some("none"), Some(sa)));
+    let tmp = tempfile::tempdir().unwrap();
+    let cleanup = plain_kubeconfig(&cp, tmp.path(), ns, sa);
+
+    let node = "vap-nc-gone";
+    let uid = "0f0e1d2c-3b4a-5968-7786-95a4b3c2d1e0";
+    let local = |name: &str| {
+        with(agent_pv(test, name, node, uid, &format!("/mnt/nowhere/{name}")), |p| {
+            p["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+            p["metadata"]["finalizers"] = json!(["example.com/keep", WIPE]);
+        })
+    };
+    // A label change is refused once the policy is enforced (and harmless before).
+    let probe = "vap-nc-probe";
+    admin_create(&cp, &local(probe));
+    wait_until("the policy to be enforced", WAIT, || {
+        let out = merge_patch(&cp, &cleanup, probe, &json!({"metadata": {"labels": {"probe": "x"}}}));
+        (!out.status.success() && stderr(&out).contains("may only remove the finalizer")).then_some(())
+    });
+
+    // Deletes: only local PVs made by a local-static-provisioner.
+    let only_local = "may only delete or release local PVs";
+    let hostpath = "vap-nc-hostpath";
+    admin_create(&cp, &with(local(hostpath), |p| set_source(p, "hostPath", json!({"path": "/"}))));
+    assert_denied(&delete(&cp, &cleanup, hostpath), "deleting a hostPath PV", only_local);
+    let foreign = "vap-nc-foreign";
+    admin_create(
+        &cp,
+        &with(local(foreign), |p| p["metadata"]["annotations"][PROVISIONED_BY] = json!("example.com/csi")),
+    );
+    assert_denied(&delete(&cp, &cleanup, foreign), "deleting another provisioner's PV", only_local);
+    let unannotated = "vap-nc-unannotated";
+    admin_create(&cp, &with(local(unannotated), |p| p["metadata"]["annotations"] = json!({})));
+    assert_denied(&delete(&cp, &cleanup, unannotated), "deleting an unannotated PV", only_local);
+
+    // Updates: only dropping our finalizer, and only from a PV being deleted.
+    let pv = "vap-nc-local";
+    admin_create(&cp, &local(pv));
+    // What remove_finalizer_if sends (src/api/mod.rs): tests of the UID, the finalizer's
+    // position and provisioned-by, then the removal.
+    let wipe_index = |name: &str| {
+        let pv = cp.get_json(&["pv", name]).unwrap();
+        let finalizers = pv["metadata"]["finalizers"].as_array().unwrap().clone();
+        let index = finalizers.iter().position(|f| f == WIPE).unwrap();
+        (pv["metadata"]["uid"].as_str().unwrap().to_string(), index)
+    };
+    let drop_wipe = |name: &str| {
+        let (pv_uid, index) = wipe_index(name);
+        let provisioned_by = format!("local-volume-provisioner-{node}-{uid}");
+        json!([
+            {"op": "test", "path": "/metadata/uid", "value": pv_uid},
+            {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": WIPE},
+            {"op": "test", "path": "/metadata/annotations/pv.kubernetes.io~1provisioned-by", "value": provisioned_by},
+            {"op": "remove", "path": format!("/metadata/finalizers/{index}")}
+        ])
+    };
+    let only_finalizer = "may only remove the finalizer local-static-provisioner.io/wipe from a PV being deleted";
     assert_denied(
-        &as_agent(&cp, &agent_a, &["patch", "pv", "vap-upstream-b", "--type=merge", "-p", &relabel], None),
-        "adopting B's upstream PV",
-        "may only change",
+        &json_patch(&cp, &cleanup, pv, &drop_wipe(pv)),
+        "dropping the finalizer of a live PV",
+        only_finalizer,
+    );
+    assert_allowed(&delete(&cp, &cleanup, pv), "deleting a local PV");
+    let unchanged = "may not change a PV's spec, labels, annotations or owner references";
+    for (what, extra) in [
+        ("a label", json!({"op": "add", "path": "/metadata/labels/extra", "value": "x"})),
+        (
+            "our node label",
+            json!({"op": "replace", "path": "/metadata/labels/local-static-provisioner.io~1node", "value": "other"}),
+        ),
+        ("an annotation", json!({"op": "add", "path": "/metadata/annotations/extra", "value": "x"})),
+        (
+            "provisioned-by",
+            json!({"op": "replace", "path": "/metadata/annotations/pv.kubernetes.io~1provisioned-by", "value": "local-volume-provisioner-x"}),
+        ),
+        (
+            "the reclaim policy",
+            json!({"op": "replace", "path": "/spec/persistentVolumeReclaimPolicy", "value": "Delete"}),
+        ),
+    ] {
+        let index = wipe_index(pv).1;
+        let patch = json!([extra, {"op": "remove", "path": format!("/metadata/finalizers/{index}")}]);
+        assert_denied(
+            &json_patch(&cp, &cleanup, pv, &patch),
+            &format!("dropping the finalizer and changing {what}"),
+            unchanged,
+        );
+    }
+    let other_finalizer = json!([{"op": "remove", "path": "/metadata/finalizers/0"}]);
+    assert_denied(&json_patch(&cp, &cleanup, pv, &other_finalizer), "dropping another finalizer", only_finalizer);
+    let both = json!([{"op": "replace", "path": "/metadata/finalizers", "value": []}]);
+    assert_denied(&json_patch(&cp, &cleanup, pv, &both), "dropping every finalizer", only_finalizer);
+    let label_only = json!({"metadata": {"labels": {"extra": "x"}}});
+    assert_denied(&merge_patch(&cp, &cleanup, pv, &label_only), "changing only a label", only_finalizer);
+    assert_allowed(&json_patch(&cp, &cleanup, pv, &drop_wipe(pv)), "dropping our finalizer of a PV being deleted");
+    let left = cp.get_json(&["pv", pv]).unwrap()["metadata"]["finalizers"].as_array().unwrap().clone();
+    assert!(left.contains(&json!("example.com/keep")) && !left.contains(&json!(WIPE)), "{left:?}");
+
+    // The real node-cleanup under the policy: a stranded PV of a deleted Node is deleted and
+    // its finalizer released, with no request refused.
+    let class = "vap-nc-class";
+    cp.create_storage_class(class, "Delete");
+    cp.create_node("vap-nc-bystander");
+    cp.create_node(node);
+    let stranded = "vap-nc-stranded";
+    admin_create(
+        &cp,
+        &with(agent_pv(test, stranded, node, uid, "/mnt/nowhere/stranded"), |p| {
+            p["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+            p["spec"]["storageClassName"] = json!(class);
+            p["spec"]["persistentVolumeReclaimPolicy"] = json!("Delete");
+        }),
+    );
+    wait_until("the stranded PV Available", WAIT, || (cp.pv_state(stranded)?.1 == "Available").then_some(()));
+    cp.kubectl_ok(&["delete", "node", node]);
+    let process = AgentProcess::start_node_cleanup(
+        &cleanup,
+        &tmp.path().join("node-cleanup.log"),
+        &[
+            "--storage-classes",
+            class,
+            "--grace-period",
+            "1s",
+            "--resync-period",
+            "500ms",
+            "--lease-name",
+            sa,
+            "--lease-namespace",
+            ns,
+        ],
+    );
+    wait_until("node-cleanup to release the stranded PV", WAIT, || cp.pv_state(stranded).is_none().then_some(()));
+    let log = process.stop();
+    assert!(!log.contains("denied"), "node-cleanup was refused something:\n{log}");
+}
+
+/// `to` relative to the directory `from` (kustomize takes only relative resource paths).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from = from.canonicalize().unwrap();
+    let to = to.canonicalize().unwrap();
+    let mut path = PathBuf::new();
+    for _ in from.components().skip(1) {
+        path.push("..");
+    }
+    path.join(to.strip_prefix("/").unwrap())
+}
+
+#[test]
+fn kustomize_namespace_overlay_keeps_the_policy_bound() {
+    let cp = ControlPlane::get();
+    let test = "vap-overlay";
+    let ns = "vap-other-ns";
+    let (a, b) = ("vap-overlay-a", "vap-overlay-b");
+    let uid_a = cp.create_node(a);
+    let uid_b = cp.create_node(b);
+    // An overlay as an operator writes it: another namespace, and one more discovery root as
+    // documented in the policy.
+    let dir = tempfile::tempdir().unwrap();
+    let base = relative(dir.path(), &repo_root().join("deploy/base"));
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: {ns}\nresources:\n  - {}\npatches:\n  - target: {{kind: ValidatingAdmissionPolicy, name: {AGENT_POLICY}}}\n    patch: |-\n      - op: replace\n        path: /spec/variables/0/expression\n        value: \"['/mnt/fast-disks', '/mnt/ssd']\"\n",
+            base.display()
+        ),
+    )
+    .unwrap();
+    let built = cp.kubectl_ok(&["kustomize", dir.path().to_str().unwrap()]);
+    let docs = documents(&built);
+    assert_eq!(find(&docs, "ServiceAccount", "local-static-provisioner")["metadata"]["namespace"], ns);
+    let binding = find(&docs, "ClusterRoleBinding", "local-static-provisioner");
+    assert_eq!(binding["subjects"][0]["namespace"], ns);
+    assert_eq!(roots(find(&docs, "ValidatingAdmissionPolicy", AGENT_POLICY)), ["/mnt/fast-disks", "/mnt/ssd"]);
+    let _ = cp.kubectl(&["create", "namespace", ns]);
+    let out = cp.kubectl_stdin(&cp.kubeconfig, &["apply", "--dry-run=server", "-f", "-"], Some(&built));
+    assert!(out.status.success(), "the overlay is refused: {}", stderr(&out));
+
+    // Applied as built: the overlay's ServiceAccount and the policies, unchanged. (Not the
+    // ClusterRoleBinding, DaemonSet or StorageClass: other tests share those names.)
+    let mut scratch = Scratch::new(&cp, test);
+    let pick = |kinds: &[&str]| -> String {
+        let items: Vec<&Value> = docs.iter().filter(|d| kinds.contains(&d["kind"].as_str().unwrap())).collect();
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+    };
+    cp.apply(&pick(&["Namespace", "ServiceAccount"]));
+    scratch.apply_policies(&pick(&["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]));
+    cp.apply(&read("deploy/base/rbac.yaml"));
+    cp.apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {test}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: local-static-provisioner}}\nsubjects: [{{kind: ServiceAccount, name: local-static-provisioner, namespace: {ns}}}]\n"
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, "local-static-provisioner", a);
+    wait_enforced(&scratch, &agent, &agent_pv(test, "vap-overlay-probe", b, &uid_b, "/mnt/ssd/p"), "may only change");
+
+    assert_allowed(
+        &create(&cp, &agent, &agent_pv(test, "vap-overlay-ssd", a, &uid_a, "/mnt/ssd/vol1")),
+        "the new root",
+    );
+    assert_allowed(
+        &create(&cp, &agent, &agent_pv(test, "vap-overlay-fast", a, &uid_a, "/mnt/fast-disks/vol1")),
+        "the base root",
+    );
+    let elsewhere = agent_pv(test, "vap-overlay-else", a, &uid_a, "/mnt/other/vol1");
+    assert_create_denied(
+        &cp,
+        &agent,
+        &elsewhere,
+        "another root",
+        "/mnt/other/vol1 is not directly under one of [/mnt/fast-disks, /mnt/ssd]",
+    );
+    let hostpath = with(agent_pv(test, "vap-overlay-hostpath", a, &uid_a, "/unused"), |p| {
+        set_source(p, "hostPath", json!({"path": "/"}));
+    });
+    assert_create_denied(&cp, &agent, &hostpath, "hostPath /", "may only create PVs with a local volume source");
+}
+
+fn helm() -> PathBuf {
+    let out = run(Command::new("bash").arg(repo_root().join("tests/tools/build-helm.sh")));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+fn helm_template(ns: &str, sets: &[String]) -> Vec<Value> {
+    let mut cmd = Command::new(helm());
+    cmd.args(["template", "vaphelm", "--namespace", ns]).arg(repo_root().join("deploy/helm/local-static-provisioner"));
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    documents(&String::from_utf8(run(&mut cmd).stdout).unwrap())
+}
+
+fn matched_user(policy: &Value) -> String {
+    policy["spec"]["matchConditions"][0]["expression"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
+    let ns = "vap-helm-ns";
+    // Rendering: the release's ServiceAccounts and the roots of its classes, cleaned; the
+    // node-cleanup policy only with node-cleanup.
+    let docs = helm_template(
+        ns,
+        &[
+            "serviceAccount.name=vap.helm-agent".into(),
+            "classes[0].name=a".into(),
+            "classes[0].hostDir=/mnt/a//disks/".into(),
+            "classes[1].name=b".into(),
+            "classes[1].hostDir=/mnt/b".into(),
+            "classes[2].name=c".into(),
+            "classes[2].hostDir=/mnt/b/".into(),
+            "nodeCleanup.enabled=true".into(),
+            "nodeCleanup.storageClasses={a}".into(),
+        ],
+    );
+    let policy = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-node-scope");
+    assert_eq!(roots(policy), ["/mnt/a/disks", "/mnt/b"]);
+    assert!(matched_user(policy).contains(&format!("'^system:serviceaccount:{ns}:vap[.]helm-agent$'")));
+    assert_eq!(
+        find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-node-scope")["spec"]["policyName"],
+        "vaphelm-node-scope"
+    );
+    let cleanup = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-node-cleanup-scope");
+    assert!(matched_user(cleanup).contains(&format!("'^system:serviceaccount:{ns}:vaphelm-node-cleanup$'")));
+    let binding = find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-node-cleanup-scope");
+    assert_eq!(binding["spec"]["policyName"], "vaphelm-node-cleanup-scope");
+    // Apart from those substitutions, the policies are the base's.
+    let base = documents(&read("deploy/base/admission-policy.yaml"));
+    let strip = |p: &Value| {
+        let mut p = p.clone();
+        p["metadata"]["name"] = json!("x");
+        p["spec"]["matchConditions"] = json!(null);
+        for v in p["spec"]["variables"].as_array_mut().unwrap() {
+            if v["name"] == "roots" {
+                v["expression"] = json!(null);
+            }
+        }
+        p
+    };
+    assert_eq!(strip(policy), strip(find(&base, "ValidatingAdmissionPolicy", AGENT_POLICY)));
+    assert_eq!(strip(cleanup), strip(find(&base, "ValidatingAdmissionPolicy", CLEANUP_POLICY)));
+    let plain = helm_template(ns, &[]);
+    assert_eq!(plain.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmission")).count(), 2);
+    assert!(
+        helm_template(ns, &["admissionPolicy.enabled=false".into()])
+            .iter()
+            .all(|d| !d["kind"].as_str().unwrap().starts_with("ValidatingAdmission"))
     );
 
-    // Its own PV can be deleted; a token without a node name can do nothing.
-    assert_denied(
-        &as_agent(&cp, &no_node, &["delete", "pv", "vap-a-own"], None),
-        "a token without node",
-        "no node name",
+    // The real agent under the rendered policy: publishes, adopts an upstream PV, and wipes and
+    // publishes again a released one (patches, delete, create), with no request refused.
+    if !require_root("helm_policy_renders_the_release_and_lets_the_real_agent_work (agent part)") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let test = "vap-helm";
+    let node = "vap-helm-node";
+    let uid = cp.create_node(node);
+    let class = "vap-helm-fs";
+    cp.create_storage_class(class, "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let fs_dir = tmp.path().join("fs");
+    let _v1 = mount_tmpfs(&fs_dir.join("vol1"), 8);
+    let _v2 = mount_tmpfs(&fs_dir.join("vol2"), 8);
+    let sa = "vap-helm-agent";
+    let docs = helm_template(
+        ns,
+        &[
+            format!("serviceAccount.name={sa}"),
+            format!("classes[0].name={class}"),
+            format!("classes[0].hostDir={}/", fs_dir.display()),
+        ],
     );
-    assert_allowed(&as_agent(&cp, &agent_a, &["delete", "pv", "vap-a-own", "--wait=false"], None), "deleting A's PV");
-    cp.kubectl_ok(&["delete", "pv", "vap-b", "vap-upstream-a", "vap-upstream-b", "--wait=false"]);
-    cp.kubectl_ok(&["delete", "validatingadmissionpolicybinding", "vap-test-node-scope"]);
+    let mut scratch = Scratch::new(&cp, test);
+    let pick = |kinds: &[&str]| -> String {
+        let items: Vec<&Value> = docs.iter().filter(|d| kinds.contains(&d["kind"].as_str().unwrap())).collect();
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+    };
+    let _ = cp.kubectl(&["create", "namespace", ns]);
+    cp.apply(&pick(&["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]));
+    scratch.apply_policies(&pick(&["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]));
+    let kubeconfig = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, node);
+    let probe = agent_pv(test, "vap-helm-probe", node, &uid, "/mnt/fast-disks/probe");
+    wait_enforced(&scratch, &kubeconfig, &probe, &format!("is not directly under one of [{}]", fs_dir.display()));
+
+    // What upstream made for vol1 (no label of ours), to be adopted.
+    let upstream = pv_name("vol1", node, class);
+    admin_create(
+        &cp,
+        &json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": upstream, "labels": {"vap-test": test}, "annotations": {PROVISIONED_BY: format!("local-volume-provisioner-{node}-{uid}")}},
+            "spec": {
+                "capacity": {"storage": "8Mi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": class,
+                "persistentVolumeReclaimPolicy": "Delete",
+                "volumeMode": "Filesystem",
+                "local": {"path": format!("{}/vol1", fs_dir.display())},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [hostname(node)]}}
+            }
+        }),
+    );
+    let config = tmp.path().join("config");
+    let class_map = format!("{class}:\n  hostDir: {d}/\n  mountDir: {d}\n", d = fs_dir.display());
+    write_config(&config, &[("storageClassMap", &class_map), ("labelsForPV", "vap-test: vap-helm\n")]);
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+    let published = pv_name("vol2", node, class);
+    wait_until("vol2 published", WAIT, || (cp.pv_state(&published)?.1 == "Available").then_some(()));
+    wait_until("vol1 adopted", WAIT, || {
+        let pv = cp.get_json(&["pv", &upstream])?;
+        let finalizers = pv["metadata"]["finalizers"].as_array()?.clone();
+        (pv["metadata"]["labels"][LABEL] == node && finalizers.contains(&json!(WIPE))).then_some(())
+    });
+    let bound = cp.bind_claim("vap-helm-claim", class, false);
+    let bound_uid = cp.pv_state(&bound).unwrap().0;
+    cp.release_claim("vap-helm-claim");
+    wait_until(&format!("{bound} wiped and published again"), WAIT, || {
+        let (uid, phase) = cp.pv_state(&bound)?;
+        (uid != bound_uid && phase == "Available").then_some(())
+    });
+    let log = agent.stop();
+    assert!(!log.contains("denied request"), "the agent was refused something:\n{log}");
+    assert!(!log.contains("ValidatingAdmissionPolicy"), "the agent was refused something:\n{log}");
 }
