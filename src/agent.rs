@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use tracing::{debug, error, info, trace, warn};
 
 use crate::admin::{Readiness, parse_listen_address, serve};
-use crate::api::{ApiError, ClientOptions, Cluster, Created, node_reference, pv_reference};
+use crate::api::{ApiError, ClientOptions, Cluster, Created, class_reference, node_reference, pv_reference};
 use crate::cleaner::{Cleaner, CleanerOptions, target_for};
 use crate::config::{LoadedConfig, ProvisionerConfig, load_dir};
 use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
@@ -23,7 +23,7 @@ use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::{
     ANN_CLEANUP_RESULT, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_STALE, FINALIZER_WIPE,
 };
-use crate::core::naming::{LABEL_NODE, node_label_value, provisioner_name};
+use crate::core::naming::{LABEL_NODE, node_label_value, provisioner_name, pv_name};
 use crate::core::occurrence::Occurrences;
 use crate::core::planner::{
     Action, DesiredPv, ExistingPv, Identity, ObservedPv, classify_existing, plan, plan_adoption,
@@ -32,6 +32,7 @@ use crate::core::presence::{PresenceAction, plan_presence};
 use crate::core::pv::{ClassPolicy, NodeInfo, PvContext};
 use crate::core::settle::Settler;
 use crate::core::succession::{DiskCheck, SuccessionAction, plan_succession};
+use crate::core::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_pv};
 use crate::discovery::{self, Scan};
 use crate::host::identity::{check_disk, volume_identity, volume_present};
 use crate::host::mountinfo::MountTable;
@@ -449,7 +450,9 @@ impl Agent {
     /// missing are not wiped until they are back.
     async fn clean(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
         let busy = self.cleaner.busy();
-        for action in plan_cleanup(states, &busy) {
+        let actions = plan_cleanup(states, &busy);
+        let shared = self.disks_shared_with_live_pvs(states, &actions).await;
+        for action in actions {
             match action {
                 CleanupAction::AddFinalizer { name } => {
                     let pvs = self.pv_store.state();
@@ -464,6 +467,10 @@ impl Agent {
                 CleanupAction::Wipe { pv, .. } if missing.contains(&pv.uid) => {
                     let note = format!("volume of PV {} is missing; it will be wiped when it is back", pv.name);
                     self.report_pv_problem(&pv.name, "VolumeMissing", note).await;
+                }
+                CleanupAction::Wipe { pv, .. } if shared.contains_key(&pv.uid) => {
+                    let note = format!("refusing to wipe PV {}: {}", pv.name, shared[&pv.uid]);
+                    self.report_pv_problem(&pv.name, "VolumeFailedDelete", note).await;
                 }
                 CleanupAction::Wipe { pv, after } => {
                     match target_for(&pv, self.config.storage_class_map.get(&pv.class)) {
@@ -507,6 +514,55 @@ impl Agent {
         }
     }
 
+    /// For each PV about to be wiped, why its disk must not be wiped because another live PV
+    /// of this node names the same disk (two PVs of one disk made before the one-disk rule, or
+    /// by upstream). Reads the disks of all this node's PVs in one blocking task, only when
+    /// there is something to wipe.
+    async fn disks_shared_with_live_pvs(
+        &self,
+        states: &[PvState],
+        actions: &[CleanupAction],
+    ) -> BTreeMap<String, String> {
+        let wipes: Vec<&PvState> = actions
+            .iter()
+            .filter_map(|a| if let CleanupAction::Wipe { pv, .. } = a { Some(pv) } else { None })
+            .collect();
+        if wipes.is_empty() {
+            return BTreeMap::new();
+        }
+        let located: Vec<(PvState, PathBuf)> = states
+            .iter()
+            .filter_map(|pv| {
+                let target = target_for(pv, self.config.storage_class_map.get(&pv.class)).ok()?;
+                Some((pv.clone(), target.path))
+            })
+            .collect();
+        let wipe_uids: BTreeSet<String> = wipes.iter().map(|pv| pv.uid.clone()).collect();
+        tokio::task::spawn_blocking(move || {
+            let Ok(mounts) = MountTable::read() else { return BTreeMap::new() };
+            let disks: Vec<(PvState, DiskKey)> = located
+                .into_iter()
+                .filter_map(|(pv, path)| discovery::disk_at(&path, &mounts).map(|d| (pv, d)))
+                .collect();
+            let others: Vec<PublishedDisk> = disks
+                .iter()
+                .map(|(pv, disk)| PublishedDisk {
+                    name: pv.name.clone(),
+                    phase: pv.phase.clone(),
+                    deleting: pv.deleting,
+                    disk: disk.clone(),
+                })
+                .collect();
+            disks
+                .iter()
+                .filter(|(pv, _)| wipe_uids.contains(&pv.uid))
+                .filter_map(|(pv, disk)| Some((pv.uid.clone(), wipe_would_hit_another_pv(&pv.name, disk, &others)?)))
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     fn class_policies(&self) -> BTreeMap<String, Result<ClassPolicy, String>> {
         self.config
             .storage_class_map
@@ -533,8 +589,16 @@ impl Agent {
                     if self.unpublished.first_seen(key) {
                         warn!(pv = %name, path = %host_path, "volume not published: {reason}");
                         let note = format!("volume at {host_path} not published as {name}: {reason}");
+                        let related = Some(pv_reference(&name));
                         self.cluster
-                            .event(&node_reference(&self.node), true, "VolumeNotPublished", "Publish", note)
+                            .event_related(
+                                &node_reference(&self.node),
+                                related,
+                                true,
+                                "VolumeNotPublished",
+                                "Publish",
+                                note,
+                            )
                             .await;
                     }
                 }
@@ -888,7 +952,24 @@ impl Agent {
             if s.reason.is_safety_refusal() {
                 warn!(class = %s.class, path = %s.path.display(), reason = s.reason.code(), "entry refused: {}", s.reason);
                 let note = format!("{} (class {}) not published: {}", s.path.display(), s.class, s.reason);
-                self.cluster.event(&node_reference(&self.node), true, "VolumeNotPublished", "Discover", note).await;
+                // The PV the entry would have become (or the class, for a refused directory)
+                // keeps each refusal its own Event.
+                let related = match s.path.file_name().and_then(|n| n.to_str()) {
+                    Some(entry) if !s.reason.is_class_wide() => {
+                        pv_reference(&pv_name(entry, &self.identity.node, &s.class))
+                    }
+                    _ => class_reference(&s.class),
+                };
+                self.cluster
+                    .event_related(
+                        &node_reference(&self.node),
+                        Some(related),
+                        true,
+                        "VolumeNotPublished",
+                        "Discover",
+                        note,
+                    )
+                    .await;
             } else {
                 info!(class = %s.class, path = %s.path.display(), reason = s.reason.code(), "entry skipped: {}", s.reason);
             }

@@ -71,6 +71,17 @@ impl SkipReason {
         }
     }
 
+    /// Whether the skip is about a whole class's discovery directory, not one entry.
+    pub fn is_class_wide(&self) -> bool {
+        matches!(
+            self,
+            SkipReason::UnreadableDirectory(_)
+                | SkipReason::UnsafeRoot(_)
+                | SkipReason::SharedRoot(_)
+                | SkipReason::BadPattern(_)
+        )
+    }
+
     /// Whether the skip protects data from a dangerous set-up, so the operator is warned
     /// (a Warning event) rather than only told in a log line.
     pub fn is_safety_refusal(&self) -> bool {
@@ -330,5 +341,19 @@ fn inspect(
         }
         (EntryKind::Symlink, _) => Err(SkipReason::Symlink),
         (EntryKind::Other, _) => Err(SkipReason::NotDirectoryOrBlockDevice),
+    }
+}
+
+/// What the volume at `path` (an entry under a class's mountDir) occupies now, judged like
+/// discovery judges it: a mount point at the entry itself, or a block device. `None` when
+/// there is no volume there.
+pub fn disk_at(path: &Path, mounts: &MountTable) -> Option<DiskKey> {
+    match resolve_entry(path).ok()? {
+        (EntryKind::Directory, entry) => {
+            let m = mounts.get(&entry)?;
+            Some(DiskKey::Filesystem { device: m.device.clone(), root: m.root.clone() })
+        }
+        (EntryKind::BlockDevice, entry) => Some(DiskKey::Block { device: block_device_number(&entry).ok()? }),
+        _ => None,
     }
 }

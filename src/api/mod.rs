@@ -345,12 +345,28 @@ impl Cluster {
     /// Publishes an Event an operator should see (`kubectl describe`), logging instead of
     /// failing when events cannot be written.
     pub async fn event(&self, regarding: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
+        self.event_related(regarding, None, warning, reason, action, note).await;
+    }
+
+    /// Publishes an Event that also names a related object. The recorder folds Events with the
+    /// same regarding object, reason and related object into one series (keeping the first
+    /// note), so distinct problems about one Node must name distinct related objects, such as
+    /// the PV an entry would have become, to each stay visible.
+    pub async fn event_related(
+        &self,
+        regarding: &ObjectReference,
+        related: Option<ObjectReference>,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.to_string(),
             note: Some(note),
             action: action.to_string(),
-            secondary: None,
+            secondary: related,
         };
         self.throttle().await;
         if let Err(e) = self.recorder.publish(&ev, regarding).await {
@@ -364,6 +380,16 @@ pub fn pv_reference(name: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some(PersistentVolume::api_version(&()).into()),
         kind: Some(PersistentVolume::kind(&()).into()),
+        name: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+/// An object reference for Events about a StorageClass (a class whose directory is refused).
+pub fn class_reference(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(StorageClass::api_version(&()).into()),
+        kind: Some(StorageClass::kind(&()).into()),
         name: Some(name.to_string()),
         ..Default::default()
     }

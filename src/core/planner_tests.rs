@@ -703,7 +703,7 @@ fn a_disk_recorded_on_a_pv_at_another_path_is_not_published_again() {
     let d = desired("pv-new", "/mnt/disks/new");
     let mut old = ours("pv-old", "/mnt/disks/old");
     old.identity = Some(d.identity.clone());
-    let actions = plan(&me(), &[d.clone()], &[old.clone()], &BTreeMap::new());
+    let actions = plan(&me(), std::slice::from_ref(&d), std::slice::from_ref(&old), &BTreeMap::new());
     assert_eq!(
         actions,
         vec![Action::Refuse {
@@ -715,7 +715,7 @@ fn a_disk_recorded_on_a_pv_at_another_path_is_not_published_again() {
     // Another node's PV with the same identity string does not count.
     let mut foreign = other("pv-x", Some("/mnt/disks/old"), Some("local-volume-provisioner-other-node-u"));
     foreign.identity = Some(d.identity.clone());
-    assert!(matches!(plan(&me(), &[d.clone()], &[foreign], &BTreeMap::new())[..], [Action::Create(_)]));
+    assert!(matches!(plan(&me(), std::slice::from_ref(&d), &[foreign], &BTreeMap::new())[..], [Action::Create(_)]));
     // The PV on the same path is the volume itself.
     old.host_path = Some("/mnt/disks/new".into());
     old.name = "pv-new".into();

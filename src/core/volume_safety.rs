@@ -328,6 +328,36 @@ impl DiskKey {
     }
 }
 
+/// Another PV of this node whose disk is known, for the wipe-time check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedDisk {
+    /// PV name.
+    pub name: String,
+    /// PV phase (`Bound`, `Available`, `Released`...).
+    pub phase: String,
+    /// Whether the PV is being deleted.
+    pub deleting: bool,
+    /// What its volume occupies now.
+    pub disk: DiskKey,
+}
+
+/// Why wiping the disk `disk` of PV `name` would destroy what another PV still offers or
+/// holds: another PV (published before these rules, or by upstream) names the same disk and
+/// is neither released nor being deleted. Two released PVs of one disk may both be wiped.
+pub fn wipe_would_hit_another_pv(name: &str, disk: &DiskKey, others: &[PublishedDisk]) -> Option<String> {
+    others
+        .iter()
+        .filter(|o| o.name != name && !o.deleting && o.phase != "Released" && o.phase != "Failed")
+        .find(|o| o.disk.overlaps(disk))
+        .map(|o| {
+            format!(
+                "its disk is also published as PV {} ({}); wiping it would destroy that volume's data. Delete one of the two PVs after checking which one the disk belongs to",
+                o.name,
+                if o.phase.is_empty() { "no phase yet" } else { &o.phase }
+            )
+        })
+}
+
 #[cfg(test)]
 #[path = "volume_safety_tests.rs"]
 mod tests;

@@ -178,7 +178,9 @@ fn in_a_container_the_host_paths_come_from_the_anchor() {
     let places = places(&mounts, &["/mnt/disks"]);
     let anchor = host_anchor(Path::new("/mnt/disks"), &locate(&mounts, Path::new("/mnt/disks")).unwrap()).unwrap();
     let host_dirs = vec![PathBuf::from("/mnt/disks")];
-    let check = |root: &str| exposure(&m("8:1", root, "/mnt/disks/e", "ext4"), &places, &[anchor.clone()], &host_dirs);
+    let check = |root: &str| {
+        exposure(&m("8:1", root, "/mnt/disks/e", "ext4"), &places, std::slice::from_ref(&anchor), &host_dirs)
+    };
     for bad in ["/", "/etc", "/etc/ssl", "/var/lib/kubelet", "/root", "/usr/bin", "/var/log/pods", "/mnt"] {
         assert!(check(bad).is_some(), "{bad}");
     }
@@ -208,4 +210,32 @@ fn disk_keys_overlap_exactly_when_data_is_shared() {
             assert_eq!(a.overlaps(b), expected[i][j] == 1, "{a:?} vs {b:?}");
         }
     }
+}
+
+#[test]
+fn a_wipe_never_hits_a_disk_another_live_pv_names() {
+    let fs = |r: &str| DiskKey::Filesystem { device: "0:50".into(), root: r.into() };
+    let other = |name: &str, phase: &str, deleting: bool, disk: DiskKey| PublishedDisk {
+        name: name.into(),
+        phase: phase.into(),
+        deleting,
+        disk,
+    };
+    for phase in ["Bound", "Available", "Pending", ""] {
+        for (disk, hits) in [(fs("/"), true), (fs("/sub"), true), (fs("/other"), false)] {
+            let others = [other("pv-b", phase, false, disk.clone())];
+            let got = wipe_would_hit_another_pv("pv-a", &fs("/sub"), &others);
+            assert_eq!(got.is_some(), hits, "{phase} {disk:?}");
+            if hits {
+                assert!(got.unwrap().contains("also published as PV pv-b"));
+            }
+        }
+        let deleting = [other("pv-b", phase, true, fs("/"))];
+        assert_eq!(wipe_would_hit_another_pv("pv-a", &fs("/"), &deleting), None);
+    }
+    for phase in ["Released", "Failed"] {
+        assert_eq!(wipe_would_hit_another_pv("pv-a", &fs("/"), &[other("pv-b", phase, false, fs("/"))]), None);
+    }
+    // The PV itself is not "another" PV.
+    assert_eq!(wipe_would_hit_another_pv("pv-a", &fs("/"), &[other("pv-a", "Bound", false, fs("/"))]), None);
 }
