@@ -318,7 +318,14 @@ impl Agent {
             self.adopted = self.adopt().await;
         }
         let config = self.config.clone();
-        let scan = match tokio::task::spawn_blocking(move || discovery::scan(&config)).await {
+        let published: BTreeSet<String> = self
+            .pv_store
+            .state()
+            .iter()
+            .filter(|pv| self.identity.owns(&ObservedPv::from_pv(pv)))
+            .filter_map(|pv| crate::core::pv::local_path(pv).map(str::to_string))
+            .collect();
+        let scan = match tokio::task::spawn_blocking(move || discovery::scan(&config, &published)).await {
             Ok(Ok(scan)) => scan,
             Ok(Err(e)) => return error!(error = %e, "discovery failed"),
             Err(e) => return error!(error = %e, "discovery task failed"),

@@ -306,7 +306,7 @@ fn validate_config(args: &ConfigArgs) -> ExitCode {
 
 fn discover(args: &DiscoverArgs) -> ExitCode {
     let Some(LoadedConfig { config, .. }) = load_or_report(&args.config) else { return ExitCode::FAILURE };
-    let scan = match discovery::scan(&config) {
+    let scan = match discovery::scan(&config, &Default::default()) {
         Ok(scan) => scan,
         Err(e) => {
             eprintln!("error: {e}");

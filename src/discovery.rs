@@ -1,7 +1,7 @@
 //! Discovery: which first-level entries of each class's discovery directory are volumes this
 //! node can publish, and why every other entry is not. Reads the host through `host` only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -138,21 +138,24 @@ pub struct Scan {
     pub skipped: Vec<Skipped>,
 }
 
-/// Scans all classes against the current mount table.
-pub fn scan(config: &ProvisionerConfig) -> Result<Scan, HostError> {
+/// Scans all classes against the current mount table. `published` holds the host paths that
+/// already have a PV: their block devices are not probed for use (an existing PV keeps its
+/// disk, and a probe's brief exclusive open could get in the way of the tenant's own).
+pub fn scan(config: &ProvisionerConfig, published: &BTreeSet<String>) -> Result<Scan, HostError> {
     let mounts = MountTable::read()?;
-    Ok(scan_with(config, &mounts))
+    Ok(scan_with(config, &mounts, published))
 }
 
 /// Scans all classes against a given mount table (one read of the table per pass). Roots are
 /// resolved and checked first, on every pass, since a symlink or a mount can change them.
-pub fn scan_with(config: &ProvisionerConfig, mounts: &MountTable) -> Scan {
+pub fn scan_with(config: &ProvisionerConfig, mounts: &MountTable, published: &BTreeSet<String>) -> Scan {
     let mut out = Scan::default();
     let facts = mounts.facts();
     let (roots, problems) = check_roots(config, &facts);
     let host_dirs: Vec<PathBuf> =
         config.storage_class_map.values().map(|c| PathBuf::from(clean_path(&c.host_dir))).collect();
-    let guard = Guard { places: protected_places(&roots, &facts), anchors: anchors(config, &roots), host_dirs };
+    let guard =
+        Guard { places: protected_places(&roots, &facts), anchors: anchors(config, &roots), host_dirs, published };
     for (class, cfg) in &config.storage_class_map {
         match (roots.iter().find(|r| r.class == *class), problems.get(class)) {
             (Some(root), None) => scan_class(class, cfg, &root.resolved, mounts, &facts, &guard, &mut out),
@@ -214,8 +217,9 @@ pub fn check_roots(
 }
 
 /// The facts every entry is checked against.
-struct Guard {
+struct Guard<'a> {
     places: Vec<ProtectedPlace>,
+    published: &'a BTreeSet<String>,
     anchors: Vec<HostAnchor>,
     host_dirs: Vec<PathBuf>,
 }
@@ -257,7 +261,7 @@ fn scan_class(
     root: &Path,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
-    guard: &Guard,
+    guard: &Guard<'_>,
     out: &mut Scan,
 ) {
     let mount_dir = Path::new(&cfg.mount_dir);
@@ -285,11 +289,13 @@ fn scan_class(
         let entry = root.join(name);
         let identity =
             |v: Inspected| volume_identity(&entry).map_err(|e| SkipReason::Unreadable(e.to_string())).map(|id| (v, id));
-        match inspect(&entry, cfg.volume_mode, mounts, facts, guard).and_then(identity) {
+        let host_path = host_path(&cfg.host_dir, name);
+        let probe = !guard.published.contains(&host_path);
+        match inspect(&entry, cfg.volume_mode, mounts, facts, guard, probe).and_then(identity) {
             Ok((v, identity)) => found.push(FoundVolume {
                 class: class.to_string(),
                 entry: name.to_string(),
-                host_path: host_path(&cfg.host_dir, name),
+                host_path,
                 capacity_bytes: round_down_pretty(v.bytes),
                 identity,
                 disk: v.disk,
@@ -315,7 +321,8 @@ fn inspect(
     mode: VolumeMode,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
-    guard: &Guard,
+    guard: &Guard<'_>,
+    probe_use: bool,
 ) -> Result<Inspected, SkipReason> {
     let unreadable = |e: HostError| SkipReason::Unreadable(e.to_string());
     let (kind, entry) = resolve_entry(entry).map_err(unreadable)?;
@@ -336,7 +343,7 @@ fn inspect(
         (EntryKind::BlockDevice, _) => {
             let bytes = block_device_capacity(&entry).map_err(unreadable)?;
             let device = block_device_number(&entry).map_err(unreadable)?;
-            let in_use = block_device_in_use(&entry, mounts).map_err(unreadable)?;
+            let in_use = if probe_use { block_device_in_use(&entry, mounts).map_err(unreadable)? } else { None };
             Ok(Inspected { bytes, disk: DiskKey::Block { device }, in_use })
         }
         (EntryKind::Symlink, _) => Err(SkipReason::Symlink),
