@@ -40,9 +40,9 @@ pub enum SkipReason {
     NotMountPoint,
     /// A directory in a Block class.
     DirectoryInBlockClass,
-    /// A symlink to something other than a block device: never followed, since it could
-    /// lead out of the discovery directory.
-    Symlink,
+    /// A symlink to something other than a block device (what it points at is given): never
+    /// followed, since it could lead out of the discovery directory.
+    Symlink(String),
     /// The mount's source is the host itself (its root, a system or discovery directory) or a
     /// kernel filesystem.
     ExposesHost(String),
@@ -64,7 +64,7 @@ impl SkipReason {
             SkipReason::NotUtf8 => "not-utf8",
             SkipReason::NotMountPoint => "not-mount-point",
             SkipReason::DirectoryInBlockClass => "directory-in-block-class",
-            SkipReason::Symlink => "symlink",
+            SkipReason::Symlink(_) => "symlink",
             SkipReason::ExposesHost(_) => "exposes-host",
             SkipReason::NotDirectoryOrBlockDevice => "not-directory-or-block-device",
             SkipReason::Unreadable(_) => "unreadable",
@@ -87,7 +87,7 @@ impl SkipReason {
     pub fn is_safety_refusal(&self) -> bool {
         matches!(
             self,
-            SkipReason::UnsafeRoot(_) | SkipReason::SharedRoot(_) | SkipReason::Symlink | SkipReason::ExposesHost(_)
+            SkipReason::UnsafeRoot(_) | SkipReason::SharedRoot(_) | SkipReason::Symlink(_) | SkipReason::ExposesHost(_)
         )
     }
 }
@@ -107,9 +107,9 @@ impl fmt::Display for SkipReason {
             SkipReason::DirectoryInBlockClass => {
                 write!(f, "directory in a Block class (only block devices can be Block volumes)")
             }
-            SkipReason::Symlink => write!(
+            SkipReason::Symlink(target) => write!(
                 f,
-                "symlink to something other than a block device; directory volumes must be mount points at the entry itself, symlinks are never followed"
+                "symlink to {target}; symlinks are followed only to block devices (mount a directory volume at the entry itself)"
             ),
             SkipReason::ExposesHost(e) => write!(f, "not published: {e}"),
             SkipReason::NotDirectoryOrBlockDevice => write!(f, "neither a directory nor a block device"),
@@ -346,7 +346,7 @@ fn inspect(
             let in_use = if probe_use { block_device_in_use(&entry, mounts).map_err(unreadable)? } else { None };
             Ok(Inspected { bytes, disk: DiskKey::Block { device }, in_use })
         }
-        (EntryKind::Symlink, _) => Err(SkipReason::Symlink),
+        (EntryKind::Symlink, _) => Err(SkipReason::Symlink(describe_link(&entry))),
         (EntryKind::Other, _) => Err(SkipReason::NotDirectoryOrBlockDevice),
     }
 }
@@ -362,5 +362,15 @@ pub fn disk_at(path: &Path, mounts: &MountTable) -> Option<DiskKey> {
         }
         (EntryKind::BlockDevice, entry) => Some(DiskKey::Block { device: block_device_number(&entry).ok()? }),
         _ => None,
+    }
+}
+
+/// What a symlink that is not followed points at, for its skip reason.
+fn describe_link(link: &Path) -> String {
+    let target = std::fs::read_link(link).map(|t| t.display().to_string()).unwrap_or_else(|_| "?".into());
+    match std::fs::metadata(link) {
+        Ok(m) if m.is_dir() => format!("the directory {target}"),
+        Ok(_) => format!("{target}, which is not a block device"),
+        Err(e) => format!("{target}, which cannot be reached ({e})"),
     }
 }

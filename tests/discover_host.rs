@@ -92,7 +92,7 @@ fn discover_reports_real_mounts_and_block_devices() {
         ("vol5-file", "neither a directory nor a block device"),
         ("other", "does not match namePattern"),
         ("disk2-dir", "directory in a Block class"),
-        ("disk3-dangling", "No such file or directory"),
+        ("disk3-dangling", "which cannot be reached (No such file or directory"),
     ] {
         let line = stderr
             .lines()

@@ -84,8 +84,8 @@ fn agent_publishes_only_real_unique_volumes_and_says_why() {
 
     wait_until("the one real volume published", WAIT, || (published_paths(&cp, &prefix) == [ok.clone()]).then_some(()));
     for (text, what) in [
-        ("link-out (class safety-fs) not published: symlink", "a symlink to a mount outside"),
-        ("link-root (class safety-fs) not published: symlink", "a symlink to /"),
+        ("link-out (class safety-fs) not published: symlink to the directory", "a symlink to a mount outside"),
+        ("link-root (class safety-fs) not published: symlink to the directory /;", "a symlink to /"),
         ("parent (class safety-fs) not published", "a bind mount of an ancestor"),
         ("host-root (class safety-fs) not published", "a bind mount of /"),
     ] {
