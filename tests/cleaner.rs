@@ -77,7 +77,7 @@ fn released_filesystem_volume_is_wiped_and_published_again() {
         pv["metadata"]["annotations"]["local-static-provisioner.io/volume-identity"]
             .as_str()
             .unwrap()
-            .starts_with("fs:")
+            .starts_with("v2;fs;")
     );
     assert_eq!(cp.bind_claim("clean-fs-claim", "clean-fs", false), name);
 

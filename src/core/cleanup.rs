@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::naming::{
-    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_STALE, CLEANUP_REQUESTED,
-    FINALIZER_WIPE,
+    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_STALE,
+    CLEANUP_REQUESTED, FINALIZER_WIPE,
 };
 use super::pv::local_path;
 
@@ -42,6 +42,9 @@ pub struct PvState {
     pub class: String,
     /// Recorded volume identity, absent on PVs upstream made.
     pub identity: Option<String>,
+    /// The identity an operator confirmed may be wiped when it cannot be proven to be the
+    /// recorded disk (see core::disk_identity).
+    pub identity_confirmed: Option<String>,
     /// Our volume-missing annotation is set.
     pub flagged_missing: bool,
     /// Our volume-stale annotation is set (PV of an earlier incarnation of the Node).
@@ -68,6 +71,7 @@ impl PvState {
             host_path: local_path(pv).unwrap_or_default().to_string(),
             class: spec.and_then(|s| s.storage_class_name.clone()).unwrap_or_default(),
             identity: ann(ANN_VOLUME_IDENTITY),
+            identity_confirmed: ann(ANN_IDENTITY_CONFIRMED),
             flagged_missing: ann(ANN_VOLUME_MISSING).is_some(),
             flagged_stale: ann(ANN_VOLUME_STALE).is_some(),
         }
@@ -122,6 +126,8 @@ impl std::fmt::Display for Refusal {
 
 /// One cleanup step for the executors.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// A handful of short-lived actions per pass: boxing the PV of `Wipe` would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum CleanupAction {
     /// Put our finalizer on a PV that lacks it (made by upstream or an older version).
     AddFinalizer { name: String },

@@ -3,7 +3,9 @@ use super::*;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::json;
 
-use crate::core::naming::{ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, CLEANUP_REQUESTED, FINALIZER_WIPE};
+use crate::core::naming::{
+    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, ANN_VOLUME_IDENTITY, CLEANUP_REQUESTED, FINALIZER_WIPE,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -28,6 +30,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         host_path: format!("/mnt/disks/{name}"),
         class: "local".to_string(),
         identity: Some(format!("id-{name}")),
+        identity_confirmed: None,
         flagged_missing: false,
         flagged_stale: false,
     }
@@ -693,6 +696,7 @@ fn naming_constants_are_the_documented_strings() {
     assert_eq!(CLEANUP_REQUESTED, "requested");
     assert_eq!(ANN_CLEANUP_RESULT, "local-static-provisioner.io/cleanup-result");
     assert_eq!(ANN_VOLUME_IDENTITY, "local-static-provisioner.io/volume-identity");
+    assert_eq!(ANN_IDENTITY_CONFIRMED, "local-static-provisioner.io/identity-confirmed");
 }
 
 fn full_pv_json() -> serde_json::Value {
@@ -709,7 +713,8 @@ fn full_pv_json() -> serde_json::Value {
                 "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-u1",
                 "local-static-provisioner.io/cleanup": "requested",
                 "local-static-provisioner.io/cleanup-result": "refused: earlier",
-                "local-static-provisioner.io/volume-identity": "wwn-0x5000c500a1b2c3d4"
+                "local-static-provisioner.io/volume-identity": "wwn-0x5000c500a1b2c3d4",
+                "local-static-provisioner.io/identity-confirmed": "v2;fs;uuid=u;ino=2;dev=252:1"
             },
             "labels": {"local-static-provisioner.io/node": "n1"}
         },
@@ -744,6 +749,7 @@ fn from_pv_extracts_every_field() {
             host_path: "/mnt/fast-disks/ssd0".to_string(),
             class: "fast-disks".to_string(),
             identity: Some("wwn-0x5000c500a1b2c3d4".to_string()),
+            identity_confirmed: Some("v2;fs;uuid=u;ino=2;dev=252:1".to_string()),
             flagged_missing: false,
             flagged_stale: false,
         }
@@ -768,6 +774,7 @@ fn from_pv_negative_fields() {
     assert!(!state.cleanup_requested);
     assert_eq!(state.cleanup_result, None);
     assert_eq!(state.identity, None);
+    assert_eq!(state.identity_confirmed, None);
     assert_eq!(state.phase, "Available");
     assert_eq!(state.host_path, "/mnt/fast-disks/ssd0");
     // Not ours yet: adopt it.

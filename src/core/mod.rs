@@ -4,6 +4,7 @@
 pub mod capacity;
 pub mod cleanup;
 pub mod desired;
+pub mod disk_identity;
 pub mod lease;
 pub mod naming;
 pub mod node_cleanup;

@@ -15,6 +15,8 @@ pub const LABEL_NODE: &str = "local-static-provisioner.io/node";
 pub const FINALIZER_WIPE: &str = "local-static-provisioner.io/wipe";
 /// Fingerprint of the disk recorded at publication, checked before every wipe.
 pub const ANN_VOLUME_IDENTITY: &str = "local-static-provisioner.io/volume-identity";
+/// Set by an operator to the identity found, allowing a wipe that identity cannot prove safe.
+pub const ANN_IDENTITY_CONFIRMED: &str = "local-static-provisioner.io/identity-confirmed";
 /// Set (to `requested`) by an administrator to ask for a wipe and recycle of a PV.
 pub const ANN_CLEANUP: &str = "local-static-provisioner.io/cleanup";
 /// Value of ANN_CLEANUP that asks for a wipe.

@@ -12,13 +12,18 @@ use super::cleanup::PvState;
 pub enum DiskCheck {
     /// The disk recorded in the PV's identity annotation is there.
     Same,
+    /// A disk that may be the recorded one is there, and nothing proves it either way (no
+    /// stable device ID, or an unchanged old-format identity by device number or on XFS).
+    /// Re-adopted like `Same`: its wipe will still need proof or an operator's confirmation.
+    Plausible,
     /// A volume is there, and the PV has no recorded identity to compare with (made by
     /// upstream, never adopted by us). Treated as the same disk, as upstream adoption is.
     Unrecorded,
     /// A volume is there, and it is provably not the recorded one.
     Different,
-    /// A volume is there whose identity differs from the recorded one, but the identity is of
-    /// a kind that can change for the same disk (device numbers, XFS): no proof either way.
+    /// A volume is there that cannot be proven to be the recorded disk or another one (no
+    /// stable device ID, or an identity recorded in the old format by device number or on
+    /// XFS): no proof either way (see core::disk_identity).
     Unverified,
     /// Nothing is mounted (or no device exists) at the path.
     Missing,
@@ -29,11 +34,15 @@ impl DiskCheck {
     pub fn describe(self) -> &'static str {
         match self {
             DiskCheck::Same => "the recorded disk is at its path",
+            DiskCheck::Plausible => {
+                "a disk that matches the recorded identity as far as it can tell is at its path (it cannot be \
+                 proven the same disk; a wipe will need an operator's confirmation)"
+            }
             DiskCheck::Unrecorded => "a volume is at its path and the PV recorded no disk identity",
             DiskCheck::Different => "a different disk is at its path",
             DiskCheck::Unverified => {
-                "the disk at its path does not match the recorded identity, which can change for the same \
-                 disk (device number or XFS); it may be the same disk"
+                "the disk at its path can be proven neither the recorded one nor another (no stable device \
+                 ID, or an old-format identity by device number or on XFS); it may be the same disk"
             }
             DiskCheck::Missing => "no volume is at its path",
         }
@@ -64,7 +73,7 @@ pub fn plan_succession(pv: &PvState, check: DiskCheck) -> Option<SuccessionActio
     match check {
         // A PV being deleted is re-adopted too: our cleanup then wipes the disk before the
         // PV goes, as for any other of our PVs.
-        DiskCheck::Same | DiskCheck::Unrecorded => Some(SuccessionAction::Readopt {
+        DiskCheck::Same | DiskCheck::Plausible | DiskCheck::Unrecorded => Some(SuccessionAction::Readopt {
             name: pv.name.clone(),
             resource_version: pv.resource_version.clone(),
             record_identity: check == DiskCheck::Unrecorded,
@@ -106,18 +115,26 @@ mod tests {
         }
     }
 
-    const ALL_CHECKS: [DiskCheck; 4] =
-        [DiskCheck::Same, DiskCheck::Unrecorded, DiskCheck::Different, DiskCheck::Missing];
+    const ALL_CHECKS: [DiskCheck; 6] = [
+        DiskCheck::Same,
+        DiskCheck::Plausible,
+        DiskCheck::Unrecorded,
+        DiskCheck::Different,
+        DiskCheck::Unverified,
+        DiskCheck::Missing,
+    ];
     const PHASES: [(&str, bool); 6] =
         [("Available", false), ("Pending", false), ("", false), ("Bound", true), ("Released", true), ("Failed", true)];
 
     #[test]
     fn same_disk_is_readopted_whatever_the_phase() {
         for (phase, claimed) in PHASES {
-            for deleting in [false, true] {
+            for (deleting, check) in
+                [false, true].into_iter().flat_map(|d| [(d, DiskCheck::Same), (d, DiskCheck::Plausible)])
+            {
                 let mut p = pv(phase, claimed);
                 p.deleting = deleting;
-                let got = plan_succession(&p, DiskCheck::Same);
+                let got = plan_succession(&p, check);
                 assert_eq!(
                     got,
                     Some(SuccessionAction::Readopt {
@@ -238,7 +255,7 @@ mod tests {
                             if matches!(action, Some(SuccessionAction::Flag { .. })) {
                                 assert!(matches!(check, DiskCheck::Different | DiskCheck::Missing));
                             }
-                            if matches!(check, DiskCheck::Same | DiskCheck::Unrecorded) {
+                            if matches!(check, DiskCheck::Same | DiskCheck::Plausible | DiskCheck::Unrecorded) {
                                 assert!(matches!(action, Some(SuccessionAction::Readopt { .. })));
                             }
                         }

@@ -1,93 +1,317 @@
-//! Volume identity: a fingerprint of the disk behind a path, recorded on the PV when it is
-//! published and checked before a wipe, so that a different disk now mounted (or linked) at
-//! the same path is never wiped in its place.
+//! Volume identity on the host: reads what the fingerprint recorded on each PV is made of (see
+//! core::disk_identity for the format and for what proves the same or another disk), so that a
+//! different disk now mounted (or linked) at a volume's path is never wiped in its place.
+//!
+//! - Block-backed filesystem: the stable ID of the device under it (from sysfs: WWID, serial,
+//!   device-mapper or md UUID, loop backing file; a partition adds its number and start), the
+//!   filesystem UUID read from the superblock, and the inode of the volume's root.
+//! - tmpfs: its fsid, which the kernel draws at random for each mount.
+//! - Other filesystems with no block device under them: fsid and root inode (never a proof).
+//! - Block device: its stable ID and size.
+//!
+//! Devices are only ever opened read-only (never `O_EXCL`, never written), and a symlink is
+//! followed only to a block device (see host::volume::resolve_entry).
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, FsType, Statfs, TMPFS_MAGIC, XFS_SUPER_MAGIC};
 
 use super::HostError;
 use super::mountinfo::MountTable;
-use super::volume::{EntryKind, resolve_entry};
+use super::volume::{EntryKind, block_device_capacity, resolve_entry};
+use crate::core::disk_identity::{DiskIdentity, Found, Kind, Verdict, is_present, judge};
 use crate::core::succession::DiskCheck;
 
-/// Fingerprint of the volume at `path` (symlinks followed).
-///
-/// - Filesystem: the filesystem ID from statfs (derived from the filesystem UUID on ext4, xfs,
-///   btrfs and tmpfs, so it survives reboots and device renumbering) and the inode of the
-///   volume's root (different for bind mounts of different directories of one disk).
-/// - Block device: the most stable ID the kernel offers in sysfs (WWID, serial, device-mapper
-///   UUID, loop backing file), with the size; the device number only when none exists.
+/// Fingerprint of the volume at `path`, in the current format (what is recorded on new PVs).
 pub fn volume_identity(path: &Path) -> Result<String, HostError> {
-    let meta = std::fs::metadata(path).map_err(|e| HostError::io("stat", path, e))?;
-    if meta.file_type().is_block_device() {
-        return Ok(block_identity(path, meta.rdev()));
+    found_identity(path, None).map(|f| f.identity)
+}
+
+/// [`volume_identity`] with a mount table already read (saves reading it again for
+/// filesystems whose device is only known from the mount table, like btrfs).
+pub fn volume_identity_in(path: &Path, mounts: &MountTable) -> Result<String, HostError> {
+    found_identity(path, Some(mounts)).map(|f| f.identity)
+}
+
+/// Everything the identity check compares with a recorded identity: the current and the legacy
+/// fingerprint of the volume at `path`, and its filesystem type. The mount table is read only
+/// when needed and not given.
+pub fn found_identity(path: &Path, mounts: Option<&MountTable>) -> Result<Found, HostError> {
+    let (kind, entry) = resolve_entry(path)?;
+    let refuse = |why: &str| Err(HostError::io("identify", &entry, std::io::Error::other(why.to_string())));
+    match kind {
+        EntryKind::BlockDevice => block_found(&entry),
+        EntryKind::Directory => filesystem_found(&entry, mounts),
+        EntryKind::Symlink => refuse("a symlink to something other than a block device is never followed"),
+        EntryKind::Other => refuse("neither a directory nor a block device"),
     }
-    let st = nix::sys::statfs::statfs(path).map_err(|e| HostError::io("statfs", path, e))?;
-    // fsid has no public accessor in nix; its Debug form is stable ("fsid_t { __val: [a, b] }").
-    let fsid = format!("{:?}", st.filesystem_id());
-    let fsid: String = fsid.chars().filter(|c| c.is_ascii_digit() || *c == ',' || *c == '-').collect();
-    Ok(format!("fs:fsid={fsid};ino={}", meta.ino()))
 }
 
 /// Whether the volume recorded as `recorded` is still at `path`: a mounted directory or a
-/// block device, with the same identity when one was recorded. Any error counts as absent.
+/// block device that may be the recorded disk (proven the same, or unproven with nothing
+/// contradicting it; see core::disk_identity::is_present). Any error counts as absent.
 pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> bool {
     let here = match resolve_entry(path) {
         Ok((EntryKind::Directory, resolved)) => mounts.is_mount_point(&resolved),
         Ok((EntryKind::BlockDevice, _)) => true,
         _ => false,
     };
-    here && recorded.is_none_or(|r| volume_identity(path).is_ok_and(|found| found == r))
+    here && recorded.is_none_or(|r| found_identity(path, Some(mounts)).is_ok_and(|found| is_present(r, &found)))
 }
 
-/// What is at a predecessor PV's path compared with the disk it recorded (see core::succession).
-/// A mismatch counts as a different disk only when the identity cannot change across a reboot
-/// for the same disk; otherwise it is `Unverified`, which never leads to releasing a claim.
+/// What is at a predecessor PV's path compared with the disk it recorded (see core::succession):
+/// `Different` only when proven; `Plausible` when nothing proves either way but everything
+/// that can be compared matches; `Unverified` when the identity cannot tell.
 pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> DiskCheck {
     if !volume_present(path, None, mounts) {
         return DiskCheck::Missing;
     }
     let Some(recorded) = recorded else { return DiskCheck::Unrecorded };
-    let Ok(found) = volume_identity(path) else { return DiskCheck::Unverified };
-    if found == recorded {
-        return DiskCheck::Same;
-    }
-    let fs_type = resolve_entry(path).ok().and_then(|(_, p)| mounts.get(&p).map(|m| m.fs_type.clone()));
-    if mismatch_proves_another_disk(recorded, &found, fs_type.as_deref()) {
-        DiskCheck::Different
-    } else {
-        DiskCheck::Unverified
+    let Ok(found) = found_identity(path, Some(mounts)) else { return DiskCheck::Unverified };
+    match judge(recorded, &found, None) {
+        Verdict::Same(_) => DiskCheck::Same,
+        Verdict::Different(_) => DiskCheck::Different,
+        Verdict::Unproven { plausible: true, .. } => DiskCheck::Plausible,
+        Verdict::Unproven { plausible: false, .. } => DiskCheck::Unverified,
     }
 }
 
-/// Filesystems whose statfs fsid comes from the filesystem's own UUID (tmpfs: a new one per
-/// mount, and its data does not outlive the mount anyway). XFS and most others derive it from
-/// the device number, which can change when disks enumerate in another order.
-const FSID_FROM_UUID: [&str; 5] = ["ext2", "ext3", "ext4", "btrfs", "tmpfs"];
-
-/// Whether two different identities prove two different disks: block identities from a WWID,
-/// serial, device-mapper UUID or loop file do (the device-number fallback only when the sizes
-/// differ); filesystem identities only on filesystems whose fsid comes from their UUID.
-pub fn mismatch_proves_another_disk(recorded: &str, found: &str, fs_type: Option<&str>) -> bool {
-    let size = |id: &str| id.rsplit_once(";size=").map(|(_, s)| s.to_string());
-    match (recorded.strip_prefix("blk:"), found.strip_prefix("blk:")) {
-        (Some(r), Some(f)) => {
-            let by_number = |id: &str| id.starts_with("dev=");
-            !(by_number(r) || by_number(f)) || size(recorded) != size(found)
-        }
-        // A block device where a filesystem was, or the other way round.
-        (Some(_), None) | (None, Some(_)) => true,
-        (None, None) => fs_type.is_some_and(|t| FSID_FROM_UUID.contains(&t)),
-    }
+fn dev_text(dev: u64) -> String {
+    format!("{}:{}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev))
 }
 
-fn block_identity(path: &Path, rdev: u64) -> String {
-    let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
-    let sys = format!("/sys/dev/block/{major}:{minor}");
-    let read = |rel: &str| {
-        std::fs::read_to_string(format!("{sys}/{rel}")).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+fn block_found(entry: &Path) -> Result<Found, HostError> {
+    let file = File::open(entry).map_err(|e| HostError::io("open", entry, e))?;
+    let meta = file.metadata().map_err(|e| HostError::io("stat", entry, e))?;
+    if !meta.file_type().is_block_device() {
+        return Err(HostError::io("identify", entry, std::io::Error::other("not a block device")));
+    }
+    let rdev = meta.rdev();
+    let size = block_device_capacity(entry)?;
+    let (disk, backing) = stable_id(rdev, Some(&file));
+    let identity = DiskIdentity {
+        kind: Kind::Block,
+        disk,
+        backing,
+        size: Some(size),
+        dev: Some(dev_text(rdev)),
+        ..Default::default()
     };
-    let size = super::volume::block_device_capacity(path).unwrap_or(0);
+    Ok(Found { identity: identity.render(), legacy: legacy_block_identity(rdev, size), fs_type: None })
+}
+
+fn filesystem_found(entry: &Path, mounts: Option<&MountTable>) -> Result<Found, HostError> {
+    let meta = std::fs::symlink_metadata(entry).map_err(|e| HostError::io("lstat", entry, e))?;
+    let st = nix::sys::statfs::statfs(entry).map_err(|e| HostError::io("statfs", entry, e))?;
+    let (legacy_fsid, words) = fsid(&st);
+    let legacy = format!("fs:fsid={legacy_fsid};ino={}", meta.ino());
+    let magic = st.filesystem_type();
+    let mount_type = || mounts.and_then(|m| m.get(entry)).map(|m| m.fs_type.clone());
+    let fs_type = mount_type().unwrap_or_else(|| fs_type_name(magic));
+    let fsid_hex = format!("{:08x}{:08x}", words[0] as u32, words[1] as u32);
+    let mut id = DiskIdentity { ino: Some(meta.ino()), ..Default::default() };
+    if magic == TMPFS_MAGIC {
+        // A random fsid per mount on current kernels; zero on old ones, where it names nothing.
+        id.volatile = (words != [0, 0]).then(|| "tmpfs".to_string());
+        id.fsid = Some(fsid_hex);
+        id.dev = Some(dev_text(meta.dev()));
+    } else if let Some((rdev, device)) = block_device_under(entry, meta.dev(), mounts) {
+        (id.disk, id.backing) = stable_id(rdev, device.as_ref());
+        id.uuid = device.as_ref().and_then(|d| filesystem_uuid(d, magic));
+        id.dev = Some(dev_text(rdev));
+    } else {
+        id.fsid = Some(fsid_hex);
+        id.dev = Some(dev_text(meta.dev()));
+    }
+    Ok(Found { identity: id.render(), legacy, fs_type: Some(fs_type) })
+}
+
+/// The statfs fsid as earlier versions recorded it (`a,b`, the two words in decimal) and as
+/// its two words. nix has no accessor; the Debug form is stable ("fsid_t { __val: [a, b] }").
+fn fsid(st: &Statfs) -> (String, [i32; 2]) {
+    let text = format!("{:?}", st.filesystem_id());
+    let legacy: String = text.chars().filter(|c| c.is_ascii_digit() || *c == ',' || *c == '-').collect();
+    let mut words = legacy.split(',').map(|w| w.parse::<i32>().unwrap_or(0));
+    let words = [words.next().unwrap_or(0), words.next().unwrap_or(0)];
+    (legacy, words)
+}
+
+fn fs_type_name(magic: FsType) -> String {
+    match magic {
+        m if m == EXT4_SUPER_MAGIC => "ext4".to_string(),
+        m if m == XFS_SUPER_MAGIC => "xfs".to_string(),
+        m if m == BTRFS_SUPER_MAGIC => "btrfs".to_string(),
+        m if m == TMPFS_MAGIC => "tmpfs".to_string(),
+        m => format!("fs-{:x}", m.0),
+    }
+}
+
+/// The block device holding the filesystem at `entry`, with a read-only handle on it when its
+/// node can be opened: the filesystem's own device number when it is a block device (ext4,
+/// XFS...), else the mount table's source (btrfs reports an anonymous device number).
+fn block_device_under(entry: &Path, st_dev: u64, mounts: Option<&MountTable>) -> Option<(u64, Option<File>)> {
+    if sys_block(st_dev).exists() {
+        return Some((st_dev, open_device(st_dev, None)));
+    }
+    let read;
+    let table = match mounts {
+        Some(t) => t,
+        None => {
+            read = MountTable::read().ok()?;
+            &read
+        }
+    };
+    let source = PathBuf::from(&table.get(entry)?.source);
+    if !source.is_absolute() {
+        return None;
+    }
+    let meta = std::fs::metadata(&source).ok().filter(|m| m.file_type().is_block_device())?;
+    Some((meta.rdev(), open_device(meta.rdev(), Some(&source))))
+}
+
+fn sys_block(dev: u64) -> PathBuf {
+    PathBuf::from(format!("/sys/dev/block/{}", dev_text(dev)))
+}
+
+/// Opens the device node of `dev` read-only: the hint, udev's `/dev/block/M:m`, or
+/// `/dev/<DEVNAME>` from sysfs; only a node that really is that device counts.
+fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
+    let mut candidates: Vec<PathBuf> = hint.map(Path::to_path_buf).into_iter().collect();
+    candidates.push(PathBuf::from(format!("/dev/block/{}", dev_text(dev))));
+    if let Ok(uevent) = std::fs::read_to_string(sys_block(dev).join("uevent"))
+        && let Some(name) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))
+    {
+        candidates.push(Path::new("/dev").join(name));
+    }
+    candidates.into_iter().find_map(|c| {
+        let file = File::open(&c).ok()?;
+        let meta = file.metadata().ok()?;
+        (meta.file_type().is_block_device() && meta.rdev() == dev).then_some(file)
+    })
+}
+
+fn read_attr(dir: &Path, rel: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(rel)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// The stable ID of block device `dev` and, for a loop device, the device number of its
+/// backing file's filesystem. A partition is its disk's ID plus its number and start.
+fn stable_id(dev: u64, node: Option<&File>) -> (Option<String>, Option<String>) {
+    let Ok(dir) = std::fs::canonicalize(sys_block(dev)) else { return (None, None) };
+    if let Some(part) = read_attr(&dir, "partition") {
+        let (Some(start), Some(disk_dir)) = (read_attr(&dir, "start"), dir.parent()) else { return (None, None) };
+        // Loop ioctls on a partition answer for its disk.
+        let (disk, backing) = device_id(disk_dir, node);
+        return (disk.map(|d| format!("{d}/part{part}@{start}")), backing);
+    }
+    device_id(&dir, node)
+}
+
+/// Where the kernel keeps what the hardware or the administrator named a device by, most
+/// specific first: SCSI/ATA WWID, NVMe namespace WWID, serials (SCSI, virtio), device-mapper
+/// UUID (LVM, dm-crypt, multipath), md array UUID.
+const ID_ATTRIBUTES: [(&str, &str); 6] = [
+    ("device/wwid", "wwid"),
+    ("wwid", "wwid"),
+    ("device/serial", "serial"),
+    ("serial", "serial"),
+    ("dm/uuid", "dm"),
+    ("md/uuid", "md"),
+];
+
+fn device_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>) {
+    for (rel, kind) in ID_ATTRIBUTES {
+        if let Some(v) = read_attr(dir, rel) {
+            return (Some(format!("{kind}:{v}")), None);
+        }
+    }
+    if dir.join("loop").is_dir() {
+        return loop_id(dir, node);
+    }
+    (None, None)
+}
+
+/// `struct loop_info64` from linux/loop.h.
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+nix::ioctl_read_bad!(loop_get_status64, 0x4C05, LoopInfo64);
+
+/// A loop device is the file behind it: its path, offset and size limit, and its inode (so a
+/// file replaced at the same path is another disk); the device number of the filesystem
+/// holding it is returned apart, since that number can change across reboots.
+fn loop_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>) {
+    let Some(node) = node else { return (None, None) };
+    // SAFETY: an all-zero loop_info64 is valid (plain integers and byte arrays).
+    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+    // SAFETY: LOOP_GET_STATUS64 writes one loop_info64 through the pointer, valid for the call.
+    if unsafe { loop_get_status64(node.as_raw_fd(), &mut info) }.is_err() {
+        return (None, None);
+    }
+    let path = read_attr(dir, "loop/backing_file")
+        .map(|p| p.strip_suffix(" (deleted)").map(str::to_string).unwrap_or(p))
+        .or_else(|| {
+            let name = info.lo_file_name.split(|b| *b == 0).next().unwrap_or_default();
+            Some(String::from_utf8_lossy(name).into_owned()).filter(|n| !n.is_empty())
+        });
+    let Some(path) = path else { return (None, None) };
+    let limit = if info.lo_sizelimit > 0 { format!("+{}", info.lo_sizelimit) } else { String::new() };
+    let disk = format!("loop:{path}@{}{limit}#{}", info.lo_offset, info.lo_inode);
+    (Some(disk), Some(dev_text(info.lo_device)))
+}
+
+/// The UUID in the superblock of the filesystem of type `magic` on `device`, read with
+/// ordinary buffered reads (coherent with what the kernel and mkfs write through the device).
+fn filesystem_uuid(device: &File, magic: FsType) -> Option<String> {
+    let read = |offset: u64, len: usize| {
+        let mut buf = vec![0u8; len];
+        device.read_exact_at(&mut buf, offset).ok().map(|_| buf)
+    };
+    let uuid: Vec<u8> = if magic == EXT4_SUPER_MAGIC {
+        // ext2/3/4: superblock at 1024, s_magic 0xEF53 (LE) at 0x38, s_uuid at 0x68.
+        let sb = read(1024, 0x78)?;
+        (u16::from_le_bytes([sb[0x38], sb[0x39]]) == 0xEF53).then(|| sb[0x68..0x78].to_vec())?
+    } else if magic == XFS_SUPER_MAGIC {
+        // XFS: "XFSB" at 0, sb_uuid at 32.
+        let sb = read(0, 48)?;
+        (&sb[0..4] == b"XFSB").then(|| sb[32..48].to_vec())?
+    } else if magic == BTRFS_SUPER_MAGIC {
+        // btrfs: superblock at 64 KiB, fsid at 0x20, magic "_BHRfS_M" at 0x40.
+        let sb = read(65536, 0x48)?;
+        (&sb[0x40..0x48] == b"_BHRfS_M").then(|| sb[0x20..0x30].to_vec())?
+    } else {
+        return None;
+    };
+    if uuid.iter().all(|b| *b == 0) {
+        return None;
+    }
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
+}
+
+/// A block device's identity as versions before the `v2` format recorded it: the most stable
+/// ID sysfs offered then, or the device number, with the size. Kept byte for byte so PVs they
+/// recorded can still be compared.
+fn legacy_block_identity(rdev: u64, size: u64) -> String {
+    let sys = sys_block(rdev);
+    let read = |rel: &str| read_attr(&sys, rel);
     let stable = read("device/wwid")
         .map(|v| format!("wwid={v}"))
         .or_else(|| read("wwid").map(|v| format!("wwid={v}")))
@@ -96,33 +320,13 @@ fn block_identity(path: &Path, rdev: u64) -> String {
         .or_else(|| read("loop/backing_file").map(|v| format!("loop={v}@{}", read("loop/offset").unwrap_or_default())));
     match stable {
         Some(id) => format!("blk:{id};size={size}"),
-        None => format!("blk:dev={major}:{minor};size={size}"),
+        None => format!("blk:dev={};size={size}", dev_text(rdev)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_stable_identities_prove_a_different_disk() {
-        let fs_a = "fs:fsid=1,2;ino=2";
-        let fs_b = "fs:fsid=3,4;ino=2";
-        assert!(mismatch_proves_another_disk(fs_a, fs_b, Some("ext4")));
-        assert!(mismatch_proves_another_disk(fs_a, fs_b, Some("tmpfs")));
-        // XFS derives its fsid from the device number: a renumbered disk looks different.
-        assert!(!mismatch_proves_another_disk(fs_a, fs_b, Some("xfs")));
-        assert!(!mismatch_proves_another_disk(fs_a, fs_b, None));
-        let wwid_a = "blk:wwid=naa.1;size=100";
-        let wwid_b = "blk:wwid=naa.2;size=100";
-        assert!(mismatch_proves_another_disk(wwid_a, wwid_b, None));
-        let dev_a = "blk:dev=8:16;size=100";
-        let dev_b = "blk:dev=8:32;size=100";
-        assert!(!mismatch_proves_another_disk(dev_a, dev_b, None));
-        assert!(!mismatch_proves_another_disk(dev_a, "blk:serial=x;size=100", None));
-        assert!(mismatch_proves_another_disk(dev_a, "blk:dev=8:16;size=200", None));
-        assert!(mismatch_proves_another_disk(fs_a, wwid_a, Some("ext4")));
-    }
 
     #[test]
     fn directories_on_one_filesystem_differ_by_root_inode() {
@@ -132,9 +336,57 @@ mod tests {
         std::fs::create_dir_all(&a).unwrap();
         std::fs::create_dir_all(&b).unwrap();
         let ia = volume_identity(&a).unwrap();
-        assert!(ia.starts_with("fs:fsid="), "{ia}");
+        assert!(ia.starts_with("v2;fs;"), "{ia}");
         assert_ne!(ia, volume_identity(&b).unwrap());
         assert_eq!(ia, volume_identity(&a).unwrap(), "identity is stable");
+        let found = found_identity(&a, None).unwrap();
+        assert!(found.legacy.starts_with("fs:fsid="), "{}", found.legacy);
+        assert_eq!(
+            judge(&ia, &found_identity(&b, None).unwrap(), None),
+            judge(&found.identity, &found_identity(&b, None).unwrap(), None)
+        );
+        assert!(!matches!(judge(&ia, &found_identity(&b, None).unwrap(), None), Verdict::Same(_)));
+    }
+
+    #[test]
+    fn symlinks_to_directories_have_no_identity() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("real"), tmp.path().join("link")).unwrap();
+        assert!(volume_identity(&tmp.path().join("link")).is_err());
+        std::fs::write(tmp.path().join("file"), b"x").unwrap();
+        assert!(volume_identity(&tmp.path().join("file")).is_err());
+    }
+
+    fn image(offset: u64, bytes: &[(u64, &[u8])]) -> (tempfile::NamedTempFile, File) {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        f.as_file().set_len(offset + 128 * 1024).unwrap();
+        for (at, data) in bytes {
+            f.as_file().write_all_at(data, *at).unwrap();
+        }
+        let file = File::open(f.path()).unwrap();
+        (f, file)
+    }
+
+    const UUID: [u8; 16] =
+        [0x0b, 0x6c, 0x9a, 0x5e, 0x11, 0x11, 0x42, 0x22, 0x83, 0x33, 0x44, 0x44, 0x55, 0x55, 0x66, 0x66];
+    const UUID_TEXT: &str = "0b6c9a5e-1111-4222-8333-444455556666";
+
+    #[test]
+    fn superblock_uuids_are_read_where_each_filesystem_keeps_them() {
+        let (_t, ext) = image(0, &[(1024 + 0x38, &[0x53, 0xEF]), (1024 + 0x68, &UUID)]);
+        assert_eq!(filesystem_uuid(&ext, EXT4_SUPER_MAGIC).as_deref(), Some(UUID_TEXT));
+        assert_eq!(filesystem_uuid(&ext, XFS_SUPER_MAGIC), None, "only the mounted type's superblock is read");
+        let (_t, xfs) = image(0, &[(0, b"XFSB"), (32, &UUID)]);
+        assert_eq!(filesystem_uuid(&xfs, XFS_SUPER_MAGIC).as_deref(), Some(UUID_TEXT));
+        let (_t, btrfs) = image(0, &[(65536 + 0x40, b"_BHRfS_M"), (65536 + 0x20, &UUID)]);
+        assert_eq!(filesystem_uuid(&btrfs, BTRFS_SUPER_MAGIC).as_deref(), Some(UUID_TEXT));
+        let (_t, blank) = image(0, &[]);
+        for magic in [EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC] {
+            assert_eq!(filesystem_uuid(&blank, magic), None);
+        }
+        let (_t, zero_uuid) = image(0, &[(0, b"XFSB")]);
+        assert_eq!(filesystem_uuid(&zero_uuid, XFS_SUPER_MAGIC), None, "an all-zero UUID names nothing");
     }
 
     #[test]
@@ -154,10 +406,12 @@ mod tests {
         let umount = |p: &Path| assert!(std::process::Command::new("umount").arg(p).status().unwrap().success());
         mount(&p);
         let first = volume_identity(&p).unwrap();
+        assert!(first.contains(";volatile=tmpfs;"), "{first}");
         umount(&p);
         mount(&p);
-        let second = volume_identity(&p).unwrap();
+        let second = found_identity(&p, None).unwrap();
         umount(&p);
-        assert_ne!(first, second, "a different disk at the same path must not look the same");
+        assert_ne!(first, second.identity, "a different disk at the same path must not look the same");
+        assert!(matches!(judge(&first, &second, None), Verdict::Different(_)));
     }
 }

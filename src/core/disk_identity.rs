@@ -1,0 +1,822 @@
+//! Disk identity: the fingerprint recorded on a PV (annotation
+//! `local-static-provisioner.io/volume-identity`) and the decision whether the disk found at
+//! its path now is provably that disk. Pure: `host::identity` reads the components.
+//!
+//! Format (version 2), components in this order, absent ones left out, values percent-encoded:
+//!
+//! ```text
+//! v2;fs;disk=<stable device id>;backing=<M:m>;uuid=<superblock uuid>;ino=<root inode>;dev=<M:m>
+//! v2;fs;fsid=<statfs fsid>;volatile=tmpfs;ino=<root inode>;dev=<M:m>      (tmpfs)
+//! v2;fs;fsid=<statfs fsid>;ino=<root inode>;dev=<M:m>                     (no device under it)
+//! v2;blk;disk=<stable device id>;backing=<M:m>;size=<bytes>;dev=<M:m>
+//! ```
+//!
+//! - `disk` names the device by what the hardware or the administrator gave it, never by a
+//!   number the kernel assigns: `wwid:`, `serial:`, `dm:` (device-mapper UUID), `md:`, or
+//!   `loop:<backing file>@<offset>[+<size limit>]#<backing file inode>`; a partition is its
+//!   disk's id followed by `/part<N>@<start sector>`.
+//! - `backing` is the device number of the filesystem holding a loop device's backing file.
+//! - `uuid` is read from the filesystem's own superblock (ext2/3/4, XFS, btrfs).
+//! - `volatile=tmpfs` marks an fsid the kernel draws at random for each mount: it names that
+//!   mount, whose data does not outlive it.
+//! - `dev` (the device number) is informational: it proves nothing either way, since disks
+//!   enumerate in another order after a reboot.
+//!
+//! Proof of the same disk needs a stable component that matches: `disk` (plus `uuid`, `ino`,
+//! `backing` and `size` where recorded), or a volatile fsid (plus `ino`). Proof of another disk
+//! needs a stable component that differs. Anything else is unproven, and a wipe then waits for
+//! an operator's confirmation (annotation `local-static-provisioner.io/identity-confirmed`
+//! set to exactly the identity found).
+//!
+//! Identities recorded by earlier versions (`fs:fsid=<a>,<b>;ino=<n>`, `blk:wwid=..;size=<n>`,
+//! `blk:dev=<M:m>;size=<n>`...) are compared with the same legacy computation of the disk found
+//! now: a filesystem one proves only where its fsid comes from the filesystem UUID (ext2/3/4,
+//! btrfs, tmpfs), a block one only when it holds a stable id rather than a device number.
+
+use std::fmt::Write as _;
+
+/// First field of every identity in the current format.
+pub const FORMAT: &str = "v2";
+
+/// Filesystems whose statfs fsid (what legacy `fs:` identities hold) comes from the filesystem
+/// UUID or, for tmpfs, is drawn at random per mount. XFS and most others derive it from the
+/// device number, which can change for the same disk and stay for another one.
+pub const LEGACY_FSID_FROM_UUID: [&str; 5] = ["ext2", "ext3", "ext4", "btrfs", "tmpfs"];
+
+/// What kind of volume an identity describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kind {
+    /// A mounted filesystem (a Filesystem volume).
+    #[default]
+    Filesystem,
+    /// A block device (a Block volume).
+    Block,
+}
+
+/// A parsed identity in the current format.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DiskIdentity {
+    /// Filesystem or block device.
+    pub kind: Kind,
+    /// Stable id of the device (see the module documentation).
+    pub disk: Option<String>,
+    /// Device number of the filesystem holding a loop device's backing file.
+    pub backing: Option<String>,
+    /// Filesystem UUID from the superblock.
+    pub uuid: Option<String>,
+    /// statfs fsid, for filesystems with no block device under them.
+    pub fsid: Option<String>,
+    /// The fsid is drawn at random per mount by this filesystem type (tmpfs).
+    pub volatile: Option<String>,
+    /// Inode of the volume's root directory.
+    pub ino: Option<u64>,
+    /// Size of a block device in bytes.
+    pub size: Option<u64>,
+    /// Device number (`major:minor`), informational.
+    pub dev: Option<String>,
+}
+
+impl DiskIdentity {
+    /// The annotation value.
+    pub fn render(&self) -> String {
+        let mut out = format!("{FORMAT};{}", if self.kind == Kind::Block { "blk" } else { "fs" });
+        let mut add = |key: &str, value: Option<&str>| {
+            if let Some(v) = value {
+                let _ = write!(out, ";{key}={}", escape(v));
+            }
+        };
+        add("disk", self.disk.as_deref());
+        add("backing", self.backing.as_deref());
+        add("uuid", self.uuid.as_deref());
+        add("fsid", self.fsid.as_deref());
+        add("volatile", self.volatile.as_deref());
+        add("ino", self.ino.map(|n| n.to_string()).as_deref());
+        add("size", self.size.map(|n| n.to_string()).as_deref());
+        add("dev", self.dev.as_deref());
+        out
+    }
+
+    /// Parses a current-format identity; `None` for anything else (legacy, unknown, damaged),
+    /// including unknown or repeated components, so nothing unread is taken as compared.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut fields = text.split(';');
+        if fields.next()? != FORMAT {
+            return None;
+        }
+        let kind = match fields.next()? {
+            "fs" => Kind::Filesystem,
+            "blk" => Kind::Block,
+            _ => return None,
+        };
+        let mut id = DiskIdentity { kind, ..Default::default() };
+        for field in fields {
+            let (key, raw) = field.split_once('=')?;
+            let value = unescape(raw)?;
+            let number = || value.parse::<u64>().ok().filter(|_| value.bytes().all(|b| b.is_ascii_digit()));
+            let slot_was_empty = match key {
+                "disk" => id.disk.replace(value.clone()).is_none(),
+                "backing" => id.backing.replace(value.clone()).is_none(),
+                "uuid" => id.uuid.replace(value.clone()).is_none(),
+                "fsid" => id.fsid.replace(value.clone()).is_none(),
+                "volatile" => id.volatile.replace(value.clone()).is_none(),
+                "ino" => id.ino.replace(number()?).is_none(),
+                "size" => id.size.replace(number()?).is_none(),
+                "dev" => id.dev.replace(value.clone()).is_none(),
+                _ => return None,
+            };
+            if !slot_was_empty {
+                return None;
+            }
+        }
+        // Re-rendering must give the same text: one spelling per identity, so string equality
+        // (used for confirmations) means component equality.
+        (id.render() == text).then_some(id)
+    }
+}
+
+/// Percent-encodes everything but a conservative set, so values never contain the separators
+/// and the identity can be pasted into a shell command inside single quotes.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"._:/@+#,-".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+fn unescape(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// What the host found at a volume's path now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Found {
+    /// The identity in the current format.
+    pub identity: String,
+    /// The identity as earlier versions computed it, for PVs they recorded.
+    pub legacy: String,
+    /// The filesystem type (`ext4`, `xfs`...), none for a block device.
+    pub fs_type: Option<String>,
+}
+
+/// How the same disk was established.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// The current identity's stable components match.
+    Identity,
+    /// A legacy identity of a kind that cannot match another disk matches.
+    Legacy,
+    /// Nothing proved it, and an operator confirmed exactly the identity found.
+    Confirmed,
+}
+
+/// Whether the disk found is the recorded one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Proven the same disk (or confirmed by an operator).
+    Same(Proof),
+    /// Proven another disk (or another filesystem, directory or mount); the reason says which.
+    Different(String),
+    /// No proof either way. `plausible`: nothing found contradicts it being the recorded disk
+    /// (for presence: a volume that may well be this one is there).
+    Unproven { reason: String, plausible: bool },
+}
+
+/// Compares the recorded identity with what was found. `confirmed` is the operator's
+/// confirmation annotation: it turns an unproven verdict into `Same(Confirmed)` only when it
+/// equals the identity found now, and never overrides a proven difference.
+pub fn judge(recorded: &str, found: &Found, confirmed: Option<&str>) -> Verdict {
+    match judge_unconfirmed(recorded, found) {
+        Verdict::Unproven { .. } if confirmed == Some(found.identity.as_str()) => Verdict::Same(Proof::Confirmed),
+        verdict => verdict,
+    }
+}
+
+/// Whether a volume that may be the recorded one is there: proven the same, or unproven with
+/// nothing contradicting it. A proven difference, or a weak identity (device number only) that
+/// differs, counts as absent.
+pub fn is_present(recorded: &str, found: &Found) -> bool {
+    matches!(judge(recorded, found, None), Verdict::Same(_) | Verdict::Unproven { plausible: true, .. })
+}
+
+fn judge_unconfirmed(recorded: &str, found: &Found) -> Verdict {
+    if let Some(r) = DiskIdentity::parse(recorded) {
+        return match DiskIdentity::parse(&found.identity) {
+            Some(f) => judge_current(&r, &f),
+            None => Verdict::Unproven {
+                reason: format!("the identity found, {:?}, cannot be read", found.identity),
+                plausible: false,
+            },
+        };
+    }
+    if recorded.starts_with("fs:") || recorded.starts_with("blk:") {
+        return judge_legacy(recorded, found);
+    }
+    Verdict::Unproven {
+        reason: format!("the recorded identity {recorded:?} is in a format this agent does not know"),
+        plausible: recorded == found.identity || recorded == found.legacy,
+    }
+}
+
+fn kind_word(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Filesystem => "a filesystem",
+        Kind::Block => "a block device",
+    }
+}
+
+fn both<'a, T: PartialEq + ?Sized>(r: Option<&'a T>, f: Option<&'a T>) -> Option<(&'a T, &'a T)> {
+    r.zip(f)
+}
+
+fn judge_current(r: &DiskIdentity, f: &DiskIdentity) -> Verdict {
+    let different = |why: String| Verdict::Different(why);
+    if r.kind != f.kind {
+        return different(format!("{} is there, where {} was recorded", kind_word(f.kind), kind_word(r.kind)));
+    }
+    // A tmpfs names its mount: another fsid is another mount, and its data went with the old one.
+    match (&r.volatile, &f.volatile) {
+        (Some(kind), Some(_)) => {
+            if r.fsid.is_none() || f.fsid.is_none() {
+                return Verdict::Unproven {
+                    reason: format!("the {kind} mount's ID was not recorded"),
+                    plausible: false,
+                };
+            }
+            if r.fsid != f.fsid {
+                return different(format!(
+                    "another {kind} mount (fsid {} recorded, {} found); the recorded one was unmounted and its data went with it",
+                    r.fsid.as_deref().unwrap_or("-"),
+                    f.fsid.as_deref().unwrap_or("-")
+                ));
+            }
+            if r.ino != f.ino {
+                return different(format!("another directory of the same {kind} mount"));
+            }
+            return Verdict::Same(Proof::Identity);
+        }
+        (Some(kind), None) => {
+            return different(format!(
+                "the recorded {kind} mount is gone (its data went with it); another filesystem is there"
+            ));
+        }
+        (None, Some(kind)) => return different(format!("a {kind} mount is there, not the recorded filesystem")),
+        (None, None) => {}
+    }
+    if let Some((a, b)) = both(r.disk.as_deref(), f.disk.as_deref())
+        && a != b
+    {
+        return different(format!("the device is another one (recorded {a}, found {b})"));
+    }
+    if let Some((a, b)) = both(r.uuid.as_deref(), f.uuid.as_deref())
+        && a != b
+    {
+        return different(format!("another filesystem is there (UUID {a} recorded, {b} found)"));
+    }
+    let disk_matches = both(r.disk.as_deref(), f.disk.as_deref()).is_some();
+    let uuid_matches = both(r.uuid.as_deref(), f.uuid.as_deref()).is_some();
+    if let Some((a, b)) = both(r.ino.as_ref(), f.ino.as_ref())
+        && a != b
+        && (disk_matches || uuid_matches)
+    {
+        return different(format!(
+            "another directory of the same filesystem is mounted there (root inode {a} recorded, {b} found)"
+        ));
+    }
+    if disk_matches {
+        let unproven = |reason: String| Verdict::Unproven { reason, plausible: true };
+        if r.uuid.is_some() != f.uuid.is_some() {
+            return unproven(match &r.uuid {
+                Some(u) => format!("the filesystem UUID (recorded {u}) cannot be read now"),
+                None => "no filesystem UUID was recorded, and one is there now".to_string(),
+            });
+        }
+        if r.backing != f.backing {
+            return unproven(format!(
+                "the loop device's backing file is on a filesystem with another device number (recorded {}, found {})",
+                r.backing.as_deref().unwrap_or("none"),
+                f.backing.as_deref().unwrap_or("none")
+            ));
+        }
+        if r.size != f.size {
+            return unproven(format!(
+                "the device's size changed (recorded {}, found {})",
+                r.size.map_or("none".to_string(), |s| s.to_string()),
+                f.size.map_or("none".to_string(), |s| s.to_string())
+            ));
+        }
+        return Verdict::Same(Proof::Identity);
+    }
+    let reason = match (&r.disk, &f.disk) {
+        (None, None) if r.fsid.is_some() || f.fsid.is_some() => {
+            "no block device is under this filesystem and it has no per-mount ID, so nothing names the disk".to_string()
+        }
+        (None, None) => "the device has no stable ID (WWID, serial, device-mapper or md UUID, loop backing file), so a copy of the disk would look the same".to_string(),
+        (None, Some(_)) => "the recorded identity names no stable device ID, so a copy of the disk would look the same".to_string(),
+        (Some(d), None) => format!("no stable device ID can be read for the device there now (recorded {d})"),
+        (Some(_), Some(_)) => unreachable!("compared above"),
+    };
+    let eq_where_both = |a: Option<&u64>, b: Option<&u64>| both(a, b).is_none_or(|(a, b)| a == b);
+    let inode_and_size =
+        eq_where_both(r.ino.as_ref(), f.ino.as_ref()) && eq_where_both(r.size.as_ref(), f.size.as_ref());
+    // The best component both sides have decides whether the disk there may be the recorded one.
+    let plausible = if uuid_matches {
+        inode_and_size
+    } else if let Some((a, b)) = both(r.fsid.as_deref(), f.fsid.as_deref()) {
+        a == b && inode_and_size
+    } else if let Some((a, b)) = both(r.dev.as_deref(), f.dev.as_deref()) {
+        a == b && inode_and_size && r.uuid.is_none() && f.uuid.is_none()
+    } else {
+        false
+    };
+    Verdict::Unproven { reason, plausible }
+}
+
+/// The size part of a legacy block identity.
+fn legacy_size(id: &str) -> Option<&str> {
+    id.rsplit_once(";size=").map(|(_, s)| s)
+}
+
+fn judge_legacy(recorded: &str, found: &Found) -> Verdict {
+    let (r_blk, f_blk) = (recorded.starts_with("blk:"), found.legacy.starts_with("blk:"));
+    if r_blk != f_blk {
+        let word = |blk: bool| if blk { "a block device" } else { "a filesystem" };
+        return Verdict::Different(format!("{} is there, where {} was recorded", word(f_blk), word(r_blk)));
+    }
+    let equal = recorded == found.legacy;
+    if r_blk {
+        let by_number = |id: &str| id.starts_with("blk:dev=");
+        if !(by_number(recorded) || by_number(&found.legacy)) {
+            return if equal {
+                Verdict::Same(Proof::Legacy)
+            } else {
+                Verdict::Different(format!(
+                    "the device is another one (recorded {recorded}, found {} in the old format)",
+                    found.legacy
+                ))
+            };
+        }
+        if !equal && legacy_size(recorded) != legacy_size(&found.legacy) {
+            return Verdict::Different(format!(
+                "a device of another size is there (recorded {recorded}, found {})",
+                found.legacy
+            ));
+        }
+        return Verdict::Unproven {
+            reason: "the identity was recorded in the old format by device number only, which another disk can have"
+                .to_string(),
+            plausible: equal,
+        };
+    }
+    let fs_type = found.fs_type.as_deref().unwrap_or("unknown");
+    // A zero fsid (tmpfs on older kernels, some other filesystems) names nothing.
+    let zero_fsid = recorded.starts_with("fs:fsid=0,0;");
+    if LEGACY_FSID_FROM_UUID.contains(&fs_type) && !zero_fsid {
+        return if equal {
+            Verdict::Same(Proof::Legacy)
+        } else {
+            Verdict::Different(format!(
+                "another {fs_type} filesystem or directory is there (recorded {recorded}, found {} in the old format)",
+                found.legacy
+            ))
+        };
+    }
+    Verdict::Unproven {
+        reason: format!(
+            "the identity was recorded in the old format, whose filesystem ID for {fs_type} comes from the device number, not from the disk"
+        ),
+        plausible: equal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fs(disk: Option<&str>, uuid: Option<&str>, ino: u64, dev: &str) -> DiskIdentity {
+        DiskIdentity {
+            kind: Kind::Filesystem,
+            disk: disk.map(String::from),
+            uuid: uuid.map(String::from),
+            ino: Some(ino),
+            dev: Some(dev.to_string()),
+            ..Default::default()
+        }
+    }
+
+    fn blk(disk: Option<&str>, backing: Option<&str>, size: u64, dev: &str) -> DiskIdentity {
+        DiskIdentity {
+            kind: Kind::Block,
+            disk: disk.map(String::from),
+            backing: backing.map(String::from),
+            size: Some(size),
+            dev: Some(dev.to_string()),
+            ..Default::default()
+        }
+    }
+
+    fn tmpfs(fsid: Option<&str>, ino: u64) -> DiskIdentity {
+        DiskIdentity {
+            fsid: fsid.map(String::from),
+            volatile: Some("tmpfs".into()),
+            ino: Some(ino),
+            dev: Some("0:39".into()),
+            ..Default::default()
+        }
+    }
+
+    fn found(id: &DiskIdentity) -> Found {
+        Found { identity: id.render(), legacy: "fs:fsid=9,9;ino=9".into(), fs_type: Some("ext4".into()) }
+    }
+
+    fn verdict(r: &DiskIdentity, f: &DiskIdentity) -> Verdict {
+        judge(&r.render(), &found(f), None)
+    }
+
+    /// Same / Different / Unproven(plausible) / Unproven(implausible), for tables.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum V {
+        Same,
+        Diff,
+        Plausible,
+        Doubt,
+    }
+
+    fn short(v: &Verdict) -> V {
+        match v {
+            Verdict::Same(_) => V::Same,
+            Verdict::Different(_) => V::Diff,
+            Verdict::Unproven { plausible: true, .. } => V::Plausible,
+            Verdict::Unproven { plausible: false, .. } => V::Doubt,
+        }
+    }
+
+    const WWID: &str = "wwid:naa.5000c500a1b2c3d4";
+    const SERIAL: &str = "serial:BTWA1234";
+    const LOOP: &str = "loop:/var/disks/a.img@0#131";
+    const U1: &str = "0b6c9a5e-1111-4222-8333-444455556666";
+    const U2: &str = "7d1e0000-aaaa-4bbb-8ccc-dddddddddddd";
+
+    #[test]
+    fn current_format_table() {
+        let cases: Vec<(&str, DiskIdentity, DiskIdentity, V)> = vec![
+            (
+                "same disk, filesystem, directory",
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                V::Same,
+            ),
+            (
+                "same disk renumbered after a reboot",
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                fs(Some(WWID), Some(U1), 2, "8:32"),
+                V::Same,
+            ),
+            (
+                "clone with the same UUID on another disk",
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                fs(Some(SERIAL), Some(U1), 2, "8:16"),
+                V::Diff,
+            ),
+            (
+                "filesystem remade on the same disk",
+                fs(Some(WWID), Some(U1), 128, "8:16"),
+                fs(Some(WWID), Some(U2), 128, "8:16"),
+                V::Diff,
+            ),
+            (
+                "another directory of the same disk",
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                fs(Some(WWID), Some(U1), 12, "8:16"),
+                V::Diff,
+            ),
+            (
+                "another directory, same UUID, no device id",
+                fs(None, Some(U1), 2, "8:16"),
+                fs(None, Some(U1), 12, "8:16"),
+                V::Diff,
+            ),
+            ("another UUID, no device id", fs(None, Some(U1), 2, "8:16"), fs(None, Some(U2), 2, "8:16"), V::Diff),
+            (
+                "no device id, same UUID: a clone looks the same",
+                fs(None, Some(U1), 2, "252:1"),
+                fs(None, Some(U1), 2, "252:2"),
+                V::Plausible,
+            ),
+            (
+                "no device id and no UUID, same number",
+                fs(None, None, 2, "252:1"),
+                fs(None, None, 2, "252:1"),
+                V::Plausible,
+            ),
+            (
+                "no device id and no UUID, another number",
+                fs(None, None, 2, "252:1"),
+                fs(None, None, 2, "252:2"),
+                V::Doubt,
+            ),
+            (
+                "device id recorded, none readable now",
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                fs(None, Some(U1), 2, "8:16"),
+                V::Plausible,
+            ),
+            (
+                "device id found, none recorded",
+                fs(None, Some(U1), 2, "8:16"),
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                V::Plausible,
+            ),
+            (
+                "same disk, UUID not readable now",
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                fs(Some(WWID), None, 2, "8:16"),
+                V::Plausible,
+            ),
+            (
+                "same disk, unknown filesystem both times",
+                fs(Some(WWID), None, 2, "8:16"),
+                fs(Some(WWID), None, 2, "8:16"),
+                V::Same,
+            ),
+            ("block, same disk", blk(Some(WWID), None, 100, "8:16"), blk(Some(WWID), None, 100, "8:48"), V::Same),
+            ("block, another disk", blk(Some(WWID), None, 100, "8:16"), blk(Some(SERIAL), None, 100, "8:16"), V::Diff),
+            (
+                "block, same disk resized",
+                blk(Some(WWID), None, 100, "8:16"),
+                blk(Some(WWID), None, 200, "8:16"),
+                V::Plausible,
+            ),
+            (
+                "block, loop file on a renumbered filesystem",
+                blk(Some(LOOP), Some("8:1"), 100, "7:0"),
+                blk(Some(LOOP), Some("8:17"), 100, "7:3"),
+                V::Plausible,
+            ),
+            (
+                "block, loop file reattached elsewhere",
+                blk(Some(LOOP), Some("8:1"), 100, "7:0"),
+                blk(Some(LOOP), Some("8:1"), 100, "7:3"),
+                V::Same,
+            ),
+            ("block, number only, same", blk(None, None, 100, "8:16"), blk(None, None, 100, "8:16"), V::Plausible),
+            (
+                "block, number only, another number",
+                blk(None, None, 100, "8:16"),
+                blk(None, None, 100, "8:32"),
+                V::Doubt,
+            ),
+            ("block, number only, another size", blk(None, None, 100, "8:16"), blk(None, None, 200, "8:16"), V::Doubt),
+            (
+                "block where a filesystem was",
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                blk(Some(WWID), None, 100, "8:16"),
+                V::Diff,
+            ),
+            (
+                "filesystem where a block device was",
+                blk(Some(WWID), None, 100, "8:16"),
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                V::Diff,
+            ),
+            ("tmpfs, same mount", tmpfs(Some("3741be4d0138e263"), 1), tmpfs(Some("3741be4d0138e263"), 1), V::Same),
+            ("tmpfs remounted", tmpfs(Some("3741be4d0138e263"), 1), tmpfs(Some("620ff0110fd9cb33"), 1), V::Diff),
+            (
+                "tmpfs, another directory",
+                tmpfs(Some("3741be4d0138e263"), 1),
+                tmpfs(Some("3741be4d0138e263"), 5),
+                V::Diff,
+            ),
+            (
+                "tmpfs where a disk was",
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                tmpfs(Some("3741be4d0138e263"), 1),
+                V::Diff,
+            ),
+            (
+                "a disk where a tmpfs was",
+                tmpfs(Some("3741be4d0138e263"), 1),
+                fs(Some(WWID), Some(U1), 2, "8:16"),
+                V::Diff,
+            ),
+            ("tmpfs with no ID recorded", tmpfs(None, 1), tmpfs(None, 1), V::Doubt),
+        ];
+        for (what, r, f, want) in cases {
+            let got = verdict(&r, &f);
+            assert_eq!(short(&got), want, "{what}: {} vs {} -> {got:?}", r.render(), f.render());
+            assert_eq!(short(&verdict(&f, &r)), want, "{what} (reversed)");
+        }
+    }
+
+    #[test]
+    fn filesystems_with_no_device_under_them_are_never_proven() {
+        let nfs = |fsid: &str, ino| DiskIdentity {
+            fsid: Some(fsid.into()),
+            ino: Some(ino),
+            dev: Some("0:52".into()),
+            ..Default::default()
+        };
+        assert_eq!(short(&verdict(&nfs("aa", 2), &nfs("aa", 2))), V::Plausible);
+        assert_eq!(short(&verdict(&nfs("aa", 2), &nfs("bb", 2))), V::Doubt);
+        assert_eq!(short(&verdict(&nfs("aa", 2), &nfs("aa", 3))), V::Doubt);
+        let Verdict::Unproven { reason, .. } = verdict(&nfs("aa", 2), &nfs("aa", 2)) else { panic!() };
+        assert!(reason.contains("no block device"), "{reason}");
+    }
+
+    /// Every combination of components, recorded against found: the verdict follows the rules
+    /// in the module documentation, is symmetric, ignores device numbers for proof, and a
+    /// confirmation only ever settles an unproven verdict for exactly the identity found.
+    #[test]
+    fn exhaustive_rules_over_every_combination() {
+        let disks = [None, Some(WWID), Some(SERIAL)];
+        let uuids = [None, Some(U1), Some(U2)];
+        let devs = ["8:16", "8:32"];
+        let mut all = Vec::new();
+        for d in disks {
+            for dev in devs {
+                for u in uuids {
+                    for ino in [2, 3] {
+                        all.push(fs(d, u, ino, dev));
+                    }
+                }
+                for backing in [None, Some("8:1"), Some("8:2")] {
+                    for size in [100, 200] {
+                        all.push(blk(d, backing, size, dev));
+                    }
+                }
+            }
+        }
+        for s in ["aa", "bb"] {
+            for ino in [1, 2] {
+                all.push(tmpfs(Some(s), ino));
+            }
+        }
+        for r in &all {
+            assert_eq!(DiskIdentity::parse(&r.render()).as_ref(), Some(r), "round trip {}", r.render());
+            for f in &all {
+                let got = verdict(r, f);
+                let ctx = format!("{} vs {} -> {got:?}", r.render(), f.render());
+                let pair = |a: &Option<String>, b: &Option<String>| a.as_ref().zip(b.as_ref()).map(|(a, b)| a == b);
+                let (disk, uuid) = (pair(&r.disk, &f.disk), pair(&r.uuid, &f.uuid));
+                let volatile = r.volatile.is_some() || f.volatile.is_some();
+                let proven_different = r.kind != f.kind
+                    || r.volatile.is_some() != f.volatile.is_some()
+                    || (volatile && (r.fsid != f.fsid || r.ino != f.ino))
+                    || disk == Some(false)
+                    || uuid == Some(false)
+                    || (r.ino != f.ino && (disk == Some(true) || uuid == Some(true)));
+                assert_eq!(matches!(got, Verdict::Different(_)), proven_different, "{ctx}");
+                if matches!(got, Verdict::Same(_)) {
+                    assert!(volatile || disk == Some(true), "proof needs a stable device id: {ctx}");
+                    assert!(r.uuid == f.uuid && r.ino == f.ino && r.size == f.size && r.backing == f.backing, "{ctx}");
+                }
+                if !proven_different && !volatile && disk == Some(true) {
+                    let complete = r.uuid.is_some() == f.uuid.is_some() && r.backing == f.backing && r.size == f.size;
+                    assert_eq!(matches!(got, Verdict::Same(_)), complete, "{ctx}");
+                }
+                assert_eq!(short(&got), short(&verdict(f, r)), "symmetric: {ctx}");
+                let mut renumbered = f.clone();
+                renumbered.dev = Some("259:7".into());
+                let moved = short(&verdict(r, &renumbered));
+                match short(&got) {
+                    V::Plausible | V::Doubt => assert!(matches!(moved, V::Plausible | V::Doubt), "{ctx}"),
+                    v => assert_eq!(moved, v, "device numbers prove nothing: {ctx}"),
+                }
+                if r == f {
+                    assert!(matches!(short(&got), V::Same | V::Plausible), "identical is never doubtful: {ctx}");
+                }
+                // Confirmations.
+                let fd = found(f);
+                let confirmed = judge(&r.render(), &fd, Some(&fd.identity));
+                match &got {
+                    Verdict::Unproven { .. } => assert_eq!(confirmed, Verdict::Same(Proof::Confirmed), "{ctx}"),
+                    v => assert_eq!(&confirmed, v, "{ctx}"),
+                }
+                assert_eq!(
+                    judge(&r.render(), &fd, Some(&r.render())) == got,
+                    r.render() != fd.identity || !matches!(got, Verdict::Unproven { .. }),
+                    "{ctx}"
+                );
+                assert_eq!(judge(&r.render(), &fd, Some("v2;fs;dev=1:1")), got, "{ctx}");
+                assert_eq!(is_present(&r.render(), &fd), matches!(short(&got), V::Same | V::Plausible), "{ctx}");
+            }
+        }
+    }
+
+    fn legacy(recorded: &str, found_legacy: &str, fs_type: Option<&str>) -> Verdict {
+        let f = Found {
+            identity: fs(Some(WWID), Some(U1), 2, "8:16").render(),
+            legacy: found_legacy.to_string(),
+            fs_type: fs_type.map(String::from),
+        };
+        judge(recorded, &f, None)
+    }
+
+    #[test]
+    fn legacy_identities_keep_working() {
+        let ext = "fs:fsid=-1282380397,1234;ino=2";
+        let other = "fs:fsid=77,88;ino=2";
+        let cases = [
+            ("ext4 unchanged", ext, ext, Some("ext4"), V::Same),
+            ("ext3 unchanged", ext, ext, Some("ext3"), V::Same),
+            ("btrfs unchanged", ext, ext, Some("btrfs"), V::Same),
+            ("tmpfs unchanged", ext, ext, Some("tmpfs"), V::Same),
+            ("ext4 another filesystem", ext, other, Some("ext4"), V::Diff),
+            ("tmpfs remounted", ext, other, Some("tmpfs"), V::Diff),
+            ("xfs unchanged: fsid is the device number", ext, ext, Some("xfs"), V::Plausible),
+            ("xfs another device number", ext, other, Some("xfs"), V::Doubt),
+            ("unknown type", ext, ext, None, V::Plausible),
+            ("zero fsid names nothing", "fs:fsid=0,0;ino=1", "fs:fsid=0,0;ino=1", Some("tmpfs"), V::Plausible),
+            ("block where a filesystem was", ext, "blk:wwid=naa.1;size=100", None, V::Diff),
+            ("filesystem where a block device was", "blk:wwid=naa.1;size=100", ext, Some("ext4"), V::Diff),
+            ("wwid unchanged", "blk:wwid=naa.1;size=100", "blk:wwid=naa.1;size=100", None, V::Same),
+            ("serial unchanged", "blk:serial=X;size=100", "blk:serial=X;size=100", None, V::Same),
+            ("loop unchanged", "blk:loop=/a.img@0;size=100", "blk:loop=/a.img@0;size=100", None, V::Same),
+            ("another wwid", "blk:wwid=naa.1;size=100", "blk:wwid=naa.2;size=100", None, V::Diff),
+            ("wwid now a serial", "blk:wwid=naa.1;size=100", "blk:serial=X;size=100", None, V::Diff),
+            ("device number unchanged", "blk:dev=8:16;size=100", "blk:dev=8:16;size=100", None, V::Plausible),
+            ("another device number", "blk:dev=8:16;size=100", "blk:dev=8:32;size=100", None, V::Doubt),
+            ("device number, another size", "blk:dev=8:16;size=100", "blk:dev=8:16;size=200", None, V::Diff),
+            ("device number now a serial", "blk:dev=8:16;size=100", "blk:serial=X;size=100", None, V::Doubt),
+        ];
+        for (what, r, f, t, want) in cases {
+            let got = legacy(r, f, t);
+            assert_eq!(short(&got), want, "{what}: {got:?}");
+            if want == V::Same {
+                assert_eq!(got, Verdict::Same(Proof::Legacy), "{what}");
+            }
+        }
+        // A confirmation settles an unproven legacy identity too, for the identity found now.
+        let f =
+            Found { identity: "v2;fs;uuid=x;ino=128;dev=7:1".into(), legacy: ext.into(), fs_type: Some("xfs".into()) };
+        assert_eq!(judge(ext, &f, Some("v2;fs;uuid=x;ino=128;dev=7:1")), Verdict::Same(Proof::Confirmed));
+        assert_eq!(short(&judge(ext, &f, Some(ext))), V::Plausible, "confirming the old record is not enough");
+    }
+
+    #[test]
+    fn unknown_and_damaged_records_are_unproven() {
+        let f = found(&fs(Some(WWID), Some(U1), 2, "8:16"));
+        for bad in [
+            "wwn-0x5000c500a1b2c3d4",
+            "",
+            "v3;fs;uuid=a",
+            "v2;fs;bogus=1",
+            "v2;fs;ino=2;ino=2",
+            "v2;fs;ino=x",
+            "v2;tape",
+        ] {
+            assert_eq!(short(&judge(bad, &f, None)), V::Doubt, "{bad:?}");
+        }
+        // Equal strings in an unknown format are at least plausibly the same.
+        let weird = Found { identity: "v9;fs;x".into(), ..f.clone() };
+        assert_eq!(short(&judge("v9;fs;x", &weird, None)), V::Plausible);
+        assert_eq!(judge("v9;fs;x", &weird, Some("v9;fs;x")), Verdict::Same(Proof::Confirmed));
+    }
+
+    #[test]
+    fn values_are_escaped_and_spelled_one_way() {
+        let id = DiskIdentity {
+            kind: Kind::Block,
+            disk: Some("loop:/var/lib/my disks/a;b=c%d'e\u{e9}.img@512+1024#77".into()),
+            backing: Some("8:1".into()),
+            size: Some(4096),
+            dev: Some("7:3".into()),
+            ..Default::default()
+        };
+        let text = id.render();
+        assert_eq!(
+            text,
+            "v2;blk;disk=loop:/var/lib/my%20disks/a%3Bb%3Dc%25d%27e%C3%A9.img@512+1024#77;backing=8:1;size=4096;dev=7:3"
+        );
+        assert_eq!(DiskIdentity::parse(&text), Some(id));
+        for other in [
+            "v2;blk;disk=a%3bb;size=1", // lower-case escape: not the canonical spelling
+            "v2;blk;size=1;disk=a",     // order
+            "v2;blk;disk=a%ZZ",         // bad escape
+            "v2;blk;disk=a%C3",         // not UTF-8
+            "v2;blk;size=+1",           // not canonical number
+            "v2;fs;uuid=a;=b",          // empty key
+        ] {
+            assert_eq!(DiskIdentity::parse(other), None, "{other}");
+        }
+        let plain = fs(Some(WWID), Some(U1), 2, "8:16").render();
+        assert_eq!(plain, format!("v2;fs;disk={WWID};uuid={U1};ino=2;dev=8:16"));
+    }
+}
