@@ -1,7 +1,9 @@
 //! The cleaner executor: runs the wipes the cleanup planner asks for, each in the background
 //! with a concurrency limit and a timeout that scales with the volume's size, and finishes the
 //! PV (delete it, or drop our finalizer) only after the wipe succeeded. Before wiping it checks
-//! that the path still holds the very disk that was published.
+//! that the path still holds the very disk that was published (core::disk_identity): a disk
+//! proven to be another is never wiped, and one that cannot be proven the same waits for an
+//! operator's confirmation of exactly the identity found.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,15 +12,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, mpsc};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::{Cluster, pv_reference};
 use crate::config::{BlockCleanMethod, ClassConfig};
 use crate::core::cleanup::{AfterWipe, PvState};
-use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
-use crate::host::identity::volume_identity;
+use crate::core::disk_identity::{Proof, Verdict, judge};
+use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, FINALIZER_WIPE};
+use crate::host::identity::found_identity;
 use crate::host::mountinfo::MountTable;
-use crate::host::volume::{EntryKind, block_device_capacity, entry_kind, resolve_entry};
+use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, resolve_entry};
 use crate::host::wipe_block::{BlockMethod, builtin_for_upstream_script, run_cleaner_command, wipe_block};
 use crate::host::wipe_fs::{FsWipeError, wipe_filesystem};
 use crate::metrics::Metrics;
@@ -37,11 +40,18 @@ pub struct CleanerOptions {
 /// Why a wipe did not complete.
 #[derive(Debug, thiserror::Error)]
 pub enum WipeError {
-    /// The disk at the path is not the one that was published: never wipe it.
+    /// The disk at the path is provably not the one that was published: never wipe it.
     #[error(
-        "volume identity mismatch at {path}: PV recorded {recorded:?}, found {found:?}; a different disk sits at this path"
+        "volume identity mismatch at {path}: {reason}. PV recorded {recorded:?}, found {found:?}; a different disk sits at this path and is not wiped. Put the PV's own disk back at this path to have it wiped"
     )]
-    IdentityMismatch { path: PathBuf, recorded: String, found: String },
+    IdentityMismatch { path: PathBuf, recorded: String, found: String, reason: String },
+    /// Nothing proves that the disk at the path is the one that was published (no stable
+    /// device ID, or an identity recorded in the old format that cannot tell): not wiped until
+    /// an operator confirms exactly the identity found.
+    #[error(
+        "volume identity unproven at {host_path}: {reason}. If the disk there is the one PV {pv} used (check on the node with `lsblk -o NAME,SERIAL,WWN,UUID,MOUNTPOINTS` and its files), allow the wipe with: kubectl annotate pv {pv} --overwrite {ANN_IDENTITY_CONFIRMED}='{found}' (recorded: {recorded:?})"
+    )]
+    IdentityUnproven { host_path: String, pv: String, recorded: String, found: String, reason: String },
     /// The PV cannot be mapped to a path this agent sees.
     #[error("{0}")]
     Unmapped(String),
@@ -63,7 +73,13 @@ pub enum WipeError {
 impl WipeError {
     /// Refusals that will not go away by retrying soon: they wait for an operator.
     fn is_refusal(&self) -> bool {
-        matches!(self, WipeError::IdentityMismatch { .. } | WipeError::Unmapped(_) | WipeError::Refused(_))
+        matches!(
+            self,
+            WipeError::IdentityMismatch { .. }
+                | WipeError::IdentityUnproven { .. }
+                | WipeError::Unmapped(_)
+                | WipeError::Refused(_)
+        )
     }
 }
 
@@ -105,8 +121,13 @@ pub struct Cleaner {
     cluster: Cluster,
     opts: CleanerOptions,
     permits: Arc<Semaphore>,
-    running: BTreeMap<String, Arc<AtomicBool>>,
+    /// Wipes in flight: their cancel flag and the confirmation annotation they started with.
+    running: BTreeMap<String, (Arc<AtomicBool>, Option<String>)>,
     backoff: BTreeMap<String, (Instant, Duration)>,
+    /// PVs refused because their identity is unproven, with the confirmation they were refused
+    /// with: they are not reported busy, so a new confirmation is acted on at the next pass,
+    /// but `start` skips them until that annotation changes or their backoff ends.
+    awaiting: BTreeMap<String, Awaiting>,
     done_tx: mpsc::UnboundedSender<WipeOutcome>,
     metrics: Metrics,
 }
@@ -120,8 +141,16 @@ impl Cleaner {
     ) -> (Self, mpsc::UnboundedReceiver<WipeOutcome>) {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
-        let cleaner =
-            Cleaner { cluster, opts, permits, running: BTreeMap::new(), backoff: BTreeMap::new(), done_tx, metrics };
+        let cleaner = Cleaner {
+            cluster,
+            opts,
+            permits,
+            running: BTreeMap::new(),
+            backoff: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
+            done_tx,
+            metrics,
+        };
         (cleaner, done_rx)
     }
 
@@ -134,13 +163,21 @@ impl Cleaner {
 
     /// When the next backed-off wipe may be retried, so the loop can wake up for it.
     pub fn next_retry(&self) -> Option<Instant> {
-        self.backoff.values().map(|(until, _)| *until).min()
+        self.backoff.values().map(|(until, _)| *until).chain(self.awaiting.values().map(|a| a.until)).min()
     }
 
-    /// Starts wiping in the background.
+    /// Starts wiping in the background, unless the PV was refused for an unproven identity
+    /// and nothing changed since (same confirmation annotation, backoff not over).
     pub fn start(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget) {
+        if let Some(waiting) = self.awaiting.get(&pv.uid) {
+            if waiting.confirmed == pv.identity_confirmed && Instant::now() < waiting.until {
+                debug!(pv = %pv.name, "disk identity unproven and not confirmed (again); not wiping");
+                return;
+            }
+            info!(pv = %pv.name, confirmed = ?pv.identity_confirmed, "checking the disk identity again");
+        }
         let cancel = Arc::new(AtomicBool::new(false));
-        self.running.insert(pv.uid.clone(), cancel.clone());
+        self.running.insert(pv.uid.clone(), (cancel.clone(), pv.identity_confirmed.clone()));
         let task = WipeTask {
             cluster: self.cluster.clone(),
             opts: self.opts.clone(),
@@ -162,7 +199,18 @@ impl Cleaner {
 
     /// Records a finished wipe; failures back off (longer for refusals) before a retry.
     pub fn finished(&mut self, outcome: &WipeOutcome) {
-        self.running.remove(&outcome.uid);
+        let confirmed = self.running.remove(&outcome.uid).and_then(|(_, confirmed)| confirmed);
+        if let Err(WipeError::IdentityUnproven { .. }) = &outcome.result {
+            let backoff = match self.awaiting.get(&outcome.uid) {
+                Some(last) => (last.backoff * 2).min(Duration::from_secs(1800)),
+                None => Duration::from_secs(300),
+            };
+            let until = Instant::now() + backoff;
+            self.awaiting.insert(outcome.uid.clone(), Awaiting { confirmed, until, backoff });
+            self.backoff.remove(&outcome.uid);
+            return;
+        }
+        self.awaiting.remove(&outcome.uid);
         if let Err(e) = &outcome.result {
             let base = if e.is_refusal() { Duration::from_secs(300) } else { Duration::from_secs(10) };
             let next = match self.backoff.get(&outcome.uid) {
@@ -178,12 +226,13 @@ impl Cleaner {
     /// Forgets the backoff of a PV that changed (for example a new cleanup request).
     pub fn forget_backoff(&mut self, uid: &str) {
         self.backoff.remove(uid);
+        self.awaiting.remove(uid);
     }
 
     /// Asks every running wipe to stop (shutdown). The PVs stay as they are; the wipes are
     /// done again from the start after the restart.
     pub fn cancel_all(&self) -> usize {
-        for c in self.running.values() {
+        for (c, _) in self.running.values() {
             c.store(true, Ordering::Relaxed);
         }
         self.running.len()
@@ -193,6 +242,15 @@ impl Cleaner {
     pub fn running(&self) -> usize {
         self.running.len()
     }
+}
+
+/// A PV whose wipe was refused for an unproven disk identity.
+struct Awaiting {
+    /// The confirmation annotation it was refused with.
+    confirmed: Option<String>,
+    /// When to check again even without a new confirmation (the disk may have been swapped).
+    until: Instant,
+    backoff: Duration,
 }
 
 struct WipeTask {
@@ -214,7 +272,10 @@ impl WipeTask {
         let (name, path) = (self.pv.name.as_str(), self.target.path.clone());
         let reference = pv_reference(name);
         let started = Instant::now();
-        let result = self.wipe().await;
+        // Until the entry is examined, the class's mode stands in for the metrics.
+        let mut mode =
+            if matches!(self.target.class.volume_mode, crate::config::VolumeMode::Block) { "block" } else { "fs" };
+        let result = self.wipe(&mut mode).await;
         let elapsed = started.elapsed();
         match &result {
             Ok((mode, bytes)) => {
@@ -224,10 +285,10 @@ impl WipeTask {
                 self.cluster.event(&reference, false, "VolumeCleaned", "Wipe", note).await;
             }
             Err(e) => {
-                self.metrics.wipe_finished(self.mode_guess(), false, elapsed, 0);
+                self.metrics.wipe_finished(mode, false, elapsed, 0);
                 warn!(pv = name, path = %path.display(), error = %e, "wipe failed; the PV is left as it is");
-                let note = format!("Error cleaning PV {name:?}: {e}");
-                self.cluster.event(&reference, true, "VolumeFailedDelete", "Wipe", note.clone()).await;
+                let note = event_note(format!("Error cleaning PV {name:?}: {e}"));
+                self.cluster.event(&reference, true, "VolumeFailedDelete", "Wipe", note).await;
                 let result_ann = serde_json::json!({ ANN_CLEANUP_RESULT: format!("failed: {e}") });
                 let _ = self.cluster.patch_pv_metadata(name, None, serde_json::json!({}), result_ann, None).await;
             }
@@ -241,32 +302,19 @@ impl WipeTask {
         Ok(())
     }
 
-    fn mode_guess(&self) -> &'static str {
-        match entry_kind(&self.target.path) {
-            Ok(EntryKind::BlockDevice) => "block",
-            _ => "fs",
-        }
-    }
-
-    /// Checks identity, then wipes. Returns the mode ("fs" or "block") and the bytes wiped.
-    async fn wipe(&self) -> Result<(&'static str, u64), WipeError> {
+    /// Checks identity, then wipes. Returns the mode ("fs" or "block") and the bytes wiped;
+    /// `mode` is set as soon as the entry is known, for the metrics of a failure.
+    async fn wipe(&self, mode: &mut &'static str) -> Result<(&'static str, u64), WipeError> {
         let path = self.target.path.clone();
         let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
-        let found = volume_identity(&path).map_err(|e| failed(&e))?;
-        match &self.pv.identity {
-            Some(recorded) if *recorded != found => {
-                return Err(WipeError::IdentityMismatch { path, recorded: recorded.clone(), found });
-            }
-            Some(_) => {}
-            None => {
-                warn!(pv = %self.pv.name, path = %path.display(), "PV has no recorded volume identity (made by upstream?); wiping what is at its path")
-            }
-        }
+        let (pv, at) = (self.pv.clone(), path.clone());
+        let checked = tokio::task::spawn_blocking(move || check_volume(&pv, &at))
+            .await
+            .map_err(|e| WipeError::Failed(format!("identity check task failed: {e}")))??;
         let reference = pv_reference(&self.pv.name);
-        match entry_kind(&path).map_err(|e| failed(&e))? {
-            EntryKind::Directory => {
-                let (_, root) = resolve_entry(&path).map_err(|e| failed(&e))?;
-                let size = crate::host::volume::filesystem_capacity(&root).map_err(|e| failed(&e))?;
+        match checked {
+            Checked::Filesystem { root, size } => {
+                *mode = "fs";
                 let note = format!("Starting cleanup of Filesystem PV {:?} at {}", self.pv.name, path.display());
                 self.cluster.event(&reference, false, "VolumeDelete", "Wipe", note).await;
                 let cancel = self.cancel.clone();
@@ -283,8 +331,8 @@ impl WipeTask {
                     .await?;
                 Ok(("fs", stats.bytes_freed))
             }
-            EntryKind::BlockDevice => {
-                let size = block_device_capacity(&path).map_err(|e| failed(&e))?;
+            Checked::Block { size } => {
+                *mode = "block";
                 let method = match (self.target.class.block_clean_method, &self.target.class.block_cleaner_command) {
                     (Some(m), _) => Ok(builtin(m)),
                     (None, cmd) if !cmd.is_empty() && Path::new(&cmd[0]).exists() => Err(cmd.clone()),
@@ -320,13 +368,6 @@ impl WipeTask {
                     }
                 }
                 Ok(("block", size))
-            }
-            EntryKind::Symlink => Err(WipeError::Refused(format!(
-                "{} is a symlink to something other than a block device; it is never followed",
-                path.display()
-            ))),
-            EntryKind::Other => {
-                Err(WipeError::Refused(format!("{} is neither a directory nor a block device", path.display())))
             }
         }
     }
@@ -389,5 +430,111 @@ fn builtin(m: BlockCleanMethod) -> BlockMethod {
         BlockCleanMethod::Quick => BlockMethod::Quick,
         BlockCleanMethod::Discard => BlockMethod::Discard,
         BlockCleanMethod::Zero => BlockMethod::Zero,
+    }
+}
+
+/// The API refuses an Event whose note is over 1 KiB, and the event would be lost: longer notes
+/// are cut (the full text is in the PV's cleanup-result annotation).
+fn event_note(mut note: String) -> String {
+    const LIMIT: usize = 1024;
+    const CUT: &str = " [...]";
+    if note.len() > LIMIT {
+        let mut end = LIMIT - CUT.len();
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str(CUT);
+    }
+    note
+}
+
+/// What the wipe found at the volume's path, after the identity check.
+enum Checked {
+    /// A mounted filesystem: its root (canonical parent + entry name) and size in bytes.
+    Filesystem { root: PathBuf, size: u64 },
+    /// A block device (the path, or a symlink to it) and its size in bytes.
+    Block { size: u64 },
+}
+
+/// The blocking part of a wipe's preparation: what the entry is (a symlink is followed only to
+/// a block device), whether the disk there is the recorded one, and its size.
+fn check_volume(pv: &PvState, path: &Path) -> Result<Checked, WipeError> {
+    let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
+    let (kind, resolved) = resolve_entry(path).map_err(|e| failed(&e))?;
+    match kind {
+        EntryKind::Directory | EntryKind::BlockDevice => {}
+        EntryKind::Symlink => {
+            return Err(WipeError::Refused(format!(
+                "{} is a symlink to something other than a block device; it is never followed",
+                path.display()
+            )));
+        }
+        EntryKind::Other => {
+            return Err(WipeError::Refused(format!("{} is neither a directory nor a block device", path.display())));
+        }
+    }
+    let found = found_identity(path, None).map_err(|e| failed(&e))?;
+    match &pv.identity {
+        Some(recorded) => match judge(recorded, &found, pv.identity_confirmed.as_deref()) {
+            Verdict::Same(Proof::Confirmed) => {
+                warn!(pv = %pv.name, path = %path.display(), identity = %found.identity, "disk identity unproven but confirmed by an operator; wiping")
+            }
+            Verdict::Same(_) => {}
+            Verdict::Different(reason) => {
+                return Err(WipeError::IdentityMismatch {
+                    path: path.to_path_buf(),
+                    recorded: recorded.clone(),
+                    found: found.identity,
+                    reason,
+                });
+            }
+            Verdict::Unproven { reason, .. } => {
+                return Err(WipeError::IdentityUnproven {
+                    host_path: pv.host_path.clone(),
+                    pv: pv.name.clone(),
+                    recorded: recorded.clone(),
+                    found: found.identity,
+                    reason,
+                });
+            }
+        },
+        None => {
+            warn!(pv = %pv.name, path = %path.display(), "PV has no recorded volume identity (made by upstream?); wiping what is at its path")
+        }
+    }
+    Ok(match kind {
+        EntryKind::BlockDevice => Checked::Block { size: block_device_capacity(path).map_err(|e| failed(&e))? },
+        _ => Checked::Filesystem { size: filesystem_capacity(&resolved).map_err(|e| failed(&e))?, root: resolved },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_notes_fit_the_api_limit() {
+        assert_eq!(event_note("short".into()), "short");
+        let exact = "x".repeat(1024);
+        assert_eq!(event_note(exact.clone()), exact);
+        let long = format!("{}\u{e9}{}", "a".repeat(1017), "b".repeat(100));
+        let cut = event_note(long);
+        assert!(cut.len() <= 1024 && cut.ends_with(" [...]"), "{}", cut.len());
+    }
+
+    #[test]
+    fn unproven_refusals_say_what_to_check_and_the_command() {
+        let e = WipeError::IdentityUnproven {
+            host_path: "/mnt/disks/vol1".into(),
+            pv: "local-pv-1a2b3c4d".into(),
+            recorded: "v2;fs;uuid=u;ino=2;dev=252:1".into(),
+            found: "v2;fs;uuid=u;ino=2;dev=252:2".into(),
+            reason: "the device has no stable ID".into(),
+        };
+        let text = e.to_string();
+        assert!(text.contains("/mnt/disks/vol1: the device has no stable ID"), "{text}");
+        assert!(text.contains("kubectl annotate pv local-pv-1a2b3c4d --overwrite local-static-provisioner.io/identity-confirmed='v2;fs;uuid=u;ino=2;dev=252:2'"), "{text}");
+        assert!(e.is_refusal());
     }
 }

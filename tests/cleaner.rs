@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use local_static_provisioner::core::naming::pv_name;
 use support::{
-    AgentProcess, ControlPlane, LoopDevice, binary, mount_tmpfs, require_root, run, wait_until, write_config,
+    AgentProcess, ControlPlane, LoopDevice, Mount, binary, mount_tmpfs, require_root, run, wait_until, write_config,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -399,4 +400,183 @@ fn cleanup_requests_recycle_available_and_retained_volumes() {
     assert_eq!(entries(kept_path), 0);
     assert_ne!(cp.pv_state(&pv).unwrap().0, u_kept);
     drop(agent);
+}
+
+fn mount_device(device: &Path, at: &Path) -> Mount {
+    std::fs::create_dir_all(at).unwrap();
+    run(Command::new("mount").arg(device).arg(at));
+    Mount { path: at.to_path_buf() }
+}
+
+/// A zram device: a disk with no WWID, serial or backing file, so nothing but its device
+/// number names it. None when the kernel has no zram.
+struct Zram {
+    id: u32,
+    device: std::path::PathBuf,
+}
+
+impl Zram {
+    fn new(mib: u64) -> Option<Zram> {
+        let control = Path::new("/sys/class/zram-control/hot_add");
+        if !control.exists() {
+            let _ = Command::new("modprobe").args(["zram", "num_devices=0"]).status();
+        }
+        let id: u32 = std::fs::read_to_string(control).ok()?.trim().parse().ok()?;
+        std::fs::write(format!("/sys/block/zram{id}/disksize"), (mib << 20).to_string()).ok()?;
+        let device = std::path::PathBuf::from(format!("/dev/zram{id}"));
+        wait_until("zram device node", Duration::from_secs(10), || device.exists().then_some(()));
+        Some(Zram { id, device })
+    }
+}
+
+impl Drop for Zram {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("/sys/block/zram{}/reset", self.id), "1");
+        let _ = std::fs::write("/sys/class/zram-control/hot_remove", self.id.to_string());
+    }
+}
+
+/// Issue 12: while the agent was down, the disks of two Released PVs were replaced by clones
+/// (same ext4 UUID, same files). The clone on another loop device is provably another disk and
+/// is never wiped. The clone on a device with no stable ID (zram) cannot be told from the
+/// original: its wipe waits, the event says what to check and the exact command to confirm,
+/// and only a confirmation of exactly the identity found lets it proceed.
+#[test]
+fn cloned_disks_swapped_in_while_released_are_refused_until_confirmed() {
+    if !require_root("cloned_disks_swapped_in_while_released_are_refused_until_confirmed") {
+        return;
+    }
+    let zram = Zram::new(64).zip(Zram::new(64));
+    if zram.is_none() {
+        eprintln!("NOTE: no zram in this kernel; only the provably different clone is tested");
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-identity-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-identity", "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let fs_dir = tmp.path().join("fs");
+    let (cloned, noid) = (fs_dir.join("cloned"), fs_dir.join("noid"));
+    let (img_a, img_b) = (tmp.path().join("a.img"), tmp.path().join("b.img"));
+    let disk_a = LoopDevice::new(&img_a, 64);
+    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&disk_a.device));
+    let m_cloned = mount_device(&disk_a.device, &cloned);
+    let uuid = "5b0c2e8e-6c1f-4d7e-9a4b-2f1e0d9c8b7a";
+    let m_noid = zram.as_ref().map(|(original, _)| {
+        run(Command::new("mkfs.ext4").args(["-q", "-F", "-U", uuid]).arg(&original.device));
+        mount_device(&original.device, &noid)
+    });
+    let config = tmp.path().join("config");
+    let class_map = format!("clean-identity:\n  hostDir: {d}\n  mountDir: {d}\n", d = fs_dir.display());
+    write_config(&config, &[("storageClassMap", &class_map)]);
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-1.log"));
+
+    let mut entries_used = vec!["cloned"];
+    if zram.is_some() {
+        entries_used.push("noid");
+    }
+    let mut pvs = BTreeMap::new();
+    for entry in &entries_used {
+        let name = pv_name(entry, node, "clean-identity");
+        wait_until("PV published", WAIT, || cp.pv_state(&name));
+        let claim = format!("identity-{entry}");
+        let bound = cp.bind_claim(&claim, "clean-identity", false);
+        let v = cp.get_json(&["pv", &bound]).unwrap();
+        let path = std::path::PathBuf::from(v["spec"]["local"]["path"].as_str().unwrap());
+        std::fs::write(path.join("tenant"), b"tenant data").unwrap();
+        let uid = v["metadata"]["uid"].as_str().unwrap().to_string();
+        pvs.insert(path, (bound, uid, claim));
+    }
+    drop(agent); // The node goes down.
+
+    // Clones swapped in: byte-for-byte copies, same UUID, same tenant file, plus their own.
+    drop(m_cloned);
+    run(Command::new("cp").arg("--sparse=always").arg(&img_a).arg(&img_b));
+    let disk_b = LoopDevice::new(&img_b, 64);
+    let _m_clone = mount_device(&disk_b.device, &cloned);
+    std::fs::write(cloned.join("clone-only"), b"not yours").unwrap();
+    let _m_noid_clone = zram.as_ref().map(|(original, clone)| {
+        drop(m_noid);
+        run(Command::new("dd")
+            .arg(format!("if={}", original.device.display()))
+            .arg(format!("of={}", clone.device.display()))
+            .args(["bs=1M", "status=none"]));
+        let m = mount_device(&clone.device, &noid);
+        std::fs::write(noid.join("clone-only"), b"not yours").unwrap();
+        m
+    });
+    for (_, _, claim) in pvs.values() {
+        cp.release_claim(claim);
+    }
+    for (pv, _, _) in pvs.values() {
+        wait_until("Released", WAIT, || (cp.pv_state(pv)?.1 == "Released").then_some(()));
+    }
+
+    // The agent comes back; a long settle window keeps the presence check from flagging the
+    // volumes first, so each wipe meets the identity check.
+    let log2 = tmp.path().join("agent-2.log");
+    let agent =
+        AgentProcess::start_with(&config, node, &kubeconfig, &log2, &["--discovery-period", "1s", "--settle", "1h"]);
+    let (pv_cloned, uid_cloned, _) = pvs[&cloned].clone();
+    wait_until("the clone on another device refused", WAIT, || {
+        cp.has_event(&pv_cloned, "VolumeFailedDelete", "identity mismatch").then_some(())
+    });
+    assert!(cp.has_event(&pv_cloned, "VolumeFailedDelete", "the device is another one"));
+
+    if zram.is_some() {
+        let (pv_noid, uid_noid, _) = pvs[&noid].clone();
+        let command =
+            format!("kubectl annotate pv {pv_noid} --overwrite local-static-provisioner.io/identity-confirmed='");
+        wait_until("the unproven clone refused, with the command to confirm", WAIT, || {
+            cp.has_event(&pv_noid, "VolumeFailedDelete", &command).then_some(())
+        });
+        let result = cp.get_json(&["pv", &pv_noid]).unwrap()["metadata"]["annotations"]
+            ["local-static-provisioner.io/cleanup-result"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(result.contains("no stable ID"), "{result}");
+        let found = result.split(&command).nth(1).and_then(|rest| rest.split('\'').next()).unwrap().to_string();
+        assert!(found.starts_with("v2;fs;uuid=") && !found.contains("disk="), "{found}");
+        let recorded = cp.get_json(&["pv", &pv_noid]).unwrap()["metadata"]["annotations"]
+            ["local-static-provisioner.io/volume-identity"]
+            .as_str()
+            .unwrap()
+            .to_string();
+
+        // Confirming anything but the identity found now changes nothing.
+        let annotate = |value: &str| {
+            cp.kubectl_ok(&[
+                "annotate",
+                "pv",
+                &pv_noid,
+                "--overwrite",
+                &format!("local-static-provisioner.io/identity-confirmed={value}"),
+            ])
+        };
+        annotate(&recorded);
+        wait_until("the wrong confirmation checked", WAIT, || {
+            agent.log_text().contains("checking the disk identity again").then_some(())
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(std::fs::read(noid.join("clone-only")).unwrap(), b"not yours");
+        assert_eq!(cp.pv_state(&pv_noid).map(|(u, _)| u), Some(uid_noid.clone()));
+
+        // The operator checked the disk and confirms exactly what was found: it is wiped.
+        annotate(&found);
+        wait_until("the confirmed disk wiped and its PV gone", WAIT, || {
+            (cp.pv_state(&pv_noid).map(|(u, _)| u) != Some(uid_noid.clone())).then_some(())
+        });
+        assert_eq!(entries(&noid), 0, "the confirmed volume is wiped");
+        assert!(cp.has_event(&pv_noid, "VolumeCleaned", "wiped"));
+    }
+
+    // The provably different clone is never wiped, confirmation or not.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(std::fs::read(cloned.join("clone-only")).unwrap(), b"not yours");
+    assert_eq!(std::fs::read(cloned.join("tenant")).unwrap(), b"tenant data");
+    assert_eq!(cp.pv_state(&pv_cloned), Some((uid_cloned, "Released".to_string())));
+    drop(agent);
+    drop(disk_a);
 }
