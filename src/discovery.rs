@@ -11,15 +11,14 @@ use crate::core::capacity::round_down_pretty;
 use crate::core::pattern::NamePattern;
 use crate::core::pv::{FoundVolume, clean_path, host_path};
 use crate::core::volume_safety::{
-    DiskKey, HostAnchor, MountFacts, ProtectedPlace, RootFacts, SENSITIVE_DIRS, SYSTEM_DIRS, exposure, host_anchor,
-    host_area_places, locate, root_problem, shared_roots,
+    DiskKey, HostAnchor, MountFacts, ProtectedPlace, RootFacts, SENSITIVE_DIRS, SYSTEM_DIRS, containing_mount,
+    exposure, host_anchor, host_area_places, locate, root_problem, root_source_problem, shared_roots,
 };
 use crate::host::HostError;
-use crate::host::identity::volume_identity;
+use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
+use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
-use crate::host::volume::{
-    EntryKind, block_device_capacity, block_device_in_use, block_device_number, mounted_dir_capacity, resolve_entry,
-};
+use crate::host::volume::{EntryKind, block_device_capacity, mount_at, mounted_dir_capacity, resolve_entry};
 
 /// Why an entry was not turned into a volume; shown by `discover` and logged by the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,11 +153,16 @@ pub fn scan_with(config: &ProvisionerConfig, mounts: &MountTable, published: &BT
     let (roots, problems) = check_roots(config, &facts);
     let host_dirs: Vec<PathBuf> =
         config.storage_class_map.values().map(|c| PathBuf::from(clean_path(&c.host_dir))).collect();
-    let guard =
-        Guard { places: protected_places(&roots, &facts), anchors: anchors(config, &roots), host_dirs, published };
+    let guard = Guard {
+        places: protected_places(&roots, &facts),
+        anchors: anchors(config, &roots),
+        host_dirs,
+        published,
+        facts: &facts,
+    };
     for (class, cfg) in &config.storage_class_map {
         match (roots.iter().find(|r| r.class == *class), problems.get(class)) {
-            (Some(root), None) => scan_class(class, cfg, &root.resolved, mounts, &facts, &guard, &mut out),
+            (Some(root), None) => scan_class(class, cfg, &root.resolved, mounts, &guard, &mut out),
             (_, Some(reason)) => out.skipped.push(Skipped {
                 class: class.clone(),
                 path: PathBuf::from(&cfg.mount_dir),
@@ -176,6 +180,7 @@ pub fn check_roots(
     config: &ProvisionerConfig,
     facts: &[MountFacts<'_>],
 ) -> (Vec<RootFacts>, BTreeMap<String, SkipReason>) {
+    let host_places = &host_places(facts);
     let mut roots = Vec::new();
     let mut problems = BTreeMap::new();
     for (class, cfg) in &config.storage_class_map {
@@ -189,6 +194,17 @@ pub fn check_roots(
         };
         if let Some(p) = root_problem(&resolved) {
             problems.insert(class.clone(), SkipReason::UnsafeRoot(p));
+            continue;
+        }
+        let source_problem = containing_mount(facts, &resolved).and_then(|m| {
+            let location = locate(facts, &resolved)?;
+            root_source_problem(m, &location, Path::new(&clean_path(&cfg.host_dir)), host_places)
+        });
+        if let Some(p) = source_problem {
+            problems.insert(
+                class.clone(),
+                SkipReason::UnsafeRoot(format!("resolves to {}, which {p}", resolved.display())),
+            );
             continue;
         }
         match std::fs::metadata(&resolved) {
@@ -218,6 +234,7 @@ pub fn check_roots(
 
 /// The facts every entry is checked against.
 struct Guard<'a> {
+    facts: &'a [MountFacts<'a>],
     places: Vec<ProtectedPlace>,
     published: &'a BTreeSet<String>,
     anchors: Vec<HostAnchor>,
@@ -227,6 +244,18 @@ struct Guard<'a> {
 /// The host root, the system directories and every discovery root, located in the mount
 /// table: no volume may contain one (nor lie inside a sensitive one).
 fn protected_places(roots: &[RootFacts], facts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
+    let mut places = host_places(facts);
+    for root in roots {
+        if let Some(location) = root.location.clone() {
+            let what = format!("the discovery directory {} of class {}", root.resolved.display(), root.class);
+            places.push(ProtectedPlace { what, location, no_volume_inside: false });
+        }
+    }
+    places
+}
+
+/// The host root, the system directories and the host's own mounts, located in the mount table.
+fn host_places(facts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
     let mut places = Vec::new();
     for dir in SYSTEM_DIRS {
         let Ok(resolved) = std::fs::canonicalize(dir) else { continue };
@@ -236,12 +265,6 @@ fn protected_places(roots: &[RootFacts], facts: &[MountFacts<'_>]) -> Vec<Protec
         }
     }
     places.extend(host_area_places(facts));
-    for root in roots {
-        if let Some(location) = root.location.clone() {
-            let what = format!("the discovery directory {} of class {}", root.resolved.display(), root.class);
-            places.push(ProtectedPlace { what, location, no_volume_inside: false });
-        }
-    }
     places
 }
 
@@ -255,15 +278,7 @@ fn anchors(config: &ProvisionerConfig, roots: &[RootFacts]) -> Vec<HostAnchor> {
         .collect()
 }
 
-fn scan_class(
-    class: &str,
-    cfg: &ClassConfig,
-    root: &Path,
-    mounts: &MountTable,
-    facts: &[MountFacts<'_>],
-    guard: &Guard<'_>,
-    out: &mut Scan,
-) {
+fn scan_class(class: &str, cfg: &ClassConfig, root: &Path, mounts: &MountTable, guard: &Guard<'_>, out: &mut Scan) {
     let mount_dir = Path::new(&cfg.mount_dir);
     let mut skip = |path: PathBuf, reason| out.skipped.push(Skipped { class: class.to_string(), path, reason });
     let pattern = match NamePattern::parse(&cfg.name_pattern) {
@@ -287,11 +302,12 @@ fn scan_class(
             continue;
         }
         let entry = root.join(name);
-        let identity =
-            |v: Inspected| volume_identity(&entry).map_err(|e| SkipReason::Unreadable(e.to_string())).map(|id| (v, id));
+        let identity = |v: Inspected| {
+            volume_identity_in(&entry, mounts).map_err(|e| SkipReason::Unreadable(e.to_string())).map(|id| (v, id))
+        };
         let host_path = host_path(&cfg.host_dir, name);
         let probe = !guard.published.contains(&host_path);
-        match inspect(&entry, cfg.volume_mode, mounts, facts, guard, probe).and_then(identity) {
+        match inspect(&entry, cfg.volume_mode, mounts, guard, probe).and_then(identity) {
             Ok((v, identity)) => found.push(FoundVolume {
                 class: class.to_string(),
                 entry: name.to_string(),
@@ -320,7 +336,6 @@ fn inspect(
     entry: &Path,
     mode: VolumeMode,
     mounts: &MountTable,
-    facts: &[MountFacts<'_>],
     guard: &Guard<'_>,
     probe_use: bool,
 ) -> Result<Inspected, SkipReason> {
@@ -329,14 +344,15 @@ fn inspect(
     match (kind, mode) {
         (EntryKind::Directory, VolumeMode::Block) => Err(SkipReason::DirectoryInBlockClass),
         (EntryKind::Directory, VolumeMode::Filesystem) => {
-            // The entry itself must be the mount point, at its unresolved name.
-            let mount = mounts.get(&entry).ok_or(SkipReason::NotMountPoint)?;
-            let view = facts.iter().find(|f| f.mount_point == mount.mount_point).ok_or(SkipReason::NotMountPoint)?;
-            if let Some(problem) = exposure(view, &guard.places, &guard.anchors, &guard.host_dirs) {
+            // The entry itself must be the root of the mount visible there, at its unresolved
+            // name (by the kernel's mount ID: covered and stacked mounts are not it).
+            let mount = mount_at(&entry, mounts).map_err(unreadable)?.ok_or(SkipReason::NotMountPoint)?;
+            if let Some(problem) = exposure(&mount.facts(), &guard.places, &guard.anchors, &guard.host_dirs) {
                 return Err(SkipReason::ExposesHost(problem));
             }
             let bytes = mounted_dir_capacity(&entry).map_err(unreadable)?;
-            let disk = DiskKey::Filesystem { device: mount.device.clone(), root: mount.root.clone() };
+            let disk =
+                DiskKey::fs(mount.device.clone(), mount.root.clone()).with_extent(extent(&mount.device, guard.facts));
             Ok(Inspected { bytes, disk, in_use: None })
         }
         // A block device in a Filesystem class is a Filesystem PV that kubelet formats.
@@ -344,7 +360,8 @@ fn inspect(
             let bytes = block_device_capacity(&entry).map_err(unreadable)?;
             let device = block_device_number(&entry).map_err(unreadable)?;
             let in_use = if probe_use { block_device_in_use(&entry, mounts).map_err(unreadable)? } else { None };
-            Ok(Inspected { bytes, disk: DiskKey::Block { device }, in_use })
+            let disk = DiskKey::block(device.clone()).with_extent(extent(&device, guard.facts));
+            Ok(Inspected { bytes, disk, in_use })
         }
         (EntryKind::Symlink, _) => Err(SkipReason::Symlink(describe_link(&entry))),
         (EntryKind::Other, _) => Err(SkipReason::NotDirectoryOrBlockDevice),
@@ -357,10 +374,13 @@ fn inspect(
 pub fn disk_at(path: &Path, mounts: &MountTable) -> Option<DiskKey> {
     match resolve_entry(path).ok()? {
         (EntryKind::Directory, entry) => {
-            let m = mounts.get(&entry)?;
-            Some(DiskKey::Filesystem { device: m.device.clone(), root: m.root.clone() })
+            let m = mount_at(&entry, mounts).ok()??;
+            Some(DiskKey::fs(m.device.clone(), m.root.clone()).with_extent(extent(&m.device, &mounts.facts())))
         }
-        (EntryKind::BlockDevice, entry) => Some(DiskKey::Block { device: block_device_number(&entry).ok()? }),
+        (EntryKind::BlockDevice, entry) => {
+            let device = block_device_number(&entry).ok()?;
+            Some(DiskKey::block(device.clone()).with_extent(extent(&device, &mounts.facts())))
+        }
         _ => None,
     }
 }

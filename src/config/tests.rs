@@ -591,17 +591,19 @@ fn a_key_of_the_wrong_type_is_reported_at_that_key() {
 
 #[test]
 fn acceptable_discovery_roots() {
-    for dir in [
-        "/mnt/disks",
-        "/mnt/disks/",
-        "/mnt//fast/./disks",
-        "/dev/disk/by-id",
-        "/var/lib/local-disks",
-        "/data",
-        "/mnt/proc",
-    ] {
+    for dir in ["/mnt/disks", "/mnt/disks/", "/mnt//fast/./disks", "/var/lib/local-disks", "/data", "/mnt/proc"] {
         let c = ok(&[("storageClassMap", &one_class("local", dir))]).config;
         assert_eq!(c.storage_class_map["local"].host_dir, dir);
+    }
+}
+
+#[test]
+fn discovery_roots_inside_sensitive_host_directories_are_refused() {
+    // /dev/disk/by-id would offer every unmounted disk of the host, data or not; /etc and
+    // kubelet's directory hold the host's own files.
+    for dir in ["/dev/disk/by-id", "/etc/lsp-disks", "/var/lib/kubelet/pods", "/usr/local/disks", "/run/disks"] {
+        let p = problems(&[("storageClassMap", &one_class("local", dir))]);
+        assert!(p.iter().any(|p| p.message.contains("inside the host directory")), "{dir}: {p:?}");
     }
 }
 

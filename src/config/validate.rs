@@ -7,7 +7,7 @@ use std::path::{Component, Path};
 use super::{ACCESS_MODES, Problem, ProvisionerConfig};
 use crate::core::pattern::NamePattern;
 use crate::core::pv::clean_path as normalize;
-use crate::core::volume_safety::SYSTEM_DIRS;
+use crate::core::volume_safety::{SENSITIVE_DIRS, SYSTEM_DIRS};
 
 /// Pseudo-filesystems that hold no volumes at any depth.
 const PSEUDO_FS_ROOTS: [&str; 2] = ["/proc", "/sys"];
@@ -161,6 +161,11 @@ fn dir_problem(dir: &str) -> Option<String> {
     }
     if PSEUDO_FS_ROOTS.iter().any(|root| normal.starts_with(&format!("{root}/"))) {
         return Some(format!("{dir:?} is inside a kernel pseudo-filesystem and cannot hold volumes"));
+    }
+    if let Some(sensitive) = SENSITIVE_DIRS.iter().find(|s| normal.starts_with(&format!("{s}/"))) {
+        return Some(format!(
+            "{dir:?} is inside the host directory {sensitive}, whose contents are the host's own; it cannot hold volumes"
+        ));
     }
     None
 }

@@ -236,9 +236,12 @@ fn plan_disks<'a>(
     observed: &[ObservedPv],
     published_paths: &BTreeMap<&str, &str>,
 ) -> BTreeMap<&'a str, Refusal> {
-    let mut by_device: BTreeMap<&str, Vec<&DesiredPv>> = BTreeMap::new();
+    // Overlapping disks always share a token (device, base disk or file): compare only those.
+    let mut by_token: BTreeMap<String, Vec<&DesiredPv>> = BTreeMap::new();
     for d in desired {
-        by_device.entry(d.disk.device()).or_default().push(d);
+        for t in d.disk.tokens() {
+            by_token.entry(t).or_default().push(d);
+        }
     }
     let recorded: BTreeMap<&str, (&str, &str)> = observed
         .iter()
@@ -250,12 +253,21 @@ fn plan_disks<'a>(
         if published_paths.contains_key(d.host_path.as_str()) {
             continue;
         }
-        let sharing: Vec<&DesiredPv> = by_device[d.disk.device()]
+        let mut sharing: Vec<&DesiredPv> = d
+            .disk
+            .tokens()
             .iter()
+            .flat_map(|t| by_token[t].iter())
             .filter(|o| o.host_path != d.host_path && o.disk.overlaps(&d.disk))
+            // A device the host uses can never be published, so it competes with no one.
+            .filter(|o| o.in_use.is_none() || published_paths.contains_key(o.host_path.as_str()))
             .copied()
             .collect();
-        let reason = if let Some(p) = sharing.iter().find(|o| published_paths.contains_key(o.host_path.as_str())) {
+        sharing.sort_by(|a, b| a.host_path.cmp(&b.host_path));
+        sharing.dedup_by(|a, b| a.host_path == b.host_path);
+        let reason = if let Some(why) = &d.in_use {
+            Some(Refusal::DeviceInUse { why: why.clone() })
+        } else if let Some(p) = sharing.iter().find(|o| published_paths.contains_key(o.host_path.as_str())) {
             Some(Refusal::DiskPublished {
                 pv: published_paths[p.host_path.as_str()].to_string(),
                 path: p.host_path.clone(),
@@ -268,7 +280,7 @@ fn plan_disks<'a>(
         } else if let Some((pv, path)) = recorded.get(d.identity.as_str()).filter(|(_, path)| *path != d.host_path) {
             Some(Refusal::DiskPublished { pv: pv.to_string(), path: path.to_string() })
         } else {
-            d.in_use.as_ref().map(|why| Refusal::DeviceInUse { why: why.clone() })
+            None
         };
         if let Some(r) = reason {
             refusals.insert(d.host_path.as_str(), r);

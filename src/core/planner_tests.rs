@@ -51,7 +51,7 @@ fn desired(name: &str, path: &str) -> DesiredPv {
         pv: pv_object(name, path, &me().provisioner),
         capacity_bytes: 0,
         identity: format!("id-of-{path}"),
-        disk: DiskKey::Filesystem { device: format!("dev-of-{path}"), root: "/".into() },
+        disk: DiskKey::fs(format!("dev-of-{path}"), "/"),
         in_use: None,
     }
 }
@@ -604,18 +604,12 @@ fn a_predecessor_pv_blocks_its_name_until_succession_decides() {
 /// filesystem, nested directories, the whole filesystem, its block device, another disk),
 /// each published or not and in use or not: the plan never publishes two volumes that share
 /// data, never a second path for a published disk, never a device the host uses, and
-/// publishes every volume that is alone on its disk.
+/// publishes every volume that is alone on its disk (devices the host uses do not count).
 #[test]
 fn one_disk_is_published_at_most_once_in_every_combination() {
-    let fs = |d: &str, r: &str| DiskKey::Filesystem { device: d.into(), root: r.into() };
-    let universe = [
-        fs("8:1", "/"),
-        fs("8:1", "/x"),
-        fs("8:1", "/x/y"),
-        fs("8:1", "/z"),
-        DiskKey::Block { device: "8:1".into() },
-        fs("8:2", "/"),
-    ];
+    let fs = |d: &str, r: &str| DiskKey::fs(d, r);
+    let universe =
+        [fs("8:1", "/"), fs("8:1", "/x"), fs("8:1", "/x/y"), fs("8:1", "/z"), DiskKey::block("8:1"), fs("8:2", "/")];
     let paths = ["/mnt/disks/a", "/mnt/disks/b", "/mnt/disks/c"];
     let n = universe.len();
     let mut cases = 0;
@@ -659,7 +653,9 @@ fn one_disk_is_published_at_most_once_in_every_combination() {
                     );
                 }
                 for i in (0..3).filter(|&i| !is_pub(i) && desired[i].in_use.is_none()) {
-                    let alone = (0..3).all(|j| j == i || !keys[i].overlaps(keys[j]));
+                    // Devices the host uses never compete: they cannot be published.
+                    let competes = |j: usize| is_pub(j) || desired[j].in_use.is_none();
+                    let alone = (0..3).all(|j| j == i || !keys[i].overlaps(keys[j]) || !competes(j));
                     assert_eq!(created.contains(&i), alone, "volume {i} alone on its disk is published: {ctx}");
                 }
             }
@@ -674,7 +670,7 @@ fn disk_refusals_name_the_other_entries_and_the_published_pv() {
     let mut b = desired("pv-b", "/mnt/disks/b");
     let mut c = desired("pv-c", "/mnt/disks/c");
     for d in [&mut a, &mut b, &mut c] {
-        d.disk = DiskKey::Filesystem { device: "0:50".into(), root: "/".into() };
+        d.disk = DiskKey::fs("0:50", "/");
     }
     let refusals = |observed: &[ObservedPv]| -> Vec<(String, Refusal)> {
         plan(&me(), &[a.clone(), b.clone(), c.clone()], observed, &BTreeMap::new())

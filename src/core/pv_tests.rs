@@ -55,7 +55,7 @@ fn volume(class: &str, host_dir: &str, entry: &str, bytes: u64) -> FoundVolume {
         host_path: host_path(host_dir, entry),
         capacity_bytes: bytes,
         identity: format!("fs:fsid=1,2;ino={}", entry.len()),
-        disk: DiskKey::Filesystem { device: "0:99".into(), root: format!("/{class}/{entry}").into() },
+        disk: DiskKey::fs("0:99", format!("/{class}/{entry}")),
         in_use: None,
     }
 }

@@ -103,7 +103,7 @@ pub struct MountFacts<'a> {
 
 /// Where a directory really lives: a filesystem (by device) and the path inside it. Two paths
 /// with the same location are the same directory, whatever mounts and symlinks lead there.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Location {
     /// `major:minor` of the filesystem.
     pub device: String,
@@ -114,10 +114,14 @@ pub struct Location {
 /// The location of the canonical path `path`: the deepest mount containing it, and the path
 /// below that mount's root. `None` when no mount contains it (an incomplete table).
 pub fn locate(mounts: &[MountFacts<'_>], path: &Path) -> Option<Location> {
-    let mount =
-        mounts.iter().filter(|m| path.starts_with(m.mount_point)).max_by_key(|m| m.mount_point.components().count())?;
+    let mount = containing_mount(mounts, path)?;
     let rest = path.strip_prefix(mount.mount_point).ok()?;
     Some(Location { device: mount.device.to_string(), path: join_inside(mount.root, rest) })
+}
+
+/// The deepest mount whose mount point contains the canonical path `path`.
+pub fn containing_mount<'a, 'b>(mounts: &'a [MountFacts<'b>], path: &Path) -> Option<&'a MountFacts<'b>> {
+    mounts.iter().filter(|m| path.starts_with(m.mount_point)).max_by_key(|m| m.mount_point.components().count())
 }
 
 fn join_inside(root: &Path, rest: &Path) -> PathBuf {
@@ -137,6 +141,55 @@ pub fn root_problem(resolved: &Path) -> Option<String> {
         .iter()
         .find(|s| resolved.starts_with(s))
         .map(|s| format!("resolves to {text}, inside the host directory {s}; it cannot be a discovery root"))
+}
+
+/// Kernel filesystems a discovery directory can never live on: a Block class on a devtmpfs
+/// would offer every device of the host.
+pub const NON_ROOT_FS_TYPES: [&str; 20] = [
+    "autofs",
+    "binfmt_misc",
+    "bpf",
+    "cgroup",
+    "cgroup2",
+    "configfs",
+    "debugfs",
+    "devpts",
+    "devtmpfs",
+    "efivarfs",
+    "fusectl",
+    "hugetlbfs",
+    "mqueue",
+    "nsfs",
+    "proc",
+    "pstore",
+    "rpc_pipefs",
+    "securityfs",
+    "sysfs",
+    "tracefs",
+];
+
+/// Why a discovery root must not be scanned although its resolved path looks harmless: it
+/// lives on a kernel filesystem (a bind of `/dev`), or where it really lives (device and
+/// path in the filesystem, found through the mount that contains it) is the host root, a
+/// system directory or inside a sensitive one (a bind of `/` or `/etc` at an innocent name),
+/// or its hostDir is inside a sensitive host directory.
+pub fn root_source_problem(
+    mount: &MountFacts<'_>,
+    location: &Location,
+    host_dir: &Path,
+    places: &[ProtectedPlace],
+) -> Option<String> {
+    if NON_ROOT_FS_TYPES.contains(&mount.fs_type) {
+        return Some(format!("is on a {} filesystem (a kernel interface, not disks)", mount.fs_type));
+    }
+    let view = MountFacts {
+        device: &location.device,
+        root: &location.path,
+        mount_point: mount.mount_point,
+        fs_type: mount.fs_type,
+    };
+    let anchor = host_anchor(host_dir, location);
+    exposure(&view, places, anchor.as_slice(), &[]).map(|p| p.replacen("its mount source", "its source", 1))
 }
 
 /// A class's discovery root as found on this pass.
@@ -295,36 +348,109 @@ pub fn host_path_problem(host_path: &Path, host_dirs: &[PathBuf]) -> Option<Stri
         .map(|d| format!("is inside the host directory {}", d.display()))
 }
 
+/// Where a block device's data really is: a byte range of a base disk (the whole disk for a
+/// partition, the backing file for a loop device). Two devices whose ranges of one base
+/// overlap share data, whatever their device numbers.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Extent {
+    /// The base: `dev:M:m` of a whole disk, or `file:D:I` (device and inode) of a backing file.
+    pub base: String,
+    /// First byte.
+    pub start: u64,
+    /// One past the last byte (`u64::MAX` when unknown).
+    pub end: u64,
+    /// For a file-backed base, where the file lives, so a loop device over a file inside a
+    /// volume is known to share that volume's data.
+    pub file: Option<Location>,
+}
+
+impl Extent {
+    fn overlaps(&self, other: &Extent) -> bool {
+        self.base == other.base && self.start < other.end && other.start < self.end
+    }
+}
+
 /// What a volume occupies, to tell when two entries are one disk: a directory of a filesystem
-/// (the whole filesystem when `root` is `/`) or a whole block device.
+/// (the whole filesystem when `root` is `/`) or a whole block device, each with the extent of
+/// the block device underneath when there is one.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DiskKey {
     /// A mounted directory: filesystem device and the directory of it that is mounted.
-    Filesystem { device: String, root: PathBuf },
+    Filesystem { device: String, root: PathBuf, extent: Option<Extent> },
     /// A block device, by `major:minor`.
-    Block { device: String },
+    Block { device: String, extent: Option<Extent> },
 }
 
 impl DiskKey {
+    /// A mounted directory with no known block device underneath.
+    pub fn fs(device: impl Into<String>, root: impl Into<PathBuf>) -> Self {
+        DiskKey::Filesystem { device: device.into(), root: root.into(), extent: None }
+    }
+
+    /// A block device with no known extent.
+    pub fn block(device: impl Into<String>) -> Self {
+        DiskKey::Block { device: device.into(), extent: None }
+    }
+
+    /// The same key with the extent of the device underneath.
+    pub fn with_extent(mut self, e: Option<Extent>) -> Self {
+        match &mut self {
+            DiskKey::Filesystem { extent, .. } | DiskKey::Block { extent, .. } => *extent = e,
+        }
+        self
+    }
+
     /// `major:minor` of the device underneath.
     pub fn device(&self) -> &str {
         match self {
-            DiskKey::Filesystem { device, .. } | DiskKey::Block { device } => device,
+            DiskKey::Filesystem { device, .. } | DiskKey::Block { device, .. } => device,
         }
     }
 
-    /// Whether two volumes share data: the same device, and for two directories one inside
-    /// the other (two different directories of one shared disk do not overlap).
-    pub fn overlaps(&self, other: &DiskKey) -> bool {
-        if self.device() != other.device() {
-            return false;
+    fn extent(&self) -> Option<&Extent> {
+        match self {
+            DiskKey::Filesystem { extent, .. } | DiskKey::Block { extent, .. } => extent.as_ref(),
         }
-        match (self, other) {
-            (DiskKey::Filesystem { root: a, .. }, DiskKey::Filesystem { root: b, .. }) => {
-                a.starts_with(b) || b.starts_with(a)
+    }
+
+    /// Tokens two overlapping keys always share (devices, extent bases, the filesystem a
+    /// backing file lives on), so overlaps can be looked for among keys sharing one.
+    pub fn tokens(&self) -> Vec<String> {
+        let mut t = vec![format!("d:{}", self.device())];
+        if let Some(e) = self.extent() {
+            t.push(format!("e:{}", e.base));
+            if let Some(f) = &e.file {
+                t.push(format!("d:{}", f.device));
             }
-            _ => true,
         }
+        t
+    }
+
+    /// Whether two volumes share data: the same device (for two directories, one inside the
+    /// other: two different directories of one shared disk do not overlap), overlapping
+    /// extents of one base disk or file, or a block device backed by a file inside the other
+    /// (a directory volume).
+    pub fn overlaps(&self, other: &DiskKey) -> bool {
+        if self.device() == other.device() {
+            return match (self, other) {
+                (DiskKey::Filesystem { root: a, .. }, DiskKey::Filesystem { root: b, .. }) => {
+                    a.starts_with(b) || b.starts_with(a)
+                }
+                _ => true,
+            };
+        }
+        if let (Some(a), Some(b)) = (self.extent(), other.extent())
+            && a.overlaps(b)
+        {
+            return true;
+        }
+        let backed_inside = |key: &DiskKey, dir: &DiskKey| match (key.extent().and_then(|e| e.file.as_ref()), dir) {
+            (Some(file), DiskKey::Filesystem { device, root, .. }) => {
+                file.device == *device && file.path.starts_with(root)
+            }
+            _ => false,
+        };
+        backed_inside(self, other) || backed_inside(other, self)
     }
 }
 

@@ -191,8 +191,8 @@ fn in_a_container_the_host_paths_come_from_the_anchor() {
 
 #[test]
 fn disk_keys_overlap_exactly_when_data_is_shared() {
-    let fs = |d: &str, r: &str| DiskKey::Filesystem { device: d.into(), root: r.into() };
-    let blk = |d: &str| DiskKey::Block { device: d.into() };
+    let fs = |d: &str, r: &str| DiskKey::fs(d, r);
+    let blk = |d: &str| DiskKey::block(d);
     let keys =
         [fs("8:1", "/"), fs("8:1", "/a"), fs("8:1", "/a/b"), fs("8:1", "/ab"), fs("8:2", "/a"), blk("8:1"), blk("8:2")];
     // Expected overlap table, row by row (symmetric).
@@ -214,7 +214,7 @@ fn disk_keys_overlap_exactly_when_data_is_shared() {
 
 #[test]
 fn a_wipe_never_hits_a_disk_another_live_pv_names() {
-    let fs = |r: &str| DiskKey::Filesystem { device: "0:50".into(), root: r.into() };
+    let fs = |r: &str| DiskKey::fs("0:50", r);
     let other = |name: &str, phase: &str, deleting: bool, disk: DiskKey| PublishedDisk {
         name: name.into(),
         phase: phase.into(),
@@ -238,4 +238,48 @@ fn a_wipe_never_hits_a_disk_another_live_pv_names() {
     }
     // The PV itself is not "another" PV.
     assert_eq!(wipe_would_hit_another_pv("pv-a", &fs("/"), &[other("pv-a", "Bound", false, fs("/"))]), None);
+}
+
+#[test]
+fn extents_make_partitions_loops_and_backing_files_one_disk() {
+    let ext = |base: &str, start: u64, end: u64| Extent { base: base.into(), start, end, file: None };
+    let disk = DiskKey::block("7:0").with_extent(Some(ext("dev:7:0", 0, 100)));
+    let p1 = DiskKey::block("259:0").with_extent(Some(ext("dev:7:0", 10, 50)));
+    let p2 = DiskKey::block("259:1").with_extent(Some(ext("dev:7:0", 50, 100)));
+    let other = DiskKey::block("7:1").with_extent(Some(ext("dev:7:1", 0, 100)));
+    // A filesystem on a partition, mounted: its device is the partition's.
+    let fs_on_p1 = DiskKey::fs("259:0", "/").with_extent(Some(ext("dev:7:0", 10, 50)));
+    // Two loop devices over one image, and a loop over a file that lives in a tmpfs volume.
+    let loop_a = DiskKey::block("7:2").with_extent(Some(ext("file:0:50:12", 0, 100)));
+    let loop_b = DiskKey::block("7:3").with_extent(Some(ext("file:0:50:12", 0, 100)));
+    let loop_tail = DiskKey::block("7:4").with_extent(Some(ext("file:0:50:12", 100, 200)));
+    let in_volume = DiskKey::block("7:5").with_extent(Some(Extent {
+        base: "file:0:50:13".into(),
+        start: 0,
+        end: 10,
+        file: Some(loc("0:50", "/vol/disk.img")),
+    }));
+    let volume = DiskKey::fs("0:50", "/vol");
+    let elsewhere = DiskKey::fs("0:50", "/other");
+    let cases = [
+        (&disk, &p1, true),
+        (&disk, &p2, true),
+        (&p1, &p2, false),
+        (&disk, &other, false),
+        (&fs_on_p1, &p1, true),
+        (&fs_on_p1, &disk, true),
+        (&fs_on_p1, &p2, false),
+        (&loop_a, &loop_b, true),
+        (&loop_a, &loop_tail, false),
+        (&in_volume, &volume, true),
+        (&in_volume, &elsewhere, false),
+        (&in_volume, &loop_a, false),
+    ];
+    for (a, b, shared) in cases {
+        assert_eq!(a.overlaps(b), shared, "{a:?} vs {b:?}");
+        assert_eq!(b.overlaps(a), shared, "symmetric: {b:?} vs {a:?}");
+        if shared {
+            assert!(a.tokens().iter().any(|t| b.tokens().contains(t)), "overlapping keys share a token: {a:?} {b:?}");
+        }
+    }
 }

@@ -21,7 +21,7 @@ use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, FsType, Statfs, TMPF
 
 use super::HostError;
 use super::mountinfo::MountTable;
-use super::volume::{EntryKind, block_device_capacity, resolve_entry};
+use super::volume::{EntryKind, block_device_capacity, mount_at, resolve_entry};
 use crate::core::disk_identity::{DiskIdentity, Found, Kind, Verdict, is_present, judge};
 use crate::core::succession::DiskCheck;
 
@@ -55,7 +55,8 @@ pub fn found_identity(path: &Path, mounts: Option<&MountTable>) -> Result<Found,
 /// contradicting it; see core::disk_identity::is_present). Any error counts as absent.
 pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> bool {
     let here = match resolve_entry(path) {
-        Ok((EntryKind::Directory, resolved)) => mounts.is_mount_point(&resolved),
+        // The mount visible at the entry itself (by the kernel's mount ID, never a covered one).
+        Ok((EntryKind::Directory, resolved)) => mount_at(&resolved, mounts).is_ok_and(|m| m.is_some()),
         Ok((EntryKind::BlockDevice, _)) => true,
         _ => false,
     };

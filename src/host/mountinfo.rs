@@ -30,10 +30,19 @@ pub struct MountEntry {
     pub source: String,
 }
 
+impl MountEntry {
+    /// This mount as the pure safety rules see it.
+    pub fn facts(&self) -> MountFacts<'_> {
+        MountFacts { device: &self.device, root: &self.root, mount_point: &self.mount_point, fs_type: &self.fs_type }
+    }
+}
+
 /// The mount points of this namespace, last mount on a path winning (as the kernel shows it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MountTable {
     by_point: BTreeMap<PathBuf, MountEntry>,
+    /// Every mount by ID, covered and stacked ones included (see host::volume::mount_at).
+    by_id: BTreeMap<u32, MountEntry>,
 }
 
 impl MountTable {
@@ -53,19 +62,26 @@ impl MountTable {
     /// could make a plain directory look like a volume.
     pub fn parse(text: &str) -> Result<Self, HostError> {
         let mut by_point = BTreeMap::new();
+        let mut by_id = BTreeMap::new();
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
             let entry = parse_line(line).ok_or_else(|| HostError::Mountinfo { line: n + 1, text: line.to_string() })?;
+            by_id.insert(entry.id, entry.clone());
             by_point.insert(entry.mount_point.clone(), entry);
         }
-        Ok(MountTable { by_point })
+        Ok(MountTable { by_point, by_id })
     }
 
     /// The mount whose mount point is exactly `path`.
     pub fn get(&self, path: &Path) -> Option<&MountEntry> {
         self.by_point.get(path)
+    }
+
+    /// The mount with this ID (the kernel's `stx_mnt_id`), covered or not.
+    pub fn by_id(&self, id: u64) -> Option<&MountEntry> {
+        u32::try_from(id).ok().and_then(|id| self.by_id.get(&id))
     }
 
     /// Whether `path` is exactly a mount point.

@@ -48,14 +48,73 @@ pub fn resolve_entry(path: &Path) -> Result<(EntryKind, PathBuf), HostError> {
     } else if ft.is_block_device() {
         EntryKind::BlockDevice
     } else if ft.is_symlink() {
-        match std::fs::metadata(&entry) {
-            Ok(target) if target.file_type().is_block_device() => EntryKind::BlockDevice,
-            _ => EntryKind::Symlink,
-        }
+        if link_reaches_block_device(&entry) { EntryKind::BlockDevice } else { EntryKind::Symlink }
     } else {
         EntryKind::Other
     };
     Ok((kind, entry))
+}
+
+/// Whether the symlink `link` leads to a block device without passing through a "magic link"
+/// (`/proc/self/fd/N`, `/proc/PID/root`...): those resolve differently for every process, so
+/// kubelet and the wipe would each reach another device than discovery did.
+fn link_reaches_block_device(link: &Path) -> bool {
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags, fstat, openat2};
+    let flags = OFlags::PATH | OFlags::CLOEXEC;
+    match openat2(CWD, link, flags, Mode::empty(), ResolveFlags::NO_MAGICLINKS) {
+        Ok(fd) => fstat(&fd).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_block_device()),
+        // Kernels before 5.6 have no openat2: refuse links through /proc by their text.
+        Err(rustix::io::Errno::NOSYS) => {
+            let through_proc =
+                std::fs::canonicalize(link).is_err() || std::fs::read_link(link).is_ok_and(|t| t.starts_with("/proc"));
+            !through_proc && std::fs::metadata(link).is_ok_and(|m| m.file_type().is_block_device())
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether a directory entry is the root of a mount, and which mount, as the kernel sees it
+/// (statx without following the entry). The mount table alone cannot tell: it still lists
+/// mounts that a later mount covered, and several mounts stacked on one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountRoot {
+    /// The entry is the root of the mount with this ID (the first field of mountinfo).
+    Root(u64),
+    /// The entry is not a mount root.
+    NotRoot,
+    /// The kernel does not say (before Linux 5.8): judge by the mount table's paths.
+    Unknown,
+}
+
+/// Asks the kernel whether `path` (not followed) is a mount root (see [`MountRoot`]).
+pub fn mount_root_at(path: &Path) -> Result<MountRoot, HostError> {
+    use rustix::fs::{AtFlags, CWD, StatxAttributes, StatxFlags, statx};
+    let st = match statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE | StatxFlags::MNT_ID) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOSYS) => return Ok(MountRoot::Unknown),
+        Err(e) => return Err(HostError::io("statx", path, std::io::Error::from(e))),
+    };
+    let known = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT)
+        && StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID);
+    Ok(match (known, st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)) {
+        (false, _) => MountRoot::Unknown,
+        (true, true) => MountRoot::Root(st.stx_mnt_id),
+        (true, false) => MountRoot::NotRoot,
+    })
+}
+
+/// The mount whose root is the entry `path` (not followed), or `None` when the entry is not a
+/// mount point. Uses the kernel's mount ID, so a covered or stacked mount is never taken for
+/// the one that is visible at the path.
+pub fn mount_at<'a>(
+    path: &Path,
+    mounts: &'a super::mountinfo::MountTable,
+) -> Result<Option<&'a super::mountinfo::MountEntry>, HostError> {
+    Ok(match mount_root_at(path)? {
+        MountRoot::Root(id) => mounts.by_id(id).filter(|m| m.mount_point == path),
+        MountRoot::NotRoot => None,
+        MountRoot::Unknown => mounts.get(path),
+    })
 }
 
 /// Total size of the filesystem mounted at `path` (blocks times block size, as upstream).
@@ -75,61 +134,6 @@ pub fn block_device_capacity(path: &Path) -> Result<u64, HostError> {
     // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid for the call.
     unsafe { blkgetsize64(file.as_raw_fd(), &mut size) }.map_err(|e| HostError::io("ioctl BLKGETSIZE64", path, e))?;
     Ok(size)
-}
-
-/// `major:minor` of the block device at `path` (symlinks followed).
-pub fn block_device_number(path: &Path) -> Result<String, HostError> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|e| HostError::io("stat", path, e))?;
-    let rdev = meta.rdev();
-    Ok(format!("{}:{}", nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev)))
-}
-
-/// Why the block device at `path` is in use by the host, if it is: its filesystem (or one of
-/// its partitions') is mounted, device-mapper, md or LVM holds it, or someone has it open
-/// exclusively. The last is a non-destructive probe: an `O_EXCL` open (no read, no write)
-/// that fails with EBUSY while a filesystem, a holder or a program like mkfs has claimed it;
-/// our own claim lasts only until the descriptor is closed a moment later.
-pub fn block_device_in_use(path: &Path, mounts: &super::mountinfo::MountTable) -> Result<Option<String>, HostError> {
-    let device = block_device_number(path)?;
-    let sys = PathBuf::from(format!("/sys/dev/block/{device}"));
-    let mut parts = vec![(device.clone(), sys.clone(), None)];
-    // Partitions are subdirectories of the disk's sysfs directory with a `partition` file.
-    if let Ok(rd) = std::fs::read_dir(&sys) {
-        for e in rd.flatten() {
-            let dir = e.path();
-            if dir.join("partition").exists()
-                && let Ok(dev) = std::fs::read_to_string(dir.join("dev"))
-            {
-                parts.push((dev.trim().to_string(), dir, Some(e.file_name().to_string_lossy().into_owned())));
-            }
-        }
-    }
-    for (dev, dir, part) in &parts {
-        let which = part.as_ref().map(|p| format!("its partition {p}")).unwrap_or_else(|| "it".to_string());
-        if let Some(m) = mounts.mount_of_device(dev) {
-            return Ok(Some(format!("{which} is mounted at {}", m.mount_point.display())));
-        }
-        let holders: Vec<String> = std::fs::read_dir(dir.join("holders"))
-            .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
-        if !holders.is_empty() {
-            return Ok(Some(format!("{which} is held by {} (device-mapper, md or LVM)", holders.join(", "))));
-        }
-    }
-    use nix::fcntl::{OFlag, open};
-    match open(path, OFlag::O_RDONLY | OFlag::O_EXCL | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK, nix::sys::stat::Mode::empty())
-    {
-        Ok(fd) => {
-            drop(fd);
-            Ok(None)
-        }
-        Err(nix::errno::Errno::EBUSY) => Ok(Some(
-            "it is open exclusively by another user (a mounted filesystem, device-mapper, md, LVM or a program such as mkfs)"
-                .to_string(),
-        )),
-        Err(e) => Err(HostError::io("open O_EXCL (probe)", path, e)),
-    }
 }
 
 /// Total size of the filesystem mounted exactly at `path`, which must be a directory and not
