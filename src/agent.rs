@@ -34,7 +34,7 @@ use crate::core::settle::Settler;
 use crate::core::succession::{DiskCheck, SuccessionAction, plan_succession};
 use crate::core::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_pv};
 use crate::discovery::{self, Scan};
-use crate::host::identity::{check_disk, volume_identity, volume_present};
+use crate::host::identity::{check_disk, upgraded_identity, volume_identity, volume_present};
 use crate::host::mountinfo::MountTable;
 use crate::host::watch::{DirWatcher, watch_mounts};
 use crate::metrics::Metrics;
@@ -378,6 +378,7 @@ impl Agent {
         let (missing, next_missing) = self.missing_volumes(&states).await;
         self.next_settle = [next_new, next_missing, next_stale].into_iter().flatten().min();
         self.follow_presence(&states, &missing).await;
+        self.upgrade_identities(&states, &missing).await;
         self.clean(&states, &missing).await;
         debug!(
             desired = desired.len(),
@@ -517,6 +518,44 @@ impl Agent {
                     }
                     self.report_pv_problem(&name, refusal.reason(), refusal.to_string()).await;
                 }
+            }
+        }
+    }
+
+    /// Re-records, in the current format, the identities that older versions recorded, once the
+    /// old record proves the disk there is the same one: later swaps (a clone with the same
+    /// filesystem UUID, another XFS on the same device) are then caught by the stronger
+    /// identity. Guarded by the resourceVersion, so a concurrent change is never overwritten.
+    async fn upgrade_identities(&self, states: &[PvState], missing: &BTreeSet<String>) {
+        let legacy: Vec<(PvState, PathBuf)> = states
+            .iter()
+            .filter(|pv| !pv.deleting && !missing.contains(&pv.uid))
+            .filter(|pv| pv.identity.as_deref().is_some_and(crate::core::disk_identity::is_legacy))
+            .filter_map(|pv| {
+                Some((pv.clone(), target_for(pv, self.config.storage_class_map.get(&pv.class)).ok()?.path))
+            })
+            .collect();
+        if legacy.is_empty() {
+            return;
+        }
+        let upgrades = tokio::task::spawn_blocking(move || {
+            let Ok(mounts) = MountTable::read() else { return Vec::new() };
+            legacy
+                .into_iter()
+                .filter_map(|(pv, path)| {
+                    let new = upgraded_identity(&path, pv.identity.as_deref()?, &mounts)?;
+                    Some((pv, new))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (pv, identity) in upgrades {
+            let ann = serde_json::json!({ ANN_VOLUME_IDENTITY: identity });
+            let rv = Some(pv.resource_version.as_str());
+            match self.cluster.patch_pv_metadata(&pv.name, rv, serde_json::json!({}), ann, None).await {
+                Ok(()) => info!(pv = %pv.name, %identity, "volume identity re-recorded in the current format"),
+                Err(e) => warn!(pv = %pv.name, error = %e, "re-recording the volume identity failed; will retry"),
             }
         }
     }

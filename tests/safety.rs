@@ -228,3 +228,55 @@ fn a_disk_published_twice_before_the_one_disk_rule_is_not_wiped_under_a_bound_pv
         cp.kubectl(&["delete", "pv", &name, "--wait=false"]);
     }
 }
+
+#[test]
+fn an_identity_recorded_by_an_older_version_is_upgraded_and_still_lets_the_wipe_run() {
+    if !require_root("an_identity_recorded_by_an_older_version_is_upgraded_and_still_lets_the_wipe_run") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "safety-node-upgrade";
+    let uid = cp.create_node(node);
+    let class = "safety-upgrade";
+    cp.create_storage_class(class, "Delete");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let disks = root.join("disks");
+    let _v = mount_tmpfs(&disks.join("v"), 8);
+    let legacy = local_static_provisioner::host::identity::found_identity(&disks.join("v"), None).unwrap().legacy;
+    assert!(legacy.starts_with("fs:fsid="), "the old format: {legacy}");
+    let name = pv_name("v", node, class);
+    // The PV as an older version made it: our label and finalizer, the old identity format.
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\n  labels: {{local-static-provisioner.io/node: {node}}}\n  finalizers: [local-static-provisioner.io/wipe]\n  annotations:\n    pv.kubernetes.io/provisioned-by: local-volume-provisioner-{node}-{uid}\n    local-static-provisioner.io/volume-identity: '{legacy}'\nspec:\n  capacity: {{storage: 8Mi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {class}\n  local: {{path: {path}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]\n",
+        path = disks.join("v").display(),
+    ));
+    let config = root.join("config");
+    let class_map = format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = disks.display());
+    write_config(&config, &[("storageClassMap", &class_map)]);
+    let kubeconfig = cp.agent_kubeconfig(root);
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &root.join("agent.log"));
+    let identity = |cp: &ControlPlane| {
+        cp.get_json(&["pv", &name]).and_then(|pv| {
+            pv["metadata"]["annotations"]["local-static-provisioner.io/volume-identity"].as_str().map(str::to_string)
+        })
+    };
+    let upgraded = wait_until("the identity re-recorded in the current format", WAIT, || {
+        identity(&cp).filter(|id| id.starts_with("v2;"))
+    });
+    assert!(upgraded.contains("volatile=tmpfs"), "{upgraded}");
+
+    // The upgraded record still proves the disk: a used volume is wiped and published again.
+    let first_uid = cp.pv_state(&name).unwrap().0;
+    assert_eq!(cp.bind_claim("safety-upgrade-claim", class, false), name);
+    std::fs::write(disks.join("v/tenant-file"), b"x").unwrap();
+    cp.release_claim("safety-upgrade-claim");
+    wait_until("the volume wiped and published again", WAIT, || {
+        cp.pv_state(&name).filter(|(uid, phase)| *uid != first_uid && phase == "Available")
+    });
+    assert!(!disks.join("v/tenant-file").exists(), "the tenant's file is wiped");
+    drop(agent);
+    cp.kubectl(&["patch", "pv", &name, "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]);
+    cp.kubectl(&["delete", "pv", &name, "--wait=false"]);
+}

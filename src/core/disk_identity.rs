@@ -199,6 +199,19 @@ pub enum Verdict {
     Unproven { reason: String, plausible: bool },
 }
 
+/// Whether a recorded identity is in the format of earlier versions (`fs:...`, `blk:...`).
+pub fn is_legacy(recorded: &str) -> bool {
+    recorded.starts_with("fs:") || recorded.starts_with("blk:")
+}
+
+/// The identity to record instead of an old-format one: the current identity of the disk
+/// found, but only when the old record proves it is the same disk (never on a confirmation,
+/// never on an unproven match), so re-recording trusts nothing the wipe would not.
+pub fn upgrade(recorded: &str, found: &Found) -> Option<String> {
+    (is_legacy(recorded) && matches!(judge_unconfirmed(recorded, found), Verdict::Same(_)))
+        .then(|| found.identity.clone())
+}
+
 /// Compares the recorded identity with what was found. `confirmed` is the operator's
 /// confirmation annotation: it turns an unproven verdict into `Same(Confirmed)` only when it
 /// equals the identity found now, and never overrides a proven difference.
@@ -226,7 +239,7 @@ fn judge_unconfirmed(recorded: &str, found: &Found) -> Verdict {
             },
         };
     }
-    if recorded.starts_with("fs:") || recorded.starts_with("blk:") {
+    if is_legacy(recorded) {
         return judge_legacy(recorded, found);
     }
     Verdict::Unproven {
@@ -768,6 +781,29 @@ mod tests {
             Found { identity: "v2;fs;uuid=x;ino=128;dev=7:1".into(), legacy: ext.into(), fs_type: Some("xfs".into()) };
         assert_eq!(judge(ext, &f, Some("v2;fs;uuid=x;ino=128;dev=7:1")), Verdict::Same(Proof::Confirmed));
         assert_eq!(short(&judge(ext, &f, Some(ext))), V::Plausible, "confirming the old record is not enough");
+    }
+
+    #[test]
+    fn old_records_are_upgraded_only_when_they_prove_the_same_disk() {
+        let current = "v2;fs;disk=serial:S1;uuid=u;ino=2;dev=8:16";
+        let found = |legacy: &str, fs_type: &str| Found {
+            identity: current.into(),
+            legacy: legacy.into(),
+            fs_type: Some(fs_type.into()),
+        };
+        let ext = "fs:fsid=1,2;ino=2";
+        assert_eq!(upgrade(ext, &found(ext, "ext4")), Some(current.into()), "ext4: the old fsid proves it");
+        assert_eq!(upgrade(ext, &found(ext, "xfs")), None, "XFS: the old fsid proves nothing");
+        assert_eq!(upgrade(ext, &found("fs:fsid=3,4;ino=2", "ext4")), None, "another disk");
+        let blk = "blk:serial=S1;size=100";
+        let f = Found { identity: "v2;blk;disk=serial:S1;size=100".into(), legacy: blk.into(), fs_type: None };
+        assert_eq!(upgrade(blk, &f), Some(f.identity.clone()));
+        let by_number = "blk:dev=8:16;size=100";
+        let f = Found { legacy: by_number.into(), ..f };
+        assert_eq!(upgrade(by_number, &f), None, "a device number proves nothing");
+        // Current records are never "upgraded", whatever is found.
+        assert_eq!(upgrade(current, &found(ext, "ext4")), None);
+        assert!(is_legacy(ext) && is_legacy(blk) && !is_legacy(current));
     }
 
     #[test]

@@ -80,6 +80,15 @@ pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> D
     }
 }
 
+/// The current-format identity to record for a PV whose old-format record still proves the
+/// disk at `path` is the same one (see core::disk_identity::upgrade); `None` otherwise.
+pub fn upgraded_identity(path: &Path, recorded: &str, mounts: &MountTable) -> Option<String> {
+    if !crate::core::disk_identity::is_legacy(recorded) || !volume_present(path, None, mounts) {
+        return None;
+    }
+    crate::core::disk_identity::upgrade(recorded, &found_identity(path, Some(mounts)).ok()?)
+}
+
 fn dev_text(dev: u64) -> String {
     format!("{}:{}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev))
 }
