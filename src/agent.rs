@@ -688,6 +688,25 @@ impl Agent {
                         }
                     }
                 }
+                Err(e) if e.is_refusal() => {
+                    // An admission policy or RBAC said no: an operator must act. Reported as a
+                    // Warning once per occurrence, logged at every retry.
+                    warn!(pv = %name, path = %path, error = %e, "the API refused to create the PV; will retry");
+                    if self.unpublished.first_seen(format!("create-refused/{name}/{path}")) {
+                        let note = format!("volume at {path} not published as {name}: the API refused it: {e}");
+                        let note: String = note.chars().take(1000).collect();
+                        self.cluster
+                            .event_related(
+                                &node_reference(&self.node),
+                                Some(pv_reference(&name)),
+                                true,
+                                "VolumeNotPublished",
+                                "Publish",
+                                note,
+                            )
+                            .await;
+                    }
+                }
                 Err(e) => error!(pv = %name, path = %path, error = %e, "creating PV failed; will retry"),
             }
         }

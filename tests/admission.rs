@@ -984,4 +984,25 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
     let log = agent.stop();
     assert!(!log.contains("denied request"), "the agent was refused something:\n{log}");
     assert!(!log.contains("ValidatingAdmissionPolicy"), "the agent was refused something:\n{log}");
+
+    // A class whose hostDir the policy does not allow: the API refuses its PV, and the agent
+    // says so in a Warning event on the Node (once), not only in its log.
+    let outside = tmp.path().join("outside-roots");
+    let _v3 = mount_tmpfs(&outside.join("vol3"), 8);
+    let class2 = "vap-helm-outside";
+    cp.create_storage_class(class2, "Delete");
+    let class_map = format!(
+        "{class}:\n  hostDir: {d}/\n  mountDir: {d}\n{class2}:\n  hostDir: {o}\n  mountDir: {o}\n",
+        d = fs_dir.display(),
+        o = outside.display()
+    );
+    write_config(&config, &[("storageClassMap", &class_map), ("labelsForPV", "vap-test: vap-helm\n")]);
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-2.log"));
+    let refused = pv_name("vol3", node, class2);
+    wait_until("the refused create reported in an event", WAIT, || {
+        cp.has_event(node, "VolumeNotPublished", &format!("not published as {refused}: the API refused it"))
+            .then_some(())
+    });
+    assert!(cp.pv_state(&refused).is_none());
+    drop(agent);
 }

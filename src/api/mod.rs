@@ -41,6 +41,12 @@ impl ApiError {
         move |source| ApiError::Request { action, object, source }
     }
 
+    /// Whether the API refused the request itself (forbidden by RBAC or an admission policy,
+    /// or invalid), as opposed to failing to answer: an operator must act, so it is reported.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 403 || s.code == 422)
+    }
+
     /// Whether the API said the object does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 404)
