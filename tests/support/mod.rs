@@ -218,8 +218,16 @@ impl ControlPlane {
     }
 
     /// Applies YAML as admin.
+    /// Tests of one binary run in parallel and apply shared objects (the RBAC from deploy/):
+    /// two first applies race to create, and the loser's is retried as an update.
     pub fn apply(&self, yaml: &str) {
-        let out = self.kubectl_stdin(&self.kubeconfig, &["apply", "-f", "-"], Some(yaml));
+        let mut out = self.kubectl_stdin(&self.kubeconfig, &["apply", "-f", "-"], Some(yaml));
+        for _ in 0..3 {
+            if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("AlreadyExists") {
+                break;
+            }
+            out = self.kubectl_stdin(&self.kubeconfig, &["apply", "-f", "-"], Some(yaml));
+        }
         assert!(out.status.success(), "apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
     }
 
