@@ -61,8 +61,9 @@ pub const SENSITIVE_DIRS: [&str; 18] = [
 /// there, and those mounts are the volumes themselves.
 pub const HOST_MOUNT_AREAS: [&str; 7] = ["/boot", "/dev", "/etc", "/proc", "/run", "/sys", "/var/run"];
 
-/// Filesystem types that are kernel interfaces or container layers, never a tenant's disk.
-pub const NON_VOLUME_FS_TYPES: [&str; 23] = [
+/// Kernel interfaces: never a tenant's disk, and never where a discovery directory may live
+/// (a Block class on a devtmpfs would offer every device of the host).
+pub const KERNEL_FS_TYPES: [&str; 21] = [
     "autofs",
     "binfmt_misc",
     "bpf",
@@ -77,16 +78,18 @@ pub const NON_VOLUME_FS_TYPES: [&str; 23] = [
     "hugetlbfs",
     "mqueue",
     "nsfs",
-    "overlay",
     "proc",
     "pstore",
-    "ramfs",
     "rpc_pipefs",
     "securityfs",
     "selinuxfs",
     "sysfs",
     "tracefs",
 ];
+
+/// Container layers and memory-only filesystems without limits: a discovery directory may
+/// live on one (a test, a container's root), but such a mount is never offered as a volume.
+pub const NOT_A_DISK_FS_TYPES: [&str; 2] = ["overlay", "ramfs"];
 
 /// One mount as the safety rules see it (a borrowed view of a mount-table line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,31 +146,6 @@ pub fn root_problem(resolved: &Path) -> Option<String> {
         .map(|s| format!("resolves to {text}, inside the host directory {s}; it cannot be a discovery root"))
 }
 
-/// Kernel filesystems a discovery directory can never live on: a Block class on a devtmpfs
-/// would offer every device of the host.
-pub const NON_ROOT_FS_TYPES: [&str; 20] = [
-    "autofs",
-    "binfmt_misc",
-    "bpf",
-    "cgroup",
-    "cgroup2",
-    "configfs",
-    "debugfs",
-    "devpts",
-    "devtmpfs",
-    "efivarfs",
-    "fusectl",
-    "hugetlbfs",
-    "mqueue",
-    "nsfs",
-    "proc",
-    "pstore",
-    "rpc_pipefs",
-    "securityfs",
-    "sysfs",
-    "tracefs",
-];
-
 /// Why a discovery root must not be scanned although its resolved path looks harmless: it
 /// lives on a kernel filesystem (a bind of `/dev`), or where it really lives (device and
 /// path in the filesystem, found through the mount that contains it) is the host root, a
@@ -179,7 +157,7 @@ pub fn root_source_problem(
     host_dir: &Path,
     places: &[ProtectedPlace],
 ) -> Option<String> {
-    if NON_ROOT_FS_TYPES.contains(&mount.fs_type) {
+    if KERNEL_FS_TYPES.contains(&mount.fs_type) {
         return Some(format!("is on a {} filesystem (a kernel interface, not disks)", mount.fs_type));
     }
     let view = MountFacts {
@@ -303,7 +281,7 @@ pub fn exposure(
     anchors: &[HostAnchor],
     host_dirs: &[PathBuf],
 ) -> Option<String> {
-    if NON_VOLUME_FS_TYPES.contains(&volume.fs_type) {
+    if KERNEL_FS_TYPES.contains(&volume.fs_type) || NOT_A_DISK_FS_TYPES.contains(&volume.fs_type) {
         return Some(format!("its filesystem type {} is a kernel or container filesystem, not a disk", volume.fs_type));
     }
     for place in places.iter().filter(|p| p.location.device == volume.device) {
