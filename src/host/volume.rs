@@ -63,8 +63,9 @@ fn link_reaches_block_device(link: &Path) -> bool {
     let flags = OFlags::PATH | OFlags::CLOEXEC;
     match openat2(CWD, link, flags, Mode::empty(), ResolveFlags::NO_MAGICLINKS) {
         Ok(fd) => fstat(&fd).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_block_device()),
-        // Kernels before 5.6 have no openat2: refuse links through /proc by their text.
-        Err(rustix::io::Errno::NOSYS) => {
+        // Kernels before 5.6 (or a seccomp profile without openat2): refuse links through
+        // /proc by their text.
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
             let through_proc =
                 std::fs::canonicalize(link).is_err() || std::fs::read_link(link).is_ok_and(|t| t.starts_with("/proc"));
             !through_proc && std::fs::metadata(link).is_ok_and(|m| m.file_type().is_block_device())
@@ -91,7 +92,8 @@ pub fn mount_root_at(path: &Path) -> Result<MountRoot, HostError> {
     use rustix::fs::{AtFlags, CWD, StatxAttributes, StatxFlags, statx};
     let st = match statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE | StatxFlags::MNT_ID) {
         Ok(st) => st,
-        Err(rustix::io::Errno::NOSYS) => return Ok(MountRoot::Unknown),
+        // Kernels before 4.11, or a seccomp profile that predates statx.
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => return Ok(MountRoot::Unknown),
         Err(e) => return Err(HostError::io("statx", path, std::io::Error::from(e))),
     };
     let known = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT)
