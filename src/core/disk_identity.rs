@@ -199,6 +199,27 @@ pub enum Verdict {
     Unproven { reason: String, plausible: bool },
 }
 
+/// Whether two identities may name the same data, judged only by what names a disk (the
+/// stable device ID, the filesystem UUID, a tmpfs mount's ID), never by the root inode or the
+/// device number: a directory of a recorded filesystem, or the recorded disk under another
+/// device number, is that disk. A whole disk shares data with its partitions. When either side
+/// names no device, the filesystem UUID decides, conservatively: a clone with the same UUID
+/// counts as the recorded disk. Old-format records only match themselves.
+pub fn may_share_disk(recorded: &str, found: &str) -> bool {
+    let (Some(r), Some(f)) = (DiskIdentity::parse(recorded), DiskIdentity::parse(found)) else {
+        return recorded == found;
+    };
+    let whole = |d: &str| d.split_once("/part").map_or(d.to_string(), |(w, _)| w.to_string());
+    if let (Some(a), Some(b)) = (&r.disk, &f.disk) {
+        // Both name their device: that settles it (clones on two disks are two disks).
+        return a == b || (whole(a) == whole(b) && (!a.contains("/part") || !b.contains("/part")));
+    }
+    let uuids = matches!((&r.uuid, &f.uuid), (Some(a), Some(b)) if a == b);
+    let volatile =
+        r.volatile.is_some() && f.volatile.is_some() && matches!((&r.fsid, &f.fsid), (Some(a), Some(b)) if a == b);
+    uuids || volatile
+}
+
 /// Whether a recorded identity is in the format of earlier versions (`fs:...`, `blk:...`).
 pub fn is_legacy(recorded: &str) -> bool {
     recorded.starts_with("fs:") || recorded.starts_with("blk:")
@@ -781,6 +802,44 @@ mod tests {
             Found { identity: "v2;fs;uuid=x;ino=128;dev=7:1".into(), legacy: ext.into(), fs_type: Some("xfs".into()) };
         assert_eq!(judge(ext, &f, Some("v2;fs;uuid=x;ino=128;dev=7:1")), Verdict::Same(Proof::Confirmed));
         assert_eq!(short(&judge(ext, &f, Some(ext))), V::Plausible, "confirming the old record is not enough");
+    }
+
+    #[test]
+    fn disks_are_shared_by_what_names_them_not_by_inode_or_number() {
+        let cases = [
+            // A directory of the recorded filesystem, or the same filesystem under another number.
+            ("v2;fs;disk=serial:S;uuid=u;ino=2;dev=7:0", "v2;fs;disk=serial:S;uuid=u;ino=77;dev=7:0", true),
+            ("v2;fs;disk=serial:S;uuid=u;ino=2;dev=7:0", "v2;fs;disk=serial:S;uuid=u;ino=2;dev=7:9", true),
+            (
+                "v2;fs;disk=loop:/i.img@0#5;uuid=u;ino=2;dev=7:0",
+                "v2;fs;disk=loop:/i.img@0#5;uuid=u;ino=2;dev=7:3",
+                true,
+            ),
+            // Two devices that name themselves are two disks, clones or not.
+            ("v2;fs;disk=serial:S;uuid=u;ino=2", "v2;fs;disk=serial:T;uuid=u;ino=2", false),
+            ("v2;fs;disk=serial:S;uuid=u;ino=2", "v2;fs;disk=serial:T;uuid=w;ino=2", false),
+            // Without a device ID on one side the UUID decides, conservatively.
+            ("v2;fs;uuid=u;ino=2;dev=252:0", "v2;fs;uuid=u;ino=2;dev=252:1", true),
+            ("v2;fs;disk=serial:S;uuid=u;ino=2", "v2;fs;uuid=u;ino=2;dev=252:1", true),
+            ("v2;fs;uuid=u;ino=2;dev=252:0", "v2;fs;uuid=w;ino=2;dev=252:0", false),
+            // Whole disk and its partitions; two partitions are not.
+            ("v2;blk;disk=wwid:W;size=100", "v2;fs;disk=wwid:W/part1@2048;uuid=u;ino=2", true),
+            ("v2;fs;disk=wwid:W/part1@2048;uuid=u;ino=2", "v2;blk;disk=wwid:W;size=100", true),
+            ("v2;blk;disk=wwid:W/part1@2048;size=1", "v2;blk;disk=wwid:W/part2@4096;size=1", false),
+            // tmpfs: the mount's ID names it; a directory of it is it.
+            ("v2;fs;fsid=ab;volatile=tmpfs;ino=1", "v2;fs;fsid=ab;volatile=tmpfs;ino=9", true),
+            ("v2;fs;fsid=ab;volatile=tmpfs;ino=1", "v2;fs;fsid=cd;volatile=tmpfs;ino=1", false),
+            // Device numbers and inodes alone name nothing.
+            ("v2;blk;size=100;dev=7:0", "v2;blk;size=100;dev=7:0", false),
+            ("v2;fs;ino=2;dev=7:0", "v2;fs;ino=2;dev=7:0", false),
+            // Old records match only themselves.
+            ("fs:fsid=1,2;ino=2", "fs:fsid=1,2;ino=2", true),
+            ("fs:fsid=1,2;ino=2", "v2;fs;fsid=ab;volatile=tmpfs;ino=2", false),
+        ];
+        for (r, f, shared) in cases {
+            assert_eq!(may_share_disk(r, f), shared, "{r} vs {f}");
+            assert_eq!(may_share_disk(f, r), shared, "symmetric: {f} vs {r}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
+use super::disk_identity::may_share_disk;
 use super::naming::{
     ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node, provisioned_by_uid,
 };
@@ -243,10 +244,11 @@ fn plan_disks<'a>(
             by_token.entry(t).or_default().push(d);
         }
     }
-    let recorded: BTreeMap<&str, (&str, &str)> = observed
+    // (identity, PV name, path) of this node's PVs that record a disk.
+    let recorded: Vec<(&str, &str, &str)> = observed
         .iter()
         .filter(|o| identity.owns(o) || identity.is_predecessor(o))
-        .filter_map(|o| Some((o.identity.as_deref()?, (o.name.as_str(), o.host_path.as_deref()?))))
+        .filter_map(|o| Some((o.identity.as_deref()?, o.name.as_str(), o.host_path.as_deref()?)))
         .collect();
     let mut refusals = BTreeMap::new();
     for d in desired {
@@ -277,7 +279,11 @@ fn plan_disks<'a>(
             others.sort();
             others.dedup();
             Some(Refusal::SameDisk { others })
-        } else if let Some((pv, path)) = recorded.get(d.identity.as_str()).filter(|(_, path)| *path != d.host_path) {
+        } else if let Some((_, pv, path)) =
+            recorded.iter().find(|(id, _, path)| *path != d.host_path && may_share_disk(id, &d.identity))
+        {
+            // The disk (or a directory of it, or it under another device number) is recorded on
+            // another PV of this node: it holds that PV's data.
             Some(Refusal::DiskPublished { pv: pv.to_string(), path: path.to_string() })
         } else {
             None
