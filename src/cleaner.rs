@@ -17,13 +17,15 @@ use tracing::{debug, info, warn};
 use crate::api::{Cluster, pv_reference};
 use crate::config::{BlockCleanMethod, ClassConfig};
 use crate::core::cleanup::{AfterWipe, PvState};
-use crate::core::disk_identity::{Proof, Verdict, judge};
+use crate::core::disk_identity::{Found, Proof, Verdict, judge};
 use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, FINALIZER_WIPE};
-use crate::host::identity::found_identity;
+use crate::host::identity::{device_identity, directory_identity, found_identity};
 use crate::host::mountinfo::MountTable;
 use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, resolve_entry};
-use crate::host::wipe_block::{BlockMethod, builtin_for_upstream_script, run_cleaner_command, wipe_block};
-use crate::host::wipe_fs::{FsWipeError, wipe_filesystem};
+use crate::host::wipe_block::{
+    BlockMethod, BlockWipeError, builtin_for_upstream_script, run_cleaner_command, wipe_block_verified,
+};
+use crate::host::wipe_fs::{FsWipeError, wipe_filesystem_verified};
 use crate::metrics::Metrics;
 
 /// Limits for wipes.
@@ -318,10 +320,26 @@ impl WipeTask {
                 let note = format!("Starting cleanup of Filesystem PV {:?} at {}", self.pv.name, path.display());
                 self.cluster.event(&reference, false, "VolumeDelete", "Wipe", note).await;
                 let cancel = self.cancel.clone();
+                let pv = self.pv.clone();
                 let stats = self
                     .blocking(size, &path, move || {
                         let mounts = MountTable::read().map_err(|e| WipeError::Failed(e.to_string()))?;
-                        wipe_filesystem(&root, &mounts, &cancel).map_err(|e| match e {
+                        // The identity is proven again on the descriptor the walk starts from:
+                        // a mount swapped in at the path since the check above is caught.
+                        let mut refusal = None;
+                        let mut verify = |fd: std::os::fd::BorrowedFd<'_>| {
+                            let found = directory_identity(fd, &root, Some(&mounts)).map_err(|e| e.to_string())?;
+                            prove_identity(&pv, &root, found).map_err(|e| {
+                                let text = e.to_string();
+                                refusal = Some(e);
+                                text
+                            })
+                        };
+                        let result = wipe_filesystem_verified(&root, &mounts, &cancel, &mut verify);
+                        result.map_err(|e| match e {
+                            FsWipeError::NotTheVolume { .. } => {
+                                refusal.take().unwrap_or(WipeError::Refused(e.to_string()))
+                            }
                             FsWipeError::NestedMount { .. }
                             | FsWipeError::NotMounted { .. }
                             | FsWipeError::Immutable { .. } => WipeError::Refused(e.to_string()),
@@ -360,9 +378,26 @@ impl WipeTask {
                         let cancel = self.cancel.clone();
                         let device = path.clone();
                         let done = self.progress.clone();
+                        let pv = self.pv.clone();
                         self.blocking(size, &path, move || {
-                            wipe_block(&device, m, &cancel, &mut |d, _| done.store(d, Ordering::Relaxed))
-                                .map_err(|e| WipeError::Failed(e.to_string()))
+                            // Proven again on the exclusively opened device the wipe writes
+                            // through: a link or device swapped in since the check is caught.
+                            let mut refusal = None;
+                            let mut verify = |file: &std::fs::File| {
+                                let found = device_identity(file, &device).map_err(|e| e.to_string())?;
+                                prove_identity(&pv, &device, found).map_err(|e| {
+                                    let text = e.to_string();
+                                    refusal = Some(e);
+                                    text
+                                })
+                            };
+                            let mut progress = |d, _| done.store(d, Ordering::Relaxed);
+                            wipe_block_verified(&device, m, &cancel, &mut progress, &mut verify).map_err(|e| match e {
+                                BlockWipeError::NotTheDisk { .. } => {
+                                    refusal.take().unwrap_or(WipeError::Refused(e.to_string()))
+                                }
+                                _ => WipeError::Failed(e.to_string()),
+                            })
                         })
                         .await?;
                     }
@@ -475,6 +510,17 @@ fn check_volume(pv: &PvState, path: &Path) -> Result<Checked, WipeError> {
         }
     }
     let found = found_identity(path, None).map_err(|e| failed(&e))?;
+    prove_identity(pv, path, found)?;
+    Ok(match kind {
+        EntryKind::BlockDevice => Checked::Block { size: block_device_capacity(path).map_err(|e| failed(&e))? },
+        _ => Checked::Filesystem { size: filesystem_capacity(&resolved).map_err(|e| failed(&e))?, root: resolved },
+    })
+}
+
+/// Whether `found` (the disk at `path`) proves to be the PV's recorded disk: the same, or
+/// unproven and confirmed by an operator for exactly this identity. A PV that recorded no
+/// identity (made by upstream) is wiped as upstream would, with a warning.
+fn prove_identity(pv: &PvState, path: &Path, found: Found) -> Result<(), WipeError> {
     match &pv.identity {
         Some(recorded) => match judge(recorded, &found, pv.identity_confirmed.as_deref()) {
             Verdict::Same(Proof::Confirmed) => {
@@ -503,10 +549,7 @@ fn check_volume(pv: &PvState, path: &Path) -> Result<Checked, WipeError> {
             warn!(pv = %pv.name, path = %path.display(), "PV has no recorded volume identity (made by upstream?); wiping what is at its path")
         }
     }
-    Ok(match kind {
-        EntryKind::BlockDevice => Checked::Block { size: block_device_capacity(path).map_err(|e| failed(&e))? },
-        _ => Checked::Filesystem { size: filesystem_capacity(&resolved).map_err(|e| failed(&e))?, root: resolved },
-    })
+    Ok(())
 }
 
 #[cfg(test)]

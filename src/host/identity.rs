@@ -14,14 +14,14 @@
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
-use std::os::unix::io::AsRawFd;
+use std::os::unix::io::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, FsType, Statfs, TMPFS_MAGIC, XFS_SUPER_MAGIC};
 
 use super::HostError;
 use super::mountinfo::MountTable;
-use super::volume::{EntryKind, block_device_capacity, mount_at, resolve_entry};
+use super::volume::{EntryKind, device_size, mount_at, resolve_entry};
 use crate::core::disk_identity::{DiskIdentity, Found, Kind, Verdict, is_present, judge};
 use crate::core::succession::DiskCheck;
 
@@ -95,13 +95,20 @@ fn dev_text(dev: u64) -> String {
 
 fn block_found(entry: &Path) -> Result<Found, HostError> {
     let file = File::open(entry).map_err(|e| HostError::io("open", entry, e))?;
+    device_identity(&file, entry)
+}
+
+/// The identity of the block device open as `file` (`entry` only names it in errors). The
+/// wipe computes it on the very descriptor it then writes through, so a link or device
+/// swapped at the path after the check cannot redirect the wipe.
+pub fn device_identity(file: &File, entry: &Path) -> Result<Found, HostError> {
     let meta = file.metadata().map_err(|e| HostError::io("stat", entry, e))?;
     if !meta.file_type().is_block_device() {
         return Err(HostError::io("identify", entry, std::io::Error::other("not a block device")));
     }
     let rdev = meta.rdev();
-    let size = block_device_capacity(entry)?;
-    let (disk, backing) = stable_id(rdev, Some(&file));
+    let size = device_size(file).map_err(|e| HostError::io("ioctl BLKGETSIZE64", entry, e))?;
+    let (disk, backing) = stable_id(rdev, Some(file));
     let identity = DiskIdentity {
         kind: Kind::Block,
         disk,
@@ -114,10 +121,22 @@ fn block_found(entry: &Path) -> Result<Found, HostError> {
 }
 
 fn filesystem_found(entry: &Path, mounts: Option<&MountTable>) -> Result<Found, HostError> {
-    let meta = std::fs::symlink_metadata(entry).map_err(|e| HostError::io("lstat", entry, e))?;
-    let st = nix::sys::statfs::statfs(entry).map_err(|e| HostError::io("statfs", entry, e))?;
+    use nix::fcntl::{OFlag, open};
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let fd = open(entry, flags, nix::sys::stat::Mode::empty()).map_err(|e| HostError::io("open", entry, e))?;
+    directory_identity(fd.as_fd(), entry, mounts)
+}
+
+/// The identity of the volume whose root directory is open as `fd` (`entry` names it in
+/// errors, and finds a btrfs filesystem's device in the mount table). The wipe computes it on
+/// the very descriptor it then walks from, so a mount swapped at the path after the check
+/// cannot redirect the wipe.
+pub fn directory_identity(fd: BorrowedFd<'_>, entry: &Path, mounts: Option<&MountTable>) -> Result<Found, HostError> {
+    let meta = nix::sys::stat::fstat(fd).map_err(|e| HostError::io("stat", entry, e))?;
+    let st = nix::sys::statfs::fstatfs(fd).map_err(|e| HostError::io("statfs", entry, e))?;
     let (legacy_fsid, words) = fsid(&st);
-    let legacy = format!("fs:fsid={legacy_fsid};ino={}", meta.ino());
+    let legacy = format!("fs:fsid={legacy_fsid};ino={}", meta.st_ino);
+    let meta = StatIds { ino: meta.st_ino, dev: meta.st_dev };
     let magic = st.filesystem_type();
     let mount_type = || mounts.and_then(|m| m.get(entry)).map(|m| m.fs_type.clone());
     let fs_type = mount_type().unwrap_or_else(|| fs_type_name(magic));
@@ -141,6 +160,22 @@ fn filesystem_found(entry: &Path, mounts: Option<&MountTable>) -> Result<Found, 
 
 /// The statfs fsid as earlier versions recorded it (`a,b`, the two words in decimal) and as
 /// its two words. nix has no accessor; the Debug form is stable ("fsid_t { __val: [a, b] }").
+/// The inode and device of a volume root, from `fstat`.
+struct StatIds {
+    ino: u64,
+    dev: u64,
+}
+
+impl StatIds {
+    fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    fn dev(&self) -> u64 {
+        self.dev
+    }
+}
+
 fn fsid(st: &Statfs) -> (String, [i32; 2]) {
     let text = format!("{:?}", st.filesystem_id());
     let legacy: String = text.chars().filter(|c| c.is_ascii_digit() || *c == ',' || *c == '-').collect();

@@ -132,9 +132,15 @@ nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
 /// Size of the block device at `path` in bytes (BLKGETSIZE64).
 pub fn block_device_capacity(path: &Path) -> Result<u64, HostError> {
     let file = File::open(path).map_err(|e| HostError::io("open", path, e))?;
+    device_size(&file).map_err(|e| HostError::io("ioctl BLKGETSIZE64", path, e))
+}
+
+/// Size in bytes of the block device open as `file` (BLKGETSIZE64); the one place this ioctl
+/// is declared.
+pub fn device_size(file: &File) -> std::io::Result<u64> {
     let mut size: u64 = 0;
     // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid for the call.
-    unsafe { blkgetsize64(file.as_raw_fd(), &mut size) }.map_err(|e| HostError::io("ioctl BLKGETSIZE64", path, e))?;
+    unsafe { blkgetsize64(file.as_raw_fd(), &mut size) }?;
     Ok(size)
 }
 

@@ -34,7 +34,6 @@ const STDERR_TAIL: usize = 5;
 /// How long to keep reading output after the cleaner exited (a background child may hold the pipe).
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
-nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
 // BLKDISCARD and BLKZEROOUT are declared with _IO (no size) although they take a u64[2].
 nix::ioctl_write_ptr_bad!(blkdiscard, nix::request_code_none!(0x12, 119), [u64; 2]);
 nix::ioctl_write_ptr_bad!(blkzeroout, nix::request_code_none!(0x12, 127), [u64; 2]);
@@ -91,6 +90,10 @@ pub enum BlockWipeError {
     /// The path (after following symlinks) is not a block device.
     #[error("{path} is not a block device")]
     NotBlockDevice { path: PathBuf },
+    /// The device opened for the wipe is not the disk that was published (checked on the very
+    /// descriptor the wipe writes through).
+    #[error("{path}: {reason}")]
+    NotTheDisk { path: PathBuf, reason: String },
     /// The cancel flag was raised (shutdown or timeout) before the wipe finished.
     #[error("wipe of {path} cancelled after {done} of {total} bytes")]
     Cancelled { path: PathBuf, done: u64, total: u64 },
@@ -121,6 +124,19 @@ pub fn wipe_block(
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<BlockWipeReport, BlockWipeError> {
+    wipe_block_verified(device, method, cancel, progress, &mut |_| Ok(()))
+}
+
+/// [`wipe_block`], calling `verify` with the exclusively opened device before anything is
+/// written: the caller proves on that very descriptor that it is the published disk (a link or
+/// device swapped in at the path after an earlier check is then caught).
+pub fn wipe_block_verified(
+    device: &Path,
+    method: BlockMethod,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+    verify: &mut dyn FnMut(&File) -> Result<(), String>,
+) -> Result<BlockWipeReport, BlockWipeError> {
     let meta = std::fs::metadata(device).map_err(|e| BlockWipeError::io("stat", device, e))?;
     if !meta.file_type().is_block_device() {
         return Err(BlockWipeError::NotBlockDevice { path: device.to_path_buf() });
@@ -131,6 +147,7 @@ pub fn wipe_block(
     if !opened.file_type().is_block_device() {
         return Err(BlockWipeError::NotBlockDevice { path: device.to_path_buf() });
     }
+    verify(&file).map_err(|reason| BlockWipeError::NotTheDisk { path: device.to_path_buf(), reason })?;
     let mut dev = Device { file, path: device, size: 0, cancel };
     dev.size = dev.size()?;
     dev.check_cancel(0)?;
@@ -187,11 +204,7 @@ struct Device<'a> {
 
 impl Device<'_> {
     fn size(&self) -> Result<u64, BlockWipeError> {
-        let mut size: u64 = 0;
-        // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid for the call.
-        unsafe { blkgetsize64(self.file.as_raw_fd(), &mut size) }
-            .map_err(|e| BlockWipeError::io("ioctl BLKGETSIZE64", self.path, e))?;
-        Ok(size)
+        super::volume::device_size(&self.file).map_err(|e| BlockWipeError::io("ioctl BLKGETSIZE64", self.path, e))
     }
 
     fn check_cancel(&self, done: u64) -> Result<(), BlockWipeError> {

@@ -54,6 +54,10 @@ pub enum FsWipeError {
     /// The root is not a mount point: wiping it would empty a plain host directory.
     #[error("{} is not a mount point; refusing to wipe it", .path.display())]
     NotMounted { path: PathBuf },
+    /// The directory opened for the wipe is not the volume that was published (checked on the
+    /// very descriptor the wipe walks from).
+    #[error("{}: {reason}", .path.display())]
+    NotTheVolume { path: PathBuf, reason: String },
     /// A system call failed.
     #[error("{op} {}: {source}", .path.display())]
     Io {
@@ -85,7 +89,22 @@ nix::ioctl_read_bad!(fs_ioc_getflags, nix::request_code_read!(b'f', 1, size_of::
 /// Removes everything below `root` (an absolute path of a mounted volume), keeping `root` itself
 /// with its mode and ownership. `mounts` is the current mount table; `cancel` is polled often.
 pub fn wipe_filesystem(root: &Path, mounts: &MountTable, cancel: &AtomicBool) -> Result<FsWipeStats, FsWipeError> {
-    Wiper::open(root, mounts, cancel)?.finish()
+    wipe_filesystem_verified(root, mounts, cancel, &mut |_| Ok(()))
+}
+
+/// [`wipe_filesystem`], calling `verify` with the root directory's descriptor once it is open
+/// and before anything is removed: the caller proves on that very descriptor that it is the
+/// published volume (a mount swapped in at the path after an earlier check is then caught,
+/// since the walk starts from this descriptor, not from the path).
+pub fn wipe_filesystem_verified(
+    root: &Path,
+    mounts: &MountTable,
+    cancel: &AtomicBool,
+    verify: &mut dyn FnMut(BorrowedFd<'_>) -> Result<(), String>,
+) -> Result<FsWipeStats, FsWipeError> {
+    let wiper = Wiper::open(root, mounts, cancel)?;
+    verify(wiper.root_fd.as_fd()).map_err(|reason| FsWipeError::NotTheVolume { path: root.to_path_buf(), reason })?;
+    wiper.finish()
 }
 
 /// An open directory stream; readdir fetches many entries per getdents call.
