@@ -584,8 +584,18 @@ impl Agent {
             })
             .collect();
         let wipe_uids: BTreeSet<String> = wipes.iter().map(|pv| pv.uid.clone()).collect();
-        tokio::task::spawn_blocking(move || {
-            let Ok(mounts) = MountTable::read() else { return BTreeMap::new() };
+        // Fails closed: when the disks cannot be read, no wipe starts in this pass.
+        let all_blocked = |why: &str| -> BTreeMap<String, String> {
+            wipes
+                .iter()
+                .map(|pv| {
+                    (pv.uid.clone(), format!("the disks of this node's PVs cannot be compared now ({why}); retrying"))
+                })
+                .collect()
+        };
+        let located_uids = wipe_uids.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let Ok(mounts) = MountTable::read() else { return None };
             let disks: Vec<(PvState, DiskKey)> = located
                 .into_iter()
                 .filter_map(|(pv, path)| discovery::disk_at(&path, &mounts).map(|d| (pv, d)))
@@ -599,14 +609,22 @@ impl Agent {
                     disk: disk.clone(),
                 })
                 .collect();
-            disks
-                .iter()
-                .filter(|(pv, _)| wipe_uids.contains(&pv.uid))
-                .filter_map(|(pv, disk)| Some((pv.uid.clone(), wipe_would_hit_another_pv(&pv.name, disk, &others)?)))
-                .collect()
+            Some(
+                disks
+                    .iter()
+                    .filter(|(pv, _)| located_uids.contains(&pv.uid))
+                    .filter_map(|(pv, disk)| {
+                        Some((pv.uid.clone(), wipe_would_hit_another_pv(&pv.name, disk, &others)?))
+                    })
+                    .collect::<BTreeMap<_, _>>(),
+            )
         })
-        .await
-        .unwrap_or_default()
+        .await;
+        match result {
+            Ok(Some(shared)) => shared,
+            Ok(None) => all_blocked("the mount table is unreadable"),
+            Err(e) => all_blocked(&format!("the check failed: {e}")),
+        }
     }
 
     fn class_policies(&self) -> BTreeMap<String, Result<ClassPolicy, String>> {

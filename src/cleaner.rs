@@ -19,9 +19,10 @@ use crate::config::{BlockCleanMethod, ClassConfig};
 use crate::core::cleanup::{AfterWipe, PvState};
 use crate::core::disk_identity::{Found, Proof, Verdict, judge};
 use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, FINALIZER_WIPE};
+use crate::discovery::wipe_exposure;
 use crate::host::identity::{device_identity, directory_identity, found_identity};
 use crate::host::mountinfo::MountTable;
-use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, resolve_entry};
+use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, mount_of_fd, resolve_entry};
 use crate::host::wipe_block::{
     BlockMethod, BlockWipeError, builtin_for_upstream_script, run_cleaner_command, wipe_block_verified,
 };
@@ -321,6 +322,7 @@ impl WipeTask {
                 self.cluster.event(&reference, false, "VolumeDelete", "Wipe", note).await;
                 let cancel = self.cancel.clone();
                 let pv = self.pv.clone();
+                let class = self.target.class.clone();
                 let stats = self
                     .blocking(size, &path, move || {
                         let mounts = MountTable::read().map_err(|e| WipeError::Failed(e.to_string()))?;
@@ -328,6 +330,14 @@ impl WipeTask {
                         // a mount swapped in at the path since the check above is caught.
                         let mut refusal = None;
                         let mut verify = |fd: std::os::fd::BorrowedFd<'_>| {
+                            // Never the host itself, whatever identity the PV recorded (or not).
+                            if let Some(why) = mount_of_fd(fd, &mounts).and_then(|m| wipe_exposure(m, &mounts, &class))
+                            {
+                                let e = WipeError::Refused(format!("{} is not wiped: {why}", root.display()));
+                                let text = e.to_string();
+                                refusal = Some(e);
+                                return Err(text);
+                            }
                             let found = directory_identity(fd, &root, Some(&mounts)).map_err(|e| e.to_string())?;
                             prove_identity(&pv, &root, found).map_err(|e| {
                                 let text = e.to_string();

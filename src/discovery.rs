@@ -255,7 +255,7 @@ fn protected_places(roots: &[RootFacts], facts: &[MountFacts<'_>]) -> Vec<Protec
 }
 
 /// The host root, the system directories and the host's own mounts, located in the mount table.
-fn host_places(facts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
+pub(crate) fn host_places(facts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
     let mut places = Vec::new();
     for dir in SYSTEM_DIRS {
         let Ok(resolved) = std::fs::canonicalize(dir) else { continue };
@@ -393,4 +393,26 @@ fn describe_link(link: &Path) -> String {
         Ok(_) => format!("{target}, which is not a block device"),
         Err(e) => format!("{target}, which cannot be reached ({e})"),
     }
+}
+
+/// Why the mount a wipe is about to walk must not be wiped, judged as discovery judges a new
+/// volume: its source contains the host root, a system directory or the class's discovery
+/// directory, or lies in a sensitive host directory, or it is a kernel filesystem. Checked
+/// before every filesystem wipe, so a PV that recorded no identity (made by upstream) cannot
+/// be turned into a wipe of the host by a bind mount at its path.
+pub fn wipe_exposure(
+    mount: &crate::host::mountinfo::MountEntry,
+    mounts: &MountTable,
+    class: &ClassConfig,
+) -> Option<String> {
+    let facts = mounts.facts();
+    let mut places = host_places(&facts);
+    let host_dir = PathBuf::from(clean_path(&class.host_dir));
+    let root = std::fs::canonicalize(&class.mount_dir).ok().and_then(|r| locate(&facts, &r));
+    if let Some(location) = root.clone() {
+        let what = format!("the discovery directory {}", class.mount_dir);
+        places.push(ProtectedPlace { what, location, no_volume_inside: false });
+    }
+    let anchors: Vec<HostAnchor> = root.and_then(|l| host_anchor(&host_dir, &l)).into_iter().collect();
+    exposure(&mount.facts(), &places, &anchors, std::slice::from_ref(&host_dir))
 }

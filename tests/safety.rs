@@ -280,3 +280,48 @@ fn an_identity_recorded_by_an_older_version_is_upgraded_and_still_lets_the_wipe_
     cp.kubectl(&["patch", "pv", &name, "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]);
     cp.kubectl(&["delete", "pv", &name, "--wait=false"]);
 }
+
+#[test]
+fn a_pv_without_a_recorded_identity_never_wipes_a_mount_of_the_host() {
+    if !require_root("a_pv_without_a_recorded_identity_never_wipes_a_mount_of_the_host") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "safety-node-noid";
+    let uid = cp.create_node(node);
+    let class = "safety-noid";
+    cp.create_storage_class(class, "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let disks = root.join("disks");
+    std::fs::create_dir_all(&disks).unwrap();
+    std::fs::write(root.join("precious"), b"host data").unwrap();
+    // An upstream PV whose volume is not there when the agent adopts it: no identity recorded.
+    let name = pv_name("x", node, class);
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\n  annotations: {{pv.kubernetes.io/provisioned-by: local-volume-provisioner-{node}-{uid}}}\nspec:\n  capacity: {{storage: 8Mi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Delete\n  storageClassName: {class}\n  local: {{path: {path}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]\n",
+        path = disks.join("x").display(),
+    ));
+    assert_eq!(cp.bind_claim("safety-noid-claim", class, false), name);
+    let config = root.join("config");
+    let class_map = format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = disks.display());
+    write_config(&config, &[("storageClassMap", &class_map)]);
+    let kubeconfig = cp.agent_kubeconfig(root);
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &root.join("agent.log"));
+    wait_until("the PV adopted", WAIT, || {
+        let pv = cp.get_json(&["pv", &name])?;
+        pv["metadata"]["finalizers"].as_array()?.iter().any(|f| f == "local-static-provisioner.io/wipe").then_some(())
+    });
+    // Now a bind mount of the directory that holds the discovery directory (and the host's
+    // file) appears at the PV's path, and the claim is released.
+    let _bind = bind_mount(root, &disks.join("x"));
+    cp.release_claim("safety-noid-claim");
+    wait_until("the wipe refused", WAIT, || {
+        cp.has_event(&name, "VolumeFailedDelete", "is not wiped: its mount source").then_some(())
+    });
+    assert_eq!(std::fs::read(root.join("precious")).unwrap(), b"host data");
+    assert!(config.exists() && root.join("agent.log").exists(), "nothing of the host directory was removed");
+    drop(agent);
+    cp.kubectl(&["patch", "pv", &name, "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]);
+    cp.kubectl(&["delete", "pv", &name, "--wait=false"]);
+}

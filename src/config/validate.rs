@@ -162,7 +162,7 @@ fn dir_problem(dir: &str) -> Option<String> {
     if PSEUDO_FS_ROOTS.iter().any(|root| normal.starts_with(&format!("{root}/"))) {
         return Some(format!("{dir:?} is inside a kernel pseudo-filesystem and cannot hold volumes"));
     }
-    if let Some(sensitive) = SENSITIVE_DIRS.iter().find(|s| normal.starts_with(&format!("{s}/"))) {
+    if let Some(sensitive) = SENSITIVE_DIRS.iter().find(|s| normal == **s || normal.starts_with(&format!("{s}/"))) {
         return Some(format!(
             "{dir:?} is inside the host directory {sensitive}, whose contents are the host's own; it cannot hold volumes"
         ));

@@ -217,7 +217,11 @@ pub fn may_share_disk(recorded: &str, found: &str) -> bool {
     let uuids = matches!((&r.uuid, &f.uuid), (Some(a), Some(b)) if a == b);
     let volatile =
         r.volatile.is_some() && f.volatile.is_some() && matches!((&r.fsid, &f.fsid), (Some(a), Some(b)) if a == b);
-    uuids || volatile
+    // A side that names nothing (no device ID, UUID or tmpfs mount ID) may be any disk at that
+    // device number: the same number counts as the same disk, conservatively.
+    let names = |d: &DiskIdentity| d.disk.is_some() || d.uuid.is_some() || d.volatile.is_some();
+    let unnamed_same_number = (!names(&r) || !names(&f)) && r.dev.is_some() && r.dev == f.dev;
+    uuids || volatile || unnamed_same_number
 }
 
 /// Whether a recorded identity is in the format of earlier versions (`fs:...`, `blk:...`).
@@ -829,9 +833,12 @@ mod tests {
             // tmpfs: the mount's ID names it; a directory of it is it.
             ("v2;fs;fsid=ab;volatile=tmpfs;ino=1", "v2;fs;fsid=ab;volatile=tmpfs;ino=9", true),
             ("v2;fs;fsid=ab;volatile=tmpfs;ino=1", "v2;fs;fsid=cd;volatile=tmpfs;ino=1", false),
-            // Device numbers and inodes alone name nothing.
-            ("v2;blk;size=100;dev=7:0", "v2;blk;size=100;dev=7:0", false),
-            ("v2;fs;ino=2;dev=7:0", "v2;fs;ino=2;dev=7:0", false),
+            // A disk that names nothing may be any disk at its device number: the same number
+            // counts as the same disk (conservative), another number does not.
+            ("v2;blk;size=100;dev=7:0", "v2;blk;size=100;dev=7:0", true),
+            ("v2;fs;ino=2;dev=7:0", "v2;fs;ino=9;dev=7:0", true),
+            ("v2;blk;size=100;dev=7:0", "v2;blk;size=100;dev=7:1", false),
+            ("v2;fs;disk=serial:S;uuid=u;ino=2;dev=7:0", "v2;fs;ino=2;dev=7:0", true),
             // Old records match only themselves.
             ("fs:fsid=1,2;ino=2", "fs:fsid=1,2;ino=2", true),
             ("fs:fsid=1,2;ino=2", "v2;fs;fsid=ab;volatile=tmpfs;ino=2", false),

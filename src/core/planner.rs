@@ -244,11 +244,16 @@ fn plan_disks<'a>(
             by_token.entry(t).or_default().push(d);
         }
     }
-    // (identity, PV name, path) of this node's PVs that record a disk.
+    // (identity, PV name, path) of this node's PVs that record a disk and whose volume is not
+    // at their own path now: where it is, its DiskKey above already settles what overlaps it
+    // (two directories of one shared disk do not), so only a disk gone from its PV's path is
+    // looked for elsewhere by its identity.
+    let present: BTreeSet<&str> = desired.iter().map(|d| d.host_path.as_str()).collect();
     let recorded: Vec<(&str, &str, &str)> = observed
         .iter()
         .filter(|o| identity.owns(o) || identity.is_predecessor(o))
         .filter_map(|o| Some((o.identity.as_deref()?, o.name.as_str(), o.host_path.as_deref()?)))
+        .filter(|(_, _, path)| !present.contains(path))
         .collect();
     let mut refusals = BTreeMap::new();
     for d in desired {

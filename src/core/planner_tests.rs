@@ -729,3 +729,26 @@ fn a_device_in_use_is_refused_unless_already_published() {
     );
     assert!(plan(&me(), &[d], &[ours("pv-a", "/mnt/disks/a")], &BTreeMap::new()).is_empty());
 }
+
+#[test]
+fn a_new_directory_of_a_shared_disk_is_published_next_to_a_recorded_one() {
+    // Upstream's shared-disk recipe: directories of one filesystem bound in as volumes. The
+    // published one records the disk's identity; a new sibling names the same disk (other
+    // root inode) but its DiskKey does not overlap, and the recorded volume is present.
+    let mut vol1 = desired("pv-1", "/mnt/disks/vol1");
+    vol1.identity = "v2;fs;disk=serial:S;uuid=u;ino=11;dev=8:17".into();
+    vol1.disk = DiskKey::fs("8:17", "/vol1");
+    let mut vol3 = desired("pv-3", "/mnt/disks/vol3");
+    vol3.identity = "v2;fs;disk=serial:S;uuid=u;ino=33;dev=8:17".into();
+    vol3.disk = DiskKey::fs("8:17", "/vol3");
+    let mut published = ours("pv-1", "/mnt/disks/vol1");
+    published.identity = Some(vol1.identity.clone());
+    let actions = plan(&me(), &[vol1.clone(), vol3.clone()], std::slice::from_ref(&published), &BTreeMap::new());
+    assert!(matches!(&actions[..], [Action::Create(pv)] if local_path(pv) == Some("/mnt/disks/vol3")), "{actions:?}");
+    // When vol1's volume is gone from its path, a volume naming its disk is refused instead.
+    let actions = plan(&me(), std::slice::from_ref(&vol3), std::slice::from_ref(&published), &BTreeMap::new());
+    assert!(
+        matches!(&actions[..], [Action::Refuse { reason: Refusal::DiskPublished { pv, .. }, .. }] if pv == "pv-1"),
+        "{actions:?}"
+    );
+}

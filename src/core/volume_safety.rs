@@ -447,11 +447,14 @@ pub struct PublishedDisk {
 
 /// Why wiping the disk `disk` of PV `name` would destroy what another PV still offers or
 /// holds: another PV (published before these rules, or by upstream) names the same disk and
-/// is neither released nor being deleted. Two released PVs of one disk may both be wiped.
+/// is not released, even while it is being deleted (it stays Bound until its claim goes).
+/// Two released PVs of one disk may both be wiped.
 pub fn wipe_would_hit_another_pv(name: &str, disk: &DiskKey, others: &[PublishedDisk]) -> Option<String> {
     others
         .iter()
-        .filter(|o| o.name != name && !o.deleting && o.phase != "Released" && o.phase != "Failed")
+        // A PV being deleted while Bound stays Bound (pv-protection) and its pod keeps using
+        // the disk: only a released PV has no tenant left.
+        .filter(|o| o.name != name && o.phase != "Released" && o.phase != "Failed")
         .find(|o| o.disk.overlaps(disk))
         .map(|o| {
             format!(

@@ -105,6 +105,17 @@ pub fn mount_root_at(path: &Path) -> Result<MountRoot, HostError> {
     })
 }
 
+/// The mount an open descriptor is on, by the kernel's mount ID (`None` before Linux 5.8).
+pub fn mount_of_fd<'a>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    mounts: &'a super::mountinfo::MountTable,
+) -> Option<&'a super::mountinfo::MountEntry> {
+    use rustix::fs::{AtFlags, StatxFlags, statx};
+    let st = statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID).ok()?;
+    StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID).then_some(())?;
+    mounts.by_id(st.stx_mnt_id)
+}
+
 /// The mount whose root is the entry `path` (not followed), or `None` when the entry is not a
 /// mount point. Uses the kernel's mount ID, so a covered or stacked mount is never taken for
 /// the one that is visible at the path.
