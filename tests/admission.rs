@@ -386,6 +386,14 @@ fn agent_creates_only_local_pvs_pinned_to_its_node_under_a_root() {
         assert_allowed(&create(&cp, &agent, &p), name);
     }
 
+    // Bound in advance to a claim: it would pull a chosen tenant's pod onto this disk.
+    for (name, claim) in [("vap-create-prebound", "victim"), ("vap-create-prebound-other", "db-data")] {
+        let p = with(pv(name, &format!("{ROOT}/{name}")), |p| {
+            p["spec"]["claimRef"] = json!({"kind": "PersistentVolumeClaim", "namespace": "default", "name": claim});
+        });
+        assert_create_denied(&cp, &agent, &p, name, "may not create PVs bound in advance to a claim");
+    }
+
     // Not a local volume: hostPath (the root filesystem, or even under a root), NFS.
     let not_local = "may only create PVs with a local volume source";
     for (name, key, source) in [
