@@ -21,20 +21,16 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::libc;
 use serde_json::Value;
-use support::{AgentProcess, ControlPlane, run, wait_until, write_config};
+use support::{AgentProcess, ControlPlane, quiet, remove_scratch_dir, run, wait_until, write_config};
 
 const WAIT: Duration = Duration::from_secs(60);
 const ANN_MISSING: &str = "local-static-provisioner.io/volume-missing";
-
-fn quiet(cmd: &mut Command) -> bool {
-    cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-}
 
 // ---------------------------------------------------------------------------------------------
 // The lab: a private mount of its own holding every mount, image and loop device of one test
@@ -167,18 +163,6 @@ impl Lab {
         let now = std::fs::read_to_string(dir.join("CANARY")).unwrap_or_default();
         (now != content).then(|| format!("the canary outside the discovery directories changed: {now:?}"))
     }
-
-    fn mounts_under(&self) -> Vec<PathBuf> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut out: Vec<PathBuf> = text
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .map(PathBuf::from)
-            .filter(|p| p.starts_with(&self.root) && *p != self.root)
-            .collect();
-        out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-        out
-    }
 }
 
 impl Drop for Lab {
@@ -195,36 +179,7 @@ impl Drop for Lab {
                 }
             }
         }
-        for _ in 0..3 {
-            let left = self.mounts_under();
-            if left.is_empty() {
-                break;
-            }
-            for p in left {
-                quiet(Command::new("umount").arg("-l").arg(&p));
-            }
-        }
-        if let Ok(rd) = std::fs::read_dir(self.root.join("images")) {
-            for img in rd.flatten() {
-                if let Ok(out) = Command::new("losetup").arg("-j").arg(img.path()).output() {
-                    for line in String::from_utf8_lossy(&out.stdout).lines() {
-                        if let Some(dev) = line.split(':').next() {
-                            quiet(Command::new("losetup").arg("-d").arg(dev));
-                        }
-                    }
-                }
-            }
-        }
-        quiet(Command::new("umount").arg(&self.root));
-        let still_mounted = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| l.split(' ').nth(4).is_some_and(|p| Path::new(p).starts_with(&self.root)));
-        if still_mounted {
-            eprintln!("leaving {} in place: still mounted", self.root.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
+        remove_scratch_dir(&self.root, "attack");
     }
 }
 

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use local_static_provisioner::core::naming::pv_name;
 use support::{
-    AgentProcess, ControlPlane, LoopDevice, Mount, binary, mount_tmpfs, require_root, run, wait_until, write_config,
+    AgentProcess, ControlPlane, LoopDevice, Mount, Zram, binary, mount_tmpfs, require_root, run, wait_until,
+    write_config,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -406,34 +407,6 @@ fn mount_device(device: &Path, at: &Path) -> Mount {
     std::fs::create_dir_all(at).unwrap();
     run(Command::new("mount").arg(device).arg(at));
     Mount { path: at.to_path_buf() }
-}
-
-/// A zram device: a disk with no WWID, serial or backing file, so nothing but its device
-/// number names it. None when the kernel has no zram.
-struct Zram {
-    id: u32,
-    device: std::path::PathBuf,
-}
-
-impl Zram {
-    fn new(mib: u64) -> Option<Zram> {
-        let control = Path::new("/sys/class/zram-control/hot_add");
-        if !control.exists() {
-            let _ = Command::new("modprobe").args(["zram", "num_devices=0"]).status();
-        }
-        let id: u32 = std::fs::read_to_string(control).ok()?.trim().parse().ok()?;
-        std::fs::write(format!("/sys/block/zram{id}/disksize"), (mib << 20).to_string()).ok()?;
-        let device = std::path::PathBuf::from(format!("/dev/zram{id}"));
-        wait_until("zram device node", Duration::from_secs(10), || device.exists().then_some(()));
-        Some(Zram { id, device })
-    }
-}
-
-impl Drop for Zram {
-    fn drop(&mut self) {
-        let _ = std::fs::write(format!("/sys/block/zram{}/reset", self.id), "1");
-        let _ = std::fs::write("/sys/class/zram-control/hot_remove", self.id.to_string());
-    }
 }
 
 /// Issue 12: while the agent was down, the disks of two Released PVs were replaced by clones

@@ -16,25 +16,24 @@
 //! not (in reverse order, `umount -l` as a last resort), and the test's directory is only
 //! deleted once nothing is mounted below it.
 
+mod support;
+
 use std::cell::{Cell, RefCell};
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::mem::MaybeUninit;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use nix::libc;
 use serde_json::Value;
-
-fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_local-static-provisioner"))
-}
+use support::{binary, quiet, remove_scratch_dir, run, unescape_mount_path};
 
 /// Directories no volume may contain (as the issue lists them; the oracle's own copy).
 const SYSTEM_DIRS: [&str; 20] = [
@@ -106,23 +105,6 @@ const PSEUDO_FS: [&str; 18] = [
 // ---------------------------------------------------------------------------------------------
 // Commands
 
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Runs a command for cleanup: never panics, says whether it worked.
-fn quiet(cmd: &mut Command) -> bool {
-    cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
 fn tool_exists(name: &str) -> bool {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"].iter().any(|d| Path::new(d).join(name).exists())
 }
@@ -140,22 +122,6 @@ struct MountLine {
     fs_type: String,
 }
 
-fn unescape(field: &str) -> PathBuf {
-    let b = field.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
-}
-
 fn mountinfo() -> Vec<MountLine> {
     let text = std::fs::read("/proc/self/mountinfo").expect("reading mountinfo");
     String::from_utf8_lossy(&text)
@@ -166,20 +132,12 @@ fn mountinfo() -> Vec<MountLine> {
             Some(MountLine {
                 id: f.first()?.parse().ok()?,
                 dev: f.get(2)?.to_string(),
-                root: unescape(f.get(3)?),
-                point: unescape(f.get(4)?),
+                root: unescape_mount_path(f.get(3)?),
+                point: unescape_mount_path(f.get(4)?),
                 fs_type: f.get(sep + 1)?.to_string(),
             })
         })
         .collect()
-}
-
-/// Mount points at or below `dir`, deepest first.
-fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    let mut points: Vec<PathBuf> = mountinfo().into_iter().map(|m| m.point).filter(|p| p.starts_with(dir)).collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    points.dedup();
-    points
 }
 
 /// What statx says about a path (symlinks not followed): the mount visible there and whether
@@ -926,34 +884,7 @@ impl Drop for Lab {
         for u in undo.iter().rev() {
             u.run();
         }
-        for _ in 0..3 {
-            let left = mounts_under(&self.root);
-            if left.is_empty() {
-                break;
-            }
-            for p in left {
-                quiet(Command::new("umount").arg("-l").arg(&p));
-            }
-        }
-        // Loop devices still over the lab's images (a test that panicked half-way).
-        if let Ok(rd) = std::fs::read_dir(self.root.join("images")) {
-            for img in rd.flatten() {
-                if let Ok(out) = Command::new("losetup").arg("-j").arg(img.path()).output() {
-                    for line in String::from_utf8_lossy(&out.stdout).lines() {
-                        if let Some(dev) = line.split(':').next() {
-                            quiet(Command::new("losetup").arg("-d").arg(dev));
-                        }
-                    }
-                }
-            }
-        }
-        let left = mounts_under(&self.root);
-        if left.is_empty() {
-            let _ = std::fs::remove_dir_all(&self.root);
-        } else {
-            // Never delete through a mount (it could be a bind of /): leave the directory.
-            eprintln!("[{}] leaving {} in place, still mounted: {left:?}", self.name, self.root.display());
-        }
+        remove_scratch_dir(&self.root, self.name);
     }
 }
 

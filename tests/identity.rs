@@ -14,7 +14,7 @@ use local_static_provisioner::core::disk_identity::{DiskIdentity, Found, Proof, 
 use local_static_provisioner::core::succession::DiskCheck;
 use local_static_provisioner::host::identity::{check_disk, found_identity, volume_identity, volume_present};
 use local_static_provisioner::host::mountinfo::MountTable;
-use support::{Mount, mount_tmpfs, require_root, run};
+use support::{Mount, Zram, mount_tmpfs, require_root, run};
 
 /// A loop device attached by this test (optionally at a given number, or scanning partitions),
 /// detached when dropped.
@@ -347,33 +347,6 @@ fn old_format_identities_keep_working() {
     assert!(matches!(verdict, Verdict::Unproven { .. }), "{verdict:?}");
     // (The old code names a loop device by its file, so a record by number never equals it.)
     assert_eq!(check_disk(&links.join("d"), Some(&old_by_number), &mounts()), DiskCheck::Unverified);
-}
-
-/// A zram device, which has no WWID, serial or backing file: nothing names it but its number.
-struct Zram {
-    id: u32,
-    device: PathBuf,
-}
-
-impl Zram {
-    fn new(mib: u64) -> Option<Zram> {
-        let control = Path::new("/sys/class/zram-control/hot_add");
-        if !control.exists() {
-            let _ = Command::new("modprobe").arg("zram").arg("num_devices=0").status();
-        }
-        let id: u32 = std::fs::read_to_string(control).ok()?.trim().parse().ok()?;
-        std::fs::write(format!("/sys/block/zram{id}/disksize"), format!("{}", mib << 20)).ok()?;
-        let device = PathBuf::from(format!("/dev/zram{id}"));
-        support::wait_until("zram node", std::time::Duration::from_secs(10), || device.exists().then_some(()));
-        Some(Zram { id, device })
-    }
-}
-
-impl Drop for Zram {
-    fn drop(&mut self) {
-        let _ = std::fs::write(format!("/sys/block/zram{}/reset", self.id), "1");
-        let _ = std::fs::write("/sys/class/zram-control/hot_remove", self.id.to_string());
-    }
 }
 
 #[test]

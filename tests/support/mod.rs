@@ -41,6 +41,103 @@ pub fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// Runs a command for clean-up: never panics, says whether it worked.
+pub fn quiet(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Decodes the kernel's `\ooo` escapes of a mountinfo path field.
+pub fn unescape_mount_path(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = field.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Mount points at or below `dir`, deepest first, as the kernel lists them.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<PathBuf> = String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(unescape_mount_path))
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points.dedup();
+    points
+}
+
+/// Removes a test's scratch directory once its own undo steps ran (also after a panic half-way):
+/// lazily unmounts whatever is still mounted at or below it, deepest first, detaches loop
+/// devices still over the images in `root/images`, and deletes the directory only when nothing
+/// is mounted in it any more: never through a mount, which could be a bind of `/`.
+pub fn remove_scratch_dir(root: &Path, label: &str) {
+    for _ in 0..3 {
+        let left = mounts_under(root);
+        if left.is_empty() {
+            break;
+        }
+        for p in left {
+            quiet(Command::new("umount").arg("-l").arg(&p));
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(root.join("images")) {
+        for img in rd.flatten() {
+            if let Ok(out) = Command::new("losetup").arg("-j").arg(img.path()).output() {
+                for line in String::from_utf8_lossy(&out.stdout).lines() {
+                    if let Some(dev) = line.split(':').next() {
+                        quiet(Command::new("losetup").arg("-d").arg(dev));
+                    }
+                }
+            }
+        }
+    }
+    let left = mounts_under(root);
+    if left.is_empty() {
+        let _ = std::fs::remove_dir_all(root);
+    } else {
+        eprintln!("[{label}] leaving {} in place, still mounted: {left:?}", root.display());
+    }
+}
+
+/// A zram device: a disk with no WWID, serial or backing file, so nothing but its device
+/// number names it. None when the kernel has no zram.
+pub struct Zram {
+    pub id: u32,
+    pub device: PathBuf,
+}
+
+impl Zram {
+    pub fn new(mib: u64) -> Option<Zram> {
+        let control = Path::new("/sys/class/zram-control/hot_add");
+        if !control.exists() {
+            let _ = Command::new("modprobe").args(["zram", "num_devices=0"]).status();
+        }
+        let id: u32 = std::fs::read_to_string(control).ok()?.trim().parse().ok()?;
+        std::fs::write(format!("/sys/block/zram{id}/disksize"), (mib << 20).to_string()).ok()?;
+        let device = PathBuf::from(format!("/dev/zram{id}"));
+        wait_until("zram device node", Duration::from_secs(10), || device.exists().then_some(()));
+        Some(Zram { id, device })
+    }
+}
+
+impl Drop for Zram {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("/sys/block/zram{}/reset", self.id), "1");
+        let _ = std::fs::write("/sys/class/zram-control/hot_remove", self.id.to_string());
+    }
+}
+
 /// Polls `f` until it returns Some, panicking with `what` after `timeout`.
 pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
