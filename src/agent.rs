@@ -596,9 +596,10 @@ impl Agent {
         let located_uids = wipe_uids.clone();
         let result = tokio::task::spawn_blocking(move || {
             let Ok(mounts) = MountTable::read() else { return None };
+            let facts = mounts.facts();
             let disks: Vec<(PvState, DiskKey)> = located
                 .into_iter()
-                .filter_map(|(pv, path)| discovery::disk_at(&path, &mounts).map(|d| (pv, d)))
+                .filter_map(|(pv, path)| discovery::disk_at(&path, &mounts, &facts).map(|d| (pv, d)))
                 .collect();
             let others: Vec<PublishedDisk> = disks
                 .iter()

@@ -351,16 +351,16 @@ fn inspect(
                 return Err(SkipReason::ExposesHost(problem));
             }
             let bytes = mounted_dir_capacity(&entry).map_err(unreadable)?;
-            let disk =
-                DiskKey::fs(mount.device.clone(), mount.root.clone()).with_extent(extent(&mount.device, guard.facts));
+            let disk = filesystem_disk(mount, guard.facts);
             Ok(Inspected { bytes, disk, in_use: None })
         }
         // A block device in a Filesystem class is a Filesystem PV that kubelet formats.
         (EntryKind::BlockDevice, _) => {
             let bytes = block_device_capacity(&entry).map_err(unreadable)?;
             let device = block_device_number(&entry).map_err(unreadable)?;
-            let in_use = if probe_use { block_device_in_use(&entry, mounts).map_err(unreadable)? } else { None };
-            let disk = DiskKey::block(device.clone()).with_extent(extent(&device, guard.facts));
+            let in_use =
+                if probe_use { block_device_in_use(&entry, mounts, guard.facts).map_err(unreadable)? } else { None };
+            let disk = block_disk(device, guard.facts);
             Ok(Inspected { bytes, disk, in_use })
         }
         (EntryKind::Symlink, _) => Err(SkipReason::Symlink(describe_link(&entry))),
@@ -371,18 +371,24 @@ fn inspect(
 /// What the volume at `path` (an entry under a class's mountDir) occupies now, judged like
 /// discovery judges it: a mount point at the entry itself, or a block device. `None` when
 /// there is no volume there.
-pub fn disk_at(path: &Path, mounts: &MountTable) -> Option<DiskKey> {
+pub fn disk_at(path: &Path, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Option<DiskKey> {
     match resolve_entry(path).ok()? {
-        (EntryKind::Directory, entry) => {
-            let m = mount_at(&entry, mounts).ok()??;
-            Some(DiskKey::fs(m.device.clone(), m.root.clone()).with_extent(extent(&m.device, &mounts.facts())))
-        }
-        (EntryKind::BlockDevice, entry) => {
-            let device = block_device_number(&entry).ok()?;
-            Some(DiskKey::block(device.clone()).with_extent(extent(&device, &mounts.facts())))
-        }
+        (EntryKind::Directory, entry) => Some(filesystem_disk(mount_at(&entry, mounts).ok()??, facts)),
+        (EntryKind::BlockDevice, entry) => Some(block_disk(block_device_number(&entry).ok()?, facts)),
         _ => None,
     }
+}
+
+/// What a mounted directory volume occupies: its filesystem and mounted directory, with the
+/// extent of the block device under it.
+fn filesystem_disk(mount: &crate::host::mountinfo::MountEntry, facts: &[MountFacts<'_>]) -> DiskKey {
+    DiskKey::fs(mount.device.clone(), mount.root.clone()).with_extent(extent(&mount.device, facts))
+}
+
+/// What a block device volume occupies: the device, with its extent on its base disk or file.
+fn block_disk(device: String, facts: &[MountFacts<'_>]) -> DiskKey {
+    let e = extent(&device, facts);
+    DiskKey::block(device).with_extent(e)
 }
 
 /// What a symlink that is not followed points at, for its skip reason.

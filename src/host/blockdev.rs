@@ -89,21 +89,25 @@ fn all_devices() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Why the block device at `path` is in use by the host, if it is: it, or any device that
+/// Why the block device at `path` is in use by the host, if it is (`facts` is `mounts` as the
+/// safety rules see it, read once per pass): it, or any device that
 /// shares its data (its partitions, its whole disk, another loop device over the same file),
 /// is mounted, held by device-mapper, md or LVM, or open exclusively. The last is a
 /// non-destructive probe: an `O_EXCL` open (no read, no write) that fails with EBUSY while a
 /// filesystem, a holder or a program like mkfs has claimed the device; our own claim lasts
 /// only until the descriptor is closed a moment later.
-pub fn block_device_in_use(path: &Path, mounts: &MountTable) -> Result<Option<String>, HostError> {
+pub fn block_device_in_use(
+    path: &Path,
+    mounts: &MountTable,
+    facts: &[MountFacts<'_>],
+) -> Result<Option<String>, HostError> {
     let device = block_device_number(path)?;
-    let facts = mounts.facts();
-    let own = extent(&device, &facts);
+    let own = extent(&device, facts);
     // (device, kernel name when it is another device, whether to probe it with O_EXCL)
     let mut sharing = vec![(device.clone(), None, true)];
     if let Some(own) = &own {
         for (dev, name) in all_devices() {
-            let Some(e) = extent(&dev, &facts).filter(|e| e.base == own.base && e.start < own.end && own.start < e.end)
+            let Some(e) = extent(&dev, facts).filter(|e| e.base == own.base && e.start < own.end && own.start < e.end)
             else {
                 continue;
             };
