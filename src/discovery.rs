@@ -350,6 +350,14 @@ fn inspect(
             if let Some(problem) = exposure(&mount.facts(), &guard.places, &guard.anchors, &guard.host_dirs) {
                 return Err(SkipReason::ExposesHost(problem));
             }
+            // A mount inside the volume is judged the same way: a pod whose volume is bound in
+            // recursively would see it.
+            for nested in mounts.mounts_below(&entry) {
+                if let Some(problem) = exposure(&nested.facts(), &guard.places, &guard.anchors, &guard.host_dirs) {
+                    let at = nested.mount_point.display();
+                    return Err(SkipReason::ExposesHost(format!("the mount inside it at {at}: {problem}")));
+                }
+            }
             let bytes = mounted_dir_capacity(&entry).map_err(unreadable)?;
             let disk = filesystem_disk(mount, guard.facts);
             Ok(Inspected { bytes, disk, in_use: None })

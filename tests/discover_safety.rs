@@ -1482,11 +1482,10 @@ fn mounts_nested_inside_a_volume_are_not_volumes_of_their_own() {
         lab.check(!f.is_published(&p), || format!("{} is not a first-level entry", p.display()));
     }
     lab.expect_refused(&f, &plain, &["not-mount-point"]);
-    // The outer tmpfs is a volume of its own; kubelet binds it without what is mounted below
-    // (a non-recursive bind) and the cleaner refuses to wipe a volume with nested mounts, so
-    // publishing it exposes nothing. Refusing it would be fine too.
-    lab.check(f.is_published(&outer) || f.reason(&outer).is_some(), || "outer: no decision".into());
-    eprintln!("note: a tmpfs volume with / and the canary mounted inside: {:?}", f.reason(&outer));
+    // The outer tmpfs has / mounted inside it: a pod whose volume is bound in recursively
+    // would see the host root, so it is refused like a bind of / itself.
+    lab.expect_refused(&f, &outer, &["exposes-host"]);
+    assert!(f.stderr.contains("the mount inside it at"), "{}", f.stderr);
     lab.finish();
 }
 
