@@ -37,7 +37,7 @@ printf 'fast-disks:\n  hostDir: %s\n  mountDir: %s\n' "$work/disks" "$work/disks
 # start_agent [extra flags...]: runs the agent in the background as the ServiceAccount.
 start_agent() {
   RUST_LOG=${RUST_LOG:-warn} "$bin" run "$@" --listen-address 127.0.0.1:0 --config-dir "$work/config" \
-    --node-name bench-node --kubeconfig "$work/agent.kubeconfig" &
+    --node-name bench-node --kubeconfig "$work/agent.kubeconfig" --state-dir "$work/state" &
   agent_pid=$!
 }
 

@@ -32,7 +32,8 @@ requests() {
 start=$(now)
 for a in $(seq 1 "$agents"); do
   RUST_LOG=warn "$bin" run --listen-address 127.0.0.1:0 --config-dir "$work/agent-$a/config" \
-    --node-name "node-$a" --kubeconfig "$work/agent.kubeconfig" 2> "$work/agent-$a.log" &
+    --node-name "node-$a" --kubeconfig "$work/agent.kubeconfig" --state-dir "$work/agent-$a/state" \
+    2> "$work/agent-$a.log" &
   pids+=($!)
 done
 until [[ $(k get pv -o name | wc -l) -ge $total ]]; do sleep 0.2; done

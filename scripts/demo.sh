@@ -58,7 +58,8 @@ echo "== discover (dry run, no cluster)"
 
 echo "== the agent, as the ServiceAccount from deploy/"
 bash "$repo/tests/control-plane/agent-kubeconfig.sh" "$demo/control-plane" "$demo/agent.kubeconfig"
-"$bin" run --config-dir "$demo/config" --node-name "$node" --kubeconfig "$demo/agent.kubeconfig" &
+"$bin" run --config-dir "$demo/config" --node-name "$node" --kubeconfig "$demo/agent.kubeconfig" \
+  --state-dir "$demo/state" &
 agent_pid=$!
 for _ in $(seq 1 50); do
   [[ $(kubectl get pv -o name | wc -l) -ge 3 ]] && break

@@ -21,21 +21,24 @@ use crate::config::{LoadedConfig, ProvisionerConfig, load_dir};
 use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::{
-    ANN_CLEANUP_RESULT, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_STALE, FINALIZER_WIPE,
+    ANN_CLEANUP_RESULT, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO,
+    ANN_VOLUME_STALE, FINALIZER_WIPE,
 };
 use crate::core::naming::{LABEL_NODE, node_label_value, provisioner_name, pv_name};
 use crate::core::occurrence::Occurrences;
 use crate::core::planner::{
     Action, DesiredPv, ExistingPv, Identity, ObservedPv, classify_existing, plan, plan_adoption,
 };
-use crate::core::presence::{PresenceAction, plan_presence};
+use crate::core::presence::{PresenceAction, plan_presence, where_moved};
 use crate::core::pv::{ClassPolicy, NodeInfo, PvContext};
 use crate::core::settle::Settler;
 use crate::core::succession::{DiskCheck, SuccessionAction, plan_succession};
+use crate::core::used_mark::{UsedMark, UsedRead};
 use crate::core::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_pv};
 use crate::discovery::{self, Scan};
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity, volume_present};
 use crate::host::mountinfo::MountTable;
+use crate::host::used_mark::{Ledger, MarkOutcome, mark_volume};
 use crate::host::watch::{DirWatcher, watch_mounts};
 use crate::metrics::Metrics;
 
@@ -55,6 +58,8 @@ pub struct AgentOptions {
     /// How long a predecessor PV's disk must stay missing or different before it is withdrawn
     /// or marked stale: long enough for a rebooted machine to finish mounting its disks.
     pub succession_settle: Duration,
+    /// Node-local directory for the ledger of used disks (see host::used_mark).
+    pub state_dir: PathBuf,
     /// PV creations in flight at once.
     pub create_concurrency: usize,
     /// Wipe limits.
@@ -77,6 +82,9 @@ pub enum AgentError {
     /// The admin server could not start.
     #[error(transparent)]
     Admin(#[from] crate::admin::AdminError),
+    /// The state directory (the ledger of used disks) cannot be used.
+    #[error("state directory: {0}")]
+    State(#[from] crate::host::used_mark::MarkError),
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -134,9 +142,15 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
             None
         }
     };
-    let (cleaner, mut wipes_done) = Cleaner::new(cluster.clone(), opts.cleaner.clone(), metrics.clone());
+    let ledger = Ledger::open(&opts.state_dir)?;
+    info!(ledger = %ledger.path().display(), "ledger of used disks opened");
+    let (cleaner, mut wipes_done) =
+        Cleaner::new(cluster.clone(), opts.cleaner.clone(), metrics.clone(), ledger.clone());
     let mut agent = Agent {
         cleaner,
+        ledger,
+        marked: BTreeSet::new(),
+        found_disks: Vec::new(),
         metrics,
         cluster,
         config: config.clone().unwrap_or_default(),
@@ -251,6 +265,13 @@ pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 
 struct Agent {
     cleaner: Cleaner,
+    /// The node-local record of used disks that cannot carry their own mark.
+    ledger: Ledger,
+    /// UIDs of PVs whose disk was found carrying their complete used mark: not read again.
+    marked: BTreeSet<String>,
+    /// (host path, identity) of every volume the last scan found, settled or not: where a PV's
+    /// disk that left its path went.
+    found_disks: Vec<(String, String)>,
     metrics: Metrics,
     cluster: Cluster,
     /// The configuration in use: the last valid one read.
@@ -325,7 +346,13 @@ impl Agent {
             .filter(|pv| self.identity.owns(&ObservedPv::from_pv(pv)))
             .filter_map(|pv| crate::core::pv::local_path(pv).map(str::to_string))
             .collect();
-        let scan = match tokio::task::spawn_blocking(move || discovery::scan(&config, &published)).await {
+        let ledger = self.ledger.clone();
+        let scan = tokio::task::spawn_blocking(move || {
+            let mut scan = discovery::scan(&config, &published)?;
+            discovery::read_used_marks(&mut scan.volumes, &config, Some(&ledger));
+            Ok::<_, crate::host::HostError>(scan)
+        });
+        let scan = match scan.await {
             Ok(Ok(scan)) => scan,
             Ok(Err(e)) => return error!(error = %e, "discovery failed"),
             Err(e) => return error!(error = %e, "discovery task failed"),
@@ -337,6 +364,7 @@ impl Agent {
             *unpublished_by_reason.entry(s.reason.code()).or_default() += 1;
         }
         self.report_skips(&scan).await;
+        self.found_disks = scan.volumes.iter().map(|v| (v.host_path.clone(), v.identity.clone())).collect();
         let mut scan = scan;
         // A new volume is published once it has stayed (same disk at the same path) for the
         // settle window; its capacity is read in that later pass.
@@ -362,11 +390,14 @@ impl Agent {
             .map(|(pv, _)| PvState::from_pv(pv))
             .collect();
         desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
+        self.find_mark_holders(&mut desired).await;
         let next_stale = self.succeed(&predecessors).await;
         let actions = plan(&self.identity, &desired, &observed, &self.foreign);
         for action in &actions {
-            if let Action::Refuse { reason, .. } = action {
-                *unpublished_by_reason.entry(reason.code()).or_default() += 1;
+            match action {
+                Action::Refuse { reason, .. } => *unpublished_by_reason.entry(reason.code()).or_default() += 1,
+                Action::WipeFirst { .. } => *unpublished_by_reason.entry("wipe-first").or_default() += 1,
+                Action::Create(_) => {}
             }
         }
         self.metrics.set_unpublished(&unpublished_by_reason);
@@ -379,6 +410,7 @@ impl Agent {
         self.next_settle = [next_new, next_missing, next_stale].into_iter().flatten().min();
         self.follow_presence(&states, &missing).await;
         self.upgrade_identities(&states, &missing).await;
+        self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing).await;
         debug!(
             desired = desired.len(),
@@ -646,9 +678,13 @@ impl Agent {
 
     async fn execute(&mut self, actions: Vec<Action>, desired: &[DesiredPv]) {
         let mut creates = Vec::new();
+        let busy = self.cleaner.busy();
         for action in actions {
             match action {
                 Action::Create(pv) => creates.push(pv),
+                Action::WipeFirst { name, host_path, identity, mark } => {
+                    self.wipe_first(&busy, desired, name, host_path, identity, mark).await;
+                }
                 Action::Refuse { name, host_path, reason } => {
                     let key = format!("refuse/{name}/{host_path}/{reason}");
                     if self.unpublished.first_seen(key) {
@@ -669,6 +705,7 @@ impl Agent {
                 }
             }
         }
+        let creates = self.mark_before_create(creates, desired).await;
         let cluster = &self.cluster;
         let results: Vec<(Box<PersistentVolume>, Result<Created, ApiError>)> = stream::iter(creates)
             .map(|pv| async move {
@@ -727,6 +764,230 @@ impl Agent {
                     }
                 }
                 Err(e) => error!(pv = %name, path = %path, error = %e, "creating PV failed; will retry"),
+            }
+        }
+    }
+
+    /// For disks whose used mark names a PV that is not one of this node's (a disk moved here
+    /// from another node, or a PV already gone), reads that PV once: the planner holds the disk
+    /// back while that PV records it, and wipes it first when no live PV does. A PV that cannot
+    /// be read leaves the disk unknown, so it is neither published nor wiped this pass.
+    async fn find_mark_holders(&self, desired: &mut [DesiredPv]) {
+        let store = self.pv_store.state();
+        let mut fetched: BTreeMap<String, Result<Option<PersistentVolume>, String>> = BTreeMap::new();
+        for d in desired.iter_mut() {
+            let UsedRead::Marked(mark) = &d.used else { continue };
+            let name = mark.pv.clone();
+            if name == d.name || store.iter().any(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) {
+                continue;
+            }
+            if !fetched.contains_key(&name) {
+                let got = self.cluster.get_pv(&name).await.map_err(|e| e.to_string());
+                fetched.insert(name.clone(), got);
+            }
+            match &fetched[&name] {
+                Ok(Some(pv)) => d.mark_holder = Some(ObservedPv::from_pv(pv)),
+                Ok(None) => {}
+                Err(e) => {
+                    d.used = UsedRead::Unknown(format!("the PV its used mark names, {name}, cannot be read: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Starts wiping a used disk that no live PV names (see core::used_mark), once per
+    /// occurrence reported; a failed wipe backs off in the cleaner before it is tried again.
+    async fn wipe_first(
+        &mut self,
+        busy: &BTreeSet<String>,
+        desired: &[DesiredPv],
+        name: String,
+        host_path: String,
+        identity: String,
+        mark: UsedMark,
+    ) {
+        let key = format!("wipe-first/{host_path}");
+        if busy.contains(&key) {
+            return;
+        }
+        let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == host_path) else { return };
+        let class = d.pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
+        let located = PvState { host_path: host_path.clone(), class: class.clone(), ..Default::default() };
+        let target = match target_for(&located, self.config.storage_class_map.get(&class)) {
+            Ok(target) => target,
+            Err(e) => return warn!(path = %host_path, error = %e, "cannot locate a used volume to wipe it"),
+        };
+        let note = format!(
+            "volume at {host_path} held the data of PV {} (node {}, {}), which no longer names it; it is wiped              before it is published as {name}",
+            mark.pv, mark.node, mark.path
+        );
+        if self.unpublished.first_seen(format!("wipe-first/{host_path}/{identity}")) {
+            warn!(path = %host_path, pv = %mark.pv, "{note}");
+            self.cluster.event_related(&node_reference(&self.node), None, true, "VolumeUsed", "Wipe", note).await;
+        }
+        self.cleaner.start_wipe_first(key, &name, &host_path, &identity, target, node_reference(&self.node));
+    }
+
+    /// Writes the used mark on every disk about to be published, before its PV is created (see
+    /// core::used_mark), proving on the descriptor written through that it is the disk found.
+    /// Returns the PVs whose disks are marked now; the others wait for the next pass.
+    #[allow(clippy::vec_box)] // The planner's boxed PVs are passed through as they are.
+    async fn mark_before_create(
+        &mut self,
+        creates: Vec<Box<PersistentVolume>>,
+        desired: &[DesiredPv],
+    ) -> Vec<Box<PersistentVolume>> {
+        if creates.is_empty() {
+            return creates;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut jobs = Vec::new();
+        for pv in creates {
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            let path = crate::core::pv::local_path(&pv).unwrap_or_default().to_string();
+            let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == path) else { continue };
+            let class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
+            let located = PvState { host_path: path.clone(), class: class.clone(), ..Default::default() };
+            let Ok(target) = target_for(&located, self.config.storage_class_map.get(&class)) else { continue };
+            let mark = UsedMark {
+                pv: name,
+                node: self.identity.node.clone(),
+                path,
+                identity: d.identity.clone(),
+                at: now.clone(),
+                uid: None,
+            };
+            jobs.push((pv, target.path, mark));
+        }
+        let ledger = self.ledger.clone();
+        let marked = tokio::task::spawn_blocking(move || {
+            let mounts = MountTable::read().map_err(|e| e.to_string())?;
+            Ok::<_, String>(
+                jobs.into_iter()
+                    .map(|(pv, path, mark)| {
+                        let recorded = mark.identity.clone();
+                        let outcome = mark_volume(&path, &recorded, None, &mark, &ledger, &mounts, |_| true);
+                        (pv, mark, outcome.map_err(|e| e.to_string()))
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .await;
+        let marked = match marked {
+            Ok(Ok(marked)) => marked,
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot read the mount table to mark new volumes; nothing is published this pass");
+                return Vec::new();
+            }
+            Err(e) => {
+                error!(error = %e, "marking new volumes failed; nothing is published this pass");
+                return Vec::new();
+            }
+        };
+        let mut ready = Vec::new();
+        for (pv, mark, outcome) in marked {
+            match outcome {
+                Ok(MarkOutcome::Written) => ready.push(pv),
+                Ok(MarkOutcome::NotTheDisk(why)) => {
+                    debug!(pv = %mark.pv, path = %mark.path, "the volume changed since discovery ({why}); not published yet")
+                }
+                Ok(MarkOutcome::Kept(_)) => {}
+                Err(e) => {
+                    warn!(pv = %mark.pv, path = %mark.path, error = %e, "cannot mark the volume as used; not published");
+                    if self.unpublished.first_seen(format!("mark-failed/{}/{e}", mark.path)) {
+                        let note = format!(
+                            "volume at {} not published as {}: its used mark cannot be written ({e})",
+                            mark.path, mark.pv
+                        );
+                        self.cluster
+                            .event_related(
+                                &node_reference(&self.node),
+                                Some(pv_reference(&mark.pv)),
+                                true,
+                                "VolumeNotPublished",
+                                "Publish",
+                                note,
+                            )
+                            .await;
+                    }
+                }
+            }
+        }
+        ready
+    }
+
+    /// Keeps the used mark on the disks of this node's PVs: completes it with the PV's UID once
+    /// the PV exists (the mark written before the create could not know it), and puts it on
+    /// PVs made by upstream or older versions once a claim uses them. The disk is proven to be
+    /// the PV's recorded one on the descriptor written through; PVs whose mark is complete are
+    /// not read again by this process.
+    async fn ensure_marks(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
+        self.marked.retain(|uid| states.iter().any(|s| &s.uid == uid));
+        let node = self.identity.node.clone();
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut jobs = Vec::new();
+        for pv in states {
+            if pv.deleting || missing.contains(&pv.uid) || self.marked.contains(&pv.uid) {
+                continue;
+            }
+            let (Some(recorded), Ok(target)) =
+                (pv.identity.clone(), target_for(pv, self.config.storage_class_map.get(&pv.class)))
+            else {
+                continue;
+            };
+            let used = pv.claimed || !matches!(pv.phase.as_str(), "Available" | "Pending" | "");
+            let mark = UsedMark {
+                pv: pv.name.clone(),
+                node: node.clone(),
+                path: pv.host_path.clone(),
+                identity: recorded.clone(),
+                at: now.clone(),
+                uid: Some(pv.uid.clone()),
+            };
+            jobs.push((pv.clone(), target.path, recorded, mark, used));
+        }
+        if jobs.is_empty() {
+            return;
+        }
+        let ledger = self.ledger.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let Ok(mounts) = MountTable::read() else { return Vec::new() };
+            jobs.into_iter()
+                .map(|(pv, path, recorded, mark, used)| {
+                    let uid = pv.uid.clone();
+                    let outcome = mark_volume(
+                        &path,
+                        &recorded,
+                        pv.identity_confirmed.as_deref(),
+                        &mark,
+                        &ledger,
+                        &mounts,
+                        |there| match there {
+                            // Complete: nothing to do.
+                            Some(m) if m.pv == pv.name && m.uid.as_deref() == Some(uid.as_str()) => false,
+                            // Ours, written before the create: add the UID.
+                            Some(m) if m.pv == pv.name && m.uid.is_none() => true,
+                            // Upstream's or an older version's PV: marked once a claim uses it.
+                            _ => used,
+                        },
+                    );
+                    (pv, outcome)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (pv, outcome) in done {
+            match outcome {
+                Ok(MarkOutcome::Written) => {
+                    debug!(pv = %pv.name, "used mark written");
+                    self.marked.insert(pv.uid.clone());
+                }
+                Ok(MarkOutcome::Kept(Some(m))) if m.pv == pv.name && m.uid.as_deref() == Some(pv.uid.as_str()) => {
+                    self.marked.insert(pv.uid.clone());
+                }
+                Ok(_) => {}
+                Err(e) => warn!(pv = %pv.name, error = %e, "cannot keep the used mark on the PV's disk; will retry"),
             }
         }
     }
@@ -814,7 +1075,12 @@ impl Agent {
 
     /// Withdraws unbound PVs whose volume vanished, flags bound ones, unflags returned ones.
     async fn follow_presence(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
-        for action in plan_presence(states, missing) {
+        let moved: BTreeMap<String, String> = states
+            .iter()
+            .filter(|pv| missing.contains(&pv.uid))
+            .filter_map(|pv| Some((pv.uid.clone(), where_moved(pv, &self.found_disks)?)))
+            .collect();
+        for action in plan_presence(states, missing, &moved) {
             match action {
                 PresenceAction::Withdraw { name, uid, resource_version } => {
                     match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
@@ -827,20 +1093,27 @@ impl Agent {
                         Err(e) => warn!(pv = %name, error = %e, "withdrawing PV failed (bound meanwhile?); will retry"),
                     }
                 }
-                PresenceAction::Flag { name } => {
+                PresenceAction::Flag { name, moved_to } => {
                     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                    let ann = serde_json::json!({ ANN_VOLUME_MISSING: now });
+                    let ann = serde_json::json!({ ANN_VOLUME_MISSING: now, ANN_VOLUME_MOVED_TO: moved_to });
                     match self.cluster.patch_pv_metadata(&name, None, serde_json::json!({}), ann, None).await {
                         Ok(()) => {
-                            warn!(pv = %name, "volume of a bound or released PV is missing; PV kept and flagged");
-                            let note = format!("the volume of PV {name} is missing from the node; the PV is kept");
+                            let note = match &moved_to {
+                                Some(to) => format!(
+                                    "the volume of PV {name} is not at its path: its disk is at {to} on this node \
+                                     now. The PV is kept and the disk is not published there; put it back (or \
+                                     delete the claim when its data is not needed)"
+                                ),
+                                None => format!("the volume of PV {name} is missing from the node; the PV is kept"),
+                            };
+                            warn!(pv = %name, "{note}");
                             self.cluster.event(&pv_reference(&name), true, "VolumeMissing", "Discover", note).await;
                         }
                         Err(e) => warn!(pv = %name, error = %e, "flagging PV failed; will retry"),
                     }
                 }
                 PresenceAction::Unflag { name } => {
-                    let ann = serde_json::json!({ ANN_VOLUME_MISSING: null });
+                    let ann = serde_json::json!({ ANN_VOLUME_MISSING: null, ANN_VOLUME_MOVED_TO: null });
                     match self.cluster.patch_pv_metadata(&name, None, serde_json::json!({}), ann, None).await {
                         Ok(()) => {
                             info!(pv = %name, "volume is back");
@@ -899,14 +1172,28 @@ impl Agent {
                 return None;
             }
         };
+        // A disk that is not at its path but at another entry of this node moved (or was swapped
+        // with another): its data is on this live node, so it is never taken for gone.
+        let found: Vec<(PvState, PathBuf, DiskCheck)> = found
+            .into_iter()
+            .map(|(pv, path, check)| match check {
+                DiskCheck::Different | DiskCheck::Missing if where_moved(&pv, &self.found_disks).is_some() => {
+                    (pv, path, DiskCheck::Moved)
+                }
+                check => (pv, path, check),
+            })
+            .collect();
         let key = |pv: &PvState, check: DiskCheck| format!("{}\n{check:?}", pv.uid);
         let doubtful = found
             .iter()
-            .filter(|(_, _, c)| matches!(c, DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified))
+            .filter(|(_, _, c)| {
+                matches!(c, DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified | DiskCheck::Moved)
+            })
             .map(|(pv, _, c)| key(pv, *c));
         let (settled, next) = self.stale.observe(doubtful, Instant::now(), self.succession_settle);
         for (pv, path, check) in found {
-            let doubtful = matches!(check, DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified);
+            let doubtful =
+                matches!(check, DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified | DiskCheck::Moved);
             if doubtful && !settled.contains(&key(&pv, check)) {
                 continue;
             }
@@ -985,6 +1272,25 @@ impl Agent {
                 );
                 self.report_pv_problem(&name, "VolumeUnverified", note).await;
                 self.metrics.succession("unverified");
+            }
+            SuccessionAction::FlagMoved { name } => {
+                let Some(to) = where_moved(pv, &self.found_disks) else { return };
+                let ann = serde_json::json!({ ANN_VOLUME_MOVED_TO: to, ANN_VOLUME_STALE: null });
+                let rv = Some(pv.resource_version.as_str());
+                match self.cluster.patch_pv_metadata(&name, rv, serde_json::json!({}), ann, None).await {
+                    Ok(()) => {
+                        let note = format!(
+                            "PV of an earlier incarnation of node {node} is not re-adopted: its disk is at {to} on \
+                             this node now, not at its path. A claim uses or used it, so it is kept and never \
+                             released by node-cleanup, and the disk is not published at {to}. Put the disk back \
+                             at its path to have it re-adopted"
+                        );
+                        warn!(pv = %name, "{note}");
+                        self.cluster.event(&pv_reference(&name), true, "VolumeMoved", "Adopt", note).await;
+                        self.metrics.succession("flagged_moved");
+                    }
+                    Err(e) => warn!(pv = %name, error = %e, "flagging the moved PV failed; will retry"),
+                }
             }
             SuccessionAction::Flag { name, check } => {
                 if !self.reported.insert(format!("stale/{}", pv.uid)) {

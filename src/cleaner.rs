@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, info, warn};
 
+use k8s_openapi::api::core::v1::ObjectReference;
+
 use crate::api::{Cluster, pv_reference};
 use crate::config::{BlockCleanMethod, ClassConfig};
 use crate::core::cleanup::{AfterWipe, PvState};
@@ -22,6 +24,7 @@ use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, FINALIZER_
 use crate::discovery::wipe_exposure;
 use crate::host::identity::{device_identity, directory_identity, found_identity};
 use crate::host::mountinfo::MountTable;
+use crate::host::used_mark::{Ledger, clear_dir_mark};
 use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, mount_of_fd, resolve_entry};
 use crate::host::wipe_block::{
     BlockMethod, BlockWipeError, builtin_for_upstream_script, run_cleaner_command, wipe_block_verified,
@@ -133,6 +136,8 @@ pub struct Cleaner {
     awaiting: BTreeMap<String, Awaiting>,
     done_tx: mpsc::UnboundedSender<WipeOutcome>,
     metrics: Metrics,
+    /// The node-local record of used disks, cleared for a disk once its wipe completes.
+    ledger: Ledger,
 }
 
 impl Cleaner {
@@ -141,6 +146,7 @@ impl Cleaner {
         cluster: Cluster,
         opts: CleanerOptions,
         metrics: Metrics,
+        ledger: Ledger,
     ) -> (Self, mpsc::UnboundedReceiver<WipeOutcome>) {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
@@ -153,6 +159,7 @@ impl Cleaner {
             awaiting: BTreeMap::new(),
             done_tx,
             metrics,
+            ledger,
         };
         (cleaner, done_rx)
     }
@@ -172,6 +179,33 @@ impl Cleaner {
     /// Starts wiping in the background, unless the PV was refused for an unproven identity
     /// and nothing changed since (same confirmation annotation, backoff not over).
     pub fn start(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget) {
+        let regarding = pv_reference(&pv.name);
+        self.spawn(pv, after, target, regarding);
+    }
+
+    /// Wipes a used disk that no PV names any more (its used mark is set, its PV is gone),
+    /// before discovery publishes it as `name`: the same identity proof on the wipe's own
+    /// descriptor, then the mark is cleared. Events go to `node`. Keyed by `key` in `busy`.
+    pub fn start_wipe_first(
+        &mut self,
+        key: String,
+        name: &str,
+        host_path: &str,
+        identity: &str,
+        target: WipeTarget,
+        node: ObjectReference,
+    ) {
+        let pv = PvState {
+            name: name.to_string(),
+            uid: key,
+            host_path: host_path.to_string(),
+            identity: Some(identity.to_string()),
+            ..Default::default()
+        };
+        self.spawn(pv, AfterWipe::Nothing, target, node);
+    }
+
+    fn spawn(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget, regarding: ObjectReference) {
         if let Some(waiting) = self.awaiting.get(&pv.uid) {
             if waiting.confirmed == pv.identity_confirmed && Instant::now() < waiting.until {
                 debug!(pv = %pv.name, "disk identity unproven and not confirmed (again); not wiping");
@@ -186,6 +220,8 @@ impl Cleaner {
             opts: self.opts.clone(),
             permits: self.permits.clone(),
             metrics: self.metrics.clone(),
+            ledger: self.ledger.clone(),
+            regarding,
             pv,
             after,
             target,
@@ -261,6 +297,9 @@ struct WipeTask {
     opts: CleanerOptions,
     permits: Arc<Semaphore>,
     metrics: Metrics,
+    ledger: Ledger,
+    /// What the wipe's events are about: the PV, or the Node for a wipe-first.
+    regarding: ObjectReference,
     pv: PvState,
     after: AfterWipe,
     target: WipeTarget,
@@ -273,7 +312,8 @@ impl WipeTask {
     async fn run(self) -> Result<(), WipeError> {
         let _permit = self.permits.clone().acquire_owned().await.map_err(|e| WipeError::Failed(e.to_string()))?;
         let (name, path) = (self.pv.name.as_str(), self.target.path.clone());
-        let reference = pv_reference(name);
+        let reference = self.regarding.clone();
+        let orphan = self.after == AfterWipe::Nothing;
         let started = Instant::now();
         // Until the entry is examined, the class's mode stands in for the metrics.
         let mut mode =
@@ -284,19 +324,40 @@ impl WipeTask {
             Ok((mode, bytes)) => {
                 self.metrics.wipe_finished(mode, true, elapsed, *bytes);
                 info!(pv = name, path = %path.display(), mode, bytes, elapsed_ms = elapsed.as_millis() as u64, "volume wiped");
-                let note = format!("Volume at {} wiped ({bytes} bytes, {:.1}s)", path.display(), elapsed.as_secs_f64());
+                let note = if orphan {
+                    format!(
+                        "Used volume at {} wiped before it is published as {name} ({bytes} bytes, {:.1}s)",
+                        path.display(),
+                        elapsed.as_secs_f64()
+                    )
+                } else {
+                    format!("Volume at {} wiped ({bytes} bytes, {:.1}s)", path.display(), elapsed.as_secs_f64())
+                };
                 self.cluster.event(&reference, false, "VolumeCleaned", "Wipe", note).await;
             }
             Err(e) => {
                 self.metrics.wipe_finished(mode, false, elapsed, 0);
                 warn!(pv = name, path = %path.display(), error = %e, "wipe failed; the PV is left as it is");
-                let note = event_note(format!("Error cleaning PV {name:?}: {e}"));
+                let note = if orphan {
+                    event_note(format!(
+                        "Error wiping the used volume at {} (to be published as {name:?}); it is not published: {e}",
+                        path.display()
+                    ))
+                } else {
+                    event_note(format!("Error cleaning PV {name:?}: {e}"))
+                };
                 self.cluster.event(&reference, true, "VolumeFailedDelete", "Wipe", note).await;
-                let result_ann = serde_json::json!({ ANN_CLEANUP_RESULT: format!("failed: {e}") });
-                let _ = self.cluster.patch_pv_metadata(name, None, serde_json::json!({}), result_ann, None).await;
+                if !orphan {
+                    let result_ann = serde_json::json!({ ANN_CLEANUP_RESULT: format!("failed: {e}") });
+                    let _ = self.cluster.patch_pv_metadata(name, None, serde_json::json!({}), result_ann, None).await;
+                }
             }
         }
         result?;
+        if orphan {
+            info!(pv = name, path = %path.display(), "used volume wiped; discovery publishes it clean");
+            return Ok(());
+        }
         if self.after == AfterWipe::DeletePv {
             self.cluster.delete_pv(name, &self.pv.uid, None).await?;
         }
@@ -314,21 +375,25 @@ impl WipeTask {
         let checked = tokio::task::spawn_blocking(move || check_volume(&pv, &at))
             .await
             .map_err(|e| WipeError::Failed(format!("identity check task failed: {e}")))??;
-        let reference = pv_reference(&self.pv.name);
+        let reference = self.regarding.clone();
         match checked {
-            Checked::Filesystem { root, size } => {
+            Checked::Filesystem { root, size, .. } => {
                 *mode = "fs";
                 let note = format!("Starting cleanup of Filesystem PV {:?} at {}", self.pv.name, path.display());
                 self.cluster.event(&reference, false, "VolumeDelete", "Wipe", note).await;
                 let cancel = self.cancel.clone();
                 let pv = self.pv.clone();
                 let class = self.target.class.clone();
+                let ledger = self.ledger.clone();
                 let stats = self
                     .blocking(size, &path, move || {
                         let mounts = MountTable::read().map_err(|e| WipeError::Failed(e.to_string()))?;
                         // The identity is proven again on the descriptor the walk starts from:
                         // a mount swapped in at the path since the check above is caught.
                         let mut refusal = None;
+                        // The descriptor and identity proven, kept to clear the used mark of
+                        // exactly this disk once the wipe is complete.
+                        let mut proven: Option<(std::os::fd::OwnedFd, String)> = None;
                         let mut verify = |fd: std::os::fd::BorrowedFd<'_>| {
                             // Never the host itself, whatever identity the PV recorded (or not).
                             if let Some(why) = mount_of_fd(fd, &mounts).and_then(|m| wipe_exposure(m, &mounts, &class))
@@ -339,14 +404,17 @@ impl WipeTask {
                                 return Err(text);
                             }
                             let found = directory_identity(fd, &root, Some(&mounts)).map_err(|e| e.to_string())?;
+                            let identity = found.identity.clone();
                             prove_identity(&pv, &root, found).map_err(|e| {
                                 let text = e.to_string();
                                 refusal = Some(e);
                                 text
-                            })
+                            })?;
+                            proven = Some((fd.try_clone_to_owned().map_err(|e| e.to_string())?, identity));
+                            Ok(())
                         };
                         let result = wipe_filesystem_verified(&root, &mounts, &cancel, &mut verify);
-                        result.map_err(|e| match e {
+                        let stats = result.map_err(|e| match e {
                             FsWipeError::NotTheVolume { .. } => {
                                 refusal.take().unwrap_or(WipeError::Refused(e.to_string()))
                             }
@@ -354,12 +422,17 @@ impl WipeTask {
                             | FsWipeError::NotMounted { .. }
                             | FsWipeError::Immutable { .. } => WipeError::Refused(e.to_string()),
                             _ => WipeError::Failed(e.to_string()),
-                        })
+                        })?;
+                        let Some((fd, identity)) = proven else {
+                            return Err(WipeError::Failed("the wipe finished without proving the volume".into()));
+                        };
+                        clear_marks(&ledger, Some(std::os::fd::AsFd::as_fd(&fd)), &root, &identity)?;
+                        Ok(stats)
                     })
                     .await?;
                 Ok(("fs", stats.bytes_freed))
             }
-            Checked::Block { size } => {
+            Checked::Block { size, found } => {
                 *mode = "block";
                 let method = match (self.target.class.block_clean_method, &self.target.class.block_cleaner_command) {
                     (Some(m), _) => Ok(builtin(m)),
@@ -383,31 +456,44 @@ impl WipeTask {
                     Err(cmd) => {
                         let timeout = self.timeout(size);
                         run_cleaner_command(&cmd, &path, &self.pv.name, timeout).await.map_err(|e| failed(&e))?;
+                        let (ledger, device) = (self.ledger.clone(), path.clone());
+                        tokio::task::spawn_blocking(move || clear_marks(&ledger, None, &device, &found))
+                            .await
+                            .map_err(|e| WipeError::Failed(format!("clearing the used mark: {e}")))??;
                     }
                     Ok(m) => {
                         let cancel = self.cancel.clone();
                         let device = path.clone();
                         let done = self.progress.clone();
                         let pv = self.pv.clone();
+                        let ledger = self.ledger.clone();
                         self.blocking(size, &path, move || {
                             // Proven again on the exclusively opened device the wipe writes
                             // through: a link or device swapped in since the check is caught.
                             let mut refusal = None;
+                            let mut proven = None;
                             let mut verify = |file: &std::fs::File| {
                                 let found = device_identity(file, &device).map_err(|e| e.to_string())?;
+                                let identity = found.identity.clone();
                                 prove_identity(&pv, &device, found).map_err(|e| {
                                     let text = e.to_string();
                                     refusal = Some(e);
                                     text
-                                })
+                                })?;
+                                proven = Some(identity);
+                                Ok(())
                             };
                             let mut progress = |d, _| done.store(d, Ordering::Relaxed);
-                            wipe_block_verified(&device, m, &cancel, &mut progress, &mut verify).map_err(|e| match e {
-                                BlockWipeError::NotTheDisk { .. } => {
-                                    refusal.take().unwrap_or(WipeError::Refused(e.to_string()))
-                                }
-                                _ => WipeError::Failed(e.to_string()),
-                            })
+                            wipe_block_verified(&device, m, &cancel, &mut progress, &mut verify).map_err(
+                                |e| match e {
+                                    BlockWipeError::NotTheDisk { .. } => {
+                                        refusal.take().unwrap_or(WipeError::Refused(e.to_string()))
+                                    }
+                                    _ => WipeError::Failed(e.to_string()),
+                                },
+                            )?;
+                            let identity = proven.unwrap_or(found);
+                            clear_marks(&ledger, None, &device, &identity)
                         })
                         .await?;
                     }
@@ -498,8 +584,9 @@ fn event_note(mut note: String) -> String {
 enum Checked {
     /// A mounted filesystem: its root (canonical parent + entry name) and size in bytes.
     Filesystem { root: PathBuf, size: u64 },
-    /// A block device (the path, or a symlink to it) and its size in bytes.
-    Block { size: u64 },
+    /// A block device (the path, or a symlink to it), its size in bytes and the identity
+    /// proven (the ledger entry a completed wipe clears).
+    Block { size: u64, found: String },
 }
 
 /// The blocking part of a wipe's preparation: what the entry is (a symlink is followed only to
@@ -520,11 +607,30 @@ fn check_volume(pv: &PvState, path: &Path) -> Result<Checked, WipeError> {
         }
     }
     let found = found_identity(path, None).map_err(|e| failed(&e))?;
+    let identity = found.identity.clone();
     prove_identity(pv, path, found)?;
     Ok(match kind {
-        EntryKind::BlockDevice => Checked::Block { size: block_device_capacity(path).map_err(|e| failed(&e))? },
+        EntryKind::BlockDevice => {
+            Checked::Block { size: block_device_capacity(path).map_err(|e| failed(&e))?, found: identity }
+        }
         _ => Checked::Filesystem { size: filesystem_capacity(&resolved).map_err(|e| failed(&e))?, root: resolved },
     })
+}
+
+/// Clears the used mark of a disk whose wipe just completed: the attribute on the volume root
+/// (through the descriptor the wipe proved, never by path) and the ledger's entry for the
+/// identity proven. Until both are gone the wipe counts as failed and is done again.
+fn clear_marks(
+    ledger: &Ledger,
+    root: Option<std::os::fd::BorrowedFd<'_>>,
+    path: &Path,
+    identity: &str,
+) -> Result<(), WipeError> {
+    let failed = |e: crate::host::used_mark::MarkError| WipeError::Failed(format!("wiped, but {e}"));
+    if let Some(fd) = root {
+        clear_dir_mark(fd, path).map_err(failed)?;
+    }
+    ledger.clear(identity).map_err(failed)
 }
 
 /// Whether `found` (the disk at `path`) proves to be the PV's recorded disk: the same, or

@@ -150,6 +150,10 @@ struct RunArgs {
     /// UID) must stay missing or different before that PV is withdrawn or marked stale.
     #[arg(long, env = "SUCCESSION_SETTLE", default_value = "1m", value_parser = parse_settle)]
     succession_settle: Duration,
+    /// Node-local directory (a hostPath that outlives the pod) for the ledger of used disks
+    /// that cannot carry their own mark: block volumes (see docs/data-safety.md).
+    #[arg(long, env = "STATE_DIR", default_value = "/var/lib/local-static-provisioner")]
+    state_dir: std::path::PathBuf,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "LOG_JSON")]
     log_json: bool,
@@ -306,8 +310,12 @@ fn validate_config(args: &ConfigArgs) -> ExitCode {
 
 fn discover(args: &DiscoverArgs) -> ExitCode {
     let Some(LoadedConfig { config, .. }) = load_or_report(&args.config) else { return ExitCode::FAILURE };
+    // The dry run reads the volumes' own used marks; the agent's ledger is not consulted.
     let scan = match discovery::scan(&config, &Default::default()) {
-        Ok(scan) => scan,
+        Ok(mut scan) => {
+            discovery::read_used_marks(&mut scan.volumes, &config, None);
+            scan
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
@@ -350,6 +358,13 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
             crate::core::planner::Action::Create(pv) => pvs.push(*pv),
             crate::core::planner::Action::Refuse { name, host_path, reason } => {
                 let _ = writeln!(stderr, "skipped {host_path} ({name}, reason {}): {reason}", reason.code());
+            }
+            crate::core::planner::Action::WipeFirst { name, host_path, mark, .. } => {
+                let _ = writeln!(
+                    stderr,
+                    "skipped {host_path} ({name}, reason used): it held the data of PV {} and is wiped before it is published",
+                    mark.pv
+                );
             }
         }
     }
@@ -395,6 +410,7 @@ fn run_agent(args: RunArgs) -> ExitCode {
         discovery_period: args.discovery_period,
         settle: args.settle,
         succession_settle: args.succession_settle,
+        state_dir: args.state_dir,
         create_concurrency: args.create_concurrency,
         cleaner: CleanerOptions {
             concurrency: args.wipe_concurrency,

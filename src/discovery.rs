@@ -3,13 +3,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::{ClassConfig, ProvisionerConfig, VolumeMode};
 use crate::core::capacity::round_down_pretty;
+use crate::core::disk_identity::{DiskIdentity, Kind};
 use crate::core::pattern::NamePattern;
 use crate::core::pv::{FoundVolume, clean_path, host_path};
+use crate::core::used_mark::UsedRead;
 use crate::core::volume_safety::{
     DiskKey, HostAnchor, MountFacts, ProtectedPlace, RootFacts, SENSITIVE_DIRS, SYSTEM_DIRS, containing_mount,
     exposure, host_anchor, host_area_places, locate, root_problem, root_source_problem, shared_roots,
@@ -18,6 +21,7 @@ use crate::host::HostError;
 use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
 use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
+use crate::host::used_mark::{Ledger, open_volume_root, read_dir_mark};
 use crate::host::volume::{EntryKind, block_device_capacity, mount_at, mounted_dir_capacity, resolve_entry};
 
 /// Why an entry was not turned into a volume; shown by `discover` and logged by the agent.
@@ -316,11 +320,35 @@ fn scan_class(class: &str, cfg: &ClassConfig, root: &Path, mounts: &MountTable, 
                 identity,
                 disk: v.disk,
                 in_use: v.in_use,
+                used: Default::default(),
             }),
             Err(reason) => skip(path, reason),
         }
     }
     out.volumes.extend(found);
+}
+
+/// Fills in each volume's used mark (see core::used_mark): the attribute on a filesystem
+/// volume's root, opened without following links, and the ledger for disks with a device
+/// under them (all of them when the filesystem cannot carry the attribute).
+pub fn read_used_marks(volumes: &mut [FoundVolume], config: &ProvisionerConfig, ledger: Option<&Ledger>) {
+    for v in volumes {
+        let ledgered = || ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity));
+        let is_block = DiskIdentity::parse(&v.identity).is_some_and(|d| d.kind == Kind::Block);
+        v.used = if is_block {
+            ledgered()
+        } else {
+            let Some(class) = config.storage_class_map.get(&v.class) else { continue };
+            let path = Path::new(&class.mount_dir).join(&v.entry);
+            let on_disk =
+                open_volume_root(&path).map_err(|e| e.to_string()).and_then(|root| read_dir_mark(root.as_fd(), &path));
+            match on_disk {
+                Ok(Some(mark)) => UsedRead::Marked(mark),
+                Ok(None) => ledgered(),
+                Err(why) => UsedRead::Unknown(why),
+            }
+        };
+    }
 }
 
 /// What inspecting one entry found.

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::naming::{
-    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_STALE,
-    CLEANUP_REQUESTED, FINALIZER_WIPE,
+    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING,
+    ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, CLEANUP_REQUESTED, FINALIZER_WIPE,
 };
 use super::pv::local_path;
 
@@ -49,6 +49,8 @@ pub struct PvState {
     pub flagged_missing: bool,
     /// Our volume-stale annotation is set (PV of an earlier incarnation of the Node).
     pub flagged_stale: bool,
+    /// Where on this node its disk was last found when not at its path (volume-moved-to).
+    pub moved_to: Option<String>,
 }
 
 impl PvState {
@@ -74,6 +76,7 @@ impl PvState {
             identity_confirmed: ann(ANN_IDENTITY_CONFIRMED),
             flagged_missing: ann(ANN_VOLUME_MISSING).is_some(),
             flagged_stale: ann(ANN_VOLUME_STALE).is_some(),
+            moved_to: ann(ANN_VOLUME_MOVED_TO),
         }
     }
 }
@@ -85,6 +88,8 @@ pub enum AfterWipe {
     DeletePv,
     /// The PV is already being deleted: drop our finalizer so it goes.
     RemoveFinalizer,
+    /// No PV: a used disk whose PV is gone, wiped before discovery publishes it (wipe-first).
+    Nothing,
 }
 
 /// Why a PV is left alone, reported once as a Warning event.

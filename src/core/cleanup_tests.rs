@@ -33,6 +33,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         identity_confirmed: None,
         flagged_missing: false,
         flagged_stale: false,
+        moved_to: None,
     }
 }
 
@@ -752,6 +753,7 @@ fn from_pv_extracts_every_field() {
             identity_confirmed: Some("v2;fs;uuid=u;ino=2;dev=252:1".to_string()),
             flagged_missing: false,
             flagged_stale: false,
+            moved_to: None,
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

@@ -50,6 +50,8 @@ pub fn desired_pvs(
             identity: v.identity.clone(),
             disk: v.disk.clone(),
             in_use: v.in_use.clone(),
+            used: v.used.clone(),
+            mark_holder: None,
         });
     }
     let problems = problems.into_iter().map(|(class, message)| ClassProblem { class, message }).collect();

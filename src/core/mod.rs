@@ -15,4 +15,5 @@ pub mod presence;
 pub mod pv;
 pub mod settle;
 pub mod succession;
+pub mod used_mark;
 pub mod volume_safety;

@@ -30,6 +30,10 @@ pub const ANN_VOLUME_MISSING: &str = "local-static-provisioner.io/volume-missing
 /// whose recorded disk is not at its path any more: the time it was found stale. Node-cleanup
 /// (where opted in) releases such PVs once they have been stale for its grace period.
 pub const ANN_VOLUME_STALE: &str = "local-static-provisioner.io/volume-stale";
+/// Set by the agent, next to volume-missing or instead of volume-stale, on a PV whose recorded
+/// disk is at another entry of the same node now (moved, or swapped with another): the host
+/// path where it is. Node-cleanup never releases such a PV: its data is on a live node.
+pub const ANN_VOLUME_MOVED_TO: &str = "local-static-provisioner.io/volume-moved-to";
 /// Prefix of upstream's provisioner name.
 pub const PROVISIONER_PREFIX: &str = "local-volume-provisioner-";
 

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::jiff::Timestamp;
 
 use super::naming::{
-    ANN_PROVISIONED_BY, ANN_VOLUME_STALE, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE, PROVISIONER_PREFIX,
-    node_label_value,
+    ANN_PROVISIONED_BY, ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
+    PROVISIONER_PREFIX, node_label_value,
 };
 use super::pv::local_path;
 
@@ -63,6 +63,8 @@ pub struct LocalPv {
     pub has_wipe_finalizer: bool,
     /// When the agent marked the PV stale, if it did (None inside: unreadable mark).
     pub stale_since: Option<Option<Timestamp>>,
+    /// Where on its node the agent found its disk, when not at its path (volume-moved-to).
+    pub moved_to: Option<String>,
     /// `pv.kubernetes.io/provisioned-by`: our finalizer is dropped only while it is unchanged,
     /// i.e. while no agent has taken the PV over to wipe it.
     pub provisioned_by: String,
@@ -111,6 +113,7 @@ impl LocalPv {
             deleting: meta.deletion_timestamp.is_some(),
             has_wipe_finalizer: meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == FINALIZER_WIPE)),
             stale_since: ann(ANN_VOLUME_STALE).map(|v| v.parse::<Timestamp>().ok()),
+            moved_to: ann(ANN_VOLUME_MOVED_TO).cloned(),
             provisioned_by,
         })
     }
@@ -214,6 +217,17 @@ pub fn plan_node_cleanup(
                 continue;
             }
             Cause::NodeGone { node: pv.node.clone() }
+        } else if let Some(to) = pv.moved_to.as_ref().filter(|_| pv.stale_since.is_some()) {
+            // The agent found the disk at another entry of its live node: the data is there, so
+            // nothing is released, whatever else the PV says.
+            by_name.insert(
+                pv.name.as_str(),
+                NodeCleanupAction::Keep {
+                    name: pv.name.clone(),
+                    why: format!("its disk is at {to} on live node {}; a claim on it is never released", pv.node),
+                },
+            );
+            continue;
         } else if let Some(since) = pv.stale_since {
             // An unreadable mark counts from our own sighting only.
             if let Some(since) = since {

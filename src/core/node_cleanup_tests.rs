@@ -33,6 +33,7 @@ fn lpv(name: &str, node: &str, phase: &str) -> LocalPv {
         deleting: false,
         has_wipe_finalizer: true,
         stale_since: None,
+        moved_to: None,
         provisioned_by: PROVISIONED_BY.into(),
     }
 }
@@ -347,4 +348,27 @@ fn pvs_not_made_by_a_local_static_provisioner_are_ignored() {
         {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-1"]},
                               {"key": "zone", "operator": "In", "values": ["z1"]}]}]}}}});
     assert_eq!(LocalPv::from_pv(&pv_json(repeated)).unwrap().node, "host-1");
+}
+
+/// A stale PV whose disk the agent found at another entry of its live node keeps its claim,
+/// whatever its phase and however old the stale mark is; without the moved mark it goes.
+#[test]
+fn a_stale_pv_whose_disk_moved_on_a_live_node_is_never_released() {
+    let old: Timestamp = "2026-11-20T00:00:00Z".parse().unwrap();
+    for phase in ["Bound", "Released", "Available"] {
+        for deleting in [false, true] {
+            let mut pv = lpv("a", "alive", phase);
+            pv.deleting = deleting;
+            pv.stale_since = Some(Some(old));
+            pv.moved_to = Some("/mnt/disks/z".into());
+            let got = plan(&[node("alive")], std::slice::from_ref(&pv), &[]);
+            assert!(
+                got.iter().all(|a| matches!(a, NodeCleanupAction::Keep { .. })) && got.len() == 1,
+                "{phase} deleting={deleting}: {got:?}"
+            );
+            pv.moved_to = None;
+            let released = plan(&[node("alive")], std::slice::from_ref(&pv), &[]);
+            assert!(released.iter().all(|a| a.cause().is_some()), "{phase}: {released:?}");
+        }
+    }
 }

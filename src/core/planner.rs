@@ -11,6 +11,7 @@ use super::naming::{
     ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node, provisioned_by_uid,
 };
 use super::pv::local_path;
+use super::used_mark::{UsedMark, UsedRead, UsedVerdict, used_verdict};
 use super::volume_safety::DiskKey;
 
 /// A volume discovery wants published, with the PV object that would publish it.
@@ -30,6 +31,11 @@ pub struct DesiredPv {
     pub disk: DiskKey,
     /// Why the host uses this block device, if it does (not published unless already).
     pub in_use: Option<String>,
+    /// What the disk's used mark says (see core::used_mark).
+    pub used: UsedRead,
+    /// The PV its mark names, read from the API when it is not one of this node's PVs (a disk
+    /// moved here from another node): it still holds that PV's data if it records this disk.
+    pub mark_holder: Option<ObservedPv>,
 }
 
 /// What the planner needs to know about an existing PV.
@@ -113,6 +119,8 @@ pub enum Refusal {
     DiskPublished { pv: String, path: String },
     /// The host uses this block device (mounted, held, open exclusively).
     DeviceInUse { why: String },
+    /// Whether the disk held a tenant's data cannot be told (its used mark is unreadable).
+    UsedUnknown { why: String },
 }
 
 impl Refusal {
@@ -125,6 +133,7 @@ impl Refusal {
             Refusal::SameDisk { .. } => "same-disk",
             Refusal::DiskPublished { .. } => "disk-published",
             Refusal::DeviceInUse { .. } => "device-in-use",
+            Refusal::UsedUnknown { .. } => "used-unknown",
         }
     }
 }
@@ -148,6 +157,10 @@ impl std::fmt::Display for Refusal {
                 write!(f, "its disk is already published as PV {pv} at {path}; one disk is published at most once")
             }
             Refusal::DeviceInUse { why } => write!(f, "the block device is in use on the host: {why}"),
+            Refusal::UsedUnknown { why } => write!(
+                f,
+                "it may hold a tenant's data and cannot be checked ({why}); it is neither published nor wiped"
+            ),
         }
     }
 }
@@ -159,6 +172,10 @@ pub enum Action {
     Create(Box<PersistentVolume>),
     /// Do not publish this volume, and tell the operator why.
     Refuse { name: String, host_path: String, reason: Refusal },
+    /// The disk carries our used mark and no live PV names it: it held a tenant's data, so it
+    /// is wiped (proving its identity again on the wipe's own descriptor) before it is
+    /// published. `name` is the PV it will be published as.
+    WipeFirst { name: String, host_path: String, identity: String, mark: UsedMark },
 }
 
 /// Plans one reconcile pass. `observed` are the PVs carrying our node label; `foreign` are PV
@@ -217,26 +234,38 @@ pub fn plan(
             actions.push(refuse(Refusal::NameTaken { owner: owner.clone() }));
             continue;
         }
-        if let Some(reason) = disk_refusals.get(d.host_path.as_str()) {
-            actions.push(refuse(reason.clone()));
-            continue;
+        match disk_refusals.get(d.host_path.as_str()) {
+            Some(DiskOutcome::Refuse(reason)) => actions.push(refuse(reason.clone())),
+            Some(DiskOutcome::WipeFirst(mark)) => actions.push(Action::WipeFirst {
+                name: d.name.clone(),
+                host_path: d.host_path.clone(),
+                identity: d.identity.clone(),
+                mark: mark.clone(),
+            }),
+            None => actions.push(Action::Create(Box::new(d.pv.clone()))),
         }
-        actions.push(Action::Create(Box::new(d.pv.clone())));
     }
     actions
 }
 
-/// One disk, at most one PV. For each desired volume not yet published, why its disk may not
-/// be published: another entry shares its data (the published one keeps it; with none
-/// published, all of them are refused, since which one is meant is ambiguous), a PV of this
-/// node records the same disk at another path, or the host uses the block device. Volumes
-/// already published are never refused here: an existing PV keeps its disk.
+/// What `plan_disks` says about a desired volume that would otherwise be created.
+enum DiskOutcome {
+    Refuse(Refusal),
+    WipeFirst(UsedMark),
+}
+
+/// One disk, at most one PV, and never a used disk unwiped. For each desired volume not yet
+/// published: another entry shares its data (the published one keeps it; with none published,
+/// all of them are refused, since which one is meant is ambiguous), a live PV records the same
+/// disk and its own disk is not at its path (the disk moved: it holds that PV's data), the host
+/// uses the block device, or the disk's used mark says it held data (wiped first) or cannot be
+/// read. Volumes already published are never refused here: an existing PV keeps its disk.
 fn plan_disks<'a>(
     identity: &Identity,
     desired: &'a [DesiredPv],
     observed: &[ObservedPv],
     published_paths: &BTreeMap<&str, &str>,
-) -> BTreeMap<&'a str, Refusal> {
+) -> BTreeMap<&'a str, DiskOutcome> {
     // Overlapping disks always share a token (device, base disk or file): compare only those.
     let mut by_token: BTreeMap<String, Vec<&DesiredPv>> = BTreeMap::new();
     for d in desired {
@@ -244,18 +273,18 @@ fn plan_disks<'a>(
             by_token.entry(t).or_default().push(d);
         }
     }
-    // (identity, PV name, path) of this node's PVs that record a disk and whose volume is not
-    // at their own path now: where it is, its DiskKey above already settles what overlaps it
-    // (two directories of one shared disk do not), so only a disk gone from its PV's path is
-    // looked for elsewhere by its identity.
-    let present: BTreeSet<&str> = desired.iter().map(|d| d.host_path.as_str()).collect();
+    // (identity, PV name, path) of this node's PVs (and its earlier incarnation's) whose own
+    // disk is not at their path now. Where it is, its DiskKey above already settles what
+    // overlaps it (two directories of one shared disk do not); a disk gone from its PV's path,
+    // or swapped with another, is looked for elsewhere by its identity.
+    let found_at: BTreeMap<&str, &str> = desired.iter().map(|d| (d.host_path.as_str(), d.identity.as_str())).collect();
     let recorded: Vec<(&str, &str, &str)> = observed
         .iter()
         .filter(|o| identity.owns(o) || identity.is_predecessor(o))
         .filter_map(|o| Some((o.identity.as_deref()?, o.name.as_str(), o.host_path.as_deref()?)))
-        .filter(|(_, _, path)| !present.contains(path))
+        .filter(|(id, _, path)| !found_at.get(path).is_some_and(|found| may_share_disk(id, found)))
         .collect();
-    let mut refusals = BTreeMap::new();
+    let mut outcomes = BTreeMap::new();
     for d in desired {
         if published_paths.contains_key(d.host_path.as_str()) {
             continue;
@@ -272,7 +301,7 @@ fn plan_disks<'a>(
             .collect();
         sharing.sort_by(|a, b| a.host_path.cmp(&b.host_path));
         sharing.dedup_by(|a, b| a.host_path == b.host_path);
-        let reason = if let Some(why) = &d.in_use {
+        let refusal = if let Some(why) = &d.in_use {
             Some(Refusal::DeviceInUse { why: why.clone() })
         } else if let Some(p) = sharing.iter().find(|o| published_paths.contains_key(o.host_path.as_str())) {
             Some(Refusal::DiskPublished {
@@ -284,20 +313,45 @@ fn plan_disks<'a>(
             others.sort();
             others.dedup();
             Some(Refusal::SameDisk { others })
-        } else if let Some((_, pv, path)) =
-            recorded.iter().find(|(id, _, path)| *path != d.host_path && may_share_disk(id, &d.identity))
-        {
-            // The disk (or a directory of it, or it under another device number) is recorded on
-            // another PV of this node: it holds that PV's data.
-            Some(Refusal::DiskPublished { pv: pv.to_string(), path: path.to_string() })
         } else {
-            None
+            // The disk (or a directory of it, or it under another device number) is recorded on
+            // a live PV whose own disk is not at its path: it holds that PV's data.
+            let holder = recorded
+                .iter()
+                .find(|(id, _, path)| *path != d.host_path && may_share_disk(id, &d.identity))
+                .map(|(_, pv, path)| (pv.to_string(), path.to_string()))
+                .or_else(|| {
+                    let h = d.mark_holder.as_ref()?;
+                    let recorded = h.identity.as_deref()?;
+                    may_share_disk(recorded, &d.identity).then(|| {
+                        let node = h.hostname_label.as_deref().unwrap_or("another node");
+                        (h.name.clone(), format!("{} on {node}", h.host_path.as_deref().unwrap_or("?")))
+                    })
+                });
+            let mark_pv_exists = match &d.used {
+                UsedRead::Marked(m) => {
+                    d.mark_holder.as_ref().is_some_and(|h| h.name == m.pv) || observed.iter().any(|o| o.name == m.pv)
+                }
+                _ => false,
+            };
+            let holder = holder.as_ref().map(|(pv, path)| (pv.as_str(), path.as_str()));
+            match used_verdict(&d.used, holder, mark_pv_exists) {
+                UsedVerdict::Publish => None,
+                UsedVerdict::HeldBy { pv, path } => Some(Refusal::DiskPublished { pv, path }),
+                UsedVerdict::Unknown(why) => Some(Refusal::UsedUnknown { why }),
+                UsedVerdict::WipeFirst => {
+                    if let UsedRead::Marked(mark) = &d.used {
+                        outcomes.insert(d.host_path.as_str(), DiskOutcome::WipeFirst(mark.clone()));
+                    }
+                    continue;
+                }
+            }
         };
-        if let Some(r) = reason {
-            refusals.insert(d.host_path.as_str(), r);
+        if let Some(r) = refusal {
+            outcomes.insert(d.host_path.as_str(), DiskOutcome::Refuse(r));
         }
     }
-    refusals
+    outcomes
 }
 
 /// PVs made for this node, or for an earlier incarnation of it, that lack our label: they were

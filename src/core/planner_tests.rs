@@ -53,6 +53,8 @@ fn desired(name: &str, path: &str) -> DesiredPv {
         identity: format!("id-of-{path}"),
         disk: DiskKey::fs(format!("dev-of-{path}"), "/"),
         in_use: None,
+        used: Default::default(),
+        mark_holder: None,
     }
 }
 
@@ -91,6 +93,9 @@ fn summary(actions: &[Action]) -> Vec<String> {
         .map(|a| match a {
             Action::Create(pv) => format!("create {}", pv.metadata.name.as_deref().unwrap_or("?")),
             Action::Refuse { name, host_path, reason } => format!("refuse {name} {host_path}: {reason:?}"),
+            Action::WipeFirst { name, host_path, mark, .. } => {
+                format!("wipe-first {name} {host_path} (of {})", mark.pv)
+            }
         })
         .collect()
 }
@@ -677,7 +682,7 @@ fn disk_refusals_name_the_other_entries_and_the_published_pv() {
             .into_iter()
             .filter_map(|x| match x {
                 Action::Refuse { host_path, reason, .. } => Some((host_path, reason)),
-                Action::Create(_) => None,
+                _ => None,
             })
             .collect()
     };
@@ -751,4 +756,149 @@ fn a_new_directory_of_a_shared_disk_is_published_next_to_a_recorded_one() {
         matches!(&actions[..], [Action::Refuse { reason: Refusal::DiskPublished { pv, .. }, .. }] if pv == "pv-1"),
         "{actions:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The used mark: a disk that held a tenant's data is never published unwiped, and a disk a
+// live PV still names is neither published nor wiped.
+
+fn used_mark(pv: &str, uid: Option<&str>) -> crate::core::used_mark::UsedMark {
+    crate::core::used_mark::UsedMark {
+        pv: pv.into(),
+        node: "node-1".into(),
+        path: "/mnt/disks/old".into(),
+        identity: "id-disk".into(),
+        at: "t".into(),
+        uid: uid.map(str::to_string),
+    }
+}
+
+/// A PV recording `identity` (upstream's shape, made for this node, with our label).
+fn recording(name: &str, path: &str, identity: &str) -> ObservedPv {
+    ObservedPv { identity: Some(identity.into()), ..ours(name, path) }
+}
+
+#[test]
+fn a_marked_disk_is_wiped_first_unless_a_live_pv_names_it() {
+    use crate::core::used_mark::UsedRead;
+    let mut d = desired("pv-new", "/mnt/disks/new");
+    d.identity = "id-disk".into();
+    d.used = UsedRead::Marked(used_mark("pv-old", Some("uid-old")));
+    // Its PV is gone: wiped first, never created as it is.
+    assert_eq!(
+        summary(&plan(&me(), std::slice::from_ref(&d), &[], &no_foreign())),
+        ["wipe-first pv-new /mnt/disks/new (of pv-old)"]
+    );
+    // Its PV still exists on this node and its own disk is not at its path (it moved here).
+    let old = recording("pv-old", "/mnt/disks/old", "id-disk");
+    let got = summary(&plan(&me(), std::slice::from_ref(&d), std::slice::from_ref(&old), &no_foreign()));
+    assert_eq!(got, ["refuse pv-new /mnt/disks/new: DiskPublished { pv: \"pv-old\", path: \"/mnt/disks/old\" }"]);
+    // Its PV is on another node (read from the API by the agent) and records this disk.
+    let mut moved = d.clone();
+    moved.mark_holder =
+        Some(ObservedPv { hostname_label: Some("node-2".into()), ..recording("pv-old", "/mnt/disks/old", "id-disk") });
+    let got = summary(&plan(&me(), std::slice::from_ref(&moved), &[], &no_foreign()));
+    assert_eq!(
+        got,
+        ["refuse pv-new /mnt/disks/new: DiskPublished { pv: \"pv-old\", path: \"/mnt/disks/old on node-2\" }"]
+    );
+    // A PV of that name exists but records another disk (a disk put at its path since): the
+    // marked disk's PV is gone.
+    moved.mark_holder = Some(recording("pv-old", "/mnt/disks/old", "id-other"));
+    assert_eq!(
+        summary(&plan(&me(), std::slice::from_ref(&moved), &[], &no_foreign())),
+        ["wipe-first pv-new /mnt/disks/new (of pv-old)"]
+    );
+    // A mark written before a create that never happened (no UID, no such PV): never offered.
+    let mut pending = d.clone();
+    pending.used = UsedRead::Marked(used_mark("pv-new", None));
+    assert_eq!(summary(&plan(&me(), std::slice::from_ref(&pending), &[], &no_foreign())), ["create pv-new"]);
+    // The steady state: its own PV exists at its path; nothing to do.
+    let mut published = d.clone();
+    published.used = UsedRead::Marked(used_mark("pv-new", Some("uid-new")));
+    let own = recording("pv-new", "/mnt/disks/new", "id-disk");
+    assert!(plan(&me(), std::slice::from_ref(&published), std::slice::from_ref(&own), &no_foreign()).is_empty());
+    // Unreadable: neither published nor wiped.
+    let mut unknown = d.clone();
+    unknown.used = UsedRead::Unknown("ledger unreadable".into());
+    let got = summary(&plan(&me(), std::slice::from_ref(&unknown), &[], &no_foreign()));
+    assert_eq!(got, ["refuse pv-new /mnt/disks/new: UsedUnknown { why: \"ledger unreadable\" }"]);
+}
+
+/// Two disks swapped between the entries of two PVs: each entry shows the other PV's disk.
+/// Neither is published under a new name, nor wiped, while the other PV exists.
+#[test]
+fn swapped_disks_are_held_by_the_pvs_that_record_them() {
+    use crate::core::used_mark::UsedRead;
+    let a = recording("pv-a", "/mnt/disks/a", "id-A");
+    let b = recording("pv-b", "/mnt/disks/b", "id-B");
+    // pv-a was deleted (say by node-cleanup); its entry now shows disk B, marked by pv-b.
+    let mut at_a = desired("pv-a", "/mnt/disks/a");
+    at_a.identity = "id-B".into();
+    at_a.used = UsedRead::Marked(used_mark("pv-b", Some("uid-b")));
+    let mut at_b = desired("pv-b", "/mnt/disks/b");
+    at_b.identity = "id-A".into();
+    at_b.used = UsedRead::Marked(used_mark("pv-a", Some("uid-a")));
+    let got = summary(&plan(&me(), &[at_a.clone(), at_b.clone()], std::slice::from_ref(&b), &no_foreign()));
+    assert_eq!(got, ["refuse pv-a /mnt/disks/a: DiskPublished { pv: \"pv-b\", path: \"/mnt/disks/b\" }"]);
+    // Unmarked (a disk from before marks existed): still held by the PV that records it.
+    at_a.used = UsedRead::Unmarked;
+    let got = summary(&plan(&me(), &[at_a.clone(), at_b.clone()], std::slice::from_ref(&b), &no_foreign()));
+    assert_eq!(got, ["refuse pv-a /mnt/disks/a: DiskPublished { pv: \"pv-b\", path: \"/mnt/disks/b\" }"]);
+    // Both PVs exist: their names are published at their paths; nothing is created or wiped.
+    assert!(plan(&me(), &[at_a, at_b], &[a, b], &no_foreign()).is_empty());
+}
+
+/// Exhaustive over mark states, holders and whether a PV already publishes the path: a disk is
+/// created only when nothing says it was offered and no live PV names it, wiped only when it
+/// is marked and no live PV names it, and never both.
+#[test]
+fn used_disks_are_never_created_unwiped_nor_wiped_while_named() {
+    use crate::core::used_mark::UsedRead;
+    let reads = [
+        UsedRead::Unmarked,
+        UsedRead::Marked(used_mark("pv-gone", Some("u"))),
+        UsedRead::Marked(used_mark("pv-gone", None)),
+        UsedRead::Marked(used_mark("pv-held", Some("u"))),
+        UsedRead::Marked(used_mark("pv-held", None)),
+        UsedRead::Unknown("x".into()),
+    ];
+    for read in &reads {
+        for holder in 0..4 {
+            for published in [false, true] {
+                let mut d = desired("pv-new", "/mnt/disks/new");
+                d.identity = "id-disk".into();
+                d.used = read.clone();
+                let mut observed = Vec::new();
+                match holder {
+                    1 => observed.push(recording("pv-held", "/mnt/disks/held", "id-disk")),
+                    2 => d.mark_holder = Some(recording("pv-held", "/mnt/disks/held", "id-disk")),
+                    3 => d.mark_holder = Some(recording("pv-held", "/mnt/disks/held", "id-else")),
+                    _ => {}
+                }
+                if published {
+                    observed.push(recording("pv-new", "/mnt/disks/new", "id-disk"));
+                }
+                let actions = plan(&me(), std::slice::from_ref(&d), &observed, &no_foreign());
+                let ctx = format!("{read:?} holder={holder} published={published}: {}", summary(&actions).join("; "));
+                let created = actions.iter().any(|a| matches!(a, Action::Create(_)));
+                let wiped = actions.iter().any(|a| matches!(a, Action::WipeFirst { .. }));
+                let named = matches!(holder, 1 | 2);
+                let mark_pv_exists =
+                    matches!(holder, 1..=3) && matches!(read, UsedRead::Marked(m) if m.pv == "pv-held");
+                let never_offered = match read {
+                    UsedRead::Unmarked => true,
+                    UsedRead::Marked(m) => m.uid.is_none() && !mark_pv_exists,
+                    UsedRead::Unknown(_) => false,
+                };
+                if published {
+                    assert!(actions.is_empty(), "an existing PV keeps its disk: {ctx}");
+                    continue;
+                }
+                assert_eq!(created, never_offered && !named, "{ctx}");
+                assert_eq!(wiped, matches!(read, UsedRead::Marked(_)) && !named && !never_offered, "{ctx}");
+                assert!(!(created && wiped), "{ctx}");
+            }
+        }
+    }
 }

@@ -3,9 +3,10 @@
 //! onto a disk that is not there; a Bound or Released one is never deleted, only flagged, and
 //! unflagged when the disk comes back. Pure, like the other planners.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::cleanup::PvState;
+use super::disk_identity::may_share_disk;
 
 /// One step about a PV's volume being present or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,16 +14,34 @@ pub enum PresenceAction {
     /// Delete the unbound PV, only if unchanged since we saw it (resourceVersion precondition),
     /// so a PV that got bound meanwhile is left alone.
     Withdraw { name: String, uid: String, resource_version: String },
-    /// Mark a Bound or Released PV as missing its volume (annotation and Warning event).
-    Flag { name: String },
+    /// Mark a Bound or Released PV as missing its volume (annotation and Warning event), with
+    /// where on this node its disk is now when it was found at another entry (or moved again).
+    Flag { name: String, moved_to: Option<String> },
     /// The volume is back: remove the mark.
     Unflag { name: String },
 }
 
+/// Where a PV's recorded disk is now, when it is not at its own path: the host path of a found
+/// volume that may be that disk (judged by what names a disk, conservatively, so a disk that
+/// may hold the PV's data is never taken for gone). `found` holds (host path, identity).
+pub fn where_moved(pv: &PvState, found: &[(String, String)]) -> Option<String> {
+    let recorded = pv.identity.as_deref()?;
+    found
+        .iter()
+        .filter(|(path, id)| *path != pv.host_path && may_share_disk(recorded, id))
+        .map(|(path, _)| path.clone())
+        .min()
+}
+
 /// Plans presence actions. `missing` holds the UIDs of PVs whose volume has been absent for
-/// longer than the settle window. PVs being deleted get nothing (the cleanup planner owns
-/// them). Sorted by name.
-pub fn plan_presence(pvs: &[PvState], missing: &BTreeSet<String>) -> Vec<PresenceAction> {
+/// longer than the settle window; `moved` where the missing ones' disks are now, for those
+/// found at another entry. PVs being deleted get nothing (the cleanup planner owns them).
+/// Sorted by name.
+pub fn plan_presence(
+    pvs: &[PvState],
+    missing: &BTreeSet<String>,
+    moved: &BTreeMap<String, String>,
+) -> Vec<PresenceAction> {
     let mut sorted: Vec<&PvState> = pvs.iter().filter(|pv| !pv.deleting).collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     sorted
@@ -30,13 +49,17 @@ pub fn plan_presence(pvs: &[PvState], missing: &BTreeSet<String>) -> Vec<Presenc
         .filter_map(|pv| {
             let is_missing = missing.contains(&pv.uid);
             let unbound = matches!(pv.phase.as_str(), "Available" | "Pending") && !pv.claimed;
+            let moved_to = moved.get(&pv.uid).cloned();
             match (is_missing, pv.flagged_missing) {
                 (true, _) if unbound => Some(PresenceAction::Withdraw {
                     name: pv.name.clone(),
                     uid: pv.uid.clone(),
                     resource_version: pv.resource_version.clone(),
                 }),
-                (true, false) => Some(PresenceAction::Flag { name: pv.name.clone() }),
+                (true, false) => Some(PresenceAction::Flag { name: pv.name.clone(), moved_to }),
+                (true, true) if moved_to.is_some() && pv.moved_to != moved_to => {
+                    Some(PresenceAction::Flag { name: pv.name.clone(), moved_to })
+                }
                 (false, true) => Some(PresenceAction::Unflag { name: pv.name.clone() }),
                 _ => None,
             }
@@ -76,12 +99,12 @@ mod tests {
             (pv("a", "Pending", false, false, false), true, withdraw("a")),
             (pv("a", "Available", false, false, false), false, None),
             // Bound and Released PVs are never deleted, only flagged once.
-            (pv("a", "Bound", true, false, false), true, Some(Flag { name: "a".into() })),
-            (pv("a", "Released", true, false, false), true, Some(Flag { name: "a".into() })),
-            (pv("a", "Failed", true, false, false), true, Some(Flag { name: "a".into() })),
+            (pv("a", "Bound", true, false, false), true, Some(Flag { name: "a".into(), moved_to: None })),
+            (pv("a", "Released", true, false, false), true, Some(Flag { name: "a".into(), moved_to: None })),
+            (pv("a", "Failed", true, false, false), true, Some(Flag { name: "a".into(), moved_to: None })),
             (pv("a", "Bound", true, true, false), true, None),
             // An Available PV with a claimRef is being bound right now: flag, never withdraw.
-            (pv("a", "Available", true, false, false), true, Some(Flag { name: "a".into() })),
+            (pv("a", "Available", true, false, false), true, Some(Flag { name: "a".into(), moved_to: None })),
             // Back again.
             (pv("a", "Bound", true, true, false), false, Some(Unflag { name: "a".into() })),
             (pv("a", "Released", true, true, false), false, Some(Unflag { name: "a".into() })),
@@ -92,7 +115,7 @@ mod tests {
         ];
         for (state, is_missing, want) in cases {
             let m = if is_missing { missing(&["a"]) } else { BTreeSet::new() };
-            let got = plan_presence(std::slice::from_ref(&state), &m);
+            let got = plan_presence(std::slice::from_ref(&state), &m, &BTreeMap::new());
             assert_eq!(got.into_iter().next(), want, "{state:?} missing={is_missing}");
         }
     }
@@ -105,18 +128,39 @@ mod tests {
             pv("b", "Bound", true, true, false),
         ];
         let m = missing(&["a", "c"]);
-        let forward = plan_presence(&pvs, &m);
+        let forward = plan_presence(&pvs, &m, &BTreeMap::new());
         let mut reversed = pvs.clone();
         reversed.reverse();
-        assert_eq!(forward, plan_presence(&reversed, &m));
+        assert_eq!(forward, plan_presence(&reversed, &m, &BTreeMap::new()));
         let names: Vec<&str> = forward
             .iter()
             .map(|a| match a {
                 PresenceAction::Withdraw { name, .. }
-                | PresenceAction::Flag { name }
+                | PresenceAction::Flag { name, .. }
                 | PresenceAction::Unflag { name } => name.as_str(),
             })
             .collect();
         assert_eq!(names, vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_moved_disk_is_named_where_it_went_and_never_withdrawn_when_used() {
+        let mut bound = pv("a", "Bound", true, false, false);
+        bound.identity = Some("v2;fs;disk=wwid:1;uuid=u;ino=2;dev=8:1".into());
+        bound.host_path = "/mnt/disks/a".into();
+        let found = vec![
+            ("/mnt/disks/a".to_string(), "v2;fs;disk=wwid:2;uuid=w;ino=2;dev=8:2".to_string()),
+            ("/mnt/disks/z".to_string(), "v2;fs;disk=wwid:1;uuid=u;ino=2;dev=8:1".to_string()),
+        ];
+        assert_eq!(where_moved(&bound, &found), Some("/mnt/disks/z".into()));
+        assert_eq!(where_moved(&bound, &found[..1]), None);
+        let moved: BTreeMap<String, String> = [("uid-a".to_string(), "/mnt/disks/z".to_string())].into();
+        let flag = Some(PresenceAction::Flag { name: "a".into(), moved_to: Some("/mnt/disks/z".into()) });
+        assert_eq!(plan_presence(std::slice::from_ref(&bound), &missing(&["a"]), &moved).into_iter().next(), flag);
+        // Already flagged missing, now found elsewhere (or elsewhere again): flagged anew.
+        bound.flagged_missing = true;
+        assert_eq!(plan_presence(std::slice::from_ref(&bound), &missing(&["a"]), &moved).into_iter().next(), flag);
+        bound.moved_to = Some("/mnt/disks/z".into());
+        assert!(plan_presence(std::slice::from_ref(&bound), &missing(&["a"]), &moved).is_empty());
     }
 }

@@ -70,6 +70,8 @@ pub struct FoundVolume {
     /// Why the host is using this block device (mounted, held, open exclusively), if it is:
     /// such a device is not published, though an existing PV keeps it.
     pub in_use: Option<String>,
+    /// What the disk's used mark says (read by discovery; see core::used_mark).
+    pub used: crate::core::used_mark::UsedRead,
 }
 
 /// Everything that is the same for all PVs of one pass.

@@ -57,6 +57,7 @@ fn volume(class: &str, host_dir: &str, entry: &str, bytes: u64) -> FoundVolume {
         identity: format!("fs:fsid=1,2;ino={}", entry.len()),
         disk: DiskKey::fs("0:99", format!("/{class}/{entry}")),
         in_use: None,
+        used: Default::default(),
     }
 }
 

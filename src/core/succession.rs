@@ -27,6 +27,9 @@ pub enum DiskCheck {
     Unverified,
     /// Nothing is mounted (or no device exists) at the path.
     Missing,
+    /// The recorded disk is not at its path but at another entry of this node (moved, or
+    /// swapped with another): it still holds the claim's data, on this live node.
+    Moved,
 }
 
 impl DiskCheck {
@@ -45,6 +48,7 @@ impl DiskCheck {
                  ID, or an old-format identity by device number or on XFS); it may be the same disk"
             }
             DiskCheck::Missing => "no volume is at its path",
+            DiskCheck::Moved => "the recorded disk is at another entry of this node",
         }
     }
 }
@@ -61,6 +65,9 @@ pub enum SuccessionAction {
     ReleaseFinalizer { name: String, uid: String },
     /// A claim uses (or used) the PV and its disk is not here: mark it stale, Warning event.
     Flag { name: String, check: DiskCheck },
+    /// A claim uses (or used) the PV and its disk is at another entry of this node: say where
+    /// (never stale, so node-cleanup never releases it), dropping a stale mark, Warning event.
+    FlagMoved { name: String },
     /// A claim uses (or used) the PV and nobody can tell whether its disk is here: no mark
     /// (node-cleanup never acts), a Warning event once; an operator decides.
     Report { name: String },
@@ -79,11 +86,11 @@ pub fn plan_succession(pv: &PvState, check: DiskCheck) -> Option<SuccessionActio
             record_identity: check == DiskCheck::Unrecorded,
             unflag: pv.flagged_stale,
         }),
-        DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified if pv.deleting => (unbound
+        DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified | DiskCheck::Moved if pv.deleting => (unbound
             && pv.has_finalizer)
             .then(|| SuccessionAction::ReleaseFinalizer { name: pv.name.clone(), uid: pv.uid.clone() }),
         // No claim ever used it: withdrawing gives nothing up, whatever the disk is.
-        DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified if unbound => {
+        DiskCheck::Different | DiskCheck::Missing | DiskCheck::Unverified | DiskCheck::Moved if unbound => {
             Some(SuccessionAction::Withdraw {
                 name: pv.name.clone(),
                 uid: pv.uid.clone(),
@@ -91,6 +98,9 @@ pub fn plan_succession(pv: &PvState, check: DiskCheck) -> Option<SuccessionActio
             })
         }
         DiskCheck::Unverified => Some(SuccessionAction::Report { name: pv.name.clone() }),
+        DiskCheck::Moved => {
+            (pv.flagged_stale || pv.moved_to.is_none()).then(|| SuccessionAction::FlagMoved { name: pv.name.clone() })
+        }
         DiskCheck::Different | DiskCheck::Missing => {
             (!pv.flagged_stale).then(|| SuccessionAction::Flag { name: pv.name.clone(), check })
         }
@@ -115,7 +125,8 @@ mod tests {
         }
     }
 
-    const ALL_CHECKS: [DiskCheck; 6] = [
+    const ALL_CHECKS: [DiskCheck; 7] = [
+        DiskCheck::Moved,
         DiskCheck::Same,
         DiskCheck::Plausible,
         DiskCheck::Unrecorded,
@@ -251,9 +262,16 @@ mod tests {
                             );
                             let used = claimed || !matches!(phase, "Available" | "Pending" | "");
                             assert!(!(destructive && used), "{phase} claimed={claimed} {check:?} -> {action:?}");
-                            // Only a proven absence marks a PV stale (which node-cleanup acts on).
+                            // Only a proven absence marks a PV stale (which node-cleanup acts on): a
+                            // disk found elsewhere on this node never does.
                             if matches!(action, Some(SuccessionAction::Flag { .. })) {
                                 assert!(matches!(check, DiskCheck::Different | DiskCheck::Missing));
+                            }
+                            if check == DiskCheck::Moved && used {
+                                assert!(
+                                    matches!(action, None | Some(SuccessionAction::FlagMoved { .. })),
+                                    "{phase} {action:?}"
+                                );
                             }
                             if matches!(check, DiskCheck::Same | DiskCheck::Plausible | DiskCheck::Unrecorded) {
                                 assert!(matches!(action, Some(SuccessionAction::Readopt { .. })));
@@ -263,5 +281,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_used_pv_whose_disk_moved_is_flagged_moved_and_unstaled_once() {
+        let mut p = pv("Bound", true);
+        assert_eq!(
+            plan_succession(&p, DiskCheck::Moved),
+            Some(SuccessionAction::FlagMoved { name: "local-pv-1".into() })
+        );
+        p.moved_to = Some("/mnt/disks/z".into());
+        assert_eq!(plan_succession(&p, DiskCheck::Moved), None);
+        p.flagged_stale = true;
+        assert_eq!(
+            plan_succession(&p, DiskCheck::Moved),
+            Some(SuccessionAction::FlagMoved { name: "local-pv-1".into() })
+        );
+        assert!(matches!(
+            plan_succession(&pv("Available", false), DiskCheck::Moved),
+            Some(SuccessionAction::Withdraw { .. })
+        ));
     }
 }

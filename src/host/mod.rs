@@ -4,6 +4,7 @@
 pub mod blockdev;
 pub mod identity;
 pub mod mountinfo;
+pub mod used_mark;
 pub mod volume;
 pub mod watch;
 pub mod wipe_block;

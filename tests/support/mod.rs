@@ -442,6 +442,11 @@ impl AgentProcess {
     pub fn start_with(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path, extra: &[&str]) -> Self {
         let mut args = vec!["run".to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
+        if !extra.contains(&"--state-dir") {
+            // One node, one ledger of used disks, kept next to the log across restarts.
+            let state = log.parent().unwrap_or(Path::new("/tmp")).join(format!("state-{node}"));
+            args.extend(["--state-dir".to_string(), state.display().to_string()]);
+        }
         args.extend(["--node-name".to_string(), node.to_string(), "--config-dir".to_string()]);
         args.push(config_dir.display().to_string());
         Self::spawn(&args, kubeconfig, log)
