@@ -154,7 +154,10 @@ pub fn mark_volume(
     use crate::host::volume::{EntryKind, resolve_entry};
     let io = |op, e: crate::host::HostError| MarkError::io(op, path, std::io::Error::other(e.to_string()));
     let (kind, resolved) = resolve_entry(path).map_err(|e| io("resolving", e))?;
+    // An identity equal to the one recorded also counts: a disk that names no stable device
+    // (zram, some virtual disks) is never proven, and marking it errs on the safe side.
     let proven = |found: &Found| match judge(recorded, found, confirmed) {
+        _ if found.identity == recorded => None,
         Verdict::Same(_) => None,
         Verdict::Different(why) | Verdict::Unproven { reason: why, .. } => Some(why),
     };
