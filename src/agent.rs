@@ -862,15 +862,28 @@ impl Agent {
         let ledger = self.ledger.clone();
         let marked = tokio::task::spawn_blocking(move || {
             let mounts = MountTable::read().map_err(|e| e.to_string())?;
-            Ok::<_, String>(
-                jobs.into_iter()
-                    .map(|(pv, path, mark)| {
-                        let recorded = mark.identity.clone();
-                        let outcome = mark_volume(&path, &recorded, None, &mark, &ledger, &mounts, |_| true);
-                        (pv, mark, outcome.map_err(|e| e.to_string()))
-                    })
-                    .collect::<Vec<_>>(),
-            )
+            let mut marked: Vec<_> = jobs
+                .into_iter()
+                .map(|(pv, path, mark)| {
+                    let recorded = mark.identity.clone();
+                    let outcome = mark_volume(&path, &recorded, None, &mark, &ledger, &mounts, |_| true);
+                    (pv, mark, outcome.map_err(|e| e.to_string()))
+                })
+                .collect();
+            // One durable ledger write for the whole batch, before any of these PVs exists.
+            let entries: Vec<UsedMark> = marked
+                .iter()
+                .filter_map(|(_, _, o)| if let Ok(MarkOutcome::Written(Some(m))) = o { Some(m.clone()) } else { None })
+                .collect();
+            if let Err(e) = ledger.record(&entries) {
+                let e = e.to_string();
+                for (_, _, outcome) in marked.iter_mut() {
+                    if matches!(outcome, Ok(MarkOutcome::Written(Some(_)))) {
+                        *outcome = Err(e.clone());
+                    }
+                }
+            }
+            Ok::<_, String>(marked)
         })
         .await;
         let marked = match marked {
@@ -887,7 +900,7 @@ impl Agent {
         let mut ready = Vec::new();
         for (pv, mark, outcome) in marked {
             match outcome {
-                Ok(MarkOutcome::Written) => ready.push(pv),
+                Ok(MarkOutcome::Written(_)) => ready.push(pv),
                 Ok(MarkOutcome::NotTheDisk(why)) => {
                     debug!(pv = %mark.pv, path = %mark.path, "the volume changed since discovery ({why}); not published yet")
                 }
@@ -952,7 +965,8 @@ impl Agent {
         let ledger = self.ledger.clone();
         let done = tokio::task::spawn_blocking(move || {
             let Ok(mounts) = MountTable::read() else { return Vec::new() };
-            jobs.into_iter()
+            let mut done: Vec<_> = jobs
+                .into_iter()
                 .map(|(pv, path, recorded, mark, used)| {
                     let uid = pv.uid.clone();
                     let outcome = mark_volume(
@@ -971,15 +985,28 @@ impl Agent {
                             _ => used,
                         },
                     );
-                    (pv, outcome)
+                    (pv, outcome.map_err(|e| e.to_string()))
                 })
-                .collect::<Vec<_>>()
+                .collect();
+            let entries: Vec<UsedMark> = done
+                .iter()
+                .filter_map(|(_, o)| if let Ok(MarkOutcome::Written(Some(m))) = o { Some(m.clone()) } else { None })
+                .collect();
+            if let Err(e) = ledger.record(&entries) {
+                let e = e.to_string();
+                for (_, outcome) in done.iter_mut() {
+                    if matches!(outcome, Ok(MarkOutcome::Written(Some(_)))) {
+                        *outcome = Err(e.clone());
+                    }
+                }
+            }
+            done
         })
         .await
         .unwrap_or_default();
         for (pv, outcome) in done {
             match outcome {
-                Ok(MarkOutcome::Written) => {
+                Ok(MarkOutcome::Written(_)) => {
                     debug!(pv = %pv.name, "used mark written");
                     self.marked.insert(pv.uid.clone());
                 }

@@ -127,8 +127,9 @@ pub fn ledger_lookup(entries: &[UsedMark], found: &str) -> UsedRead {
 /// What [`mark_volume`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MarkOutcome {
-    /// The mark is written (on the disk, in the ledger, or both) and flushed.
-    Written,
+    /// The attribute (if any) is written and flushed; the mark still has to go into the
+    /// ledger (in one batch, before the PV is created) when it is `Some` here.
+    Written(Option<UsedMark>),
     /// `write` said no to the mark that is there (none, or another).
     Kept(Option<UsedMark>),
     /// The volume at the path is not proven to be the recorded disk: nothing was written.
@@ -140,7 +141,8 @@ pub enum MarkOutcome {
 /// never marked for another one's PV, and the right one never left unmarked unnoticed).
 /// `write` decides from the mark there now whether to write. A directory gets the attribute
 /// (and a ledger entry when it has a device under it, or cannot carry the attribute); a block
-/// device only the ledger entry. The ledger is written before returning.
+/// device only the ledger entry. Ledger entries are returned for the caller to record in one
+/// batch ([`Ledger::record`]): one rewrite of the ledger per pass, not per volume.
 pub fn mark_volume(
     path: &Path,
     recorded: &str,
@@ -191,7 +193,7 @@ pub fn mark_volume(
                     ),
                 ));
             }
-            ledger.record(std::slice::from_ref(&mark))?;
+            Ok(MarkOutcome::Written(ledger_keeps(&mark.identity).then_some(mark)))
         }
         EntryKind::BlockDevice => {
             let file = File::open(&resolved).map_err(|e| MarkError::io("opening", &resolved, e))?;
@@ -207,13 +209,12 @@ pub fn mark_volume(
                 return Ok(MarkOutcome::Kept(there));
             }
             mark.identity = found.identity;
-            ledger.record(std::slice::from_ref(&mark))?;
+            Ok(MarkOutcome::Written(Some(mark)))
         }
         EntryKind::Symlink | EntryKind::Other => {
-            return Ok(MarkOutcome::NotTheDisk("neither a directory nor a block device".into()));
+            Ok(MarkOutcome::NotTheDisk("neither a directory nor a block device".into()))
         }
     }
-    Ok(MarkOutcome::Written)
 }
 
 fn as_found(identity: &str) -> Found {
