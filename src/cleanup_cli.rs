@@ -10,7 +10,7 @@ use crate::core::naming::{ANN_CLEANUP, ANN_CLEANUP_RESULT, CLEANUP_REQUESTED};
 /// Sets the cleanup request on each PV; with `wait`, reports each outcome. Exit code 0 only
 /// when every request was accepted (and, with `wait`, completed).
 pub async fn run(pvs: Vec<String>, client: ClientOptions, wait: bool, timeout: Duration) -> ExitCode {
-    let cluster = match Cluster::connect(&client, "cleanup-cli").await {
+    let cluster = match Cluster::connect_as(&client, "cleanup", "cleanup-cli").await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");

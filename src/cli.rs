@@ -96,7 +96,8 @@ struct NodeCleanupArgs {
     /// How long the Lease holds without renewal before another replica may take it.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
-    /// How long the leader keeps acting after its last successful renewal (< lease duration).
+    /// How long the leader keeps acting after its last successful renewal: at least 1s less
+    /// than the lease duration; half that gap (at most 10s) is the deadline of every write.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     renew_deadline: Duration,
     /// How often candidates try to take the Lease and the leader renews it.
@@ -435,27 +436,25 @@ fn run_agent(args: RunArgs) -> ExitCode {
 
 fn run_node_cleanup(args: NodeCleanupArgs) -> ExitCode {
     init_logging(args.log_json);
-    if args.renew_deadline >= args.lease_duration {
-        eprintln!("error: --renew-deadline must be shorter than --lease-duration, or two replicas could act at once");
-        return ExitCode::FAILURE;
-    }
-    if args.retry_period >= args.renew_deadline {
-        eprintln!("error: --retry-period must be shorter than --renew-deadline, or leadership lapses between renewals");
-        return ExitCode::FAILURE;
-    }
     let identity = args.identity.filter(|s| !s.is_empty()).unwrap_or_else(default_identity);
+    let lease = LeaseOptions {
+        namespace: args.lease_namespace,
+        name: args.lease_name,
+        identity,
+        lease_duration: args.lease_duration,
+        renew_deadline: args.renew_deadline,
+        retry_period: args.retry_period,
+    };
+    // The fence on every write relies on these: see leader::LeaseOptions::request_deadline.
+    if let Err(e) = lease.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let opts = NodeCleanupOptions {
         classes: args.storage_classes.into_iter().map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect(),
         grace: args.grace_period,
         resync: args.resync_period,
-        lease: LeaseOptions {
-            namespace: args.lease_namespace,
-            name: args.lease_name,
-            identity,
-            lease_duration: args.lease_duration,
-            renew_deadline: args.renew_deadline,
-            retry_period: args.retry_period,
-        },
+        lease,
         client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
         listen_address: args.listen_address,
         metrics_path: args.metrics_path,

@@ -1,7 +1,9 @@
 //! Leader election for node-cleanup: one replica acts, the others wait. A background task
-//! keeps trying to take or renew the Lease; the actor asks `is_leader()` right before every
-//! deletion, and leadership counts only until `renew_deadline` after the last renewal that
-//! went through, which is shorter than the time another replica must wait before taking over.
+//! keeps trying to take or renew the Lease. Leadership counts only until `renew_deadline` after
+//! the start of the last renewal that went through; another replica takes over only after
+//! `lease_duration` without a renewal. Every write of node-cleanup is fenced on
+//! `is_leader_for(request_deadline)` (see `api::Cluster::with_fence`), so it finishes or is
+//! abandoned before leadership ends, with the rest of that gap as a margin.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,6 +13,36 @@ use tracing::{info, warn};
 use crate::api::Cluster;
 use crate::api::lease::{ReadLease, Written};
 use crate::core::lease::{LeaseDecision, decide};
+
+/// The longest deadline a fenced request gets, however long the gap.
+pub const MAX_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// The smallest gap between renew deadline and lease duration accepted.
+pub const MIN_TAKEOVER_GAP: Duration = Duration::from_secs(1);
+
+/// Lease timings that would let two replicas act at once, or never let one act.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LeaseTimingError {
+    /// The leader would act longer than the lease protects it.
+    #[error(
+        "--renew-deadline ({renew:?}) must be shorter than --lease-duration ({lease:?}), or two replicas could act at once"
+    )]
+    RenewNotShorter { renew: Duration, lease: Duration },
+    /// No room for a request's deadline between the end of leadership and a takeover.
+    #[error(
+        "--lease-duration ({lease:?}) must exceed --renew-deadline ({renew:?}) by at least 1s: half of that gap (at most 10s) is the deadline of every write"
+    )]
+    GapTooSmall { renew: Duration, lease: Duration },
+    /// Leadership would lapse between renewals.
+    #[error(
+        "--retry-period ({retry:?}) must be shorter than --renew-deadline ({renew:?}), or leadership lapses between renewals"
+    )]
+    RetryNotShorter { retry: Duration, renew: Duration },
+    /// Right before a renewal, less leadership is left than a write's deadline: writes refused.
+    #[error(
+        "--renew-deadline ({renew:?}) must exceed --retry-period ({retry:?}) by more than the write deadline ({deadline:?}, half of --lease-duration minus --renew-deadline), or the leader refuses its own writes between renewals"
+    )]
+    NoRoomForRequests { renew: Duration, retry: Duration, deadline: Duration },
+}
 
 /// Timing and names of the Lease.
 #[derive(Debug, Clone)]
@@ -27,6 +59,34 @@ pub struct LeaseOptions {
     pub renew_deadline: Duration,
     /// How often candidates try and the leader renews.
     pub retry_period: Duration,
+}
+
+impl LeaseOptions {
+    /// The deadline of every fenced write: half the gap between the end of our leadership
+    /// (`renew_deadline` after a renewal began) and the earliest takeover (`lease_duration`
+    /// unrenewed), at most 10 s. The other half is a margin for what the fence cannot see.
+    pub fn request_deadline(&self) -> Duration {
+        (self.lease_duration.saturating_sub(self.renew_deadline) / 2).min(MAX_REQUEST_DEADLINE)
+    }
+
+    /// Checks that the timings keep two replicas from acting at once and leave room to act.
+    pub fn validate(&self) -> Result<(), LeaseTimingError> {
+        let (lease, renew, retry) = (self.lease_duration, self.renew_deadline, self.retry_period);
+        if renew >= lease {
+            return Err(LeaseTimingError::RenewNotShorter { renew, lease });
+        }
+        if lease - renew < MIN_TAKEOVER_GAP {
+            return Err(LeaseTimingError::GapTooSmall { renew, lease });
+        }
+        if retry >= renew {
+            return Err(LeaseTimingError::RetryNotShorter { retry, renew });
+        }
+        let deadline = self.request_deadline();
+        if renew - retry <= deadline {
+            return Err(LeaseTimingError::NoRoomForRequests { renew, retry, deadline });
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -48,7 +108,14 @@ pub struct Leadership {
 impl Leadership {
     /// Whether this replica may act now.
     pub fn is_leader(&self) -> bool {
-        self.state.lock().ok().and_then(|s| s.valid_until).is_some_and(|until| Instant::now() < until)
+        self.is_leader_for(Duration::ZERO)
+    }
+
+    /// Whether this replica leads now and still will `d` from now: a request given `d` to
+    /// finish then ends before any other replica can take over.
+    pub fn is_leader_for(&self, d: Duration) -> bool {
+        let until = self.state.lock().ok().and_then(|s| s.valid_until);
+        until.is_some_and(|until| Instant::now().checked_add(d).is_some_and(|end| end < until))
     }
 }
 
@@ -168,5 +235,60 @@ async fn try_once(cluster: &Cluster, o: &LeaseOptions, leadership: &Leadership) 
             }
         }
         Err(e) => warn!(lease = %o.name, error = %e, "writing the leader lease failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(lease: u64, renew: u64, retry_ms: u64) -> LeaseOptions {
+        LeaseOptions {
+            namespace: "ns".into(),
+            name: "lease".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_millis(retry_ms),
+        }
+    }
+
+    fn leading_until(until: Option<Instant>) -> Leadership {
+        Leadership { state: Arc::new(Mutex::new(State { valid_until: until, ..State::default() })) }
+    }
+
+    #[test]
+    fn request_deadline_is_half_the_takeover_gap_at_most_ten_seconds() {
+        assert_eq!(timing(15, 10, 2000).request_deadline(), Duration::from_millis(2500));
+        assert_eq!(timing(4, 2, 500).request_deadline(), Duration::from_secs(1));
+        assert_eq!(timing(120, 30, 2000).request_deadline(), MAX_REQUEST_DEADLINE);
+        assert_eq!(timing(10, 10, 2000).request_deadline(), Duration::ZERO);
+    }
+
+    #[test]
+    fn timings_that_could_overlap_or_starve_writes_are_refused() {
+        assert_eq!(timing(15, 10, 2000).validate(), Ok(()));
+        assert_eq!(timing(4, 3, 500).validate(), Ok(()));
+        assert_eq!(timing(6, 4, 500).validate(), Ok(()));
+        assert!(matches!(timing(10, 10, 2000).validate(), Err(LeaseTimingError::RenewNotShorter { .. })));
+        let tight = LeaseOptions { lease_duration: Duration::from_millis(10_500), ..timing(0, 10, 2000) };
+        assert!(matches!(tight.validate(), Err(LeaseTimingError::GapTooSmall { .. })));
+        assert!(matches!(timing(15, 2, 2000).validate(), Err(LeaseTimingError::RetryNotShorter { .. })));
+        // 28 s gap: 10 s deadline, but only 2 s of leadership are left before each renewal.
+        assert!(matches!(timing(32, 4, 2000).validate(), Err(LeaseTimingError::NoRoomForRequests { .. })));
+        let message = timing(10, 10, 2000).validate().unwrap_err().to_string();
+        assert!(message.contains("--renew-deadline") && message.contains("--lease-duration"), "{message}");
+    }
+
+    #[test]
+    fn leadership_counts_only_while_it_lasts_the_whole_request() {
+        let now = Instant::now();
+        let leader = leading_until(Some(now + Duration::from_secs(2)));
+        assert!(leader.is_leader());
+        assert!(leader.is_leader_for(Duration::from_secs(1)));
+        assert!(!leader.is_leader_for(Duration::from_secs(3)));
+        assert!(!leading_until(None).is_leader_for(Duration::ZERO));
+        assert!(!leading_until(Some(now)).is_leader());
+        assert!(!leader.is_leader_for(Duration::MAX));
     }
 }

@@ -1,14 +1,17 @@
 //! `node-cleanup`: the cluster-wide Deployment that releases local PVs (and their claims) of
 //! Nodes that are gone for good, or that the agent of a re-created Node found stale. Every
 //! replica watches PVs and tracks absent Nodes, so a failover does not restart the grace
-//! period; only the holder of the Lease acts, and it checks that right before each deletion.
-//! Each pass lists Nodes afresh; when they cannot be listed, nothing is done.
+//! period; only the holder of the Lease acts. Every write is fenced: right before it goes out
+//! (after the rate limiter), leadership must hold for the write's whole deadline, and the first
+//! refusal abandons the rest of the pass. Each pass lists Nodes afresh; when they cannot be
+//! listed, nothing is done.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 use tokio::sync::Notify;
@@ -69,7 +72,8 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
     let readiness = Readiness::new("starting: waiting for the PV watch");
     serve(parse_listen_address(&opts.listen_address)?, opts.metrics_path.clone(), metrics.clone(), readiness.clone())
         .await?;
-    let cluster = Cluster::connect(&opts.client, &opts.lease.identity).await?.with_metrics(metrics.clone());
+    let cluster =
+        Cluster::connect_as(&opts.client, "node-cleanup", &opts.lease.identity).await?.with_metrics(metrics.clone());
     info!(
         classes = ?opts.classes,
         grace_s = opts.grace.as_secs(),
@@ -86,7 +90,7 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
     // Lease while doing nothing.
     let elector = {
         let (metrics, changed) = (metrics.clone(), changed.clone());
-        leader::spawn(cluster.clone(), opts.lease.clone(), move |leads| {
+        leader::spawn(cluster.for_leader_election(), opts.lease.clone(), move |leads| {
             metrics.set_leader(leads);
             if leads {
                 changed.notify_one(); // Act at once on what is already due.
@@ -96,11 +100,18 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
         })
     };
 
+    let request_deadline = opts.lease.request_deadline();
+    let cluster = {
+        let leadership = elector.leadership.clone();
+        cluster.with_fence(request_deadline, move |d| leadership.is_leader_for(d))
+    };
+
     let mut worker = Worker {
         cluster,
         metrics,
         readiness,
         leadership: elector.leadership.clone(),
+        request_deadline,
         pv_store,
         opts: opts.clone(),
         absent: Settler::default(),
@@ -130,11 +141,25 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
     Ok(())
 }
 
+/// Logged when a pass stops because this replica no longer leads.
+const LEADERSHIP_LOST: &str = "leadership lost during a pass; abandoning the rest of it";
+/// Logged when a pass stops because a write outlived its deadline.
+const NO_ANSWER: &str = "a write got no answer within its deadline; abandoning the rest of the pass";
+
+/// Whether a write's failure ends the pass: refused by the fence (leadership lost), or abandoned
+/// at its deadline (whether it was applied is unknown: the next pass looks again).
+fn ends_pass(e: &ApiError) -> bool {
+    e.is_fenced() || e.is_deadline()
+}
+
 struct Worker {
+    /// Fenced on `leadership` for every write.
     cluster: Cluster,
     metrics: Metrics,
     readiness: Readiness,
     leadership: Leadership,
+    /// The deadline of each write, for which leadership must still hold when it goes out.
+    request_deadline: Duration,
     pv_store: Store<PersistentVolume>,
     opts: NodeCleanupOptions,
     /// Since when each Node key named by an opted-in PV has been absent.
@@ -210,15 +235,23 @@ impl Worker {
         }
         let by_name: BTreeMap<&str, &LocalPv> = pvs.iter().map(|pv| (pv.name.as_str(), pv)).collect();
         for action in actions {
-            // Leadership can end during a pass: check right before each deletion.
-            if !self.leadership.is_leader() {
-                warn!("leadership lost during a pass; stopping");
+            // Cheap early exits; what keeps a replica that lost the Lease from writing is the
+            // fence on every write, checked after the rate limiter and the Node re-check.
+            if !self.leadership.is_leader_for(self.request_deadline) {
+                warn!("{LEADERSHIP_LOST}");
                 return;
             }
             if !self.still_gone(&action).await {
                 continue;
             }
-            self.execute(action, &by_name).await;
+            if let Break(e) = self.execute(action, &by_name).await {
+                if e.is_fenced() {
+                    warn!("{LEADERSHIP_LOST}");
+                } else {
+                    warn!(error = %e, "{NO_ANSWER}");
+                }
+                return;
+            }
         }
     }
 
@@ -246,77 +279,111 @@ impl Worker {
         }
     }
 
-    async fn execute(&mut self, action: NodeCleanupAction, pvs: &BTreeMap<&str, &LocalPv>) {
+    /// Carries out one action; Break (with the write that ended it) when the rest of the pass
+    /// must be abandoned: nothing more is sent, not even the finalizer removal after a PV's
+    /// deletion.
+    async fn execute(&mut self, action: NodeCleanupAction, pvs: &BTreeMap<&str, &LocalPv>) -> ControlFlow<ApiError> {
         match action {
             NodeCleanupAction::DeleteClaim { pv, claim, cause } => {
                 if self.claims_deleted.contains(&claim.uid) {
-                    return debug!(pv = %pv, claim = %claim.name, "claim already deleted; waiting for it to go");
+                    debug!(pv = %pv, claim = %claim.name, "claim already deleted; waiting for it to go");
+                    return Continue(());
                 }
-                let ok = match self.cluster.delete_claim(&claim.namespace, &claim.name, &claim.uid).await {
-                    Ok(()) => {
-                        let note = format!(
-                            "claim deleted because its local PV {pv} cannot be used again: {cause}; its owner \
-                             (a StatefulSet) can re-create it and get a volume on a live node"
-                        );
-                        info!(claim = %format!("{}/{}", claim.namespace, claim.name), pv = %pv, "{note}");
-                        let reference = claim_reference(&claim.namespace, &claim.name, &claim.uid);
-                        self.cluster.event(&reference, true, reason(&cause), "DeleteClaim", note.clone()).await;
-                        self.cluster.event(&pv_reference(&pv), true, reason(&cause), "DeleteClaim", note).await;
-                        self.claims_deleted.insert(claim.uid.clone());
-                        true
-                    }
-                    Err(e) => {
+                if let Err(e) = self.cluster.delete_claim(&claim.namespace, &claim.name, &claim.uid).await {
+                    return self.failed("delete_claim", &cause, e, |e| {
                         warn!(pv = %pv, error = %e, "deleting the claim failed; will retry");
-                        false
-                    }
-                };
-                self.metrics.node_cleanup_action("delete_claim", cause_label(&cause), ok);
+                    });
+                }
+                self.claims_deleted.insert(claim.uid.clone());
+                self.metrics.node_cleanup_action("delete_claim", cause_label(&cause), true);
+                let note = format!(
+                    "claim deleted because its local PV {pv} cannot be used again: {cause}; its owner \
+                     (a StatefulSet) can re-create it and get a volume on a live node"
+                );
+                info!(claim = %format!("{}/{}", claim.namespace, claim.name), pv = %pv, "{note}");
+                let reference = claim_reference(&claim.namespace, &claim.name, &claim.uid);
+                self.emit(&reference, true, reason(&cause), "DeleteClaim", note.clone()).await?;
+                self.emit(&pv_reference(&pv), true, reason(&cause), "DeleteClaim", note).await
             }
             NodeCleanupAction::DeletePv { name, uid, resource_version, provisioned_by, cause } => {
-                let ok = match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
-                    Ok(()) => {
-                        let note = format!("PV deleted: {cause}; its data is not reachable, nothing is wiped");
-                        info!(pv = %name, "{note}");
-                        self.cluster.event(&pv_reference(&name), false, reason(&cause), "DeletePV", note).await;
-                        let released =
-                            self.cluster.remove_finalizer_if(&name, &uid, FINALIZER_WIPE, Some(&provisioned_by)).await;
-                        if let Err(e) = released {
-                            // The next pass sees the PV being deleted and releases the finalizer then.
-                            warn!(pv = %name, error = %e, "releasing our finalizer failed (taken over meanwhile?); will retry");
-                        }
-                        true
-                    }
-                    Err(e) => {
+                if let Err(e) = self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
+                    return self.failed("delete_pv", &cause, e, |e| {
                         warn!(pv = %name, error = %e, "deleting the PV failed (changed meanwhile?); will retry");
-                        false
+                    });
+                }
+                self.metrics.node_cleanup_action("delete_pv", cause_label(&cause), true);
+                let note = format!("PV deleted: {cause}; its data is not reachable, nothing is wiped");
+                info!(pv = %name, "{note}");
+                self.emit(&pv_reference(&name), false, reason(&cause), "DeletePV", note).await?;
+                let released =
+                    self.cluster.remove_finalizer_if(&name, &uid, FINALIZER_WIPE, Some(&provisioned_by)).await;
+                match released {
+                    Err(e) if ends_pass(&e) => Break(e),
+                    // The next pass sees the PV being deleted and releases the finalizer then.
+                    Err(e) => {
+                        warn!(pv = %name, error = %e, "releasing our finalizer failed (taken over meanwhile?); will retry");
+                        Continue(())
                     }
-                };
-                self.metrics.node_cleanup_action("delete_pv", cause_label(&cause), ok);
+                    Ok(()) => Continue(()),
+                }
             }
             NodeCleanupAction::ReleaseFinalizer { name, uid, provisioned_by, cause } => {
                 let released =
                     self.cluster.remove_finalizer_if(&name, &uid, FINALIZER_WIPE, Some(&provisioned_by)).await;
-                let ok = match released {
-                    Ok(()) => {
-                        info!(pv = %name, "wipe finalizer released: {cause}; no agent can wipe it");
-                        true
-                    }
-                    Err(e) => {
+                if let Err(e) = released {
+                    return self.failed("release_finalizer", &cause, e, |e| {
                         warn!(pv = %name, error = %e, "releasing our finalizer failed; will retry");
-                        false
-                    }
-                };
-                self.metrics.node_cleanup_action("release_finalizer", cause_label(&cause), ok);
+                    });
+                }
+                info!(pv = %name, "wipe finalizer released: {cause}; no agent can wipe it");
+                self.metrics.node_cleanup_action("release_finalizer", cause_label(&cause), true);
+                Continue(())
             }
             NodeCleanupAction::Keep { name, why } => {
                 let key = format!("keep/{name}/{}", pvs.get(name.as_str()).map_or("", |pv| pv.uid.as_str()));
-                if self.reported.insert(key) {
-                    warn!(pv = %name, "PV kept: {why}");
-                    self.cluster
-                        .event(&pv_reference(&name), true, "VolumeKept", "DeletePV", format!("PV kept: {why}"))
-                        .await;
+                if !self.reported.insert(key.clone()) {
+                    return Continue(());
                 }
+                warn!(pv = %name, "PV kept: {why}");
+                let flow =
+                    self.emit(&pv_reference(&name), true, "VolumeKept", "DeletePV", format!("PV kept: {why}")).await;
+                if flow.is_break() {
+                    self.reported.remove(&key); // Not published: published when we lead again.
+                }
+                flow
             }
+        }
+    }
+
+    /// A failed action: counted as a failure unless the fence kept it from being sent; Break
+    /// when the pass must end, else `log` says it is retried on the next pass.
+    fn failed(&self, action: &str, cause: &Cause, e: ApiError, log: impl FnOnce(&ApiError)) -> ControlFlow<ApiError> {
+        if !e.is_fenced() {
+            self.metrics.node_cleanup_action(action, cause_label(cause), false);
+        }
+        if ends_pass(&e) {
+            return Break(e);
+        }
+        log(&e);
+        Continue(())
+    }
+
+    /// Publishes one of our Events; Break when the pass must end (fenced, or no answer).
+    async fn emit(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> ControlFlow<ApiError> {
+        match self.cluster.try_event(regarding, warning, reason, action, note).await {
+            Err(e) if ends_pass(&e) => Break(e),
+            Err(e) => {
+                warn!(reason, error = %e, "could not publish event");
+                Continue(())
+            }
+            Ok(()) => Continue(()),
         }
     }
 }

@@ -1,13 +1,17 @@
 //! Deleted and re-created Nodes on the real control plane: node-cleanup releases the claims
 //! and PVs of a deleted Node after the grace period and never touches a NotReady one nor acts
-//! blind; two replicas never act at once; the agent of a re-created Node re-adopts PVs whose
-//! disk is still there and handles stale ones. Every process runs with its own RBAC.
+//! blind; two replicas never act at once, and a leader stopped in the middle of a pass sends no
+//! write once it resumes (checked in the API server's audit log); the agent of a re-created Node
+//! re-adopts PVs whose disk is still there and handles stale ones. Every process runs with its
+//! own RBAC.
 
 mod support;
 
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use local_static_provisioner::core::naming::pv_name;
 use serde_json::Value;
 use support::{AgentProcess, ControlPlane, mount_tmpfs, require_root, wait_until, write_config};
@@ -16,6 +20,8 @@ const WAIT: Duration = Duration::from_secs(90);
 const NS: &str = "local-static-provisioner";
 /// A 1 s resync, and succession decisions after 1 s instead of a minute.
 const FAST: &[&str] = &["--discovery-period", "1s", "--succession-settle", "1s"];
+/// Our wipe finalizer.
+const FINALIZER: &str = "local-static-provisioner.io/wipe";
 
 fn class_map(classes: &[(&str, &Path)]) -> String {
     classes.iter().map(|(c, d)| format!("{c}:\n  hostDir: {d}\n  mountDir: {d}\n", d = d.display())).collect()
@@ -62,6 +68,18 @@ fn two_replicas(
     grace: &str,
     lease: [&str; 2],
 ) -> (tempfile::TempDir, AgentProcess, AgentProcess) {
+    let grace = ["--grace-period", grace];
+    two_replicas_with(cp, class, lease, &grace, &grace)
+}
+
+/// As `two_replicas`, with flags of each replica's own (the grace period among them).
+fn two_replicas_with(
+    cp: &ControlPlane,
+    class: &str,
+    lease: [&str; 2],
+    first_flags: &[&str],
+    second_flags: &[&str],
+) -> (tempfile::TempDir, AgentProcess, AgentProcess) {
     cp.create_storage_class(class, "Delete");
     // node-cleanup runs on some Node: a cluster with no Node at all is never acted on.
     cp.create_node("nc-bystander");
@@ -71,8 +89,6 @@ fn two_replicas(
     let flags = [
         "--storage-classes",
         class,
-        "--grace-period",
-        grace,
         "--resync-period",
         "500ms",
         "--lease-name",
@@ -84,9 +100,11 @@ fn two_replicas(
         "--retry-period",
         "500ms",
     ];
-    let first = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("first.log"), &flags);
+    let first =
+        AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("first.log"), &[&flags, first_flags].concat());
     wait_until("first replica leads", WAIT, || first.log_text().contains("leadership acquired").then_some(()));
-    let second = AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("second.log"), &flags);
+    let second =
+        AgentProcess::start_node_cleanup(&kubeconfig, &tmp.path().join("second.log"), &[&flags, second_flags].concat());
     wait_until("second replica waits", WAIT, || second.log_text().contains("another replica leads").then_some(()));
     (tmp, first, second)
 }
@@ -370,4 +388,148 @@ fn a_paused_leader_does_not_act_when_it_resumes() {
     assert!(!first_log.contains("PV deleted"), "the resumed replica acted:\n{first_log}");
     assert!(first_log.contains("another replica leads"), "{first_log}");
     assert_eq!(second.stop().matches("PV deleted").count(), 2);
+}
+
+/// The API server's audit log (metadata of the agent's and node-cleanup's requests).
+fn audit_log(cp: &ControlPlane) -> std::path::PathBuf {
+    cp.dir.join("logs/audit.log")
+}
+
+fn audit_len(cp: &ControlPlane) -> u64 {
+    std::fs::metadata(audit_log(cp)).map_or(0, |m| m.len())
+}
+
+/// The audit entries written from byte `from` on (whole lines only: the API server may be
+/// writing the last one).
+fn audit_entries(cp: &ControlPlane, from: u64) -> Vec<Value> {
+    let mut text = String::new();
+    if let Ok(mut file) = std::fs::File::open(audit_log(cp)) {
+        file.seek(SeekFrom::Start(from)).unwrap();
+        file.read_to_string(&mut text).unwrap();
+    }
+    text.split_inclusive('\n').filter(|l| l.ends_with('\n')).filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// A write of node-cleanup's: anything but a read on PVs, claims or Events.
+fn is_write(entry: &Value) -> bool {
+    ["create", "update", "patch", "delete", "deletecollection"].contains(&entry["verb"].as_str().unwrap_or(""))
+        && ["persistentvolumes", "persistentvolumeclaims", "events"]
+            .contains(&entry["objectRef"]["resource"].as_str().unwrap_or(""))
+}
+
+fn user_agent(identity: &str) -> String {
+    format!("local-static-provisioner/{} (node-cleanup; {identity})", env!("CARGO_PKG_VERSION"))
+}
+
+/// The bug this guards against: a leader stopped (SIGSTOP) while a write waited in its rate
+/// limiter, and resumed after another replica took over, went on with the action it was in,
+/// removing the wipe finalizer of a PV whose Node had come back. Every write is now fenced
+/// right before it goes out, so the resumed replica sends none; the audit log, which tells the
+/// replicas apart by their User-Agent, is the judge.
+#[test]
+fn a_leader_stopped_mid_pass_sends_no_write_once_it_resumes() {
+    let cp = ControlPlane::get();
+    let class = "nc-fence";
+    let start = audit_len(&cp);
+    cp.create_storage_class(class, "Delete");
+    // Six PVs of deleted Nodes, so the leader's pass has many writes (a PV deletion is followed
+    // by an Event and the removal of our finalizer).
+    let pv = |i: usize| format!("nc-fence-pv-{i}");
+    let node = |i: usize| format!("nc-fence-node-{i}");
+    for i in 0..6 {
+        strand_pv(&cp, &node(i), &pv(i), class);
+    }
+    // The leader sends one request a second, so a stop lands while a write waits in its rate
+    // limiter. The second replica's grace period is an hour: it takes the Lease but releases
+    // nothing, so whatever happens to the PVs is the first one's doing. A lease of 6s and a
+    // renew deadline of 4s give each write a 1s deadline.
+    let (first_id, second_id) = ("nc-fence-first", "nc-fence-second");
+    let (_tmp, first, second) = two_replicas_with(
+        &cp,
+        class,
+        ["6s", "4s"],
+        &["--grace-period", "1s", "--kube-api-qps", "1", "--kube-api-burst", "1", "--identity", first_id],
+        &["--grace-period", "1h", "--identity", second_id],
+    );
+    let (first_ua, second_ua) = (user_agent(first_id), user_agent(second_id));
+
+    // A PV deletion by the leader, once both replicas run: stop the leader right after it,
+    // while the Event and the finalizer removal that follow wait for the rate limiter.
+    let mark = audit_len(&cp);
+    let deleted = wait_until("the leader deletes a PV", WAIT, || {
+        audit_entries(&cp, mark).into_iter().find_map(|e| {
+            (e["userAgent"] == first_ua.as_str()
+                && e["verb"] == "delete"
+                && e["objectRef"]["resource"] == "persistentvolumes")
+                .then(|| e["objectRef"]["name"].as_str().unwrap().to_string())
+        })
+    });
+    let pid = nix::unistd::Pid::from_raw(first.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+
+    // The PV it is in the middle of (deleted, our finalizer still on it); or, if the stop came
+    // after the finalizer removal, the first PV it has not reached.
+    let waiting = |name: &str| {
+        cp.get_json(&["pv", name])
+            .is_some_and(|p| p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == FINALIZER)))
+    };
+    let target = (0..6)
+        .find(|i| pv(*i) == deleted && waiting(&deleted))
+        .or_else(|| (0..6).find(|i| waiting(&pv(*i))))
+        .expect("a PV the leader has not finished with");
+    eprintln!("leader stopped after deleting {deleted}; re-creating the Node of {}", pv(target));
+
+    wait_until("second replica takes over", WAIT, || second.log_text().contains("leadership acquired").then_some(()));
+    // That Node registers again: what the stopped leader was about to do is wrong now.
+    cp.create_node(&node(target));
+    std::thread::sleep(Duration::from_secs(3));
+    let resumed_at = Timestamp::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    wait_until("the resumed replica notices it no longer leads", WAIT, || {
+        let log = first.log_text();
+        (log.contains("abandoning the rest of it") || log.contains("another replica leads")).then_some(())
+    });
+    // Time for whatever it still had queued (a few requests at one a second) to go out.
+    std::thread::sleep(Duration::from_secs(6));
+    let first_log = first.stop();
+    second.stop();
+
+    let entries = audit_entries(&cp, start);
+    let writes_of = |ua: &str| entries.iter().filter(|e| e["userAgent"] == ua && is_write(e)).collect::<Vec<_>>();
+    let first_writes = writes_of(&first_ua);
+    assert!(
+        !first_writes.is_empty(),
+        "no write of the first replica in the audit log: is its User-Agent {first_ua:?}?"
+    );
+    assert!(
+        entries.iter().any(|e| e["userAgent"] == second_ua.as_str()),
+        "the second replica's requests are told apart"
+    );
+    let late: Vec<String> = first_writes
+        .iter()
+        .filter(|e| {
+            let received: Timestamp = e["requestReceivedTimestamp"].as_str().unwrap().parse().unwrap();
+            received > resumed_at
+        })
+        .map(|e| {
+            format!(
+                "{} {} {} at {}",
+                e["verb"], e["objectRef"]["resource"], e["objectRef"]["name"], e["requestReceivedTimestamp"]
+            )
+        })
+        .collect();
+    assert!(late.is_empty(), "the resumed replica wrote after {resumed_at}:\n{}\n{first_log}", late.join("\n"));
+    assert!(waiting(&pv(target)), "{} of the re-created Node lost our finalizer or is gone", pv(target));
+    assert!(
+        first_log.contains("leadership lost during a pass; abandoning the rest of it")
+            || first_log.contains("another replica leads"),
+        "{first_log}"
+    );
+
+    // Leave nothing behind for a re-run on the same control plane.
+    for i in 0..6 {
+        cp.kubectl(&["patch", "pv", &pv(i), "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+        cp.kubectl(&["delete", "pv", &pv(i), "--wait=false", "--ignore-not-found"]);
+    }
+    cp.kubectl(&["delete", "node", &node(target), "--ignore-not-found"]);
 }

@@ -1,6 +1,7 @@
 //! The leader Lease (coordination.k8s.io/v1): read, create, and write guarded by
 //! resourceVersion, so two candidates that both decide to take an expired lease cannot both
-//! succeed. The decisions themselves are in `core::lease`.
+//! succeed. The decisions themselves are in `core::lease`. These requests are never fenced
+//! (they use `Cluster::call`): the fence on node-cleanup's writes asks the election itself.
 
 use std::time::Duration;
 

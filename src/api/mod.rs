@@ -1,12 +1,20 @@
 //! Everything that talks to the Kubernetes API: the client (with our request rate limit), the
 //! label-scoped PV watch, creates and patches, StorageClasses, Nodes, claims, the leader Lease
 //! and Events. Nothing else calls the API.
+//!
+//! node-cleanup's writes are fenced (`Cluster::with_fence`): after the rate limiter, right
+//! before a create, patch, delete or Event goes out, leadership must still hold for the whole of
+//! the request's deadline, and the request is abandoned when that deadline passes. Reads and the
+//! Lease's own requests are never fenced.
 
 pub mod lease;
 
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
@@ -33,6 +41,14 @@ pub enum ApiError {
         #[source]
         source: kube::Error,
     },
+    /// The fence refused a write: leadership is lost, or would end before the request's
+    /// deadline. Nothing was sent.
+    #[error("{action} {object}: not sent: leadership lost (or ending before the request could finish)")]
+    Fenced { action: &'static str, object: String },
+    /// A fenced write got no answer within its deadline and was abandoned; the API server may
+    /// or may not have applied it.
+    #[error("{action} {object}: no answer within {} ms; abandoned (it may or may not have been applied)", deadline.as_millis())]
+    Deadline { action: &'static str, object: String, deadline: Duration },
 }
 
 impl ApiError {
@@ -51,7 +67,41 @@ impl ApiError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 404)
     }
+
+    /// Whether the fence kept the request from being sent (leadership lost).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, ApiError::Fenced { .. })
+    }
+
+    /// Whether a fenced request was abandoned at its deadline.
+    pub fn is_deadline(&self) -> bool {
+        matches!(self, ApiError::Deadline { .. })
+    }
 }
+
+/// The User-Agent of our requests: role and instance (node name, Lease identity), so the API
+/// server's audit log tells the agents and the node-cleanup replicas apart. Characters a header
+/// cannot carry become `_`.
+pub fn user_agent(role: &str, instance: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars().map(|c| if c.is_ascii_graphic() && !"();".contains(c) { c } else { '_' }).collect()
+    };
+    format!("local-static-provisioner/{} ({}; {})", env!("CARGO_PKG_VERSION"), clean(role), clean(instance))
+}
+
+/// Whether a write may go out: asked with the request's deadline, it answers whether this
+/// replica still leads for at least that long.
+type FenceCheck = Arc<dyn Fn(Duration) -> bool + Send + Sync>;
+
+#[derive(Clone)]
+struct Fence {
+    holds_for: FenceCheck,
+    deadline: Duration,
+}
+
+/// Requests per second and burst of the leader election's own bucket: its loop sends two
+/// requests per retry period, and they must never wait behind a pass's writes.
+const ELECTION_QPS: u32 = 10;
 
 /// How to reach the API server and how hard to use it.
 #[derive(Debug, Clone)]
@@ -73,19 +123,27 @@ pub enum Created {
     AlreadyExists(Box<PersistentVolume>),
 }
 
-/// A connection to the cluster for one node's agent.
+/// A connection to the cluster for one node's agent, node-cleanup or the cleanup command.
 #[derive(Clone)]
 pub struct Cluster {
     client: Client,
     limiter: Arc<DefaultDirectRateLimiter>,
     recorder: Recorder,
     metrics: Option<crate::metrics::Metrics>,
+    fence: Option<Fence>,
 }
 
 impl Cluster {
-    /// Connects using the kubeconfig or the in-cluster service account.
+    /// Connects as the agent of node `reporter_instance` (see `connect_as`).
     pub async fn connect(opts: &ClientOptions, reporter_instance: &str) -> Result<Self, ApiError> {
-        let config = match &opts.kubeconfig {
+        Self::connect_as(opts, "agent", reporter_instance).await
+    }
+
+    /// Connects using the kubeconfig or the in-cluster service account, as `role` (agent,
+    /// node-cleanup, cleanup) and `instance` (node name, Lease identity): both go into the
+    /// User-Agent, `instance` also into our Events' reporting instance.
+    pub async fn connect_as(opts: &ClientOptions, role: &str, instance: &str) -> Result<Self, ApiError> {
+        let mut config = match &opts.kubeconfig {
             Some(path) => {
                 let cfg_err = |message: String| ApiError::Config { source_name: path.display().to_string(), message };
                 let kubeconfig = Kubeconfig::read_from(path).map_err(|e| cfg_err(e.to_string()))?;
@@ -99,30 +157,110 @@ impl Cluster {
                 message: e.to_string(),
             })?,
         };
+        let agent = hyper::header::HeaderValue::from_str(&user_agent(role, instance))
+            .map_err(|e| ApiError::Config { source_name: "user agent".into(), message: e.to_string() })?;
+        config.headers.push((hyper::header::USER_AGENT, agent));
         let client = Client::try_from(config)
             .map_err(|e| ApiError::Config { source_name: "client".into(), message: e.to_string() })?;
         let qps = NonZeroU32::new(opts.qps.max(1)).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(opts.burst.max(1)).unwrap_or(NonZeroU32::MIN);
         let limiter = Arc::new(RateLimiter::direct(Quota::per_second(qps).allow_burst(burst)));
-        let reporter =
-            Reporter { controller: "local-static-provisioner".into(), instance: Some(reporter_instance.into()) };
+        let reporter = Reporter { controller: "local-static-provisioner".into(), instance: Some(instance.into()) };
         let recorder = Recorder::new(client.clone(), reporter);
-        Ok(Cluster { client, limiter, recorder, metrics: None })
+        Ok(Cluster { client, limiter, recorder, metrics: None, fence: None })
+    }
+
+    /// Fences every write from now on: after the rate limiter, `holds_for(deadline)` must be
+    /// true or the request is not sent (`ApiError::Fenced`), and one that has no answer by
+    /// `deadline` is abandoned (`ApiError::Deadline`). Reads and Lease requests stay unfenced.
+    pub fn with_fence(
+        mut self,
+        deadline: Duration,
+        holds_for: impl Fn(Duration) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.fence = Some(Fence { holds_for: Arc::new(holds_for), deadline });
+        self
+    }
+
+    /// The same connection for the leader election: never fenced (the fence asks the election),
+    /// and with its own small rate-limit bucket, so a renewal never queues behind a pass's
+    /// requests and lets leadership lapse.
+    pub fn for_leader_election(&self) -> Cluster {
+        let quota = NonZeroU32::new(ELECTION_QPS).unwrap_or(NonZeroU32::MIN);
+        Cluster {
+            limiter: Arc::new(RateLimiter::direct(Quota::per_second(quota).allow_burst(quota))),
+            fence: None,
+            ..self.clone()
+        }
     }
 
     async fn throttle(&self) {
         self.limiter.until_ready().await;
     }
 
-    /// Runs one request under the rate limit and records it in upstream's apiserver_requests
-    /// metrics (a 404 or 409 the caller handles still counts as a failed request, as upstream).
+    /// Runs a read (or a Lease request: the election is never fenced) under the rate limit.
     async fn call<T>(
         &self,
         method: &'static str,
-        request: impl std::future::Future<Output = Result<T, kube::Error>>,
+        request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, kube::Error> {
         self.throttle().await;
-        let started = std::time::Instant::now();
+        self.measured(method, request).await
+    }
+
+    /// Runs a write under the rate limit and, when fenced, the fence and its deadline. The outer
+    /// error is the fence's (nothing sent, or abandoned); the inner result is the API's answer.
+    async fn send<T>(
+        &self,
+        method: &'static str,
+        action: &'static str,
+        object: &str,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<Result<T, kube::Error>, ApiError> {
+        let result = self.gated(action, object, self.measured(method, request)).await;
+        if let (Err(ApiError::Deadline { deadline, .. }), Some(m)) = (&result, &self.metrics) {
+            m.api_request(method, false, *deadline);
+        }
+        result
+    }
+
+    /// The rate limiter, then the fence (when set), then the request under its deadline. The
+    /// check comes after the limiter, which may have waited (or the process been stopped while
+    /// it waited), and nothing yields between the check and the request's first poll.
+    ///
+    /// What remains: once polled, hyper hands the request to its connection task, which writes
+    /// it to the socket; a pause between the check and that write (microseconds, normally)
+    /// still lets the request out when the process resumes, and a request the API server queued
+    /// may be applied after we abandoned it. The margin between the end of our leadership and
+    /// the earliest takeover (half of lease duration minus renew deadline) is for those.
+    async fn gated<T>(
+        &self,
+        action: &'static str,
+        object: &str,
+        request: impl Future<Output = T>,
+    ) -> Result<T, ApiError> {
+        self.throttle().await;
+        let Some(fence) = &self.fence else { return Ok(request.await) };
+        // Taken before the check, so the deadline never outlasts the leadership the check saw.
+        let deadline = tokio::time::Instant::now() + fence.deadline;
+        if !(fence.holds_for)(fence.deadline) {
+            return Err(ApiError::Fenced { action, object: object.to_string() });
+        }
+        deadline_first(deadline, request).await.ok_or_else(|| ApiError::Deadline {
+            action,
+            object: object.to_string(),
+            deadline: fence.deadline,
+        })
+    }
+
+    /// Records a request in upstream's apiserver_requests metrics (a 404 or 409 the caller
+    /// handles still counts as a failed request, as upstream), timed from its first poll.
+    async fn measured<T>(
+        &self,
+        method: &'static str,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, kube::Error> {
+        let started = Instant::now();
         let result = request.await;
         if let Some(m) = &self.metrics {
             m.api_request(method, result.is_ok(), started.elapsed());
@@ -180,10 +318,11 @@ impl Cluster {
             ..Default::default()
         };
         let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
-        match self.call("delete", api.delete(name, &params)).await {
+        let object = format!("{namespace}/{name}");
+        match self.send("delete", "delete persistentvolumeclaim", &object, api.delete(name, &params)).await? {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(ApiError::request("delete persistentvolumeclaim", format!("{namespace}/{name}"))(e)),
+            Err(e) => Err(ApiError::request("delete persistentvolumeclaim", object)(e)),
         }
     }
 
@@ -198,7 +337,7 @@ impl Cluster {
     pub async fn create_pv(&self, pv: &PersistentVolume) -> Result<Created, ApiError> {
         let name = pv.metadata.name.clone().unwrap_or_default();
         let pvs = self.pvs();
-        match self.call("create", pvs.create(&PostParams::default(), pv)).await {
+        match self.send("create", "create pv", &name, pvs.create(&PostParams::default(), pv)).await? {
             Ok(_) => Ok(Created::Created),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 let existing =
@@ -226,7 +365,7 @@ impl Cluster {
             ..Default::default()
         };
         let pvs = self.pvs();
-        match self.call("delete", pvs.delete(name, &params)).await {
+        match self.send("delete", "delete pv", name, pvs.delete(name, &params)).await? {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(ApiError::request("delete pv", name)(e)),
@@ -269,8 +408,9 @@ impl Cluster {
         let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
             .map_err(|e| ApiError::Config { source_name: "finalizer patch".into(), message: e.to_string() })?;
         let pvs = self.pvs();
-        self.call("patch", pvs.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)))
-            .await
+        let patched = Patch::<()>::Json(patch);
+        self.send("patch", "remove finalizer from pv", name, pvs.patch(name, &PatchParams::default(), &patched))
+            .await?
             .map(|_| ())
             .map_err(ApiError::request("remove finalizer from pv", name))
     }
@@ -312,8 +452,8 @@ impl Cluster {
         }
         let patch = serde_json::json!({ "metadata": meta });
         let pvs = self.pvs();
-        self.call("patch", pvs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
-            .await
+        self.send("patch", "patch pv", name, pvs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+            .await?
             .map(|_| ())
             .map_err(ApiError::request("patch pv", name))
     }
@@ -354,6 +494,18 @@ impl Cluster {
         self.event_related(regarding, None, warning, reason, action, note).await;
     }
 
+    /// As `event`, returning the failure, so a fenced caller learns that it lost leadership.
+    pub async fn try_event(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> Result<(), ApiError> {
+        self.try_event_related(regarding, None, warning, reason, action, note).await
+    }
+
     /// Publishes an Event that also names a related object. The recorder folds Events with the
     /// same regarding object, reason and related object into one series (keeping the first
     /// note), so distinct problems about one Node must name distinct related objects, such as
@@ -367,6 +519,22 @@ impl Cluster {
         action: &str,
         note: String,
     ) {
+        if let Err(e) = self.try_event_related(regarding, related, warning, reason, action, note).await {
+            tracing::warn!(reason, error = %e, "could not publish event");
+        }
+    }
+
+    /// As `event_related`, returning the failure. A write like any other: rate limited, and
+    /// fenced when the cluster is.
+    pub async fn try_event_related(
+        &self,
+        regarding: &ObjectReference,
+        related: Option<ObjectReference>,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> Result<(), ApiError> {
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.to_string(),
@@ -374,11 +542,29 @@ impl Cluster {
             action: action.to_string(),
             secondary: related,
         };
-        self.throttle().await;
-        if let Err(e) = self.recorder.publish(&ev, regarding).await {
-            tracing::warn!(reason, error = %e, "could not publish event");
-        }
+        let object = regarding.name.clone().unwrap_or_default();
+        self.gated("publish event", &object, self.recorder.publish(&ev, regarding))
+            .await?
+            .map_err(ApiError::request("publish event", object))
     }
+}
+
+/// Polls `request` only while `deadline` has not passed, and looks at the clock *before* each
+/// poll: after a pause (SIGSTOP, a frozen VM) a late request is dropped, not driven on, which
+/// `tokio::time::timeout` would do (it polls the inner future first). None: the deadline passed.
+async fn deadline_first<F: Future>(deadline: tokio::time::Instant, request: F) -> Option<F::Output> {
+    let mut request = std::pin::pin!(request);
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+    std::future::poll_fn(|cx| {
+        if tokio::time::Instant::now() >= deadline {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(out) = request.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        timer.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 /// An object reference for Events about a PV.
@@ -421,5 +607,78 @@ pub fn node_reference(node: &Node) -> ObjectReference {
         name: node.metadata.name.clone(),
         uid: node.metadata.uid.clone(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::pin::pin;
+
+    use super::*;
+
+    /// A request that is pending on its first poll and ready on the next, counting its polls.
+    fn two_step(polls: &Cell<u32>) -> impl Future<Output = &'static str> + '_ {
+        std::future::poll_fn(move |cx| {
+            polls.set(polls.get() + 1);
+            if polls.get() == 1 {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            } else {
+                Poll::Ready("sent")
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn a_deadline_already_passed_never_polls_the_request() {
+        let polls = Cell::new(0);
+        assert_eq!(deadline_first(tokio::time::Instant::now(), two_step(&polls)).await, None);
+        assert_eq!(polls.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_in_time_completes() {
+        let polls = Cell::new(0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        assert_eq!(deadline_first(deadline, two_step(&polls)).await, Some("sent"));
+        assert_eq!(polls.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_pause_past_the_deadline_drops_the_request_unpolled() {
+        // The process is stopped between two polls (the thread sleeps past the deadline).
+        let polls = Cell::new(0);
+        let mut fenced =
+            pin!(deadline_first(tokio::time::Instant::now() + Duration::from_millis(50), two_step(&polls)));
+        assert!(futures::poll!(fenced.as_mut()).is_pending());
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(futures::poll!(fenced.as_mut()), Poll::Ready(None));
+        assert_eq!(polls.get(), 1, "the request was driven on after its deadline");
+
+        // tokio's timeout polls the request first: after the same pause, it would be sent.
+        let polls = Cell::new(0);
+        let mut timeout = pin!(tokio::time::timeout(Duration::from_millis(50), two_step(&polls)));
+        assert!(futures::poll!(timeout.as_mut()).is_pending());
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(matches!(futures::poll!(timeout.as_mut()), Poll::Ready(Ok("sent"))));
+    }
+
+    #[tokio::test]
+    async fn a_request_with_no_answer_is_abandoned_at_its_deadline() {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
+        assert_eq!(deadline_first(deadline, std::future::pending::<()>()).await, None);
+    }
+
+    #[test]
+    fn user_agent_names_role_and_instance_and_stays_a_valid_header() {
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(
+            user_agent("node-cleanup", "nc-7d9f-x2"),
+            format!("local-static-provisioner/{version} (node-cleanup; nc-7d9f-x2)")
+        );
+        let odd = user_agent("agent", "a b;(c)\n\u{e9}");
+        assert_eq!(odd, format!("local-static-provisioner/{version} (agent; a_b__c___)"));
+        assert!(hyper::header::HeaderValue::from_str(&odd).is_ok());
     }
 }
