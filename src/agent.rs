@@ -818,7 +818,7 @@ impl Agent {
             Err(e) => return warn!(path = %host_path, error = %e, "cannot locate a used volume to wipe it"),
         };
         let note = format!(
-            "volume at {host_path} held the data of PV {} (node {}, {}), which no longer names it; it is wiped              before it is published as {name}",
+            "volume at {host_path} held the data of PV {} (node {}, {}), which no longer names it; it is wiped before it is published as {name}",
             mark.pv, mark.node, mark.path
         );
         if self.unpublished.first_seen(format!("wipe-first/{host_path}/{identity}")) {
@@ -1244,6 +1244,10 @@ impl Agent {
                 if unflag {
                     ann[ANN_VOLUME_STALE] = serde_json::Value::Null;
                 }
+                if pv.moved_to.is_some() {
+                    // The disk is back at its path: it has not moved any more.
+                    ann[ANN_VOLUME_MOVED_TO] = serde_json::Value::Null;
+                }
                 if record_identity {
                     match volume_identity(path) {
                         Ok(id) => ann[ANN_VOLUME_IDENTITY] = serde_json::json!(id),
@@ -1324,7 +1328,7 @@ impl Agent {
                     return;
                 }
                 let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                let ann = serde_json::json!({ ANN_VOLUME_STALE: now });
+                let ann = serde_json::json!({ ANN_VOLUME_STALE: now, ANN_VOLUME_MOVED_TO: null });
                 let rv = Some(pv.resource_version.as_str());
                 match self.cluster.patch_pv_metadata(&name, rv, serde_json::json!({}), ann, None).await {
                     Ok(()) => {

@@ -61,6 +61,8 @@ pub fn plan_presence(
                     Some(PresenceAction::Flag { name: pv.name.clone(), moved_to })
                 }
                 (false, true) => Some(PresenceAction::Unflag { name: pv.name.clone() }),
+                // Back at its path after a move noted by succession (no missing flag): unflag.
+                (false, false) if pv.moved_to.is_some() => Some(PresenceAction::Unflag { name: pv.name.clone() }),
                 _ => None,
             }
         })
@@ -162,5 +164,10 @@ mod tests {
         assert_eq!(plan_presence(std::slice::from_ref(&bound), &missing(&["a"]), &moved).into_iter().next(), flag);
         bound.moved_to = Some("/mnt/disks/z".into());
         assert!(plan_presence(std::slice::from_ref(&bound), &missing(&["a"]), &moved).is_empty());
+        // Back at its path: both flags go, also when only succession had noted the move.
+        let unflag = Some(PresenceAction::Unflag { name: "a".into() });
+        assert_eq!(plan_presence(std::slice::from_ref(&bound), &BTreeSet::new(), &moved).into_iter().next(), unflag);
+        bound.flagged_missing = false;
+        assert_eq!(plan_presence(std::slice::from_ref(&bound), &BTreeSet::new(), &moved).into_iter().next(), unflag);
     }
 }
