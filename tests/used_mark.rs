@@ -1,0 +1,937 @@
+//! The durable "used" mark on real mounts, loop devices and the real control plane, with the
+//! agent (and node-cleanup) under their own RBAC.
+//!
+//! A disk that held a tenant's data carries a mark: the `trusted.local-static-provisioner.used`
+//! attribute on a filesystem volume's root, and the agent's `used-disks.json` ledger for block
+//! devices and device-backed filesystems. What a user must see, whatever happened to the PV
+//! object or to where the disk is mounted:
+//!
+//! - a Bound disk moved to another entry (on a live node, on a re-created Node, two disks
+//!   swapped, or to another node) is never published there, its PV says where it went
+//!   (`volume-moved-to`, never `volume-stale`), node-cleanup never releases its claim, and
+//!   putting it back clears the flags; a released PV whose path holds another tenant's disk
+//!   is wiped only once its own disk is back;
+//! - a used disk whose PV is gone (deleted with its finalizer forced off) is wiped before it is
+//!   published again: at its old entry, at another one, as a re-linked block device, or on
+//!   another node; so is a byte-for-byte clone of a Bound disk;
+//! - a ledger that cannot be read holds block volumes back and is left as it is;
+//! - PVs made by upstream get the mark once a claim uses them.
+//!
+//! Every "never" is checked on every look while waiting, not only at the end. Needs root.
+
+mod support;
+
+use std::cell::Cell;
+use std::os::unix::fs::{FileExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use local_static_provisioner::core::naming::pv_name;
+use serde_json::Value;
+use support::{AgentProcess, ControlPlane, remove_scratch_dir, require_root, run, wait_until, write_config};
+
+const WAIT: Duration = Duration::from_secs(90);
+const ANN_MISSING: &str = "local-static-provisioner.io/volume-missing";
+const ANN_MOVED_TO: &str = "local-static-provisioner.io/volume-moved-to";
+const ANN_STALE: &str = "local-static-provisioner.io/volume-stale";
+const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+const XATTR: &str = "trusted.local-static-provisioner.used";
+const TENANT: &[u8] = b"tenant data";
+/// Decisions about PVs of an earlier incarnation of the Node after 1 s instead of a minute.
+const SUCCESSION: &[&str] = &["--succession-settle", "1s"];
+
+// ---------------------------------------------------------------------------------------------
+// The lab: a private scratch mount holding every mount, image and loop device of one test
+
+struct Lab {
+    root: PathBuf,
+}
+
+impl Lab {
+    fn new(name: &str) -> Lab {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let root = PathBuf::from(format!("/tmp/lsp-used-{}-{n}-{name}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        // Private: nothing mounted here propagates, and `mount --move` works below it.
+        run(Command::new("mount").arg("--bind").arg(&root).arg(&root));
+        run(Command::new("mount").arg("--make-private").arg(&root));
+        Lab { root }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    fn dir(&self, rel: &str) -> PathBuf {
+        let p = self.path(rel);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    fn tmpfs(&self, at: &Path, mib: u64) {
+        std::fs::create_dir_all(at).unwrap();
+        run(Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"]).arg(at));
+    }
+
+    /// A loop device over a new sparse image in `images/` (detached at the end).
+    fn loop_dev(&self, name: &str, mib: u64) -> (PathBuf, PathBuf) {
+        let img = self.dir("images").join(format!("{name}.img"));
+        run(Command::new("truncate").arg("-s").arg(format!("{mib}M")).arg(&img));
+        (self.loop_on(&img), img)
+    }
+
+    fn loop_on(&self, img: &Path) -> PathBuf {
+        let out = run(Command::new("losetup").args(["--find", "--show"]).arg(img));
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    }
+
+    fn mount_dev(&self, dev: &Path, at: &Path) {
+        std::fs::create_dir_all(at).unwrap();
+        run(Command::new("mount").arg(dev).arg(at));
+    }
+
+    /// ext4 on a new loop device, mounted at `at`: a disk whose data survives an unmount.
+    fn ext4(&self, name: &str, at: &Path) -> (PathBuf, PathBuf) {
+        let (dev, img) = self.loop_dev(name, 64);
+        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev));
+        self.mount_dev(&dev, at);
+        (dev, img)
+    }
+
+    fn umount(&self, at: &Path) {
+        run(Command::new("umount").arg(at));
+    }
+
+    fn move_mount(&self, from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        run(Command::new("mount").arg("--move").arg(from).arg(to));
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        remove_scratch_dir(&self.root, "used_mark");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster side: one fake Node, its classes, claims and agents; everything removed at the end
+
+struct Harness {
+    // Field order is drop order: claims and PVs go first (Drop::drop), then the control plane,
+    // then the lab's mounts.
+    cp: ControlPlane,
+    lab: Lab,
+    node: String,
+    kubeconfig: PathBuf,
+    logs: Cell<usize>,
+}
+
+impl Harness {
+    fn new(name: &str) -> Option<Harness> {
+        if !require_root(name) {
+            return None;
+        }
+        let lab = Lab::new(name);
+        let cp = ControlPlane::get();
+        let node = format!("um-{name}").replace('_', "-");
+        cp.create_node(&node);
+        let kubeconfig = cp.agent_kubeconfig(&lab.root);
+        Some(Harness { cp, lab, node, kubeconfig, logs: Cell::new(0) })
+    }
+
+    /// Storage classes (reclaim Delete) and a config directory `name` for them:
+    /// (class, discovery directory, extra class settings as YAML lines).
+    fn config(&self, name: &str, classes: &[(&str, &Path, &str)]) -> PathBuf {
+        let mut map = String::new();
+        for (class, dir, extra) in classes {
+            self.cp.create_storage_class(class, "Delete");
+            map.push_str(&format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n{extra}", d = dir.display()));
+        }
+        let config = self.lab.path(name);
+        write_config(&config, &[("storageClassMap", &map)]);
+        config
+    }
+
+    /// The agent of this test's Node with a 1 s resync; its ledger is kept in the lab across
+    /// restarts (`state-<node>` next to the logs).
+    fn agent(&self, config: &Path, extra: &[&str]) -> AgentProcess {
+        self.agent_on(&self.node, config, extra)
+    }
+
+    fn agent_on(&self, node: &str, config: &Path, extra: &[&str]) -> AgentProcess {
+        let n = self.logs.get();
+        self.logs.set(n + 1);
+        let log = self.lab.path(&format!("agent-{n}.log"));
+        let mut flags = vec!["--discovery-period", "1s"];
+        flags.extend_from_slice(extra);
+        AgentProcess::start_with(config, node, &self.kubeconfig, &log, &flags)
+    }
+
+    fn ledger(&self, node: &str) -> PathBuf {
+        self.lab.path(&format!("state-{node}/used-disks.json"))
+    }
+
+    /// node-cleanup for `class` with a 1 s grace period, under its own RBAC.
+    fn node_cleanup(&self, class: &str) -> AgentProcess {
+        let kubeconfig = self.cp.node_cleanup_kubeconfig(&self.lab.root);
+        let lease = format!("{}-nc", self.node);
+        let flags =
+            ["--storage-classes", class, "--grace-period", "1s", "--resync-period", "500ms", "--lease-name", &lease];
+        let nc = AgentProcess::start_node_cleanup(&kubeconfig, &self.lab.path("node-cleanup.log"), &flags);
+        wait_until("node-cleanup leads", WAIT, || nc.log_text().contains("leadership acquired").then_some(()));
+        nc
+    }
+
+    /// Deletes the Node object and registers it again (same name, new UID).
+    fn recreate_node(&self) -> String {
+        self.cp.kubectl_ok(&["delete", "node", &self.node]);
+        self.cp.create_node(&self.node)
+    }
+
+    fn pv(&self, name: &str) -> Option<Value> {
+        self.cp.get_json(&["pv", name])
+    }
+
+    fn ann(&self, pv: &str, key: &str) -> Option<String> {
+        self.pv(pv)?["metadata"]["annotations"][key].as_str().map(str::to_string)
+    }
+
+    fn uid(&self, pv: &str) -> String {
+        self.cp.pv_state(pv).unwrap_or_else(|| panic!("PV {pv} does not exist")).0
+    }
+
+    /// Every PV (of any node) whose local path is `path`.
+    fn pvs_at(&self, path: &Path) -> Vec<Value> {
+        let path = path.display().to_string();
+        let all = self.cp.pvs_under(&self.lab.root.display().to_string());
+        all.into_iter().filter(|pv| pv["spec"]["local"]["path"] == path.as_str()).collect()
+    }
+
+    /// (name, phase) of a PV at `path`, if any.
+    fn pv_at(&self, path: &Path) -> Option<(String, String)> {
+        let pv = self.pvs_at(path).into_iter().next()?;
+        Some((
+            pv["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            pv["status"]["phase"].as_str().unwrap_or_default().to_string(),
+        ))
+    }
+
+    fn wait_published(&self, path: &Path) -> String {
+        wait_until(&format!("{} published", path.display()), WAIT, || {
+            self.pv_at(path).filter(|(_, phase)| phase == "Available").map(|(name, _)| name)
+        })
+    }
+
+    /// A claim bound directly to `pv` (no pod); returns once the PV is Bound.
+    fn claim(&self, claim: &str, class: &str, pv: &str, block: bool) {
+        let mode = if block { "Block" } else { "Filesystem" };
+        self.cp.apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {claim}, namespace: default, labels: {{um-node: {node}}}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: {mode}\n  storageClassName: {class}\n  volumeName: {pv}\n  resources: {{requests: {{storage: 1Mi}}}}\n",
+            node = self.node
+        ));
+        wait_until(&format!("claim {claim} bound to {pv}"), WAIT, || {
+            (self.cp.pv_state(pv)?.1 == "Bound").then_some(())
+        });
+    }
+
+    /// The claim's UID while it exists and is not being deleted.
+    fn claim_uid(&self, claim: &str) -> Option<String> {
+        let pvc = self.cp.get_json(&["pvc", claim, "-n", "default"])?;
+        pvc["metadata"]["deletionTimestamp"].is_null().then(|| pvc["metadata"]["uid"].as_str().unwrap().to_string())
+    }
+
+    fn delete_claim(&self, claim: &str) {
+        self.cp.kubectl_ok(&["delete", "pvc", claim, "-n", "default", "--wait=false"]);
+    }
+
+    /// What an operator does to get rid of a PV for good: delete it and force its finalizers
+    /// off (no wipe happens). Returns once it is gone.
+    fn force_delete_pv(&self, name: &str) {
+        self.cp.kubectl_ok(&["delete", "pv", name, "--wait=false"]);
+        wait_until(&format!("{name} gone"), WAIT, || {
+            if self.pv(name).is_none() {
+                return Some(());
+            }
+            let _ =
+                self.cp.kubectl(&["patch", "pv", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+            None
+        });
+    }
+
+    /// The note of an event about this Node with `reason` whose note contains `text`.
+    fn node_event(&self, reason: &str, text: &str) -> Option<String> {
+        let events = self.cp.get_json(&["events.events.k8s.io", "-A"])?;
+        events["items"].as_array()?.iter().find_map(|e| {
+            let note = e["note"].as_str()?;
+            (e["regarding"]["kind"] == "Node"
+                && e["regarding"]["name"] == self.node.as_str()
+                && e["reason"] == reason
+                && note.contains(text))
+            .then(|| note.to_string())
+        })
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let selector = format!("um-node={}", self.node);
+        let _ = self.cp.kubectl(&["delete", "pvc", "-n", "default", "-l", &selector, "--wait=false"]);
+        for pv in self.cp.pvs_under(&self.lab.root.display().to_string()) {
+            let name = pv["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let _ =
+                self.cp.kubectl(&["patch", "pv", &name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+            let _ = self.cp.kubectl(&["delete", "pv", &name, "--wait=false"]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a user (or an operator on the node) sees
+
+/// The used mark on a volume's root, read with Python (independently of the agent's code).
+fn used_mark(root: &Path) -> Option<Value> {
+    let script = "import os, sys; sys.stdout.buffer.write(os.getxattr(sys.argv[1], sys.argv[2]))";
+    let out = Command::new("python3").args(["-c", script]).arg(root).arg(XATTR).output().unwrap();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("No data available"), "reading {XATTR} on {}: {err}", root.display());
+        return None;
+    }
+    Some(serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("the mark is not JSON: {e}")))
+}
+
+/// Whether the mark on `root` names `pv` with its UID (complete: written after the create).
+fn marked_for(root: &Path, pv: &str, uid: &str) -> Option<()> {
+    let mark = used_mark(root)?;
+    (mark["pv"] == pv && mark["uid"] == uid).then_some(())
+}
+
+/// The ledger's entry for `pv`, if the ledger is readable and has one.
+fn ledger_entry(ledger: &Path, pv: &str) -> Option<Value> {
+    let entries: Value = serde_json::from_slice(&std::fs::read(ledger).ok()?).ok()?;
+    entries.as_array()?.iter().find(|e| e["pv"] == pv).cloned()
+}
+
+fn holds_tenant_data(root: &Path) -> bool {
+    std::fs::read(root.join("tenant")).is_ok_and(|d| d == TENANT)
+}
+
+/// Polls `ready` like `wait_until`, checking first on every look that `never` names no
+/// violation (panicking at once with it when it does).
+fn wait_never<T>(what: &str, never: &dyn Fn() -> Option<String>, mut ready: impl FnMut() -> Option<T>) -> T {
+    wait_until(what, WAIT, || {
+        if let Some(violation) = never() {
+            panic!("while waiting for {what}: {violation}");
+        }
+        ready()
+    })
+}
+
+/// Checks for `secs` seconds that `never` names no violation.
+fn never_for(secs: u64, never: &dyn Fn() -> Option<String>) {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        if let Some(violation) = never() {
+            panic!("{violation}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// A violation when a PV is published at `path`.
+fn published_at(h: &Harness, path: &Path, why: &str) -> Option<String> {
+    let (name, phase) = h.pv_at(path)?;
+    Some(format!("{} was published as PV {name} ({phase}): {why}", path.display()))
+}
+
+/// A violation when a PV at `root` exists while the tenant's file is still there.
+fn offered_unwiped(h: &Harness, root: &Path) -> Option<String> {
+    let (name, phase) = h.pv_at(root)?;
+    holds_tenant_data(root)
+        .then(|| format!("{} is published as PV {name} ({phase}) with the tenant's data on it", root.display()))
+}
+
+// =============================================================================================
+// A Bound disk that moved is kept, said where it went, and never published there
+
+#[test]
+fn a_bound_volume_moved_on_a_live_node_is_flagged_where_it_went_and_never_published_there() {
+    let Some(h) = Harness::new("moved-live") else { return };
+    let disks = h.lab.dir("disks");
+    let class = "um-moved-live";
+    let config = h.config("config", &[(class, &disks, "")]);
+    let (v2, v2new) = (disks.join("v2"), disks.join("v2new"));
+    h.lab.tmpfs(&v2, 8);
+    let agent = h.agent(&config, &[]);
+    let pv = h.wait_published(&v2);
+    h.claim("um-moved-live", class, &pv, false);
+    std::fs::write(v2.join("tenant"), TENANT).unwrap();
+    let uid = h.uid(&pv);
+    wait_until("the disk carries the mark of its PV", WAIT, || marked_for(&v2, &pv, &uid));
+
+    h.lab.move_mount(&v2, &v2new);
+    let never = || published_at(&h, &v2new, "the disk of a Bound PV, moved to another entry");
+    let to = v2new.display().to_string();
+    wait_never("the PV flagged missing, moved to the new entry", &never, || {
+        (h.ann(&pv, ANN_MISSING).is_some() && h.ann(&pv, ANN_MOVED_TO).as_deref() == Some(to.as_str())).then_some(())
+    });
+    never_for(5, &never);
+    assert!(holds_tenant_data(&v2new), "the tenant's data moved with the disk");
+    assert_eq!(h.cp.pv_state(&pv), Some((uid.clone(), "Bound".to_string())));
+    let refused = format!("its disk is already published as PV {pv} at {}", v2.display());
+    wait_until("the new entry reported not published", WAIT, || h.node_event("VolumeNotPublished", &refused));
+    wait_until("VolumeMissing event naming where the disk is", WAIT, || {
+        h.cp.has_event(&pv, "VolumeMissing", &format!("its disk is at {to}")).then_some(())
+    });
+    assert!(agent.log_text().contains("volume not published"), "{}", agent.log_text());
+
+    // Put back: the flags go, the claim never noticed.
+    h.lab.move_mount(&v2new, &v2);
+    wait_until("the flags cleared", WAIT, || {
+        (h.ann(&pv, ANN_MISSING).is_none() && h.ann(&pv, ANN_MOVED_TO).is_none()).then_some(())
+    });
+    assert_eq!(h.cp.pv_state(&pv), Some((uid, "Bound".to_string())));
+    let pvc = h.cp.get_json(&["pvc", "um-moved-live", "-n", "default"]).unwrap();
+    assert_eq!((pvc["status"]["phase"].as_str(), pvc["spec"]["volumeName"].as_str()), (Some("Bound"), Some(&*pv)));
+    assert!(holds_tenant_data(&v2));
+    assert!(h.pv_at(&v2new).is_none());
+    drop(agent);
+}
+
+#[test]
+fn a_bound_volume_moved_on_a_recreated_node_is_moved_not_stale_and_node_cleanup_keeps_its_claim() {
+    let Some(h) = Harness::new("moved-reborn") else { return };
+    let disks = h.lab.dir("disks");
+    let class = "um-moved-reborn";
+    let config = h.config("config", &[(class, &disks, "")]);
+    // kept: bound, moved to kept-new; lost: bound, unmounted (shows node-cleanup does act).
+    let (kept, kept_new, lost) = (disks.join("kept"), disks.join("kept-new"), disks.join("lost"));
+    h.lab.tmpfs(&kept, 8);
+    h.lab.tmpfs(&lost, 8);
+    let agent = h.agent(&config, SUCCESSION);
+    let (pv_kept, pv_lost) = (h.wait_published(&kept), h.wait_published(&lost));
+    h.claim("um-reborn-kept", class, &pv_kept, false);
+    h.claim("um-reborn-lost", class, &pv_lost, false);
+    std::fs::write(kept.join("tenant"), TENANT).unwrap();
+    let (kept_uid, kept_claim) = (h.uid(&pv_kept), h.claim_uid("um-reborn-kept").unwrap());
+    wait_until("the disk carries the mark of its PV", WAIT, || marked_for(&kept, &pv_kept, &kept_uid));
+    agent.stop();
+
+    // The Node is deleted and registers again; meanwhile one disk moved and one is gone.
+    let new_uid = h.recreate_node();
+    h.lab.move_mount(&kept, &kept_new);
+    h.lab.umount(&lost);
+    let agent = h.agent(&config, SUCCESSION);
+    let never = || {
+        published_at(&h, &kept_new, "the disk of a Bound PV of the earlier incarnation, moved")
+            .or_else(|| h.ann(&pv_kept, ANN_STALE).map(|at| format!("{pv_kept} was flagged stale at {at}")))
+    };
+    let to = kept_new.display().to_string();
+    wait_never("the PV flagged moved to the new entry", &never, || {
+        (h.ann(&pv_kept, ANN_MOVED_TO).as_deref() == Some(to.as_str())).then_some(())
+    });
+    wait_never("the lost disk's PV flagged stale", &never, || h.ann(&pv_lost, ANN_STALE));
+    wait_never("VolumeMoved event naming where the disk is", &never, || {
+        h.cp.has_event(&pv_kept, "VolumeMoved", &format!("its disk is at {to}")).then_some(())
+    });
+    let refused = format!("its disk is already published as PV {pv_kept} at {}", kept.display());
+    wait_never("the new entry reported not published", &never, || h.node_event("VolumeNotPublished", &refused));
+
+    // node-cleanup for the class, 1 s grace: it releases the lost claim, never the moved one.
+    let nc = h.node_cleanup(class);
+    let never = || {
+        never().or_else(|| match (h.claim_uid("um-reborn-kept"), h.cp.pv_state(&pv_kept)) {
+            (Some(c), Some((u, _))) if c == kept_claim && u == kept_uid => None,
+            (c, p) => Some(format!("the moved disk's claim or PV was released: claim {c:?}, PV {p:?}")),
+        })
+    };
+    wait_never("node-cleanup releases the lost disk's claim", &never, || {
+        h.claim_uid("um-reborn-lost").is_none().then_some(())
+    });
+    never_for(5, &never);
+    assert_eq!(h.cp.pv_state(&pv_kept), Some((kept_uid, "Bound".to_string())));
+    assert!(holds_tenant_data(&kept_new));
+    assert!(!h.ann(&pv_kept, ANN_PROVISIONED_BY).unwrap().ends_with(&new_uid), "not re-adopted while moved");
+    drop(nc);
+    drop(agent);
+}
+
+#[test]
+fn two_bound_disks_swapped_on_a_recreated_node_are_kept_and_readopted_when_swapped_back() {
+    let Some(h) = Harness::new("swapped") else { return };
+    let disks = h.lab.dir("disks");
+    let park = h.lab.dir("park");
+    let class = "um-swapped";
+    let config = h.config("config", &[(class, &disks, "")]);
+    let (a, b, lost) = (disks.join("a"), disks.join("b"), disks.join("lost"));
+    for v in [&a, &b, &lost] {
+        h.lab.tmpfs(v, 8);
+    }
+    let agent = h.agent(&config, SUCCESSION);
+    let (pv_a, pv_b, pv_lost) = (h.wait_published(&a), h.wait_published(&b), h.wait_published(&lost));
+    for (claim, pv) in [("um-swapped-a", &pv_a), ("um-swapped-b", &pv_b), ("um-swapped-lost", &pv_lost)] {
+        h.claim(claim, class, pv, false);
+    }
+    std::fs::write(a.join("tenant"), b"data of a").unwrap();
+    std::fs::write(b.join("tenant"), b"data of b").unwrap();
+    let (uid_a, uid_b) = (h.uid(&pv_a), h.uid(&pv_b));
+    let claims = [h.claim_uid("um-swapped-a").unwrap(), h.claim_uid("um-swapped-b").unwrap()];
+    wait_until("both disks carry their mark", WAIT, || {
+        marked_for(&a, &pv_a, &uid_a).and(marked_for(&b, &pv_b, &uid_b))
+    });
+    agent.stop();
+
+    let new_uid = h.recreate_node();
+    let swap = || {
+        h.lab.move_mount(&a, &park.join("x"));
+        h.lab.move_mount(&b, &a);
+        h.lab.move_mount(&park.join("x"), &b);
+    };
+    swap();
+    h.lab.umount(&lost);
+    let agent = h.agent(&config, SUCCESSION);
+    // Only the original PVs are ever at a and b; neither is stale; both claims stay.
+    let never = || {
+        for (path, uid) in [(&a, &uid_a), (&b, &uid_b)] {
+            if let Some(pv) = h.pvs_at(path).into_iter().find(|pv| pv["metadata"]["uid"] != uid.as_str()) {
+                return Some(format!("a new PV {} appeared at {}", pv["metadata"]["name"], path.display()));
+            }
+        }
+        for pv in [&pv_a, &pv_b] {
+            if let Some(at) = h.ann(pv, ANN_STALE) {
+                return Some(format!("{pv} was flagged stale at {at}"));
+            }
+        }
+        let now = [h.claim_uid("um-swapped-a"), h.claim_uid("um-swapped-b")];
+        (now != claims.clone().map(Some)).then(|| format!("a swapped disk's claim was released: {now:?}"))
+    };
+    let (at_a, at_b) = (a.display().to_string(), b.display().to_string());
+    wait_never("each PV flagged moved to the other's path", &never, || {
+        (h.ann(&pv_a, ANN_MOVED_TO).as_deref() == Some(at_b.as_str())
+            && h.ann(&pv_b, ANN_MOVED_TO).as_deref() == Some(at_a.as_str()))
+        .then_some(())
+    });
+    let nc = h.node_cleanup(class);
+    wait_never("node-cleanup releases the lost disk's claim", &never, || {
+        h.claim_uid("um-swapped-lost").is_none().then_some(())
+    });
+    never_for(5, &never);
+    assert_eq!(std::fs::read(a.join("tenant")).unwrap(), b"data of b");
+    assert_eq!(std::fs::read(b.join("tenant")).unwrap(), b"data of a");
+
+    // Swapped back: both re-adopted by the new Node, and the flags go.
+    swap();
+    for pv in [&pv_a, &pv_b] {
+        wait_never(&format!("{pv} re-adopted"), &never, || {
+            h.ann(pv, ANN_PROVISIONED_BY)?.ends_with(&new_uid).then_some(())
+        });
+    }
+    for (pv, uid) in [(&pv_a, &uid_a), (&pv_b, &uid_b)] {
+        assert_eq!(h.cp.pv_state(pv), Some((uid.clone(), "Bound".to_string())));
+    }
+    assert_eq!(std::fs::read(a.join("tenant")).unwrap(), b"data of a");
+    assert_eq!(std::fs::read(b.join("tenant")).unwrap(), b"data of b");
+    // "Put the disk back and the flags go" (docs/data-safety.md).
+    let flags = |pv: &str| [ANN_MOVED_TO, ANN_STALE, ANN_MISSING].map(|k| h.ann(pv, k));
+    let since = Instant::now();
+    loop {
+        let now = [flags(&pv_a), flags(&pv_b)];
+        if now.iter().flatten().all(Option::is_none) {
+            break;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "30 s after re-adoption the PVs still carry [moved-to, stale, missing]: {pv_a}: {:?}, {pv_b}: {:?}",
+            now[0],
+            now[1]
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    never_for(3, &never);
+    drop(nc);
+    drop(agent);
+}
+
+// =============================================================================================
+// A used disk whose PV is gone is wiped before it is published again
+
+/// A Bound ext4 disk is unmounted, its claim deleted and its PV deleted with the finalizer
+/// forced off (no wipe), then the disk is mounted again at `back`: the agent wipes it before
+/// it publishes it, and the mark on the disk then names the new PV.
+fn used_disk_comes_back(name: &str, back_entry: &str) -> Option<String> {
+    let h = Harness::new(name)?;
+    let disks = h.lab.dir("disks");
+    let class = format!("um-{name}");
+    let config = h.config("config", &[(&class, &disks, "")]);
+    let entry = disks.join("e");
+    let (dev, _) = h.lab.ext4("e", &entry);
+    let agent = h.agent(&config, &[]);
+    let old = h.wait_published(&entry);
+    let claim = format!("um-{name}");
+    h.claim(&claim, &class, &old, false);
+    std::fs::write(entry.join("tenant"), TENANT).unwrap();
+    let old_uid = h.uid(&old);
+    wait_until("the disk carries the mark of its PV", WAIT, || marked_for(&entry, &old, &old_uid));
+
+    h.lab.umount(&entry);
+    wait_until("the Bound PV flagged missing", WAIT, || h.ann(&old, ANN_MISSING));
+    h.delete_claim(&claim);
+    h.force_delete_pv(&old);
+
+    let back = disks.join(back_entry);
+    h.lab.mount_dev(&dev, &back);
+    assert!(holds_tenant_data(&back), "the disk came back with the tenant's data");
+    let never = || offered_unwiped(&h, &back);
+    let new = wait_never("the disk published again", &never, || {
+        h.pv_at(&back).filter(|(_, phase)| phase == "Available").map(|(name, _)| name)
+    });
+    assert!(!holds_tenant_data(&back), "wiped before it was published");
+    let new_uid = h.uid(&new);
+    assert_ne!(new_uid, old_uid);
+    wait_until("the mark names the new PV", WAIT, || marked_for(&back, &new, &new_uid));
+    let used = wait_until("VolumeUsed event on the Node", WAIT, || {
+        h.node_event("VolumeUsed", &format!("volume at {} held the data of PV {old}", back.display()))
+    });
+    assert!(
+        h.node_event("VolumeCleaned", &format!("Used volume at {} wiped before it is published", back.display()))
+            .is_some()
+    );
+    drop(agent);
+    Some(used)
+}
+
+#[test]
+fn a_used_disk_back_at_its_entry_after_its_pv_was_force_deleted_is_wiped_first() {
+    let Some(note) = used_disk_comes_back("back-same", "e") else { return };
+    // What the operator reads: one sentence, no run of blanks from a broken line continuation.
+    assert!(!note.contains("  "), "the VolumeUsed event note is garbled: {note:?}");
+}
+
+#[test]
+fn a_used_disk_back_at_another_entry_after_its_pv_was_force_deleted_is_wiped_first() {
+    used_disk_comes_back("back-other", "e2");
+}
+
+/// Recognisable bytes at the start and in the middle of a block device.
+const PATTERN_AT: [u64; 2] = [0, 16 << 20];
+
+fn pattern() -> Vec<u8> {
+    b"TENANT-BLOCK-DATA-".iter().copied().cycle().take(4096).collect()
+}
+
+fn write_pattern(dev: &Path) {
+    let f = std::fs::OpenOptions::new().write(true).open(dev).unwrap();
+    for at in PATTERN_AT {
+        f.write_all_at(&pattern(), at).unwrap();
+    }
+    f.sync_all().unwrap();
+}
+
+fn has_pattern(dev: &Path) -> bool {
+    let f = std::fs::File::open(dev).unwrap();
+    PATTERN_AT.iter().any(|&at| {
+        let mut buf = vec![0u8; 4096];
+        f.read_exact_at(&mut buf, at).unwrap();
+        buf == pattern()
+    })
+}
+
+#[test]
+fn a_used_block_device_relinked_after_its_pv_was_force_deleted_is_wiped_first() {
+    let Some(h) = Harness::new("block-relinked") else { return };
+    let blk = h.lab.dir("blk");
+    let class = "um-block-relinked";
+    // zero: the whole device, so a pattern anywhere on it tells whether it was wiped.
+    let config = h.config("config", &[(class, &blk, "  volumeMode: Block\n  blockCleanMethod: zero\n")]);
+    let (dev, _) = h.lab.loop_dev("d", 32);
+    symlink(&dev, blk.join("d1")).unwrap();
+    let agent = h.agent(&config, &[]);
+    let old = h.wait_published(&blk.join("d1"));
+    h.claim("um-block-relinked", class, &old, true);
+    write_pattern(&dev);
+    let old_uid = h.uid(&old);
+    let ledger = h.ledger(&h.node);
+    wait_until("the ledger records the device for its PV", WAIT, || {
+        (ledger_entry(&ledger, &old)?["uid"] == old_uid.as_str()).then_some(())
+    });
+
+    // The entry goes, the PV is deleted with its finalizer forced off, the device comes back
+    // under another name.
+    std::fs::remove_file(blk.join("d1")).unwrap();
+    wait_until("the Bound PV flagged missing", WAIT, || h.ann(&old, ANN_MISSING));
+    h.force_delete_pv(&old);
+    h.delete_claim("um-block-relinked");
+    let d2 = blk.join("d2");
+    symlink(&dev, &d2).unwrap();
+    let never = || {
+        let (name, phase) = h.pv_at(&d2)?;
+        has_pattern(&dev).then(|| format!("{} published as {name} ({phase}) with the tenant's bytes", d2.display()))
+    };
+    let new = wait_never("the device published again", &never, || {
+        h.pv_at(&d2).filter(|(_, phase)| phase == "Available").map(|(name, _)| name)
+    });
+    assert!(!has_pattern(&dev), "wiped before it was published");
+    wait_until("VolumeUsed event on the Node", WAIT, || {
+        h.node_event("VolumeUsed", &format!("volume at {} held the data of PV {old}", d2.display()))
+    });
+    let new_uid = h.uid(&new);
+    wait_until("the ledger records the device for the new PV", WAIT, || {
+        (ledger_entry(&ledger, &new)?["uid"] == new_uid.as_str()).then_some(())
+    });
+    assert!(ledger_entry(&ledger, &old).is_none(), "the wipe cleared the old entry");
+    drop(agent);
+}
+
+// =============================================================================================
+// Constructions
+
+/// A byte-for-byte clone of a Bound ext4 disk (same filesystem UUID, same mark) attached and
+/// mounted at another entry while the original PV lives: never offered with the data on it.
+#[test]
+fn a_clone_of_a_bound_disk_is_never_offered_with_the_tenants_data() {
+    let Some(h) = Harness::new("clone") else { return };
+    let disks = h.lab.dir("disks");
+    let class = "um-clone";
+    let config = h.config("config", &[(class, &disks, "")]);
+    let orig = disks.join("orig");
+    let (_, img) = h.lab.ext4("orig", &orig);
+    let agent = h.agent(&config, &[]);
+    let pv = h.wait_published(&orig);
+    h.claim("um-clone", class, &pv, false);
+    std::fs::write(orig.join("tenant"), TENANT).unwrap();
+    let uid = h.uid(&pv);
+    wait_until("the disk carries the mark of its PV", WAIT, || marked_for(&orig, &pv, &uid));
+
+    run(Command::new("fsfreeze").arg("-f").arg(&orig));
+    let copy = h.lab.path("images/clone.img");
+    let copied = Command::new("cp").arg("--sparse=always").arg(&img).arg(&copy).status();
+    run(Command::new("fsfreeze").arg("-u").arg(&orig));
+    assert!(copied.unwrap().success());
+    let clone = disks.join("clone");
+    h.lab.mount_dev(&h.lab.loop_on(&copy), &clone);
+    assert!(holds_tenant_data(&clone) && used_mark(&clone).is_some_and(|m| m["pv"] == pv.as_str()));
+
+    let never = || offered_unwiped(&h, &clone);
+    let refused_or_wiped = wait_never("the clone wiped and published, or refused", &never, || {
+        if let Some((name, phase)) = h.pv_at(&clone).filter(|(_, phase)| phase == "Available") {
+            return Some(format!("published as {name} ({phase}) after a wipe"));
+        }
+        h.node_event("VolumeNotPublished", &clone.display().to_string()).map(|note| format!("refused: {note}"))
+    });
+    eprintln!("the clone was {refused_or_wiped}");
+    never_for(3, &never);
+    assert!(holds_tenant_data(&orig), "the original keeps its data");
+    assert_eq!(h.cp.pv_state(&pv), Some((uid, "Bound".to_string())));
+    assert!(h.ann(&pv, ANN_MISSING).is_none());
+    drop(agent);
+}
+
+/// The agent restarts with its ledger corrupted: block devices (which only the ledger can
+/// vouch for) are not published, and the ledger is left for an operator to repair; tmpfs
+/// volumes (never in the ledger) are published as usual.
+#[test]
+fn a_corrupt_ledger_holds_block_volumes_back_and_is_left_as_it_is() {
+    let Some(h) = Harness::new("corrupt-ledger") else { return };
+    let (blk, fs) = (h.lab.dir("blk"), h.lab.dir("fs"));
+    let (class_blk, class_fs) = ("um-corrupt-blk", "um-corrupt-fs");
+    let config = h.config(
+        "config",
+        &[(class_blk, &blk, "  volumeMode: Block\n  blockCleanMethod: quick\n"), (class_fs, &fs, "")],
+    );
+    let (d1, _) = h.lab.loop_dev("d1", 16);
+    symlink(&d1, blk.join("d1")).unwrap();
+    let agent = h.agent(&config, &[]);
+    let pv1 = h.wait_published(&blk.join("d1"));
+    let uid1 = h.uid(&pv1);
+    let ledger = h.ledger(&h.node);
+    wait_until("the ledger records d1", WAIT, || ledger_entry(&ledger, &pv1));
+    agent.stop();
+
+    let junk = b"{\"this is\": not a ledger";
+    std::fs::write(&ledger, junk).unwrap();
+    let (d2, _) = h.lab.loop_dev("d2", 16);
+    symlink(&d2, blk.join("d2")).unwrap();
+    h.lab.tmpfs(&fs.join("t"), 8);
+    let agent = h.agent(&config, &[]);
+    let never = || published_at(&h, &blk.join("d2"), "a block device the unreadable ledger may record");
+    wait_never("the tmpfs volume published", &never, || h.pv_at(&fs.join("t")).filter(|(_, p)| p == "Available"));
+    let held = format!("volume at {} not published", blk.join("d2").display());
+    let note = wait_never("d2 reported not published", &never, || h.node_event("VolumeNotPublished", &held));
+    assert!(note.contains("cannot be checked") && note.contains("used-disk ledger"), "{note}");
+    never_for(3, &never);
+    assert!(agent.log_text().contains("the used-disk ledger is unreadable"), "{}", agent.log_text());
+    assert_eq!(std::fs::read(&ledger).unwrap(), junk, "the ledger is left as it is");
+    assert_eq!(h.cp.pv_state(&pv1), Some((uid1, "Available".to_string())), "the published device is untouched");
+    let metrics = agent.admin_get("/metrics");
+    assert!(metrics.contains("local_static_provisioner_unpublished_entries{reason=\"used-unknown\"} 1"), "{metrics}");
+    drop(agent);
+}
+
+/// PVs made by upstream (no identity, no mark) are adopted; the Bound one gets the mark at
+/// once, the Available one only when a claim binds it.
+#[test]
+fn upstream_pvs_get_the_used_mark_once_claimed() {
+    let Some(h) = Harness::new("upstream") else { return };
+    let node_uid = h.cp.get_json(&["node", &h.node]).unwrap()["metadata"]["uid"].as_str().unwrap().to_string();
+    let disks = h.lab.dir("disks");
+    let class = "um-upstream";
+    let config = h.config("config", &[(class, &disks, "")]);
+    let (u1, u2) = (disks.join("u1"), disks.join("u2"));
+    h.lab.tmpfs(&u1, 8);
+    h.lab.tmpfs(&u2, 8);
+    let (pv1, pv2) = (pv_name("u1", &h.node, class), pv_name("u2", &h.node, class));
+    for (pv, path) in [(&pv1, &u1), (&pv2, &u2)] {
+        h.cp.apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\n  annotations:\n    pv.kubernetes.io/provisioned-by: local-volume-provisioner-{node}-{node_uid}\nspec:\n  capacity: {{storage: 8Mi}}\n  accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  persistentVolumeReclaimPolicy: Delete\n  volumeMode: Filesystem\n  local: {{path: {path}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]\n",
+            node = h.node,
+            path = path.display()
+        ));
+    }
+    h.claim("um-upstream-1", class, &pv1, false);
+    std::fs::write(u1.join("tenant"), TENANT).unwrap();
+
+    let agent = h.agent(&config, &[]);
+    for pv in [&pv1, &pv2] {
+        wait_until(&format!("{pv} adopted"), WAIT, || {
+            (h.pv(pv)?["metadata"]["labels"]["local-static-provisioner.io/node"] == h.node.as_str()).then_some(())
+        });
+    }
+    let uid1 = h.uid(&pv1);
+    wait_until("the Bound upstream PV's disk marked", WAIT, || marked_for(&u1, &pv1, &uid1));
+    let unmarked = || used_mark(&u2).map(|m| format!("the unclaimed upstream PV's disk was marked: {m}"));
+    never_for(3, &unmarked);
+    h.claim("um-upstream-2", class, &pv2, false);
+    let uid2 = h.uid(&pv2);
+    wait_until("the upstream PV's disk marked once claimed", WAIT, || marked_for(&u2, &pv2, &uid2));
+    assert!(holds_tenant_data(&u1));
+    drop(agent);
+}
+
+/// A Bound disk moved to a discovery directory of another node (on this host, two agents): not
+/// published there while its PV lives; once the PV is deleted unwiped, wiped before it is.
+#[test]
+fn a_bound_disk_moved_to_another_node_is_held_then_wiped_once_its_pv_is_gone() {
+    let Some(h) = Harness::new("other-node") else { return };
+    let other = format!("{}-b", h.node);
+    h.cp.create_node(&other);
+    let class = "um-other-node";
+    let (disks_a, disks_b) = (h.lab.dir("a"), h.lab.dir("b"));
+    let config_a = h.config("config-a", &[(class, &disks_a, "")]);
+    let config_b = h.config("config-b", &[(class, &disks_b, "")]);
+    let (v, w) = (disks_a.join("v"), disks_b.join("w"));
+    h.lab.tmpfs(&v, 8);
+    let agent_a = h.agent(&config_a, &[]);
+    let agent_b = h.agent_on(&other, &config_b, &[]);
+    let pv = h.wait_published(&v);
+    h.claim("um-other-node", class, &pv, false);
+    std::fs::write(v.join("tenant"), TENANT).unwrap();
+    let uid = h.uid(&pv);
+    wait_until("the disk carries the mark of its PV", WAIT, || marked_for(&v, &pv, &uid));
+
+    h.lab.move_mount(&v, &w);
+    let never = || {
+        let (name, phase) = h.pv_at(&w)?;
+        (h.pv(&pv).is_some() || holds_tenant_data(&w))
+            .then(|| format!("{} published on {other} as {name} ({phase}) while it holds {pv}'s data", w.display()))
+    };
+    let refused = format!("its disk is already published as PV {pv} at {}", v.display());
+    wait_never("the other node reports it not published", &never, || {
+        h.cp.has_event(&other, "VolumeNotPublished", &refused).then_some(())
+    });
+    never_for(3, &never);
+    assert!(holds_tenant_data(&w));
+
+    // The PV goes without a wipe (as node-cleanup or an operator would do it).
+    h.delete_claim("um-other-node");
+    h.force_delete_pv(&pv);
+    let new = wait_never("the disk wiped and published on the other node", &never, || {
+        h.pv_at(&w).filter(|(_, phase)| phase == "Available").map(|(name, _)| name)
+    });
+    assert!(!holds_tenant_data(&w));
+    assert!(h.cp.has_event(&other, "VolumeUsed", &format!("volume at {} held the data of PV {pv}", w.display())));
+    let new_uid = h.uid(&new);
+    wait_until("the mark names the new PV", WAIT, || marked_for(&w, &new, &new_uid));
+    drop(agent_b);
+    drop(agent_a);
+}
+
+/// Two Bound disks swapped on a live node, then one claim deleted: its path holds the other
+/// tenant's disk, so nothing is wiped until its own disk is back; then only it is wiped.
+#[test]
+fn a_released_pv_whose_path_holds_another_tenants_disk_is_wiped_only_once_its_own_is_back() {
+    let Some(h) = Harness::new("swap-release") else { return };
+    let disks = h.lab.dir("disks");
+    let park = h.lab.dir("park");
+    let class = "um-swap-release";
+    let config = h.config("config", &[(class, &disks, "")]);
+    let (a, b) = (disks.join("a"), disks.join("b"));
+    h.lab.tmpfs(&a, 8);
+    h.lab.tmpfs(&b, 8);
+    let agent = h.agent(&config, &[]);
+    let (pv_a, pv_b) = (h.wait_published(&a), h.wait_published(&b));
+    h.claim("um-swap-release-a", class, &pv_a, false);
+    h.claim("um-swap-release-b", class, &pv_b, false);
+    std::fs::write(a.join("tenant"), b"data of a").unwrap();
+    std::fs::write(b.join("tenant"), b"data of b").unwrap();
+    let (uid_a, uid_b) = (h.uid(&pv_a), h.uid(&pv_b));
+    wait_until("both disks carry their mark", WAIT, || {
+        marked_for(&a, &pv_a, &uid_a).and(marked_for(&b, &pv_b, &uid_b))
+    });
+    let swap = || {
+        h.lab.move_mount(&a, &park.join("x"));
+        h.lab.move_mount(&b, &a);
+        h.lab.move_mount(&park.join("x"), &b);
+    };
+    swap();
+    let (at_a, at_b) = (a.display().to_string(), b.display().to_string());
+    let new_pv = || {
+        [(&a, &uid_a), (&b, &uid_b)].into_iter().find_map(|(path, uid)| {
+            let pv = h.pvs_at(path).into_iter().find(|pv| pv["metadata"]["uid"] != uid.as_str())?;
+            Some(format!("a new PV {} appeared at {}", pv["metadata"]["name"], path.display()))
+        })
+    };
+    let both_kept = || {
+        let now = [std::fs::read(a.join("tenant")).ok(), std::fs::read(b.join("tenant")).ok()];
+        (now != [Some(b"data of b".to_vec()), Some(b"data of a".to_vec())])
+            .then(|| format!("a swapped tenant's data changed: {now:?}"))
+    };
+    let never = || new_pv().or_else(both_kept);
+    wait_never("each PV flagged missing, moved to the other's path", &never, || {
+        let flagged =
+            |pv: &str, to: &str| h.ann(pv, ANN_MISSING).is_some() && h.ann(pv, ANN_MOVED_TO).as_deref() == Some(to);
+        (flagged(&pv_a, &at_b) && flagged(&pv_b, &at_a)).then_some(())
+    });
+
+    // A's claim goes: its PV wants a wipe, but the disk at its path is B's.
+    h.delete_claim("um-swap-release-a");
+    wait_never("A's PV released", &never, || (h.cp.pv_state(&pv_a)?.1 == "Released").then_some(()));
+    never_for(5, &never);
+    assert_eq!(h.cp.pv_state(&pv_b), Some((uid_b.clone(), "Bound".to_string())));
+
+    // Swapped back: A's disk is wiped and published again; B's tenant keeps everything.
+    swap();
+    let b_kept = || {
+        let now = std::fs::read(b.join("tenant")).ok();
+        (now.as_deref() != Some(&b"data of b"[..])).then(|| format!("B's data changed: {now:?}"))
+    };
+    let never = || {
+        b_kept().or_else(|| {
+            let (name, phase) = h.pv_at(&a).filter(|_| h.cp.pv_state(&pv_a).is_none_or(|(u, _)| u != uid_a))?;
+            a.join("tenant").exists().then(|| format!("{at_a} published as {name} ({phase}) with A's data"))
+        })
+    };
+    wait_never("A's disk wiped and published again", &never, || {
+        let (uid, phase) = h.cp.pv_state(&pv_a)?;
+        (uid != uid_a && phase == "Available").then_some(())
+    });
+    assert!(!a.join("tenant").exists());
+    wait_never("B's flags cleared", &never, || {
+        (h.ann(&pv_b, ANN_MISSING).is_none() && h.ann(&pv_b, ANN_MOVED_TO).is_none()).then_some(())
+    });
+    assert_eq!(h.cp.pv_state(&pv_b), Some((uid_b, "Bound".to_string())));
+    drop(agent);
+}
