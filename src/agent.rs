@@ -349,6 +349,7 @@ impl Agent {
         let ledger = self.ledger.clone();
         let scan = tokio::task::spawn_blocking(move || {
             let mut scan = discovery::scan(&config, &published)?;
+            ledger.reload_if_unreadable();
             discovery::read_used_marks(&mut scan.volumes, &config, Some(&ledger));
             Ok::<_, crate::host::HostError>(scan)
         });
@@ -706,6 +707,7 @@ impl Agent {
             }
         }
         let creates = self.mark_before_create(creates, desired).await;
+        let mut created = Vec::new();
         let cluster = &self.cluster;
         let results: Vec<(Box<PersistentVolume>, Result<Created, ApiError>)> = stream::iter(creates)
             .map(|pv| async move {
@@ -719,8 +721,21 @@ impl Agent {
             let name = pv.metadata.name.clone().unwrap_or_default();
             let path = crate::core::pv::local_path(&pv).unwrap_or_default().to_string();
             match result {
-                Ok(Created::Created) => {
+                Ok(Created::Created { uid }) => {
                     info!(pv = %name, path = %path, "created PV");
+                    let d = desired.iter().find(|d| d.name == name && d.host_path == path);
+                    if let Some(d) = d.filter(|_| !uid.is_empty()) {
+                        let class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
+                        created.push(PvState {
+                            name: name.clone(),
+                            uid,
+                            host_path: path.clone(),
+                            class,
+                            phase: "Available".into(),
+                            identity: Some(d.identity.clone()),
+                            ..Default::default()
+                        });
+                    }
                     let mode = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()).unwrap_or("Filesystem");
                     let capacity =
                         desired.iter().find(|d| d.name == name && d.host_path == path).map_or(0, |d| d.capacity_bytes);
@@ -766,6 +781,9 @@ impl Agent {
                 Err(e) => error!(pv = %name, path = %path, error = %e, "creating PV failed; will retry"),
             }
         }
+        // The UID goes on the disk's mark at once: from now on the mark alone says the disk was
+        // offered, whatever happens to the PV while this agent is down.
+        self.mark_pvs(created).await;
     }
 
     /// For disks whose used mark names a PV that is not one of this node's (a disk moved here
@@ -936,13 +954,21 @@ impl Agent {
     /// not read again by this process.
     async fn ensure_marks(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
         self.marked.retain(|uid| states.iter().any(|s| &s.uid == uid));
+        let candidates: Vec<PvState> = states
+            .iter()
+            .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !self.marked.contains(&pv.uid))
+            .cloned()
+            .collect();
+        self.mark_pvs(candidates).await;
+    }
+
+    /// The work of [`Self::ensure_marks`] for the given PVs (also called right after creates, so
+    /// the UID is on the disk at once rather than on the next pass).
+    async fn mark_pvs(&mut self, candidates: Vec<PvState>) {
         let node = self.identity.node.clone();
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let mut jobs = Vec::new();
-        for pv in states {
-            if pv.deleting || missing.contains(&pv.uid) || self.marked.contains(&pv.uid) {
-                continue;
-            }
+        for pv in &candidates {
             let (Some(recorded), Ok(target)) =
                 (pv.identity.clone(), target_for(pv, self.config.storage_class_map.get(&pv.class)))
             else {
@@ -1082,7 +1108,9 @@ impl Agent {
     /// are left alone.
     async fn missing_volumes(&mut self, states: &[PvState]) -> (BTreeSet<String>, Option<Instant>) {
         let mut checks = Vec::new();
-        for pv in states.iter().filter(|pv| !pv.deleting) {
+        // PVs being deleted too: a missing volume must wait for its return, not start a wipe
+        // that can only be refused.
+        for pv in states {
             if let Ok(target) = target_for(pv, self.config.storage_class_map.get(&pv.class)) {
                 checks.push((pv.uid.clone(), target.path, pv.identity.clone()));
             }

@@ -117,8 +117,8 @@ pub struct ClientOptions {
 /// The result of trying to create a PV.
 #[derive(Debug)]
 pub enum Created {
-    /// The PV was created.
-    Created,
+    /// The PV was created, with this UID (which goes on the disk's used mark).
+    Created { uid: String },
     /// A PV with that name already existed; here it is, for the planner to judge.
     AlreadyExists(Box<PersistentVolume>),
 }
@@ -338,7 +338,7 @@ impl Cluster {
         let name = pv.metadata.name.clone().unwrap_or_default();
         let pvs = self.pvs();
         match self.send("create", "create pv", &name, pvs.create(&PostParams::default(), pv)).await? {
-            Ok(_) => Ok(Created::Created),
+            Ok(created) => Ok(Created::Created { uid: created.metadata.uid.unwrap_or_default() }),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 let existing =
                     self.call("get", pvs.get(&name)).await.map_err(ApiError::request("get existing pv", &name))?;

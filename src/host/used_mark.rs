@@ -241,6 +241,23 @@ impl Ledger {
         Ok(Ledger { path, state: Arc::new(Mutex::new(state)) })
     }
 
+    /// Reads the ledger again when it was unreadable, so an operator's repair (or removal) is
+    /// taken up at the next pass without a restart. A readable ledger is never re-read: this
+    /// process is its only writer.
+    pub fn reload_if_unreadable(&self) {
+        let Ok(mut state) = self.state.lock() else { return };
+        if state.is_ok() {
+            return;
+        }
+        match load(&self.path) {
+            Ok(entries) => {
+                tracing::info!(ledger = %self.path.display(), entries = entries.len(), "the used-disk ledger is readable again");
+                *state = Ok(entries);
+            }
+            Err(e) => *state = Err(e.to_string()),
+        }
+    }
+
     /// Where the ledger lives.
     pub fn path(&self) -> &Path {
         &self.path
@@ -390,5 +407,11 @@ mod tests {
         assert_eq!(corrupt.lookup(UNNAMED), UsedRead::Unmarked);
         assert!(corrupt.record(&[mark(BLK)]).is_err());
         assert_eq!(std::fs::read(dir.path().join(LEDGER_FILE)).unwrap(), b"{not json", "never reset");
+        corrupt.reload_if_unreadable();
+        assert!(matches!(corrupt.lookup(OTHER), UsedRead::Unknown(_)), "still corrupt");
+        // The operator repairs it: taken up without a restart.
+        std::fs::write(dir.path().join(LEDGER_FILE), b"[]").unwrap();
+        corrupt.reload_if_unreadable();
+        assert_eq!(corrupt.lookup(OTHER), UsedRead::Unmarked);
     }
 }
