@@ -38,7 +38,7 @@ use crate::core::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_
 use crate::discovery::{self, Scan};
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity, volume_present};
 use crate::host::mountinfo::MountTable;
-use crate::host::used_mark::{Ledger, MarkOutcome, mark_volume};
+use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::host::watch::{DirWatcher, watch_mounts};
 use crate::metrics::Metrics;
 
@@ -149,7 +149,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let mut agent = Agent {
         cleaner,
         ledger,
-        marked: BTreeSet::new(),
+        marked: BTreeMap::new(),
         found_disks: Vec::new(),
         metrics,
         cluster,
@@ -213,6 +213,11 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     Ok(())
 }
 
+/// Whether a claim uses or used the PV (its disk may hold a tenant's data).
+fn is_used(pv: &PvState) -> bool {
+    pv.claimed || !matches!(pv.phase.as_str(), "Available" | "Pending" | "")
+}
+
 /// Polls a watch stream in the background (it must be polled to keep its store fresh) and
 /// wakes the loop waiting on `changed` for every change; errors are retried by the watcher.
 pub(crate) fn forward_events(
@@ -267,8 +272,9 @@ struct Agent {
     cleaner: Cleaner,
     /// The node-local record of used disks that cannot carry their own mark.
     ledger: Ledger,
-    /// UIDs of PVs whose disk was found carrying their complete used mark: not read again.
-    marked: BTreeSet<String>,
+    /// UIDs of PVs whose disk was found carrying their complete used mark, and whether it
+    /// records a claim: not read again until a claim shows up on an unclaimed one.
+    marked: BTreeMap<String, bool>,
     /// (host path, identity) of every volume the last scan found, settled or not: where a PV's
     /// disk that left its path went.
     found_disks: Vec<(String, String)>,
@@ -348,9 +354,10 @@ impl Agent {
             .collect();
         let ledger = self.ledger.clone();
         let scan = tokio::task::spawn_blocking(move || {
-            let mut scan = discovery::scan(&config, &published)?;
+            let mounts = MountTable::read()?;
+            let mut scan = discovery::scan_with(&config, &mounts, &published);
             ledger.reload_if_unreadable();
-            discovery::read_used_marks(&mut scan.volumes, &config, Some(&ledger));
+            discovery::read_used_marks(&mut scan.volumes, &config, &mounts, Some(&ledger));
             Ok::<_, crate::host::HostError>(scan)
         });
         let scan = match scan.await {
@@ -536,7 +543,10 @@ impl Agent {
                 }
                 CleanupAction::ReleaseFinalizer { name, uid } => {
                     match self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE).await {
-                        Ok(()) => info!(pv = %name, "PV deleted before any claim used it; nothing to wipe"),
+                        Ok(()) => {
+                            self.note_withdrawn(&uid).await;
+                            info!(pv = %name, "PV deleted before any claim used it; nothing to wipe")
+                        }
                         Err(e) => warn!(pv = %name, error = %e, "removing our finalizer failed; will retry"),
                     }
                 }
@@ -786,6 +796,20 @@ impl Agent {
         self.mark_pvs(created).await;
     }
 
+    /// Records in the ledger that this PV was let go while no claim was on it (a precondition
+    /// or the PV's own state proved it): its disk's mark then counts as offered, not used, and
+    /// the disk is published again without a wipe. A failure only costs that wipe.
+    async fn note_withdrawn(&self, uid: &str) {
+        let (ledger, uids) = (self.ledger.clone(), vec![uid.to_string()]);
+        match tokio::task::spawn_blocking(move || ledger.record_withdrawn(&uids)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                warn!(uid, error = %e, "cannot record an unclaimed withdrawal; its disk is wiped before it returns")
+            }
+            Err(e) => warn!(uid, error = %e, "recording an unclaimed withdrawal failed"),
+        }
+    }
+
     /// For disks whose used mark names a PV that is not one of this node's (a disk moved here
     /// from another node, or a PV already gone), reads that PV once: the planner holds the disk
     /// back while that PV records it, and wipes it first when no live PV does. A PV that cannot
@@ -794,9 +818,11 @@ impl Agent {
         let store = self.pv_store.state();
         let mut fetched: BTreeMap<String, Result<Option<PersistentVolume>, String>> = BTreeMap::new();
         for d in desired.iter_mut() {
-            let UsedRead::Marked(mark) = &d.used else { continue };
+            let (UsedRead::Marked(mark) | UsedRead::Offered(mark)) = &d.used else { continue };
             let name = mark.pv.clone();
-            if name == d.name || store.iter().any(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) {
+            // Also when it names the PV this disk would be published as: a PV of that name
+            // missing from the label-scoped store (its label removed) still holds the disk.
+            if store.iter().any(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) {
                 continue;
             }
             if !fetched.contains_key(&name) {
@@ -874,29 +900,43 @@ impl Agent {
                 identity: d.identity.clone(),
                 at: now.clone(),
                 uid: None,
+                root: None,
+                claimed: false,
             };
-            jobs.push((pv, target.path, mark));
+            // The mark discovery judged (gone PV, offered only, or a create that never
+            // happened) may be replaced; any other found on the disk now stops the create.
+            let judged = match &d.used {
+                UsedRead::Marked(m) | UsedRead::Offered(m) => Some(m.clone()),
+                _ => None,
+            };
+            jobs.push((pv, target.path, mark, judged));
         }
         let ledger = self.ledger.clone();
         let marked = tokio::task::spawn_blocking(move || {
             let mounts = MountTable::read().map_err(|e| e.to_string())?;
             let mut marked: Vec<_> = jobs
                 .into_iter()
-                .map(|(pv, path, mark)| {
+                .map(|(pv, path, mark, judged)| {
                     let recorded = mark.identity.clone();
-                    let outcome = mark_volume(&path, &recorded, None, &mark, &ledger, &mounts, |_| true);
+                    let replaceable = |there: Option<&UsedMark>| match there {
+                        None => true,
+                        Some(m) if m.uid.is_none() && m.pv == mark.pv => true,
+                        Some(m) => judged.as_ref().is_some_and(|j| j.pv == m.pv && j.uid == m.uid),
+                    };
+                    let outcome =
+                        mark_volume(&path, &recorded, None, Accept::Proven, &mark, &ledger, &mounts, replaceable);
                     (pv, mark, outcome.map_err(|e| e.to_string()))
                 })
                 .collect();
             // One durable ledger write for the whole batch, before any of these PVs exists.
             let entries: Vec<UsedMark> = marked
                 .iter()
-                .filter_map(|(_, _, o)| if let Ok(MarkOutcome::Written(Some(m))) = o { Some(m.clone()) } else { None })
+                .filter_map(|(_, _, o)| if let Ok(MarkOutcome::Written(m)) = o { Some(m.clone()) } else { None })
                 .collect();
             if let Err(e) = ledger.record(&entries) {
                 let e = e.to_string();
                 for (_, _, outcome) in marked.iter_mut() {
-                    if matches!(outcome, Ok(MarkOutcome::Written(Some(_)))) {
+                    if matches!(outcome, Ok(MarkOutcome::Written(_))) {
                         *outcome = Err(e.clone());
                     }
                 }
@@ -922,7 +962,10 @@ impl Agent {
                 Ok(MarkOutcome::NotTheDisk(why)) => {
                     debug!(pv = %mark.pv, path = %mark.path, "the volume changed since discovery ({why}); not published yet")
                 }
-                Ok(MarkOutcome::Kept(_)) => {}
+                Ok(MarkOutcome::Kept(there)) => {
+                    let other = there.map(|m| m.pv).unwrap_or_default();
+                    warn!(pv = %mark.pv, path = %mark.path, other = %other, "the disk carries another PV's used mark since discovery read it; not published this pass");
+                }
                 Err(e) => {
                     warn!(pv = %mark.pv, path = %mark.path, error = %e, "cannot mark the volume as used; not published");
                     if self.unpublished.first_seen(format!("mark-failed/{}/{e}", mark.path)) {
@@ -953,10 +996,15 @@ impl Agent {
     /// the PV's recorded one on the descriptor written through; PVs whose mark is complete are
     /// not read again by this process.
     async fn ensure_marks(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
-        self.marked.retain(|uid| states.iter().any(|s| &s.uid == uid));
+        self.marked.retain(|uid, _| states.iter().any(|s| &s.uid == uid));
+        let busy = self.cleaner.busy();
         let candidates: Vec<PvState> = states
             .iter()
-            .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !self.marked.contains(&pv.uid))
+            .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !busy.contains(&pv.uid))
+            .filter(|pv| match self.marked.get(&pv.uid) {
+                Some(claimed) => !claimed && is_used(pv),
+                None => true,
+            })
             .cloned()
             .collect();
         self.mark_pvs(candidates).await;
@@ -969,12 +1017,16 @@ impl Agent {
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let mut jobs = Vec::new();
         for pv in &candidates {
-            let (Some(recorded), Ok(target)) =
-                (pv.identity.clone(), target_for(pv, self.config.storage_class_map.get(&pv.class)))
-            else {
-                continue;
+            let Ok(target) = target_for(pv, self.config.storage_class_map.get(&pv.class)) else { continue };
+            let used = is_used(pv);
+            // A used PV's disk is marked even when its identity proves nothing (an old-format or
+            // missing record): kubelet mounts whatever is at the path, so that holds the data.
+            let (recorded, accept) = match (&pv.identity, used) {
+                (Some(id), false) => (id.clone(), Accept::Proven),
+                (Some(id), true) => (id.clone(), Accept::Plausible),
+                (None, true) => (String::new(), Accept::Anything),
+                (None, false) => continue,
             };
-            let used = pv.claimed || !matches!(pv.phase.as_str(), "Available" | "Pending" | "");
             let mark = UsedMark {
                 pv: pv.name.clone(),
                 node: node.clone(),
@@ -982,8 +1034,10 @@ impl Agent {
                 identity: recorded.clone(),
                 at: now.clone(),
                 uid: Some(pv.uid.clone()),
+                root: None,
+                claimed: used,
             };
-            jobs.push((pv.clone(), target.path, recorded, mark, used));
+            jobs.push((pv.clone(), target.path, recorded, accept, mark, used));
         }
         if jobs.is_empty() {
             return;
@@ -993,20 +1047,22 @@ impl Agent {
             let Ok(mounts) = MountTable::read() else { return Vec::new() };
             let mut done: Vec<_> = jobs
                 .into_iter()
-                .map(|(pv, path, recorded, mark, used)| {
+                .map(|(pv, path, recorded, accept, mark, used)| {
                     let uid = pv.uid.clone();
+                    let ours = |m: &UsedMark| m.pv == pv.name && m.uid.as_deref().is_none_or(|u| u == uid);
                     let outcome = mark_volume(
                         &path,
                         &recorded,
                         pv.identity_confirmed.as_deref(),
+                        accept,
                         &mark,
                         &ledger,
                         &mounts,
                         |there| match there {
                             // Complete: nothing to do.
-                            Some(m) if m.pv == pv.name && m.uid.as_deref() == Some(uid.as_str()) => false,
-                            // Ours, written before the create: add the UID.
-                            Some(m) if m.pv == pv.name && m.uid.is_none() => true,
+                            Some(m) if ours(m) && m.uid.is_some() && (m.claimed || !used) => false,
+                            // Ours, without the UID (written before the create) or the claim.
+                            Some(m) if ours(m) => true,
                             // Upstream's or an older version's PV: marked once a claim uses it.
                             _ => used,
                         },
@@ -1016,12 +1072,12 @@ impl Agent {
                 .collect();
             let entries: Vec<UsedMark> = done
                 .iter()
-                .filter_map(|(_, o)| if let Ok(MarkOutcome::Written(Some(m))) = o { Some(m.clone()) } else { None })
+                .filter_map(|(_, o)| if let Ok(MarkOutcome::Written(m)) = o { Some(m.clone()) } else { None })
                 .collect();
             if let Err(e) = ledger.record(&entries) {
                 let e = e.to_string();
                 for (_, outcome) in done.iter_mut() {
-                    if matches!(outcome, Ok(MarkOutcome::Written(Some(_)))) {
+                    if matches!(outcome, Ok(MarkOutcome::Written(_))) {
                         *outcome = Err(e.clone());
                     }
                 }
@@ -1032,14 +1088,17 @@ impl Agent {
         .unwrap_or_default();
         for (pv, outcome) in done {
             match outcome {
-                Ok(MarkOutcome::Written(_)) => {
-                    debug!(pv = %pv.name, "used mark written");
-                    self.marked.insert(pv.uid.clone());
+                Ok(MarkOutcome::Written(m)) => {
+                    debug!(pv = %pv.name, claimed = m.claimed, "used mark written");
+                    self.marked.insert(pv.uid.clone(), m.claimed);
                 }
                 Ok(MarkOutcome::Kept(Some(m))) if m.pv == pv.name && m.uid.as_deref() == Some(pv.uid.as_str()) => {
-                    self.marked.insert(pv.uid.clone());
+                    self.marked.insert(pv.uid.clone(), m.claimed);
                 }
-                Ok(_) => {}
+                Ok(MarkOutcome::NotTheDisk(why)) => {
+                    debug!(pv = %pv.name, "not marking: the disk at its path is not proven to be its own ({why})")
+                }
+                Ok(MarkOutcome::Kept(_)) => {}
                 Err(e) => warn!(pv = %pv.name, error = %e, "cannot keep the used mark on the PV's disk; will retry"),
             }
         }
@@ -1140,6 +1199,7 @@ impl Agent {
                 PresenceAction::Withdraw { name, uid, resource_version } => {
                     match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
                         Ok(()) => {
+                            self.note_withdrawn(&uid).await;
                             info!(pv = %name, "volume vanished; unbound PV withdrawn");
                             let note =
                                 format!("volume of PV {name} is gone from the node; the unbound PV is withdrawn");
@@ -1303,6 +1363,7 @@ impl Agent {
             SuccessionAction::Withdraw { name, uid, resource_version } => {
                 match self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
                     Ok(()) => {
+                        self.note_withdrawn(&uid).await;
                         let note = format!(
                             "unbound PV of an earlier incarnation of node {node} withdrawn: {}",
                             check.describe()
@@ -1318,7 +1379,10 @@ impl Agent {
             }
             SuccessionAction::ReleaseFinalizer { name, uid } => {
                 match self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE).await {
-                    Ok(()) => info!(pv = %name, "stale PV never used by a claim; our finalizer released"),
+                    Ok(()) => {
+                        self.note_withdrawn(&uid).await;
+                        info!(pv = %name, "stale PV never used by a claim; our finalizer released")
+                    }
                     Err(e) => warn!(pv = %name, error = %e, "removing our finalizer failed; will retry"),
                 }
             }

@@ -195,11 +195,15 @@ impl Cleaner {
         target: WipeTarget,
         node: ObjectReference,
     ) {
+        // The identity was found by discovery moments ago; the check on the wipe's descriptor
+        // guards against a swap since then, so a disk with no stable ID (never proven by its
+        // identity alone) counts as confirmed by it.
         let pv = PvState {
             name: name.to_string(),
             uid: key,
             host_path: host_path.to_string(),
             identity: Some(identity.to_string()),
+            identity_confirmed: Some(identity.to_string()),
             ..Default::default()
         };
         self.spawn(pv, AfterWipe::Nothing, target, node);
@@ -426,7 +430,9 @@ impl WipeTask {
                         let Some((fd, identity)) = proven else {
                             return Err(WipeError::Failed("the wipe finished without proving the volume".into()));
                         };
-                        clear_marks(&ledger, Some(std::os::fd::AsFd::as_fd(&fd)), &root, &identity)?;
+                        let fd = std::os::fd::AsFd::as_fd(&fd);
+                        let dir = mount_of_fd(fd, &mounts).map(|m| m.root.display().to_string());
+                        clear_marks(&ledger, Some(fd), &root, &identity, dir.as_deref())?;
                         Ok(stats)
                     })
                     .await?;
@@ -457,7 +463,7 @@ impl WipeTask {
                         let timeout = self.timeout(size);
                         run_cleaner_command(&cmd, &path, &self.pv.name, timeout).await.map_err(|e| failed(&e))?;
                         let (ledger, device) = (self.ledger.clone(), path.clone());
-                        tokio::task::spawn_blocking(move || clear_marks(&ledger, None, &device, &found))
+                        tokio::task::spawn_blocking(move || clear_marks(&ledger, None, &device, &found, None))
                             .await
                             .map_err(|e| WipeError::Failed(format!("clearing the used mark: {e}")))??;
                     }
@@ -493,7 +499,7 @@ impl WipeTask {
                                 },
                             )?;
                             let identity = proven.unwrap_or(found);
-                            clear_marks(&ledger, None, &device, &identity)
+                            clear_marks(&ledger, None, &device, &identity, None)
                         })
                         .await?;
                     }
@@ -618,19 +624,21 @@ fn check_volume(pv: &PvState, path: &Path) -> Result<Checked, WipeError> {
 }
 
 /// Clears the used mark of a disk whose wipe just completed: the attribute on the volume root
-/// (through the descriptor the wipe proved, never by path) and the ledger's entry for the
-/// identity proven. Until both are gone the wipe counts as failed and is done again.
+/// (through the descriptor the wipe proved, never by path) and the ledger's entries for what
+/// the wipe removed (the identity proven, at `dir` of its filesystem; see
+/// core::used_mark::wiped_by). Until both are gone the wipe counts as failed and is done again.
 fn clear_marks(
     ledger: &Ledger,
     root: Option<std::os::fd::BorrowedFd<'_>>,
     path: &Path,
     identity: &str,
+    dir: Option<&str>,
 ) -> Result<(), WipeError> {
     let failed = |e: crate::host::used_mark::MarkError| WipeError::Failed(format!("wiped, but {e}"));
     if let Some(fd) = root {
         clear_dir_mark(fd, path).map_err(failed)?;
     }
-    ledger.clear(identity).map_err(failed)
+    ledger.clear(identity, dir).map_err(failed)
 }
 
 /// Whether `found` (the disk at `path`) proves to be the PV's recorded disk: the same, or

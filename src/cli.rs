@@ -312,9 +312,10 @@ fn validate_config(args: &ConfigArgs) -> ExitCode {
 fn discover(args: &DiscoverArgs) -> ExitCode {
     let Some(LoadedConfig { config, .. }) = load_or_report(&args.config) else { return ExitCode::FAILURE };
     // The dry run reads the volumes' own used marks; the agent's ledger is not consulted.
-    let scan = match discovery::scan(&config, &Default::default()) {
-        Ok(mut scan) => {
-            discovery::read_used_marks(&mut scan.volumes, &config, None);
+    let scan = match crate::host::mountinfo::MountTable::read() {
+        Ok(mounts) => {
+            let mut scan = discovery::scan_with(&config, &mounts, &Default::default());
+            discovery::read_used_marks(&mut scan.volumes, &config, &mounts, None);
             scan
         }
         Err(e) => {

@@ -22,7 +22,9 @@ use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
 use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
 use crate::host::used_mark::{Ledger, open_volume_root, read_dir_mark};
-use crate::host::volume::{EntryKind, block_device_capacity, mount_at, mounted_dir_capacity, resolve_entry};
+use crate::host::volume::{
+    EntryKind, block_device_capacity, mount_at, mount_of_fd, mounted_dir_capacity, resolve_entry,
+};
 
 /// Why an entry was not turned into a volume; shown by `discover` and logged by the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,22 +331,36 @@ fn scan_class(class: &str, cfg: &ClassConfig, root: &Path, mounts: &MountTable, 
 }
 
 /// Fills in each volume's used mark (see core::used_mark): the attribute on a filesystem
-/// volume's root, opened without following links, and the ledger for disks with a device
-/// under them (all of them when the filesystem cannot carry the attribute).
-pub fn read_used_marks(volumes: &mut [FoundVolume], config: &ProvisionerConfig, ledger: Option<&Ledger>) {
+/// volume's root, opened without following links, else the ledger, which relates the volume
+/// to every used disk it may share data with (the same device, a directory of a used
+/// filesystem). Without a ledger (the `discover` dry run) only the attribute is read.
+pub fn read_used_marks(
+    volumes: &mut [FoundVolume],
+    config: &ProvisionerConfig,
+    mounts: &MountTable,
+    ledger: Option<&Ledger>,
+) {
     for v in volumes {
-        let ledgered = || ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity));
         let is_block = DiskIdentity::parse(&v.identity).is_some_and(|d| d.kind == Kind::Block);
         v.used = if is_block {
-            ledgered()
+            ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, None))
         } else {
-            let Some(class) = config.storage_class_map.get(&v.class) else { continue };
+            let Some(class) = config.storage_class_map.get(&v.class) else {
+                v.used = UsedRead::Unknown(format!("class {} is not in the config", v.class));
+                continue;
+            };
             let path = Path::new(&class.mount_dir).join(&v.entry);
-            let on_disk =
-                open_volume_root(&path).map_err(|e| e.to_string()).and_then(|root| read_dir_mark(root.as_fd(), &path));
-            match on_disk {
-                Ok(Some(mark)) => UsedRead::Marked(mark),
-                Ok(None) => ledgered(),
+            let root = match open_volume_root(&path) {
+                Ok(root) => root,
+                Err(e) => {
+                    v.used = UsedRead::Unknown(e.to_string());
+                    continue;
+                }
+            };
+            let dir = mount_of_fd(root.as_fd(), mounts).map(|m| m.root.display().to_string());
+            match read_dir_mark(root.as_fd(), &path) {
+                Ok(Some(mark)) => ledger.map_or(UsedRead::Marked(mark.clone()), |l| l.classify(mark)),
+                Ok(None) => ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, dir.as_deref())),
                 Err(why) => UsedRead::Unknown(why),
             }
         };

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use super::disk_identity::may_share_disk;
+use super::disk_identity::{DiskIdentity, may_share_disk};
 use super::naming::{
     ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node, provisioned_by_uid,
 };
@@ -319,21 +319,35 @@ fn plan_disks<'a>(
             let holder = recorded
                 .iter()
                 .find(|(id, _, path)| *path != d.host_path && may_share_disk(id, &d.identity))
-                .map(|(_, pv, path)| (pv.to_string(), path.to_string()))
-                .or_else(|| {
-                    let h = d.mark_holder.as_ref()?;
-                    let recorded = h.identity.as_deref()?;
-                    may_share_disk(recorded, &d.identity).then(|| {
-                        let node = h.hostname_label.as_deref().unwrap_or("another node");
-                        (h.name.clone(), format!("{} on {node}", h.host_path.as_deref().unwrap_or("?")))
-                    })
-                });
-            let mark_pv_exists = match &d.used {
-                UsedRead::Marked(m) => {
-                    d.mark_holder.as_ref().is_some_and(|h| h.name == m.pv) || observed.iter().any(|o| o.name == m.pv)
-                }
-                _ => false,
+                .map(|(_, pv, path)| (pv.to_string(), path.to_string()));
+            // The PV the disk's own mark names, if it exists (this node's, or read from the API).
+            let mark_pv = match &d.used {
+                UsedRead::Marked(m) | UsedRead::Offered(m) => observed
+                    .iter()
+                    .find(|o| o.name == m.pv)
+                    .or_else(|| d.mark_holder.as_ref().filter(|h| h.name == m.pv)),
+                _ => None,
             };
+            // It holds the disk unless its record proves it is another disk: a PV that recorded
+            // no identity, or one in an old format, may well be this disk's.
+            let holder = holder.or_else(|| {
+                let p = mark_pv?;
+                let proven_other = p.identity.as_deref().is_some_and(|id| {
+                    DiskIdentity::parse(id).is_some()
+                        && DiskIdentity::parse(&d.identity).is_some()
+                        && !may_share_disk(id, &d.identity)
+                });
+                (!proven_other).then(|| {
+                    let path = p.host_path.as_deref().unwrap_or("?");
+                    let place = if identity.owns(p) || identity.is_predecessor(p) {
+                        path.to_string()
+                    } else {
+                        format!("{path} on {}", p.hostname_label.as_deref().unwrap_or("another node"))
+                    };
+                    (p.name.clone(), place)
+                })
+            });
+            let mark_pv_exists = mark_pv.is_some();
             let holder = holder.as_ref().map(|(pv, path)| (pv.as_str(), path.as_str()));
             match used_verdict(&d.used, holder, mark_pv_exists) {
                 UsedVerdict::Publish => None,

@@ -762,14 +762,19 @@ fn a_new_directory_of_a_shared_disk_is_published_next_to_a_recorded_one() {
 // The used mark: a disk that held a tenant's data is never published unwiped, and a disk a
 // live PV still names is neither published nor wiped.
 
+const DISK: &str = "v2;fs;disk=wwid:d;uuid=u;ino=2;dev=8:1";
+const ELSE: &str = "v2;fs;disk=wwid:e;uuid=w;ino=2;dev=8:2";
+
 fn used_mark(pv: &str, uid: Option<&str>) -> crate::core::used_mark::UsedMark {
     crate::core::used_mark::UsedMark {
         pv: pv.into(),
         node: "node-1".into(),
         path: "/mnt/disks/old".into(),
-        identity: "id-disk".into(),
+        identity: DISK.into(),
         at: "t".into(),
         uid: uid.map(str::to_string),
+        root: None,
+        claimed: true,
     }
 }
 
@@ -782,7 +787,7 @@ fn recording(name: &str, path: &str, identity: &str) -> ObservedPv {
 fn a_marked_disk_is_wiped_first_unless_a_live_pv_names_it() {
     use crate::core::used_mark::UsedRead;
     let mut d = desired("pv-new", "/mnt/disks/new");
-    d.identity = "id-disk".into();
+    d.identity = DISK.into();
     d.used = UsedRead::Marked(used_mark("pv-old", Some("uid-old")));
     // Its PV is gone: wiped first, never created as it is.
     assert_eq!(
@@ -790,13 +795,16 @@ fn a_marked_disk_is_wiped_first_unless_a_live_pv_names_it() {
         ["wipe-first pv-new /mnt/disks/new (of pv-old)"]
     );
     // Its PV still exists on this node and its own disk is not at its path (it moved here).
-    let old = recording("pv-old", "/mnt/disks/old", "id-disk");
+    let old = recording("pv-old", "/mnt/disks/old", DISK);
     let got = summary(&plan(&me(), std::slice::from_ref(&d), std::slice::from_ref(&old), &no_foreign()));
     assert_eq!(got, ["refuse pv-new /mnt/disks/new: DiskPublished { pv: \"pv-old\", path: \"/mnt/disks/old\" }"]);
     // Its PV is on another node (read from the API by the agent) and records this disk.
     let mut moved = d.clone();
-    moved.mark_holder =
-        Some(ObservedPv { hostname_label: Some("node-2".into()), ..recording("pv-old", "/mnt/disks/old", "id-disk") });
+    moved.mark_holder = Some(ObservedPv {
+        hostname_label: Some("node-2".into()),
+        provisioned_by: Some("local-volume-provisioner-node-2-0f0e1d2c-3b4a-5968-7786-95a4b3c2d1e0".into()),
+        ..recording("pv-old", "/mnt/disks/old", DISK)
+    });
     let got = summary(&plan(&me(), std::slice::from_ref(&moved), &[], &no_foreign()));
     assert_eq!(
         got,
@@ -804,7 +812,7 @@ fn a_marked_disk_is_wiped_first_unless_a_live_pv_names_it() {
     );
     // A PV of that name exists but records another disk (a disk put at its path since): the
     // marked disk's PV is gone.
-    moved.mark_holder = Some(recording("pv-old", "/mnt/disks/old", "id-other"));
+    moved.mark_holder = Some(recording("pv-old", "/mnt/disks/old", ELSE));
     assert_eq!(
         summary(&plan(&me(), std::slice::from_ref(&moved), &[], &no_foreign())),
         ["wipe-first pv-new /mnt/disks/new (of pv-old)"]
@@ -816,7 +824,7 @@ fn a_marked_disk_is_wiped_first_unless_a_live_pv_names_it() {
     // The steady state: its own PV exists at its path; nothing to do.
     let mut published = d.clone();
     published.used = UsedRead::Marked(used_mark("pv-new", Some("uid-new")));
-    let own = recording("pv-new", "/mnt/disks/new", "id-disk");
+    let own = recording("pv-new", "/mnt/disks/new", DISK);
     assert!(plan(&me(), std::slice::from_ref(&published), std::slice::from_ref(&own), &no_foreign()).is_empty());
     // Unreadable: neither published nor wiped.
     let mut unknown = d.clone();
@@ -861,33 +869,39 @@ fn used_disks_are_never_created_unwiped_nor_wiped_while_named() {
         UsedRead::Marked(used_mark("pv-gone", None)),
         UsedRead::Marked(used_mark("pv-held", Some("u"))),
         UsedRead::Marked(used_mark("pv-held", None)),
+        UsedRead::Offered(used_mark("pv-gone", Some("u"))),
+        UsedRead::Offered(used_mark("pv-held", Some("u"))),
         UsedRead::Unknown("x".into()),
     ];
     for read in &reads {
-        for holder in 0..4 {
+        for holder in 0..5 {
             for published in [false, true] {
                 let mut d = desired("pv-new", "/mnt/disks/new");
-                d.identity = "id-disk".into();
+                d.identity = DISK.into();
                 d.used = read.clone();
                 let mut observed = Vec::new();
                 match holder {
-                    1 => observed.push(recording("pv-held", "/mnt/disks/held", "id-disk")),
-                    2 => d.mark_holder = Some(recording("pv-held", "/mnt/disks/held", "id-disk")),
-                    3 => d.mark_holder = Some(recording("pv-held", "/mnt/disks/held", "id-else")),
+                    1 => observed.push(recording("pv-held", "/mnt/disks/held", DISK)),
+                    2 => d.mark_holder = Some(recording("pv-held", "/mnt/disks/held", DISK)),
+                    3 => d.mark_holder = Some(recording("pv-held", "/mnt/disks/held", ELSE)),
+                    // The mark's PV recorded no identity (upstream's): it may be this disk's.
+                    4 => d.mark_holder = Some(ObservedPv { identity: None, ..ours("pv-held", "/mnt/disks/held") }),
                     _ => {}
                 }
                 if published {
-                    observed.push(recording("pv-new", "/mnt/disks/new", "id-disk"));
+                    observed.push(recording("pv-new", "/mnt/disks/new", DISK));
                 }
                 let actions = plan(&me(), std::slice::from_ref(&d), &observed, &no_foreign());
                 let ctx = format!("{read:?} holder={holder} published={published}: {}", summary(&actions).join("; "));
                 let created = actions.iter().any(|a| matches!(a, Action::Create(_)));
                 let wiped = actions.iter().any(|a| matches!(a, Action::WipeFirst { .. }));
-                let named = matches!(holder, 1 | 2);
-                let mark_pv_exists =
-                    matches!(holder, 1..=3) && matches!(read, UsedRead::Marked(m) if m.pv == "pv-held");
+                let names_pv_held = matches!(read, UsedRead::Marked(m) | UsedRead::Offered(m) if m.pv == "pv-held");
+                // A PV that records this disk holds it; so does the mark's own PV unless its
+                // record proves it is another disk.
+                let named = holder == 1 || (matches!(holder, 2 | 4) && names_pv_held);
+                let mark_pv_exists = matches!(holder, 1..=4) && names_pv_held;
                 let never_offered = match read {
-                    UsedRead::Unmarked => true,
+                    UsedRead::Unmarked | UsedRead::Offered(_) => true,
                     UsedRead::Marked(m) => m.uid.is_none() && !mark_pv_exists,
                     UsedRead::Unknown(_) => false,
                 };

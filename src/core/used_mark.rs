@@ -19,6 +19,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::disk_identity::{DiskIdentity, Kind, may_share_disk};
+
 /// The extended attribute that carries the mark on a filesystem volume's root directory.
 pub const XATTR_NAME: &str = "trusted.local-static-provisioner.used";
 
@@ -40,6 +42,15 @@ pub struct UsedMark {
     /// the disk was never offered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+    /// The directory of the filesystem the volume's mount showed (the mount table's root):
+    /// tells a volume from its sibling directories on one shared filesystem. None for a
+    /// block device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// A claim was seen bound to the PV. A mark that never saw one, whose PV this agent
+    /// withdrew (deleted while unclaimed, under a precondition), held no tenant's data.
+    #[serde(default)]
+    pub claimed: bool,
 }
 
 impl UsedMark {
@@ -62,6 +73,9 @@ pub enum UsedRead {
     Unmarked,
     /// The disk was published (and not wiped since).
     Marked(UsedMark),
+    /// The disk was published, no claim was ever seen on it, and this agent withdrew its PV
+    /// while it was unclaimed: offered, never used.
+    Offered(UsedMark),
     /// The mark could not be read, or does not settle it (unreadable attribute or ledger, a
     /// ledger entry that may or may not be this disk): the disk may hold a tenant's data.
     Unknown(String),
@@ -93,7 +107,132 @@ pub fn used_verdict(read: &UsedRead, holder: Option<(&str, &str)>, mark_pv_exist
         (None, UsedRead::Unknown(why)) => UsedVerdict::Unknown(why.clone()),
         (None, UsedRead::Marked(m)) if m.uid.is_none() && !mark_pv_exists => UsedVerdict::Publish,
         (None, UsedRead::Marked(_)) => UsedVerdict::WipeFirst,
-        (None, UsedRead::Unmarked) => UsedVerdict::Publish,
+        (None, UsedRead::Offered(_) | UsedRead::Unmarked) => UsedVerdict::Publish,
+    }
+}
+
+/// How a recorded mark relates to a volume found now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Relation {
+    /// The mark is this volume's, or the volume is inside the marked one (a subdirectory of a
+    /// used volume): it holds what the marked volume held.
+    Holds,
+    /// It may share data with the marked volume and nothing proves it either way (no stable
+    /// name on either side, a partition of a marked disk, a volume containing a marked one).
+    Doubt(String),
+    /// Another disk, or a sibling directory of one shared filesystem.
+    Unrelated,
+}
+
+/// Where one directory of a filesystem is relative to another.
+fn nesting(recorded: &str, found: &str) -> (bool, bool) {
+    let inside = |inner: &str, outer: &str| {
+        outer == "/" || inner == outer || inner.strip_prefix(outer).is_some_and(|rest| rest.starts_with('/'))
+    };
+    (inside(found, recorded), inside(recorded, found))
+}
+
+/// Compares a recorded mark with the volume found now (`identity`, and for a filesystem the
+/// directory its mount shows). Judged by what names a disk, as the one-disk rule is: the same
+/// device (whatever filesystem is on it now: `mkfs` leaves the old blocks), the same
+/// filesystem (UUID, a tmpfs mount's ID); then, between two directories of one filesystem, by
+/// where they are in it, so siblings on a shared disk stay apart.
+pub fn relate(recorded: &UsedMark, identity: &str, root: Option<&str>) -> Relation {
+    let doubt = || {
+        Relation::Doubt(format!(
+            "PV {}'s used disk ({}) may be this one ({identity}) and nothing proves either way",
+            recorded.pv, recorded.identity
+        ))
+    };
+    let (Some(r), Some(f)) = (DiskIdentity::parse(&recorded.identity), DiskIdentity::parse(identity)) else {
+        return if recorded.identity == identity {
+            Relation::Holds
+        } else if may_share_disk(&recorded.identity, identity) {
+            doubt()
+        } else {
+            Relation::Unrelated
+        };
+    };
+    let same_device = r.disk.is_some() && r.disk == f.disk;
+    if r.kind == Kind::Filesystem && f.kind == Kind::Filesystem {
+        let same_fs =
+            same_device || (r.volatile.is_some() && f.volatile.is_some() && r.fsid.is_some() && r.fsid == f.fsid);
+        if !same_fs && !may_share_disk(&recorded.identity, identity) {
+            return Relation::Unrelated;
+        }
+        let (found_inside, recorded_inside) = match (recorded.root.as_deref(), root) {
+            (Some(a), Some(b)) => nesting(a, b),
+            // No root recorded: the root inode tells the volume from its siblings.
+            _ => {
+                let same = r.ino.is_some() && r.ino == f.ino;
+                (same, same)
+            }
+        };
+        return match (found_inside, recorded_inside) {
+            (false, false) => Relation::Unrelated,
+            (true, _) if same_fs => Relation::Holds,
+            _ => doubt(),
+        };
+    }
+    // A block device on either side: the whole device is in play.
+    if same_device {
+        Relation::Holds
+    } else if may_share_disk(&recorded.identity, identity) {
+        doubt()
+    } else {
+        Relation::Unrelated
+    }
+}
+
+/// Whether a completed wipe of the volume found as `identity` (at `root` for a filesystem)
+/// removes what a recorded mark stands for: a block wipe, everything on the device; a
+/// filesystem wipe, the marks of that very directory of that device or filesystem (never a
+/// block mark: a filesystem wipe leaves the blocks below it).
+pub fn wiped_by(recorded: &UsedMark, identity: &str, root: Option<&str>) -> bool {
+    if recorded.identity == identity && recorded.root.as_deref() == root {
+        return true;
+    }
+    let (Some(r), Some(f)) = (DiskIdentity::parse(&recorded.identity), DiskIdentity::parse(identity)) else {
+        return false;
+    };
+    let same_device = r.disk.is_some() && r.disk == f.disk;
+    match (r.kind, f.kind) {
+        (_, Kind::Block) => same_device,
+        (Kind::Filesystem, Kind::Filesystem) => {
+            let same_fs =
+                same_device || (r.volatile.is_some() && r.fsid.is_some() && r.fsid == f.fsid && f.volatile.is_some());
+            let same_dir = match (recorded.root.as_deref(), root) {
+                (Some(a), Some(b)) => a == b,
+                _ => r.ino.is_some() && r.ino == f.ino,
+            };
+            same_fs && same_dir
+        }
+        (Kind::Block, Kind::Filesystem) => false,
+    }
+}
+
+/// What a ledger of marks says about the volume found as `identity` (at `root`). `withdrawn`
+/// holds the UIDs of PVs this agent withdrew while unclaimed. Pure.
+pub fn ledger_lookup(entries: &[UsedMark], withdrawn: &[String], identity: &str, root: Option<&str>) -> UsedRead {
+    let mut doubt = None;
+    for entry in entries {
+        match relate(entry, identity, root) {
+            Relation::Holds => return offered_or_marked(entry.clone(), withdrawn),
+            Relation::Doubt(why) => {
+                doubt.get_or_insert(why);
+            }
+            Relation::Unrelated => {}
+        }
+    }
+    doubt.map_or(UsedRead::Unmarked, UsedRead::Unknown)
+}
+
+/// A mark whose PV this agent withdrew while no claim had been seen on it counts as offered,
+/// not used.
+pub fn offered_or_marked(mark: UsedMark, withdrawn: &[String]) -> UsedRead {
+    match &mark.uid {
+        Some(uid) if !mark.claimed && withdrawn.contains(uid) => UsedRead::Offered(mark),
+        _ => UsedRead::Marked(mark),
     }
 }
 
@@ -109,6 +248,8 @@ mod tests {
             identity: "v2;blk;disk=wwid:x;size=1;dev=8:0".into(),
             at: "2026-11-24T00:00:00Z".into(),
             uid: Some("uid-1".into()),
+            root: None,
+            claimed: true,
         }
     }
 
@@ -130,6 +271,7 @@ mod tests {
             UsedRead::Unmarked,
             UsedRead::Marked(mark()),
             UsedRead::Marked(pending.clone()),
+            UsedRead::Offered(UsedMark { claimed: false, ..mark() }),
             UsedRead::Unknown("ledger unreadable".into()),
         ];
         for read in &reads {
@@ -138,8 +280,8 @@ mod tests {
                     let verdict = used_verdict(read, holder, exists);
                     let ctx = format!("{read:?} holder={holder:?} exists={exists} -> {verdict:?}");
                     // Published as it is only when nothing says it was ever offered.
-                    let never_offered =
-                        *read == UsedRead::Unmarked || (*read == UsedRead::Marked(pending.clone()) && !exists);
+                    let never_offered = matches!(read, UsedRead::Unmarked | UsedRead::Offered(_))
+                        || (*read == UsedRead::Marked(pending.clone()) && !exists);
                     assert_eq!(verdict == UsedVerdict::Publish, never_offered && holder.is_none(), "{ctx}");
                     if holder.is_some() {
                         assert!(matches!(verdict, UsedVerdict::HeldBy { .. }), "{ctx}");
@@ -153,5 +295,84 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn fs_mark(identity: &str, root: &str) -> UsedMark {
+        UsedMark { identity: identity.into(), root: Some(root.into()), ..mark() }
+    }
+
+    const EXT4: &str = "v2;fs;disk=wwid:abc;uuid=u1;ino=2;dev=8:16";
+    const EXT4_SUB: &str = "v2;fs;disk=wwid:abc;uuid=u1;ino=77;dev=8:16";
+    const REFORMATTED: &str = "v2;fs;disk=wwid:abc;uuid=u2;ino=2;dev=8:16";
+    const RAW: &str = "v2;blk;disk=wwid:abc;size=100;dev=8:16";
+    const PART: &str = "v2;blk;disk=wwid:abc/part1@2048;size=50;dev=8:17";
+    const OTHER: &str = "v2;fs;disk=wwid:zzz;uuid=u9;ino=2;dev=8:32";
+    const TMPFS: &str = "v2;fs;fsid=f1;volatile=tmpfs;ino=1;dev=0:50";
+    const TMPFS_SUB: &str = "v2;fs;fsid=f1;volatile=tmpfs;ino=9;dev=0:50";
+    const UNNAMED: &str = "v2;fs;fsid=f2;ino=2;dev=0:60";
+    const UNNAMED_SAME_NUMBER: &str = "v2;fs;fsid=f3;ino=2;dev=0:60";
+
+    #[test]
+    fn a_volume_is_related_to_its_mark_by_disk_and_place_never_to_a_sibling() {
+        let r = |m: &UsedMark, id: &str, root: Option<&str>| relate(m, id, root);
+        let whole = fs_mark(EXT4, "/");
+        assert_eq!(r(&whole, EXT4, Some("/")), Relation::Holds);
+        // A subdirectory of a used volume holds its data; a volume containing one may.
+        assert_eq!(r(&fs_mark(EXT4, "/vols"), EXT4_SUB, Some("/vols/a")), Relation::Holds);
+        assert!(matches!(r(&fs_mark(EXT4, "/vols/a"), EXT4, Some("/vols")), Relation::Doubt(_)));
+        // Siblings on one shared filesystem stay apart.
+        assert_eq!(r(&fs_mark(EXT4, "/vols/a"), EXT4_SUB, Some("/vols/b")), Relation::Unrelated);
+        assert_eq!(r(&fs_mark(EXT4, "/vols/a"), EXT4_SUB, Some("/vols/ab")), Relation::Unrelated);
+        // The same device under a new filesystem, or exposed raw, or raw then formatted.
+        assert_eq!(r(&whole, REFORMATTED, Some("/")), Relation::Holds);
+        assert_eq!(r(&whole, RAW, None), Relation::Holds);
+        assert_eq!(r(&UsedMark { identity: RAW.into(), ..mark() }, EXT4, Some("/")), Relation::Holds);
+        // A partition of a used disk shares its data but is not it.
+        assert!(matches!(r(&UsedMark { identity: RAW.into(), ..mark() }, PART, None), Relation::Doubt(_)));
+        assert_eq!(r(&whole, OTHER, Some("/")), Relation::Unrelated);
+        // tmpfs: its mount's ID; a bind of a subdirectory of a used tmpfs holds its data.
+        assert_eq!(r(&fs_mark(TMPFS, "/"), TMPFS_SUB, Some("/sub")), Relation::Holds);
+        assert_eq!(r(&fs_mark(TMPFS, "/"), TMPFS, Some("/")), Relation::Holds);
+        // Nothing names either disk: the same device number proves nothing.
+        assert!(matches!(r(&fs_mark(UNNAMED, "/"), UNNAMED_SAME_NUMBER, Some("/")), Relation::Doubt(_)));
+        // No root recorded (a mark from a block-less era): the root inode decides.
+        let no_root = UsedMark { identity: EXT4.into(), ..mark() };
+        assert_eq!(r(&no_root, EXT4, Some("/")), Relation::Holds);
+        assert_eq!(r(&no_root, EXT4_SUB, Some("/x")), Relation::Unrelated);
+    }
+
+    #[test]
+    fn a_wipe_clears_only_what_it_wiped() {
+        let whole = fs_mark(EXT4, "/");
+        assert!(wiped_by(&whole, EXT4, Some("/")));
+        assert!(wiped_by(&whole, REFORMATTED, Some("/")), "the disk's filesystem, wiped at its root");
+        assert!(!wiped_by(&fs_mark(EXT4, "/vols/a"), EXT4_SUB, Some("/vols/b")), "a sibling keeps its mark");
+        let raw = UsedMark { identity: RAW.into(), ..mark() };
+        assert!(!wiped_by(&raw, EXT4, Some("/")), "a filesystem wipe leaves the blocks below it");
+        assert!(wiped_by(&raw, RAW, None));
+        assert!(wiped_by(&whole, RAW, None), "a block wipe wipes every filesystem on the device");
+        assert!(!wiped_by(&raw, PART, None), "a partition's wipe leaves the rest of the disk");
+        assert!(!wiped_by(&whole, OTHER, Some("/")));
+    }
+
+    #[test]
+    fn the_ledger_answers_offered_only_for_marks_withdrawn_unclaimed() {
+        let unclaimed = UsedMark { claimed: false, ..fs_mark(EXT4, "/") };
+        let withdrawn = vec!["uid-1".to_string()];
+        assert!(matches!(
+            ledger_lookup(std::slice::from_ref(&unclaimed), &withdrawn, EXT4, Some("/")),
+            UsedRead::Offered(_)
+        ));
+        assert!(matches!(ledger_lookup(std::slice::from_ref(&unclaimed), &[], EXT4, Some("/")), UsedRead::Marked(_)));
+        let claimed = UsedMark { claimed: true, ..unclaimed.clone() };
+        assert!(matches!(
+            ledger_lookup(std::slice::from_ref(&claimed), &withdrawn, EXT4, Some("/")),
+            UsedRead::Marked(_)
+        ));
+        assert!(matches!(
+            ledger_lookup(&[unclaimed.clone(), fs_mark(UNNAMED, "/")], &[], UNNAMED_SAME_NUMBER, Some("/")),
+            UsedRead::Unknown(_)
+        ));
+        assert_eq!(ledger_lookup(&[unclaimed], &[], OTHER, Some("/")), UsedRead::Unmarked);
     }
 }

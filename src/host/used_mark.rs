@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::core::disk_identity::{DiskIdentity, Found, Verdict, judge, may_share_disk};
-use crate::core::used_mark::{UsedMark, UsedRead, XATTR_NAME};
+use serde::{Deserialize, Serialize};
+
+use crate::core::disk_identity::{Found, Verdict, judge};
+use crate::core::used_mark::{UsedMark, UsedRead, XATTR_NAME, ledger_lookup, offered_or_marked, wiped_by};
 
 /// File name of the ledger inside the state directory.
 pub const LEDGER_FILE: &str = "used-disks.json";
@@ -60,7 +62,7 @@ pub fn open_volume_root(path: &Path) -> Result<File, MarkError> {
 /// The mark on a directory: `Ok(None)` when there is none or the filesystem cannot carry
 /// one; `Unknown` when it cannot be read or is not a mark of ours.
 pub fn read_dir_mark(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<UsedMark>, String> {
-    let mut buf = vec![0u8; 4096];
+    let mut buf = vec![0u8; 64 * 1024];
     match rustix::fs::fgetxattr(fd, XATTR_NAME, &mut buf[..]) {
         Ok(n) => UsedMark::from_json(&buf[..n])
             .map(Some)
@@ -76,7 +78,7 @@ pub fn read_dir_mark(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<UsedMark>
 pub fn write_dir_mark(fd: BorrowedFd<'_>, path: &Path, mark: &UsedMark) -> Result<bool, MarkError> {
     match rustix::fs::fsetxattr(fd, XATTR_NAME, mark.to_json().as_bytes(), rustix::fs::XattrFlags::empty()) {
         Ok(()) => {}
-        Err(e) if unsupported(e) => return Ok(false),
+        Err(e) if unsupported(e) || e == Errno::ROFS => return Ok(false),
         Err(e) => return Err(MarkError::io("setting the used mark on", path, e)),
     }
     rustix::fs::fsync(fd).map_err(|e| MarkError::io("fsync", path, e))?;
@@ -93,43 +95,25 @@ pub fn clear_dir_mark(fd: BorrowedFd<'_>, path: &Path) -> Result<(), MarkError> 
     }
 }
 
-/// Whether the ledger must record a disk: every block device (one with no stable ID too: a
-/// later match by device number alone then holds a disk back rather than let it through), and
-/// filesystems with a device under them (which could later be exposed as a block volume). A
-/// tmpfs or a filesystem with no device names nothing that outlives it, and carries its mark.
-pub fn ledger_keeps(identity: &str) -> bool {
-    DiskIdentity::parse(identity).is_some_and(|d| d.kind == crate::core::disk_identity::Kind::Block || d.disk.is_some())
-}
-
-/// What the ledger says about one found identity. Pure, over the ledger's entries.
-pub fn ledger_lookup(entries: &[UsedMark], found: &str) -> UsedRead {
-    let found_disk = DiskIdentity::parse(found).and_then(|d| d.disk);
-    let mut doubtful = None;
-    for entry in entries.iter().filter(|e| may_share_disk(&e.identity, found)) {
-        let recorded_disk = DiskIdentity::parse(&entry.identity).and_then(|d| d.disk);
-        let same_device = recorded_disk.is_some() && recorded_disk == found_disk;
-        let proven = same_device || matches!(judge(&entry.identity, &as_found(found), None), Verdict::Same(_));
-        if proven {
-            return UsedRead::Marked(entry.clone());
-        }
-        doubtful.get_or_insert(entry);
-    }
-    match doubtful {
-        Some(entry) => UsedRead::Unknown(format!(
-            "the used-disk ledger records PV {}'s disk ({}) which may be this one ({found}) and nothing proves \
-             either way",
-            entry.pv, entry.identity
-        )),
-        None => UsedRead::Unmarked,
-    }
+/// What proves that the volume at a path is the recorded one, for writing its mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accept {
+    /// The identity proves it (or equals the one found moments ago).
+    Proven,
+    /// Nothing found contradicts it (a used PV whose old-format record proves nothing):
+    /// marking errs on the safe side.
+    Plausible,
+    /// Whatever volume is at the path (a used PV that recorded no identity, made by upstream):
+    /// that is what kubelet mounts for it.
+    Anything,
 }
 
 /// What [`mark_volume`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MarkOutcome {
-    /// The attribute (if any) is written and flushed; the mark still has to go into the
-    /// ledger (in one batch, before the PV is created) when it is `Some` here.
-    Written(Option<UsedMark>),
+    /// The attribute (on a directory that can carry it) is written and flushed; the mark
+    /// still has to go into the ledger, in one batch, before the PV is created.
+    Written(UsedMark),
     /// `write` said no to the mark that is there (none, or another).
     Kept(Option<UsedMark>),
     /// The volume at the path is not proven to be the recorded disk: nothing was written.
@@ -139,28 +123,31 @@ pub enum MarkOutcome {
 /// Marks the volume at `path` as used by `mark.pv`, after proving on the descriptor it writes
 /// through that it is the disk recorded as `recorded` (so a disk swapped in at the path is
 /// never marked for another one's PV, and the right one never left unmarked unnoticed).
-/// `write` decides from the mark there now whether to write. A directory gets the attribute
-/// (and a ledger entry when it has a device under it, or cannot carry the attribute); a block
-/// device only the ledger entry. Ledger entries are returned for the caller to record in one
-/// batch ([`Ledger::record`]): one rewrite of the ledger per pass, not per volume.
+/// `write` decides from the mark there now whether to write. A directory gets the attribute;
+/// every mark also goes into the ledger (the only record of a block device, and the one that
+/// relates a subdirectory or the raw device to a used filesystem). The mark is returned for
+/// the caller to record in one batch ([`Ledger::record`]): one ledger write per pass.
+#[allow(clippy::too_many_arguments)] // What proves the disk, what to write, and where: all needed.
 pub fn mark_volume(
     path: &Path,
     recorded: &str,
     confirmed: Option<&str>,
+    accept: Accept,
     mark: &UsedMark,
     ledger: &Ledger,
     mounts: &crate::host::mountinfo::MountTable,
     write: impl FnOnce(Option<&UsedMark>) -> bool,
 ) -> Result<MarkOutcome, MarkError> {
     use crate::host::identity::{device_identity, directory_identity};
-    use crate::host::volume::{EntryKind, resolve_entry};
+    use crate::host::volume::{EntryKind, mount_of_fd, resolve_entry};
     let io = |op, e: crate::host::HostError| MarkError::io(op, path, std::io::Error::other(e.to_string()));
     let (kind, resolved) = resolve_entry(path).map_err(|e| io("resolving", e))?;
     // An identity equal to the one recorded also counts: a disk that names no stable device
     // (zram, some virtual disks) is never proven, and marking it errs on the safe side.
     let proven = |found: &Found| match judge(recorded, found, confirmed) {
-        _ if found.identity == recorded => None,
+        _ if found.identity == recorded || accept == Accept::Anything => None,
         Verdict::Same(_) => None,
+        Verdict::Unproven { plausible: true, .. } if accept == Accept::Plausible => None,
         Verdict::Different(why) | Verdict::Unproven { reason: why, .. } => Some(why),
     };
     let mut mark = mark.clone();
@@ -171,10 +158,11 @@ pub fn mark_volume(
             if let Some(why) = proven(&found) {
                 return Ok(MarkOutcome::NotTheDisk(why));
             }
+            let dir = mount_of_fd(root.as_fd(), mounts).map(|m| m.root.display().to_string());
             let there = match read_dir_mark(root.as_fd(), &resolved) {
                 Ok(Some(m)) => Some(m),
-                Ok(None) => match ledger.lookup(&found.identity) {
-                    UsedRead::Marked(m) => Some(m),
+                Ok(None) => match ledger.lookup(&found.identity, dir.as_deref()) {
+                    UsedRead::Marked(m) | UsedRead::Offered(m) => Some(m),
                     _ => None,
                 },
                 Err(_) => None,
@@ -183,17 +171,11 @@ pub fn mark_volume(
                 return Ok(MarkOutcome::Kept(there));
             }
             mark.identity = found.identity;
-            let carried = write_dir_mark(root.as_fd(), &resolved, &mark)?;
-            if !carried && !ledger_keeps(&mark.identity) {
-                return Err(MarkError::io(
-                    "marking",
-                    path,
-                    std::io::Error::other(
-                        "the filesystem carries no extended attributes and names no device to ledger",
-                    ),
-                ));
-            }
-            Ok(MarkOutcome::Written(ledger_keeps(&mark.identity).then_some(mark)))
+            mark.root = dir;
+            // A filesystem that cannot carry the attribute (or is mounted read-only) has only
+            // the ledger's entry, which every mark gets anyway.
+            write_dir_mark(root.as_fd(), &resolved, &mark)?;
+            Ok(MarkOutcome::Written(mark))
         }
         EntryKind::BlockDevice => {
             let file = File::open(&resolved).map_err(|e| MarkError::io("opening", &resolved, e))?;
@@ -201,15 +183,16 @@ pub fn mark_volume(
             if let Some(why) = proven(&found) {
                 return Ok(MarkOutcome::NotTheDisk(why));
             }
-            let there = match ledger.lookup(&found.identity) {
-                UsedRead::Marked(m) => Some(m),
+            let there = match ledger.lookup(&found.identity, None) {
+                UsedRead::Marked(m) | UsedRead::Offered(m) => Some(m),
                 _ => None,
             };
             if !write(there.as_ref()) {
                 return Ok(MarkOutcome::Kept(there));
             }
             mark.identity = found.identity;
-            Ok(MarkOutcome::Written(Some(mark)))
+            mark.root = None;
+            Ok(MarkOutcome::Written(mark))
         }
         EntryKind::Symlink | EntryKind::Other => {
             Ok(MarkOutcome::NotTheDisk("neither a directory nor a block device".into()))
@@ -217,15 +200,24 @@ pub fn mark_volume(
     }
 }
 
-fn as_found(identity: &str) -> Found {
-    Found { identity: identity.to_string(), ..Default::default() }
+/// What the ledger file holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct LedgerData {
+    /// Marks of used disks.
+    used: Vec<UsedMark>,
+    /// UIDs of PVs this agent withdrew while no claim had been seen on them.
+    #[serde(default)]
+    withdrawn: Vec<String>,
 }
 
 /// The node-local ledger of used disks, shared by discovery, the create path and the wipes.
+/// One agent per state directory: an exclusive lock taken at open, held for the process's
+/// life, keeps a second agent (a surge pod, a second install) from losing its entries.
 #[derive(Clone)]
 pub struct Ledger {
     path: PathBuf,
-    state: Arc<Mutex<Result<Vec<UsedMark>, String>>>,
+    state: Arc<Mutex<Result<LedgerData, String>>>,
+    _lock: Arc<File>,
 }
 
 impl Ledger {
@@ -233,12 +225,22 @@ impl Ledger {
     /// be read is kept as it is, and every lookup answers "unknown" until it can.
     pub fn open(state_dir: &Path) -> Result<Self, MarkError> {
         std::fs::create_dir_all(state_dir).map_err(|e| MarkError::io("creating", state_dir, e))?;
+        let lock_path = state_dir.join("lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| MarkError::io("opening", &lock_path, e))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|e| {
+            MarkError::io("locking (is another agent using this --state-dir?)", &lock_path, std::io::Error::from(e))
+        })?;
         let path = state_dir.join(LEDGER_FILE);
         let state = load(&path).map_err(|e| e.to_string());
         if let Err(e) = &state {
             tracing::error!(error = %e, "the used-disk ledger is unreadable; disks it may cover are held back");
         }
-        Ok(Ledger { path, state: Arc::new(Mutex::new(state)) })
+        Ok(Ledger { path, state: Arc::new(Mutex::new(state)), _lock: Arc::new(lock) })
     }
 
     /// Reads the ledger again when it was unreadable, so an operator's repair (or removal) is
@@ -250,9 +252,9 @@ impl Ledger {
             return;
         }
         match load(&self.path) {
-            Ok(entries) => {
-                tracing::info!(ledger = %self.path.display(), entries = entries.len(), "the used-disk ledger is readable again");
-                *state = Ok(entries);
+            Ok(data) => {
+                tracing::info!(ledger = %self.path.display(), entries = data.used.len(), "the used-disk ledger is readable again");
+                *state = Ok(data);
             }
             Err(e) => *state = Err(e.to_string()),
         }
@@ -263,70 +265,92 @@ impl Ledger {
         &self.path
     }
 
-    /// What the ledger says about a disk found with `identity`.
-    pub fn lookup(&self, identity: &str) -> UsedRead {
+    /// What the ledger says about a volume found with `identity` (at `root`, for a filesystem).
+    pub fn lookup(&self, identity: &str, root: Option<&str>) -> UsedRead {
         match self.state.lock().as_deref() {
-            Ok(Ok(entries)) => ledger_lookup(entries, identity),
-            // A disk that names no device was never ledgered: an unreadable ledger hides nothing.
-            Ok(Err(_)) if !ledger_keeps(identity) => UsedRead::Unmarked,
+            Ok(Ok(data)) => ledger_lookup(&data.used, &data.withdrawn, identity, root),
             Ok(Err(why)) => UsedRead::Unknown(why.clone()),
             Err(_) => UsedRead::Unknown("the used-disk ledger's lock is poisoned".into()),
         }
     }
 
-    /// Records marks (those [`ledger_keeps`]) durably before returning: one write for a batch.
+    /// Whether the mark (from a disk's attribute) belongs to a PV this agent withdrew while
+    /// it was unclaimed.
+    pub fn classify(&self, mark: UsedMark) -> UsedRead {
+        match self.state.lock().as_deref() {
+            Ok(Ok(data)) => offered_or_marked(mark, &data.withdrawn),
+            _ => UsedRead::Marked(mark),
+        }
+    }
+
+    /// Records marks durably before returning: one write for a batch. A mark replaces the one
+    /// of the same volume (identity and place).
     pub fn record(&self, marks: &[UsedMark]) -> Result<(), MarkError> {
-        let keep: Vec<&UsedMark> = marks.iter().filter(|m| ledger_keeps(&m.identity)).collect();
-        if keep.is_empty() {
+        if marks.is_empty() {
             return Ok(());
         }
-        self.update(|entries| {
-            for m in keep {
-                entries.retain(|e| e.identity != m.identity);
-                entries.push(m.clone());
+        self.update(|data| {
+            for m in marks {
+                data.used.retain(|e| !(e.identity == m.identity && e.root == m.root));
+                data.used.push(m.clone());
             }
         })
     }
 
-    /// Forgets the disk just wiped (proven to be `identity` on the wipe's own descriptor):
-    /// entries proven to be that disk go; any that only may be it stay.
-    pub fn clear(&self, identity: &str) -> Result<(), MarkError> {
-        self.update(|entries| {
-            entries.retain(|e| {
-                e.identity != identity
-                    && !matches!(ledger_lookup(std::slice::from_ref(e), identity), UsedRead::Marked(_))
-            })
+    /// Records that this agent withdrew these PVs while no claim was on them (a precondition
+    /// proved it): their disks' marks count as offered, not used.
+    pub fn record_withdrawn(&self, uids: &[String]) -> Result<(), MarkError> {
+        if uids.is_empty() {
+            return Ok(());
+        }
+        self.update(|data| {
+            for uid in uids {
+                if !data.withdrawn.contains(uid) {
+                    data.withdrawn.push(uid.clone());
+                }
+            }
         })
     }
 
-    fn update(&self, change: impl FnOnce(&mut Vec<UsedMark>)) -> Result<(), MarkError> {
+    /// Forgets what the completed wipe of the volume found as `identity` (at `root`) removed
+    /// (see core::used_mark::wiped_by); anything it did not wipe stays.
+    pub fn clear(&self, identity: &str, root: Option<&str>) -> Result<(), MarkError> {
+        self.update(|data| {
+            let gone: Vec<String> =
+                data.used.iter().filter(|e| wiped_by(e, identity, root)).filter_map(|e| e.uid.clone()).collect();
+            data.used.retain(|e| !wiped_by(e, identity, root));
+            data.withdrawn.retain(|uid| !gone.contains(uid));
+        })
+    }
+
+    fn update(&self, change: impl FnOnce(&mut LedgerData)) -> Result<(), MarkError> {
         let mut guard = self
             .state
             .lock()
             .map_err(|_| MarkError::Corrupt { path: self.path.clone(), why: "lock poisoned".into() })?;
-        let entries = guard.as_mut().map_err(|why| MarkError::Corrupt { path: self.path.clone(), why: why.clone() })?;
-        let mut next = entries.clone();
+        let data = guard.as_mut().map_err(|why| MarkError::Corrupt { path: self.path.clone(), why: why.clone() })?;
+        let mut next = data.clone();
         change(&mut next);
-        if next == *entries {
+        if next == *data {
             return Ok(());
         }
         save(&self.path, &next)?;
-        *entries = next;
+        *data = next;
         Ok(())
     }
 }
 
-fn load(path: &Path) -> Result<Vec<UsedMark>, MarkError> {
+fn load(path: &Path) -> Result<LedgerData, MarkError> {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| MarkError::Corrupt { path: path.to_path_buf(), why: e.to_string() }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LedgerData::default()),
         Err(e) => Err(MarkError::Corrupt { path: path.to_path_buf(), why: e.to_string() }),
     }
 }
 
 /// Writes the whole ledger through a temporary file, fsync, rename and a directory fsync.
-fn save(path: &Path, entries: &[UsedMark]) -> Result<(), MarkError> {
+fn save(path: &Path, entries: &LedgerData) -> Result<(), MarkError> {
     let text =
         serde_json::to_vec_pretty(entries).map_err(|e| MarkError::io("encoding", path, std::io::Error::other(e)))?;
     let tmp = path.with_extension("json.tmp");
@@ -345,73 +369,59 @@ fn save(path: &Path, entries: &[UsedMark]) -> Result<(), MarkError> {
 mod tests {
     use super::*;
 
-    fn mark(identity: &str) -> UsedMark {
+    fn mark(identity: &str, uid: &str) -> UsedMark {
         UsedMark {
             pv: "local-pv-1".into(),
             node: "n".into(),
             path: "/mnt/disks/a".into(),
             identity: identity.into(),
             at: "t".into(),
-            uid: Some("u".into()),
+            uid: Some(uid.into()),
+            root: None,
+            claimed: false,
         }
     }
 
     const BLK: &str = "v2;blk;disk=wwid:abc;size=100;dev=8:0";
-    const FS_ON_IT: &str = "v2;fs;disk=wwid:abc;uuid=u1;ino=2;dev=8:0";
     const OTHER: &str = "v2;blk;disk=wwid:zzz;size=100;dev=8:16";
-    const PART: &str = "v2;blk;disk=wwid:abc/part1@2048;size=50;dev=8:1";
-    const UNNAMED: &str = "v2;fs;fsid=1-2;ino=2;dev=0:50";
-    const UNNAMED_SAME_NUMBER: &str = "v2;fs;fsid=3-4;ino=2;dev=0:50";
-
-    #[test]
-    fn lookup_finds_the_disk_under_any_of_its_forms_and_doubts_what_it_cannot_prove() {
-        let entries = vec![mark(BLK)];
-        assert!(matches!(ledger_lookup(&entries, BLK), UsedRead::Marked(_)));
-        // The same device, formatted and mounted as a Filesystem volume.
-        assert!(matches!(ledger_lookup(&[mark(FS_ON_IT)], BLK), UsedRead::Marked(_)));
-        assert!(matches!(ledger_lookup(&entries, FS_ON_IT), UsedRead::Marked(_)));
-        assert_eq!(ledger_lookup(&entries, OTHER), UsedRead::Unmarked);
-        // A partition of the recorded disk shares its data but is not it: held, not wiped.
-        assert!(matches!(ledger_lookup(&entries, PART), UsedRead::Unknown(_)));
-        // Nothing named on either side: the same device number is only a doubt.
-        assert!(matches!(ledger_lookup(&[mark(UNNAMED)], UNNAMED_SAME_NUMBER), UsedRead::Unknown(_)));
-        assert_eq!(ledger_lookup(&[], BLK), UsedRead::Unmarked);
-    }
-
-    #[test]
-    fn only_disks_with_a_device_are_kept() {
-        assert!(ledger_keeps(BLK) && ledger_keeps(FS_ON_IT));
-        assert!(!ledger_keeps(UNNAMED) && !ledger_keeps("v2;fs;fsid=9;volatile=tmpfs;ino=2;dev=0:1"));
-        assert!(ledger_keeps("v2;blk;size=100;dev=8:0"), "a block device without a stable ID is kept too");
-        assert!(!ledger_keeps("garbage"));
-    }
+    const TMPFS: &str = "v2;fs;fsid=9;volatile=tmpfs;ino=2;dev=0:1";
 
     #[test]
     fn ledger_survives_reopen_clears_only_the_wiped_disk_and_is_never_reset_when_corrupt() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::open(dir.path()).unwrap();
-        ledger.record(&[mark(BLK), mark(OTHER), mark(UNNAMED)]).unwrap();
+        let tmpfs = UsedMark { root: Some("/".into()), ..mark(TMPFS, "u3") };
+        ledger.record(&[mark(BLK, "u1"), mark(OTHER, "u2"), tmpfs]).unwrap();
+        ledger.record_withdrawn(&["u2".into()]).unwrap();
+        // One agent per state directory.
+        assert!(Ledger::open(dir.path()).is_err());
+        drop(ledger);
         let reopened = Ledger::open(dir.path()).unwrap();
-        assert!(matches!(reopened.lookup(BLK), UsedRead::Marked(_)));
-        assert!(matches!(reopened.lookup(OTHER), UsedRead::Marked(_)));
-        assert_eq!(reopened.lookup(UNNAMED), UsedRead::Unmarked, "tmpfs-like disks are not ledgered");
-        reopened.clear(BLK).unwrap();
+        assert!(matches!(reopened.lookup(BLK, None), UsedRead::Marked(_)));
+        assert!(matches!(reopened.lookup(OTHER, None), UsedRead::Offered(_)), "withdrawn unclaimed");
+        assert!(matches!(reopened.lookup(TMPFS, Some("/")), UsedRead::Marked(_)));
+        assert!(matches!(reopened.classify(mark(OTHER, "u2")), UsedRead::Offered(_)));
+        assert!(matches!(reopened.classify(UsedMark { claimed: true, ..mark(OTHER, "u2") }), UsedRead::Marked(_)));
+        reopened.clear(BLK, None).unwrap();
+        reopened.clear(OTHER, None).unwrap();
+        drop(reopened);
         let again = Ledger::open(dir.path()).unwrap();
-        assert_eq!(again.lookup(BLK), UsedRead::Unmarked);
-        assert!(matches!(again.lookup(OTHER), UsedRead::Marked(_)));
+        assert_eq!(again.lookup(BLK, None), UsedRead::Unmarked);
+        assert_eq!(again.lookup(OTHER, None), UsedRead::Unmarked);
+        assert!(matches!(again.lookup(TMPFS, Some("/")), UsedRead::Marked(_)));
+        drop(again);
 
         std::fs::write(dir.path().join(LEDGER_FILE), b"{not json").unwrap();
         let corrupt = Ledger::open(dir.path()).unwrap();
-        assert!(matches!(corrupt.lookup(OTHER), UsedRead::Unknown(_)));
-        assert!(matches!(corrupt.lookup("v2;blk;disk=wwid:new;size=1;dev=8:32"), UsedRead::Unknown(_)));
-        assert_eq!(corrupt.lookup(UNNAMED), UsedRead::Unmarked);
-        assert!(corrupt.record(&[mark(BLK)]).is_err());
+        assert!(matches!(corrupt.lookup(OTHER, None), UsedRead::Unknown(_)));
+        assert!(matches!(corrupt.lookup(TMPFS, Some("/")), UsedRead::Unknown(_)));
+        assert!(corrupt.record(&[mark(BLK, "u1")]).is_err());
         assert_eq!(std::fs::read(dir.path().join(LEDGER_FILE)).unwrap(), b"{not json", "never reset");
         corrupt.reload_if_unreadable();
-        assert!(matches!(corrupt.lookup(OTHER), UsedRead::Unknown(_)), "still corrupt");
+        assert!(matches!(corrupt.lookup(OTHER, None), UsedRead::Unknown(_)), "still corrupt");
         // The operator repairs it: taken up without a restart.
-        std::fs::write(dir.path().join(LEDGER_FILE), b"[]").unwrap();
+        std::fs::write(dir.path().join(LEDGER_FILE), br#"{"used": []}"#).unwrap();
         corrupt.reload_if_unreadable();
-        assert_eq!(corrupt.lookup(OTHER), UsedRead::Unmarked);
+        assert_eq!(corrupt.lookup(OTHER, None), UsedRead::Unmarked);
     }
 }
