@@ -313,7 +313,7 @@ fn marked_for(root: &Path, pv: &str, uid: &str) -> Option<()> {
 /// The ledger's entry for `pv`, if the ledger is readable and has one.
 fn ledger_entry(ledger: &Path, pv: &str) -> Option<Value> {
     let entries: Value = serde_json::from_slice(&std::fs::read(ledger).ok()?).ok()?;
-    entries.as_array()?.iter().find(|e| e["pv"] == pv).cloned()
+    entries["used"].as_array()?.iter().find(|e| e["pv"] == pv).cloned()
 }
 
 fn holds_tenant_data(root: &Path) -> bool {
@@ -730,9 +730,10 @@ fn a_clone_of_a_bound_disk_is_never_offered_with_the_tenants_data() {
     drop(agent);
 }
 
-/// The agent restarts with its ledger corrupted: block devices (which only the ledger can
-/// vouch for) are not published, and the ledger is left for an operator to repair; tmpfs
-/// volumes (never in the ledger) are published as usual.
+/// The agent restarts with its ledger corrupted: volumes the ledger may have recorded (block
+/// devices, which only the ledger can vouch for, and unmarked directories, which may be a
+/// directory of a used filesystem) are not published, the ledger is left for an operator to
+/// repair, and the repair is taken up without a restart.
 #[test]
 fn a_corrupt_ledger_holds_block_volumes_back_and_is_left_as_it_is() {
     let Some(h) = Harness::new("corrupt-ledger") else { return };
@@ -757,8 +758,10 @@ fn a_corrupt_ledger_holds_block_volumes_back_and_is_left_as_it_is() {
     symlink(&d2, blk.join("d2")).unwrap();
     h.lab.tmpfs(&fs.join("t"), 8);
     let agent = h.agent(&config, &[]);
-    let never = || published_at(&h, &blk.join("d2"), "a block device the unreadable ledger may record");
-    wait_never("the tmpfs volume published", &never, || h.pv_at(&fs.join("t")).filter(|(_, p)| p == "Available"));
+    let never = || {
+        published_at(&h, &blk.join("d2"), "a block device the unreadable ledger may record")
+            .or_else(|| published_at(&h, &fs.join("t"), "a directory the unreadable ledger may record"))
+    };
     let held = format!("volume at {} not published", blk.join("d2").display());
     let note = wait_never("d2 reported not published", &never, || h.node_event("VolumeNotPublished", &held));
     assert!(note.contains("cannot be checked") && note.contains("used-disk ledger"), "{note}");
@@ -767,7 +770,15 @@ fn a_corrupt_ledger_holds_block_volumes_back_and_is_left_as_it_is() {
     assert_eq!(std::fs::read(&ledger).unwrap(), junk, "the ledger is left as it is");
     assert_eq!(h.cp.pv_state(&pv1), Some((uid1, "Available".to_string())), "the published device is untouched");
     let metrics = agent.admin_get("/metrics");
-    assert!(metrics.contains("local_static_provisioner_unpublished_entries{reason=\"used-unknown\"} 1"), "{metrics}");
+    assert!(metrics.contains("local_static_provisioner_unpublished_entries{reason=\"used-unknown\"} 2"), "{metrics}");
+    // The operator repairs the ledger (here: by emptying it): both
+    // volumes are published at the next pass, without a restart.
+    let repaired = serde_json::json!({ "used": [] });
+    std::fs::write(&ledger, serde_json::to_vec(&repaired).unwrap()).unwrap();
+    wait_until("the tmpfs volume published after the repair", WAIT, || {
+        h.pv_at(&fs.join("t")).filter(|(_, p)| p == "Available")
+    });
+    wait_until("d2 published after the repair", WAIT, || h.pv_at(&blk.join("d2")).filter(|(_, p)| p == "Available"));
     drop(agent);
 }
 
@@ -933,5 +944,125 @@ fn a_released_pv_whose_path_holds_another_tenants_disk_is_wiped_only_once_its_ow
         (h.ann(&pv_b, ANN_MISSING).is_none() && h.ann(&pv_b, ANN_MOVED_TO).is_none()).then_some(())
     });
     assert_eq!(h.cp.pv_state(&pv_b), Some((uid_b, "Bound".to_string())));
+    drop(agent);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the mark must not do: wipe a volume that held nobody's data
+
+/// Two directories of one ext4 disk bound at two entries (upstream's shared-disk layout): a new
+/// sibling next to a Bound one is published as it is (its files kept), never taken for the used
+/// one; a subdirectory of a used tmpfs bound at a new entry after its PV was force-deleted is
+/// not published with the tenant's files.
+#[test]
+fn siblings_on_a_shared_disk_stay_apart_and_a_subdirectory_of_a_used_volume_is_not_offered() {
+    let Some(h) = Harness::new("siblings") else { return };
+    let disks = h.lab.dir("disks");
+    let class = "um-siblings";
+    let config = h.config("config", &[(class, &disks, "")]);
+    let shared = h.lab.path("shared");
+    h.lab.ext4("shared", &shared);
+    for dir in ["a", "b"] {
+        std::fs::create_dir_all(shared.join(dir)).unwrap();
+    }
+    let (a, b) = (disks.join("a"), disks.join("b"));
+    for (src, dst) in [(shared.join("a"), &a)] {
+        std::fs::create_dir_all(dst).unwrap();
+        run(Command::new("mount").arg("--bind").arg(src).arg(dst));
+    }
+    let agent = h.agent(&config, &[]);
+    let pv_a = h.wait_published(&a);
+    h.claim("um-siblings-a", class, &pv_a, false);
+    std::fs::write(a.join("tenant"), TENANT).unwrap();
+    let uid_a = h.uid(&pv_a);
+    wait_until("a carries its mark", WAIT, || marked_for(&a, &pv_a, &uid_a));
+    // The administrator adds a sibling directory, with a file of their own in it.
+    std::fs::write(shared.join("b/seed"), b"admin data").unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    run(Command::new("mount").arg("--bind").arg(shared.join("b")).arg(&b));
+    let never = || (!b.join("seed").exists()).then(|| format!("{} was wiped: it held nobody's data", b.display()));
+    wait_never("the sibling published", &never, || h.pv_at(&b).filter(|(_, p)| p == "Available"));
+    never_for(2, &never);
+    assert!(holds_tenant_data(&a), "the Bound sibling is untouched");
+    assert_eq!(h.cp.pv_state(&pv_a).map(|s| s.1).as_deref(), Some("Bound"));
+
+    // A tmpfs volume is used, then a subdirectory of it is bound at a new entry and its PV is
+    // deleted with the finalizer forced off: the subdirectory holds the tenant's data.
+    let t = disks.join("t");
+    h.lab.tmpfs(&t, 8);
+    let pv_t = h.wait_published(&t);
+    h.claim("um-siblings-t", class, &pv_t, false);
+    std::fs::create_dir_all(t.join("sub")).unwrap();
+    std::fs::write(t.join("sub/tenant"), TENANT).unwrap();
+    let uid_t = h.uid(&pv_t);
+    wait_until("t carries its mark", WAIT, || marked_for(&t, &pv_t, &uid_t));
+    let t2 = disks.join("t2");
+    std::fs::create_dir_all(&t2).unwrap();
+    run(Command::new("mount").arg("--bind").arg(t.join("sub")).arg(&t2));
+    // The original entry goes (the bind keeps the tmpfs alive), and so does its PV.
+    run(Command::new("umount").arg(&t));
+    h.delete_claim("um-siblings-t");
+    h.force_delete_pv(&pv_t);
+    let never = || offered_unwiped(&h, &t2);
+    never_for(5, &never);
+    drop(agent);
+}
+
+/// An unbound volume whose mount vanishes is withdrawn; when it comes back it is published as
+/// it was, without a wipe: the agent recorded that no claim was ever on it.
+#[test]
+fn an_unclaimed_volume_withdrawn_and_back_is_published_as_it_was() {
+    let Some(h) = Harness::new("withdrawn") else { return };
+    let disks = h.lab.dir("disks");
+    let class = "um-withdrawn";
+    let config = h.config("config", &[(class, &disks, "")]);
+    let entry = disks.join("w");
+    let (dev, _) = h.lab.ext4("w", &entry);
+    std::fs::write(entry.join("seed"), b"admin data").unwrap();
+    let agent = h.agent(&config, &[]);
+    let old = h.wait_published(&entry);
+    let uid = h.uid(&old);
+    wait_until("the disk carries the mark of its PV", WAIT, || marked_for(&entry, &old, &uid));
+    h.lab.umount(&entry);
+    wait_until("the unbound PV withdrawn", WAIT, || h.cp.pv_state(&old).is_none().then_some(()));
+    h.lab.mount_dev(&dev, &entry);
+    let new =
+        wait_until("published again", WAIT, || h.pv_at(&entry).filter(|(_, p)| p == "Available").map(|(name, _)| name));
+    assert_eq!(new, old, "same entry, same name");
+    assert!(entry.join("seed").exists(), "not wiped: no claim was ever on it");
+    assert!(h.node_event("VolumeUsed", &entry.display().to_string()).is_none());
+    drop(agent);
+}
+
+/// A used disk with no stable device ID (zram: nothing but its device number names it) whose PV
+/// was force-deleted is wiped first and published: the wipe-first does not wait for an
+/// operator's confirmation of a PV that does not exist.
+#[test]
+fn a_used_disk_without_a_stable_id_is_wiped_first_without_waiting_for_a_confirmation() {
+    let Some(h) = Harness::new("noid") else { return };
+    let Some(zram) = support::Zram::new(64) else {
+        eprintln!("NOTE: no zram in this kernel; skipping");
+        return;
+    };
+    let disks = h.lab.dir("disks");
+    let class = "um-noid";
+    let config = h.config("config", &[(class, &disks, "")]);
+    let entry = disks.join("z");
+    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&zram.device));
+    h.lab.mount_dev(&zram.device, &entry);
+    let agent = h.agent(&config, &[]);
+    let old = h.wait_published(&entry);
+    h.claim("um-noid", class, &old, false);
+    std::fs::write(entry.join("tenant"), TENANT).unwrap();
+    let uid = h.uid(&old);
+    wait_until("the disk carries the mark of its PV", WAIT, || marked_for(&entry, &old, &uid));
+    h.lab.umount(&entry);
+    h.delete_claim("um-noid");
+    h.force_delete_pv(&old);
+    h.lab.mount_dev(&zram.device, &entry);
+    let never = || offered_unwiped(&h, &entry);
+    wait_never("published again", &never, || h.pv_at(&entry).filter(|(_, p)| p == "Available"));
+    assert!(!holds_tenant_data(&entry));
+    h.lab.umount(&entry);
     drop(agent);
 }
