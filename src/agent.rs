@@ -814,8 +814,9 @@ impl Agent {
     /// from another node, or a PV already gone), reads that PV once: the planner holds the disk
     /// back while that PV records it, and wipes it first when no live PV does. A PV that cannot
     /// be read leaves the disk unknown, so it is neither published nor wiped this pass.
-    async fn find_mark_holders(&self, desired: &mut [DesiredPv]) {
+    async fn find_mark_holders(&mut self, desired: &mut [DesiredPv]) {
         let store = self.pv_store.state();
+        let busy = self.cleaner.busy();
         let mut fetched: BTreeMap<String, Result<Option<PersistentVolume>, String>> = BTreeMap::new();
         for d in desired.iter_mut() {
             let (UsedRead::Marked(mark) | UsedRead::Offered(mark)) = &d.used else { continue };
@@ -823,6 +824,10 @@ impl Agent {
             // Also when it names the PV this disk would be published as: a PV of that name
             // missing from the label-scoped store (its label removed) still holds the disk.
             if store.iter().any(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) {
+                continue;
+            }
+            // Being wiped first (or backing off after a failed wipe-first): decided already.
+            if busy.contains(&format!("wipe-first/{}", d.host_path)) {
                 continue;
             }
             if !fetched.contains_key(&name) {
@@ -1044,7 +1049,13 @@ impl Agent {
         }
         let ledger = self.ledger.clone();
         let done = tokio::task::spawn_blocking(move || {
-            let Ok(mounts) = MountTable::read() else { return Vec::new() };
+            let mounts = match MountTable::read() {
+                Ok(mounts) => mounts,
+                Err(e) => {
+                    warn!(error = %e, "cannot read the mount table to keep used marks; will retry");
+                    return Vec::new();
+                }
+            };
             let mut done: Vec<_> = jobs
                 .into_iter()
                 .map(|(pv, path, recorded, accept, mark, used)| {

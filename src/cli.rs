@@ -219,6 +219,11 @@ struct DiscoverArgs {
     /// Output format: YAML documents or a JSON v1 List.
     #[arg(long, value_enum, default_value = "yaml")]
     output: Output,
+    /// The agent's state directory: its ledger of used disks is read (never written, never
+    /// locked), so used block volumes are reported as the agent would. Without it only the
+    /// marks on filesystem volumes are read.
+    #[arg(long)]
+    state_dir: Option<std::path::PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -311,11 +316,21 @@ fn validate_config(args: &ConfigArgs) -> ExitCode {
 
 fn discover(args: &DiscoverArgs) -> ExitCode {
     let Some(LoadedConfig { config, .. }) = load_or_report(&args.config) else { return ExitCode::FAILURE };
-    // The dry run reads the volumes' own used marks; the agent's ledger is not consulted.
+    // The dry run reads the volumes' own used marks, and the agent's ledger when given.
+    let ledger = match &args.state_dir {
+        Some(dir) => match crate::host::used_mark::Ledger::read_only(dir) {
+            Ok(ledger) => Some(ledger),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let scan = match crate::host::mountinfo::MountTable::read() {
         Ok(mounts) => {
             let mut scan = discovery::scan_with(&config, &mounts, &Default::default());
-            discovery::read_used_marks(&mut scan.volumes, &config, &mounts, None);
+            discovery::read_used_marks(&mut scan.volumes, &config, &mounts, ledger.as_ref());
             scan
         }
         Err(e) => {

@@ -217,7 +217,10 @@ struct LedgerData {
 pub struct Ledger {
     path: PathBuf,
     state: Arc<Mutex<Result<LedgerData, String>>>,
-    _lock: Arc<File>,
+    /// The exclusive lock on the state directory, held while any clone lives.
+    _lock: Option<Arc<File>>,
+    /// False for a read-only view, whose writes fail.
+    writable: bool,
 }
 
 impl Ledger {
@@ -240,7 +243,15 @@ impl Ledger {
         if let Err(e) = &state {
             tracing::error!(error = %e, "the used-disk ledger is unreadable; disks it may cover are held back");
         }
-        Ok(Ledger { path, state: Arc::new(Mutex::new(state)), _lock: Arc::new(lock) })
+        Ok(Ledger { path, state: Arc::new(Mutex::new(state)), _lock: Some(Arc::new(lock)), writable: true })
+    }
+
+    /// The ledger in `state_dir` for reading only (the `discover` dry run, next to a running
+    /// agent): not locked, and every write fails.
+    pub fn read_only(state_dir: &Path) -> Result<Self, MarkError> {
+        let path = state_dir.join(LEDGER_FILE);
+        let state = load(&path).map_err(|e| e.to_string());
+        Ok(Ledger { path, state: Arc::new(Mutex::new(state)), _lock: None, writable: false })
     }
 
     /// Reads the ledger again when it was unreadable, so an operator's repair (or removal) is
@@ -324,6 +335,9 @@ impl Ledger {
     }
 
     fn update(&self, change: impl FnOnce(&mut LedgerData)) -> Result<(), MarkError> {
+        if !self.writable {
+            return Err(MarkError::Corrupt { path: self.path.clone(), why: "opened read-only".into() });
+        }
         let mut guard = self
             .state
             .lock()
@@ -393,8 +407,11 @@ mod tests {
         let tmpfs = UsedMark { root: Some("/".into()), ..mark(TMPFS, "u3") };
         ledger.record(&[mark(BLK, "u1"), mark(OTHER, "u2"), tmpfs]).unwrap();
         ledger.record_withdrawn(&["u2".into()]).unwrap();
-        // One agent per state directory.
+        // One agent per state directory; a read-only view (the dry run) next to it is fine.
         assert!(Ledger::open(dir.path()).is_err());
+        let view = Ledger::read_only(dir.path()).unwrap();
+        assert!(matches!(view.lookup(BLK, None), UsedRead::Marked(_)));
+        assert!(view.record(&[mark(OTHER, "u9")]).is_err() && view.record_withdrawn(&["u9".into()]).is_err());
         drop(ledger);
         let reopened = Ledger::open(dir.path()).unwrap();
         assert!(matches!(reopened.lookup(BLK, None), UsedRead::Marked(_)));
