@@ -212,19 +212,30 @@ pub fn wiped_by(recorded: &UsedMark, identity: &str, root: Option<&str>) -> bool
 }
 
 /// What a ledger of marks says about the volume found as `identity` (at `root`). `withdrawn`
-/// holds the UIDs of PVs this agent withdrew while unclaimed. Pure.
+/// holds the UIDs of PVs this agent withdrew while unclaimed. Several entries may relate to
+/// one disk (it was published, withdrawn unclaimed, published again...): the strongest
+/// answer wins, whatever their order: used, then unknown, then offered only. Pure.
 pub fn ledger_lookup(entries: &[UsedMark], withdrawn: &[String], identity: &str, root: Option<&str>) -> UsedRead {
-    let mut doubt = None;
+    let (mut doubt, mut offered) = (None, None);
     for entry in entries {
         match relate(entry, identity, root) {
-            Relation::Holds => return offered_or_marked(entry.clone(), withdrawn),
+            Relation::Holds => match offered_or_marked(entry.clone(), withdrawn) {
+                used @ UsedRead::Marked(_) => return used,
+                other => {
+                    offered.get_or_insert(other);
+                }
+            },
             Relation::Doubt(why) => {
                 doubt.get_or_insert(why);
             }
             Relation::Unrelated => {}
         }
     }
-    doubt.map_or(UsedRead::Unmarked, UsedRead::Unknown)
+    match (doubt, offered) {
+        (Some(why), _) => UsedRead::Unknown(why),
+        (None, Some(offered)) => offered,
+        (None, None) => UsedRead::Unmarked,
+    }
 }
 
 /// A mark whose PV this agent withdrew while no claim had been seen on it counts as offered,
@@ -373,6 +384,13 @@ mod tests {
             ledger_lookup(&[unclaimed.clone(), fs_mark(UNNAMED, "/")], &[], UNNAMED_SAME_NUMBER, Some("/")),
             UsedRead::Unknown(_)
         ));
-        assert_eq!(ledger_lookup(&[unclaimed], &[], OTHER, Some("/")), UsedRead::Unmarked);
+        assert_eq!(ledger_lookup(std::slice::from_ref(&unclaimed), &[], OTHER, Some("/")), UsedRead::Unmarked);
+        // The disk was offered (withdrawn unclaimed), then published again and used: used,
+        // in whichever order the entries are.
+        let used_later = UsedMark { uid: Some("uid-2".into()), claimed: true, ..unclaimed.clone() };
+        for entries in [[unclaimed.clone(), used_later.clone()], [used_later.clone(), unclaimed.clone()]] {
+            let got = ledger_lookup(&entries, &withdrawn, EXT4, Some("/"));
+            assert!(matches!(&got, UsedRead::Marked(m) if m.uid.as_deref() == Some("uid-2")), "{got:?}");
+        }
     }
 }

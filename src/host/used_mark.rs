@@ -19,7 +19,9 @@ use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
 use crate::core::disk_identity::{Found, Verdict, judge};
-use crate::core::used_mark::{UsedMark, UsedRead, XATTR_NAME, ledger_lookup, offered_or_marked, wiped_by};
+use crate::core::used_mark::{
+    Relation, UsedMark, UsedRead, XATTR_NAME, ledger_lookup, offered_or_marked, relate, wiped_by,
+};
 
 /// File name of the ledger inside the state directory.
 pub const LEDGER_FILE: &str = "used-disks.json";
@@ -302,7 +304,18 @@ impl Ledger {
         }
         self.update(|data| {
             for m in marks {
-                data.used.retain(|e| !(e.identity == m.identity && e.root == m.root));
+                // This volume's own older mark goes, and so do marks of the disk that say it
+                // was never used (offered only, or a create that never happened): the new one
+                // supersedes them. A used mark of another PV stays until a wipe.
+                let withdrawn = data.withdrawn.clone();
+                data.used.retain(|e| {
+                    let same = e.identity == m.identity && e.root == m.root;
+                    let itself = e.pv == m.pv && (e.uid == m.uid || e.uid.is_none());
+                    let never_used = matches!(offered_or_marked(e.clone(), &withdrawn), UsedRead::Offered(_))
+                        || (e.uid.is_none() && e.pv == m.pv);
+                    !(same && (never_used || itself))
+                        && !(never_used && relate(e, &m.identity, m.root.as_deref()) == Relation::Holds)
+                });
                 data.used.push(m.clone());
             }
         })
@@ -409,6 +422,17 @@ mod tests {
         ledger.record_withdrawn(&["u2".into()]).unwrap();
         // One agent per state directory; a read-only view (the dry run) next to it is fine.
         assert!(Ledger::open(dir.path()).is_err());
+        // Offered, withdrawn unclaimed, then published again and used: the offered-only entry
+        // is superseded, the used one is what the disk says from then on.
+        const THIRD: &str = "v2;blk;disk=wwid:third;size=100;dev=8:32";
+        ledger.record(&[mark(THIRD, "u5")]).unwrap();
+        ledger.record_withdrawn(&["u5".into()]).unwrap();
+        assert!(matches!(ledger.lookup(THIRD, None), UsedRead::Offered(_)));
+        ledger.record(&[UsedMark { claimed: true, ..mark(THIRD, "u6") }]).unwrap();
+        assert!(matches!(ledger.lookup(THIRD, None), UsedRead::Marked(m) if m.uid.as_deref() == Some("u6")));
+        // A later mark of another PV never replaces a used one (only a wipe clears it).
+        ledger.record(&[UsedMark { pv: "local-pv-9".into(), ..mark(THIRD, "u7") }]).unwrap();
+        assert!(matches!(ledger.lookup(THIRD, None), UsedRead::Marked(m) if m.uid.as_deref() == Some("u6")));
         let view = Ledger::read_only(dir.path()).unwrap();
         assert!(matches!(view.lookup(BLK, None), UsedRead::Marked(_)));
         assert!(view.record(&[mark(OTHER, "u9")]).is_err() && view.record_withdrawn(&["u9".into()]).is_err());
