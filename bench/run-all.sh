@@ -11,3 +11,4 @@ bash "$here/wipe-fs.sh" 200000               # figure 4
 bash "$here/scale-foreign.sh" 10 20000       # figure 5
 bash "$here/many-agents.sh" 50 20            # figure 7
 bash "$here/node-cleanup.sh" 500 100          # issue 8: release of a deleted node
+bash "$here/ledger-lookup.sh" 1000            # figure 9: used-disk ledger lookups of one pass

@@ -211,11 +211,73 @@ pub fn wiped_by(recorded: &UsedMark, identity: &str, root: Option<&str>) -> bool
     }
 }
 
+/// What may tie an identity to another: every name a disk goes by (its device ID and that of
+/// its whole disk, filesystem UUID, fsid, device number). Two identities that
+/// [`relate`] share one, so a ledger is searched through these, not entry by entry.
+pub fn relation_keys(identity: &str) -> Vec<String> {
+    let Some(d) = DiskIdentity::parse(identity) else { return vec![format!("text:{identity}")] };
+    let mut keys = Vec::new();
+    if let Some(disk) = &d.disk {
+        keys.push(format!("disk:{}", disk.split_once("/part").map_or(disk.as_str(), |(whole, _)| whole)));
+    }
+    keys.extend(d.uuid.iter().map(|u| format!("uuid:{u}")));
+    keys.extend(d.fsid.iter().map(|f| format!("fsid:{f}")));
+    keys.extend(d.dev.iter().map(|v| format!("dev:{v}")));
+    keys
+}
+
+/// Positions of a ledger's entries by [`relation_keys`], rebuilt when the ledger changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerIndex(std::collections::HashMap<String, Vec<usize>>);
+
+impl LedgerIndex {
+    /// Indexes `entries`.
+    pub fn build(entries: &[UsedMark]) -> Self {
+        let mut map: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            for key in relation_keys(&e.identity) {
+                map.entry(key).or_default().push(i);
+            }
+        }
+        LedgerIndex(map)
+    }
+
+    /// The entries that may relate to `identity`, in ledger order.
+    pub fn candidates<'a>(&self, entries: &'a [UsedMark], identity: &str) -> Vec<&'a UsedMark> {
+        let mut at: Vec<usize> =
+            relation_keys(identity).iter().filter_map(|k| self.0.get(k)).flatten().copied().collect();
+        at.sort_unstable();
+        at.dedup();
+        at.into_iter().filter_map(|i| entries.get(i)).collect()
+    }
+}
+
 /// What a ledger of marks says about the volume found as `identity` (at `root`). `withdrawn`
 /// holds the UIDs of PVs this agent withdrew while unclaimed. Several entries may relate to
 /// one disk (it was published, withdrawn unclaimed, published again...): the strongest
 /// answer wins, whatever their order: used, then unknown, then offered only. Pure.
 pub fn ledger_lookup(entries: &[UsedMark], withdrawn: &[String], identity: &str, root: Option<&str>) -> UsedRead {
+    lookup_in(entries.iter(), withdrawn, identity, root)
+}
+
+/// [`ledger_lookup`] over the entries an index names as candidates: the same answer, without
+/// comparing every entry.
+pub fn ledger_lookup_indexed(
+    entries: &[UsedMark],
+    index: &LedgerIndex,
+    withdrawn: &[String],
+    identity: &str,
+    root: Option<&str>,
+) -> UsedRead {
+    lookup_in(index.candidates(entries, identity).into_iter(), withdrawn, identity, root)
+}
+
+fn lookup_in<'a>(
+    entries: impl Iterator<Item = &'a UsedMark>,
+    withdrawn: &[String],
+    identity: &str,
+    root: Option<&str>,
+) -> UsedRead {
     let (mut doubt, mut offered) = (None, None);
     for entry in entries {
         match relate(entry, identity, root) {
@@ -391,6 +453,41 @@ mod tests {
         for entries in [[unclaimed.clone(), used_later.clone()], [used_later.clone(), unclaimed.clone()]] {
             let got = ledger_lookup(&entries, &withdrawn, EXT4, Some("/"));
             assert!(matches!(&got, UsedRead::Marked(m) if m.uid.as_deref() == Some("uid-2")), "{got:?}");
+        }
+    }
+
+    /// The index finds every entry a full scan relates, over all the identity shapes used in
+    /// these tests.
+    #[test]
+    fn the_index_answers_as_a_full_scan() {
+        let ids =
+            [EXT4, EXT4_SUB, REFORMATTED, RAW, PART, OTHER, TMPFS, TMPFS_SUB, UNNAMED, UNNAMED_SAME_NUMBER, "junk"];
+        let roots = [Some("/"), Some("/vols"), Some("/vols/a"), None];
+        let mut entries = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            for root in roots {
+                entries.push(UsedMark {
+                    identity: id.to_string(),
+                    root: root.map(str::to_string),
+                    uid: Some(format!("u{i}")),
+                    claimed: i % 2 == 0,
+                    ..mark()
+                });
+            }
+        }
+        let withdrawn: Vec<String> = (0..ids.len()).map(|i| format!("u{i}")).collect();
+        for n in 0..=entries.len() {
+            let part = &entries[..n];
+            let index = LedgerIndex::build(part);
+            for id in ids {
+                for root in roots {
+                    assert_eq!(
+                        ledger_lookup_indexed(part, &index, &withdrawn, id, root),
+                        ledger_lookup(part, &withdrawn, id, root),
+                        "{n} entries, {id} at {root:?}"
+                    );
+                }
+            }
         }
     }
 }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::disk_identity::{Found, Verdict, judge};
 use crate::core::used_mark::{
-    Relation, UsedMark, UsedRead, XATTR_NAME, ledger_lookup, offered_or_marked, relate, wiped_by,
+    LedgerIndex, Relation, UsedMark, UsedRead, XATTR_NAME, ledger_lookup_indexed, offered_or_marked, relate, wiped_by,
 };
 
 /// File name of the ledger inside the state directory.
@@ -210,6 +210,9 @@ struct LedgerData {
     /// UIDs of PVs this agent withdrew while no claim had been seen on them.
     #[serde(default)]
     withdrawn: Vec<String>,
+    /// `used` by what may relate a volume to them (not stored; rebuilt on load and change).
+    #[serde(skip)]
+    index: LedgerIndex,
 }
 
 /// The node-local ledger of used disks, shared by discovery, the create path and the wipes.
@@ -281,7 +284,7 @@ impl Ledger {
     /// What the ledger says about a volume found with `identity` (at `root`, for a filesystem).
     pub fn lookup(&self, identity: &str, root: Option<&str>) -> UsedRead {
         match self.state.lock().as_deref() {
-            Ok(Ok(data)) => ledger_lookup(&data.used, &data.withdrawn, identity, root),
+            Ok(Ok(data)) => ledger_lookup_indexed(&data.used, &data.index, &data.withdrawn, identity, root),
             Ok(Err(why)) => UsedRead::Unknown(why.clone()),
             Err(_) => UsedRead::Unknown("the used-disk ledger's lock is poisoned".into()),
         }
@@ -361,6 +364,7 @@ impl Ledger {
         if next == *data {
             return Ok(());
         }
+        next.index = LedgerIndex::build(&next.used);
         save(&self.path, &next)?;
         *data = next;
         Ok(())
@@ -369,7 +373,11 @@ impl Ledger {
 
 fn load(path: &Path) -> Result<LedgerData, MarkError> {
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
+        Ok(bytes) => serde_json::from_slice::<LedgerData>(&bytes)
+            .map(|mut data| {
+                data.index = LedgerIndex::build(&data.used);
+                data
+            })
             .map_err(|e| MarkError::Corrupt { path: path.to_path_buf(), why: e.to_string() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LedgerData::default()),
         Err(e) => Err(MarkError::Corrupt { path: path.to_path_buf(), why: e.to_string() }),
