@@ -22,6 +22,7 @@ fn main() {
             uid: Some(format!("uid-{i}")),
             root: None,
             claimed: true,
+            wiped_filesystems: Vec::new(),
         })
         .collect();
     let index = LedgerIndex::build(&entries);

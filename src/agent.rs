@@ -907,6 +907,7 @@ impl Agent {
                 uid: None,
                 root: None,
                 claimed: false,
+                wiped_filesystems: Vec::new(),
             };
             // The mark discovery judged (gone PV, offered only, or a create that never
             // happened) may be replaced; any other found on the disk now stops the create.
@@ -1041,6 +1042,7 @@ impl Agent {
                 uid: Some(pv.uid.clone()),
                 root: None,
                 claimed: used,
+                wiped_filesystems: Vec::new(),
             };
             jobs.push((pv.clone(), target.path, recorded, accept, mark, used));
         }

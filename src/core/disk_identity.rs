@@ -211,8 +211,17 @@ pub fn may_share_disk(recorded: &str, found: &str) -> bool {
     };
     let whole = |d: &str| d.split_once("/part").map_or(d.to_string(), |(w, _)| w.to_string());
     if let (Some(a), Some(b)) = (&r.disk, &f.disk) {
-        // Both name their device: that settles it (clones on two disks are two disks).
-        return a == b || (whole(a) == whole(b) && (!a.contains("/part") || !b.contains("/part")));
+        // Both name their device: that settles it (clones on two disks are two disks). Two
+        // loop devices over overlapping ranges of one backing file are one disk.
+        let loops_overlap = match (loop_range(a), loop_range(b)) {
+            (Some((fa, oa, la)), Some((fb, ob, lb))) => {
+                fa == fb
+                    && oa < lb.map_or(u64::MAX, |l| ob.saturating_add(l))
+                    && ob < la.map_or(u64::MAX, |l| oa.saturating_add(l))
+            }
+            _ => false,
+        };
+        return a == b || (whole(a) == whole(b) && (!a.contains("/part") || !b.contains("/part"))) || loops_overlap;
     }
     let uuids = matches!((&r.uuid, &f.uuid), (Some(a), Some(b)) if a == b);
     let volatile =
@@ -222,6 +231,21 @@ pub fn may_share_disk(recorded: &str, found: &str) -> bool {
     let names = |d: &DiskIdentity| d.disk.is_some() || d.uuid.is_some() || d.volatile.is_some();
     let unnamed_same_number = (!names(&r) || !names(&f)) && r.dev.is_some() && r.dev == f.dev;
     uuids || volatile || unnamed_same_number
+}
+
+/// A loop device's backing file (with its inode) and the byte range it shows (offset, size
+/// limit), read from its stable ID (`loop:<file>@<offset>[+<limit>]#<inode>`, perhaps with a
+/// partition suffix, which is ignored: the range of the loop device itself is returned).
+pub fn loop_range(disk: &str) -> Option<(String, u64, Option<u64>)> {
+    let rest = disk.strip_prefix("loop:")?;
+    let (before, after) = rest.rsplit_once('#')?;
+    let inode: String = after.chars().take_while(char::is_ascii_digit).collect();
+    let (file, range) = before.rsplit_once('@')?;
+    let (offset, limit) = match range.split_once('+') {
+        Some((o, l)) => (o.parse().ok()?, Some(l.parse().ok()?)),
+        None => (range.parse().ok()?, None),
+    };
+    Some((format!("{file}#{inode}"), offset, limit))
 }
 
 /// Whether a recorded identity is in the format of earlier versions (`fs:...`, `blk:...`).
@@ -920,5 +944,18 @@ mod tests {
         }
         let plain = fs(Some(WWID), Some(U1), 2, "8:16").render();
         assert_eq!(plain, format!("v2;fs;disk={WWID};uuid={U1};ino=2;dev=8:16"));
+    }
+
+    #[test]
+    fn loop_devices_over_overlapping_ranges_of_one_file_share_a_disk() {
+        let blk = |disk: &str| format!("v2;blk;disk={disk};size=1;dev=7:0");
+        let whole = blk("loop:/i.img@0#5");
+        assert!(may_share_disk(&whole, &blk("loop:/i.img@1048576#5")), "a partition-like range of the image");
+        assert!(may_share_disk(&blk("loop:/i.img@0+1048576#5"), &blk("loop:/i.img@4096+4096#5")));
+        assert!(!may_share_disk(&blk("loop:/i.img@0+1048576#5"), &blk("loop:/i.img@1048576#5")), "disjoint");
+        assert!(!may_share_disk(&whole, &blk("loop:/i.img@0#6")), "another file (inode)");
+        assert!(!may_share_disk(&whole, &blk("loop:/j.img@0#5")));
+        assert_eq!(loop_range("loop:/a@b.img@512+1024#77/part1@2048"), Some(("/a@b.img#77".into(), 512, Some(1024))));
+        assert_eq!(loop_range("wwid:x"), None);
     }
 }

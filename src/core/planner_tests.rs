@@ -775,6 +775,7 @@ fn used_mark(pv: &str, uid: Option<&str>) -> crate::core::used_mark::UsedMark {
         uid: uid.map(str::to_string),
         root: None,
         claimed: true,
+        wiped_filesystems: Vec::new(),
     }
 }
 

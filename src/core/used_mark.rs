@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::disk_identity::{DiskIdentity, Kind, may_share_disk};
+use super::disk_identity::{DiskIdentity, Kind, loop_range, may_share_disk};
 
 /// The extended attribute that carries the mark on a filesystem volume's root directory.
 pub const XATTR_NAME: &str = "trusted.local-static-provisioner.used";
@@ -51,6 +51,11 @@ pub struct UsedMark {
     /// withdrew (deleted while unclaimed, under a precondition), held no tenant's data.
     #[serde(default)]
     pub claimed: bool,
+    /// For a block mark: filesystems made on the device since (by their UUID) whose whole
+    /// contents a wipe removed. Their view of the device is clean; the raw device is not (a
+    /// filesystem wipe leaves the blocks below it), so the mark stays for the device itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wiped_filesystems: Vec<String>,
 }
 
 impl UsedMark {
@@ -174,13 +179,47 @@ pub fn relate(recorded: &UsedMark, identity: &str, root: Option<&str>) -> Relati
             _ => doubt(),
         };
     }
-    // A block device on either side: the whole device is in play.
-    if same_device {
+    // A block device on either side: the whole device is in play, except a filesystem on a
+    // used raw device whose contents were wiped since.
+    let wiped_fs = r.kind == Kind::Block
+        && f.kind == Kind::Filesystem
+        && root.is_none_or(|r| r == "/")
+        && filesystem_key(&f).is_some_and(|k| recorded.wiped_filesystems.contains(&k));
+    if same_device && wiped_fs {
+        Relation::Unrelated
+    } else if same_device {
         Relation::Holds
     } else if may_share_disk(&recorded.identity, identity) {
         doubt()
     } else {
         Relation::Unrelated
+    }
+}
+
+/// What names a filesystem on a device for [`UsedMark::wiped_filesystems`]: its UUID.
+fn filesystem_key(d: &DiskIdentity) -> Option<String> {
+    d.uuid.as_ref().map(|u| format!("uuid:{u}"))
+}
+
+/// The block marks a completed filesystem wipe of the volume found as `identity` (at `root`)
+/// makes clean for that filesystem: the device's raw marks get the filesystem added to
+/// their `wiped_filesystems` (the device itself stays marked). Returns whether `recorded`
+/// changed. Only a wipe of the filesystem's root counts.
+pub fn note_filesystem_wiped(recorded: &mut UsedMark, identity: &str, root: Option<&str>) -> bool {
+    let (Some(r), Some(f)) = (DiskIdentity::parse(&recorded.identity), DiskIdentity::parse(identity)) else {
+        return false;
+    };
+    let applies = r.kind == Kind::Block
+        && f.kind == Kind::Filesystem
+        && r.disk.is_some()
+        && r.disk == f.disk
+        && root.is_none_or(|r| r == "/");
+    match filesystem_key(&f) {
+        Some(key) if applies && !recorded.wiped_filesystems.contains(&key) => {
+            recorded.wiped_filesystems.push(key);
+            true
+        }
+        _ => false,
     }
 }
 
@@ -219,6 +258,9 @@ pub fn relation_keys(identity: &str) -> Vec<String> {
     let mut keys = Vec::new();
     if let Some(disk) = &d.disk {
         keys.push(format!("disk:{}", disk.split_once("/part").map_or(disk.as_str(), |(whole, _)| whole)));
+        if let Some((file, _, _)) = loop_range(disk) {
+            keys.push(format!("loopfile:{file}"));
+        }
     }
     keys.extend(d.uuid.iter().map(|u| format!("uuid:{u}")));
     keys.extend(d.fsid.iter().map(|f| format!("fsid:{f}")));
@@ -323,6 +365,7 @@ mod tests {
             uid: Some("uid-1".into()),
             root: None,
             claimed: true,
+            wiped_filesystems: Vec::new(),
         }
     }
 
@@ -489,5 +532,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A used raw device formatted afterwards: its filesystem is wiped once, then published;
+    /// the device itself stays marked.
+    #[test]
+    fn a_filesystem_made_on_a_used_raw_device_is_clean_once_wiped() {
+        let mut raw = UsedMark { identity: RAW.into(), ..mark() };
+        assert_eq!(relate(&raw, EXT4, Some("/")), Relation::Holds);
+        assert!(!note_filesystem_wiped(&mut raw, EXT4, Some("/vols")), "a subdirectory's wipe is not the filesystem's");
+        assert!(note_filesystem_wiped(&mut raw, EXT4, Some("/")));
+        assert!(!note_filesystem_wiped(&mut raw, EXT4, Some("/")), "once");
+        assert_eq!(relate(&raw, EXT4, Some("/")), Relation::Unrelated);
+        assert_eq!(relate(&raw, REFORMATTED, Some("/")), Relation::Holds, "another filesystem made since");
+        assert_eq!(relate(&raw, RAW, None), Relation::Holds, "the raw device still holds the old blocks");
+        assert!(!note_filesystem_wiped(&mut raw, OTHER, Some("/")));
     }
 }

@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::disk_identity::{Found, Verdict, judge};
 use crate::core::used_mark::{
-    LedgerIndex, Relation, UsedMark, UsedRead, XATTR_NAME, ledger_lookup_indexed, offered_or_marked, relate, wiped_by,
+    LedgerIndex, Relation, UsedMark, UsedRead, XATTR_NAME, ledger_lookup_indexed, note_filesystem_wiped,
+    offered_or_marked, relate, wiped_by,
 };
 
 /// File name of the ledger inside the state directory.
@@ -347,6 +348,9 @@ impl Ledger {
                 data.used.iter().filter(|e| wiped_by(e, identity, root)).filter_map(|e| e.uid.clone()).collect();
             data.used.retain(|e| !wiped_by(e, identity, root));
             data.withdrawn.retain(|uid| !gone.contains(uid));
+            for e in data.used.iter_mut() {
+                note_filesystem_wiped(e, identity, root);
+            }
         })
     }
 
@@ -414,6 +418,7 @@ mod tests {
             uid: Some(uid.into()),
             root: None,
             claimed: false,
+            wiped_filesystems: Vec::new(),
         }
     }
 
