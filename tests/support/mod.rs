@@ -3,6 +3,8 @@
 //! its own process under the ServiceAccount and RBAC from deploy/.
 #![allow(dead_code)]
 
+pub mod used_lab;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
