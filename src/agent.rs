@@ -213,11 +213,6 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// Whether a claim uses or used the PV (its disk may hold a tenant's data).
-fn is_used(pv: &PvState) -> bool {
-    pv.claimed || !matches!(pv.phase.as_str(), "Available" | "Pending" | "")
-}
-
 /// Polls a watch stream in the background (it must be polled to keep its store fresh) and
 /// wakes the loop waiting on `changed` for every change; errors are retried by the watcher.
 pub(crate) fn forward_events(
@@ -1008,7 +1003,7 @@ impl Agent {
             .iter()
             .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !busy.contains(&pv.uid))
             .filter(|pv| match self.marked.get(&pv.uid) {
-                Some(claimed) => !claimed && is_used(pv),
+                Some(claimed) => !claimed && pv.used_by_a_claim(),
                 None => true,
             })
             .cloned()
@@ -1024,7 +1019,7 @@ impl Agent {
         let mut jobs = Vec::new();
         for pv in &candidates {
             let Ok(target) = target_for(pv, self.config.storage_class_map.get(&pv.class)) else { continue };
-            let used = is_used(pv);
+            let used = pv.used_by_a_claim();
             // A used PV's disk is marked even when its identity proves nothing (an old-format or
             // missing record): kubelet mounts whatever is at the path, so that holds the data.
             let (recorded, accept) = match (&pv.identity, used) {

@@ -54,6 +54,12 @@ pub struct PvState {
 }
 
 impl PvState {
+    /// Whether a claim uses or used the PV, so its disk may hold a tenant's data: a claimRef,
+    /// or any phase past Available/Pending.
+    pub fn used_by_a_claim(&self) -> bool {
+        self.claimed || !matches!(self.phase.as_str(), "Available" | "Pending" | "")
+    }
+
     /// Extracts the fields the planner looks at.
     pub fn from_pv(pv: &PersistentVolume) -> Self {
         let meta = &pv.metadata;

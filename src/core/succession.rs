@@ -76,7 +76,7 @@ pub enum SuccessionAction {
 /// Plans succession for one predecessor PV, given what is at its path. `check` must have held
 /// for the settle window, so a disk still being mounted at boot does not count as missing.
 pub fn plan_succession(pv: &PvState, check: DiskCheck) -> Option<SuccessionAction> {
-    let unbound = matches!(pv.phase.as_str(), "Available" | "Pending" | "") && !pv.claimed;
+    let unbound = !pv.used_by_a_claim();
     match check {
         // A PV being deleted is re-adopted too: our cleanup then wipes the disk before the
         // PV goes, as for any other of our PVs.
