@@ -74,9 +74,8 @@ fn abandon(h: &Harness, entry: &Path, pv: &str, claim: &str) {
 #[test]
 fn a_used_ext4_back_read_only_at_a_new_entry_is_never_offered_with_the_data() {
     let Some(h) = Harness::new("ro-back") else { return };
-    let disks = h.lab.dir("disks");
     let class = "ua-ro-back";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let agent = h.agent(&config, &[]);
     let entry = disks.join("e");
     let (pv, _, dev) = used_ext4(&h, class, &entry, "ua-ro-back", 64);
@@ -217,9 +216,8 @@ fn a_used_block_device_partitioned_afterwards_never_offers_its_partition_unwiped
 #[test]
 fn a_used_ext4_reformatted_as_xfs_is_wiped_first_or_held() {
     let Some(h) = Harness::new("reformat") else { return };
-    let disks = h.lab.dir("disks");
     let class = "ua-reformat";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let agent = h.agent(&config, &[]);
     let entry = disks.join("e");
     // XFS needs 300 MiB; the image is sparse.
@@ -248,9 +246,8 @@ fn a_used_ext4_reformatted_as_xfs_is_wiped_first_or_held() {
 #[test]
 fn a_tenant_without_cap_sys_admin_cannot_touch_the_used_mark() {
     let Some(h) = Harness::new("tenant-xattr") else { return };
-    let disks = h.lab.dir("disks");
     let class = "ua-tenant-xattr";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let agent = h.agent(&config, &[]);
     let entry = disks.join("e");
     let (pv, uid, dev) = used_ext4(&h, class, &entry, "ua-tenant-xattr", 64);
@@ -301,9 +298,8 @@ fn a_tenant_without_cap_sys_admin_cannot_touch_the_used_mark() {
 #[test]
 fn an_agent_killed_after_a_create_and_during_a_wipe_first_never_offers_the_data() {
     let Some(h) = Harness::new("kill") else { return };
-    let disks = h.lab.dir("disks");
     let class = "ua-kill";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let entry = disks.join("e");
     h.lab.ext4_sized("e", &entry, 256);
     let agent = h.agent(&config, &[]);
@@ -349,9 +345,8 @@ fn an_agent_killed_after_a_create_and_during_a_wipe_first_never_offers_the_data(
 #[test]
 fn a_cp_a_copy_of_a_used_volume_is_never_offered_and_a_fresh_disk_is_not_wiped() {
     let Some(h) = Harness::new("cp-a") else { return };
-    let disks = h.lab.dir("disks");
     let class = "ua-cp-a";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let agent = h.agent(&config, &[]);
     let orig = disks.join("orig");
     let (pv, uid, _) = used_ext4(&h, class, &orig, "ua-cp-a", 64);

@@ -42,9 +42,8 @@ const SUCCESSION: &[&str] = &["--succession-settle", "1s"];
 #[test]
 fn a_bound_volume_moved_on_a_live_node_is_flagged_where_it_went_and_never_published_there() {
     let Some(h) = Harness::new("moved-live") else { return };
-    let disks = h.lab.dir("disks");
     let class = "um-moved-live";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let (v2, v2new) = (disks.join("v2"), disks.join("v2new"));
     h.lab.tmpfs(&v2, 8);
     let agent = h.agent(&config, &[]);
@@ -86,9 +85,8 @@ fn a_bound_volume_moved_on_a_live_node_is_flagged_where_it_went_and_never_publis
 #[test]
 fn a_bound_volume_moved_on_a_recreated_node_is_moved_not_stale_and_node_cleanup_keeps_its_claim() {
     let Some(h) = Harness::new("moved-reborn") else { return };
-    let disks = h.lab.dir("disks");
     let class = "um-moved-reborn";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     // kept: bound, moved to kept-new; lost: bound, unmounted (shows node-cleanup does act).
     let (kept, kept_new, lost) = (disks.join("kept"), disks.join("kept-new"), disks.join("lost"));
     h.lab.tmpfs(&kept, 8);
@@ -144,10 +142,9 @@ fn a_bound_volume_moved_on_a_recreated_node_is_moved_not_stale_and_node_cleanup_
 #[test]
 fn two_bound_disks_swapped_on_a_recreated_node_are_kept_and_readopted_when_swapped_back() {
     let Some(h) = Harness::new("swapped") else { return };
-    let disks = h.lab.dir("disks");
     let park = h.lab.dir("park");
     let class = "um-swapped";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let (a, b, lost) = (disks.join("a"), disks.join("b"), disks.join("lost"));
     for v in [&a, &b, &lost] {
         h.lab.tmpfs(v, 8);
@@ -245,9 +242,8 @@ fn two_bound_disks_swapped_on_a_recreated_node_are_kept_and_readopted_when_swapp
 /// it publishes it, and the mark on the disk then names the new PV.
 fn used_disk_comes_back(name: &str, back_entry: &str) -> Option<String> {
     let h = Harness::new(name)?;
-    let disks = h.lab.dir("disks");
     let class = format!("um-{name}");
-    let config = h.config("config", &[(&class, &disks, "")]);
+    let (disks, config) = h.fs_class(&class);
     let entry = disks.join("e");
     let (dev, _) = h.lab.ext4("e", &entry);
     let agent = h.agent(&config, &[]);
@@ -375,9 +371,8 @@ fn a_used_block_device_relinked_after_its_pv_was_force_deleted_is_wiped_first() 
 #[test]
 fn a_clone_of_a_bound_disk_is_never_offered_with_the_tenants_data() {
     let Some(h) = Harness::new("clone") else { return };
-    let disks = h.lab.dir("disks");
     let class = "um-clone";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let orig = disks.join("orig");
     let (_, img) = h.lab.ext4("orig", &orig);
     let agent = h.agent(&config, &[]);
@@ -469,9 +464,8 @@ fn a_corrupt_ledger_holds_block_volumes_back_and_is_left_as_it_is() {
 fn upstream_pvs_get_the_used_mark_once_claimed() {
     let Some(h) = Harness::new("upstream") else { return };
     let node_uid = h.cp.get_json(&["node", &h.node]).unwrap()["metadata"]["uid"].as_str().unwrap().to_string();
-    let disks = h.lab.dir("disks");
     let class = "um-upstream";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let (u1, u2) = (disks.join("u1"), disks.join("u2"));
     h.lab.tmpfs(&u1, 8);
     h.lab.tmpfs(&u2, 8);
@@ -556,10 +550,9 @@ fn a_bound_disk_moved_to_another_node_is_held_then_wiped_once_its_pv_is_gone() {
 #[test]
 fn a_released_pv_whose_path_holds_another_tenants_disk_is_wiped_only_once_its_own_is_back() {
     let Some(h) = Harness::new("swap-release") else { return };
-    let disks = h.lab.dir("disks");
     let park = h.lab.dir("park");
     let class = "um-swap-release";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let (a, b) = (disks.join("a"), disks.join("b"));
     h.lab.tmpfs(&a, 8);
     h.lab.tmpfs(&b, 8);
@@ -638,9 +631,8 @@ fn a_released_pv_whose_path_holds_another_tenants_disk_is_wiped_only_once_its_ow
 #[test]
 fn siblings_on_a_shared_disk_stay_apart_and_a_subdirectory_of_a_used_volume_is_not_offered() {
     let Some(h) = Harness::new("siblings") else { return };
-    let disks = h.lab.dir("disks");
     let class = "um-siblings";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let shared = h.lab.path("shared");
     h.lab.ext4("shared", &shared);
     for dir in ["a", "b"] {
@@ -692,9 +684,8 @@ fn siblings_on_a_shared_disk_stay_apart_and_a_subdirectory_of_a_used_volume_is_n
 #[test]
 fn an_unclaimed_volume_withdrawn_and_back_is_published_as_it_was() {
     let Some(h) = Harness::new("withdrawn") else { return };
-    let disks = h.lab.dir("disks");
     let class = "um-withdrawn";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let entry = disks.join("w");
     let (dev, _) = h.lab.ext4("w", &entry);
     std::fs::write(entry.join("seed"), b"admin data").unwrap();
@@ -723,9 +714,8 @@ fn a_used_disk_without_a_stable_id_is_wiped_first_without_waiting_for_a_confirma
         eprintln!("NOTE: no zram in this kernel; skipping");
         return;
     };
-    let disks = h.lab.dir("disks");
     let class = "um-noid";
-    let config = h.config("config", &[(class, &disks, "")]);
+    let (disks, config) = h.fs_class(class);
     let entry = disks.join("z");
     run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&zram.device));
     h.lab.mount_dev(&zram.device, &entry);

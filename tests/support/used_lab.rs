@@ -148,6 +148,13 @@ impl Harness {
         config
     }
 
+    /// One Filesystem class `class` over the lab's `disks/` directory: (disks, config dir).
+    pub fn fs_class(&self, class: &str) -> (PathBuf, PathBuf) {
+        let disks = self.lab.dir("disks");
+        let config = self.config("config", &[(class, &disks, "")]);
+        (disks, config)
+    }
+
     /// The agent of this test's Node with a 1 s resync; its ledger is kept in the lab across
     /// restarts (`state-<node>` next to the logs).
     pub fn agent(&self, config: &Path, extra: &[&str]) -> AgentProcess {
