@@ -930,18 +930,7 @@ impl Agent {
                 })
                 .collect();
             // One durable ledger write for the whole batch, before any of these PVs exists.
-            let entries: Vec<UsedMark> = marked
-                .iter()
-                .filter_map(|(_, _, o)| if let Ok(MarkOutcome::Written(m)) = o { Some(m.clone()) } else { None })
-                .collect();
-            if let Err(e) = ledger.record(&entries) {
-                let e = e.to_string();
-                for (_, _, outcome) in marked.iter_mut() {
-                    if matches!(outcome, Ok(MarkOutcome::Written(_))) {
-                        *outcome = Err(e.clone());
-                    }
-                }
-            }
+            ledger.record_outcomes(marked.iter_mut().map(|(_, _, outcome)| outcome));
             Ok::<_, String>(marked)
         })
         .await;
@@ -1078,18 +1067,7 @@ impl Agent {
                     (pv, outcome.map_err(|e| e.to_string()))
                 })
                 .collect();
-            let entries: Vec<UsedMark> = done
-                .iter()
-                .filter_map(|(_, o)| if let Ok(MarkOutcome::Written(m)) = o { Some(m.clone()) } else { None })
-                .collect();
-            if let Err(e) = ledger.record(&entries) {
-                let e = e.to_string();
-                for (_, outcome) in done.iter_mut() {
-                    if matches!(outcome, Ok(MarkOutcome::Written(_))) {
-                        *outcome = Err(e.clone());
-                    }
-                }
-            }
+            ledger.record_outcomes(done.iter_mut().map(|(_, outcome)| outcome));
             done
         })
         .await

@@ -325,6 +325,23 @@ impl Ledger {
         })
     }
 
+    /// Records, in one durable write, the marks that [`mark_volume`] wrote to the disks of a
+    /// batch; when the ledger cannot be written, each of those outcomes becomes that error (the
+    /// mark is not complete without its ledger entry).
+    pub fn record_outcomes<'a>(&self, outcomes: impl Iterator<Item = &'a mut Result<MarkOutcome, String>>) {
+        let mut written: Vec<&'a mut Result<MarkOutcome, String>> =
+            outcomes.filter(|o| matches!(o, Ok(MarkOutcome::Written(_)))).collect();
+        let marks: Vec<UsedMark> = written
+            .iter()
+            .filter_map(|o| if let Ok(MarkOutcome::Written(m)) = &**o { Some(m.clone()) } else { None })
+            .collect();
+        if let Err(e) = self.record(&marks) {
+            for outcome in written.iter_mut() {
+                **outcome = Err(e.to_string());
+            }
+        }
+    }
+
     /// Records that this agent withdrew these PVs while no claim was on them (a precondition
     /// proved it): their disks' marks count as offered, not used.
     pub fn record_withdrawn(&self, uids: &[String]) -> Result<(), MarkError> {
@@ -433,6 +450,9 @@ mod tests {
         let tmpfs = UsedMark { root: Some("/".into()), ..mark(TMPFS, "u3") };
         ledger.record(&[mark(BLK, "u1"), mark(OTHER, "u2"), tmpfs]).unwrap();
         ledger.record_withdrawn(&["u2".into()]).unwrap();
+        let mut outcomes = [Ok(MarkOutcome::Written(UsedMark { claimed: true, ..mark(BLK, "u1") }))];
+        ledger.record_outcomes(outcomes.iter_mut());
+        assert!(matches!(outcomes[0], Ok(MarkOutcome::Written(_))));
         // One agent per state directory; a read-only view (the dry run) next to it is fine.
         assert!(Ledger::open(dir.path()).is_err());
         // Offered, withdrawn unclaimed, then published again and used: the offered-only entry
@@ -470,6 +490,10 @@ mod tests {
         assert!(matches!(corrupt.lookup(OTHER, None), UsedRead::Unknown(_)));
         assert!(matches!(corrupt.lookup(TMPFS, Some("/")), UsedRead::Unknown(_)));
         assert!(corrupt.record(&[mark(BLK, "u1")]).is_err());
+        // A batch whose ledger entries cannot be written is not marked.
+        let mut outcomes = [Ok(MarkOutcome::Written(mark(BLK, "u1"))), Ok(MarkOutcome::Kept(None))];
+        corrupt.record_outcomes(outcomes.iter_mut());
+        assert!(outcomes[0].is_err() && outcomes[1] == Ok(MarkOutcome::Kept(None)), "{outcomes:?}");
         assert_eq!(std::fs::read(dir.path().join(LEDGER_FILE)).unwrap(), b"{not json", "never reset");
         corrupt.reload_if_unreadable();
         assert!(matches!(corrupt.lookup(OTHER, None), UsedRead::Unknown(_)), "still corrupt");
