@@ -41,6 +41,7 @@ use crate::host::mountinfo::MountTable;
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::host::watch::{DirWatcher, watch_mounts};
 use crate::metrics::Metrics;
+use crate::runtime::{Shutdown, forward_events, jittered, sleep_until_opt};
 
 /// Settings of `run`.
 #[derive(Debug, Clone)]
@@ -89,6 +90,7 @@ pub enum AgentError {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
+    let mut shutdown = Shutdown::install();
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
     // An invalid config at start-up does not stop the agent: it publishes nothing, says so in
@@ -111,7 +113,13 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
 
     let cluster = Cluster::connect(&opts.client, &opts.node_name).await?.with_metrics(metrics.clone());
-    let node = wait_for_node(&cluster, &opts.node_name).await?;
+    let node = tokio::select! {
+        node = wait_for_node(&cluster, &opts.node_name, &readiness) => node,
+        _ = shutdown.signalled() => {
+            info!("stopped before the Node could be read");
+            return Ok(());
+        }
+    };
     let node_info = node_info(&node)?;
     let use_node_name_only = config.as_ref().is_some_and(|c| c.use_node_name_only);
     let identity = identity_for(&node_info, use_node_name_only);
@@ -176,13 +184,13 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         reported: BTreeSet::new(),
         unpublished: Occurrences::default(),
     };
-    let mut shutdown = std::pin::pin!(shutdown_signal());
+
     let mut resync_at = tokio::time::Instant::now();
     loop {
         let wake = [agent.cleaner.next_retry(), agent.next_settle].into_iter().flatten().min();
         let wake = wake.map(tokio::time::Instant::from_std);
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = shutdown.signalled() => break,
             _ = tokio::time::sleep_until(resync_at) => {
                 let period = opts.discovery_period.unwrap_or(agent.config.min_resync_period);
                 resync_at = tokio::time::Instant::now() + jittered(period, opts.discovery_period.is_none());
@@ -213,53 +221,12 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// Polls a watch stream in the background (it must be polled to keep its store fresh) and
-/// wakes the loop waiting on `changed` for every change; errors are retried by the watcher.
-pub(crate) fn forward_events(
-    what: &'static str,
-    events: impl futures::Stream<Item = Result<(), kube::runtime::watcher::Error>> + Send + 'static,
-    changed: Arc<Notify>,
-) {
-    tokio::spawn(async move {
-        let mut events = std::pin::pin!(events);
-        while let Some(ev) = events.next().await {
-            match ev {
-                Ok(()) => {
-                    // Counted by bench/scale-foreign.sh: one line per event received.
-                    trace!("{what} watch event");
-                    changed.notify_one()
-                }
-                Err(e) => warn!(watch = what, error = %e, "watch error; retrying with backoff"),
-            }
-        }
-    });
-}
-
-/// Upstream's resync spread: a random time in [period, 2*period) so nodes do not resync in
-/// step; exactly `period` when the operator set it explicitly.
-fn jittered(period: Duration, jitter: bool) -> Duration {
-    if !jitter {
-        return period;
-    }
-    use std::hash::{BuildHasher, Hasher};
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
-    period + period.mul_f64((random % 10_000) as f64 / 10_000.0)
-}
-
 fn identity_for(node: &NodeInfo, use_node_name_only: bool) -> Identity {
     Identity {
         node: node.name.clone(),
         provisioner: provisioner_name(&node.name, &node.uid, use_node_name_only),
         node_label: node_label_value(&node.name),
         use_node_name_only,
-    }
-}
-
-/// Sleeps until `at`, or for ever when there is no deadline (a `select!` arm that never fires).
-pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -1490,19 +1457,26 @@ impl Agent {
     }
 }
 
-/// Waits for this node's Node object; at boot the agent can start before kubelet registers.
-async fn wait_for_node(cluster: &Cluster, name: &str) -> Result<Node, AgentError> {
-    let mut delay = Duration::from_millis(500);
+/// Waits for this node's Node object: at boot the agent can start before kubelet registers, and
+/// the API server can be down or refuse us for a while. Every failure is retried with a growing
+/// delay and said (once per distinct cause) in the log and in `/readyz`, so "forbidden" points
+/// at missing RBAC; only a Node that exists but is unusable stops the agent.
+async fn wait_for_node(cluster: &Cluster, name: &str, readiness: &Readiness) -> Node {
+    let mut backoff = crate::core::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    let mut last = String::new();
     loop {
-        match cluster.node(name).await {
-            Ok(node) => return Ok(node),
-            Err(e) if e.is_not_found() => {
-                warn!(node = name, "Node object not found yet; waiting for it to register");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
-            Err(e) => return Err(e.into()),
+        let why = match cluster.node(name).await {
+            Ok(node) => return node,
+            Err(e) if e.is_not_found() => "Node object not found yet; waiting for it to register".to_string(),
+            Err(e) if e.is_refusal() => format!("forbidden to read the Node (check the RBAC from deploy/): {e}"),
+            Err(e) => format!("cannot read the Node (API server unreachable?): {e}"),
+        };
+        if why != last {
+            warn!(node = name, "{why}; retrying");
+            readiness.set(Some(format!("starting: {why}")));
+            last = why;
         }
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 
@@ -1520,21 +1494,4 @@ fn node_info(node: &Node) -> Result<NodeInfo, AgentError> {
         });
     }
     Ok(NodeInfo { name, uid, labels })
-}
-
-/// Resolves on SIGTERM or SIGINT (never, when signal handlers cannot be installed).
-pub(crate) async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            // Without signal handlers the agent still runs; it just cannot stop gracefully.
-            std::future::pending::<()>().await;
-        }
-    }
 }

@@ -19,3 +19,4 @@ pub mod host;
 pub mod leader;
 pub mod metrics;
 pub mod node_cleanup;
+pub mod runtime;

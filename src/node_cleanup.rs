@@ -83,7 +83,7 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
 
     let changed = Arc::new(Notify::new());
     let (pv_store, pv_events) = cluster.watch_pvs(None);
-    crate::agent::forward_events("persistentvolumes", pv_events, changed.clone());
+    crate::runtime::forward_events("persistentvolumes", pv_events, changed.clone());
     pv_store.wait_until_ready().await.map_err(|e| NodeCleanupError::Watch(e.to_string()))?;
     readiness.set(None);
     // Candidates only once they can see PVs: a replica whose watch cannot sync never holds the
@@ -121,19 +121,19 @@ pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
         claims_deleted: BTreeSet::new(),
         node_checks: BTreeMap::new(),
     };
-    let mut shutdown = std::pin::pin!(crate::agent::shutdown_signal());
+    let mut shutdown = crate::runtime::Shutdown::install();
     let mut next_due: Option<Instant> = None;
     loop {
         worker.pass(&mut next_due).await;
         let wake = next_due.map(tokio::time::Instant::from_std);
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = shutdown.signalled() => break,
             _ = tokio::time::sleep(opts.resync) => debug!("periodic pass"),
             _ = changed.notified() => {
                 // Let a burst of PV events settle into one pass.
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            _ = crate::agent::sleep_until_opt(wake) => debug!("pass for a grace deadline"),
+            _ = crate::runtime::sleep_until_opt(wake) => debug!("pass for a grace deadline"),
         }
     }
     info!("shutting down");

@@ -1,0 +1,91 @@
+//! Runtime helpers shared by the agent and node-cleanup loops: watch-event forwarding, optional
+//! deadlines in `select!`, shutdown signals and resync jitter. Kept apart so neither loop
+//! imports the other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::Notify;
+use tracing::{trace, warn};
+
+/// Polls a watch stream in the background (it must be polled to keep its store fresh) and
+/// wakes the loop waiting on `changed` for every change; errors are retried by the watcher.
+pub fn forward_events(
+    what: &'static str,
+    events: impl futures::Stream<Item = Result<(), kube::runtime::watcher::Error>> + Send + 'static,
+    changed: Arc<Notify>,
+) {
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(()) => {
+                    // Counted by bench/scale-foreign.sh: one line per event received.
+                    trace!("{what} watch event");
+                    changed.notify_one()
+                }
+                Err(e) => warn!(watch = what, error = %e, "watch error; retrying with backoff"),
+            }
+        }
+    });
+}
+
+/// Sleeps until `at`, or for ever when there is no deadline (a `select!` arm that never fires).
+pub async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGTERM and SIGINT, registered when this is made: a signal that arrives while the process is
+/// still starting (waiting for its Node, say) is not lost and stops it at once.
+pub struct Shutdown {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Shutdown {
+    /// Registers the handlers now. Without them the process still runs; it just cannot stop
+    /// gracefully, which is logged.
+    pub fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate()).inspect_err(|e| warn!(error = %e, "no SIGTERM handler")).ok();
+        let int = signal(SignalKind::interrupt()).inspect_err(|e| warn!(error = %e, "no SIGINT handler")).ok();
+        Shutdown { term, int }
+    }
+
+    /// Resolves on the next SIGTERM or SIGINT.
+    pub async fn signalled(&mut self) {
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = recv(&mut self.term) => {}
+            _ = recv(&mut self.int) => {}
+        }
+    }
+}
+
+/// Upstream's resync spread: a random time in [period, 2*period) so nodes do not resync in
+/// step; exactly `period` when the operator set it explicitly.
+pub fn jittered(period: Duration, jitter: bool) -> Duration {
+    if !jitter {
+        return period;
+    }
+    period + period.mul_f64(random_fraction())
+}
+
+/// A random number in [0, 1) for jitter, from the standard library's per-process random keys:
+/// no RNG crate for something that needs no quality beyond "not in step with other nodes".
+pub fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    (random % 1_000_000) as f64 / 1_000_000.0
+}
