@@ -4,8 +4,9 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::api::AnnotationPatch;
 use crate::api::{ClientOptions, Cluster};
-use crate::core::naming::{ANN_CLEANUP, ANN_CLEANUP_RESULT, CLEANUP_REQUESTED};
+use crate::core::naming::{ANN_CLEANUP, ANN_CLEANUP_REQUESTED_AT, ANN_CLEANUP_RESULT, CLEANUP_REQUESTED};
 
 /// Sets the cleanup request on each PV; with `wait`, reports each outcome. Exit code 0 only
 /// when every request was accepted (and, with `wait`, completed).
@@ -52,8 +53,13 @@ async fn request(cluster: &Cluster, name: &str) -> Result<String, String> {
         eprintln!("{name}: note: the PV does not carry our finalizer yet; the agent adopts it first");
     }
     // A new request clears the answer to the previous one.
-    let annotations = serde_json::json!({ ANN_CLEANUP: CLEANUP_REQUESTED, ANN_CLEANUP_RESULT: null });
-    cluster.patch_pv_metadata(name, None, serde_json::json!({}), annotations, None).await.map_err(|e| e.to_string())?;
+    // A new timestamp each time: a request after a failed or refused wipe retries it at once.
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = AnnotationPatch::new()
+        .set(ANN_CLEANUP, CLEANUP_REQUESTED)
+        .set(ANN_CLEANUP_REQUESTED_AT, now)
+        .remove(ANN_CLEANUP_RESULT);
+    cluster.patch_annotations(name, None, &patch).await.map_err(|e| e.to_string())?;
     Ok(uid)
 }
 

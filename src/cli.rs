@@ -12,7 +12,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::agent::{AgentOptions, run};
 use crate::api::ClientOptions;
-use crate::cleaner::CleanerOptions;
+use crate::wiper::CleanerOptions;
 use crate::config::{ConfigError, DEFAULT_CONFIG_DIR, LoadedConfig, load_dir};
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;

@@ -3,13 +3,13 @@
 //!
 //! Layout: `config` (the ConfigMap), `core` (pure naming, PV construction, planner),
 //! `host` (mount table and devices), `discovery` (host scan), `api` (Kubernetes access),
-//! `agent` (the reconcile loop), `cleaner` (wipes), `node_cleanup` and `leader` (the cluster-wide
+//! `agent` (the reconcile loop), `wiper` (wipes), `node_cleanup` and `leader` (the cluster-wide
 //! Deployment for deleted Nodes), `metrics` and `admin` (HTTP), `cli` (commands).
 
 pub mod admin;
 pub mod agent;
 pub mod api;
-pub mod cleaner;
+pub mod wiper;
 pub mod cleanup_cli;
 pub mod cli;
 pub mod config;

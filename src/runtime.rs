@@ -31,6 +31,36 @@ pub fn forward_events(
     });
 }
 
+/// When the latest change event was relayed to the loop: a new volume's settle window starts
+/// there (see core::settle), not at the debounced pass that found it.
+#[derive(Debug, Default)]
+pub struct EventClock {
+    latest: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl EventClock {
+    /// Relays every notification of `raw` to `out`, noting when it was received. A
+    /// notification is noted no earlier than it happened, so a window started there is never
+    /// longer than the change has lasted.
+    pub fn relay(self: &Arc<Self>, raw: Arc<Notify>, out: Arc<Notify>) {
+        let clock = self.clone();
+        tokio::spawn(async move {
+            loop {
+                raw.notified().await;
+                if let Ok(mut latest) = clock.latest.lock() {
+                    *latest = Some(std::time::Instant::now());
+                }
+                out.notify_one();
+            }
+        });
+    }
+
+    /// The latest event relayed, if any.
+    pub fn latest(&self) -> Option<std::time::Instant> {
+        self.latest.lock().ok().and_then(|l| *l)
+    }
+}
+
 /// Sleeps until `at`, or for ever when there is no deadline (a `select!` arm that never fires).
 pub async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {

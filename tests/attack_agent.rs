@@ -243,7 +243,7 @@ impl Harness {
     }
 
     fn agent_at(&self, log: &Path, extra: &[&str]) -> AgentProcess {
-        let mut flags = vec!["--discovery-period", "1s"];
+        let mut flags = Vec::new();
         if !extra.contains(&"--settle") {
             flags.extend_from_slice(&["--settle", "1s"]);
         }

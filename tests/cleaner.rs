@@ -490,7 +490,7 @@ fn cloned_disks_swapped_in_while_released_are_refused_until_confirmed() {
     // volumes first, so each wipe meets the identity check.
     let log2 = tmp.path().join("agent-2.log");
     let agent =
-        AgentProcess::start_with(&config, node, &kubeconfig, &log2, &["--discovery-period", "1s", "--settle", "1h"]);
+        AgentProcess::start_with(&config, node, &kubeconfig, &log2, &["--settle", "1h"]);
     let (pv_cloned, uid_cloned, _) = pvs[&cloned].clone();
     wait_until("the clone on another device refused", WAIT, || {
         cp.has_event(&pv_cloned, "VolumeFailedDelete", "identity mismatch").then_some(())

@@ -19,7 +19,7 @@ use support::{AgentProcess, ControlPlane, mount_tmpfs, require_root, wait_until,
 const WAIT: Duration = Duration::from_secs(90);
 const NS: &str = "local-static-provisioner";
 /// A 1 s resync, and succession decisions after 1 s instead of a minute.
-const FAST: &[&str] = &["--discovery-period", "1s", "--succession-settle", "1s"];
+const FAST: &[&str] = &["--succession-settle", "1s"];
 /// Our wipe finalizer.
 const FINALIZER: &str = "local-static-provisioner.io/wipe";
 

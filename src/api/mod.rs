@@ -8,6 +8,9 @@
 //! Lease's own requests are never fenced.
 
 pub mod lease;
+mod patch;
+
+pub use patch::{AnnotationPatch, TakeOver};
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -162,12 +165,18 @@ impl Cluster {
         config.headers.push((hyper::header::USER_AGENT, agent));
         let client = Client::try_from(config)
             .map_err(|e| ApiError::Config { source_name: "client".into(), message: e.to_string() })?;
+        Ok(Self::from_client(client, opts, instance))
+    }
+
+    /// A connection over a client made elsewhere (the unit tests' mock service), rate-limited
+    /// as `opts` says; `instance` goes into our Events' reporting instance.
+    pub fn from_client(client: Client, opts: &ClientOptions, instance: &str) -> Self {
         let qps = NonZeroU32::new(opts.qps.max(1)).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(opts.burst.max(1)).unwrap_or(NonZeroU32::MIN);
         let limiter = Arc::new(RateLimiter::direct(Quota::per_second(qps).allow_burst(burst)));
         let reporter = Reporter { controller: "local-static-provisioner".into(), instance: Some(instance.into()) };
         let recorder = Recorder::new(client.clone(), reporter);
-        Ok(Cluster { client, limiter, recorder, metrics: None, fence: None })
+        Cluster { client, limiter, recorder, metrics: None, fence: None }
     }
 
     /// Fences every write from now on: after the rate limiter, `holds_for(deadline)` must be

@@ -5,6 +5,7 @@
 
 pub mod duration;
 mod load;
+mod source;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
 use serde::Serialize;
 
 pub use load::{load_dir, parse_entries};
+pub use source::ConfigSource;
 pub use validate::validate;
 
 /// Where the upstream DaemonSet mounts the ConfigMap; keeping it lets operators swap images

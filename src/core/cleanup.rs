@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::naming::{
-    ANN_CLEANUP, ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING,
-    ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, CLEANUP_REQUESTED, FINALIZER_WIPE,
+    ANN_CLEANUP, ANN_CLEANUP_REQUESTED_AT, ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, ANN_VOLUME_IDENTITY,
+    ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, CLEANUP_REQUESTED, FINALIZER_WIPE,
 };
 use super::pv::local_path;
 
@@ -36,6 +36,8 @@ pub struct PvState {
     pub cleanup_requested: bool,
     /// Result recorded for an earlier cleanup request.
     pub cleanup_result: Option<String>,
+    /// When the cleanup was last requested (see naming::ANN_CLEANUP_REQUESTED_AT).
+    pub cleanup_requested_at: Option<String>,
     /// `spec.local.path`.
     pub host_path: String,
     /// `spec.storageClassName`.
@@ -76,6 +78,7 @@ impl PvState {
             claimed: spec.is_some_and(|s| s.claim_ref.is_some()),
             cleanup_requested: ann(ANN_CLEANUP).as_deref() == Some(CLEANUP_REQUESTED),
             cleanup_result: ann(ANN_CLEANUP_RESULT),
+            cleanup_requested_at: ann(ANN_CLEANUP_REQUESTED_AT),
             host_path: local_path(pv).unwrap_or_default().to_string(),
             class: spec.and_then(|s| s.storage_class_name.clone()).unwrap_or_default(),
             identity: ann(ANN_VOLUME_IDENTITY),

@@ -27,6 +27,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         claimed: false,
         cleanup_requested: false,
         cleanup_result: None,
+        cleanup_requested_at: None,
         host_path: format!("/mnt/disks/{name}"),
         class: "local".to_string(),
         identity: Some(format!("id-{name}")),
@@ -714,6 +715,7 @@ fn full_pv_json() -> serde_json::Value {
                 "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-u1",
                 "local-static-provisioner.io/cleanup": "requested",
                 "local-static-provisioner.io/cleanup-result": "refused: earlier",
+                "local-static-provisioner.io/cleanup-requested-at": "2026-11-24T08:00:00Z",
                 "local-static-provisioner.io/volume-identity": "wwn-0x5000c500a1b2c3d4",
                 "local-static-provisioner.io/identity-confirmed": "v2;fs;uuid=u;ino=2;dev=252:1"
             },
@@ -747,6 +749,7 @@ fn from_pv_extracts_every_field() {
             claimed: true,
             cleanup_requested: true,
             cleanup_result: Some("refused: earlier".to_string()),
+            cleanup_requested_at: Some("2026-11-24T08:00:00Z".to_string()),
             host_path: "/mnt/fast-disks/ssd0".to_string(),
             class: "fast-disks".to_string(),
             identity: Some("wwn-0x5000c500a1b2c3d4".to_string()),

@@ -21,6 +21,9 @@ pub const ANN_IDENTITY_CONFIRMED: &str = "local-static-provisioner.io/identity-c
 pub const ANN_CLEANUP: &str = "local-static-provisioner.io/cleanup";
 /// Value of ANN_CLEANUP that asks for a wipe.
 pub const CLEANUP_REQUESTED: &str = "requested";
+/// When the cleanup was last asked for (RFC 3339), set by `cleanup`: a new request retries a
+/// failed or refused wipe at once instead of waiting out its retry delay.
+pub const ANN_CLEANUP_REQUESTED_AT: &str = "local-static-provisioner.io/cleanup-requested-at";
 /// The outcome of a cleanup request that did not end in a recycled PV (refused and why).
 pub const ANN_CLEANUP_RESULT: &str = "local-static-provisioner.io/cleanup-result";
 /// Set on a Bound or Released PV whose volume has disappeared from the node (the time it was

@@ -20,12 +20,26 @@ impl Settler {
         now: Instant,
         window: Duration,
     ) -> (BTreeSet<String>, Option<Instant>) {
+        self.observe_since(keys, now, now, window)
+    }
+
+    /// [`Self::observe`] where keys not seen before count from `revealed` (the event that
+    /// led to this observation, no later than `now`) instead of from `now`: the window runs
+    /// from when the change happened, not from when a debounced pass got to it.
+    pub fn observe_since(
+        &mut self,
+        keys: impl IntoIterator<Item = String>,
+        revealed: Instant,
+        now: Instant,
+        window: Duration,
+    ) -> (BTreeSet<String>, Option<Instant>) {
+        let first_seen = revealed.min(now);
         let keys: BTreeSet<String> = keys.into_iter().collect();
         self.since.retain(|k, _| keys.contains(k));
         let mut settled = BTreeSet::new();
         let mut next: Option<Instant> = None;
         for key in keys {
-            let since = *self.since.entry(key.clone()).or_insert(now);
+            let since = *self.since.entry(key.clone()).or_insert(first_seen);
             let due = since + window;
             if due <= now {
                 settled.insert(key);
@@ -66,5 +80,23 @@ mod tests {
         let (settled, next) = s.observe(["a".to_string()], Instant::now(), Duration::ZERO);
         assert_eq!(settled.len(), 1);
         assert_eq!(next, None);
+    }
+    #[test]
+    fn new_keys_count_from_the_revealing_event_known_ones_keep_their_time() {
+        let mut s = Settler::default();
+        let t0 = Instant::now();
+        let w = Duration::from_millis(200);
+        let pass = t0 + Duration::from_millis(100);
+        let (settled, next) = s.observe_since(["a".to_string()], t0, pass, w);
+        assert!(settled.is_empty());
+        assert_eq!(next, Some(t0 + w), "due 200 ms after the event, not after the pass");
+        // A later event does not move a key already seen.
+        let (settled, next) = s.observe_since(["a".to_string(), "b".to_string()], t0 + w, t0 + w, w);
+        assert_eq!(settled, BTreeSet::from(["a".to_string()]));
+        assert_eq!(next, Some(t0 + 2 * w));
+        // An event "after now" cannot make a key older than now.
+        let mut s = Settler::default();
+        let (_, next) = s.observe_since(["c".to_string()], t0 + w, t0, w);
+        assert_eq!(next, Some(t0 + w));
     }
 }

@@ -351,6 +351,43 @@ pub fn offered_or_marked(mark: UsedMark, withdrawn: &[String]) -> UsedRead {
     }
 }
 
+/// Which mark already on a disk a new mark may replace: the rule for each writer of marks,
+/// kept here (pure) so it is tested apart from the I/O that applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replace {
+    /// Before a PV is created: no mark, our own written before a create that never happened,
+    /// or exactly the mark discovery judged (a gone PV's, or one only offered).
+    BeforeCreate { judged: Option<UsedMark> },
+    /// Keeping the mark of an existing PV (`mark.pv`, `mark.uid`) complete; `used` says a claim
+    /// uses or used it.
+    Keep { used: bool },
+}
+
+impl Replace {
+    /// Whether `mark` may be written over `there` (the mark on the disk now, if any).
+    pub fn allows(&self, mark: &UsedMark, there: Option<&UsedMark>) -> bool {
+        match self {
+            Replace::BeforeCreate { judged } => match there {
+                None => true,
+                Some(m) if m.uid.is_none() && m.pv == mark.pv => true,
+                Some(m) => judged.as_ref().is_some_and(|j| j.pv == m.pv && j.uid == m.uid),
+            },
+            Replace::Keep { used } => {
+                let ours =
+                    |m: &UsedMark| m.pv == mark.pv && m.uid.as_ref().is_none_or(|u| Some(u) == mark.uid.as_ref());
+                match there {
+                    // Complete: nothing to do.
+                    Some(m) if ours(m) && m.uid.is_some() && (m.claimed || !used) => false,
+                    // Ours, without the UID (written before the create) or the claim.
+                    Some(m) if ours(m) => true,
+                    // Upstream's or an older version's PV: marked once a claim uses it.
+                    _ => *used,
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,5 +584,39 @@ mod tests {
         assert_eq!(relate(&raw, REFORMATTED, Some("/")), Relation::Holds, "another filesystem made since");
         assert_eq!(relate(&raw, RAW, None), Relation::Holds, "the raw device still holds the old blocks");
         assert!(!note_filesystem_wiped(&mut raw, OTHER, Some("/")));
+    }
+    #[test]
+    fn replace_rules_for_each_writer() {
+        let mark = |pv: &str, uid: Option<&str>, claimed: bool| UsedMark {
+            pv: pv.into(),
+            node: "n".into(),
+            path: "/p".into(),
+            identity: "id".into(),
+            at: "t".into(),
+            uid: uid.map(str::to_string),
+            root: None,
+            claimed,
+            wiped_filesystems: Vec::new(),
+        };
+        let new = mark("a", None, false);
+        let before = Replace::BeforeCreate { judged: None };
+        assert!(before.allows(&new, None));
+        assert!(before.allows(&new, Some(&mark("a", None, false))), "our own, create never seen");
+        assert!(!before.allows(&new, Some(&mark("a", Some("u1"), false))), "a PV of that name existed");
+        assert!(!before.allows(&new, Some(&mark("b", None, false))));
+        let judged = Replace::BeforeCreate { judged: Some(mark("b", Some("u2"), true)) };
+        assert!(judged.allows(&new, Some(&mark("b", Some("u2"), true))), "the mark discovery judged gone");
+        assert!(!judged.allows(&new, Some(&mark("b", Some("u3"), true))), "another one since");
+
+        let ours = mark("a", Some("u1"), true);
+        for used in [false, true] {
+            let keep = Replace::Keep { used };
+            assert!(keep.allows(&ours, None) == used, "no mark: written only for a used PV");
+            assert!(keep.allows(&ours, Some(&mark("a", None, false))), "completes our mark with the UID");
+            assert!(!keep.allows(&ours, Some(&mark("a", Some("u1"), true))), "complete already");
+            assert_eq!(keep.allows(&ours, Some(&mark("a", Some("u1"), false))), used, "adds the claim");
+            assert_eq!(keep.allows(&ours, Some(&mark("a", Some("u9"), true))), used, "another incarnation's");
+            assert_eq!(keep.allows(&ours, Some(&mark("z", Some("u1"), true))), used);
+        }
     }
 }

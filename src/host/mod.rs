@@ -1,6 +1,7 @@
 //! Everything that touches the host: the mount table, file types, filesystem and block
 //! device sizes. Kept small and separate so the rest of the agent is plain logic.
 
+pub mod access;
 pub mod blockdev;
 pub mod identity;
 pub mod mountinfo;

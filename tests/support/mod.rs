@@ -435,9 +435,10 @@ pub struct AgentProcess {
 }
 
 impl AgentProcess {
-    /// Starts the agent with a 1 s resync, so tests do not depend on events alone.
+    /// Starts the agent with the default resync (minutes): events and retry deadlines alone
+    /// must drive it, as in production.
     pub fn start(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path) -> Self {
-        Self::start_with(config_dir, node, kubeconfig, log, &["--discovery-period", "1s"])
+        Self::start_with(config_dir, node, kubeconfig, log, &[])
     }
 
     /// Starts the agent with extra flags (none: event-driven with the config's resync).

@@ -165,9 +165,7 @@ impl Harness {
         let n = self.logs.get();
         self.logs.set(n + 1);
         let log = self.lab.path(&format!("agent-{n}.log"));
-        let mut flags = vec!["--discovery-period", "1s"];
-        flags.extend_from_slice(extra);
-        AgentProcess::start_with(config, node, &self.kubeconfig, &log, &flags)
+        AgentProcess::start_with(config, node, &self.kubeconfig, &log, extra)
     }
 
     pub fn ledger(&self, node: &str) -> PathBuf {

@@ -1,0 +1,212 @@
+//! Used marks (core::used_mark): written on a disk before its PV is created, completed with the
+//! PV's UID and claim, and the ledger told about PVs let go unclaimed. The host work runs in
+//! one blocking call per batch; a failed mark is retried with backoff like any effect.
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use tracing::{debug, warn};
+
+use super::Agent;
+use crate::core::cleanup::PvState;
+use crate::core::planner::DesiredPv;
+use crate::core::used_mark::{Replace, UsedMark, UsedRead};
+use crate::host::access::MarkJob;
+use crate::host::used_mark::{Accept, MarkOutcome};
+use crate::wiper::target_for;
+
+impl Agent {
+    /// Writes the used mark on every disk about to be published, before its PV is created (see
+    /// core::used_mark), proving on the descriptor written through that it is the disk found.
+    /// Returns the PVs whose disks are marked now; the others are retried with backoff.
+    #[allow(clippy::vec_box)] // The planner's boxed PVs are passed through as they are.
+    pub(super) async fn mark_before_create(
+        &mut self,
+        creates: Vec<Box<PersistentVolume>>,
+        desired: &[DesiredPv],
+    ) -> Vec<Box<PersistentVolume>> {
+        if creates.is_empty() {
+            return creates;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut pvs = Vec::new();
+        let mut jobs = Vec::new();
+        for pv in creates {
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            let path = crate::core::pv::local_path(&pv).unwrap_or_default().to_string();
+            let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == path) else { continue };
+            let class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
+            let located = PvState { host_path: path.clone(), class: class.clone(), ..Default::default() };
+            let Ok(target) = target_for(&located, self.config.storage_class_map.get(&class)) else { continue };
+            let mark = UsedMark {
+                pv: name,
+                node: self.identity.node.clone(),
+                path,
+                identity: d.identity.clone(),
+                at: now.clone(),
+                uid: None,
+                root: None,
+                claimed: false,
+                wiped_filesystems: Vec::new(),
+            };
+            // The mark discovery judged (gone PV, offered only, or a create that never
+            // happened) may be replaced; any other found on the disk now stops the create.
+            let judged = match &d.used {
+                UsedRead::Marked(m) | UsedRead::Offered(m) => Some(m.clone()),
+                _ => None,
+            };
+            jobs.push(MarkJob {
+                path: target.path,
+                recorded: mark.identity.clone(),
+                confirmed: None,
+                accept: Accept::Proven,
+                mark,
+                replace: Replace::BeforeCreate { judged },
+            });
+            pvs.push(pv);
+        }
+        let marks: Vec<UsedMark> = jobs.iter().map(|j| j.mark.clone()).collect();
+        let outcomes = match self.on_host(move |host| host.mark(jobs)).await {
+            Some(Ok(outcomes)) => outcomes,
+            Some(Err(e)) => {
+                warn!(error = %e, "cannot read the mount table to mark new volumes; nothing is published this pass");
+                for m in &marks {
+                    self.effects.record::<(), _>(&format!("create/{}", m.pv), &Err(e.to_string()));
+                }
+                return Vec::new();
+            }
+            None => return Vec::new(),
+        };
+        let mut ready = Vec::new();
+        for ((pv, mark), outcome) in pvs.into_iter().zip(marks).zip(outcomes) {
+            let key = format!("create/{}", mark.pv);
+            let not_yet = match outcome {
+                Ok(MarkOutcome::Written(_)) => {
+                    ready.push(pv);
+                    continue;
+                }
+                Ok(MarkOutcome::NotTheDisk(why)) => {
+                    debug!(pv = %mark.pv, path = %mark.path, "the volume changed since discovery ({why}); not published yet");
+                    format!("the volume changed since discovery ({why})")
+                }
+                Ok(MarkOutcome::Kept(there)) => {
+                    let other = there.map(|m| m.pv).unwrap_or_default();
+                    warn!(pv = %mark.pv, path = %mark.path, other = %other, "the disk carries another PV's used mark since discovery read it; not published this pass");
+                    format!("the disk carries the used mark of PV {other}")
+                }
+                Err(e) => {
+                    let note = format!(
+                        "volume at {} not published as {}: its used mark cannot be written ({e})",
+                        mark.path, mark.pv
+                    );
+                    self.report_unpublished(format!("mark-failed/{}/{e}", mark.path), &mark.pv, note).await;
+                    format!("its used mark cannot be written: {e}")
+                }
+            };
+            // Looked at again at the retry deadline, not at the next unrelated event.
+            self.effects.record::<(), _>(&key, &Err(not_yet));
+        }
+        ready
+    }
+
+    /// Keeps the used mark on the disks of this node's PVs: completes it with the PV's UID once
+    /// the PV exists (the mark written before the create could not know it), and puts it on
+    /// PVs made by upstream or older versions once a claim uses them. The disk is proven to be
+    /// the PV's recorded one on the descriptor written through; PVs whose mark is complete are
+    /// not read again by this process.
+    pub(super) async fn ensure_marks(&mut self, states: &[PvState], missing: &std::collections::BTreeSet<String>) {
+        self.marked.retain(|uid, _| states.iter().any(|s| &s.uid == uid));
+        let busy = self.cleaner.busy(states);
+        let candidates: Vec<PvState> = states
+            .iter()
+            .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !busy.contains(&pv.uid))
+            .filter(|pv| match self.marked.get(&pv.uid) {
+                Some(claimed) => !claimed && pv.used_by_a_claim(),
+                None => true,
+            })
+            .cloned()
+            .collect();
+        self.mark_pvs(candidates).await;
+    }
+
+    /// The work of [`Self::ensure_marks`] for the given PVs (also called right after creates, so
+    /// the UID is on the disk at once rather than on the next pass).
+    pub(super) async fn mark_pvs(&mut self, candidates: Vec<PvState>) {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut pvs = Vec::new();
+        let mut jobs = Vec::new();
+        for pv in candidates {
+            let Ok(target) = target_for(&pv, self.config.storage_class_map.get(&pv.class)) else { continue };
+            let used = pv.used_by_a_claim();
+            // A used PV's disk is marked even when its identity proves nothing (an old-format or
+            // missing record): kubelet mounts whatever is at the path, so that holds the data.
+            let (recorded, accept) = match (&pv.identity, used) {
+                (Some(id), false) => (id.clone(), Accept::Proven),
+                (Some(id), true) => (id.clone(), Accept::Plausible),
+                (None, true) => (String::new(), Accept::Anything),
+                (None, false) => continue,
+            };
+            if !self.effects.due(&format!("mark/{}", pv.uid)) {
+                continue;
+            }
+            let mark = UsedMark {
+                pv: pv.name.clone(),
+                node: self.identity.node.clone(),
+                path: pv.host_path.clone(),
+                identity: recorded.clone(),
+                at: now.clone(),
+                uid: Some(pv.uid.clone()),
+                root: None,
+                claimed: used,
+                wiped_filesystems: Vec::new(),
+            };
+            jobs.push(MarkJob {
+                path: target.path,
+                recorded,
+                confirmed: pv.identity_confirmed.clone(),
+                accept,
+                mark,
+                replace: Replace::Keep { used },
+            });
+            pvs.push(pv);
+        }
+        if jobs.is_empty() {
+            return;
+        }
+        let outcomes = match self.on_host(move |host| host.mark(jobs)).await {
+            Some(Ok(outcomes)) => outcomes,
+            Some(Err(e)) => {
+                for pv in &pvs {
+                    self.effects.record::<(), _>(&format!("mark/{}", pv.uid), &Err(format!("mount table: {e}")));
+                }
+                return;
+            }
+            None => return,
+        };
+        for (pv, outcome) in pvs.into_iter().zip(outcomes) {
+            let key = format!("mark/{}", pv.uid);
+            match &outcome {
+                Ok(MarkOutcome::Written(m)) => {
+                    debug!(pv = %pv.name, claimed = m.claimed, "used mark written");
+                    self.marked.insert(pv.uid.clone(), m.claimed);
+                }
+                Ok(MarkOutcome::Kept(Some(m))) if m.pv == pv.name && m.uid.as_deref() == Some(pv.uid.as_str()) => {
+                    self.marked.insert(pv.uid.clone(), m.claimed);
+                }
+                Ok(MarkOutcome::NotTheDisk(why)) => {
+                    debug!(pv = %pv.name, "not marking: the disk at its path is not proven to be its own ({why})")
+                }
+                Ok(MarkOutcome::Kept(_)) | Err(_) => {}
+            }
+            self.effects.record(&key, &outcome.map_err(|e| format!("keeping the used mark of PV {}: {e}", pv.name)));
+        }
+    }
+
+    /// Records in the ledger that this PV was let go while no claim was on it (a precondition
+    /// or the PV's own state proved it): its disk's mark then counts as offered, not used, and
+    /// the disk is published again without a wipe. A failure only costs that wipe.
+    pub(super) async fn note_withdrawn(&self, uid: &str) {
+        let uids = vec![uid.to_string()];
+        if let Some(Err(e)) = self.on_host(move |host| host.record_withdrawn(&uids)).await {
+            warn!(uid, error = %e, "cannot record an unclaimed withdrawal; its disk is wiped before it returns");
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! The agent: reconciles the volumes found on this node (desired) with the PVs labelled for
+//! this node (actual). Each pass observes the host once (one blocking call: scan, mount table,
+//! disk checks), runs the pure planners (`core::`), and carries out their actions; a failed
+//! effect is kept with its own retry deadline, which wakes the loop. Each pass computes
+//! everything from scratch, so a restart or a missed event is repaired by the next pass.
+//!
+//! Layout: `node` (the Node and this agent's identity), `config` (reloads), `observe` (the
+//! host, once per pass), `publish` (new PVs, adoption), `marks` (used marks), `presence`
+//! (vanished volumes), `succession` (PVs of an earlier Node incarnation), `reclaim` (wipes),
+//! `effects` (retries) and `report` (events once per occurrence).
+
+mod config;
+mod effects;
+mod marks;
+mod node;
+mod observe;
+mod presence;
+mod publish;
+mod reclaim;
+mod report;
+mod succession;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::Store;
+use tokio::sync::{Notify, mpsc};
+use tracing::{debug, info, trace, warn};
+
+use crate::admin::{Readiness, parse_listen_address, serve};
+use crate::api::{ApiError, ClientOptions, Cluster};
+use crate::config::ProvisionerConfig;
+use crate::core::cleanup::PvState;
+use crate::core::naming::LABEL_NODE;
+use crate::core::occurrence::Occurrences;
+use crate::core::planner::{Identity, ObservedPv};
+use crate::core::pv::NodeInfo;
+use crate::core::settle::Settler;
+use crate::host::access::{HostAccess, RealHost};
+use crate::host::used_mark::Ledger;
+use crate::host::watch::{DirWatcher, watch_mounts};
+use crate::metrics::Metrics;
+use crate::runtime::{EventClock, Shutdown, forward_events, jittered, sleep_until_opt};
+use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
+
+use effects::Effects;
+
+/// Settings of `run`.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// ConfigMap directory.
+    pub config_dir: PathBuf,
+    /// This node's name.
+    pub node_name: String,
+    /// API connection settings.
+    pub client: ClientOptions,
+    /// Safety-net resync period; `None` uses the config's minResyncPeriod (with jitter).
+    pub discovery_period: Option<Duration>,
+    /// How long a new or vanished volume must stay so before the agent acts on it.
+    pub settle: Duration,
+    /// How long a predecessor PV's disk must stay missing or different before it is withdrawn
+    /// or marked stale: long enough for a rebooted machine to finish mounting its disks.
+    pub succession_settle: Duration,
+    /// Node-local directory for the ledger of used disks (see host::used_mark).
+    pub state_dir: PathBuf,
+    /// PV creations in flight at once.
+    pub create_concurrency: usize,
+    /// Wipe limits.
+    pub cleaner: CleanerOptions,
+    /// Admin server address (metrics, health); upstream's `:8080` form accepted.
+    pub listen_address: String,
+    /// Path of the metrics endpoint.
+    pub metrics_path: String,
+}
+
+/// Why the agent stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The API could not be used.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// This node's Node object is unusable.
+    #[error("node {node}: {message}")]
+    Node { node: String, message: String },
+    /// The admin server could not start.
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
+    /// The state directory (the ledger of used disks) cannot be used.
+    #[error("state directory: {0}")]
+    State(#[from] crate::host::used_mark::MarkError),
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
+    let mut shutdown = Shutdown::install();
+    let metrics = Metrics::new();
+    let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
+    let mut source = crate::config::ConfigSource::new(&opts.config_dir);
+    let (config, config_problem) = config::first_load(&mut source).await;
+    metrics.set_config_valid(config_problem.is_none());
+    let addr = parse_listen_address(&opts.listen_address)?;
+    serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
+
+    let cluster = Cluster::connect(&opts.client, &opts.node_name).await?.with_metrics(metrics.clone());
+    let node = tokio::select! {
+        node = node::wait_for_node(&cluster, &opts.node_name, &readiness) => node,
+        _ = shutdown.signalled() => {
+            info!("stopped before the Node could be read");
+            return Ok(());
+        }
+    };
+    let node_info = node::node_info(&node)?;
+    let use_node_name_only = config.as_ref().is_some_and(|c| c.use_node_name_only);
+    let identity = node::identity_for(&node_info, use_node_name_only);
+    info!(node = %identity.node, provisioner = %identity.provisioner, "agent starting");
+
+    // Host and API events reach the loop through the clock, which notes when they happened.
+    let raw = Arc::new(Notify::new());
+    let changed = Arc::new(Notify::new());
+    let clock = Arc::new(EventClock::default());
+    clock.relay(raw.clone(), changed.clone());
+    let selector = format!("{LABEL_NODE}={}", identity.node_label);
+    let (pv_store, pv_events) = cluster.watch_pvs(Some(&selector));
+    let (sc_store, sc_events) = cluster.watch_storage_classes();
+    forward_events("persistentvolumes", pv_events, raw.clone());
+    forward_events("storageclasses", sc_events, raw.clone());
+    let synced = async {
+        pv_store.wait_until_ready().await?;
+        sc_store.wait_until_ready().await
+    };
+    tokio::select! {
+        ready = synced => ready.map_err(|e| AgentError::Node { node: identity.node.clone(), message: e.to_string() })?,
+        _ = shutdown.signalled() => {
+            info!("stopped before the PV watch synced");
+            return Ok(());
+        }
+    }
+    if let Err(e) = watch_mounts(raw.clone()) {
+        warn!(error = %e, "mount events unavailable; new mounts are found by the periodic resync");
+    }
+    let dir_watcher = match DirWatcher::new(raw.clone()) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            warn!(error = %e, "directory events unavailable; relying on mount events and resync");
+            None
+        }
+    };
+    let ledger = Ledger::open(&opts.state_dir)?;
+    info!(ledger = %ledger.path().display(), "ledger of used disks opened");
+    let host: Arc<dyn HostAccess> = Arc::new(RealHost::new(ledger));
+    let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
+    let parts = Parts { cluster, host, cleaner, metrics, readiness, node, pv_store, sc_store };
+    let mut agent = Agent::new(parts, &opts, config, config_problem, source)?;
+    agent.dir_watcher = dir_watcher;
+    agent.run_loop(&opts, changed, clock, wipes_done, &mut shutdown).await;
+    Ok(())
+}
+
+/// What an agent is made of (real in `run`, a mock API and a fake host in the unit tests).
+pub(crate) struct Parts {
+    pub cluster: Cluster,
+    pub host: Arc<dyn HostAccess>,
+    pub cleaner: Cleaner,
+    pub metrics: Metrics,
+    pub readiness: Readiness,
+    pub node: Node,
+    pub pv_store: Store<PersistentVolume>,
+    pub sc_store: Store<StorageClass>,
+}
+
+/// The agent's state between passes.
+pub(crate) struct Agent {
+    cluster: Cluster,
+    host: Arc<dyn HostAccess>,
+    cleaner: Cleaner,
+    metrics: Metrics,
+    readiness: Readiness,
+    /// Where the configuration comes from, re-read only when it changed.
+    source: crate::config::ConfigSource,
+    /// The configuration in use: the last valid one read.
+    config: ProvisionerConfig,
+    /// Whether any valid configuration has been read yet.
+    has_config: bool,
+    /// Why the configuration on disk is not the one in use, if it is not.
+    config_problem: Option<String>,
+    dir_watcher: Option<DirWatcher>,
+    settle: Duration,
+    succession_settle: Duration,
+    /// Since when each found volume (path and identity) has been seen.
+    new_volumes: Settler,
+    /// Since when each PV's volume has been missing.
+    vanished: Settler,
+    /// Since when each PV of an earlier incarnation of this Node has looked stale.
+    stale: Settler,
+    /// When the next volume settles, so the loop wakes up for it.
+    next_settle: Option<Instant>,
+    node: Node,
+    node_info: NodeInfo,
+    identity: Identity,
+    pv_store: Store<PersistentVolume>,
+    sc_store: Store<StorageClass>,
+    concurrency: usize,
+    adopted: bool,
+    /// PV names found (through AlreadyExists) to belong to another volume.
+    foreign: BTreeMap<String, String>,
+    /// UIDs of PVs whose disk was found carrying their complete used mark, and whether it
+    /// records a claim: not read again until a claim shows up on an unclaimed one.
+    marked: BTreeMap<String, bool>,
+    /// (host path, identity) of every volume the last scan found, settled or not: where a PV's
+    /// disk that left its path went.
+    found_disks: Vec<(String, String)>,
+    /// Failed effects and their retry deadlines.
+    effects: Effects,
+    /// Problems reported in this pass and the last: each is reported once per occurrence and
+    /// forgotten when a pass no longer sees it.
+    problems: Occurrences,
+    /// When the previous scan started: a change event older than that revealed nothing new.
+    last_scan: Option<Instant>,
+}
+
+impl Agent {
+    pub(crate) fn new(
+        parts: Parts,
+        opts: &AgentOptions,
+        config: Option<ProvisionerConfig>,
+        config_problem: Option<String>,
+        source: crate::config::ConfigSource,
+    ) -> Result<Self, AgentError> {
+        let node_info = node::node_info(&parts.node)?;
+        let use_node_name_only = config.as_ref().is_some_and(|c| c.use_node_name_only);
+        let identity = node::identity_for(&node_info, use_node_name_only);
+        Ok(Agent {
+            cluster: parts.cluster,
+            host: parts.host,
+            cleaner: parts.cleaner,
+            metrics: parts.metrics,
+            readiness: parts.readiness,
+            source,
+            has_config: config.is_some(),
+            config: config.unwrap_or_default(),
+            config_problem,
+            dir_watcher: None,
+            settle: opts.settle,
+            succession_settle: opts.succession_settle.max(opts.settle),
+            new_volumes: Settler::default(),
+            vanished: Settler::default(),
+            stale: Settler::default(),
+            next_settle: None,
+            node: parts.node,
+            node_info,
+            identity,
+            pv_store: parts.pv_store,
+            sc_store: parts.sc_store,
+            concurrency: opts.create_concurrency.max(1),
+            adopted: false,
+            foreign: BTreeMap::new(),
+            marked: BTreeMap::new(),
+            found_disks: Vec::new(),
+            effects: Effects::default(),
+            problems: Occurrences::default(),
+            last_scan: None,
+        })
+    }
+
+    /// The loop: a pass after every (debounced) change event, at every settle or retry
+    /// deadline, after every finished wipe, and at the periodic resync; until a signal.
+    async fn run_loop(
+        &mut self,
+        opts: &AgentOptions,
+        changed: Arc<Notify>,
+        clock: Arc<EventClock>,
+        mut wipes_done: mpsc::UnboundedReceiver<WipeOutcome>,
+        shutdown: &mut Shutdown,
+    ) {
+        let mut resync_at = tokio::time::Instant::now();
+        loop {
+            let wake = self.next_wake().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                _ = shutdown.signalled() => break,
+                _ = tokio::time::sleep_until(resync_at) => {
+                    let period = opts.discovery_period.unwrap_or(self.config.min_resync_period);
+                    resync_at = tokio::time::Instant::now() + jittered(period, opts.discovery_period.is_none());
+                    debug!(next_in_s = (resync_at - tokio::time::Instant::now()).as_secs(), "periodic resync");
+                    self.refresh_node().await;
+                }
+                _ = changed.notified() => {
+                    trace!("pass triggered by an event");
+                    // Let a burst of watch events settle into one pass.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Some(outcome) = wipes_done.recv() => self.cleaner.finished(&outcome),
+                _ = sleep_until_opt(wake) => trace!("pass triggered by a settle or retry deadline"),
+            }
+            self.reconcile(clock.latest()).await;
+        }
+        self.shut_down(&mut wipes_done).await;
+    }
+
+    /// The earliest settle or retry deadline: the loop wakes for it, whatever else happens.
+    fn next_wake(&self) -> Option<Instant> {
+        [self.cleaner.next_retry(), self.next_settle, self.effects.next_due()].into_iter().flatten().min()
+    }
+
+    /// Wipes in flight are abandoned safely: their PVs keep our finalizer and are wiped again
+    /// from the start after the restart. Waits up to 10 s for them to stop.
+    async fn shut_down(&mut self, wipes_done: &mut mpsc::UnboundedReceiver<WipeOutcome>) {
+        let running = self.cleaner.cancel_all();
+        info!(running_wipes = running, "shutting down");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.cleaner.running() > 0 {
+            match tokio::time::timeout_at(deadline, wipes_done.recv()).await {
+                Ok(Some(outcome)) => self.cleaner.finished(&outcome),
+                _ => break,
+            }
+        }
+    }
+
+    /// One pass. `revealed`: when the latest change event arrived (new volumes settle from
+    /// there).
+    async fn reconcile(&mut self, revealed: Option<Instant>) {
+        let started = Instant::now();
+        self.reload_config().await;
+        self.watch_dirs();
+        if !self.has_config {
+            return;
+        }
+        self.effects.begin_pass();
+        if !self.adopted {
+            self.adopt().await;
+        }
+        let pvs = self.pv_store.state();
+        let states: Vec<PvState> = pvs
+            .iter()
+            .filter(|pv| self.identity.owns(&ObservedPv::from_pv(pv)))
+            .map(|pv| PvState::from_pv(pv))
+            .collect();
+        let predecessors: Vec<PvState> = pvs
+            .iter()
+            .filter(|pv| self.identity.is_predecessor(&ObservedPv::from_pv(pv)))
+            .map(|pv| PvState::from_pv(pv))
+            .collect();
+        let Some(observation) = self.observe(&states, &predecessors).await else { return };
+        // Only changes since the previous scan can have revealed something it did not see.
+        let revealed = revealed.filter(|at| self.last_scan.is_none_or(|last| *at > last)).unwrap_or(started);
+        self.last_scan = Some(started);
+        let discovery_time = started.elapsed();
+        self.problems.begin_pass();
+        let (desired, planned) = self.publish(observation.scan, revealed, &predecessors).await;
+        let next_stale = self.succeed(&predecessors, &observation.succession).await;
+        let (missing, next_missing) = self.missing_volumes(&observation.absent);
+        self.follow_presence(&states, &missing).await;
+        self.upgrade_identities(&states, &observation.upgrades).await;
+        self.ensure_marks(&states, &missing).await;
+        self.clean(&states, &missing, observation.disks).await;
+        self.effects.end_pass();
+        let live: std::collections::BTreeSet<&str> = states.iter().map(|s| s.uid.as_str()).collect();
+        self.cleaner.retain(|key| live.contains(key) || key.starts_with("wipe-first/"));
+        self.next_settle = [self.next_settle, next_stale, next_missing].into_iter().flatten().min();
+        debug!(
+            desired = desired,
+            observed = pvs.len(),
+            actions = planned,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "pass done"
+        );
+        let mut by_phase = BTreeMap::new();
+        for pv in &states {
+            *by_phase.entry(pv.phase.clone()).or_insert(0) += 1;
+        }
+        self.metrics.set_volumes(&by_phase);
+        self.metrics.pass_done(started.elapsed(), discovery_time);
+    }
+
+    /// Runs blocking host work on the blocking pool; `None` when the task itself failed.
+    async fn on_host<T: Send + 'static>(&self, f: impl FnOnce(&dyn HostAccess) -> T + Send + 'static) -> Option<T> {
+        let host = self.host.clone();
+        match tokio::task::spawn_blocking(move || f(host.as_ref())).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                warn!(error = %e, "host task failed");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! This node's Node object and the agent's identity derived from it (provisioner name, node
+//! label), including a Node deleted and registered again while the agent runs.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use tracing::{debug, warn};
+
+use super::{Agent, AgentError};
+use crate::admin::Readiness;
+use crate::api::Cluster;
+use crate::core::backoff::Backoff;
+use crate::core::naming::{node_label_value, provisioner_name};
+use crate::core::planner::Identity;
+use crate::core::pv::NodeInfo;
+
+/// Waits for this node's Node object: at boot the agent can start before kubelet registers, and
+/// the API server can be down or refuse us for a while. Every failure is retried with a growing
+/// delay and said (once per distinct cause) in the log and in `/readyz`, so "forbidden" points
+/// at missing RBAC.
+pub(super) async fn wait_for_node(cluster: &Cluster, name: &str, readiness: &Readiness) -> Node {
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    let mut last = String::new();
+    loop {
+        let why = match cluster.node(name).await {
+            Ok(node) => return node,
+            Err(e) if e.is_not_found() => "Node object not found yet; waiting for it to register".to_string(),
+            Err(e) if e.is_refusal() => format!("forbidden to read the Node (check the RBAC from deploy/): {e}"),
+            Err(e) => format!("cannot read the Node (API server unreachable?): {e}"),
+        };
+        if why != last {
+            warn!(node = name, "{why}; retrying");
+            readiness.set(Some(format!("starting: {why}")));
+            last = why;
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+/// The facts of the Node that PVs are built from; a Node without them is unusable.
+pub(super) fn node_info(node: &Node) -> Result<NodeInfo, AgentError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let uid = node.metadata.uid.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    if uid.is_empty() {
+        return Err(AgentError::Node { node: name, message: "has no UID".into() });
+    }
+    if !labels.contains_key(crate::core::naming::LABEL_HOSTNAME) {
+        return Err(AgentError::Node {
+            node: name,
+            message: "has no kubernetes.io/hostname label; PV node affinity needs it".into(),
+        });
+    }
+    Ok(NodeInfo { name, uid, labels })
+}
+
+/// Who this agent is to the planners: node, provisioner name, node label.
+pub(super) fn identity_for(node: &NodeInfo, use_node_name_only: bool) -> Identity {
+    Identity {
+        node: node.name.clone(),
+        provisioner: provisioner_name(&node.name, &node.uid, use_node_name_only),
+        node_label: node_label_value(&node.name),
+        use_node_name_only,
+    }
+}
+
+impl Agent {
+    /// Re-reads this Node on each resync. When it was deleted and registered again (new UID)
+    /// while the agent kept running, the agent becomes the new incarnation: its earlier PVs turn
+    /// into predecessors and succession decides about them from the disks, as after a restart.
+    /// A Node that cannot be read changes nothing.
+    pub(super) async fn refresh_node(&mut self) {
+        let node = match self.cluster.node(&self.identity.node).await {
+            Ok(node) => node,
+            Err(e) => return debug!(error = %e, "re-reading the Node failed; keeping what we know"),
+        };
+        let Ok(info) = node_info(&node) else { return };
+        if info.uid != self.node_info.uid {
+            warn!(node = %info.name, old_uid = %self.node_info.uid, new_uid = %info.uid, "the Node was re-created; taking over as its new incarnation");
+            self.identity = identity_for(&info, self.config.use_node_name_only);
+            self.adopted = false;
+        }
+        self.node = node;
+        self.node_info = info;
+    }
+}

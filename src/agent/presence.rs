@@ -1,0 +1,74 @@
+//! Presence: a PV whose volume vanished is withdrawn while unbound and flagged while bound;
+//! the flag goes when the volume is back (core::presence).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use tracing::{info, warn};
+
+use super::Agent;
+use crate::api::{AnnotationPatch, pv_reference};
+use crate::core::cleanup::PvState;
+use crate::core::naming::{ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO};
+use crate::core::presence::{PresenceAction, plan_presence, where_moved};
+
+impl Agent {
+    /// UIDs of this node's PVs whose volume has been gone for the settle window (from the
+    /// observation's `absent`), and when the next one would be.
+    pub(super) fn missing_volumes(&mut self, absent: &[String]) -> (BTreeSet<String>, Option<Instant>) {
+        self.vanished.observe(absent.iter().cloned(), Instant::now(), self.settle)
+    }
+
+    /// Withdraws unbound PVs whose volume vanished, flags bound ones, unflags returned ones.
+    pub(super) async fn follow_presence(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
+        let moved: BTreeMap<String, String> = states
+            .iter()
+            .filter(|pv| missing.contains(&pv.uid))
+            .filter_map(|pv| Some((pv.uid.clone(), where_moved(pv, &self.found_disks)?)))
+            .collect();
+        for action in plan_presence(states, missing, &moved) {
+            match action {
+                PresenceAction::Withdraw { name, uid, resource_version } => {
+                    let key = format!("withdraw/{name}");
+                    let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
+                    if let Some(Ok(())) = self.effects.run(&key, deleted).await {
+                        self.note_withdrawn(&uid).await;
+                        info!(pv = %name, "volume vanished; unbound PV withdrawn");
+                        let note = format!("volume of PV {name} is gone from the node; the unbound PV is withdrawn");
+                        self.cluster.event(&pv_reference(&name), false, "VolumeWithdrawn", "Discover", note).await;
+                    }
+                }
+                PresenceAction::Flag { name, moved_to } => {
+                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                    let patch = AnnotationPatch::new()
+                        .set(ANN_VOLUME_MISSING, now)
+                        .set_or_remove(ANN_VOLUME_MOVED_TO, moved_to.clone());
+                    let key = format!("flag-missing/{name}");
+                    let patched = self.cluster.patch_annotations(&name, None, &patch);
+                    if let Some(Ok(())) = self.effects.run(&key, patched).await {
+                        let note = match &moved_to {
+                            Some(to) => format!(
+                                "the volume of PV {name} is not at its path: its disk is at {to} on this node \
+                                 now. The PV is kept and the disk is not published there; put it back (or \
+                                 delete the claim when its data is not needed)"
+                            ),
+                            None => format!("the volume of PV {name} is missing from the node; the PV is kept"),
+                        };
+                        warn!(pv = %name, "{note}");
+                        self.cluster.event(&pv_reference(&name), true, "VolumeMissing", "Discover", note).await;
+                    }
+                }
+                PresenceAction::Unflag { name } => {
+                    let patch = AnnotationPatch::new().remove(ANN_VOLUME_MISSING).remove(ANN_VOLUME_MOVED_TO);
+                    let key = format!("unflag/{name}");
+                    let patched = self.cluster.patch_annotations(&name, None, &patch);
+                    if let Some(Ok(())) = self.effects.run(&key, patched).await {
+                        info!(pv = %name, "volume is back");
+                        let note = format!("the volume of PV {name} is back");
+                        self.cluster.event(&pv_reference(&name), false, "VolumeBack", "Discover", note).await;
+                    }
+                }
+            }
+        }
+    }
+}

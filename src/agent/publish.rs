@@ -1,0 +1,309 @@
+//! Publishing: new volumes become PVs once they settled and their disk carries its used mark;
+//! PVs that upstream or an older version made for this node are adopted.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use tracing::{debug, info, warn};
+
+use super::Agent;
+use crate::api::{AnnotationPatch, ApiError, Created, TakeOver, node_reference, pv_reference};
+use crate::core::cleanup::PvState;
+use crate::core::desired::{class_policy, desired_pvs};
+use crate::core::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
+use crate::core::planner::{Action, DesiredPv, ExistingPv, ObservedPv, classify_existing, plan, plan_adoption};
+use crate::core::pv::{ClassPolicy, PvContext};
+use crate::core::used_mark::{UsedMark, UsedRead};
+use crate::discovery::Scan;
+use crate::wiper::target_for;
+
+impl Agent {
+    /// Plans and carries out this pass's publishing from the scan. Returns the number of
+    /// desired PVs and of actions planned.
+    pub(super) async fn publish(&mut self, scan: Scan, revealed: Instant, predecessors: &[PvState]) -> (usize, usize) {
+        let mut unpublished_by_reason: BTreeMap<&'static str, i64> = BTreeMap::new();
+        for s in &scan.skipped {
+            *unpublished_by_reason.entry(s.reason.code()).or_default() += 1;
+        }
+        self.report_skips(&scan).await;
+        self.found_disks = scan.volumes.iter().map(|v| (v.host_path.clone(), v.identity.clone())).collect();
+        let mut scan = scan;
+        // A new volume is published once it has stayed (same disk at the same path) for the
+        // settle window, counted from the event that revealed it.
+        let keys = scan.volumes.iter().map(|v| format!("{}\n{}", v.host_path, v.identity));
+        let (settled, next_new) = self.new_volumes.observe_since(keys, revealed, Instant::now(), self.settle);
+        self.next_settle = next_new;
+        scan.volumes.retain(|v| settled.contains(&format!("{}\n{}", v.host_path, v.identity)));
+        let policies = self.class_policies();
+        let ctx =
+            PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
+        let (mut desired, problems) = desired_pvs(&ctx, &scan.volumes, &policies);
+        for p in problems {
+            let note = format!("volumes of StorageClass {} are not published: {}", p.class, p.message);
+            self.report_node_problem("ClassUnavailable", note).await;
+        }
+        let pvs = self.pv_store.state();
+        let observed: Vec<ObservedPv> = pvs.iter().map(|pv| ObservedPv::from_pv(pv)).collect();
+        // PVs left by an earlier incarnation of this Node: their names wait for succession to
+        // decide (re-adopt or withdraw) instead of being reported as taken.
+        desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
+        self.find_mark_holders(&mut desired).await;
+        let actions = plan(&self.identity, &desired, &observed, &self.foreign);
+        for action in &actions {
+            match action {
+                Action::Refuse { reason, .. } => *unpublished_by_reason.entry(reason.code()).or_default() += 1,
+                Action::WipeFirst { .. } => *unpublished_by_reason.entry("wipe-first").or_default() += 1,
+                Action::Create(_) => {}
+            }
+        }
+        self.metrics.set_unpublished(&unpublished_by_reason);
+        let planned = actions.len();
+        self.execute(actions, &desired).await;
+        (desired.len(), planned)
+    }
+
+    fn class_policies(&self) -> BTreeMap<String, Result<ClassPolicy, String>> {
+        let classes = self.sc_store.state();
+        self.config
+            .storage_class_map
+            .keys()
+            .map(|class| {
+                let policy = match classes.iter().find(|sc| sc.metadata.name.as_deref() == Some(class)) {
+                    Some(sc) => class_policy(class, sc.reclaim_policy.as_deref(), sc.mount_options.as_deref()),
+                    None => Err(format!(
+                        "StorageClass {class:?} does not exist; create it (provisioner kubernetes.io/no-provisioner)"
+                    )),
+                };
+                (class.clone(), policy)
+            })
+            .collect()
+    }
+
+    async fn execute(&mut self, actions: Vec<Action>, desired: &[DesiredPv]) {
+        let mut creates = Vec::new();
+        for action in actions {
+            match action {
+                Action::Create(pv) => {
+                    let name = pv.metadata.name.clone().unwrap_or_default();
+                    if self.effects.due(&format!("create/{name}")) {
+                        creates.push(pv);
+                    }
+                }
+                Action::WipeFirst { name, host_path, identity, mark } => {
+                    self.wipe_first(desired, name, host_path, identity, mark).await;
+                }
+                Action::Refuse { name, host_path, reason } => {
+                    let note = format!("volume at {host_path} not published as {name}: {reason}");
+                    self.report_unpublished(format!("refuse/{name}/{host_path}/{reason}"), &name, note).await;
+                }
+            }
+        }
+        let creates = self.mark_before_create(creates, desired).await;
+        let mut created = Vec::new();
+        let cluster = &self.cluster;
+        let results: Vec<(Box<PersistentVolume>, Result<Created, ApiError>)> = stream::iter(creates)
+            .map(|pv| async move {
+                let r = cluster.create_pv(&pv).await;
+                (pv, r)
+            })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        for (pv, result) in results {
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            let path = crate::core::pv::local_path(&pv).unwrap_or_default().to_string();
+            self.effects.record(&format!("create/{name}"), &result);
+            let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == path) else { continue };
+            match result {
+                Ok(Created::Created { uid }) => {
+                    info!(pv = %name, path = %path, "created PV");
+                    if !uid.is_empty() {
+                        let class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
+                        created.push(PvState {
+                            name: name.clone(),
+                            uid,
+                            host_path: path.clone(),
+                            class,
+                            phase: "Available".into(),
+                            identity: Some(d.identity.clone()),
+                            ..Default::default()
+                        });
+                    }
+                    let mode = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()).unwrap_or("Filesystem");
+                    self.metrics.pv_created(if mode == "Block" { "block" } else { "fs" }, d.capacity_bytes);
+                }
+                Ok(Created::AlreadyExists(existing)) => {
+                    match classify_existing(&self.identity, d, &ObservedPv::from_pv(&existing)) {
+                        ExistingPv::Ours { needs_label: true } => {
+                            let key = format!("adopt/{name}");
+                            if self.effects.due(&key) {
+                                let result = self.take_over(&existing).await;
+                                self.effects.record(&key, &result);
+                                if result.is_ok() {
+                                    info!(pv = %name, path = %path, "adopted existing PV");
+                                }
+                            }
+                        }
+                        ExistingPv::Ours { needs_label: false } => debug!(pv = %name, "PV already exists"),
+                        ExistingPv::Foreign { owner } => {
+                            warn!(pv = %name, path = %path, "PV name taken by {owner}; not overwriting it");
+                            let note = format!("volume at {path} not published: PV name {name} is taken by {owner}");
+                            self.cluster
+                                .event(&pv_reference(&name), true, "VolumeNameCollision", "Publish", note)
+                                .await;
+                            self.foreign.insert(name, owner);
+                        }
+                    }
+                }
+                // An admission policy or RBAC said no: an operator must act. Reported as a
+                // Warning once per occurrence; retried with backoff.
+                Err(e) if e.is_refusal() => {
+                    let note = format!("volume at {path} not published as {name}: the API refused it: {e}");
+                    self.report_unpublished(format!("create-refused/{name}/{path}"), &name, note).await;
+                }
+                Err(_) => {}
+            }
+        }
+        // The UID goes on the disk's mark at once: from now on the mark alone says the disk was
+        // offered, whatever happens to the PV while this agent is down.
+        self.mark_pvs(created).await;
+    }
+
+    /// Labels the PVs upstream (or an older version) made for this node, reading the
+    /// cluster's PVs page by page and keeping only this node's. Retried with backoff until
+    /// one pass completes.
+    pub(super) async fn adopt(&mut self) {
+        if !self.effects.due("adopt") {
+            return;
+        }
+        let identity = self.identity.clone();
+        let listed = self.cluster.list_all_pvs().await;
+        let all = match listed {
+            Ok(all) => all,
+            Err(e) => return self.effects.record::<(), _>("adopt", &Err(format!("listing PVs for adoption: {e}"))),
+        };
+        let observed: Vec<ObservedPv> = all.iter().map(ObservedPv::from_pv).collect();
+        let names = plan_adoption(&identity, &observed);
+        let mut ok = true;
+        for name in names {
+            let Some(pv) = all.iter().find(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) else { continue };
+            // A PV of an earlier incarnation of this Node only gets our label here, so the watch
+            // sees it; succession then decides from the disk whether to take it over.
+            let result = if identity.owns(&ObservedPv::from_pv(pv)) {
+                self.take_over(pv).await
+            } else {
+                let patch = TakeOver {
+                    labels: BTreeMap::from([(LABEL_NODE.to_string(), identity.node_label.clone())]),
+                    ..Default::default()
+                };
+                self.cluster.take_over_pv(&name, pv.metadata.resource_version.as_deref(), &patch).await
+            };
+            match result {
+                Ok(()) => info!(pv = %name, "adopted existing PV of this node"),
+                Err(e) => {
+                    warn!(pv = %name, error = %e, "adopting PV failed");
+                    ok = false;
+                }
+            }
+        }
+        let result = if ok { Ok(()) } else { Err("some PVs could not be adopted") };
+        self.effects.record("adopt", &result);
+        self.adopted = ok;
+    }
+
+    /// Puts our label, our finalizer and (when the volume is there) its identity on a PV made
+    /// for this node by upstream or an older version, in one patch guarded by resourceVersion.
+    pub(super) async fn take_over(&self, pv: &PersistentVolume) -> Result<(), ApiError> {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let mut finalizers = pv.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == FINALIZER_WIPE) {
+            finalizers.push(FINALIZER_WIPE.to_string());
+        }
+        let state = PvState::from_pv(pv);
+        let mut annotations = AnnotationPatch::new();
+        if state.identity.is_none()
+            && let Ok(target) = target_for(&state, self.config.storage_class_map.get(&state.class))
+        {
+            let path = target.path;
+            match self.on_host(move |host| host.identity(&path)).await {
+                Some(Ok(id)) => annotations = annotations.set(ANN_VOLUME_IDENTITY, id),
+                Some(Err(e)) => warn!(pv = %name, error = %e, "cannot record the volume identity of an adopted PV"),
+                None => {}
+            }
+        }
+        let patch = TakeOver {
+            labels: BTreeMap::from([(LABEL_NODE.to_string(), self.identity.node_label.clone())]),
+            annotations,
+            finalizers: Some(finalizers),
+        };
+        self.cluster.take_over_pv(&name, pv.metadata.resource_version.as_deref(), &patch).await
+    }
+
+    /// For disks whose used mark names a PV that is not one of this node's (a disk moved here
+    /// from another node, or a PV already gone), reads that PV once: the planner holds the disk
+    /// back while that PV records it, and wipes it first when no live PV does. A PV that cannot
+    /// be read leaves the disk unknown, so it is neither published nor wiped this pass.
+    async fn find_mark_holders(&mut self, desired: &mut [DesiredPv]) {
+        let store = self.pv_store.state();
+        let busy = self.cleaner.busy(&[]);
+        let mut fetched: BTreeMap<String, Result<Option<PersistentVolume>, String>> = BTreeMap::new();
+        for d in desired.iter_mut() {
+            let (UsedRead::Marked(mark) | UsedRead::Offered(mark)) = &d.used else { continue };
+            let name = mark.pv.clone();
+            // Also when it names the PV this disk would be published as: a PV of that name
+            // missing from the label-scoped store (its label removed) still holds the disk.
+            if store.iter().any(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) {
+                continue;
+            }
+            // Being wiped first (or backing off after a failed wipe-first): decided already.
+            if busy.contains(&format!("wipe-first/{}", d.host_path)) {
+                continue;
+            }
+            if !fetched.contains_key(&name) {
+                let got = self.cluster.get_pv(&name).await.map_err(|e| e.to_string());
+                fetched.insert(name.clone(), got);
+            }
+            match &fetched[&name] {
+                Ok(Some(pv)) => d.mark_holder = Some(ObservedPv::from_pv(pv)),
+                Ok(None) => {}
+                Err(e) => {
+                    d.used = UsedRead::Unknown(format!("the PV its used mark names, {name}, cannot be read: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Starts wiping a used disk that no live PV names (see core::used_mark), once per
+    /// occurrence reported; a failed wipe backs off in the cleaner before it is tried again.
+    async fn wipe_first(
+        &mut self,
+        desired: &[DesiredPv],
+        name: String,
+        host_path: String,
+        identity: String,
+        mark: UsedMark,
+    ) {
+        let key = format!("wipe-first/{host_path}");
+        if self.cleaner.busy(&[]).contains(&key) {
+            return;
+        }
+        let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == host_path) else { return };
+        let class = d.pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
+        let located = PvState { host_path: host_path.clone(), class: class.clone(), ..Default::default() };
+        let target = match target_for(&located, self.config.storage_class_map.get(&class)) {
+            Ok(target) => target,
+            Err(e) => return warn!(path = %host_path, error = %e, "cannot locate a used volume to wipe it"),
+        };
+        let note = format!(
+            "volume at {host_path} held the data of PV {} (node {}, {}), which no longer names it; it is wiped before it is published as {name}",
+            mark.pv, mark.node, mark.path
+        );
+        if self.problems.first_seen(format!("wipe-first/{host_path}/{identity}")) {
+            warn!(path = %host_path, pv = %mark.pv, "{note}");
+            self.node_event(None, "VolumeUsed", "Wipe", note).await;
+        }
+        self.cleaner.start_wipe_first(key, &name, &host_path, &identity, target, node_reference(&self.node));
+    }
+}

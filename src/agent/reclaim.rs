@@ -1,0 +1,144 @@
+//! Reclaim (core::cleanup): released PVs are wiped and deleted, cleanup requests answered,
+//! PVs made by upstream or an older version get our finalizer, and identities recorded in an
+//! old format are re-recorded once the disk proves to be the same.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracing::info;
+
+use super::Agent;
+use crate::api::AnnotationPatch;
+use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
+use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, FINALIZER_WIPE};
+use crate::core::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_pv};
+use crate::wiper::target_for;
+
+/// For each PV about to be wiped (by UID), why its disk must not be wiped because another live
+/// PV of this node names the same disk (two PVs of one disk made before the one-disk rule, or by
+/// upstream). Fails closed: without the disks (the host could not be read), no wipe starts.
+pub fn disks_shared_with_live_pvs(
+    states: &[PvState],
+    wipes: &BTreeSet<String>,
+    disks: Option<&[(String, DiskKey)]>,
+) -> BTreeMap<String, String> {
+    let Some(disks) = disks else {
+        let why = "the disks of this node's PVs cannot be compared now (the mount table is unreadable); retrying";
+        return wipes.iter().map(|uid| (uid.clone(), why.to_string())).collect();
+    };
+    let located: Vec<(&PvState, &DiskKey)> =
+        disks.iter().filter_map(|(uid, disk)| Some((states.iter().find(|s| &s.uid == uid)?, disk))).collect();
+    let others: Vec<PublishedDisk> = located
+        .iter()
+        .map(|(pv, disk)| PublishedDisk {
+            name: pv.name.clone(),
+            phase: pv.phase.clone(),
+            deleting: pv.deleting,
+            disk: (*disk).clone(),
+        })
+        .collect();
+    located
+        .iter()
+        .filter(|(pv, _)| wipes.contains(&pv.uid))
+        .filter_map(|(pv, disk)| Some((pv.uid.clone(), wipe_would_hit_another_pv(&pv.name, disk, &others)?)))
+        .collect()
+}
+
+impl Agent {
+    /// Plans and starts cleanup for this node's PVs. Volumes that are missing are not wiped
+    /// until they are back.
+    pub(super) async fn clean(
+        &mut self,
+        states: &[PvState],
+        missing: &BTreeSet<String>,
+        disks: Option<Vec<(String, DiskKey)>>,
+    ) {
+        let busy = self.cleaner.busy(states);
+        let actions = plan_cleanup(states, &busy);
+        let wipes: BTreeSet<String> = actions
+            .iter()
+            .filter_map(|a| if let CleanupAction::Wipe { pv, .. } = a { Some(pv.uid.clone()) } else { None })
+            .collect();
+        let shared = if wipes.is_empty() {
+            BTreeMap::new()
+        } else {
+            disks_shared_with_live_pvs(states, &wipes, disks.as_deref())
+        };
+        for action in actions {
+            match action {
+                CleanupAction::AddFinalizer { name } => {
+                    let key = format!("finalizer/{name}");
+                    let pvs = self.pv_store.state();
+                    let Some(pv) = pvs.iter().find(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) else {
+                        continue;
+                    };
+                    if !self.effects.due(&key) {
+                        continue;
+                    }
+                    let result = self.take_over(pv).await;
+                    self.effects.record(&key, &result);
+                    if result.is_ok() {
+                        info!(pv = %name, "added our wipe finalizer");
+                    }
+                }
+                CleanupAction::Wipe { pv, .. } if missing.contains(&pv.uid) => {
+                    let note = format!("volume of PV {} is missing; it will be wiped when it is back", pv.name);
+                    self.report_pv_problem(&pv.name, "VolumeMissing", note).await;
+                }
+                CleanupAction::Wipe { pv, .. } if shared.contains_key(&pv.uid) => {
+                    let note = format!("refusing to wipe PV {}: {}", pv.name, shared[&pv.uid]);
+                    self.report_pv_problem(&pv.name, "VolumeFailedDelete", note).await;
+                }
+                CleanupAction::Wipe { pv, after } => {
+                    match target_for(&pv, self.config.storage_class_map.get(&pv.class)) {
+                        Ok(target) => {
+                            info!(pv = %pv.name, path = %target.path.display(), ?after, "starting wipe");
+                            self.cleaner.start(pv, after, target);
+                        }
+                        Err(msg) => {
+                            let note = format!("cannot clean PV {}: {msg}", pv.name);
+                            self.report_pv_problem(&pv.name, "VolumeFailedDelete", note).await;
+                        }
+                    }
+                }
+                CleanupAction::Withdraw { name, resource_version } => {
+                    let Some(uid) = states.iter().find(|s| s.name == name).map(|s| s.uid.clone()) else { continue };
+                    let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
+                    if let Some(Ok(())) = self.effects.run(&format!("withdraw/{name}"), deleted).await {
+                        info!(pv = %name, "withdrew Available PV for the requested cleanup");
+                    }
+                }
+                CleanupAction::ReleaseFinalizer { name, uid } => {
+                    let released = self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE);
+                    if let Some(Ok(())) = self.effects.run(&format!("release/{name}"), released).await {
+                        self.note_withdrawn(&uid).await;
+                        info!(pv = %name, "PV deleted before any claim used it; nothing to wipe")
+                    }
+                }
+                CleanupAction::Refuse { name, refusal } => {
+                    if refusal.answers_request() {
+                        let patch = AnnotationPatch::new().set(ANN_CLEANUP_RESULT, refusal.to_string());
+                        let patched = self.cluster.patch_annotations(&name, None, &patch);
+                        self.effects.run(&format!("answer/{name}"), patched).await;
+                    }
+                    self.report_pv_problem(&name, refusal.reason(), refusal.to_string()).await;
+                }
+            }
+        }
+    }
+
+    /// Re-records, in the current format, the identities that older versions recorded, once the
+    /// old record proves the disk there is the same one (the observation's `upgrades`, by UID):
+    /// later swaps (a clone with the same filesystem UUID, another XFS on the same device) are
+    /// then caught by the stronger identity. Guarded by the resourceVersion, so a concurrent
+    /// change is never overwritten.
+    pub(super) async fn upgrade_identities(&mut self, states: &[PvState], upgrades: &[(String, String)]) {
+        for (uid, identity) in upgrades {
+            let Some(pv) = states.iter().find(|s| &s.uid == uid) else { continue };
+            let patch = AnnotationPatch::new().set(ANN_VOLUME_IDENTITY, identity.clone());
+            let patched = self.cluster.patch_annotations(&pv.name, Some(&pv.resource_version), &patch);
+            if let Some(Ok(())) = self.effects.run(&format!("upgrade/{}", pv.name), patched).await {
+                info!(pv = %pv.name, %identity, "volume identity re-recorded in the current format");
+            }
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! Executor tests without a cluster or a host: the API is kube's client over a `tower-test`
+//! mock service answering by method and path, the host a fake `HostAccess`. They cover what
+//! lives only in the shell: retries with growing delays, the cleanup trigger resetting a wipe's
+//! backoff, report-once-then-forget, and shutdown during a wipe.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::client::Body;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use tokio::sync::mpsc;
+
+use super::{Agent, AgentOptions, Parts};
+use crate::admin::Readiness;
+use crate::api::{ClientOptions, Cluster};
+use crate::config::{ConfigSource, ProvisionerConfig};
+use crate::core::cleanup::{AfterWipe, PvState};
+use crate::core::pv::FoundVolume;
+use crate::core::volume_safety::DiskKey;
+use crate::discovery::{Scan, SkipReason, Skipped};
+use crate::host::HostError;
+use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
+use crate::host::used_mark::MarkOutcome;
+use crate::metrics::Metrics;
+use crate::wiper::{Cleaner, CleanerOptions, Progress, WipeError, WipeJob, WipeOutcome, Wiped, target_for};
+
+/// What the fake host shows and how its wipes behave.
+#[derive(Default)]
+struct FakeHost {
+    scan: Mutex<Scan>,
+    absent: Mutex<Vec<String>>,
+    /// Wipes: refuse at once, or run until cancelled.
+    refuse_wipes: AtomicBool,
+    wiping: AtomicBool,
+    wipes: AtomicUsize,
+}
+
+impl HostAccess for FakeHost {
+    fn observe(&self, _ask: Ask) -> Result<Observation, HostError> {
+        let scan = self.scan.lock().unwrap().clone();
+        let absent = self.absent.lock().unwrap().clone();
+        Ok(Observation { scan, absent, disks: Some(Vec::new()), ..Default::default() })
+    }
+
+    fn mark(&self, jobs: Vec<MarkJob>) -> Result<Vec<Result<MarkOutcome, String>>, HostError> {
+        Ok(jobs.into_iter().map(|j| Ok(MarkOutcome::Written(j.mark))).collect())
+    }
+
+    fn record_withdrawn(&self, _uids: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn identity(&self, path: &Path) -> Result<String, String> {
+        Ok(format!("id-of-{}", path.display()))
+    }
+
+    fn wipe(&self, _job: &WipeJob, cancel: &AtomicBool, _progress: &Progress) -> Result<Wiped, WipeError> {
+        self.wipes.fetch_add(1, Ordering::SeqCst);
+        if self.refuse_wipes.load(Ordering::SeqCst) {
+            return Err(WipeError::Refused("an immutable file is in the way".into()));
+        }
+        self.wiping.store(true, Ordering::SeqCst);
+        while !cancel.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(WipeError::Failed("cancelled".into()))
+    }
+}
+
+/// The mock API: answers each request from `answer(method, path)` (status, JSON body) and
+/// keeps the requests it saw.
+#[derive(Clone, Default)]
+struct MockApi {
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+    /// Status codes to answer, by "METHOD path-prefix", consumed in order; 200/201 otherwise.
+    scripted: Arc<Mutex<BTreeMap<String, Vec<u16>>>>,
+}
+
+impl MockApi {
+    fn client(&self) -> kube::Client {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let api = self.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let method = request.method().to_string();
+                let path = request.uri().path().to_string();
+                let body = request.into_body().collect_bytes().await.unwrap_or_default();
+                let (status, reply) = api.answer(&method, &path, &body);
+                api.seen.lock().unwrap().push((method, path));
+                let response = Response::builder().status(status).body(Body::from(reply.into_bytes())).unwrap();
+                send.send_response(response);
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Makes the next `codes.len()` requests matching `key` ("POST /api/v1/persistentvolumes")
+    /// answer with these codes.
+    fn script(&self, key: &str, codes: &[u16]) {
+        self.scripted.lock().unwrap().insert(key.to_string(), codes.to_vec());
+    }
+
+    fn answer(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+        let mut scripted = self.scripted.lock().unwrap();
+        for (key, codes) in scripted.iter_mut() {
+            if format!("{method} {path}").starts_with(key.as_str()) && !codes.is_empty() {
+                let code = codes.remove(0);
+                let status = serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                    "reason": if code == 403 { "Forbidden" } else { "InternalError" },
+                    "message": format!("scripted {code}"),
+                });
+                return (code, status.to_string());
+            }
+        }
+        match method {
+            // Creates and event posts echo the object, with a UID.
+            "POST" => {
+                let mut obj: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+                obj["metadata"]["uid"] = serde_json::json!("uid-1");
+                (201, obj.to_string())
+            }
+            // Patches answer with the object patched (enough of it to parse).
+            "PATCH" if path.starts_with("/api/v1/persistentvolumes/") => {
+                let name = path.trim_start_matches("/api/v1/persistentvolumes/");
+                let pv =
+                    serde_json::json!({ "apiVersion": "v1", "kind": "PersistentVolume", "metadata": { "name": name } });
+                (200, pv.to_string())
+            }
+            "GET" if path == "/api/v1/persistentvolumes" => {
+                (200, r#"{"kind":"PersistentVolumeList","apiVersion":"v1","metadata":{},"items":[]}"#.into())
+            }
+            _ => (200, r#"{"kind":"Status","apiVersion":"v1","status":"Success"}"#.into()),
+        }
+    }
+
+    fn count(&self, method: &str, prefix: &str) -> usize {
+        self.seen.lock().unwrap().iter().filter(|(m, p)| m == method && p.starts_with(prefix)).count()
+    }
+
+    fn events(&self) -> usize {
+        let seen = self.seen.lock().unwrap();
+        // The recorder posts an event once and patches its series when it repeats.
+        seen.iter().filter(|(m, p)| (m == "POST" || m == "PATCH") && p.contains("/events")).count()
+    }
+}
+
+struct Lab {
+    agent: Agent,
+    api: MockApi,
+    host: Arc<FakeHost>,
+    pvs: Writer<PersistentVolume>,
+    wipes_done: mpsc::UnboundedReceiver<WipeOutcome>,
+    _config: tempfile::TempDir,
+}
+
+const CLASS: &str = "local";
+
+fn node() -> Node {
+    serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "n1", "uid": "node-uid", "labels": { "kubernetes.io/hostname": "n1" } }
+    }))
+    .unwrap()
+}
+
+async fn lab() -> Lab {
+    let config_dir = tempfile::tempdir().unwrap();
+    let map = format!("{CLASS}:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n");
+    std::fs::write(config_dir.path().join("storageClassMap"), map).unwrap();
+    let mut source = ConfigSource::new(config_dir.path());
+    let config: ProvisionerConfig = source.load_if_changed().unwrap().unwrap().config;
+    let api = MockApi::default();
+    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
+    let cluster = Cluster::from_client(api.client(), &opts, "n1");
+    let host = Arc::new(FakeHost::default());
+    let metrics = Metrics::new();
+    let cleaner_opts = CleanerOptions { concurrency: 2, timeout_base: Duration::from_secs(60), min_rate: 1 << 20 };
+    let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), cleaner_opts.clone(), metrics.clone());
+    let (pv_store, pvs) = reflector::store::<PersistentVolume>();
+    let (sc_store, mut classes) = reflector::store::<StorageClass>();
+    let class: StorageClass = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": CLASS }, "provisioner": "kubernetes.io/no-provisioner", "reclaimPolicy": "Delete"
+    }))
+    .unwrap();
+    classes.apply_watcher_event(&watcher::Event::Apply(class));
+    let parts = Parts {
+        cluster,
+        host: host.clone(),
+        cleaner,
+        metrics,
+        readiness: Readiness::new("test"),
+        node: node(),
+        pv_store,
+        sc_store,
+    };
+    let opts = AgentOptions {
+        config_dir: config_dir.path().to_path_buf(),
+        node_name: "n1".into(),
+        client: opts,
+        discovery_period: None,
+        settle: Duration::ZERO,
+        succession_settle: Duration::ZERO,
+        state_dir: PathBuf::from("/nonexistent"),
+        create_concurrency: 4,
+        cleaner: cleaner_opts,
+        listen_address: "127.0.0.1:0".into(),
+        metrics_path: "/metrics".into(),
+    };
+    let agent = Agent::new(parts, &opts, Some(config), None, source).unwrap();
+    Lab { agent, api, host, pvs, wipes_done, _config: config_dir }
+}
+
+fn found(entry: &str) -> FoundVolume {
+    FoundVolume {
+        class: CLASS.into(),
+        entry: entry.into(),
+        host_path: format!("/mnt/disks/{entry}"),
+        capacity_bytes: 1 << 30,
+        identity: format!("v2;fs;uuid=u-{entry};ino=2;dev=8:1"),
+        disk: DiskKey::fs(format!("8:{entry}"), "/"),
+        in_use: None,
+        used: Default::default(),
+    }
+}
+
+/// One of this node's PVs as the watch would show it.
+fn own_pv(name: &str, phase: &str, extra_annotations: serde_json::Value) -> PersistentVolume {
+    let mut annotations =
+        serde_json::json!({ "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-node-uid" });
+    if let Some(extra) = extra_annotations.as_object() {
+        for (k, v) in extra {
+            annotations[k] = v.clone();
+        }
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": name, "uid": format!("uid-{name}"), "resourceVersion": "7",
+            "labels": { "local-static-provisioner.io/node": "n1" },
+            "annotations": annotations,
+            "finalizers": ["local-static-provisioner.io/wipe"],
+        },
+        "spec": {
+            "capacity": { "storage": "1Gi" }, "accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
+            "persistentVolumeReclaimPolicy": "Delete", "local": { "path": format!("/mnt/disks/{name}") },
+        },
+        "status": { "phase": phase },
+    }))
+    .unwrap()
+}
+
+impl Lab {
+    /// Lets every retry deadline pass (instead of sleeping through it).
+    fn deadlines_pass(&mut self) {
+        self.agent.effects.expire_for_test();
+    }
+
+    async fn pass(&mut self) {
+        self.agent.reconcile(None).await;
+    }
+}
+
+#[tokio::test]
+async fn a_refused_create_is_retried_at_its_deadline_with_growing_delays_until_it_succeeds() {
+    let mut lab = lab().await;
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1")], skipped: Vec::new() };
+    lab.api.script("POST /api/v1/persistentvolumes", &[403, 403, 500]);
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
+    let key = lab.agent.effects.failure_keys().into_iter().find(|k| k.starts_with("create/")).expect("failure kept");
+    let first = lab.agent.effects.failure(&key).unwrap().clone();
+    assert_eq!((first.failures, first.delay), (1, Duration::from_millis(500)));
+    assert!(lab.agent.next_wake().is_some_and(|at| at <= first.due), "the deadline wakes the loop");
+
+    lab.pass().await; // An unrelated event before the deadline: nothing is sent.
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
+
+    let mut delays = vec![first.delay];
+    for _ in 0..2 {
+        lab.deadlines_pass();
+        lab.pass().await;
+        delays.push(lab.agent.effects.failure(&key).unwrap().delay);
+    }
+    assert_eq!(delays, [500, 1000, 2000].map(Duration::from_millis), "delays double");
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 3);
+
+    lab.deadlines_pass();
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 4);
+    assert!(lab.agent.effects.failure(&key).is_none(), "the record is kept until success");
+    assert!(lab.agent.effects.next_due().is_none());
+}
+
+#[tokio::test]
+async fn a_failed_delete_and_a_failed_patch_back_off_apart_and_are_forgotten_once_done() {
+    let mut lab = lab().await;
+    // An unbound PV whose volume vanished is withdrawn (DELETE); a bound one is flagged (PATCH).
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("gone", "Available", serde_json::json!({}))));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("bound", "Bound", serde_json::json!({}))));
+    *lab.host.absent.lock().unwrap() = vec!["uid-gone".into(), "uid-bound".into()];
+    lab.api.script("DELETE /api/v1/persistentvolumes/gone", &[500, 500]);
+    lab.api.script("PATCH /api/v1/persistentvolumes/bound", &[500]);
+    lab.pass().await;
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/gone"), 1);
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/bound"), 1);
+    lab.pass().await;
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/gone"), 1, "waits for its deadline");
+    lab.deadlines_pass();
+    lab.pass().await;
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/gone"), 2);
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/bound"), 2, "the patch succeeded on its retry");
+    assert_eq!(lab.agent.effects.failure("withdraw/gone").unwrap().delay, Duration::from_secs(1));
+    assert!(lab.agent.effects.failure("flag-missing/bound").is_none());
+    // The PV went away meanwhile: its failure is forgotten, not retried for ever.
+    lab.pvs.apply_watcher_event(&watcher::Event::Delete(own_pv("gone", "Available", serde_json::json!({}))));
+    lab.pass().await;
+    assert!(lab.agent.effects.failure("withdraw/gone").is_none());
+}
+
+#[tokio::test]
+async fn problems_are_reported_once_per_occurrence_and_again_when_they_come_back() {
+    let mut lab = lab().await;
+    let refused =
+        Skipped { class: CLASS.into(), path: "/mnt/disks/link".into(), reason: SkipReason::Symlink("/etc".into()) };
+    let with = Scan { volumes: Vec::new(), skipped: vec![refused] };
+    *lab.host.scan.lock().unwrap() = with.clone();
+    lab.pass().await;
+    let first = lab.api.events();
+    assert!(first >= 1, "reported");
+    lab.pass().await;
+    lab.pass().await;
+    assert_eq!(lab.api.events(), first, "not again while it lasts");
+    *lab.host.scan.lock().unwrap() = Scan::default();
+    lab.pass().await;
+    assert!(lab.agent.problems.is_empty(), "forgotten once resolved");
+    *lab.host.scan.lock().unwrap() = with;
+    lab.pass().await;
+    assert!(lab.api.events() > first, "reported again when it comes back");
+}
+
+fn wipe_target(lab: &Lab, pv: &PvState) -> crate::wiper::WipeTarget {
+    target_for(pv, lab.agent.config.storage_class_map.get(CLASS)).unwrap()
+}
+
+#[tokio::test]
+async fn a_refused_wipe_backs_off_growing_and_a_new_cleanup_request_retries_it_at_once() {
+    let mut lab = lab().await;
+    lab.host.refuse_wipes.store(true, Ordering::SeqCst);
+    let mut pv = PvState::from_pv(&own_pv("v", "Released", serde_json::json!({})));
+    let target = wipe_target(&lab, &pv);
+    let cleaner = &mut lab.agent.cleaner;
+    cleaner.start(pv.clone(), AfterWipe::DeletePv, target.clone());
+    let outcome = lab.wipes_done.recv().await.unwrap();
+    assert!(outcome.result.is_err());
+    cleaner.finished(&outcome);
+    assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid), "backing off");
+    assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(300));
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes"), 0, "a refused wipe deletes nothing");
+
+    // Retried at its deadline: the delay doubles.
+    cleaner.start(pv.clone(), AfterWipe::DeletePv, target.clone());
+    let outcome = lab.wipes_done.recv().await.unwrap();
+    cleaner.finished(&outcome);
+    assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(600));
+
+    // The administrator asks again (`cleanup`): not busy any more, and the delays start over.
+    pv.cleanup_requested = true;
+    pv.cleanup_requested_at = Some("2026-11-24T09:00:00Z".into());
+    assert!(!cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid), "the trigger resets the backoff");
+    cleaner.start(pv.clone(), AfterWipe::DeletePv, target.clone());
+    let outcome = lab.wipes_done.recv().await.unwrap();
+    cleaner.finished(&outcome);
+    assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(300));
+    assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid));
+    assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn shutdown_during_a_wipe_cancels_it_and_leaves_the_pv_as_it_is() {
+    let mut lab = lab().await;
+    let pv = PvState::from_pv(&own_pv("v", "Released", serde_json::json!({})));
+    lab.agent.cleaner.start(pv.clone(), AfterWipe::DeletePv, wipe_target(&lab, &pv));
+    while !lab.host.wiping.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(lab.agent.cleaner.running(), 1);
+    lab.agent.shut_down(&mut lab.wipes_done).await;
+    assert_eq!(lab.agent.cleaner.running(), 0, "the wipe stopped");
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes"), 0, "the PV is not deleted");
+    // Only the failed wipe's result annotation is written; the finalizer stays.
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/v"), 1);
+    assert!(lab.agent.cleaner.failure(&pv.uid).is_some(), "wiped again from the start later");
+}

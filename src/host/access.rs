@@ -1,0 +1,172 @@
+//! The agent's one door to the host: what a pass observes (in one blocking call) and the few
+//! host effects it has (used marks, the ledger, wipes). The agent and the wiper hold a
+//! `dyn HostAccess`, so their executors are unit-tested with a fake host, and everything that
+//! touches the machine stays in `host/`. Every method blocks: callers run them on the blocking
+//! pool, never on the runtime's workers.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use crate::config::ProvisionerConfig;
+use crate::core::cleanup::PvState;
+use crate::core::succession::DiskCheck;
+use crate::core::used_mark::{Replace, UsedMark};
+use crate::core::volume_safety::DiskKey;
+use crate::discovery::{self, Scan};
+use crate::host::HostError;
+use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
+use crate::host::mountinfo::MountTable;
+use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
+use crate::wiper::{Progress, WipeError, WipeJob, Wiped};
+
+/// What one pass wants to know about the host, beyond the scan of the discovery directories.
+#[derive(Debug, Clone, Default)]
+pub struct Ask {
+    /// The configuration to scan with.
+    pub config: ProvisionerConfig,
+    /// Host paths that already have a PV (their block devices are not probed for use).
+    pub published: BTreeSet<String>,
+    /// This node's PVs and where their volumes are: whether each is present, and (when
+    /// `disks` is set) which disk each one is on.
+    pub pvs: Vec<(PvState, PathBuf)>,
+    /// Whether to read the disks of `pvs` (a wipe may start this pass).
+    pub disks: bool,
+    /// PVs of an earlier incarnation of this Node, to check their disks.
+    pub predecessors: Vec<(PvState, PathBuf)>,
+}
+
+/// What the host showed in one pass, read against one mount table.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    /// Volumes found and entries skipped, with their used marks read.
+    pub scan: Scan,
+    /// UIDs of the asked PVs whose volume is not at its path.
+    pub absent: Vec<String>,
+    /// For each asked PV, its volume's identity in the current format when it recorded one in
+    /// an old format and the disk proves to be the same (see host::identity::upgraded_identity).
+    pub upgrades: Vec<(String, String)>,
+    /// The disk each asked PV's volume is on (only when asked; `None` entries are left out).
+    pub disks: Option<Vec<(String, DiskKey)>>,
+    /// What each predecessor PV's disk check found, by UID.
+    pub succession: Vec<(String, DiskCheck)>,
+}
+
+/// One used mark to write (see host::used_mark::mark_volume).
+#[derive(Debug, Clone)]
+pub struct MarkJob {
+    /// Where the volume is, inside this container.
+    pub path: PathBuf,
+    /// The identity the disk must prove to have.
+    pub recorded: String,
+    /// An operator's confirmation of an unproven identity.
+    pub confirmed: Option<String>,
+    /// What counts as proof.
+    pub accept: Accept,
+    /// The mark to write.
+    pub mark: UsedMark,
+    /// Which mark already there may be replaced.
+    pub replace: Replace,
+}
+
+/// The host operations the agent and the wiper need.
+pub trait HostAccess: Send + Sync + 'static {
+    /// Scans the discovery directories and checks the asked PVs' volumes, against one read of
+    /// the mount table. Fails only when the mount table cannot be read.
+    fn observe(&self, ask: Ask) -> Result<Observation, HostError>;
+    /// Writes used marks, then records them in the ledger in one durable write; one outcome
+    /// per job, in order. Fails only when the mount table cannot be read.
+    fn mark(&self, jobs: Vec<MarkJob>) -> Result<Vec<Result<MarkOutcome, String>>, HostError>;
+    /// Records PVs let go while no claim was on them (see host::used_mark::Ledger).
+    fn record_withdrawn(&self, uids: &[String]) -> Result<(), String>;
+    /// The identity of the volume at `path`, in the current format.
+    fn identity(&self, path: &std::path::Path) -> Result<String, String>;
+    /// Wipes one volume after proving it is the published disk; returns what was wiped.
+    /// Stops early (with an error) once `cancel` is set; `progress` gets the size and the bytes
+    /// done.
+    fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError>;
+}
+
+/// The real host: the mount table, the volumes, the node-local ledger.
+#[derive(Clone)]
+pub struct RealHost {
+    ledger: Ledger,
+}
+
+impl RealHost {
+    /// The host, with the ledger of used disks this agent holds.
+    pub fn new(ledger: Ledger) -> Self {
+        RealHost { ledger }
+    }
+}
+
+impl HostAccess for RealHost {
+    fn observe(&self, ask: Ask) -> Result<Observation, HostError> {
+        let mounts = MountTable::read()?;
+        let mut scan = discovery::scan_with(&ask.config, &mounts, &ask.published);
+        self.ledger.reload_if_unreadable();
+        discovery::read_used_marks(&mut scan.volumes, &ask.config, &mounts, Some(&self.ledger));
+        let absent = ask
+            .pvs
+            .iter()
+            .filter(|(pv, path)| !volume_present(path, pv.identity.as_deref(), &mounts))
+            .map(|(pv, _)| pv.uid.clone())
+            .collect();
+        let upgrades = ask
+            .pvs
+            .iter()
+            .filter(|(pv, _)| !pv.deleting && pv.identity.as_deref().is_some_and(crate::core::disk_identity::is_legacy))
+            .filter_map(|(pv, path)| Some((pv.uid.clone(), upgraded_identity(path, pv.identity.as_deref()?, &mounts)?)))
+            .collect();
+        let disks = ask.disks.then(|| {
+            let facts = mounts.facts();
+            ask.pvs
+                .iter()
+                .filter_map(|(pv, path)| Some((pv.uid.clone(), discovery::disk_at(path, &mounts, &facts)?)))
+                .collect()
+        });
+        let succession = ask
+            .predecessors
+            .iter()
+            .map(|(pv, path)| (pv.uid.clone(), check_disk(path, pv.identity.as_deref(), &mounts)))
+            .collect();
+        Ok(Observation { scan, absent, upgrades, disks, succession })
+    }
+
+    fn mark(&self, jobs: Vec<MarkJob>) -> Result<Vec<Result<MarkOutcome, String>>, HostError> {
+        let mounts = MountTable::read()?;
+        let mut outcomes: Vec<Result<MarkOutcome, String>> = jobs
+            .iter()
+            .map(|job| {
+                let there_ok = |there: Option<&UsedMark>| job.replace.allows(&job.mark, there);
+                mark_volume(
+                    &job.path,
+                    &job.recorded,
+                    job.confirmed.as_deref(),
+                    job.accept,
+                    &job.mark,
+                    &self.ledger,
+                    &mounts,
+                    there_ok,
+                )
+                .map_err(|e| e.to_string())
+            })
+            .collect();
+        // One durable ledger write for the whole batch.
+        self.ledger.record_outcomes(outcomes.iter_mut());
+        Ok(outcomes)
+    }
+
+    fn record_withdrawn(&self, uids: &[String]) -> Result<(), String> {
+        self.ledger.record_withdrawn(uids).map_err(|e| e.to_string())
+    }
+
+    fn identity(&self, path: &std::path::Path) -> Result<String, String> {
+        let mounts = MountTable::read().map_err(|e| e.to_string())?;
+        volume_identity_in(path, &mounts).map_err(|e| e.to_string())
+    }
+
+    fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError> {
+        crate::wiper::on_host::wipe(&self.ledger, job, cancel, progress)
+    }
+}

@@ -1,0 +1,380 @@
+//! The wiper: runs the wipes the cleanup planner asks for, each in the background with a
+//! concurrency limit and a timeout that scales with the volume's size, and finishes the PV
+//! (delete it, or drop our finalizer) only after the wipe succeeded. Before wiping, the host
+//! side proves that the path still holds the very disk that was published
+//! (core::disk_identity): a disk proven to be another is never wiped, and one that cannot be
+//! proven the same waits for an operator's confirmation of exactly the identity found.
+//!
+//! Every failure is kept as a retry record (core::backoff) until the wipe succeeds: failures
+//! retry after 10 s, doubling to 30 min; refusals (an operator must act) after 5 min. A new
+//! cleanup request or identity confirmation on the PV retries at once.
+
+pub mod on_host;
+mod task;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::api::{Cluster, pv_reference};
+use crate::config::ClassConfig;
+use crate::core::backoff::{Policy, Retries};
+use crate::core::cleanup::{AfterWipe, PvState};
+use crate::core::naming::ANN_IDENTITY_CONFIRMED;
+use crate::host::access::HostAccess;
+use crate::metrics::Metrics;
+
+/// Limits for wipes.
+#[derive(Debug, Clone)]
+pub struct CleanerOptions {
+    /// Wipes running at once (across volumes).
+    pub concurrency: usize,
+    /// Time every wipe gets regardless of size.
+    pub timeout_base: Duration,
+    /// Slowest rate (bytes per second) a wipe is allowed before it times out.
+    pub min_rate: u64,
+}
+
+/// Why a wipe did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum WipeError {
+    /// The disk at the path is provably not the one that was published: never wipe it.
+    #[error(
+        "volume identity mismatch at {path}: {reason}. PV recorded {recorded:?}, found {found:?}; a different disk sits at this path and is not wiped. Put the PV's own disk back at this path to have it wiped"
+    )]
+    IdentityMismatch { path: PathBuf, recorded: String, found: String, reason: String },
+    /// Nothing proves that the disk at the path is the one that was published (no stable
+    /// device ID, or an identity recorded in the old format that cannot tell): not wiped until
+    /// an operator confirms exactly the identity found.
+    #[error(
+        "volume identity unproven at {host_path}: {reason}. If the disk there is the one PV {pv} used (check on the node with `lsblk -o NAME,SERIAL,WWN,UUID,MOUNTPOINTS` and its files), allow the wipe with: kubectl annotate pv {pv} --overwrite {ANN_IDENTITY_CONFIRMED}='{found}' (recorded: {recorded:?})"
+    )]
+    IdentityUnproven { host_path: String, pv: String, recorded: String, found: String, reason: String },
+    /// The PV cannot be mapped to a path this agent sees.
+    #[error("{0}")]
+    Unmapped(String),
+    /// The wipe itself failed (I/O error, tree changed, cancelled); retried soon.
+    #[error("{0}")]
+    Failed(String),
+    /// The volume is in a state only an operator can fix (nested mount, not mounted,
+    /// immutable file, wrong entry type, missing cleaner): retried rarely.
+    #[error("{0}")]
+    Refused(String),
+    /// The wipe took longer than its size allows.
+    #[error("wipe of {path} timed out after {after:?}")]
+    TimedOut { path: PathBuf, after: Duration },
+    /// The wipe succeeded but the PV could not be finished; it is retried (and wiped again).
+    #[error("finishing PV after the wipe: {0}")]
+    Api(#[from] crate::api::ApiError),
+}
+
+impl WipeError {
+    /// Refusals that will not go away by retrying soon: they wait for an operator.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            WipeError::IdentityMismatch { .. }
+                | WipeError::IdentityUnproven { .. }
+                | WipeError::Unmapped(_)
+                | WipeError::Refused(_)
+        )
+    }
+}
+
+/// Where a PV's volume is, as this agent sees it, and how its class wants it wiped.
+#[derive(Debug, Clone)]
+pub struct WipeTarget {
+    /// Path under the class's mountDir.
+    pub path: PathBuf,
+    /// The class settings (block method or command).
+    pub class: ClassConfig,
+}
+
+/// Maps a PV's host path to the path inside this container via its class's hostDir/mountDir.
+pub fn target_for(pv: &PvState, class: Option<&ClassConfig>) -> Result<WipeTarget, String> {
+    let class =
+        class.ok_or_else(|| format!("StorageClass {:?} is not in the config; cannot locate its volume", pv.class))?;
+    let host_dir = crate::core::pv::clean_path(&class.host_dir);
+    let rel = pv
+        .host_path
+        .strip_prefix(&format!("{host_dir}/"))
+        .filter(|rel| !rel.is_empty() && !rel.contains('/') && *rel != "." && *rel != "..")
+        .ok_or_else(|| format!("path {} is not an entry of hostDir {host_dir}", pv.host_path))?;
+    Ok(WipeTarget { path: Path::new(&class.mount_dir).join(rel), class: class.clone() })
+}
+
+/// A wipe for the host to do: the PV (its recorded identity, an operator's confirmation) and
+/// where its volume is.
+#[derive(Debug, Clone)]
+pub struct WipeJob {
+    /// The PV whose disk is wiped (for a wipe-first, a stand-in named after the PV to come).
+    pub pv: PvState,
+    /// Where the volume is and how its class wipes.
+    pub target: WipeTarget,
+    /// Time every wipe gets regardless of size.
+    pub timeout_base: Duration,
+    /// Slowest rate (bytes per second) a wipe is allowed.
+    pub min_rate: u64,
+}
+
+impl WipeJob {
+    /// How long a wipe of `size` bytes may take.
+    pub fn timeout_for(&self, size: u64) -> Duration {
+        self.timeout_base + Duration::from_secs(size / self.min_rate.max(1))
+    }
+}
+
+/// What a completed wipe removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wiped {
+    /// "fs" or "block", for the metrics.
+    pub mode: &'static str,
+    /// Bytes freed (filesystem) or overwritten (block device).
+    pub bytes: u64,
+}
+
+/// A wipe's progress, shared with the host side: the size once known, and bytes done.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Bytes done so far (block wipes).
+    pub done: AtomicU64,
+    /// The volume's size, 0 until the check found it.
+    pub total: AtomicU64,
+}
+
+/// The result of one wipe task, fed back to the reconcile loop.
+#[derive(Debug)]
+pub struct WipeOutcome {
+    /// PV UID (or the wipe-first key).
+    pub uid: String,
+    /// PV name.
+    pub name: String,
+    /// What happened.
+    pub result: Result<(), WipeError>,
+}
+
+/// Delays after a failed wipe: an I/O error or a timeout may pass soon.
+const FAILED: Policy = Policy { initial: Duration::from_secs(10), max: Duration::from_secs(1800) };
+/// Delays after a refusal (identity, nested mount, immutable file): an operator must act, and
+/// their new request or confirmation retries at once.
+const REFUSED: Policy = Policy { initial: Duration::from_secs(300), max: Duration::from_secs(1800) };
+
+/// What a PV's wipe is asked with: a new cleanup request or a new identity confirmation
+/// retries a failed wipe at once instead of waiting out its delay.
+pub fn ask_of(pv: &PvState) -> String {
+    format!(
+        "request={}; confirmed={}",
+        pv.cleanup_requested_at.as_deref().unwrap_or(""),
+        pv.identity_confirmed.as_deref().unwrap_or("")
+    )
+}
+
+/// Tracks running wipes and failures waiting for a retry.
+pub struct Cleaner {
+    cluster: Cluster,
+    host: Arc<dyn HostAccess>,
+    opts: CleanerOptions,
+    permits: Arc<Semaphore>,
+    /// Wipes in flight: their cancel flag and what they were asked with.
+    running: BTreeMap<String, (Arc<AtomicBool>, String)>,
+    /// Failed wipes, kept until one succeeds or the PV needs none.
+    retries: Retries,
+    done_tx: mpsc::UnboundedSender<WipeOutcome>,
+    metrics: Metrics,
+}
+
+impl Cleaner {
+    /// A cleaner whose finished wipes are reported on the returned channel.
+    pub fn new(
+        cluster: Cluster,
+        host: Arc<dyn HostAccess>,
+        opts: CleanerOptions,
+        metrics: Metrics,
+    ) -> (Self, mpsc::UnboundedReceiver<WipeOutcome>) {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
+        let cleaner = Cleaner {
+            cluster,
+            host,
+            opts,
+            permits,
+            running: BTreeMap::new(),
+            retries: Retries::default(),
+            done_tx,
+            metrics,
+        };
+        (cleaner, done_rx)
+    }
+
+    /// Keys (PV UIDs, wipe-first keys) the planners must leave alone: wiping now, or waiting
+    /// out the delay after a failure that nothing since asks to retry. `pvs` are this node's
+    /// PVs, whose current ask (request, confirmation) is compared with the failure's.
+    pub fn busy(&self, pvs: &[PvState]) -> BTreeSet<String> {
+        let now = Instant::now();
+        let asks: BTreeMap<&str, String> = pvs.iter().map(|pv| (pv.uid.as_str(), ask_of(pv))).collect();
+        let waiting = self.retries.keys().filter(|key| {
+            let ask = asks.get(key).map(String::as_str).unwrap_or("");
+            self.retries.waiting(key, now) && !self.retries.may_try(key, now, Some(ask))
+        });
+        self.running.keys().map(String::as_str).chain(waiting).map(str::to_string).collect()
+    }
+
+    /// When the next failed wipe may be retried, so the loop wakes up for it.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.retries.next_due(Instant::now())
+    }
+
+    /// Forgets failures of keys no longer wanted (their PV is gone or needs no wipe), so the
+    /// records do not outlive what they were about.
+    pub fn retain(&mut self, wanted: impl Fn(&str) -> bool) {
+        self.retries.retain(|k| wanted(k));
+    }
+
+    /// Starts wiping a PV's volume in the background.
+    pub fn start(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget) {
+        let regarding = pv_reference(&pv.name);
+        self.spawn(pv, after, target, regarding);
+    }
+
+    /// Wipes a used disk that no PV names any more (its used mark is set, its PV is gone),
+    /// before discovery publishes it as `name`: the same identity proof on the wipe's own
+    /// descriptor, then the mark is cleared. Events go to `node`. Keyed by `key` in `busy`.
+    pub fn start_wipe_first(
+        &mut self,
+        key: String,
+        name: &str,
+        host_path: &str,
+        identity: &str,
+        target: WipeTarget,
+        node: ObjectReference,
+    ) {
+        // The identity was found by discovery moments ago; the check on the wipe's descriptor
+        // guards against a swap since then, so a disk with no stable ID (never proven by its
+        // identity alone) counts as confirmed by it.
+        let pv = PvState {
+            name: name.to_string(),
+            uid: key,
+            host_path: host_path.to_string(),
+            identity: Some(identity.to_string()),
+            identity_confirmed: Some(identity.to_string()),
+            ..Default::default()
+        };
+        self.spawn(pv, AfterWipe::Nothing, target, node);
+    }
+
+    fn spawn(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget, regarding: ObjectReference) {
+        if self.running.contains_key(&pv.uid) {
+            return;
+        }
+        if let Some(failed) = self.retries.get(&pv.uid) {
+            tracing::info!(pv = %pv.name, confirmed = ?pv.identity_confirmed, failures = failed.failures, last_error = %failed.error, "retrying the wipe; checking the disk identity again");
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.running.insert(pv.uid.clone(), (cancel.clone(), ask_of(&pv)));
+        let job = WipeJob { pv, target, timeout_base: self.opts.timeout_base, min_rate: self.opts.min_rate };
+        let task = task::WipeTask {
+            cluster: self.cluster.clone(),
+            host: self.host.clone(),
+            permits: self.permits.clone(),
+            metrics: self.metrics.clone(),
+            regarding,
+            job,
+            after,
+            cancel,
+            progress: Arc::new(Progress::default()),
+        };
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let (uid, name) = (task.job.pv.uid.clone(), task.job.pv.name.clone());
+            let result = task.run().await;
+            let _ = tx.send(WipeOutcome { uid, name, result });
+        });
+    }
+
+    /// Records a finished wipe: a failure is kept with its retry deadline (longer for
+    /// refusals), a success forgets earlier failures.
+    pub fn finished(&mut self, outcome: &WipeOutcome) {
+        let ask = self.running.remove(&outcome.uid).map(|(_, ask)| ask);
+        match &outcome.result {
+            Ok(()) => self.retries.succeeded(&outcome.uid),
+            Err(e) => {
+                let policy = if e.is_refusal() { REFUSED } else { FAILED };
+                let random = crate::runtime::random_fraction();
+                let due =
+                    self.retries.failed(&outcome.uid, policy, e.to_string(), ask.as_deref(), Instant::now(), random);
+                let in_s = due.saturating_duration_since(Instant::now()).as_secs();
+                tracing::info!(pv = %outcome.name, retry_in_s = in_s, "wipe will be retried");
+            }
+        }
+    }
+
+    /// The failure kept for `key`, if any (for tests and logs).
+    pub fn failure(&self, key: &str) -> Option<&crate::core::backoff::Record> {
+        self.retries.get(key)
+    }
+
+    /// Asks every running wipe to stop (shutdown). The PVs stay as they are; the wipes are
+    /// done again from the start after the restart.
+    pub fn cancel_all(&self) -> usize {
+        for (c, _) in self.running.values() {
+            c.store(true, Ordering::Relaxed);
+        }
+        self.running.len()
+    }
+
+    /// Number of wipes in flight.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+}
+
+/// The API refuses an Event whose note is over 1 KiB, and the event would be lost: longer notes
+/// are cut (the full text is in the PV's cleanup-result annotation).
+fn event_note(mut note: String) -> String {
+    const LIMIT: usize = 1024;
+    const CUT: &str = " [...]";
+    if note.len() > LIMIT {
+        let mut end = LIMIT - CUT.len();
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str(CUT);
+    }
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_notes_fit_the_api_limit() {
+        assert_eq!(event_note("short".into()), "short");
+        let exact = "x".repeat(1024);
+        assert_eq!(event_note(exact.clone()), exact);
+        let long = format!("{}\u{e9}{}", "a".repeat(1017), "b".repeat(100));
+        let cut = event_note(long);
+        assert!(cut.len() <= 1024 && cut.ends_with(" [...]"), "{}", cut.len());
+    }
+
+    #[test]
+    fn unproven_refusals_say_what_to_check_and_the_command() {
+        let e = WipeError::IdentityUnproven {
+            host_path: "/mnt/disks/vol1".into(),
+            pv: "local-pv-1a2b3c4d".into(),
+            recorded: "v2;fs;uuid=u;ino=2;dev=252:1".into(),
+            found: "v2;fs;uuid=u;ino=2;dev=252:2".into(),
+            reason: "the device has no stable ID".into(),
+        };
+        let text = e.to_string();
+        assert!(text.contains("/mnt/disks/vol1: the device has no stable ID"), "{text}");
+        assert!(text.contains("kubectl annotate pv local-pv-1a2b3c4d --overwrite local-static-provisioner.io/identity-confirmed='v2;fs;uuid=u;ino=2;dev=252:2'"), "{text}");
+        assert!(e.is_refusal());
+    }
+}

@@ -1,0 +1,231 @@
+//! The blocking half of a wipe, run on the host through [`crate::host::access::HostAccess`]:
+//! what the entry is, whether the disk there is the one published (proven again on the very
+//! descriptor the wipe writes through), the wipe itself, and clearing the disk's used mark.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tracing::warn;
+
+use super::{Progress, WipeError, WipeJob, Wiped};
+use crate::config::BlockCleanMethod;
+use crate::core::cleanup::PvState;
+use crate::core::disk_identity::{Found, Proof, Verdict, judge};
+use crate::discovery::wipe_exposure;
+use crate::host::identity::{device_identity, directory_identity, found_identity};
+use crate::host::mountinfo::MountTable;
+use crate::host::used_mark::{Ledger, clear_dir_mark};
+use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, mount_of_fd, resolve_entry};
+use crate::host::wipe_block::{
+    BlockMethod, BlockWipeError, builtin_for_upstream_script, run_cleaner_command, wipe_block_verified,
+};
+use crate::host::wipe_fs::{FsWipeError, wipe_filesystem_verified};
+
+/// Checks the disk, wipes it and clears its used mark. Blocks; `progress.total` is set as soon
+/// as the size is known, so the caller can scale its timeout.
+pub fn wipe(ledger: &Ledger, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError> {
+    let path = job.target.path.clone();
+    let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
+    match check_volume(&job.pv, &path)? {
+        Checked::Filesystem { root, size } => {
+            progress.total.store(size, Ordering::Relaxed);
+            let mounts = MountTable::read().map_err(|e| failed(&e))?;
+            let class = &job.target.class;
+            // The identity is proven again on the descriptor the walk starts from: a mount
+            // swapped in at the path since the check above is caught.
+            let mut refusal = None;
+            // The descriptor and identity proven, kept to clear the used mark of exactly this
+            // disk once the wipe is complete.
+            let mut proven: Option<(std::os::fd::OwnedFd, String)> = None;
+            let mut verify = |fd: std::os::fd::BorrowedFd<'_>| {
+                // Never the host itself, whatever identity the PV recorded (or not).
+                if let Some(why) = mount_of_fd(fd, &mounts).and_then(|m| wipe_exposure(m, &mounts, class)) {
+                    let e = WipeError::Refused(format!("{} is not wiped: {why}", root.display()));
+                    let text = e.to_string();
+                    refusal = Some(e);
+                    return Err(text);
+                }
+                let found = directory_identity(fd, &root, Some(&mounts)).map_err(|e| e.to_string())?;
+                let identity = found.identity.clone();
+                prove_identity(&job.pv, &root, found).map_err(|e| {
+                    let text = e.to_string();
+                    refusal = Some(e);
+                    text
+                })?;
+                proven = Some((fd.try_clone_to_owned().map_err(|e| e.to_string())?, identity));
+                Ok(())
+            };
+            let result = wipe_filesystem_verified(&root, &mounts, cancel, &mut verify);
+            let stats = result.map_err(|e| match e {
+                FsWipeError::NotTheVolume { .. } => refusal.take().unwrap_or(WipeError::Refused(e.to_string())),
+                FsWipeError::NestedMount { .. } | FsWipeError::NotMounted { .. } | FsWipeError::Immutable { .. } => {
+                    WipeError::Refused(e.to_string())
+                }
+                _ => WipeError::Failed(e.to_string()),
+            })?;
+            let Some((fd, identity)) = proven else {
+                return Err(WipeError::Failed("the wipe finished without proving the volume".into()));
+            };
+            let fd = std::os::fd::AsFd::as_fd(&fd);
+            let dir = mount_of_fd(fd, &mounts).map(|m| m.root.display().to_string());
+            clear_marks(ledger, Some(fd), &root, &identity, dir.as_deref())?;
+            Ok(Wiped { mode: "fs", bytes: stats.bytes_freed })
+        }
+        Checked::Block { size, found } => {
+            progress.total.store(size, Ordering::Relaxed);
+            match block_method(job)? {
+                Err(cmd) => {
+                    let timeout = job.timeout_for(size);
+                    let run = run_cleaner_command(&cmd, &path, &job.pv.name, timeout);
+                    // The upstream-style cleaner script runs as a child process, awaited from
+                    // this blocking thread on the runtime it belongs to.
+                    tokio::runtime::Handle::current().block_on(run).map_err(|e| failed(&e))?;
+                    clear_marks(ledger, None, &path, &found, None)?;
+                }
+                Ok(method) => {
+                    // Proven again on the exclusively opened device the wipe writes through: a
+                    // link or device swapped in since the check is caught.
+                    let mut refusal = None;
+                    let mut proven = None;
+                    let mut verify = |file: &std::fs::File| {
+                        let found = device_identity(file, &path).map_err(|e| e.to_string())?;
+                        let identity = found.identity.clone();
+                        prove_identity(&job.pv, &path, found).map_err(|e| {
+                            let text = e.to_string();
+                            refusal = Some(e);
+                            text
+                        })?;
+                        proven = Some(identity);
+                        Ok(())
+                    };
+                    let mut report = |d, _| progress.done.store(d, Ordering::Relaxed);
+                    wipe_block_verified(&path, method, cancel, &mut report, &mut verify).map_err(|e| match e {
+                        BlockWipeError::NotTheDisk { .. } => {
+                            refusal.take().unwrap_or(WipeError::Refused(e.to_string()))
+                        }
+                        _ => WipeError::Failed(e.to_string()),
+                    })?;
+                    let identity = proven.unwrap_or(found);
+                    clear_marks(ledger, None, &path, &identity, None)?;
+                }
+            }
+            Ok(Wiped { mode: "block", bytes: size })
+        }
+    }
+}
+
+/// The class's way of wiping a block device: a built-in method (also for upstream's own
+/// scripts, which have one), or a command that exists in this container.
+pub fn block_method(job: &WipeJob) -> Result<Result<BlockMethod, Vec<String>>, WipeError> {
+    let class = &job.target.class;
+    Ok(match (class.block_clean_method, &class.block_cleaner_command) {
+        (Some(m), _) => Ok(builtin(m)),
+        (None, cmd) if !cmd.is_empty() && Path::new(&cmd[0]).exists() => Err(cmd.clone()),
+        (None, cmd) => match cmd.first().and_then(|p| builtin_for_upstream_script(p)) {
+            Some(m) => Ok(m),
+            None => {
+                return Err(WipeError::Refused(format!(
+                    "blockCleanerCommand {cmd:?} does not exist in this container and has no built-in equivalent; set blockCleanMethod or mount the script"
+                )));
+            }
+        },
+    })
+}
+
+fn builtin(m: BlockCleanMethod) -> BlockMethod {
+    match m {
+        BlockCleanMethod::Quick => BlockMethod::Quick,
+        BlockCleanMethod::Discard => BlockMethod::Discard,
+        BlockCleanMethod::Zero => BlockMethod::Zero,
+    }
+}
+
+/// What the wipe found at the volume's path, after the identity check.
+enum Checked {
+    /// A mounted filesystem: its root (canonical parent + entry name) and size in bytes.
+    Filesystem { root: PathBuf, size: u64 },
+    /// A block device (the path, or a symlink to it), its size in bytes and the identity
+    /// proven (the ledger entry a completed wipe clears).
+    Block { size: u64, found: String },
+}
+
+/// What the entry is (a symlink is followed only to a block device), whether the disk there is
+/// the recorded one, and its size.
+fn check_volume(pv: &PvState, path: &Path) -> Result<Checked, WipeError> {
+    let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
+    let (kind, resolved) = resolve_entry(path).map_err(|e| failed(&e))?;
+    match kind {
+        EntryKind::Directory | EntryKind::BlockDevice => {}
+        EntryKind::Symlink => {
+            return Err(WipeError::Refused(format!(
+                "{} is a symlink to something other than a block device; it is never followed",
+                path.display()
+            )));
+        }
+        EntryKind::Other => {
+            return Err(WipeError::Refused(format!("{} is neither a directory nor a block device", path.display())));
+        }
+    }
+    let found = found_identity(path, None).map_err(|e| failed(&e))?;
+    let identity = found.identity.clone();
+    prove_identity(pv, path, found)?;
+    Ok(match kind {
+        EntryKind::BlockDevice => {
+            Checked::Block { size: block_device_capacity(path).map_err(|e| failed(&e))?, found: identity }
+        }
+        _ => Checked::Filesystem { size: filesystem_capacity(&resolved).map_err(|e| failed(&e))?, root: resolved },
+    })
+}
+
+/// Clears the used mark of a disk whose wipe just completed: the attribute on the volume root
+/// (through the descriptor the wipe proved, never by path) and the ledger's entries for what
+/// the wipe removed (the identity proven, at `dir` of its filesystem; see
+/// core::used_mark::wiped_by). Until both are gone the wipe counts as failed and is done again.
+fn clear_marks(
+    ledger: &Ledger,
+    root: Option<std::os::fd::BorrowedFd<'_>>,
+    path: &Path,
+    identity: &str,
+    dir: Option<&str>,
+) -> Result<(), WipeError> {
+    let failed = |e: crate::host::used_mark::MarkError| WipeError::Failed(format!("wiped, but {e}"));
+    if let Some(fd) = root {
+        clear_dir_mark(fd, path).map_err(failed)?;
+    }
+    ledger.clear(identity, dir).map_err(failed)
+}
+
+/// Whether `found` (the disk at `path`) proves to be the PV's recorded disk: the same, or
+/// unproven and confirmed by an operator for exactly this identity. A PV that recorded no
+/// identity (made by upstream) is wiped as upstream would, with a warning.
+fn prove_identity(pv: &PvState, path: &Path, found: Found) -> Result<(), WipeError> {
+    match &pv.identity {
+        Some(recorded) => match judge(recorded, &found, pv.identity_confirmed.as_deref()) {
+            Verdict::Same(Proof::Confirmed) => {
+                warn!(pv = %pv.name, path = %path.display(), identity = %found.identity, "disk identity unproven but confirmed by an operator; wiping")
+            }
+            Verdict::Same(_) => {}
+            Verdict::Different(reason) => {
+                return Err(WipeError::IdentityMismatch {
+                    path: path.to_path_buf(),
+                    recorded: recorded.clone(),
+                    found: found.identity,
+                    reason,
+                });
+            }
+            Verdict::Unproven { reason, .. } => {
+                return Err(WipeError::IdentityUnproven {
+                    host_path: pv.host_path.clone(),
+                    pv: pv.name.clone(),
+                    recorded: recorded.clone(),
+                    found: found.identity,
+                    reason,
+                });
+            }
+        },
+        None => {
+            warn!(pv = %pv.name, path = %path.display(), "PV has no recorded volume identity (made by upstream?); wiping what is at its path")
+        }
+    }
+    Ok(())
+}

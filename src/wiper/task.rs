@@ -1,0 +1,146 @@
+//! One wipe in the background: waits for a permit, has the host wipe the volume (on the
+//! blocking pool, under a timeout that scales with the size), reports progress, and finishes
+//! the PV only after the wipe succeeded.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use super::{Progress, WipeError, WipeJob, Wiped, event_note};
+use crate::api::{AnnotationPatch, Cluster, pv_reference};
+use crate::core::cleanup::AfterWipe;
+use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
+use crate::host::access::HostAccess;
+use crate::metrics::Metrics;
+
+/// How often a long wipe logs its progress; every 30th report is also an Event.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+pub(super) struct WipeTask {
+    pub cluster: Cluster,
+    pub host: Arc<dyn HostAccess>,
+    pub permits: Arc<Semaphore>,
+    pub metrics: Metrics,
+    /// What the wipe's events are about: the PV, or the Node for a wipe-first.
+    pub regarding: ObjectReference,
+    pub job: WipeJob,
+    pub after: AfterWipe,
+    pub cancel: Arc<AtomicBool>,
+    pub progress: Arc<Progress>,
+}
+
+impl WipeTask {
+    pub async fn run(self) -> Result<(), WipeError> {
+        let _permit = self.permits.clone().acquire_owned().await.map_err(|e| WipeError::Failed(e.to_string()))?;
+        let name = self.job.pv.name.as_str();
+        let path = self.job.target.path.clone();
+        let orphan = self.after == AfterWipe::Nothing;
+        let started = Instant::now();
+        let block = matches!(self.job.target.class.volume_mode, crate::config::VolumeMode::Block);
+        let note = format!("Starting cleanup of PV {name:?} at {}, this may take a while", path.display());
+        self.cluster.event(&self.regarding, false, "VolumeDelete", "Wipe", note).await;
+        let result = self.wipe().await;
+        let elapsed = started.elapsed();
+        match &result {
+            Ok(Wiped { mode, bytes }) => {
+                self.metrics.wipe_finished(mode, true, elapsed, *bytes);
+                info!(pv = name, path = %path.display(), mode, bytes, elapsed_ms = elapsed.as_millis() as u64, "volume wiped");
+                let secs = elapsed.as_secs_f64();
+                let note = if orphan {
+                    format!(
+                        "Used volume at {} wiped before it is published as {name} ({bytes} bytes, {secs:.1}s)",
+                        path.display()
+                    )
+                } else {
+                    format!("Volume at {} wiped ({bytes} bytes, {secs:.1}s)", path.display())
+                };
+                self.cluster.event(&self.regarding, false, "VolumeCleaned", "Wipe", note).await;
+            }
+            Err(e) => {
+                // Until the entry is examined, the class's mode stands in for the metrics.
+                self.metrics.wipe_finished(if block { "block" } else { "fs" }, false, elapsed, 0);
+                warn!(pv = name, path = %path.display(), error = %e, "wipe failed; the PV is left as it is");
+                let note = if orphan {
+                    event_note(format!(
+                        "Error wiping the used volume at {} (to be published as {name:?}); it is not published: {e}",
+                        path.display()
+                    ))
+                } else {
+                    event_note(format!("Error cleaning PV {name:?}: {e}"))
+                };
+                self.cluster.event(&self.regarding, true, "VolumeFailedDelete", "Wipe", note).await;
+                if !orphan {
+                    let result = AnnotationPatch::new().set(ANN_CLEANUP_RESULT, format!("failed: {e}"));
+                    if let Err(e) = self.cluster.patch_annotations(name, None, &result).await {
+                        warn!(pv = name, error = %e, "recording the failed wipe on the PV failed");
+                    }
+                }
+            }
+        }
+        result?;
+        if orphan {
+            info!(pv = name, path = %path.display(), "used volume wiped; discovery publishes it clean");
+            return Ok(());
+        }
+        if self.after == AfterWipe::DeletePv {
+            self.cluster.delete_pv(name, &self.job.pv.uid, None).await?;
+        }
+        self.cluster.remove_finalizer(name, &self.job.pv.uid, FINALIZER_WIPE).await?;
+        info!(pv = name, "PV finished after wipe; discovery publishes the clean volume again");
+        Ok(())
+    }
+
+    /// Runs the host's wipe on the blocking pool with the size-scaled timeout (cancelling it
+    /// when the time is up), logging progress every 10 seconds and posting an event every
+    /// 5 minutes for long wipes.
+    async fn wipe(&self) -> Result<Wiped, WipeError> {
+        let (host, job, cancel, progress) =
+            (self.host.clone(), self.job.clone(), self.cancel.clone(), self.progress.clone());
+        let mut handle = tokio::task::spawn_blocking(move || host.wipe(&job, &cancel, &progress));
+        let path = self.job.target.path.clone();
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        tick.tick().await;
+        let mut ticks = 0u64;
+        let mut timed_out = None;
+        loop {
+            tokio::select! {
+                joined = &mut handle => {
+                    return match joined {
+                        Ok(Ok(v)) => Ok(v),
+                        Ok(Err(_)) if timed_out.is_some() => {
+                            Err(WipeError::TimedOut { path, after: timed_out.unwrap_or_default() })
+                        }
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => Err(WipeError::Failed(format!("wipe task failed: {e}"))),
+                    };
+                }
+                _ = tick.tick() => {
+                    ticks += 1;
+                    let size = self.progress.total.load(Ordering::Relaxed);
+                    let done = self.progress.done.load(Ordering::Relaxed);
+                    let pct = if size > 0 && done > 0 {
+                        format!(" ({}%)", done.saturating_mul(100) / size)
+                    } else {
+                        String::new()
+                    };
+                    let elapsed_s = started.elapsed().as_secs();
+                    info!(pv = %self.job.pv.name, path = %path.display(), elapsed_s, "still wiping{pct}");
+                    if ticks.is_multiple_of(30) {
+                        let note = format!("Still wiping {} after {elapsed_s}s{pct}", path.display());
+                        self.cluster.event(&pv_reference(&self.job.pv.name), false, "VolumeWipeProgress", "Wipe", note).await;
+                    }
+                    let timeout = self.job.timeout_for(size);
+                    if started.elapsed() >= timeout && timed_out.is_none() {
+                        timed_out = Some(timeout);
+                        self.cancel.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}
