@@ -16,16 +16,41 @@ pub fn forward_events(
     events: impl futures::Stream<Item = Result<(), kube::runtime::watcher::Error>> + Send + 'static,
     changed: Arc<Notify>,
 ) {
+    forward_events_until_synced(what, events, changed, None);
+}
+
+/// [`forward_events`] that also says, in `readiness`, why the watch has not synced yet
+/// ("forbidden" when the RBAC is missing), until its first event.
+pub fn forward_events_until_synced(
+    what: &'static str,
+    events: impl futures::Stream<Item = Result<(), kube::runtime::watcher::Error>> + Send + 'static,
+    changed: Arc<Notify>,
+    readiness: Option<crate::admin::Readiness>,
+) {
     tokio::spawn(async move {
         let mut events = std::pin::pin!(events);
+        let mut starting = readiness;
+        let mut last_error = String::new();
         while let Some(ev) = events.next().await {
             match ev {
                 Ok(()) => {
+                    starting = None;
                     // Counted by bench/scale-foreign.sh: one line per event received.
                     trace!("{what} watch event");
                     changed.notify_one()
                 }
-                Err(e) => warn!(watch = what, error = %e, "watch error; retrying with backoff"),
+                Err(e) => {
+                    let error = e.to_string();
+                    // Once per distinct error in a row: a watch retrying a refusal every few
+                    // seconds does not flood the log.
+                    if error != last_error {
+                        warn!(watch = what, error = %error, "watch error; retrying with backoff");
+                    }
+                    if let Some(readiness) = &starting {
+                        readiness.set(Some(format!("starting: the {what} watch fails: {error}")));
+                    }
+                    last_error = error;
+                }
             }
         }
     });

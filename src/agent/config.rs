@@ -68,7 +68,7 @@ impl Agent {
                 if self.config_problem.take().is_some() {
                     info!("configuration valid again");
                 }
-                self.readiness.set(None);
+                self.say_readiness();
                 self.readiness.set_detail(None);
                 self.metrics.set_config_valid(true);
             }
@@ -83,9 +83,8 @@ impl Agent {
                 self.metrics.set_config_valid(false);
                 if self.has_config {
                     self.readiness.set_detail(Some(format!("config: last change refused: {problem}")));
-                } else {
-                    self.readiness.set(Some(format!("no valid configuration: {problem}")));
                 }
+                self.say_readiness();
             }
         }
     }

@@ -46,7 +46,7 @@ use crate::host::access::{HostAccess, RealHost};
 use crate::host::used_mark::Ledger;
 use crate::host::watch::{DirWatcher, watch_mounts};
 use crate::metrics::Metrics;
-use crate::runtime::{EventClock, Shutdown, forward_events, jittered, sleep_until_opt};
+use crate::runtime::{EventClock, Shutdown, forward_events_until_synced, jittered, sleep_until_opt};
 use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
 
 use effects::Effects;
@@ -128,8 +128,9 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let selector = format!("{LABEL_NODE}={}", identity.node_label);
     let (pv_store, pv_events) = cluster.watch_pvs(Some(&selector));
     let (sc_store, sc_events) = cluster.watch_storage_classes();
-    forward_events("persistentvolumes", pv_events, raw.clone());
-    forward_events("storageclasses", sc_events, raw.clone());
+    readiness.set(Some("starting: waiting for the PV and StorageClass watches to sync".into()));
+    forward_events_until_synced("persistentvolumes", pv_events, raw.clone(), Some(readiness.clone()));
+    forward_events_until_synced("storageclasses", sc_events, raw.clone(), Some(readiness.clone()));
     let synced = async {
         pv_store.wait_until_ready().await?;
         sc_store.wait_until_ready().await
@@ -157,6 +158,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
     let parts = Parts { cluster, host, cleaner, metrics, readiness, node, pv_store, sc_store };
     let mut agent = Agent::new(parts, &opts, config, config_problem, source)?;
+    agent.say_readiness();
     agent.dir_watcher = dir_watcher;
     agent.run_loop(&opts, changed, clock, wipes_done, &mut shutdown).await;
     Ok(())
@@ -266,6 +268,15 @@ impl Agent {
             problems: Occurrences::default(),
             last_scan: None,
         })
+    }
+
+    /// Ready once the watches synced, while a valid configuration is in use; the reason
+    /// otherwise.
+    fn say_readiness(&self) {
+        match (&self.config_problem, self.has_config) {
+            (Some(problem), false) => self.readiness.set(Some(format!("no valid configuration: {problem}"))),
+            _ => self.readiness.set(None),
+        }
     }
 
     /// The loop: a pass after every (debounced) change event, at every settle or retry

@@ -96,7 +96,9 @@ impl Agent {
                 }
                 Action::Refuse { name, host_path, reason } => {
                     let note = format!("volume at {host_path} not published as {name}: {reason}");
-                    self.report_unpublished(format!("refuse/{name}/{host_path}/{reason}"), &name, note).await;
+                    if self.report_unpublished(format!("refuse/{name}/{host_path}/{reason}"), &name, note).await {
+                        warn!(pv = %name, path = %host_path, "volume not published: {reason}");
+                    }
                 }
             }
         }

@@ -37,13 +37,15 @@ impl Agent {
     }
 
     /// A volume not published as PV `pv`, once per occurrence of `key`: a Warning event on
-    /// the Node, related to the PV it would have been.
-    pub(super) async fn report_unpublished(&mut self, key: String, pv: &str, note: String) {
-        if self.problems.first_seen(key) {
-            warn!(pv, "{note}");
+    /// the Node, related to the PV it would have been. Returns whether it was new (the caller
+    /// logs it then, unless a failed effect's own log already said it).
+    pub(super) async fn report_unpublished(&mut self, key: String, pv: &str, note: String) -> bool {
+        let new = self.problems.first_seen(key);
+        if new {
             let note: String = note.chars().take(1000).collect();
             self.node_event(Some(pv_reference(pv)), "VolumeNotPublished", "Publish", note).await;
         }
+        new
     }
 
     /// A problem of PV `name`, once per occurrence: Warning event on the PV.
