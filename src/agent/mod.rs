@@ -370,8 +370,13 @@ impl Agent {
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
         self.effects.end_pass();
-        let live: std::collections::BTreeSet<&str> = states.iter().map(|s| s.uid.as_str()).collect();
-        self.cleaner.retain(|key| live.contains(key) || key.starts_with("wipe-first/"));
+        // Wipe failures of PVs that are gone, and of used disks no longer found, are forgotten.
+        let live: std::collections::BTreeSet<String> = states
+            .iter()
+            .map(|s| s.uid.clone())
+            .chain(self.found_disks.iter().map(|(path, _)| format!("wipe-first/{path}")))
+            .collect();
+        self.cleaner.retain(|key| live.contains(key));
         self.next_settle = [self.next_settle, next_stale, next_missing].into_iter().flatten().min();
         debug!(
             desired = desired,

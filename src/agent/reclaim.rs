@@ -15,16 +15,12 @@ use crate::wiper::target_for;
 
 /// For each PV about to be wiped (by UID), why its disk must not be wiped because another live
 /// PV of this node names the same disk (two PVs of one disk made before the one-disk rule, or by
-/// upstream). Fails closed: without the disks (the host could not be read), no wipe starts.
+/// upstream). `disks` are the disks the observation found for this node's PVs.
 pub fn disks_shared_with_live_pvs(
     states: &[PvState],
     wipes: &BTreeSet<String>,
-    disks: Option<&[(String, DiskKey)]>,
+    disks: &[(String, DiskKey)],
 ) -> BTreeMap<String, String> {
-    let Some(disks) = disks else {
-        let why = "the disks of this node's PVs cannot be compared now (the mount table is unreadable); retrying";
-        return wipes.iter().map(|uid| (uid.clone(), why.to_string())).collect();
-    };
     let located: Vec<(&PvState, &DiskKey)> =
         disks.iter().filter_map(|(uid, disk)| Some((states.iter().find(|s| &s.uid == uid)?, disk))).collect();
     let others: Vec<PublishedDisk> = located
@@ -58,10 +54,16 @@ impl Agent {
             .iter()
             .filter_map(|a| if let CleanupAction::Wipe { pv, .. } = a { Some(pv.uid.clone()) } else { None })
             .collect();
-        let shared = if wipes.is_empty() {
-            BTreeMap::new()
-        } else {
-            disks_shared_with_live_pvs(states, &wipes, disks.as_deref())
+        // Fails closed: a wipe starts only in a pass that read the disks of all this node's
+        // PVs (one became due after the observation: it starts in the next pass, at once).
+        let shared = match &disks {
+            _ if wipes.is_empty() => BTreeMap::new(),
+            Some(disks) => disks_shared_with_live_pvs(states, &wipes, disks),
+            None => {
+                self.next_settle = Some(std::time::Instant::now());
+                let why = "its disk was not compared with the disks of this node's other PVs in this pass";
+                wipes.iter().map(|uid| (uid.clone(), why.to_string())).collect()
+            }
         };
         for action in actions {
             match action {
@@ -84,6 +86,7 @@ impl Agent {
                     let note = format!("volume of PV {} is missing; it will be wiped when it is back", pv.name);
                     self.report_pv_problem(&pv.name, "VolumeMissing", note).await;
                 }
+                CleanupAction::Wipe { .. } if disks.is_none() => {}
                 CleanupAction::Wipe { pv, .. } if shared.contains_key(&pv.uid) => {
                     let note = format!("refusing to wipe PV {}: {}", pv.name, shared[&pv.uid]);
                     self.report_pv_problem(&pv.name, "VolumeFailedDelete", note).await;

@@ -397,3 +397,18 @@ async fn shutdown_during_a_wipe_cancels_it_and_leaves_the_pv_as_it_is() {
     assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/v"), 1);
     assert!(lab.agent.cleaner.failure(&pv.uid).is_some(), "wiped again from the start later");
 }
+
+#[tokio::test]
+async fn a_failed_wipe_first_backs_off_like_any_wipe() {
+    let mut lab = lab().await;
+    lab.host.refuse_wipes.store(true, Ordering::SeqCst);
+    let located = PvState { host_path: "/mnt/disks/x".into(), class: CLASS.into(), ..Default::default() };
+    let target = wipe_target(&lab, &located);
+    let key = "wipe-first//mnt/disks/x".to_string();
+    let node = crate::api::node_reference(&node());
+    lab.agent.cleaner.start_wipe_first(key.clone(), "local-pv-x", "/mnt/disks/x", "id-x", target, node);
+    let outcome = lab.wipes_done.recv().await.unwrap();
+    lab.agent.cleaner.finished(&outcome);
+    assert!(lab.agent.cleaner.busy(&[]).contains(&key), "not retried before its deadline");
+    assert_eq!(lab.agent.cleaner.failure(&key).unwrap().delay, Duration::from_secs(300));
+}
