@@ -12,3 +12,4 @@ bash "$here/scale-foreign.sh" 10 20000       # figure 5
 bash "$here/many-agents.sh" 50 20            # figure 7
 bash "$here/node-cleanup.sh" 500 100          # issue 8: release of a deleted node
 bash "$here/ledger-lookup.sh" 1000            # figure 9: used-disk ledger lookups of one pass
+bash "$here/config-scale.sh"                  # issue 14: validate-config with 1000..8000 classes

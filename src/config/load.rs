@@ -16,13 +16,32 @@ use super::{
 /// Reads every key file of a mounted ConfigMap (skipping kubelet's `..data` machinery and
 /// directories), then parses and validates it.
 pub fn load_dir(dir: &Path) -> Result<LoadedConfig, ConfigError> {
+    let entries = read_entries(dir)?;
+    parse_entries(&source_name(dir), &entries)
+}
+
+/// How errors name a config directory.
+pub(super) fn source_name(dir: &Path) -> String {
+    dir.display().to_string()
+}
+
+/// Whether a directory entry may be a ConfigMap key: kubelet's own entries (`..data`, the
+/// timestamped directories, `..data_tmp`) start with `..`. Shared with the change detector
+/// so that it watches exactly what is read here.
+pub(super) fn is_key_name(name: &str) -> bool {
+    !name.starts_with("..")
+}
+
+/// The (key, content) pairs of every key file, sorted by key: the whole input of
+/// [`parse_entries`].
+pub(super) fn read_entries(dir: &Path) -> Result<Vec<(String, String)>, ConfigError> {
     let read_err = |source| ConfigError::Read { path: dir.to_path_buf(), source };
     let mut entries = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_err)? {
         let entry = entry.map_err(read_err)?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with("..") {
+        if !is_key_name(name) {
             continue;
         }
         let path = entry.path();
@@ -36,7 +55,7 @@ pub fn load_dir(dir: &Path) -> Result<LoadedConfig, ConfigError> {
         entries.push((name.to_string(), text));
     }
     entries.sort();
-    parse_entries(&dir.display().to_string(), &entries)
+    Ok(entries)
 }
 
 /// Parses ConfigMap entries (key, file content) into a validated config. `source_name` is

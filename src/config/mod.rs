@@ -18,6 +18,8 @@ use serde::Serialize;
 
 pub use load::{load_dir, parse_entries};
 pub use source::ConfigSource;
+#[cfg(test)]
+use validate::nested_dirs;
 pub use validate::validate;
 
 /// Where the upstream DaemonSet mounts the ConfigMap; keeping it lets operators swap images

@@ -879,6 +879,76 @@ fn nested_host_dirs_are_rejected_in_either_order() {
 }
 
 #[test]
+fn every_enclosing_host_dir_is_reported_once_per_class_in_class_order() {
+    // Three levels, a duplicate outer (also written with a trailing slash), a sibling with a
+    // common string prefix, and a class whose dir only looks nested as text ("/mnt/d" vs
+    // "/mnt/disks"). The duplicate is its own problem; nesting names every enclosing class.
+    let map = [
+        one_class("a-top", "/mnt/disks"),
+        one_class("b-mid", "/mnt/disks/ssd"),
+        one_class("c-leaf", "/mnt//disks/ssd/one/"),
+        one_class("d-dup", "/mnt/disks/"),
+        one_class("e-sibling", "/mnt/disks2"),
+        one_class("f-prefix", "/mnt/d"),
+    ]
+    .concat();
+    let ps = problems(&[("storageClassMap", &map)]);
+    let got: Vec<String> = ps.iter().map(ToString::to_string).collect();
+    let nest = |inner: &str, dir: &str, outer_dir: &str, outer: &str| {
+        format!(
+            "storageClassMap.{inner}.hostDir: {dir:?} is inside the hostDir {outer_dir:?} of class {outer:?}; discovery directories must not nest"
+        )
+    };
+    assert_eq!(
+        got,
+        [
+            "storageClassMap.d-dup.hostDir: \"/mnt/disks/\" is already the hostDir of class \"a-top\"; one directory can serve one class".to_string(),
+            "storageClassMap.d-dup.mountDir: \"/mnt/disks/\" is already the mountDir of class \"a-top\"; one directory can serve one class".to_string(),
+            nest("b-mid", "/mnt/disks/ssd", "/mnt/disks", "a-top"),
+            nest("b-mid", "/mnt/disks/ssd", "/mnt/disks", "d-dup"),
+            nest("c-leaf", "/mnt/disks/ssd/one", "/mnt/disks", "a-top"),
+            nest("c-leaf", "/mnt/disks/ssd/one", "/mnt/disks/ssd", "b-mid"),
+            nest("c-leaf", "/mnt/disks/ssd/one", "/mnt/disks", "d-dup"),
+        ]
+    );
+}
+
+#[test]
+fn nested_dirs_matches_the_pairwise_definition() {
+    let pairwise = |dirs: &[&str]| {
+        let mut out = Vec::new();
+        for (i, inner) in dirs.iter().enumerate() {
+            for (o, outer) in dirs.iter().enumerate() {
+                if i != o && inner.starts_with(&format!("{outer}/")) {
+                    out.push((i, o));
+                }
+            }
+        }
+        out
+    };
+    assert_eq!(nested_dirs(&["/mnt/disk", "/mnt/disk2", "/mnt/disk/a"]), [(2, 0)]);
+    assert_eq!(nested_dirs(&["/a/b/c", "/a", "/a/b", "/a"]), [(0, 1), (0, 2), (0, 3), (2, 1), (2, 3)]);
+    assert!(nested_dirs(&[]).is_empty());
+    let parts = ["a", "ab", "b", "a.b"];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |bound: u64| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % bound
+    };
+    let mut nested = 0;
+    for _ in 0..300 {
+        let dirs: Vec<String> = (0..1 + next(20))
+            .map(|_| (0..1 + next(4)).map(|_| format!("/{}", parts[next(4) as usize])).collect())
+            .collect();
+        let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+        let expected = pairwise(&dirs);
+        nested += expected.len();
+        assert_eq!(nested_dirs(&dirs), expected, "{dirs:?}");
+    }
+    assert!(nested > 300, "the generator must produce nesting: {nested}");
+}
+
+#[test]
 fn block_class_with_fs_type_is_accepted_like_upstream() {
     let map = "raw:\n  hostDir: /mnt/raw\n  mountDir: /mnt/raw\n  volumeMode: Block\n  fsType: ext4\n";
     let loaded = ok(&[("storageClassMap", map)]);

@@ -1,7 +1,7 @@
 //! Semantic checks on a parsed config: things that parse but would make the agent publish the
 //! wrong directory, or fail later in a way an operator would only see in the API server logs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path};
 
 use super::{ACCESS_MODES, Problem, ProvisionerConfig};
@@ -84,19 +84,40 @@ pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
         .filter(|(_, c)| dir_problem(&c.host_dir).is_none())
         .map(|(n, c)| (n, normalize(&c.host_dir)))
         .collect();
-    for (inner, inner_dir) in &dirs {
-        for (outer, outer_dir) in &dirs {
-            if inner != outer && inner_dir.starts_with(&format!("{outer_dir}/")) {
-                push(
-                    format!("storageClassMap.{inner}.hostDir"),
-                    format!(
-                        "{inner_dir:?} is inside the hostDir {outer_dir:?} of class {outer:?}; discovery directories must not nest"
-                    ),
-                );
-            }
-        }
+    let dir_names: Vec<&str> = dirs.iter().map(|(_, d)| d.as_str()).collect();
+    for (i, o) in nested_dirs(&dir_names) {
+        let ((inner, inner_dir), (outer, outer_dir)) = (&dirs[i], &dirs[o]);
+        push(
+            format!("storageClassMap.{inner}.hostDir"),
+            format!(
+                "{inner_dir:?} is inside the hostDir {outer_dir:?} of class {outer:?}; discovery directories must not nest"
+            ),
+        );
     }
     problems
+}
+
+/// Every pair `(inner, outer)` of indices where `dirs[inner]` lies strictly inside
+/// `dirs[outer]` (`dirs[inner]` starts with `dirs[outer]` and a `/`), ordered by inner, then
+/// by outer, as a scan over every pair would list them. A directory's possible outers are its
+/// own prefixes ending before a `/`, so each is looked up instead of compared with every other
+/// directory: a config with thousands of classes validates in near-linear time.
+pub(super) fn nested_dirs(dirs: &[&str]) -> Vec<(usize, usize)> {
+    let mut by_dir: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, d) in dirs.iter().enumerate() {
+        by_dir.entry(d).or_default().push(i);
+    }
+    let mut pairs = Vec::new();
+    for (inner, dir) in dirs.iter().enumerate() {
+        let start = pairs.len();
+        for (slash, _) in dir.match_indices('/') {
+            if let Some(outers) = by_dir.get(&dir[..slash]) {
+                pairs.extend(outers.iter().map(|&outer| (inner, outer)));
+            }
+        }
+        pairs[start..].sort_unstable();
+    }
+    pairs
 }
 
 /// Kubernetes label key syntax: optional DNS-subdomain prefix and `/`, then a name of at most

@@ -187,37 +187,130 @@ pub struct RootFacts {
 /// location) or nest inside one another: every volume would be published once per class, or a
 /// whole discovery directory offered as a volume of another. None of them is scanned, since
 /// no one of them is more right than the others.
+///
+/// Each class's reason names the first other class in `roots` order it conflicts with, as a
+/// pairwise comparison would; that class is found through sorted path keys instead, so a node
+/// with thousands of classes is checked in near-linear time on every pass. Class names are
+/// expected to be unique (they are the keys of `storageClassMap`).
 pub fn shared_roots(roots: &[RootFacts]) -> BTreeMap<String, String> {
+    let same_inode = first_other_in_groups(roots.iter().map(|r| r.dev_ino));
+    let nested_paths = first_prefix_related(
+        roots.iter().map(|r| Some(r.resolved.components().map(KeyPart::Component).collect())).collect(),
+    );
+    let nested_locations = first_prefix_related(
+        roots
+            .iter()
+            .map(|r| {
+                r.location.as_ref().map(|l| {
+                    std::iter::once(KeyPart::Device(&l.device))
+                        .chain(l.path.components().map(KeyPart::Component))
+                        .collect()
+                })
+            })
+            .collect(),
+    );
     let mut problems = BTreeMap::new();
-    for a in roots {
-        for b in roots.iter().filter(|b| b.class != a.class) {
-            let same = a.resolved == b.resolved
-                || a.dev_ino == b.dev_ino
-                || (a.location.is_some() && a.location == b.location);
-            let problem = if same {
-                Some(format!("its discovery directory is the same directory as class {:?}'s", b.class))
-            } else if a.resolved.starts_with(&b.resolved) || b.resolved.starts_with(&a.resolved) {
-                Some(format!("its discovery directory and class {:?}'s are nested", b.class))
-            } else {
-                match (&a.location, &b.location) {
-                    (Some(la), Some(lb))
-                        if la.device == lb.device
-                            && (la.path.starts_with(&lb.path) || lb.path.starts_with(&la.path)) =>
-                    {
-                        Some(format!(
-                            "its discovery directory and class {:?}'s are nested (through a bind mount)",
-                            b.class
-                        ))
-                    }
-                    _ => None,
-                }
-            };
-            if let Some(p) = problem {
-                problems.entry(a.class.clone()).or_insert(p);
-            }
+    for (i, a) in roots.iter().enumerate() {
+        let first = [same_inode[i], nested_paths[i], nested_locations[i]].into_iter().flatten().min();
+        if let Some(p) = first.and_then(|b| root_pair_problem(a, &roots[b])) {
+            problems.entry(a.class.clone()).or_insert(p);
         }
     }
     problems
+}
+
+/// Why roots `a` and `b` of two classes cannot both be scanned, from `a`'s side.
+fn root_pair_problem(a: &RootFacts, b: &RootFacts) -> Option<String> {
+    if a.class == b.class {
+        return None;
+    }
+    let same = a.resolved == b.resolved || a.dev_ino == b.dev_ino || (a.location.is_some() && a.location == b.location);
+    if same {
+        Some(format!("its discovery directory is the same directory as class {:?}'s", b.class))
+    } else if a.resolved.starts_with(&b.resolved) || b.resolved.starts_with(&a.resolved) {
+        Some(format!("its discovery directory and class {:?}'s are nested", b.class))
+    } else {
+        match (&a.location, &b.location) {
+            (Some(la), Some(lb))
+                if la.device == lb.device && (la.path.starts_with(&lb.path) || lb.path.starts_with(&la.path)) =>
+            {
+                Some(format!("its discovery directory and class {:?}'s are nested (through a bind mount)", b.class))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One element of a sort key for a path: its components, after the device it lives on when
+/// the path is a location. Comparing keys element by element is `Path::starts_with`'s
+/// component-wise comparison, so `/mnt/disk2` is not under `/mnt/disk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum KeyPart<'a> {
+    Device(&'a str),
+    Component(std::path::Component<'a>),
+}
+
+/// For each item, the smallest index of another item with the same key.
+fn first_other_in_groups<K: std::hash::Hash + Eq>(keys: impl Iterator<Item = K>) -> Vec<Option<usize>> {
+    let keys: Vec<K> = keys.collect();
+    // The two smallest indices per key: the first is everyone's answer but its own.
+    let mut smallest: std::collections::HashMap<&K, (usize, Option<usize>)> = std::collections::HashMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        smallest.entry(k).and_modify(|e| e.1 = e.1.or(Some(i))).or_insert((i, None));
+    }
+    keys.iter().enumerate().map(|(i, k)| smallest.get(k).and_then(|&(a, b)| if a == i { b } else { Some(a) })).collect()
+}
+
+/// For each item with a key, the smallest index of another item whose key equals it, is a
+/// prefix of it, or has it as a prefix (the same, an enclosing or an enclosed directory).
+/// Sorted keys put every key's extensions in one run right after it, so one walk with a stack
+/// of the current key's prefixes finds them: O(n log n) comparisons instead of n².
+fn first_prefix_related<K: Ord>(keys: Vec<Option<Vec<K>>>) -> Vec<Option<usize>> {
+    let mut order: Vec<usize> = (0..keys.len()).filter(|&i| keys[i].is_some()).collect();
+    order.sort_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b)));
+    // Runs of equal keys; indices within a run ascend, so its first two are its smallest.
+    let runs: Vec<&[usize]> = order.chunk_by(|&a, &b| keys[a] == keys[b]).collect();
+    let key = |run: &[usize]| keys[run[0]].as_deref().unwrap_or_default();
+    let min = |a: Option<usize>, b: Option<usize>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    // Smallest index among each run's strict prefixes, and among its strict extensions.
+    let mut above = vec![None; runs.len()];
+    let mut below = vec![None; runs.len()];
+    // (run, smallest index in it and its prefixes, smallest index among its extensions so far)
+    let mut stack: Vec<(usize, usize, Option<usize>)> = Vec::new();
+    let close = |stack: &mut Vec<(usize, usize, Option<usize>)>, below: &mut Vec<Option<usize>>| {
+        if let Some((run, _, inside)) = stack.pop() {
+            below[run] = inside;
+            if let Some(parent) = stack.last_mut() {
+                parent.2 = min(parent.2, min(inside, Some(runs[run][0])));
+            }
+        }
+    };
+    for r in 0..runs.len() {
+        while let Some(&(top, _, _)) = stack.last() {
+            let (prefix, k) = (key(runs[top]), key(runs[r]));
+            if k.len() >= prefix.len() && k[..prefix.len()] == *prefix {
+                break;
+            }
+            close(&mut stack, &mut below);
+        }
+        above[r] = stack.last().map(|t| t.1);
+        stack.push((r, above[r].map_or(runs[r][0], |a| a.min(runs[r][0])), None));
+    }
+    while !stack.is_empty() {
+        close(&mut stack, &mut below);
+    }
+    let mut first = vec![None; keys.len()];
+    for (r, run) in runs.iter().enumerate() {
+        let related = min(above[r], below[r]);
+        for &i in run.iter() {
+            let same = if i == run[0] { run.get(1).copied() } else { Some(run[0]) };
+            first[i] = min(same, related);
+        }
+    }
+    first
 }
 
 /// A place no volume may expose: the host root, a system directory or a discovery directory,

@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -93,6 +94,104 @@ fn classes_sharing_or_nesting_a_root_are_all_refused() {
         assert_eq!(shared_roots(&[b, a]).len(), problems.len());
     }
     assert!(shared_roots(&[root("a", "/mnt/x", (1, 2), None)]).is_empty());
+}
+
+/// The pairwise definition `shared_roots` must agree with: every class against every other,
+/// the first conflicting class in order naming the problem.
+fn shared_roots_pairwise(roots: &[RootFacts]) -> BTreeMap<String, String> {
+    let mut problems = BTreeMap::new();
+    for a in roots {
+        for b in roots {
+            if let Some(p) = root_pair_problem(a, b) {
+                problems.entry(a.class.clone()).or_insert(p);
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn shared_roots_compares_paths_by_component_and_names_the_first_conflict() {
+    let roots = [
+        root("a", "/mnt/disk2", (1, 1), None),
+        root("b", "/mnt/disk", (1, 2), None),
+        root("c", "/mnt/disk/", (1, 3), None),
+        root("d", "/mnt/disk/x/y", (1, 4), None),
+        root("e", "/mnt/dis", (1, 5), None),
+        root("f", "/mnt//disk3/./", (1, 6), None),
+        root("g", "/mnt/disk3", (1, 7), None),
+        root("h", "/srv/h", (1, 2), None),
+    ];
+    let problems = shared_roots(&roots);
+    let expected: BTreeMap<String, String> = [
+        ("b", "its discovery directory is the same directory as class \"c\"'s"),
+        ("c", "its discovery directory is the same directory as class \"b\"'s"),
+        ("d", "its discovery directory and class \"b\"'s are nested"),
+        ("f", "its discovery directory is the same directory as class \"g\"'s"),
+        ("g", "its discovery directory is the same directory as class \"f\"'s"),
+        ("h", "its discovery directory is the same directory as class \"b\"'s"),
+    ]
+    .into_iter()
+    .map(|(c, p)| (c.to_string(), p.to_string()))
+    .collect();
+    assert_eq!(problems, expected);
+    assert_eq!(shared_roots_pairwise(&roots), expected);
+}
+
+#[test]
+fn shared_roots_agrees_with_the_pairwise_definition() {
+    // Small alphabets so that equal, nested, sibling and common-string-prefix paths, shared
+    // inodes and shared locations all occur often.
+    let names = ["a", "ab", "b", "a.b", "a b"];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |bound: u64| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % bound
+    };
+    let mut conflicts = 0;
+    for round in 0..400 {
+        let n = 1 + next(24) as usize;
+        let mut roots = Vec::new();
+        for i in 0..n {
+            let mut path = String::from("/");
+            for _ in 0..next(4) {
+                path.push_str(names[next(names.len() as u64) as usize]);
+                path.push_str(["/", "//", "/./"][next(3) as usize]);
+            }
+            if next(2) == 0 && path.len() > 1 {
+                path.pop();
+            }
+            let location = match next(3) {
+                0 => None,
+                _ => {
+                    let mut p = String::from("/");
+                    for _ in 0..next(3) {
+                        p.push_str(names[next(2) as usize]);
+                        p.push('/');
+                    }
+                    Some(loc(["8:1", "8:2"][next(2) as usize], &p))
+                }
+            };
+            roots.push(root(&format!("c{i}"), &path, (1, next(3 * n as u64)), location));
+        }
+        let expected = shared_roots_pairwise(&roots);
+        conflicts += expected.len();
+        assert_eq!(shared_roots(&roots), expected, "round {round}: {roots:?}");
+    }
+    // The generator must actually produce conflicts and non-conflicts for this to mean anything.
+    assert!(conflicts > 400, "{conflicts}");
+}
+
+#[test]
+fn shared_roots_scales_past_thousands_of_classes() {
+    // Correctness at scale, not speed: 5000 sibling roots, one nested pair and one duplicate.
+    let mut roots: Vec<RootFacts> =
+        (0..5000).map(|i| root(&format!("c{i:04}"), &format!("/mnt/disk{i}"), (1, i), None)).collect();
+    roots.push(root("d-nested", "/mnt/disk17/inner", (2, 1), None));
+    roots.push(root("d-same", "/mnt/disk42/", (2, 2), None));
+    let problems = shared_roots(&roots);
+    assert_eq!(problems.keys().collect::<Vec<_>>(), ["c0017", "c0042", "d-nested", "d-same"]);
+    assert_eq!(problems["d-nested"], "its discovery directory and class \"c0017\"'s are nested");
 }
 
 #[test]
