@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use nix::libc;
 use serde_json::Value;
-use support::{AgentProcess, ControlPlane, quiet, remove_scratch_dir, run, wait_until, write_config};
+use support::{AgentProcess, ControlPlane, quiet, remove_scratch_dir, run, umount_when_idle, wait_until, write_config};
 
 const WAIT: Duration = Duration::from_secs(60);
 const ANN_MISSING: &str = "local-static-provisioner.io/volume-missing";
@@ -99,7 +99,7 @@ impl Lab {
     }
 
     fn umount(&self, path: &Path) {
-        run(Command::new("umount").arg(path));
+        umount_when_idle(path);
         let mut undo = self.undo.borrow_mut();
         if let Some(i) = undo.iter().rposition(|u| matches!(u, Undo::Unmount(p) if p == path)) {
             undo.remove(i);
@@ -544,7 +544,7 @@ fn fs_wipe_race_a_bound_tenants_volume_bound_over_the_released_entry_after_the_c
     };
     let unswap = || {
         if stacked.replace(false) {
-            run(Command::new("umount").arg(&a));
+            umount_when_idle(&a);
         }
     };
     let (agent, end) = race_the_wipe(&h, agent, claim_a, &pv_a, &dev_a, &swap, &unswap);
@@ -591,7 +591,7 @@ fn fs_wipe_race_a_filesystem_outside_bound_over_the_released_entry_after_the_che
     };
     let unswap = || {
         if stacked.replace(false) {
-            run(Command::new("umount").arg(&a));
+            umount_when_idle(&a);
         }
     };
     let (agent, end) = race_the_wipe(&h, agent, "fs-race-out-1", &pv_a, &dev_a, &swap, &unswap);

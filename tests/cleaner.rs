@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use local_static_provisioner::core::naming::pv_name;
 use support::{
-    AgentProcess, ControlPlane, LoopDevice, Mount, Zram, binary, mount_tmpfs, require_root, run, wait_until,
-    write_config,
+    AgentProcess, ControlPlane, LoopDevice, Mount, Zram, binary, mount_tmpfs, require_root, run, umount_when_idle,
+    wait_until, write_config,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -322,7 +322,7 @@ fn refusals_keep_every_byte_and_say_why() {
     std::fs::write(p_nested.join("data"), b"kept").unwrap();
     let _inner = mount_tmpfs(&p_nested.join("inner"), 8);
     std::fs::write(p_nested.join("inner/data"), b"inner kept").unwrap();
-    run(Command::new("umount").arg(&p_swapped));
+    umount_when_idle(&p_swapped);
     let _other = mount_tmpfs(&p_swapped, 16);
     std::fs::write(p_swapped.join("other-disk"), b"not yours").unwrap();
     std::fs::write(p_bound.join("live"), b"in use").unwrap();
@@ -489,8 +489,7 @@ fn cloned_disks_swapped_in_while_released_are_refused_until_confirmed() {
     // The agent comes back; a long settle window keeps the presence check from flagging the
     // volumes first, so each wipe meets the identity check.
     let log2 = tmp.path().join("agent-2.log");
-    let agent =
-        AgentProcess::start_with(&config, node, &kubeconfig, &log2, &["--settle", "1h"]);
+    let agent = AgentProcess::start_with(&config, node, &kubeconfig, &log2, &["--settle", "1h"]);
     let (pv_cloned, uid_cloned, _) = pvs[&cloned].clone();
     wait_until("the clone on another device refused", WAIT, || {
         cp.has_event(&pv_cloned, "VolumeFailedDelete", "identity mismatch").then_some(())

@@ -8,7 +8,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use local_static_provisioner::core::naming::pv_name;
-use support::{AgentProcess, ControlPlane, bind_mount, mount_tmpfs, require_root, run, wait_until, write_config};
+use support::{
+    AgentProcess, ControlPlane, bind_mount, mount_tmpfs, require_root, run, umount_when_idle, wait_until, write_config,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -48,7 +50,7 @@ fn mounts_and_unmounts_are_followed_without_a_resync() {
         "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: events-claim, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: events-fs\n  volumeName: {bound}\n  resources: {{requests: {{storage: 1Mi}}}}\n"
     ));
     wait_until("claim bound", WAIT, || (cp.pv_state(&bound)?.1 == "Bound").then_some(()));
-    run(Command::new("umount").arg(&bind.path));
+    umount_when_idle(&bind.path);
     wait_until("bound PV flagged as missing", WAIT, || {
         let pv = cp.get_json(&["pv", &bound])?;
         pv["metadata"]["annotations"]["local-static-provisioner.io/volume-missing"].as_str().map(|_| ())

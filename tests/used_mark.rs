@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use local_static_provisioner::core::naming::pv_name;
 use support::used_lab::*;
-use support::{run, wait_until};
+use support::{run, umount_when_idle, wait_until};
 
 const ANN_MOVED_TO: &str = "local-static-provisioner.io/volume-moved-to";
 const ANN_STALE: &str = "local-static-provisioner.io/volume-stale";
@@ -671,7 +671,7 @@ fn siblings_on_a_shared_disk_stay_apart_and_a_subdirectory_of_a_used_volume_is_n
     std::fs::create_dir_all(&t2).unwrap();
     run(Command::new("mount").arg("--bind").arg(t.join("sub")).arg(&t2));
     // The original entry goes (the bind keeps the tmpfs alive), and so does its PV.
-    run(Command::new("umount").arg(&t));
+    umount_when_idle(&t);
     h.delete_claim("um-siblings-t");
     h.force_delete_pv(&pv_t);
     let never = || offered_unwiped(&h, &t2);

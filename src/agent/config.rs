@@ -10,13 +10,13 @@ use tracing::{error, info, warn};
 
 use super::Agent;
 use crate::api::node_reference;
-use crate::config::{ConfigError, ConfigSource, LoadedConfig, ProvisionerConfig};
+use crate::config::{ConfigSource, LoadedConfig, ProvisionerConfig};
 
 /// Reads the configuration at start-up. An invalid one does not stop the agent: it publishes
 /// nothing, says so in readiness, and picks up the config as soon as it is fixed.
 pub(super) async fn first_load(source: &mut ConfigSource) -> (Option<ProvisionerConfig>, Option<String>) {
     let dir = source.dir().to_path_buf();
-    match load(source).await {
+    match on_blocking_pool(source, ConfigSource::load).await {
         Some(Ok(LoadedConfig { config, warnings })) => {
             for w in &warnings {
                 warn!(config_dir = %dir.display(), "{w}");
@@ -28,28 +28,31 @@ pub(super) async fn first_load(source: &mut ConfigSource) -> (Option<Provisioner
             error!(error = %e, "configuration invalid; nothing is published until it is fixed");
             (None, Some(e.to_string()))
         }
-        None => (None, Some(format!("{} could not be read", dir.display()))),
+        None => (None, Some(format!("reading {} failed", dir.display()))),
     }
 }
 
-/// The source's `load_if_changed`, on the blocking pool (it stats and reads files).
-async fn load(source: &mut ConfigSource) -> Option<Result<LoadedConfig, ConfigError>> {
+/// Runs `read` on the source on the blocking pool (it stats and reads files); `None` when the
+/// task itself failed.
+async fn on_blocking_pool<T: Send + 'static>(source: &mut ConfigSource, read: fn(&mut ConfigSource) -> T) -> Option<T> {
     let mut owned = std::mem::replace(source, ConfigSource::new(source.dir()));
     let (owned, result) = tokio::task::spawn_blocking(move || {
-        let result = owned.load_if_changed();
+        let result = read(&mut owned);
         (owned, result)
     })
     .await
     .ok()?;
     *source = owned;
-    result
+    Some(result)
 }
 
 impl Agent {
     /// Applies a changed config directory. New settings apply to new PVs; existing PVs are not
     /// changed.
     pub(super) async fn reload_config(&mut self) {
-        let Some(loaded) = load(&mut self.source).await else { return };
+        let Some(Some(loaded)) = on_blocking_pool(&mut self.source, ConfigSource::load_if_changed).await else {
+            return;
+        };
         match loaded {
             Ok(LoadedConfig { config, warnings }) => {
                 if !self.has_config || config != self.config {

@@ -175,7 +175,7 @@ async fn lab() -> Lab {
     let map = format!("{CLASS}:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n");
     std::fs::write(config_dir.path().join("storageClassMap"), map).unwrap();
     let mut source = ConfigSource::new(config_dir.path());
-    let config: ProvisionerConfig = source.load_if_changed().unwrap().unwrap().config;
+    let config: ProvisionerConfig = source.load().unwrap().config;
     let api = MockApi::default();
     let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
     let cluster = Cluster::from_client(api.client(), &opts, "n1");

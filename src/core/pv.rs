@@ -188,6 +188,19 @@ pub fn clean_path(path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
+/// Where a PV's volume is inside this container: its host path must be a direct entry of the
+/// class's hostDir (never the directory itself, a deeper path, `.` or `..`), which maps to the
+/// same entry of the class's mountDir. Anything else is refused, so a PV's path can never lead
+/// the agent out of a discovery directory.
+pub fn container_path(host_path: &str, host_dir: &str, mount_dir: &str) -> Result<std::path::PathBuf, String> {
+    let host_dir = clean_path(host_dir);
+    let rel = host_path
+        .strip_prefix(&format!("{host_dir}/"))
+        .filter(|rel| !rel.is_empty() && !rel.contains('/') && *rel != "." && *rel != "..")
+        .ok_or_else(|| format!("path {host_path} is not an entry of hostDir {host_dir}"))?;
+    Ok(std::path::Path::new(mount_dir).join(rel))
+}
+
 #[cfg(test)]
 #[path = "pv_tests.rs"]
 mod tests;

@@ -609,3 +609,24 @@ fn desired_pvs_of_nothing() {
     assert!(d.is_empty());
     assert!(p.is_empty());
 }
+
+#[test]
+fn container_paths_are_direct_entries_of_the_host_dir_only() {
+    let map = |p: &str| container_path(p, "/mnt//disks/", "/in/disks").map(|p| p.display().to_string());
+    assert_eq!(map("/mnt/disks/vol1").as_deref(), Ok("/in/disks/vol1"));
+    for bad in [
+        "/mnt/disks",
+        "/mnt/disks/",
+        "/mnt/disks/a/b",
+        "/mnt/disks/..",
+        "/mnt/disks/.",
+        "/mnt/disks2/vol1",
+        "/mnt/disksvol1",
+        "/other/vol1",
+        "",
+        "mnt/disks/vol1",
+    ] {
+        let e = map(bad).unwrap_err();
+        assert!(e.contains("is not an entry of hostDir /mnt/disks"), "{bad}: {e}");
+    }
+}

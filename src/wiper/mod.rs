@@ -13,7 +13,7 @@ pub mod on_host;
 mod task;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -95,17 +95,12 @@ pub struct WipeTarget {
     pub class: ClassConfig,
 }
 
-/// Maps a PV's host path to the path inside this container via its class's hostDir/mountDir.
+/// Locates a PV's volume inside this container through its class (core::pv::container_path).
 pub fn target_for(pv: &PvState, class: Option<&ClassConfig>) -> Result<WipeTarget, String> {
     let class =
         class.ok_or_else(|| format!("StorageClass {:?} is not in the config; cannot locate its volume", pv.class))?;
-    let host_dir = crate::core::pv::clean_path(&class.host_dir);
-    let rel = pv
-        .host_path
-        .strip_prefix(&format!("{host_dir}/"))
-        .filter(|rel| !rel.is_empty() && !rel.contains('/') && *rel != "." && *rel != "..")
-        .ok_or_else(|| format!("path {} is not an entry of hostDir {host_dir}", pv.host_path))?;
-    Ok(WipeTarget { path: Path::new(&class.mount_dir).join(rel), class: class.clone() })
+    let path = crate::core::pv::container_path(&pv.host_path, &class.host_dir, &class.mount_dir)?;
+    Ok(WipeTarget { path, class: class.clone() })
 }
 
 /// A wipe for the host to do: the PV (its recorded identity, an operator's confirmation) and

@@ -568,3 +568,23 @@ impl ControlPlane {
         })
     }
 }
+
+/// Unmounts `path`, retrying for a few seconds while it is busy: the agent opens a volume's
+/// root for a moment when it (re)writes its used mark, for example right after a claim binds,
+/// and an unmount at that instant fails with EBUSY, as it would for an operator.
+pub fn umount_when_idle(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new("umount").arg(path).output().unwrap_or_else(|e| panic!("umount {path:?}: {e}"));
+        if out.status.success() {
+            return;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("busy") && Instant::now() < deadline,
+            "umount {path:?} failed: {}\n{stderr}",
+            out.status
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
