@@ -2,9 +2,14 @@
 //! device's data is, and whether the host uses it. A partition, its whole disk, and two loop
 //! devices over one image are different device numbers for the same data; discovery must see
 //! that to publish each disk at most once and never offer a device the host has in use.
+//!
+//! The block and loop device ioctls live here too, each declared once behind a safe wrapper.
 
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
 
 use super::HostError;
 use super::mountinfo::MountTable;
@@ -158,4 +163,118 @@ fn exclusively_open(node: &Path) -> Result<bool, HostError> {
         Err(nix::errno::Errno::EBUSY) => Ok(true),
         Err(e) => Err(HostError::io("open O_EXCL (probe)", node, e)),
     }
+}
+
+// Block and loop device ioctls: each request is declared here once, behind a safe wrapper, so
+// that no other module holds an `unsafe` block or its own copy of a request number.
+
+nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
+// BLKDISCARD and BLKZEROOUT are declared with _IO (no size) although they take a u64[2].
+nix::ioctl_write_ptr_bad!(blkdiscard, nix::request_code_none!(0x12, 119), [u64; 2]);
+nix::ioctl_write_ptr_bad!(blkzeroout, nix::request_code_none!(0x12, 127), [u64; 2]);
+nix::ioctl_none!(blkflsbuf, 0x12, 97);
+nix::ioctl_none!(blkrrpart, 0x12, 95);
+nix::ioctl_read_bad!(loop_get_status64, 0x4C05, LoopInfo64);
+
+/// Size in bytes of the block device open as `fd` (BLKGETSIZE64): the kernel's figure, which
+/// is right for partitions and loop devices alike, unlike the file size of a device node.
+pub fn device_size(fd: impl AsFd) -> std::io::Result<u64> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid for the call;
+    // the descriptor is borrowed, so it stays open for the call.
+    unsafe { blkgetsize64(fd.as_fd().as_raw_fd(), &mut size) }?;
+    Ok(size)
+}
+
+/// Discards `len` bytes from `start` (BLKDISCARD). The errno is returned as is, so the caller
+/// can tell "unsupported" from a real failure.
+pub fn discard(fd: impl AsFd, start: u64, len: u64) -> Result<(), Errno> {
+    let range = [start, len];
+    // SAFETY: BLKDISCARD reads two u64 (start, length) through the pointer, valid for the call.
+    unsafe { blkdiscard(fd.as_fd().as_raw_fd(), &range) }.map(drop)
+}
+
+/// Zeroes `len` bytes from `start` in the kernel (BLKZEROOUT: write-zeroes offload when the
+/// device has it). The errno is returned as is, so the caller can fall back to plain writes.
+pub fn zero_out(fd: impl AsFd, start: u64, len: u64) -> Result<(), Errno> {
+    let range = [start, len];
+    // SAFETY: BLKZEROOUT reads two u64 (start, length) through the pointer, valid for the call.
+    unsafe { blkzeroout(fd.as_fd().as_raw_fd(), &range) }.map(drop)
+}
+
+/// Drops the device's buffer cache (BLKFLSBUF), so nothing reads stale pages after a wipe.
+pub fn flush_buffers(fd: impl AsFd) -> Result<(), Errno> {
+    // SAFETY: BLKFLSBUF takes no argument.
+    unsafe { blkflsbuf(fd.as_fd().as_raw_fd()) }.map(drop)
+}
+
+/// Asks the kernel to re-read the partition table (BLKRRPART), so erased partitions vanish.
+/// Fails on unpartitionable devices and while partitions are in use.
+pub fn reread_partitions(fd: impl AsFd) -> Result<(), Errno> {
+    // SAFETY: BLKRRPART takes no argument.
+    unsafe { blkrrpart(fd.as_fd().as_raw_fd()) }.map(drop)
+}
+
+/// `struct loop_info64` from linux/loop.h.
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+/// What a loop device is bound to, as LOOP_GET_STATUS64 reports it: the parts of
+/// `struct loop_info64` that name the backing file and the range of it in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopStatus {
+    /// Device number of the filesystem holding the backing file (can change across reboots).
+    pub device: u64,
+    /// Inode of the backing file: tells a file replaced at the same path from the original.
+    pub inode: u64,
+    /// Byte offset into the backing file where the device starts.
+    pub offset: u64,
+    /// Size limit in bytes (0: up to the end of the file).
+    pub size_limit: u64,
+    /// The backing file's name as given at set-up, truncated by the kernel to 63 bytes.
+    pub file_name: Vec<u8>,
+}
+
+/// The binding of the loop device open as `fd` (LOOP_GET_STATUS64).
+pub fn loop_status(fd: impl AsFd) -> Result<LoopStatus, Errno> {
+    let mut info = LoopInfo64 {
+        lo_device: 0,
+        lo_inode: 0,
+        lo_rdevice: 0,
+        lo_offset: 0,
+        lo_sizelimit: 0,
+        lo_number: 0,
+        lo_encrypt_type: 0,
+        lo_encrypt_key_size: 0,
+        lo_flags: 0,
+        lo_file_name: [0; 64],
+        lo_crypt_name: [0; 64],
+        lo_encrypt_key: [0; 32],
+        lo_init: [0; 2],
+    };
+    // SAFETY: LOOP_GET_STATUS64 writes one loop_info64 through the pointer, which points to
+    // one `LoopInfo64` (same layout) valid for the call.
+    unsafe { loop_get_status64(fd.as_fd().as_raw_fd(), &mut info) }?;
+    let name = info.lo_file_name.split(|b| *b == 0).next().unwrap_or_default();
+    Ok(LoopStatus {
+        device: info.lo_device,
+        inode: info.lo_inode,
+        offset: info.lo_offset,
+        size_limit: info.lo_sizelimit,
+        file_name: name.to_vec(),
+    })
 }
