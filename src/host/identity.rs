@@ -409,8 +409,7 @@ mod tests {
 
     #[test]
     fn tmpfs_mounts_at_one_path_differ() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIPPED tmpfs_mounts_at_one_path_differ: needs root (mounts)");
+        if !crate::host::test_env::require_root("tmpfs_mounts_at_one_path_differ") {
             return;
         }
         let tmp = tempfile::tempdir().unwrap();

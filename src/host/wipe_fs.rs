@@ -616,18 +616,11 @@ impl<'a> Wiper<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::test_env::{cannot_run, require_root};
     use std::ffi::OsString;
     use std::fs;
     use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
     use std::process::Command;
-
-    fn needs_root(name: &str) -> bool {
-        if nix::unistd::geteuid().is_root() {
-            return true;
-        }
-        println!("SKIPPED {name}: needs root (mounts)");
-        false
-    }
 
     fn run(cmd: &mut Command) {
         let status = cmd.status().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -672,7 +665,7 @@ mod tests {
 
     #[test]
     fn wipes_everything_below_root_and_never_follows_symlinks() {
-        if !needs_root("wipes_everything_below_root_and_never_follows_symlinks") {
+        if !require_root("wipes_everything_below_root_and_never_follows_symlinks") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -726,7 +719,7 @@ mod tests {
 
     #[test]
     fn unprivileged_wipe_fixes_permissions_and_restores_root_mode() {
-        if !needs_root("unprivileged_wipe_fixes_permissions_and_restores_root_mode") {
+        if !require_root("unprivileged_wipe_fixes_permissions_and_restores_root_mode") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -790,7 +783,7 @@ mod tests {
 
     #[test]
     fn deep_tree_bounded_descriptors() {
-        if !needs_root("deep_tree_bounded_descriptors") {
+        if !require_root("deep_tree_bounded_descriptors") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -804,7 +797,7 @@ mod tests {
 
     #[test]
     fn reopening_closed_levels_through_dotdot_is_complete() {
-        if !needs_root("reopening_closed_levels_through_dotdot_is_complete") {
+        if !require_root("reopening_closed_levels_through_dotdot_is_complete") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -836,7 +829,7 @@ mod tests {
 
     #[test]
     fn huge_directory() {
-        if !needs_root("huge_directory") {
+        if !require_root("huge_directory") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -855,7 +848,7 @@ mod tests {
 
     #[test]
     fn nested_mount_in_table_is_refused_before_anything_is_removed() {
-        if !needs_root("nested_mount_in_table_is_refused_before_anything_is_removed") {
+        if !require_root("nested_mount_in_table_is_refused_before_anything_is_removed") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -874,7 +867,7 @@ mod tests {
 
     #[test]
     fn nested_mount_after_table_read_is_caught_by_device() {
-        if !needs_root("nested_mount_after_table_read_is_caught_by_device") {
+        if !require_root("nested_mount_after_table_read_is_caught_by_device") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -892,7 +885,7 @@ mod tests {
 
     #[test]
     fn bind_mount_of_same_filesystem_is_caught_by_mount_id() {
-        if !needs_root("bind_mount_of_same_filesystem_is_caught_by_mount_id") {
+        if !require_root("bind_mount_of_same_filesystem_is_caught_by_mount_id") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -914,7 +907,7 @@ mod tests {
 
     #[test]
     fn not_a_mount_point_is_refused() {
-        if !needs_root("not_a_mount_point_is_refused") {
+        if !require_root("not_a_mount_point_is_refused") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -949,7 +942,7 @@ mod tests {
 
     #[test]
     fn cancel_flag_stops_the_wipe() {
-        if !needs_root("cancel_flag_stops_the_wipe") {
+        if !require_root("cancel_flag_stops_the_wipe") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -963,7 +956,7 @@ mod tests {
 
     #[test]
     fn entries_that_change_type_after_readdir_are_never_followed() {
-        if !needs_root("entries_that_change_type_after_readdir_are_never_followed") {
+        if !require_root("entries_that_change_type_after_readdir_are_never_followed") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -1030,11 +1023,11 @@ mod tests {
 
     #[test]
     fn immutable_and_append_only_entries_are_reported() {
-        if !needs_root("immutable_and_append_only_entries_are_reported") {
+        if !require_root("immutable_and_append_only_entries_are_reported") {
             return;
         }
         if Command::new("chattr").arg("--help").output().is_err() {
-            println!("SKIPPED immutable_and_append_only_entries_are_reported: no chattr");
+            cannot_run("immutable_and_append_only_entries_are_reported", "no chattr (e2fsprogs)");
             return;
         }
         let (_tmp, base) = scratch();
