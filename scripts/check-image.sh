@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release --locked -q
-bin=target/release/local-static-provisioner
+rel=target/release/local-static-provisioner  # where the image build puts it
+bin=${CARGO_TARGET_DIR:-target}/release/local-static-provisioner  # where this build did
 grep -q "cargo build --release --locked" Dockerfile || { echo "Dockerfile does not build with --locked" >&2; exit 1; }
-grep -q "COPY --from=build /src/$bin " Dockerfile || { echo "Dockerfile does not copy $bin" >&2; exit 1; }
+grep -q "COPY --from=build /src/$rel " Dockerfile || { echo "Dockerfile does not copy $rel" >&2; exit 1; }
 for s in quick_reset.sh shred.sh dd_zero.sh blkdiscard.sh; do
   [[ -x deploy/scripts/$s ]] || { echo "deploy/scripts/$s missing or not executable" >&2; exit 1; }
 done
