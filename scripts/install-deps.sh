@@ -3,9 +3,9 @@
 # Go and Rust come with the machine; everything else is a Debian package.
 set -euo pipefail
 need=()
-for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fsprogs mkfs.xfs:xfsprogs \
+for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fsprogs chattr:e2fsprogs mkfs.xfs:xfsprogs \
             blkid:util-linux wipefs:util-linux partx:util-linux sfdisk:fdisk flock:util-linux setsid:util-linux \
-            python3:python3 truncate:coreutils; do
+            python3:python3 truncate:coreutils readelf:binutils; do
   command -v "${tool%%:*}" > /dev/null || need+=("${tool#*:}")
 done
 if (( ${#need[@]} )); then

@@ -421,7 +421,10 @@ fn cloned_disks_swapped_in_while_released_are_refused_until_confirmed() {
     }
     let zram = Zram::new(64).zip(Zram::new(64));
     if zram.is_none() {
-        eprintln!("NOTE: no zram in this kernel; only the provably different clone is tested");
+        support::cannot_run(
+            "the zram part of cloned_disks_swapped_in_while_released_are_refused_until_confirmed",
+            "no zram in this kernel; only the provably different clone is tested",
+        );
     }
     let cp = ControlPlane::get();
     let node = "clean-identity-node";

@@ -437,8 +437,7 @@ struct Lab {
 
 impl Lab {
     fn new(name: &'static str) -> Option<Lab> {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIPPED {name}: needs root (mounts, loop devices, partitions); CI runs as root");
+        if !support::require_root(name) {
             return None;
         }
         static N: AtomicUsize = AtomicUsize::new(0);

@@ -355,7 +355,7 @@ fn a_device_without_a_stable_id_needs_a_confirmation() {
         return;
     }
     let (Some(a), Some(b)) = (Zram::new(64), Zram::new(64)) else {
-        eprintln!("SKIPPED a_device_without_a_stable_id_needs_a_confirmation: no zram module");
+        support::cannot_run("a_device_without_a_stable_id_needs_a_confirmation", "no zram in this kernel");
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

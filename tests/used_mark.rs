@@ -711,7 +711,10 @@ fn an_unclaimed_volume_withdrawn_and_back_is_published_as_it_was() {
 fn a_used_disk_without_a_stable_id_is_wiped_first_without_waiting_for_a_confirmation() {
     let Some(h) = Harness::new("noid") else { return };
     let Some(zram) = support::Zram::new(64) else {
-        eprintln!("NOTE: no zram in this kernel; skipping");
+        support::cannot_run(
+            "a_used_disk_without_a_stable_id_is_wiped_first_without_waiting_for_a_confirmation",
+            "no zram in this kernel",
+        );
         return;
     };
     let class = "um-noid";

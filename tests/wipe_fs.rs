@@ -1,6 +1,8 @@
 //! `wipe_filesystem` through the public API on a real ext4 volume (loop device), and the
 //! wipe-versus-`rm -rf` benchmark that bench/wipe-fs.sh runs. Needs root; skipped otherwise.
 
+mod support;
+
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
@@ -10,14 +12,7 @@ use std::time::Instant;
 
 use local_static_provisioner::host::mountinfo::MountTable;
 use local_static_provisioner::host::wipe_fs::*;
-
-fn needs_root(name: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    println!("SKIPPED {name}: needs root (mounts)");
-    false
-}
+use support::require_root;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -55,7 +50,7 @@ fn is_empty(dir: &Path) -> bool {
 
 #[test]
 fn wipes_an_ext4_volume_and_reports_freed_space() {
-    if !needs_root("wipes_an_ext4_volume_and_reports_freed_space") {
+    if !require_root("wipes_an_ext4_volume_and_reports_freed_space") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -112,7 +107,7 @@ fn generate(root: &Path, files: usize) -> usize {
 #[test]
 #[ignore = "benchmark: run with bench/wipe-fs.sh"]
 fn bench_wipe_vs_rm() {
-    if !needs_root("bench_wipe_vs_rm") {
+    if !require_root("bench_wipe_vs_rm") {
         return;
     }
     let files: usize = std::env::var("WIPE_BENCH_FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);

@@ -14,14 +14,15 @@
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
-use std::os::unix::io::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::io::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, FsType, Statfs, TMPFS_MAGIC, XFS_SUPER_MAGIC};
 
 use super::HostError;
+use super::blockdev::{device_size, loop_status};
 use super::mountinfo::MountTable;
-use super::volume::{EntryKind, device_size, mount_at, resolve_entry};
+use super::volume::{EntryKind, mount_at, resolve_entry};
 use crate::core::disk_identity::{DiskIdentity, Found, Kind, Verdict, is_present, judge};
 use crate::core::succession::DiskCheck;
 
@@ -279,47 +280,19 @@ fn device_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>
     (None, None)
 }
 
-/// `struct loop_info64` from linux/loop.h.
-#[repr(C)]
-struct LoopInfo64 {
-    lo_device: u64,
-    lo_inode: u64,
-    lo_rdevice: u64,
-    lo_offset: u64,
-    lo_sizelimit: u64,
-    lo_number: u32,
-    lo_encrypt_type: u32,
-    lo_encrypt_key_size: u32,
-    lo_flags: u32,
-    lo_file_name: [u8; 64],
-    lo_crypt_name: [u8; 64],
-    lo_encrypt_key: [u8; 32],
-    lo_init: [u64; 2],
-}
-
-nix::ioctl_read_bad!(loop_get_status64, 0x4C05, LoopInfo64);
-
 /// A loop device is the file behind it: its path, offset and size limit, and its inode (so a
 /// file replaced at the same path is another disk); the device number of the filesystem
 /// holding it is returned apart, since that number can change across reboots.
 fn loop_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>) {
     let Some(node) = node else { return (None, None) };
-    // SAFETY: an all-zero loop_info64 is valid (plain integers and byte arrays).
-    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
-    // SAFETY: LOOP_GET_STATUS64 writes one loop_info64 through the pointer, valid for the call.
-    if unsafe { loop_get_status64(node.as_raw_fd(), &mut info) }.is_err() {
-        return (None, None);
-    }
+    let Ok(info) = loop_status(node) else { return (None, None) };
     let path = read_attr(dir, "loop/backing_file")
         .map(|p| p.strip_suffix(" (deleted)").map(str::to_string).unwrap_or(p))
-        .or_else(|| {
-            let name = info.lo_file_name.split(|b| *b == 0).next().unwrap_or_default();
-            Some(String::from_utf8_lossy(name).into_owned()).filter(|n| !n.is_empty())
-        });
+        .or_else(|| Some(String::from_utf8_lossy(&info.file_name).into_owned()).filter(|n| !n.is_empty()));
     let Some(path) = path else { return (None, None) };
-    let limit = if info.lo_sizelimit > 0 { format!("+{}", info.lo_sizelimit) } else { String::new() };
-    let disk = format!("loop:{path}@{}{limit}#{}", info.lo_offset, info.lo_inode);
-    (Some(disk), Some(dev_text(info.lo_device)))
+    let limit = if info.size_limit > 0 { format!("+{}", info.size_limit) } else { String::new() };
+    let disk = format!("loop:{path}@{}{limit}#{}", info.offset, info.inode);
+    (Some(disk), Some(dev_text(info.device)))
 }
 
 /// The UUID in the superblock of the filesystem of type `magic` on `device`, read with
@@ -436,8 +409,7 @@ mod tests {
 
     #[test]
     fn tmpfs_mounts_at_one_path_differ() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIPPED tmpfs_mounts_at_one_path_differ: needs root (mounts)");
+        if !crate::host::test_env::require_root("tmpfs_mounts_at_one_path_differ") {
             return;
         }
         let tmp = tempfile::tempdir().unwrap();

@@ -34,3 +34,31 @@ impl HostError {
         HostError::Io { path: path.into(), op, source: source.into() }
     }
 }
+
+/// The unit tests' side of the skip rule in tests/support (`require_root`, `cannot_run`): a
+/// test that needs root or a tool says why it cannot run and skips, except under CI, where it
+/// fails so that the real-mount tests cannot pass by not running.
+#[cfg(test)]
+pub(crate) mod test_env {
+    /// True when the test may mount; otherwise see [`cannot_run`].
+    pub(crate) fn require_root(test: &str) -> bool {
+        if nix::unistd::geteuid().is_root() {
+            return true;
+        }
+        cannot_run(test, "needs root (mounts)");
+        false
+    }
+
+    /// Prints why `test` cannot run here (the caller then skips), or panics under CI.
+    pub(crate) fn cannot_run(test: &str, why: &str) {
+        if under_ci() {
+            panic!("{test} cannot run under CI (CI={:?}): {why}", std::env::var("CI").unwrap_or_default());
+        }
+        eprintln!("SKIPPED {test}: {why} (under CI this fails)");
+    }
+
+    /// Whether this is a CI run: `CI` set to anything but empty, `0` or `false`.
+    fn under_ci() -> bool {
+        std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+    }
+}

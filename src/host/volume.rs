@@ -7,10 +7,10 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::HostError;
+use super::blockdev::device_size;
 
 /// The kind of a discovery entry, judged without following a symlink except to a block device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,21 +138,10 @@ pub fn filesystem_capacity(path: &Path) -> Result<u64, HostError> {
     Ok(blocks.saturating_mul(bsize))
 }
 
-nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
-
 /// Size of the block device at `path` in bytes (BLKGETSIZE64).
 pub fn block_device_capacity(path: &Path) -> Result<u64, HostError> {
     let file = File::open(path).map_err(|e| HostError::io("open", path, e))?;
     device_size(&file).map_err(|e| HostError::io("ioctl BLKGETSIZE64", path, e))
-}
-
-/// Size in bytes of the block device open as `file` (BLKGETSIZE64); the one place this ioctl
-/// is declared.
-pub fn device_size(file: &File) -> std::io::Result<u64> {
-    let mut size: u64 = 0;
-    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid for the call.
-    unsafe { blkgetsize64(file.as_raw_fd(), &mut size) }?;
-    Ok(size)
 }
 
 /// Total size of the filesystem mounted exactly at `path`, which must be a directory and not

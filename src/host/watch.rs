@@ -120,8 +120,7 @@ mod tests {
 
     #[test]
     fn mount_changes_are_signalled() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIPPED mount_changes_are_signalled: needs root (mounts)");
+        if !crate::host::test_env::require_root("mount_changes_are_signalled") {
             return;
         }
         let tmp = tempfile::tempdir().unwrap();

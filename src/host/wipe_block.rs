@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
@@ -16,6 +15,8 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use tokio::io::{AsyncRead, ReadBuf};
+
+use super::blockdev;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -33,12 +34,6 @@ const WRITE_CHUNK: usize = MIB as usize;
 const STDERR_TAIL: usize = 5;
 /// How long to keep reading output after the cleaner exited (a background child may hold the pipe).
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
-
-// BLKDISCARD and BLKZEROOUT are declared with _IO (no size) although they take a u64[2].
-nix::ioctl_write_ptr_bad!(blkdiscard, nix::request_code_none!(0x12, 119), [u64; 2]);
-nix::ioctl_write_ptr_bad!(blkzeroout, nix::request_code_none!(0x12, 127), [u64; 2]);
-nix::ioctl_none!(blkflsbuf, 0x12, 97);
-nix::ioctl_none!(blkrrpart, 0x12, 95);
 
 /// Built-in ways to wipe a block device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -204,7 +199,7 @@ struct Device<'a> {
 
 impl Device<'_> {
     fn size(&self) -> Result<u64, BlockWipeError> {
-        super::volume::device_size(&self.file).map_err(|e| BlockWipeError::io("ioctl BLKGETSIZE64", self.path, e))
+        blockdev::device_size(&self.file).map_err(|e| BlockWipeError::io("ioctl BLKGETSIZE64", self.path, e))
     }
 
     fn check_cancel(&self, done: u64) -> Result<(), BlockWipeError> {
@@ -233,11 +228,10 @@ impl Device<'_> {
             }
         }
         self.sync()?;
-        // SAFETY: BLKFLSBUF takes no argument.
-        unsafe { blkflsbuf(self.file.as_raw_fd()) }.map_err(|e| BlockWipeError::io("ioctl BLKFLSBUF", self.path, e))?;
-        // SAFETY: BLKRRPART takes no argument. It fails on unpartitionable devices (e.g. loop
-        // devices without partscan) and while partitions are in use; neither matters here.
-        if let Err(e) = unsafe { blkrrpart(self.file.as_raw_fd()) } {
+        blockdev::flush_buffers(&self.file).map_err(|e| BlockWipeError::io("ioctl BLKFLSBUF", self.path, e))?;
+        // Fails on unpartitionable devices (e.g. loop devices without partscan) and while
+        // partitions are in use; neither matters here.
+        if let Err(e) = blockdev::reread_partitions(&self.file) {
             tracing::debug!(device = %self.path.display(), error = %e, "BLKRRPART failed (ignored)");
         }
         Ok(())
@@ -249,9 +243,7 @@ impl Device<'_> {
         while done < self.size {
             self.check_cancel(done)?;
             let len = (self.size - done).min(DISCARD_CHUNK);
-            let range = [done, len];
-            // SAFETY: BLKDISCARD reads two u64 (start, length) through the pointer, valid for the call.
-            if let Err(e) = unsafe { blkdiscard(self.file.as_raw_fd(), &range) } {
+            if let Err(e) = blockdev::discard(&self.file, done, len) {
                 if done == 0 && unsupported(e) {
                     return Ok(false);
                 }
@@ -269,9 +261,7 @@ impl Device<'_> {
         while done < self.size {
             self.check_cancel(done)?;
             let len = (self.size - done).min(ZEROOUT_CHUNK);
-            let range = [done, len];
-            // SAFETY: BLKZEROOUT reads two u64 (start, length) through the pointer, valid for the call.
-            if let Err(e) = unsafe { blkzeroout(self.file.as_raw_fd(), &range) } {
+            if let Err(e) = blockdev::zero_out(&self.file, done, len) {
                 if done == 0 && unsupported(e) {
                     tracing::info!(device = %self.path.display(), "BLKZEROOUT unsupported; writing zeroes");
                     return self.write_zeroes(progress);

@@ -9,18 +9,16 @@
 //! descriptors, and each directory stream stays open while it is processed (linear time).
 
 use std::ffi::{CStr, CString, OsStr};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, open, openat};
-use nix::libc;
-use nix::sys::stat::{FchmodatFlags, Mode, fchmod, fchmodat, fstatat};
-use nix::unistd::{UnlinkatFlags, unlinkat};
+use rustix::fs::{
+    AtFlags, CWD, Dir, FileType, IFlags, Mode, OFlags, StatxAttributes, StatxFlags, fchmod, fstat, fstatfs,
+    ioctl_getflags, makedev, openat, statat, statx, unlinkat,
+};
+use rustix::io::Errno;
 
 use super::mountinfo::MountTable;
 
@@ -76,15 +74,11 @@ const CANCEL_EVERY: u32 = 256;
 const MAX_RESCANS: u32 = 3;
 /// Times an entry may switch between directory and non-directory under us before giving up.
 const MAX_TYPE_FLIPS: u32 = 3;
-/// `chattr +i`: not even root can unlink the entry.
-const FS_IMMUTABLE_FL: libc::c_int = 0x10;
-/// `chattr +a`: not even root can unlink the entry (or, for a directory, entries in it).
-const FS_APPEND_FL: libc::c_int = 0x20;
+/// `chattr +i` (not even root can unlink the entry) and `chattr +a` (not even root can unlink
+/// the entry or, for a directory, entries in it).
+const FORBID_UNLINK: IFlags = IFlags::IMMUTABLE.union(IFlags::APPEND);
 /// How subdirectories are opened: never through a symlink, never as a controlling terminal.
-const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
-
-// FS_IOC_GETFLAGS is declared with a `long` but the kernel reads and writes an `int`.
-nix::ioctl_read_bad!(fs_ioc_getflags, nix::request_code_read!(b'f', 1, size_of::<libc::c_long>()), libc::c_int);
+const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
 
 /// Removes everything below `root` (an absolute path of a mounted volume), keeping `root` itself
 /// with its mode and ownership. `mounts` is the current mount table; `cancel` is polled often.
@@ -107,55 +101,33 @@ pub fn wipe_filesystem_verified(
     wiper.finish()
 }
 
-/// An open directory stream; readdir fetches many entries per getdents call.
-struct DirStream(NonNull<libc::DIR>);
+/// An open directory stream: rustix's `Dir` fetches many entries per getdents64 call and
+/// owns the descriptor, which the walk also uses for the `*at` calls in that directory.
+struct DirStream(Dir);
 
 impl DirStream {
     /// Takes ownership of `fd` (closed on error too).
     fn new(fd: OwnedFd) -> Result<Self, Errno> {
-        let raw = fd.into_raw_fd();
-        // SAFETY: `raw` is an open descriptor we own; on success the DIR owns it.
-        match NonNull::new(unsafe { libc::fdopendir(raw) }) {
-            Some(dir) => Ok(DirStream(dir)),
-            None => {
-                let err = Errno::last();
-                // SAFETY: fdopendir failed, so `raw` is still ours to close.
-                drop(unsafe { OwnedFd::from_raw_fd(raw) });
-                Err(err)
-            }
-        }
+        Dir::new(fd).map(DirStream)
     }
 
-    fn fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the descriptor of a live DIR stays open until closedir in Drop.
-        unsafe { BorrowedFd::borrow_raw(libc::dirfd(self.0.as_ptr())) }
+    fn fd(&self) -> Result<BorrowedFd<'_>, Errno> {
+        self.0.fd()
     }
 
-    /// The next entry's name and `d_type`, or None at the end.
-    fn next(&mut self) -> Result<Option<(CString, u8)>, Errno> {
-        Errno::clear();
-        // SAFETY: the DIR is live and only used through `&mut self`, so by one thread at a time.
-        let entry = unsafe { libc::readdir(self.0.as_ptr()) };
-        if entry.is_null() {
-            return if Errno::last_raw() == 0 { Ok(None) } else { Err(Errno::last()) };
+    /// The next entry's name and type (`Unknown` where the filesystem has no `d_type`), or
+    /// None at the end.
+    fn next(&mut self) -> Result<Option<(CString, FileType)>, Errno> {
+        match self.0.read() {
+            None => Ok(None),
+            Some(Ok(entry)) => Ok(Some((entry.file_name().to_owned(), entry.file_type()))),
+            Some(Err(e)) => Err(e),
         }
-        // SAFETY: a non-null dirent stays valid until the next readdir on this stream, and its
-        // d_name is NUL-terminated; the name is copied before returning.
-        let (name, d_type) = unsafe { (CStr::from_ptr((*entry).d_name.as_ptr()).to_owned(), (*entry).d_type) };
-        Ok(Some((name, d_type)))
     }
 
     /// Starts over: the next read sees the directory as it is now.
     fn rewind(&mut self) {
-        // SAFETY: the DIR is live.
-        unsafe { libc::rewinddir(self.0.as_ptr()) }
-    }
-}
-
-impl Drop for DirStream {
-    fn drop(&mut self) {
-        // SAFETY: the DIR is live and closed exactly once here.
-        unsafe { libc::closedir(self.0.as_ptr()) };
+        self.0.rewind();
     }
 }
 
@@ -172,71 +144,68 @@ struct DirInfo {
 }
 
 fn dir_info(fd: BorrowedFd<'_>) -> Result<DirInfo, Errno> {
-    let mut buf = MaybeUninit::<libc::statx>::zeroed();
-    let mask = libc::STATX_BASIC_STATS | libc::STATX_MNT_ID;
-    // SAFETY: with AT_EMPTY_PATH statx reads the empty C string and writes one `struct statx`
-    // into `buf`, which is that size and lives for the call.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_statx, fd.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, mask, buf.as_mut_ptr())
-    };
-    if rc != 0 {
-        let err = Errno::last();
+    let st = match statx(fd, c"", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS | StatxFlags::MNT_ID) {
+        Ok(st) => st,
         // Kernels before 4.11, or seccomp profiles that predate statx.
-        if err != Errno::ENOSYS && err != Errno::EPERM {
-            return Err(err);
+        Err(Errno::NOSYS | Errno::PERM) => {
+            let st = fstat(fd)?;
+            #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+            return Ok(DirInfo {
+                dev: st.st_dev as u64,
+                ino: st.st_ino as u64,
+                mode: st.st_mode as u32,
+                mnt_id: None,
+                mount_root: None,
+            });
         }
-        let st = nix::sys::stat::fstat(fd)?;
-        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-        return Ok(DirInfo {
-            dev: st.st_dev as u64,
-            ino: st.st_ino as u64,
-            mode: st.st_mode as u32,
-            mnt_id: None,
-            mount_root: None,
-        });
-    }
-    // SAFETY: zero-initialised, then filled by the kernel: every field is initialised.
-    let st = unsafe { buf.assume_init() };
-    let mount_root_bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
+        Err(e) => return Err(e),
+    };
     Ok(DirInfo {
-        dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        dev: makedev(st.stx_dev_major, st.stx_dev_minor),
         ino: st.stx_ino,
         mode: u32::from(st.stx_mode),
-        mnt_id: (st.stx_mask & libc::STATX_MNT_ID != 0).then_some(st.stx_mnt_id),
-        mount_root: (st.stx_attributes_mask & mount_root_bit != 0).then_some(st.stx_attributes & mount_root_bit != 0),
+        mnt_id: StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID).then_some(st.stx_mnt_id),
+        mount_root: st
+            .stx_attributes_mask
+            .contains(StatxAttributes::MOUNT_ROOT)
+            .then_some(st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)),
     })
 }
 
 /// Used bytes of the filesystem holding `fd`.
 fn used_bytes(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
-    let st = nix::sys::statfs::fstatfs(fd)?;
-    let used = st.blocks().saturating_sub(st.blocks_free());
-    Ok(used.saturating_mul(u64::try_from(st.block_size()).unwrap_or(0)))
+    let st = fstatfs(fd)?;
+    let used = st.f_blocks.saturating_sub(st.f_bfree);
+    Ok(used.saturating_mul(u64::try_from(st.f_bsize).unwrap_or(0)))
 }
 
 /// Whether the open file or directory has the immutable or append-only flag.
 fn flags_forbid_unlink(fd: BorrowedFd<'_>) -> bool {
-    let mut flags: libc::c_int = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes one int through the pointer, valid for the call.
-    match unsafe { fs_ioc_getflags(fd.as_raw_fd(), &mut flags) } {
-        Ok(_) => flags & (FS_IMMUTABLE_FL | FS_APPEND_FL) != 0,
-        Err(_) => false,
-    }
+    ioctl_getflags(fd).is_ok_and(|flags| flags.intersects(FORBID_UNLINK))
 }
 
 /// Whether entry `name` of `dir` is immutable or append-only. Only regular files and
 /// directories are opened: opening a device node could have side effects.
 fn entry_forbids_unlink(dir: BorrowedFd<'_>, name: &CStr) -> bool {
-    let Ok(st) = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else { return false };
-    let kind = st.st_mode & libc::S_IFMT;
-    if kind != libc::S_IFREG && kind != libc::S_IFDIR {
+    let Ok(st) = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { return false };
+    if !matches!(FileType::from_raw_mode(st.st_mode), FileType::RegularFile | FileType::Directory) {
         return false;
     }
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     match openat(dir, name, flags, Mode::empty()) {
         Ok(fd) => flags_forbid_unlink(fd.as_fd()),
         Err(_) => false,
     }
+}
+
+/// Gives entry `name` of `dir` mode 0o700 unless it is a symlink (then nothing changes; the
+/// open that follows fails on it). The one call left to nix: rustix refuses
+/// AT_SYMLINK_NOFOLLOW for chmodat because the fchmodat system call has no flags before Linux
+/// 6.6, while the C library implements it without following (fchmodat2, else an O_PATH
+/// descriptor that it checks is no symlink).
+fn chmod_owner_only_nofollow(dir: BorrowedFd<'_>, name: &CStr) {
+    use nix::sys::stat::{FchmodatFlags, Mode as NixMode, fchmodat};
+    let _ = fchmodat(dir, name, NixMode::S_IRWXU, FchmodatFlags::NoFollowSymlink);
 }
 
 /// One directory on the path from the root to where the walk is.
@@ -290,7 +259,7 @@ impl<'a> Wiper<'a> {
             return Err(FsWipeError::Cancelled { path: root.to_path_buf() });
         }
         let io = |op: &'static str, e: Errno| FsWipeError::Io { path: root.to_path_buf(), op, source: e.into() };
-        let root_fd = open(root, DIR_FLAGS, Mode::empty()).map_err(|e| io("open", e))?;
+        let root_fd = openat(CWD, root, DIR_FLAGS, Mode::empty()).map_err(|e| io("open", e))?;
         let info = dir_info(root_fd.as_fd()).map_err(|e| io("stat", e))?;
         // The table may be stale: make sure what we opened is that very mount.
         if info.mount_root == Some(false) {
@@ -343,8 +312,7 @@ impl<'a> Wiper<'a> {
         // Close every stream before measuring or reporting.
         self.stack.truncate(1);
         let restored = if self.root_mode_changed {
-            fchmod(&self.root_fd, Mode::from_bits_truncate(self.root_mode & 0o7777))
-                .map_err(|e| self.io_root("chmod", e))
+            fchmod(&self.root_fd, Mode::from_raw_mode(self.root_mode & 0o7777)).map_err(|e| self.io_root("chmod", e))
         } else {
             Ok(())
         };
@@ -371,7 +339,7 @@ impl<'a> Wiper<'a> {
             let top = self.stack.len() - 1;
             let next = match self.stack[top].stream.as_mut() {
                 Some(stream) => stream.next(),
-                None => Err(Errno::EBADF),
+                None => Err(Errno::BADF),
             };
             match next {
                 Err(e) => return Err(self.io("readdir", top, None, e)),
@@ -407,12 +375,12 @@ impl<'a> Wiper<'a> {
     }
 
     /// Removes entry `name` of directory `parent` (the top frame), descending if it is one.
-    fn entry(&mut self, parent: usize, name: &CStr, d_type: u8) -> Result<(), FsWipeError> {
+    fn entry(&mut self, parent: usize, name: &CStr, d_type: FileType) -> Result<(), FsWipeError> {
         let mut is_dir = match d_type {
-            libc::DT_DIR => true,
-            libc::DT_UNKNOWN => match self.stat_is_dir(parent, name) {
+            FileType::Directory => true,
+            FileType::Unknown => match self.stat_is_dir(parent, name) {
                 Ok(is_dir) => is_dir,
-                Err(Errno::ENOENT) => return Ok(()),
+                Err(Errno::NOENT) => return Ok(()),
                 Err(e) => return Err(self.io("stat", parent, Some(name), e)),
             },
             _ => false,
@@ -422,8 +390,8 @@ impl<'a> Wiper<'a> {
                 match self.open_child(parent, name) {
                     Ok(fd) => return self.descend(parent, name, fd),
                     // Not (or no longer) a directory: a symlink gives ELOOP and is never followed.
-                    Err(Errno::ELOOP | Errno::ENOTDIR) => is_dir = false,
-                    Err(Errno::ENOENT) => return Ok(()),
+                    Err(Errno::LOOP | Errno::NOTDIR) => is_dir = false,
+                    Err(Errno::NOENT) => return Ok(()),
                     Err(e) => return Err(self.io("open", parent, Some(name), e)),
                 }
             } else {
@@ -433,8 +401,8 @@ impl<'a> Wiper<'a> {
                         return Ok(());
                     }
                     // Became a directory since readdir.
-                    Err(Errno::EISDIR) => is_dir = true,
-                    Err(Errno::ENOENT) => return Ok(()),
+                    Err(Errno::ISDIR) => is_dir = true,
+                    Err(Errno::NOENT) => return Ok(()),
                     Err(e) => return Err(self.io("unlink", parent, Some(name), e)),
                 }
             }
@@ -447,27 +415,26 @@ impl<'a> Wiper<'a> {
 
     /// The descriptor of directory `idx` (EBADF if its stream is closed, which the walk avoids).
     fn dir_fd(&self, idx: usize) -> Result<BorrowedFd<'_>, Errno> {
-        self.stack[idx].stream.as_ref().map(DirStream::fd).ok_or(Errno::EBADF)
+        self.stack[idx].stream.as_ref().ok_or(Errno::BADF).and_then(DirStream::fd)
     }
 
     /// For a DT_UNKNOWN entry (some filesystems): whether it is a directory, never following.
     fn stat_is_dir(&mut self, parent: usize, name: &CStr) -> Result<bool, Errno> {
-        let mut st = fstatat(self.dir_fd(parent)?, name, AtFlags::AT_SYMLINK_NOFOLLOW);
-        if matches!(st, Err(Errno::EACCES)) && self.fix_perms(parent) {
-            st = fstatat(self.dir_fd(parent)?, name, AtFlags::AT_SYMLINK_NOFOLLOW);
+        let mut st = statat(self.dir_fd(parent)?, name, AtFlags::SYMLINK_NOFOLLOW);
+        if matches!(st, Err(Errno::ACCESS)) && self.fix_perms(parent) {
+            st = statat(self.dir_fd(parent)?, name, AtFlags::SYMLINK_NOFOLLOW);
         }
-        Ok(st?.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        Ok(FileType::from_raw_mode(st?.st_mode) == FileType::Directory)
     }
 
     /// Opens subdirectory `name` of `parent` without following symlinks; on a permission error
     /// gives the parent u+rwx and the child 0o700, then tries once more.
     fn open_child(&mut self, parent: usize, name: &CStr) -> Result<OwnedFd, Errno> {
         match openat(self.dir_fd(parent)?, name, DIR_FLAGS, Mode::empty()) {
-            Err(Errno::EACCES | Errno::EPERM) => {
+            Err(Errno::ACCESS | Errno::PERM) => {
                 self.fix_perms(parent);
                 let dir = self.dir_fd(parent)?;
-                // NoFollowSymlink: if `name` became a symlink this fails and changes nothing.
-                let _ = fchmodat(dir, name, Mode::S_IRWXU, FchmodatFlags::NoFollowSymlink);
+                chmod_owner_only_nofollow(dir, name);
                 openat(dir, name, DIR_FLAGS, Mode::empty())
             }
             other => other,
@@ -522,8 +489,8 @@ impl<'a> Wiper<'a> {
                 self.stats.dirs += 1;
                 self.pop();
             }
-            Err(Errno::ENOENT) => self.pop(),
-            Err(Errno::ENOTEMPTY | Errno::EEXIST) => self.rescan(top, MAX_RESCANS)?,
+            Err(Errno::NOENT) => self.pop(),
+            Err(Errno::NOTEMPTY | Errno::EXIST) => self.rescan(top, MAX_RESCANS)?,
             Err(e) => return Err(self.io("rmdir", parent, Some(&name), e)),
         }
         Ok(())
@@ -582,19 +549,19 @@ impl<'a> Wiper<'a> {
     /// giving the directory u+rwx; immutable or append-only entries become `Immutable`. Other
     /// errors come back as the inner `Err` for the caller to interpret.
     fn remove(&mut self, parent: usize, name: &CStr, dir: bool) -> Result<Result<(), Errno>, FsWipeError> {
-        let flag = if dir { UnlinkatFlags::RemoveDir } else { UnlinkatFlags::NoRemoveDir };
+        let flag = if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
         let unlink = |w: &Self| w.dir_fd(parent).and_then(|fd| unlinkat(fd, name, flag));
         let err = match unlink(self) {
-            Err(e @ (Errno::EACCES | Errno::EPERM)) => e,
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => e,
             other => return Ok(other),
         };
         // Root gets EPERM only for flags no permission change can help with: report at once.
-        if err == Errno::EPERM && self.dir_fd(parent).is_ok_and(|fd| entry_forbids_unlink(fd, name)) {
+        if err == Errno::PERM && self.dir_fd(parent).is_ok_and(|fd| entry_forbids_unlink(fd, name)) {
             return Err(FsWipeError::Immutable { path: self.path(parent, Some(name)) });
         }
         let err = if self.fix_perms(parent) {
             match unlink(self) {
-                Err(e @ (Errno::EACCES | Errno::EPERM)) => e,
+                Err(e @ (Errno::ACCESS | Errno::PERM)) => e,
                 other => return Ok(other),
             }
         } else {
@@ -617,8 +584,8 @@ impl<'a> Wiper<'a> {
             return false;
         }
         frame.perms_fixed = true;
-        let Some(stream) = frame.stream.as_ref() else { return false };
-        let changed = fchmod(stream.fd(), Mode::from_bits_truncate((frame.mode | 0o700) & 0o7777)).is_ok();
+        let Some(Ok(fd)) = frame.stream.as_ref().map(DirStream::fd) else { return false };
+        let changed = fchmod(fd, Mode::from_raw_mode((frame.mode | 0o700) & 0o7777)).is_ok();
         if changed && idx == 0 {
             self.root_mode_changed = true;
         }
@@ -649,18 +616,11 @@ impl<'a> Wiper<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::test_env::{cannot_run, require_root};
     use std::ffi::OsString;
     use std::fs;
     use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
     use std::process::Command;
-
-    fn needs_root(name: &str) -> bool {
-        if nix::unistd::geteuid().is_root() {
-            return true;
-        }
-        println!("SKIPPED {name}: needs root (mounts)");
-        false
-    }
 
     fn run(cmd: &mut Command) {
         let status = cmd.status().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -705,7 +665,7 @@ mod tests {
 
     #[test]
     fn wipes_everything_below_root_and_never_follows_symlinks() {
-        if !needs_root("wipes_everything_below_root_and_never_follows_symlinks") {
+        if !require_root("wipes_everything_below_root_and_never_follows_symlinks") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -733,7 +693,7 @@ mod tests {
         fs::write(odd_dir.join(OsStr::from_bytes(b"\xfe\nx")), "odd").unwrap();
         fs::write(vol.join("line\nbreak"), "nl").unwrap();
         fs::write(vol.join(".hidden"), "h").unwrap();
-        nix::unistd::mkfifo(&vol.join("fifo"), Mode::from_bits_truncate(0o644)).unwrap();
+        rustix::fs::mknodat(CWD, vol.join("fifo"), FileType::Fifo, Mode::from_raw_mode(0o644), 0).unwrap();
         symlink(outside.join("file.txt"), vol.join("link_out_file")).unwrap();
         symlink(outside.join("dir"), vol.join("link_out_dir")).unwrap();
         symlink("../outside/dir", vol.join("link_up_relative")).unwrap();
@@ -759,7 +719,7 @@ mod tests {
 
     #[test]
     fn unprivileged_wipe_fixes_permissions_and_restores_root_mode() {
-        if !needs_root("unprivileged_wipe_fixes_permissions_and_restores_root_mode") {
+        if !require_root("unprivileged_wipe_fixes_permissions_and_restores_root_mode") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -807,14 +767,14 @@ mod tests {
     /// Builds `depth` nested directories `d` below `dir` with a file every `file_every` levels,
     /// relative to descriptors (the path is longer than PATH_MAX).
     fn deep_chain(dir: &Path, depth: usize, file_every: usize) -> u64 {
-        let mut fd = open(dir, DIR_FLAGS, Mode::empty()).unwrap();
+        let mut fd = openat(CWD, dir, DIR_FLAGS, Mode::empty()).unwrap();
         let mut files = 0;
         for level in 1..=depth {
-            nix::sys::stat::mkdirat(&fd, "d", Mode::S_IRWXU).unwrap();
+            rustix::fs::mkdirat(&fd, "d", Mode::RWXU).unwrap();
             fd = openat(&fd, "d", DIR_FLAGS, Mode::empty()).unwrap();
             if level % file_every == 0 {
-                let flags = OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC;
-                drop(openat(&fd, "f", flags, Mode::S_IRUSR).unwrap());
+                let flags = OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC;
+                drop(openat(&fd, "f", flags, Mode::RUSR).unwrap());
                 files += 1;
             }
         }
@@ -823,7 +783,7 @@ mod tests {
 
     #[test]
     fn deep_tree_bounded_descriptors() {
-        if !needs_root("deep_tree_bounded_descriptors") {
+        if !require_root("deep_tree_bounded_descriptors") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -837,7 +797,7 @@ mod tests {
 
     #[test]
     fn reopening_closed_levels_through_dotdot_is_complete() {
-        if !needs_root("reopening_closed_levels_through_dotdot_is_complete") {
+        if !require_root("reopening_closed_levels_through_dotdot_is_complete") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -869,7 +829,7 @@ mod tests {
 
     #[test]
     fn huge_directory() {
-        if !needs_root("huge_directory") {
+        if !require_root("huge_directory") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -888,7 +848,7 @@ mod tests {
 
     #[test]
     fn nested_mount_in_table_is_refused_before_anything_is_removed() {
-        if !needs_root("nested_mount_in_table_is_refused_before_anything_is_removed") {
+        if !require_root("nested_mount_in_table_is_refused_before_anything_is_removed") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -907,7 +867,7 @@ mod tests {
 
     #[test]
     fn nested_mount_after_table_read_is_caught_by_device() {
-        if !needs_root("nested_mount_after_table_read_is_caught_by_device") {
+        if !require_root("nested_mount_after_table_read_is_caught_by_device") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -925,7 +885,7 @@ mod tests {
 
     #[test]
     fn bind_mount_of_same_filesystem_is_caught_by_mount_id() {
-        if !needs_root("bind_mount_of_same_filesystem_is_caught_by_mount_id") {
+        if !require_root("bind_mount_of_same_filesystem_is_caught_by_mount_id") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -947,7 +907,7 @@ mod tests {
 
     #[test]
     fn not_a_mount_point_is_refused() {
-        if !needs_root("not_a_mount_point_is_refused") {
+        if !require_root("not_a_mount_point_is_refused") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -982,7 +942,7 @@ mod tests {
 
     #[test]
     fn cancel_flag_stops_the_wipe() {
-        if !needs_root("cancel_flag_stops_the_wipe") {
+        if !require_root("cancel_flag_stops_the_wipe") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -996,7 +956,7 @@ mod tests {
 
     #[test]
     fn entries_that_change_type_after_readdir_are_never_followed() {
-        if !needs_root("entries_that_change_type_after_readdir_are_never_followed") {
+        if !require_root("entries_that_change_type_after_readdir_are_never_followed") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -1013,19 +973,19 @@ mod tests {
         let cancel = AtomicBool::new(false);
         let mut w = Wiper::open(&vol, &table, &cancel).unwrap();
         // As if readdir had seen directories where there now are a symlink and a file.
-        w.entry(0, c"was_dir", libc::DT_DIR).unwrap();
-        w.entry(0, c"was_dir_now_file", libc::DT_DIR).unwrap();
+        w.entry(0, c"was_dir", FileType::Directory).unwrap();
+        w.entry(0, c"was_dir_now_file", FileType::Directory).unwrap();
         assert_eq!(w.stats.files, 2);
         // As if readdir had seen a file where there now is a directory.
-        w.entry(0, c"was_file", libc::DT_REG).unwrap();
+        w.entry(0, c"was_file", FileType::RegularFile).unwrap();
         assert_eq!(w.stack.len(), 2, "descended into the directory");
         w.run().unwrap();
         // Filesystems without d_type: the type comes from fstatat, never following.
         symlink(&outside, vol.join("unknown_link")).unwrap();
         fs::create_dir(vol.join("unknown_dir")).unwrap();
         w.stack[0].stream.as_mut().unwrap().rewind();
-        w.entry(0, c"unknown_link", libc::DT_UNKNOWN).unwrap();
-        w.entry(0, c"unknown_dir", libc::DT_UNKNOWN).unwrap();
+        w.entry(0, c"unknown_link", FileType::Unknown).unwrap();
+        w.entry(0, c"unknown_dir", FileType::Unknown).unwrap();
         assert_eq!(w.stack.len(), 2, "descended into the directory");
         let stats = w.finish().unwrap();
         assert_eq!((stats.files, stats.dirs), (4, 2));
@@ -1063,11 +1023,11 @@ mod tests {
 
     #[test]
     fn immutable_and_append_only_entries_are_reported() {
-        if !needs_root("immutable_and_append_only_entries_are_reported") {
+        if !require_root("immutable_and_append_only_entries_are_reported") {
             return;
         }
         if Command::new("chattr").arg("--help").output().is_err() {
-            println!("SKIPPED immutable_and_append_only_entries_are_reported: no chattr");
+            cannot_run("immutable_and_append_only_entries_are_reported", "no chattr (e2fsprogs)");
             return;
         }
         let (_tmp, base) = scratch();

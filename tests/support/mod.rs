@@ -21,13 +21,31 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// True when the test may mount and use loop devices; prints why the test is skipped otherwise.
+/// True when the test may mount and use loop devices. Otherwise the test cannot run: see
+/// [`cannot_run`] (a message outside CI, a failure under CI).
 pub fn require_root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
-    eprintln!("SKIPPED {test}: needs root (tmpfs/bind mounts and loop devices); CI runs as root");
+    cannot_run(test, "needs root (tmpfs/bind mounts and loop devices)");
     false
+}
+
+/// Reports that `test` (or the part of it named there) cannot run here, for `why` (not root,
+/// a tool or kernel module missing). Outside CI it prints why and the caller skips. Under CI
+/// it panics: CI runs as root with every tool installed, so a skip there means a broken runner,
+/// and the real-disk tests must not pass by not running.
+pub fn cannot_run(test: &str, why: &str) {
+    if under_ci() {
+        panic!("{test} cannot run under CI (CI={:?}): {why}", std::env::var("CI").unwrap_or_default());
+    }
+    eprintln!("SKIPPED {test}: {why} (under CI this fails)");
+}
+
+/// Whether this is a CI run: `CI` set to anything but empty, `0` or `false` (CI runs .ci/run
+/// with `CI=true`, as most CI services do).
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
 }
 
 /// Runs a command and panics with its output when it fails.
