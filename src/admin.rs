@@ -46,7 +46,7 @@ impl Readiness {
         self.detail.lock().ok().and_then(|g| g.clone())
     }
 
-    fn get(&self) -> Option<String> {
+    pub(crate) fn get(&self) -> Option<String> {
         self.not_ready.lock().map(|g| g.clone()).unwrap_or_else(|_| Some("readiness state poisoned".into()))
     }
 }

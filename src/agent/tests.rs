@@ -134,6 +134,7 @@ impl MockApi {
                     serde_json::json!({ "apiVersion": "v1", "kind": "PersistentVolume", "metadata": { "name": name } });
                 (200, pv.to_string())
             }
+            "GET" if path == "/api/v1/nodes/n1" => (200, serde_json::to_string(&node()).unwrap_or_default()),
             "GET" if path == "/api/v1/persistentvolumes" => {
                 (200, r#"{"kind":"PersistentVolumeList","apiVersion":"v1","metadata":{},"items":[]}"#.into())
             }
@@ -411,4 +412,29 @@ async fn a_failed_wipe_first_backs_off_like_any_wipe() {
     lab.agent.cleaner.finished(&outcome);
     assert!(lab.agent.cleaner.busy(&[]).contains(&key), "not retried before its deadline");
     assert_eq!(lab.agent.cleaner.failure(&key).unwrap().delay, Duration::from_secs(300));
+}
+
+#[tokio::test]
+async fn the_node_wait_retries_every_failure_and_says_why_in_readiness() {
+    let api = MockApi::default();
+    api.script("GET /api/v1/nodes/n1", &[403, 500]);
+    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
+    let cluster = Cluster::from_client(api.client(), &opts, "n1");
+    let readiness = Readiness::new("starting");
+    let waiting = {
+        let readiness = readiness.clone();
+        tokio::spawn(async move { super::node::wait_for_node(&cluster, "n1", &readiness).await })
+    };
+    let mut said = Vec::new();
+    while !waiting.is_finished() {
+        if let Some(why) = readiness.get().filter(|w| said.last() != Some(w)) {
+            said.push(why);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let node = waiting.await.unwrap();
+    assert_eq!(node.metadata.name.as_deref(), Some("n1"), "a refusal and an outage do not stop the agent");
+    assert!(said.iter().any(|w| w.contains("forbidden")), "{said:?}");
+    assert!(said.iter().any(|w| w.contains("cannot read the Node")), "{said:?}");
+    assert_eq!(api.count("GET", "/api/v1/nodes/n1"), 3);
 }
