@@ -102,6 +102,10 @@ struct Fence {
     deadline: Duration,
 }
 
+/// Objects per page of a list: upstream client-go's pager default, so an answer stays around a
+/// megabyte for the API server and for us however big the cluster.
+const LIST_PAGE: u32 = 500;
+
 /// Requests per second and burst of the leader election's own bucket: its loop sends two
 /// requests per retry period, and they must never wait behind a pass's writes.
 const ELECTION_QPS: u32 = 10;
@@ -297,24 +301,27 @@ impl Cluster {
     /// from a live one (metadata only, so the answer stays small on big clusters).
     pub async fn list_node_metadata(&self) -> Result<Vec<kube::core::PartialObjectMeta<Node>>, ApiError> {
         let api = Api::<Node>::all(self.client.clone());
-        self.list_paged("nodes", async |params| api.list_metadata(params).await).await
+        self.list_paged("nodes", |_| true, async |params| api.list_metadata(params).await).await
     }
 
-    /// Lists in pages of 500, following continue tokens to the end, so no single answer is
-    /// huge for the API server or for us.
+    /// Lists in pages of `LIST_PAGE` objects, following continue tokens to the end, and keeps
+    /// only what `keep` keeps, page by page: each page is dropped before the next is asked for,
+    /// so memory follows the objects kept and one page, never the size of the cluster.
     async fn list_paged<T: Clone>(
         &self,
         object: &'static str,
+        mut keep: impl FnMut(&T) -> bool,
         mut page: impl AsyncFnMut(&ListParams) -> Result<kube::core::ObjectList<T>, kube::Error>,
     ) -> Result<Vec<T>, ApiError> {
         let mut out = Vec::new();
-        let mut params = ListParams::default().limit(500);
+        let mut params = ListParams::default().limit(LIST_PAGE);
         loop {
             let list = self.call("list", page(&params)).await.map_err(ApiError::request("list", object))?;
-            out.extend(list.items);
-            match list.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => return Ok(out),
+            let next = list.metadata.continue_.filter(|token| !token.is_empty());
+            out.extend(list.items.into_iter().filter(|item| keep(item)));
+            match next {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
             }
         }
     }
@@ -338,8 +345,19 @@ impl Cluster {
     /// Every PV in the cluster, listed in pages; used once at start-up to adopt PVs that
     /// upstream made for this node before they carried our label.
     pub async fn list_all_pvs(&self) -> Result<Vec<PersistentVolume>, ApiError> {
+        self.list_pvs_where(|_| true).await
+    }
+
+    /// The PVs of the cluster that `keep` keeps, judged page by page as they arrive: the agent
+    /// adopts the few PVs made for its node from a cluster that may hold tens of thousands of
+    /// others, which are never all held at once. Full objects, not metadata: the caller gets
+    /// what it needs to act on the PVs it keeps without reading each again.
+    pub async fn list_pvs_where(
+        &self,
+        keep: impl Fn(&PersistentVolume) -> bool,
+    ) -> Result<Vec<PersistentVolume>, ApiError> {
         let pvs = self.pvs();
-        self.list_paged("persistentvolumes", async |params| pvs.list(params).await).await
+        self.list_paged("persistentvolumes", keep, async |params| pvs.list(params).await).await
     }
 
     /// Creates a PV; an existing PV of the same name is returned instead of an error.
@@ -677,6 +695,59 @@ mod tests {
     async fn a_request_with_no_answer_is_abandoned_at_its_deadline() {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
         assert_eq!(deadline_first(deadline, std::future::pending::<()>()).await, None);
+    }
+
+    /// A PV list page as the API server sends it.
+    fn pv_page(names: &[&str], continue_token: &str) -> Vec<u8> {
+        let items: Vec<serde_json::Value> = names
+            .iter()
+            .map(|n| serde_json::json!({"metadata": {"name": n}, "spec": {"local": {"path": format!("/mnt/{n}")}}}))
+            .collect();
+        let list = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeList",
+            "metadata": {"resourceVersion": "7", "continue": continue_token},
+            "items": items,
+        });
+        serde_json::to_vec(&list).expect("a page serializes")
+    }
+
+    #[tokio::test]
+    async fn filtered_listing_follows_continue_tokens_and_keeps_only_what_the_caller_keeps() {
+        use hyper::{Request, Response};
+        use kube::client::Body;
+
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let server = tokio::spawn(async move {
+            let pages = [(&["ours-a", "foreign-1", "foreign-2"][..], "token-1"), (&["foreign-3", "ours-b"][..], "")];
+            let mut asked = Vec::new();
+            for (names, token) in pages {
+                let (request, respond) = handle.next_request().await.expect("a list request");
+                asked.push(request.uri().to_string());
+                respond.send_response(Response::new(Body::from(pv_page(names, token))));
+            }
+            // Nothing more once the last page said there is no continuation.
+            let extra = handle.next_request().await.map(|(request, _)| request.uri().to_string());
+            (asked, extra)
+        });
+        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100 };
+        let cluster = Cluster::from_client(Client::new(service, "default"), &opts, "test");
+        let kept = cluster
+            .list_pvs_where(|pv| pv.metadata.name.as_deref().is_some_and(|n| n.starts_with("ours-")))
+            .await
+            .expect("the list succeeds");
+        drop(cluster); // Ends the mock service, so the server sees no further request.
+        let (asked, extra) = server.await.expect("the mock server ran");
+
+        let names: Vec<_> = kept.iter().filter_map(|pv| pv.metadata.name.as_deref()).collect();
+        assert_eq!(names, ["ours-a", "ours-b"]);
+        assert_eq!(kept[1].spec.as_ref().and_then(|s| s.local.as_ref()).map(|l| l.path.as_str()), Some("/mnt/ours-b"));
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert!(asked.iter().all(|uri| uri.starts_with("/api/v1/persistentvolumes?")), "{asked:?}");
+        assert!(asked.iter().all(|uri| uri.contains(&format!("limit={LIST_PAGE}"))), "{asked:?}");
+        assert!(!asked[0].contains("continue="), "{asked:?}");
+        assert!(asked[1].contains("continue=token-1"), "{asked:?}");
+        assert_eq!(extra, None);
     }
 
     #[test]
