@@ -497,7 +497,7 @@ impl Cluster {
             Some(selector) => watcher::Config::default().labels(selector),
             None => watcher::Config::default(),
         };
-        let stream = reflector::reflector(writer, watcher(self.pvs(), cfg).default_backoff())
+        let stream = reflector::reflector(writer, watcher(self.pvs(), cfg).default_backoff().modify(trim))
             .touched_objects()
             .map(|r| r.map(|_| ()));
         (reader, stream)
@@ -509,9 +509,8 @@ impl Cluster {
     ) -> (Store<StorageClass>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
         let (reader, writer) = reflector::store();
         let api: Api<StorageClass> = Api::all(self.client.clone());
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff())
-            .touched_objects()
-            .map(|r| r.map(|_| ()));
+        let watch = watcher(api, watcher::Config::default()).default_backoff().modify(trim);
+        let stream = reflector::reflector(writer, watch).touched_objects().map(|r| r.map(|_| ()));
         (reader, stream)
     }
 
@@ -573,6 +572,21 @@ impl Cluster {
         self.gated("publish event", &object, self.recorder.publish(&ev, regarding))
             .await?
             .map_err(ApiError::request("publish event", object))
+    }
+}
+
+/// The annotation `kubectl apply` keeps a whole copy of the object in.
+const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a watched object what no decision of ours reads and what often outweighs the rest
+/// of it: the server-side-apply bookkeeping (`managedFields`) and kubectl's copy of the applied
+/// object. Only our stores' copies are trimmed: every write we send is a merge or JSON patch
+/// naming its own fields, so nothing on the server is lost.
+fn trim<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(ANN_LAST_APPLIED);
     }
 }
 
@@ -748,6 +762,30 @@ mod tests {
         assert!(!asked[0].contains("continue="), "{asked:?}");
         assert!(asked[1].contains("continue=token-1"), "{asked:?}");
         assert_eq!(extra, None);
+    }
+
+    #[test]
+    fn trimming_drops_managed_fields_and_the_applied_copy_only() {
+        let mut pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "pv-1",
+                "labels": {"local-static-provisioner.io/node": "n1"},
+                "annotations": {
+                    "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-u",
+                    ANN_LAST_APPLIED: "{\"apiVersion\":\"v1\"}",
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}],
+            },
+            "spec": {"local": {"path": "/mnt/a"}},
+        }))
+        .expect("a PV");
+        let before = pv.clone();
+        trim(&mut pv);
+        assert_eq!(pv.metadata.managed_fields, None);
+        let annotations = pv.metadata.annotations.as_ref().expect("annotations kept");
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["pv.kubernetes.io/provisioned-by"]);
+        assert_eq!((&pv.metadata.name, &pv.metadata.labels), (&before.metadata.name, &before.metadata.labels));
+        assert_eq!(pv.spec, before.spec);
     }
 
     #[test]
