@@ -12,6 +12,7 @@ mod patch;
 
 pub use patch::{AnnotationPatch, TakeOver};
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -23,12 +24,16 @@ use futures::{Stream, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config, Resource};
+
+use crate::core::naming::LABEL_HOSTNAME;
 
 /// An API call that failed, with the object it was about.
 #[derive(Debug, thiserror::Error)]
@@ -297,13 +302,6 @@ impl Cluster {
         self.call("get", api.get(name)).await.map_err(ApiError::request("get node", name))
     }
 
-    /// Names and labels of every Node, in pages: what node-cleanup needs to tell a deleted Node
-    /// from a live one (metadata only, so the answer stays small on big clusters).
-    pub async fn list_node_metadata(&self) -> Result<Vec<kube::core::PartialObjectMeta<Node>>, ApiError> {
-        let api = Api::<Node>::all(self.client.clone());
-        self.list_paged("nodes", |_| true, async |params| api.list_metadata(params).await).await
-    }
-
     /// Lists in pages of `LIST_PAGE` objects, following continue tokens to the end, and keeps
     /// only what `keep` keeps, page by page: each page is dropped before the next is asked for,
     /// so memory follows the objects kept and one page, never the size of the cluster.
@@ -503,6 +501,21 @@ impl Cluster {
         (reader, stream)
     }
 
+    /// A reflector over the Nodes of the cluster for node-cleanup: metadata only, each Node
+    /// trimmed to its name, UID and hostname label (all that tells a deleted Node from a live
+    /// one), so neither the requests (one watch instead of a list per pass) nor the memory grow
+    /// much with the number of Nodes. The stream yields every watch event (including the
+    /// re-list markers) and must be polled to keep the store fresh.
+    pub fn watch_node_metadata(
+        &self,
+    ) -> (Store<NodeMeta>, impl Stream<Item = Result<watcher::Event<NodeMeta>, watcher::Error>> + Send + 'static) {
+        let (reader, writer) = reflector::store();
+        // An Api over PartialObjectMeta asks for metadata only (a PartialObjectMetadata list and watch).
+        let api = Api::<NodeMeta>::all(self.client.clone());
+        let watch = watcher(api, watcher::Config::default()).default_backoff().modify(trim_node);
+        (reader, reflector::reflector(writer, watch))
+    }
+
     /// A reflector over StorageClasses (few per cluster) for reclaim policy and mount options.
     pub fn watch_storage_classes(
         &self,
@@ -588,6 +601,24 @@ fn trim<K: Resource>(object: &mut K) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(ANN_LAST_APPLIED);
     }
+}
+
+/// A Node's metadata, as node-cleanup watches it.
+pub type NodeMeta = PartialObjectMeta<Node>;
+
+/// Keeps of a Node's metadata only what node-cleanup reads: its name, UID and
+/// `kubernetes.io/hostname` label. A Node carries dozens of labels and annotations (and every
+/// status update its kubelet makes rewrites its managedFields) that no decision needs.
+fn trim_node(node: &mut NodeMeta) {
+    let meta = std::mem::take(&mut node.metadata);
+    let hostname = meta.labels.and_then(|mut l| l.remove_entry(LABEL_HOSTNAME));
+    node.metadata = ObjectMeta {
+        name: meta.name,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        labels: hostname.map(|entry| BTreeMap::from([entry])),
+        ..ObjectMeta::default()
+    };
 }
 
 /// Polls `request` only while `deadline` has not passed, and looks at the clock *before* each
@@ -786,6 +817,38 @@ mod tests {
         assert_eq!(annotations.keys().collect::<Vec<_>>(), ["pv.kubernetes.io/provisioned-by"]);
         assert_eq!((&pv.metadata.name, &pv.metadata.labels), (&before.metadata.name, &before.metadata.labels));
         assert_eq!(pv.spec, before.spec);
+    }
+
+    #[test]
+    fn a_node_is_trimmed_to_name_uid_and_hostname_label() {
+        let mut node: PartialObjectMeta<Node> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadata",
+            "metadata": {
+                "name": "n1",
+                "uid": "u-1",
+                "resourceVersion": "42",
+                "labels": {"kubernetes.io/hostname": "n1-host", "kubernetes.io/os": "linux", "zone": "a"},
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
+            },
+        }))
+        .expect("node metadata");
+        trim_node(&mut node);
+        let m = &node.metadata;
+        assert_eq!(
+            (m.name.as_deref(), m.uid.as_deref(), m.resource_version.as_deref()),
+            (Some("n1"), Some("u-1"), Some("42"))
+        );
+        assert_eq!(m.labels, Some(BTreeMap::from([(LABEL_HOSTNAME.to_string(), "n1-host".to_string())])));
+        assert_eq!((&m.annotations, &m.managed_fields), (&None, &None));
+
+        // A Node without the label keeps no labels at all.
+        let mut bare = PartialObjectMeta::<Node>::default();
+        bare.metadata.name = Some("n2".into());
+        bare.metadata.labels = Some(BTreeMap::from([("zone".to_string(), "b".to_string())]));
+        trim_node(&mut bare);
+        assert_eq!(bare.metadata, ObjectMeta { name: Some("n2".into()), ..ObjectMeta::default() });
     }
 
     #[test]
