@@ -15,8 +15,16 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT
 
-(cd "$repo" && cargo build --release --locked -q)
-bin=$repo/target/release/local-static-provisioner
+# BENCH_BIN: a binary built beforehand (to compare two builds); otherwise a release build of
+# this tree, copied under $work so a concurrent build into a shared CARGO_TARGET_DIR cannot
+# swap it mid-run.
+bin=$work/local-static-provisioner
+if [[ -n "${BENCH_BIN:-}" ]]; then
+  cp "$BENCH_BIN" "$bin"
+else
+  (cd "$repo" && cargo build --release --locked -q)
+  cp "${CARGO_TARGET_DIR:-$repo/target}/release/local-static-provisioner" "$bin"
+fi
 bash "$repo/tests/control-plane/start.sh" "$work/cp" 2>/dev/null
 # shellcheck disable=SC1091
 source "$work/cp/env"

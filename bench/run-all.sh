@@ -11,5 +11,6 @@ bash "$here/wipe-fs.sh" 200000               # figure 4
 bash "$here/scale-foreign.sh" 10 20000       # figure 5
 bash "$here/many-agents.sh" 50 20            # figure 7
 bash "$here/node-cleanup.sh" 500 100          # issue 8: release of a deleted node
+bash "$here/node-cleanup-nodes.sh"            # node-cleanup idle with 10 and 2000 Nodes
 bash "$here/ledger-lookup.sh" 1000            # figure 9: used-disk ledger lookups of one pass
 bash "$here/config-scale.sh"                  # issue 14: validate-config with 1000..8000 classes

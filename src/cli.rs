@@ -18,8 +18,8 @@ use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;
 use crate::core::pv::{NodeInfo, PvContext};
 use crate::discovery;
-use crate::leader::LeaseOptions;
 use crate::node_cleanup::NodeCleanupOptions;
+use crate::node_cleanup::leader::LeaseOptions;
 
 /// Placeholder for the node UID in dry runs; obviously not a real UID, so it is not applied
 /// by accident without being noticed.

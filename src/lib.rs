@@ -3,8 +3,8 @@
 //!
 //! Layout: `config` (the ConfigMap), `core` (pure naming, PV construction, planner),
 //! `host` (mount table and devices), `discovery` (host scan), `api` (Kubernetes access),
-//! `agent` (the reconcile loop), `wiper` (wipes), `node_cleanup` and `leader` (the cluster-wide
-//! Deployment for deleted Nodes), `metrics` and `admin` (HTTP), `cli` (commands).
+//! `agent` (the reconcile loop), `wiper` (wipes), `node_cleanup` (the cluster-wide Deployment
+//! for deleted Nodes, with its `leader` election), `metrics` and `admin` (HTTP), `cli` (commands).
 
 pub mod admin;
 pub mod agent;
@@ -16,7 +16,6 @@ pub mod config;
 pub mod core;
 pub mod discovery;
 pub mod host;
-pub mod leader;
 pub mod metrics;
 pub mod node_cleanup;
 pub mod runtime;

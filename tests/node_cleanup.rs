@@ -210,6 +210,8 @@ fn deleted_node_is_released_after_grace_while_not_ready_node_and_blind_runs_lose
     assert_eq!(cp.pv_state(&names[2]).unwrap().1, "Bound");
     let log = nc.stop();
     assert!(!log.contains(&format!("node={sick}")), "the NotReady node was never taken for gone:\n{log}");
+    // Its RBAC (deploy/node-cleanup) lets it do all it does: its watches never fail for want of it.
+    assert!(!log.contains("forbidden"), "node-cleanup was refused something:\n{log}");
     // The sick node's PVs: made unclaimed and released so other tests' cluster stays tidy.
     cp.kubectl_ok(&["delete", "pvc", &format!("{sick}-claim"), "-n", "default", "--wait=false"]);
     drop(mounts);

@@ -12,6 +12,7 @@ mod patch;
 
 pub use patch::{AnnotationPatch, TakeOver};
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -23,12 +24,16 @@ use futures::{Stream, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config, Resource};
+
+use crate::core::naming::LABEL_HOSTNAME;
 
 /// An API call that failed, with the object it was about.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +106,10 @@ struct Fence {
     holds_for: FenceCheck,
     deadline: Duration,
 }
+
+/// Objects per page of a list: upstream client-go's pager default, so an answer stays around a
+/// megabyte for the API server and for us however big the cluster.
+const LIST_PAGE: u32 = 500;
 
 /// Requests per second and burst of the leader election's own bucket: its loop sends two
 /// requests per retry period, and they must never wait behind a pass's writes.
@@ -293,28 +302,24 @@ impl Cluster {
         self.call("get", api.get(name)).await.map_err(ApiError::request("get node", name))
     }
 
-    /// Names and labels of every Node, in pages: what node-cleanup needs to tell a deleted Node
-    /// from a live one (metadata only, so the answer stays small on big clusters).
-    pub async fn list_node_metadata(&self) -> Result<Vec<kube::core::PartialObjectMeta<Node>>, ApiError> {
-        let api = Api::<Node>::all(self.client.clone());
-        self.list_paged("nodes", async |params| api.list_metadata(params).await).await
-    }
-
-    /// Lists in pages of 500, following continue tokens to the end, so no single answer is
-    /// huge for the API server or for us.
+    /// Lists in pages of `LIST_PAGE` objects, following continue tokens to the end, and keeps
+    /// only what `keep` keeps, page by page: each page is dropped before the next is asked for,
+    /// so memory follows the objects kept and one page, never the size of the cluster.
     async fn list_paged<T: Clone>(
         &self,
         object: &'static str,
+        mut keep: impl FnMut(&T) -> bool,
         mut page: impl AsyncFnMut(&ListParams) -> Result<kube::core::ObjectList<T>, kube::Error>,
     ) -> Result<Vec<T>, ApiError> {
         let mut out = Vec::new();
-        let mut params = ListParams::default().limit(500);
+        let mut params = ListParams::default().limit(LIST_PAGE);
         loop {
             let list = self.call("list", page(&params)).await.map_err(ApiError::request("list", object))?;
-            out.extend(list.items);
-            match list.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => return Ok(out),
+            let next = list.metadata.continue_.filter(|token| !token.is_empty());
+            out.extend(list.items.into_iter().filter(|item| keep(item)));
+            match next {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
             }
         }
     }
@@ -338,8 +343,19 @@ impl Cluster {
     /// Every PV in the cluster, listed in pages; used once at start-up to adopt PVs that
     /// upstream made for this node before they carried our label.
     pub async fn list_all_pvs(&self) -> Result<Vec<PersistentVolume>, ApiError> {
+        self.list_pvs_where(|_| true).await
+    }
+
+    /// The PVs of the cluster that `keep` keeps, judged page by page as they arrive: the agent
+    /// adopts the few PVs made for its node from a cluster that may hold tens of thousands of
+    /// others, which are never all held at once. Full objects, not metadata: the caller gets
+    /// what it needs to act on the PVs it keeps without reading each again.
+    pub async fn list_pvs_where(
+        &self,
+        keep: impl Fn(&PersistentVolume) -> bool,
+    ) -> Result<Vec<PersistentVolume>, ApiError> {
         let pvs = self.pvs();
-        self.list_paged("persistentvolumes", async |params| pvs.list(params).await).await
+        self.list_paged("persistentvolumes", keep, async |params| pvs.list(params).await).await
     }
 
     /// Creates a PV; an existing PV of the same name is returned instead of an error.
@@ -479,10 +495,25 @@ impl Cluster {
             Some(selector) => watcher::Config::default().labels(selector),
             None => watcher::Config::default(),
         };
-        let stream = reflector::reflector(writer, watcher(self.pvs(), cfg).default_backoff())
+        let stream = reflector::reflector(writer, watcher(self.pvs(), cfg).default_backoff().modify(trim))
             .touched_objects()
             .map(|r| r.map(|_| ()));
         (reader, stream)
+    }
+
+    /// A reflector over the Nodes of the cluster for node-cleanup: metadata only, each Node
+    /// trimmed to its name, UID and hostname label (all that tells a deleted Node from a live
+    /// one), so neither the requests (one watch instead of a list per pass) nor the memory grow
+    /// much with the number of Nodes. The stream yields every watch event (including the
+    /// re-list markers) and must be polled to keep the store fresh.
+    pub fn watch_node_metadata(
+        &self,
+    ) -> (Store<NodeMeta>, impl Stream<Item = Result<watcher::Event<NodeMeta>, watcher::Error>> + Send + 'static) {
+        let (reader, writer) = reflector::store();
+        // An Api over PartialObjectMeta asks for metadata only (a PartialObjectMetadata list and watch).
+        let api = Api::<NodeMeta>::all(self.client.clone());
+        let watch = watcher(api, watcher::Config::default()).default_backoff().modify(trim_node);
+        (reader, reflector::reflector(writer, watch))
     }
 
     /// A reflector over StorageClasses (few per cluster) for reclaim policy and mount options.
@@ -491,9 +522,8 @@ impl Cluster {
     ) -> (Store<StorageClass>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
         let (reader, writer) = reflector::store();
         let api: Api<StorageClass> = Api::all(self.client.clone());
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff())
-            .touched_objects()
-            .map(|r| r.map(|_| ()));
+        let watch = watcher(api, watcher::Config::default()).default_backoff().modify(trim);
+        let stream = reflector::reflector(writer, watch).touched_objects().map(|r| r.map(|_| ()));
         (reader, stream)
     }
 
@@ -556,6 +586,39 @@ impl Cluster {
             .await?
             .map_err(ApiError::request("publish event", object))
     }
+}
+
+/// The annotation `kubectl apply` keeps a whole copy of the object in.
+const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a watched object what no decision of ours reads and what often outweighs the rest
+/// of it: the server-side-apply bookkeeping (`managedFields`) and kubectl's copy of the applied
+/// object. Only our stores' copies are trimmed: every write we send is a merge or JSON patch
+/// naming its own fields, so nothing on the server is lost.
+fn trim<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(ANN_LAST_APPLIED);
+    }
+}
+
+/// A Node's metadata, as node-cleanup watches it.
+pub type NodeMeta = PartialObjectMeta<Node>;
+
+/// Keeps of a Node's metadata only what node-cleanup reads: its name, UID and
+/// `kubernetes.io/hostname` label. A Node carries dozens of labels and annotations (and every
+/// status update its kubelet makes rewrites its managedFields) that no decision needs.
+fn trim_node(node: &mut NodeMeta) {
+    let meta = std::mem::take(&mut node.metadata);
+    let hostname = meta.labels.and_then(|mut l| l.remove_entry(LABEL_HOSTNAME));
+    node.metadata = ObjectMeta {
+        name: meta.name,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        labels: hostname.map(|entry| BTreeMap::from([entry])),
+        ..ObjectMeta::default()
+    };
 }
 
 /// Polls `request` only while `deadline` has not passed, and looks at the clock *before* each
@@ -677,6 +740,115 @@ mod tests {
     async fn a_request_with_no_answer_is_abandoned_at_its_deadline() {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
         assert_eq!(deadline_first(deadline, std::future::pending::<()>()).await, None);
+    }
+
+    /// A PV list page as the API server sends it.
+    fn pv_page(names: &[&str], continue_token: &str) -> Vec<u8> {
+        let items: Vec<serde_json::Value> = names
+            .iter()
+            .map(|n| serde_json::json!({"metadata": {"name": n}, "spec": {"local": {"path": format!("/mnt/{n}")}}}))
+            .collect();
+        let list = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeList",
+            "metadata": {"resourceVersion": "7", "continue": continue_token},
+            "items": items,
+        });
+        serde_json::to_vec(&list).expect("a page serializes")
+    }
+
+    #[tokio::test]
+    async fn filtered_listing_follows_continue_tokens_and_keeps_only_what_the_caller_keeps() {
+        use hyper::{Request, Response};
+        use kube::client::Body;
+
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let server = tokio::spawn(async move {
+            let pages = [(&["ours-a", "foreign-1", "foreign-2"][..], "token-1"), (&["foreign-3", "ours-b"][..], "")];
+            let mut asked = Vec::new();
+            for (names, token) in pages {
+                let (request, respond) = handle.next_request().await.expect("a list request");
+                asked.push(request.uri().to_string());
+                respond.send_response(Response::new(Body::from(pv_page(names, token))));
+            }
+            // Nothing more once the last page said there is no continuation.
+            let extra = handle.next_request().await.map(|(request, _)| request.uri().to_string());
+            (asked, extra)
+        });
+        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100 };
+        let cluster = Cluster::from_client(Client::new(service, "default"), &opts, "test");
+        let kept = cluster
+            .list_pvs_where(|pv| pv.metadata.name.as_deref().is_some_and(|n| n.starts_with("ours-")))
+            .await
+            .expect("the list succeeds");
+        drop(cluster); // Ends the mock service, so the server sees no further request.
+        let (asked, extra) = server.await.expect("the mock server ran");
+
+        let names: Vec<_> = kept.iter().filter_map(|pv| pv.metadata.name.as_deref()).collect();
+        assert_eq!(names, ["ours-a", "ours-b"]);
+        assert_eq!(kept[1].spec.as_ref().and_then(|s| s.local.as_ref()).map(|l| l.path.as_str()), Some("/mnt/ours-b"));
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert!(asked.iter().all(|uri| uri.starts_with("/api/v1/persistentvolumes?")), "{asked:?}");
+        assert!(asked.iter().all(|uri| uri.contains(&format!("limit={LIST_PAGE}"))), "{asked:?}");
+        assert!(!asked[0].contains("continue="), "{asked:?}");
+        assert!(asked[1].contains("continue=token-1"), "{asked:?}");
+        assert_eq!(extra, None);
+    }
+
+    #[test]
+    fn trimming_drops_managed_fields_and_the_applied_copy_only() {
+        let mut pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "pv-1",
+                "labels": {"local-static-provisioner.io/node": "n1"},
+                "annotations": {
+                    "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-u",
+                    ANN_LAST_APPLIED: "{\"apiVersion\":\"v1\"}",
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}],
+            },
+            "spec": {"local": {"path": "/mnt/a"}},
+        }))
+        .expect("a PV");
+        let before = pv.clone();
+        trim(&mut pv);
+        assert_eq!(pv.metadata.managed_fields, None);
+        let annotations = pv.metadata.annotations.as_ref().expect("annotations kept");
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["pv.kubernetes.io/provisioned-by"]);
+        assert_eq!((&pv.metadata.name, &pv.metadata.labels), (&before.metadata.name, &before.metadata.labels));
+        assert_eq!(pv.spec, before.spec);
+    }
+
+    #[test]
+    fn a_node_is_trimmed_to_name_uid_and_hostname_label() {
+        let mut node: PartialObjectMeta<Node> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadata",
+            "metadata": {
+                "name": "n1",
+                "uid": "u-1",
+                "resourceVersion": "42",
+                "labels": {"kubernetes.io/hostname": "n1-host", "kubernetes.io/os": "linux", "zone": "a"},
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
+            },
+        }))
+        .expect("node metadata");
+        trim_node(&mut node);
+        let m = &node.metadata;
+        assert_eq!(
+            (m.name.as_deref(), m.uid.as_deref(), m.resource_version.as_deref()),
+            (Some("n1"), Some("u-1"), Some("42"))
+        );
+        assert_eq!(m.labels, Some(BTreeMap::from([(LABEL_HOSTNAME.to_string(), "n1-host".to_string())])));
+        assert_eq!((&m.annotations, &m.managed_fields), (&None, &None));
+
+        // A Node without the label keeps no labels at all.
+        let mut bare = PartialObjectMeta::<Node>::default();
+        bare.metadata.name = Some("n2".into());
+        bare.metadata.labels = Some(BTreeMap::from([("zone".to_string(), "b".to_string())]));
+        trim_node(&mut bare);
+        assert_eq!(bare.metadata, ObjectMeta { name: Some("n2".into()), ..ObjectMeta::default() });
     }
 
     #[test]

@@ -372,16 +372,16 @@ fn plan_disks<'a>(
 /// made by upstream or an older version and must be labelled so the label-scoped watch sees
 /// them. Sorted by name.
 pub fn plan_adoption(identity: &Identity, all_pvs: &[ObservedPv]) -> Vec<String> {
-    let mut names: Vec<String> = all_pvs
-        .iter()
-        .filter(|pv| {
-            (identity.owns(pv) || identity.is_predecessor(pv))
-                && pv.node_label.as_deref() != Some(identity.node_label.as_str())
-        })
-        .map(|pv| pv.name.clone())
-        .collect();
+    let mut names: Vec<String> =
+        all_pvs.iter().filter(|pv| needs_adoption(identity, pv)).map(|pv| pv.name.clone()).collect();
     names.sort();
     names
+}
+
+/// Whether `plan_adoption` would name this PV: the test a listing of every PV of the cluster
+/// applies page by page, so only the few PVs of this node are kept in memory.
+pub fn needs_adoption(identity: &Identity, pv: &ObservedPv) -> bool {
+    (identity.owns(pv) || identity.is_predecessor(pv)) && pv.node_label.as_deref() != Some(identity.node_label.as_str())
 }
 
 /// What to do with a PV that the API said already exists when we tried to create `desired`.

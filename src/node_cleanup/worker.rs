@@ -1,145 +1,28 @@
-//! `node-cleanup`: the cluster-wide Deployment that releases local PVs (and their claims) of
-//! Nodes that are gone for good, or that the agent of a re-created Node found stale. Every
-//! replica watches PVs and tracks absent Nodes, so a failover does not restart the grace
-//! period; only the holder of the Lease acts. Every write is fenced: right before it goes out
-//! (after the rate limiter), leadership must hold for the write's whole deadline, and the first
-//! refusal abandons the rest of the pass. Each pass lists Nodes afresh; when they cannot be
-//! listed, nothing is done.
+//! One pass of node-cleanup: reads the PV and Node stores, tracks absent Nodes and stale PVs
+//! through their grace periods, plans (core::node_cleanup) and, on the leader only, carries out
+//! the plan with fenced writes, confirming each gone Node with a direct query first.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow::{self, Break, Continue};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
-use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use crate::admin::{Readiness, parse_listen_address, serve};
-use crate::api::{ApiError, ClientOptions, Cluster, claim_reference, pv_reference};
+use super::NodeCleanupOptions;
+use super::NodeWatchError;
+use super::leader::Leadership;
+use crate::admin::Readiness;
+use crate::api::{ApiError, Cluster, NodeMeta, claim_reference, pv_reference};
 use crate::core::naming::{FINALIZER_WIPE, LABEL_HOSTNAME};
 use crate::core::node_cleanup::{
     Cause, LocalPv, NodeCleanupAction, NodeView, absent_nodes, plan_node_cleanup, stale_pvs,
 };
 use crate::core::settle::Settler;
-use crate::leader::{self, Leadership, LeaseOptions};
-use crate::metrics::{Metrics, Role};
-
-/// Settings of `node-cleanup`.
-#[derive(Debug, Clone)]
-pub struct NodeCleanupOptions {
-    /// StorageClasses opted in; PVs of other classes are never touched.
-    pub classes: BTreeSet<String>,
-    /// How long a Node must be gone (or a PV stale) before its claims and PVs are released.
-    pub grace: Duration,
-    /// Safety-net pass period (passes also follow PV changes and grace deadlines).
-    pub resync: Duration,
-    /// The leader Lease.
-    pub lease: LeaseOptions,
-    /// API connection settings.
-    pub client: ClientOptions,
-    /// Admin server address.
-    pub listen_address: String,
-    /// Path of the metrics endpoint.
-    pub metrics_path: String,
-}
-
-/// Why node-cleanup stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeCleanupError {
-    /// The API could not be used at start.
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    /// The admin server could not start.
-    #[error(transparent)]
-    Admin(#[from] crate::admin::AdminError),
-    /// The PV watch never became ready.
-    #[error("watching persistentvolumes: {0}")]
-    Watch(String),
-    /// Nothing to do: no class opted in.
-    #[error("no StorageClass opted in: pass --storage-classes (node-cleanup never acts on other classes)")]
-    NoClasses,
-}
-
-/// Runs until SIGTERM or SIGINT; releases the Lease on the way out.
-pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
-    if opts.classes.is_empty() {
-        return Err(NodeCleanupError::NoClasses);
-    }
-    let metrics = Metrics::for_role(Role::NodeCleanup);
-    let readiness = Readiness::new("starting: waiting for the PV watch");
-    serve(parse_listen_address(&opts.listen_address)?, opts.metrics_path.clone(), metrics.clone(), readiness.clone())
-        .await?;
-    let cluster =
-        Cluster::connect_as(&opts.client, "node-cleanup", &opts.lease.identity).await?.with_metrics(metrics.clone());
-    info!(
-        classes = ?opts.classes,
-        grace_s = opts.grace.as_secs(),
-        identity = %opts.lease.identity,
-        "node-cleanup starting"
-    );
-
-    let changed = Arc::new(Notify::new());
-    let (pv_store, pv_events) = cluster.watch_pvs(None);
-    crate::runtime::forward_events("persistentvolumes", pv_events, changed.clone());
-    pv_store.wait_until_ready().await.map_err(|e| NodeCleanupError::Watch(e.to_string()))?;
-    readiness.set(None);
-    // Candidates only once they can see PVs: a replica whose watch cannot sync never holds the
-    // Lease while doing nothing.
-    let elector = {
-        let (metrics, changed) = (metrics.clone(), changed.clone());
-        leader::spawn(cluster.for_leader_election(), opts.lease.clone(), move |leads| {
-            metrics.set_leader(leads);
-            if leads {
-                changed.notify_one(); // Act at once on what is already due.
-            } else {
-                warn!("leadership lost; not acting until it is regained");
-            }
-        })
-    };
-
-    let request_deadline = opts.lease.request_deadline();
-    let cluster = {
-        let leadership = elector.leadership.clone();
-        cluster.with_fence(request_deadline, move |d| leadership.is_leader_for(d))
-    };
-
-    let mut worker = Worker {
-        cluster,
-        metrics,
-        readiness,
-        leadership: elector.leadership.clone(),
-        request_deadline,
-        pv_store,
-        opts: opts.clone(),
-        absent: Settler::default(),
-        stale: Settler::default(),
-        reported: BTreeSet::new(),
-        absent_logged: BTreeSet::new(),
-        claims_deleted: BTreeSet::new(),
-        node_checks: BTreeMap::new(),
-    };
-    let mut shutdown = crate::runtime::Shutdown::install();
-    let mut next_due: Option<Instant> = None;
-    loop {
-        worker.pass(&mut next_due).await;
-        let wake = next_due.map(tokio::time::Instant::from_std);
-        tokio::select! {
-            _ = shutdown.signalled() => break,
-            _ = tokio::time::sleep(opts.resync) => debug!("periodic pass"),
-            _ = changed.notified() => {
-                // Let a burst of PV events settle into one pass.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            _ = crate::runtime::sleep_until_opt(wake) => debug!("pass for a grace deadline"),
-        }
-    }
-    info!("shutting down");
-    elector.release().await;
-    Ok(())
-}
+use crate::metrics::Metrics;
 
 /// Logged when a pass stops because this replica no longer leads.
 const LEADERSHIP_LOST: &str = "leadership lost during a pass; abandoning the rest of it";
@@ -152,7 +35,18 @@ fn ends_pass(e: &ApiError) -> bool {
     e.is_fenced() || e.is_deadline()
 }
 
-struct Worker {
+/// What a pass reads, kept fresh by the watches.
+pub(super) struct Views {
+    /// Every PV of the cluster.
+    pub pvs: Store<PersistentVolume>,
+    /// Every Node, trimmed to name and hostname label.
+    pub nodes: Store<NodeMeta>,
+    /// Why the Node watch last failed, while it does.
+    pub node_watch_error: NodeWatchError,
+}
+
+/// Plans and carries out passes; remembers across passes only what is still true now.
+pub(super) struct Worker {
     /// Fenced on `leadership` for every write.
     cluster: Cluster,
     metrics: Metrics,
@@ -160,52 +54,98 @@ struct Worker {
     leadership: Leadership,
     /// The deadline of each write, for which leadership must still hold when it goes out.
     request_deadline: Duration,
-    pv_store: Store<PersistentVolume>,
+    views: Views,
     opts: NodeCleanupOptions,
     /// Since when each Node key named by an opted-in PV has been absent.
     absent: Settler,
     /// Since when each opted-in PV's stale mark has been seen (our clock, not the node's).
     stale: Settler,
-    /// UIDs of claims already deleted: a claim held by a pod stays Terminating, and is neither
-    /// deleted nor reported again.
-    claims_deleted: BTreeSet<String>,
+    /// Claims deleted and PVs kept, while the plan still holds them.
+    once: Once,
     /// When each gone Node was last confirmed absent by a direct query, this pass.
     node_checks: BTreeMap<String, Instant>,
-    /// Things already reported (logged and evented once).
-    reported: BTreeSet<String>,
+    /// Whether an answer with no Node at all was reported (until one lists some again).
+    no_nodes_reported: bool,
+    /// Whether a pass skipped for want of Nodes was reported (until one can read them again).
+    nodes_unreadable_reported: bool,
     /// Absent Nodes already logged.
     absent_logged: BTreeSet<String>,
 }
 
 impl Worker {
-    async fn pass(&mut self, next_due: &mut Option<Instant>) {
-        let pvs: Vec<LocalPv> = self.pv_store.state().iter().filter_map(|pv| LocalPv::from_pv(pv)).collect();
-        let nodes = match self.cluster.list_node_metadata().await {
-            Ok(list) => list
-                .into_iter()
-                .map(|n| NodeView {
-                    hostname: n.metadata.labels.as_ref().and_then(|l| l.get(LABEL_HOSTNAME)).cloned(),
-                    name: n.metadata.name.unwrap_or_default(),
-                })
-                .collect::<Vec<_>>(),
-            Err(e) => {
-                // Without a fresh list of Nodes nothing can be known to be gone: act on nothing.
-                self.metrics.nodes_unreadable();
-                warn!(error = %e, "cannot list Nodes; nothing is done until they can be read");
-                self.readiness.set_detail(Some(format!("cannot list Nodes: {e}")));
-                *next_due = Some(Instant::now() + self.opts.resync);
-                return;
+    /// A worker that has seen nothing yet.
+    pub(super) fn new(
+        cluster: Cluster,
+        metrics: Metrics,
+        readiness: Readiness,
+        leadership: Leadership,
+        request_deadline: Duration,
+        views: Views,
+        opts: NodeCleanupOptions,
+    ) -> Self {
+        Worker {
+            cluster,
+            metrics,
+            readiness,
+            leadership,
+            request_deadline,
+            views,
+            opts,
+            absent: Settler::default(),
+            stale: Settler::default(),
+            once: Once::default(),
+            node_checks: BTreeMap::new(),
+            no_nodes_reported: false,
+            nodes_unreadable_reported: false,
+            absent_logged: BTreeSet::new(),
+        }
+    }
+
+    /// The Nodes as the watch last saw them; None until it has listed them once.
+    fn nodes(&self) -> Option<Vec<NodeView>> {
+        let synced = matches!(self.views.nodes.wait_until_ready().now_or_never(), Some(Ok(())));
+        synced.then(|| self.views.nodes.state().iter().map(|n| node_view(&n.metadata)).collect())
+    }
+
+    /// Why the Node watch fails, if it does.
+    fn node_watch_error(&self) -> Option<String> {
+        self.views.node_watch_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// One pass: plan from the stores, and act when this replica leads.
+    pub(super) async fn pass(&mut self, next_due: &mut Option<Instant>) {
+        let watch_error = self.node_watch_error();
+        self.readiness.set_detail(watch_error.as_ref().map(|e| format!("cannot watch Nodes: {e}")));
+        let Some(nodes) = self.nodes() else {
+            // Without the Nodes nothing can be known to be gone: act on nothing. Right after
+            // start this is the watch's first list still under way, which is no problem.
+            const UNREADABLE: &str = "cannot list Nodes; nothing is done until they can be read";
+            match watch_error {
+                Some(e) => {
+                    self.metrics.nodes_unreadable();
+                    if std::mem::replace(&mut self.nodes_unreadable_reported, true) {
+                        debug!(error = %e, "{UNREADABLE}");
+                    } else {
+                        warn!(error = %e, "{UNREADABLE}");
+                    }
+                }
+                None => debug!("{UNREADABLE} (their watch has not listed them yet)"),
             }
+            *next_due = Some(Instant::now() + self.opts.resync);
+            return;
         };
-        self.readiness.set_detail(None);
+        if std::mem::take(&mut self.nodes_unreadable_reported) {
+            info!("Nodes listed; passes act again");
+        }
         if nodes.is_empty() {
             // This process runs on a Node, so an empty list is a wrong answer, not a dead cluster.
-            if self.reported.insert("no-nodes".into()) {
+            if !std::mem::replace(&mut self.no_nodes_reported, true) {
                 warn!("the API listed no Nodes at all; acting on nothing until it lists some");
             }
             return;
         }
-        self.reported.remove("no-nodes");
+        self.no_nodes_reported = false;
+        let pvs: Vec<LocalPv> = self.views.pvs.state().iter().filter_map(|pv| LocalPv::from_pv(pv)).collect();
         let absent = absent_nodes(&self.opts.classes, &nodes, &pvs);
         self.metrics.set_absent_nodes(absent.len());
         for node in absent.difference(&self.absent_logged) {
@@ -226,6 +166,8 @@ impl Worker {
         });
         *next_due = [next_gone, next_seen, next_stale].into_iter().flatten().min();
         self.node_checks.clear();
+        let by_name: BTreeMap<&str, &LocalPv> = pvs.iter().map(|pv| (pv.name.as_str(), pv)).collect();
+        self.once.retain_planned(&actions, &by_name);
         if actions.is_empty() {
             return;
         }
@@ -233,7 +175,6 @@ impl Worker {
             debug!(due = actions.len(), "actions due, but another replica leads");
             return;
         }
-        let by_name: BTreeMap<&str, &LocalPv> = pvs.iter().map(|pv| (pv.name.as_str(), pv)).collect();
         for action in actions {
             // Cheap early exits; what keeps a replica that lost the Lease from writing is the
             // fence on every write, checked after the rate limiter and the Node re-check.
@@ -285,7 +226,7 @@ impl Worker {
     async fn execute(&mut self, action: NodeCleanupAction, pvs: &BTreeMap<&str, &LocalPv>) -> ControlFlow<ApiError> {
         match action {
             NodeCleanupAction::DeleteClaim { pv, claim, cause } => {
-                if self.claims_deleted.contains(&claim.uid) {
+                if self.once.claims_deleted.contains(&claim.uid) {
                     debug!(pv = %pv, claim = %claim.name, "claim already deleted; waiting for it to go");
                     return Continue(());
                 }
@@ -294,7 +235,7 @@ impl Worker {
                         warn!(pv = %pv, error = %e, "deleting the claim failed; will retry");
                     });
                 }
-                self.claims_deleted.insert(claim.uid.clone());
+                self.once.claims_deleted.insert(claim.uid.clone());
                 self.metrics.node_cleanup_action("delete_claim", cause_label(&cause), true);
                 let note = format!(
                     "claim deleted because its local PV {pv} cannot be used again: {cause}; its owner \
@@ -340,15 +281,15 @@ impl Worker {
                 Continue(())
             }
             NodeCleanupAction::Keep { name, why } => {
-                let key = format!("keep/{name}/{}", pvs.get(name.as_str()).map_or("", |pv| pv.uid.as_str()));
-                if !self.reported.insert(key.clone()) {
+                let key = keep_key(&name, pvs);
+                if !self.once.kept_reported.insert(key.clone()) {
                     return Continue(());
                 }
                 warn!(pv = %name, "PV kept: {why}");
                 let flow =
                     self.emit(&pv_reference(&name), true, "VolumeKept", "DeletePV", format!("PV kept: {why}")).await;
                 if flow.is_break() {
-                    self.reported.remove(&key); // Not published: published when we lead again.
+                    self.once.kept_reported.remove(&key); // Not published: published when we lead again.
                 }
                 flow
             }
@@ -388,6 +329,53 @@ impl Worker {
     }
 }
 
+/// What is done (or reported) once per occurrence: remembered while the plan still holds it,
+/// forgotten as soon as a pass no longer plans it, so memory holds only what is under way and
+/// something that comes back is handled again.
+#[derive(Debug, Default)]
+struct Once {
+    /// UIDs of claims deleted: a claim held by a pod stays Terminating (its PV Bound, so its
+    /// deletion still planned) and is neither deleted nor reported again while it does.
+    claims_deleted: BTreeSet<String>,
+    /// Kept PVs (`NodeCleanupAction::Keep`) already reported, by `keep_key`.
+    kept_reported: BTreeSet<String>,
+}
+
+impl Once {
+    /// Forgets what `actions`, a pass's whole plan, no longer holds: the claim is gone (or its
+    /// Node came back), the PV is no longer kept.
+    fn retain_planned(&mut self, actions: &[NodeCleanupAction], pvs: &BTreeMap<&str, &LocalPv>) {
+        let mut claims = BTreeSet::new();
+        let mut kept = BTreeSet::new();
+        for action in actions {
+            match action {
+                NodeCleanupAction::DeleteClaim { claim, .. } => {
+                    claims.insert(claim.uid.as_str());
+                }
+                NodeCleanupAction::Keep { name, .. } => {
+                    kept.insert(keep_key(name, pvs));
+                }
+                _ => {}
+            }
+        }
+        self.claims_deleted.retain(|uid| claims.contains(uid.as_str()));
+        self.kept_reported.retain(|key| kept.contains(key));
+    }
+}
+
+/// A kept PV by name and UID: a PV re-created under the same name is another occurrence.
+fn keep_key(name: &str, pvs: &BTreeMap<&str, &LocalPv>) -> String {
+    format!("{name}/{}", pvs.get(name).map_or("", |pv| pv.uid.as_str()))
+}
+
+/// The planner's view of a watched Node.
+fn node_view(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> NodeView {
+    NodeView {
+        name: meta.name.clone().unwrap_or_default(),
+        hostname: meta.labels.as_ref().and_then(|l| l.get(LABEL_HOSTNAME)).cloned(),
+    }
+}
+
 fn reason(cause: &Cause) -> &'static str {
     match cause {
         Cause::NodeGone { .. } => "NodeGone",
@@ -399,5 +387,83 @@ fn cause_label(cause: &Cause) -> &'static str {
     match cause {
         Cause::NodeGone { .. } => "node_gone",
         Cause::Stale { .. } => "stale",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::node_cleanup::ClaimRef;
+
+    fn local_pv(name: &str, uid: &str) -> LocalPv {
+        LocalPv {
+            name: name.into(),
+            uid: uid.into(),
+            resource_version: "1".into(),
+            class: "local".into(),
+            phase: "Released".into(),
+            reclaim_policy: "Retain".into(),
+            claim: None,
+            node: "gone".into(),
+            node_label: None,
+            deleting: false,
+            has_wipe_finalizer: true,
+            stale_since: None,
+            moved_to: None,
+            provisioned_by: "local-volume-provisioner-gone-u".into(),
+        }
+    }
+
+    fn delete_claim(uid: &str) -> NodeCleanupAction {
+        let claim = ClaimRef { namespace: "ns".into(), name: format!("claim-{uid}"), uid: uid.into() };
+        NodeCleanupAction::DeleteClaim {
+            pv: format!("pv-{uid}"),
+            claim,
+            cause: Cause::NodeGone { node: "gone".into() },
+        }
+    }
+
+    fn keep(name: &str) -> NodeCleanupAction {
+        NodeCleanupAction::Keep { name: name.into(), why: "Retain".into() }
+    }
+
+    #[test]
+    fn what_was_done_once_is_forgotten_when_no_longer_planned() {
+        let (kept_1, kept_1_again) = (local_pv("kept", "uid-1"), local_pv("kept", "uid-2"));
+        let pvs = BTreeMap::from([("kept", &kept_1)]);
+        let mut once = Once::default();
+        once.claims_deleted.extend(["c1".to_string(), "c2".to_string()]);
+        once.kept_reported.insert(keep_key("kept", &pvs));
+
+        // Still planned: remembered (a Terminating claim is not deleted or reported again).
+        once.retain_planned(&[delete_claim("c1"), delete_claim("c2"), keep("kept")], &pvs);
+        assert_eq!(once.claims_deleted, BTreeSet::from(["c1".to_string(), "c2".to_string()]));
+        assert_eq!(once.kept_reported, BTreeSet::from(["kept/uid-1".to_string()]));
+
+        // c2 is gone and the PV is no longer kept: both forgotten.
+        once.retain_planned(&[delete_claim("c1")], &pvs);
+        assert_eq!(once.claims_deleted, BTreeSet::from(["c1".to_string()]));
+        assert!(once.kept_reported.is_empty());
+
+        // A PV re-created under the same name is another occurrence.
+        once.kept_reported.insert(keep_key("kept", &pvs));
+        once.retain_planned(&[keep("kept")], &BTreeMap::from([("kept", &kept_1_again)]));
+        assert!(once.kept_reported.is_empty());
+
+        // A pass that plans nothing forgets everything.
+        once.retain_planned(&[], &pvs);
+        assert!(once.claims_deleted.is_empty());
+    }
+
+    #[test]
+    fn a_watched_node_is_seen_by_name_and_hostname_label() {
+        let mut meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("n1".into()),
+            labels: Some(BTreeMap::from([(LABEL_HOSTNAME.to_string(), "n1-host".to_string())])),
+            ..Default::default()
+        };
+        assert_eq!(node_view(&meta), NodeView { name: "n1".into(), hostname: Some("n1-host".into()) });
+        meta.labels = None;
+        assert_eq!(node_view(&meta), NodeView { name: "n1".into(), hostname: None });
     }
 }

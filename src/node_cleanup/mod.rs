@@ -1,0 +1,174 @@
+//! `node-cleanup`: the cluster-wide Deployment that releases local PVs (and their claims) of
+//! Nodes that are gone for good, or that the agent of a re-created Node found stale. Every
+//! replica watches PVs and Nodes and tracks absent Nodes, so a failover does not restart the
+//! grace period; only the holder of the Lease acts. Every write is fenced: right before it goes
+//! out (after the rate limiter), leadership must hold for the write's whole deadline, and the
+//! first refusal abandons the rest of the pass.
+//!
+//! Nodes are watched (metadata only, trimmed to name and hostname label), not listed on every
+//! pass: one long request per replica whatever the number of Nodes. Until the Node watch has
+//! synced, nothing is done; before acting on a Node taken for gone, its absence is confirmed by
+//! a direct query, so a Node that registered again is never acted upon from a stale store.
+//!
+//! Roles: this module runs the loop, `worker` plans and carries out each pass, `leader` elects
+//! the one replica that acts.
+
+pub mod leader;
+mod worker;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::watcher;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::admin::{Readiness, parse_listen_address, serve};
+use crate::api::{ApiError, ClientOptions, Cluster, NodeMeta};
+use crate::metrics::{Metrics, Role};
+use leader::LeaseOptions;
+use worker::{Views, Worker};
+
+/// Settings of `node-cleanup`.
+#[derive(Debug, Clone)]
+pub struct NodeCleanupOptions {
+    /// StorageClasses opted in; PVs of other classes are never touched.
+    pub classes: BTreeSet<String>,
+    /// How long a Node must be gone (or a PV stale) before its claims and PVs are released.
+    pub grace: Duration,
+    /// Safety-net pass period (passes also follow PV changes and grace deadlines).
+    pub resync: Duration,
+    /// The leader Lease.
+    pub lease: LeaseOptions,
+    /// API connection settings.
+    pub client: ClientOptions,
+    /// Admin server address.
+    pub listen_address: String,
+    /// Path of the metrics endpoint.
+    pub metrics_path: String,
+}
+
+/// Why node-cleanup stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeCleanupError {
+    /// The API could not be used at start.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The admin server could not start.
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
+    /// The PV watch never became ready.
+    #[error("watching persistentvolumes: {0}")]
+    Watch(String),
+    /// Nothing to do: no class opted in.
+    #[error("no StorageClass opted in: pass --storage-classes (node-cleanup never acts on other classes)")]
+    NoClasses,
+}
+
+/// Runs until SIGTERM or SIGINT; releases the Lease on the way out.
+pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
+    if opts.classes.is_empty() {
+        return Err(NodeCleanupError::NoClasses);
+    }
+    let metrics = Metrics::for_role(Role::NodeCleanup);
+    let readiness = Readiness::new("starting: waiting for the PV watch");
+    serve(parse_listen_address(&opts.listen_address)?, opts.metrics_path.clone(), metrics.clone(), readiness.clone())
+        .await?;
+    let cluster =
+        Cluster::connect_as(&opts.client, "node-cleanup", &opts.lease.identity).await?.with_metrics(metrics.clone());
+    info!(
+        classes = ?opts.classes,
+        grace_s = opts.grace.as_secs(),
+        identity = %opts.lease.identity,
+        "node-cleanup starting"
+    );
+
+    let changed = Arc::new(Notify::new());
+    let (pv_store, pv_events) = cluster.watch_pvs(None);
+    crate::runtime::forward_events("persistentvolumes", pv_events, changed.clone());
+    let (node_store, node_events) = cluster.watch_node_metadata();
+    let node_watch_error = follow_nodes(node_events, changed.clone());
+    pv_store.wait_until_ready().await.map_err(|e| NodeCleanupError::Watch(e.to_string()))?;
+    readiness.set(None);
+    // Candidates only once they can see PVs: a replica whose watch cannot sync never holds the
+    // Lease while doing nothing.
+    let elector = {
+        let (metrics, changed) = (metrics.clone(), changed.clone());
+        leader::spawn(cluster.for_leader_election(), opts.lease.clone(), move |leads| {
+            metrics.set_leader(leads);
+            if leads {
+                changed.notify_one(); // Act at once on what is already due.
+            } else {
+                warn!("leadership lost; not acting until it is regained");
+            }
+        })
+    };
+
+    let request_deadline = opts.lease.request_deadline();
+    let cluster = {
+        let leadership = elector.leadership.clone();
+        cluster.with_fence(request_deadline, move |d| leadership.is_leader_for(d))
+    };
+
+    let views = Views { pvs: pv_store, nodes: node_store, node_watch_error };
+    let mut worker =
+        Worker::new(cluster, metrics, readiness, elector.leadership.clone(), request_deadline, views, opts.clone());
+    let mut shutdown = crate::runtime::Shutdown::install();
+    let mut next_due: Option<Instant> = None;
+    loop {
+        worker.pass(&mut next_due).await;
+        let wake = next_due.map(tokio::time::Instant::from_std);
+        tokio::select! {
+            _ = shutdown.signalled() => break,
+            _ = tokio::time::sleep(opts.resync) => debug!("periodic pass"),
+            _ = changed.notified() => {
+                // Let a burst of PV events (or Node deletions) settle into one pass.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ = crate::runtime::sleep_until_opt(wake) => debug!("pass for a grace deadline"),
+        }
+    }
+    info!("shutting down");
+    elector.release().await;
+    Ok(())
+}
+
+/// The last error of the Node watch, cleared by its next answer: said when a pass cannot run
+/// for want of Nodes.
+pub(crate) type NodeWatchError = Arc<Mutex<Option<String>>>;
+
+/// Polls the Node watch in the background (it must be polled to keep its store fresh). Only a
+/// deletion, or the end of a (re-)list, wakes a pass: a deletion starts a grace period. A Node
+/// that appears changes nothing until the next pass (and is checked live before anything of it
+/// is released), and the steady stream of updates that kubelets' status reports cause on a big
+/// cluster must not each cost a pass.
+fn follow_nodes(
+    events: impl futures::Stream<Item = Result<watcher::Event<NodeMeta>, watcher::Error>> + Send + 'static,
+    changed: Arc<Notify>,
+) -> NodeWatchError {
+    let last_error = NodeWatchError::default();
+    let error = last_error.clone();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            let failed = match event {
+                Ok(event) => {
+                    if matches!(event, watcher::Event::Delete(_) | watcher::Event::InitDone) {
+                        changed.notify_one();
+                    }
+                    None
+                }
+                Err(e) => {
+                    warn!(watch = "nodes", error = %e, "watch error; retrying with backoff");
+                    Some(e.to_string())
+                }
+            };
+            if let Ok(mut last) = error.lock() {
+                *last = failed;
+            }
+        }
+    });
+    last_error
+}
