@@ -13,7 +13,9 @@ use crate::api::{AnnotationPatch, ApiError, Created, TakeOver, node_reference, p
 use crate::core::cleanup::PvState;
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
-use crate::core::planner::{Action, DesiredPv, ExistingPv, ObservedPv, classify_existing, plan, plan_adoption};
+use crate::core::planner::{
+    Action, DesiredPv, ExistingPv, ObservedPv, classify_existing, needs_adoption, plan, plan_adoption,
+};
 use crate::core::pv::{ClassPolicy, PvContext};
 use crate::core::used_mark::{UsedMark, UsedRead};
 use crate::discovery::Scan;
@@ -181,7 +183,8 @@ impl Agent {
             return;
         }
         let identity = self.identity.clone();
-        let listed = self.cluster.list_all_pvs().await;
+        // Judged page by page: only this node's PVs are ever held, however many the cluster has.
+        let listed = self.cluster.list_pvs_where(|pv| needs_adoption(&identity, &ObservedPv::from_pv(pv))).await;
         let all = match listed {
             Ok(all) => all,
             Err(e) => return self.effects.record::<(), _>("adopt", &Err(format!("listing PVs for adoption: {e}"))),

@@ -340,12 +340,6 @@ impl Cluster {
         }
     }
 
-    /// Every PV in the cluster, listed in pages; used once at start-up to adopt PVs that
-    /// upstream made for this node before they carried our label.
-    pub async fn list_all_pvs(&self) -> Result<Vec<PersistentVolume>, ApiError> {
-        self.list_pvs_where(|_| true).await
-    }
-
     /// The PVs of the cluster that `keep` keeps, judged page by page as they arrive: the agent
     /// adopts the few PVs made for its node from a cluster that may hold tens of thousands of
     /// others, which are never all held at once. Full objects, not metadata: the caller gets
