@@ -12,7 +12,6 @@ use tracing_subscriber::EnvFilter;
 
 use crate::agent::{AgentOptions, run};
 use crate::api::ClientOptions;
-use crate::wiper::CleanerOptions;
 use crate::config::{ConfigError, DEFAULT_CONFIG_DIR, LoadedConfig, load_dir};
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;
@@ -20,6 +19,7 @@ use crate::core::pv::{NodeInfo, PvContext};
 use crate::discovery;
 use crate::node_cleanup::NodeCleanupOptions;
 use crate::node_cleanup::leader::LeaseOptions;
+use crate::wiper::CleanerOptions;
 
 /// Placeholder for the node UID in dry runs; obviously not a real UID, so it is not applied
 /// by accident without being noticed.

@@ -9,7 +9,6 @@
 pub mod admin;
 pub mod agent;
 pub mod api;
-pub mod wiper;
 pub mod cleanup_cli;
 pub mod cli;
 pub mod config;
@@ -19,3 +18,4 @@ pub mod host;
 pub mod metrics;
 pub mod node_cleanup;
 pub mod runtime;
+pub mod wiper;
