@@ -15,6 +15,7 @@ pub mod config;
 pub mod core;
 pub mod discovery;
 pub mod host;
+pub mod memory;
 pub mod metrics;
 pub mod node_cleanup;
 pub mod runtime;

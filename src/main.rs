@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    local_static_provisioner::memory::tune();
     let cli = local_static_provisioner::cli::Cli::parse();
     local_static_provisioner::cli::main(cli)
 }

@@ -1,0 +1,102 @@
+//! How the process uses glibc's allocator. The agent runs on every node, so its resident memory
+//! is paid once per node; most of what it allocates is transient (a page of a list, the PVs of
+//! one pass), and glibc keeps what was freed unless told otherwise:
+//!
+//! - one heap (arena) per thread that ever allocated, up to 8 per core, each keeping its own
+//!   freed memory: a few threads are enough to hold megabytes nobody uses;
+//! - freed memory below the top of a heap is never given back by `free`.
+//!
+//! `tune` caps the arenas and starts a scavenger thread that hands freed memory back to the
+//! kernel (`malloc_trim`) when enough of it has piled up. Other C libraries (musl) need neither
+//! and get nothing.
+
+/// Applies the allocator settings and starts the scavenger; call once, first thing in `main`,
+/// before other threads exist (arena settings apply to arenas created afterwards).
+pub fn tune() {
+    imp::tune();
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod imp {
+    use std::time::Duration;
+
+    use nix::libc;
+
+    /// Heaps (arenas) glibc may create: measured with bench/bulk-publish.sh 1000 and
+    /// bench/node-cleanup-nodes.sh, one arena holds several MiB less than glibc's default (8 per
+    /// core) and the two runtime workers and the blocking pool do not contend enough to show.
+    const ARENA_MAX: i32 = 1;
+
+    /// How often the scavenger looks at the heap: cheap (one `mallinfo2`), and rare enough that a
+    /// burst of work (a pass, a list) has finished before its memory is handed back.
+    const SCAVENGE_EVERY: Duration = Duration::from_secs(5);
+
+    /// Freed bytes kept in the heap before the scavenger hands them back: below it, trimming would
+    /// only make the next allocations fault pages in again.
+    const SCAVENGE_ABOVE: usize = 1 << 20;
+
+    pub(super) fn tune() {
+        // SAFETY: mallopt only sets a tunable of the allocator; any value is accepted or refused
+        // (returning 0), and it is called before any other thread exists.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, ARENA_MAX) };
+        // A small stack: the loop below needs a few hundred bytes.
+        let started = std::thread::Builder::new().name("scavenger".into()).stack_size(64 * 1024).spawn(move || {
+            loop {
+                std::thread::sleep(SCAVENGE_EVERY);
+                scavenge(SCAVENGE_ABOVE);
+            }
+        });
+        if let Err(e) = started {
+            // Logging is not set up yet this early.
+            eprintln!("warning: no memory scavenger thread ({e}); freed memory stays in the heap");
+        }
+    }
+
+    /// Hands freed memory back to the kernel when more than `above` bytes of it sit in the
+    /// heaps; says whether it did.
+    pub(super) fn scavenge(above: usize) -> bool {
+        // SAFETY: mallinfo2 only reads the allocator's statistics (under its own locks).
+        let info = unsafe { libc::mallinfo2() };
+        if info.fordblks <= above {
+            return false;
+        }
+        // SAFETY: malloc_trim only releases free memory of the allocator's heaps (under their
+        // locks); nothing in use is touched.
+        unsafe { libc::malloc_trim(0) };
+        true
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    /// Anonymous resident memory of this process, in KiB.
+    fn rss_anon_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("an RssAnon line")
+    }
+
+    #[test]
+    fn freed_memory_below_the_top_of_the_heap_is_handed_back() {
+        // 64 MiB in small blocks, all touched, then all freed but the last, which pins the top
+        // of the heap: `free` alone gives nothing back.
+        let mut blocks: Vec<Vec<u8>> = (0..16 * 1024).map(|i| vec![i as u8; 4000]).collect();
+        let pin = blocks.pop();
+        drop(blocks);
+        let before = rss_anon_kib();
+        assert!(super::imp::scavenge(1 << 20), "64 MiB freed, yet the scavenger saw nothing to do");
+        let after = rss_anon_kib();
+        assert!(before.saturating_sub(after) > 32 * 1024, "resident anonymous memory {before} KiB -> {after} KiB");
+        drop(pin);
+        // Nothing worth handing back right after: no trim.
+        assert!(!super::imp::scavenge(usize::MAX));
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+mod imp {
+    pub(super) fn tune() {}
+}
