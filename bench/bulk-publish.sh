@@ -22,8 +22,10 @@ ticks() { awk '{print $14 + $15}' "/proc/$agent_pid/stat"; }
 t0=$(ticks); sleep "$idle"; t1=$(ticks)
 cpu=$(python3 -c "print(round(($t1 - $t0) / $(getconf CLK_TCK), 3))")
 rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent_pid/status")
+# Of which anonymous (heap, stacks): the rest is the mapped binary and libraries, shared and clean.
+anon=$(awk '/RssAnon/ {print $2}' "/proc/$agent_pid/status")
 echo "{\"figure\":\"bulk_publish\",\"volumes\":$n,\"seconds\":$secs,\"apiserver_requests_by_agent\":$requests,\"agent_vmhwm_kib\":$hwm}"
-echo "{\"figure\":\"idle_cost\",\"volumes\":$n,\"seconds\":$idle,\"cpu_seconds\":$cpu,\"rss_kib\":$rss}"
+echo "{\"figure\":\"idle_cost\",\"volumes\":$n,\"seconds\":$idle,\"cpu_seconds\":$cpu,\"rss_kib\":$rss,\"rss_anon_kib\":$anon}"
 printf '%-14s %8s %10s %14s %16s\n' figure volumes seconds api_requests agent_peak_MiB
 printf '%-14s %8s %10s %14s %16s\n' bulk_publish "$n" "$secs" "$requests" "$(python3 -c "print(round($hwm/1024,1))")"
-printf '%-14s %8s %10s %14s %16s\n' idle_cost "$n" "$idle" "cpu_s=$cpu" "rss=$(python3 -c "print(round($rss/1024,1))")"
+printf '%-14s %8s %10s %14s %16s\n' idle_cost "$n" "$idle" "cpu_s=$cpu" "rss=$(python3 -c "print(round($rss/1024,1))") anon=$(python3 -c "print(round($anon/1024,1))")"

@@ -45,16 +45,17 @@ measure() {
   from=$(wc -l < "$audit")
   t0=$(now)
   sleep "$idle"
-  local rss hwm
+  local rss hwm anon
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent_pid/status")
   hwm=$(awk '/VmHWM/ {print $2}' "/proc/$agent_pid/status")
+  anon=$(awk '/RssAnon/ {print $2}' "/proc/$agent_pid/status")
   local secs
   secs=$(elapsed "$t0" "$(now)")
   kill "$agent_pid" && wait "$agent_pid" || true
   agent_pid=""
-  python3 - "$audit" "$from" "$user" "$1" "$secs" "$rss" "$hwm" <<'PY'
+  python3 - "$audit" "$from" "$user" "$1" "$secs" "$rss" "$hwm" "$anon" <<'PY'
 import json, sys
-path, start, user, nodes, secs, rss, hwm = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
+path, start, user, nodes, secs, rss, hwm, anon = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
 secs = float(secs)
 seen, node_requests = set(), 0
 with open(path) as f:
@@ -69,7 +70,7 @@ with open(path) as f:
 per_min = lambda n: round(n * 60 / secs, 1)
 print(json.dumps({"figure": "node_cleanup_idle", "nodes": int(nodes), "seconds": round(secs, 1),
                   "requests_per_min": per_min(len(seen)), "node_requests_per_min": per_min(node_requests),
-                  "rss_kib": int(rss), "vmhwm_kib": int(hwm)}))
+                  "rss_kib": int(rss), "rss_anon_kib": int(anon), "vmhwm_kib": int(hwm)}))
 PY
 }
 
@@ -83,8 +84,8 @@ printf '%s\n' "${results[@]}"
 python3 - "${results[@]}" <<'PY'
 import json, sys
 rows = [json.loads(a) for a in sys.argv[1:]]
-print(f"{'nodes':>7} {'requests/min':>13} {'node_requests/min':>18} {'rss_MiB':>8} {'peak_MiB':>9}")
+print(f"{'nodes':>7} {'requests/min':>13} {'node_requests/min':>18} {'rss_MiB':>8} {'anon_MiB':>9} {'peak_MiB':>9}")
 for r in rows:
     print(f"{r['nodes']:>7} {r['requests_per_min']:>13} {r['node_requests_per_min']:>18} "
-          f"{r['rss_kib'] / 1024:>8.1f} {r['vmhwm_kib'] / 1024:>9.1f}")
+          f"{r['rss_kib'] / 1024:>8.1f} {r['rss_anon_kib'] / 1024:>9.1f} {r['vmhwm_kib'] / 1024:>9.1f}")
 PY

@@ -14,11 +14,12 @@ for i in $(seq 1 "$v"); do mkdir -p "$work/disks/v$i"; mount -t tmpfs -o size=16
 # agent received (counted from its trace log: one "watch event" line per event).
 measure() {
   sleep 20
-  local rss hwm events
+  local rss hwm anon events
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent_pid/status")
   hwm=$(awk '/VmHWM/ {print $2}' "/proc/$agent_pid/status")
+  anon=$(awk '/RssAnon/ {print $2}' "/proc/$agent_pid/status")
   events=$(grep -c "persistentvolumes watch event" "$3" || true)
-  echo "{\"figure\":\"scale_foreign_pvs\",\"foreign_pvs\":$1,\"agent_started\":\"$2\",\"own_volumes\":$v,\"rss_kib\":$rss,\"vmhwm_kib\":$hwm,\"pv_watch_events\":$events}"
+  echo "{\"figure\":\"scale_foreign_pvs\",\"foreign_pvs\":$1,\"agent_started\":\"$2\",\"own_volumes\":$v,\"rss_kib\":$rss,\"vmhwm_kib\":$hwm,\"rss_anon_kib\":$anon,\"pv_watch_events\":$events}"
 }
 trace=warn,local_static_provisioner::runtime=trace
 
@@ -56,9 +57,9 @@ echo "$after"
 python3 - "$base" "$with" "$after" "$created" <<'PY'
 import json, sys
 rows = [json.loads(a) for a in sys.argv[1:4]]
-print(f"{'foreign_pvs':>12} {'agent_started':>14} {'rss_MiB':>8} {'peak_MiB':>9} {'pv_watch_events':>16}")
+print(f"{'foreign_pvs':>12} {'agent_started':>14} {'rss_MiB':>8} {'anon_MiB':>9} {'peak_MiB':>9} {'pv_watch_events':>16}")
 for r in rows:
-    print(f"{r['foreign_pvs']:>12} {r['agent_started'] + ' them':>14} {r['rss_kib']/1024:>8.1f} "
+    print(f"{r['foreign_pvs']:>12} {r['agent_started'] + ' them':>14} {r['rss_kib']/1024:>8.1f} {r['rss_anon_kib']/1024:>9.1f} "
           f"{r['vmhwm_kib']/1024:>9.1f} {r['pv_watch_events']:>16}")
 print(f"(creating {rows[1]['foreign_pvs']} foreign PVs took {sys.argv[4]} s)")
 PY
