@@ -346,16 +346,16 @@ impl Agent {
             self.adopt().await;
         }
         let pvs = self.pv_store.state();
-        let states: Vec<PvState> = pvs
-            .iter()
-            .filter(|pv| self.identity.owns(&ObservedPv::from_pv(pv)))
-            .map(|pv| PvState::from_pv(pv))
-            .collect();
-        let predecessors: Vec<PvState> = pvs
-            .iter()
-            .filter(|pv| self.identity.is_predecessor(&ObservedPv::from_pv(pv)))
-            .map(|pv| PvState::from_pv(pv))
-            .collect();
+        // This node's PVs, and those an earlier incarnation of this Node left.
+        let (mut states, mut predecessors) = (Vec::new(), Vec::new());
+        for pv in &pvs {
+            let observed = ObservedPv::from_pv(pv);
+            if self.identity.owns(&observed) {
+                states.push(PvState::from_pv(pv));
+            } else if self.identity.is_predecessor(&observed) {
+                predecessors.push(PvState::from_pv(pv));
+            }
+        }
         let Some(observation) = self.observe(&states, &predecessors).await else { return };
         // Only changes since the previous scan can have revealed something it did not see.
         let revealed = revealed.filter(|at| self.last_scan.is_none_or(|last| *at > last)).unwrap_or(started);

@@ -33,7 +33,7 @@ pub(super) async fn wait_for_node(cluster: &Cluster, name: &str, readiness: &Rea
             readiness.set(Some(format!("starting: {why}")));
             last = why;
         }
-        tokio::time::sleep(backoff.next_delay()).await;
+        tokio::time::sleep(backoff.next_delay(crate::runtime::random_fraction())).await;
     }
 }
 

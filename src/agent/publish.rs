@@ -85,6 +85,7 @@ impl Agent {
 
     async fn execute(&mut self, actions: Vec<Action>, desired: &[DesiredPv]) {
         let mut creates = Vec::new();
+        let busy = self.cleaner.busy(&[]);
         for action in actions {
             match action {
                 Action::Create(pv) => {
@@ -94,7 +95,7 @@ impl Agent {
                     }
                 }
                 Action::WipeFirst { name, host_path, identity, mark } => {
-                    self.wipe_first(desired, name, host_path, identity, mark).await;
+                    self.wipe_first(&busy, desired, name, host_path, identity, mark).await;
                 }
                 Action::Refuse { name, host_path, reason } => {
                     let note = format!("volume at {host_path} not published as {name}: {reason}");
@@ -284,6 +285,7 @@ impl Agent {
     /// occurrence reported; a failed wipe backs off in the cleaner before it is tried again.
     async fn wipe_first(
         &mut self,
+        busy: &std::collections::BTreeSet<String>,
         desired: &[DesiredPv],
         name: String,
         host_path: String,
@@ -291,7 +293,7 @@ impl Agent {
         mark: UsedMark,
     ) {
         let key = format!("wipe-first/{host_path}");
-        if self.cleaner.busy(&[]).contains(&key) {
+        if busy.contains(&key) {
             return;
         }
         let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == host_path) else { return };

@@ -24,11 +24,11 @@ impl Backoff {
         Backoff { initial, max, last: None }
     }
 
-    /// The delay before the next attempt, with jitter from the process's random source.
-    pub fn next_delay(&mut self) -> Duration {
+    /// The delay before the next attempt, with jitter; `random` is in [0, 1).
+    pub fn next_delay(&mut self, random: f64) -> Duration {
         let delay = grow(self.last, self.initial, self.max);
         self.last = Some(delay);
-        with_jitter(delay, crate::runtime::random_fraction())
+        with_jitter(delay, random)
     }
 }
 
@@ -85,11 +85,6 @@ impl Retries {
             None => true,
             Some(r) => r.due <= now || r.asked.as_deref() != asked,
         }
-    }
-
-    /// Whether a failure is waiting for its deadline (the planner leaves such volumes alone).
-    pub fn waiting(&self, key: &str, now: Instant) -> bool {
-        self.records.get(key).is_some_and(|r| r.due > now)
     }
 
     /// Records a failure; returns when to try again. The delay doubles from the last failure's
@@ -181,7 +176,7 @@ mod tests {
             let due = r.failed("create/a", P, "refused", None, now, 0.0);
             delays.push((due - now).as_secs());
             assert!(!r.may_try("create/a", now, None));
-            assert!(r.waiting("create/a", now));
+            assert!(r.get("create/a").is_some_and(|x| x.due > now), "waiting for its deadline");
             assert_eq!(r.next_due(now), Some(due));
             now = due;
         }
@@ -251,7 +246,7 @@ mod tests {
     #[test]
     fn a_single_backoff_grows_and_caps() {
         let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(2));
-        let d: Vec<Duration> = (0..4).map(|_| b.next_delay()).collect();
+        let d: Vec<Duration> = [0.0, 0.5, 0.99, 0.3].map(|r| b.next_delay(r)).to_vec();
         let base = [500, 1000, 2000, 2000].map(Duration::from_millis);
         for (d, base) in d.iter().zip(base) {
             assert!(*d >= base && *d <= base.mul_f64(1.0 + JITTER), "{d:?} for {base:?}");

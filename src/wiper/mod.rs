@@ -211,11 +211,15 @@ impl Cleaner {
     /// PVs, whose current ask (request, confirmation) is compared with the failure's.
     pub fn busy(&self, pvs: &[PvState]) -> BTreeSet<String> {
         let now = Instant::now();
-        let asks: BTreeMap<&str, String> = pvs.iter().map(|pv| (pv.uid.as_str(), ask_of(pv))).collect();
+        let asks: BTreeMap<&str, String> = if self.retries.is_empty() {
+            BTreeMap::new()
+        } else {
+            pvs.iter().map(|pv| (pv.uid.as_str(), ask_of(pv))).collect()
+        };
         // A key that is not one of `pvs` (a wipe-first) has no new ask to compare.
         let waiting = self.retries.keys().filter(|key| {
             let ask = asks.get(key).map(String::as_str).or_else(|| self.retries.get(key)?.asked.as_deref());
-            self.retries.waiting(key, now) && !self.retries.may_try(key, now, ask)
+            !self.retries.may_try(key, now, ask)
         });
         self.running.keys().map(String::as_str).chain(waiting).map(str::to_string).collect()
     }
