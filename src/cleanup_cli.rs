@@ -73,7 +73,7 @@ async fn follow(cluster: &Cluster, name: &str, uid: &str, timeout: Duration) -> 
         let state = match &pv {
             None => "wiped; waiting for the volume to be published again".to_string(),
             Some(pv) if pv.metadata.uid.as_deref() != Some(uid) => {
-                let phase = pv.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+                let phase = pv.phase().to_string();
                 if phase == "Available" {
                     return Ok("done: wiped and published again as Available".into());
                 }

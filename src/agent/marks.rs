@@ -2,7 +2,6 @@
 //! PV's UID and claim, and the ledger told about PVs let go unclaimed. The host work runs in
 //! one blocking call per batch; a failed mark is retried with backoff like any effect.
 
-use k8s_openapi::api::core::v1::PersistentVolume;
 use tracing::{debug, warn};
 
 use super::Agent;
@@ -16,30 +15,21 @@ use crate::wiper::target_for;
 impl Agent {
     /// Writes the used mark on every disk about to be published, before its PV is created (see
     /// core::used_mark), proving on the descriptor written through that it is the disk found.
-    /// Returns the PVs whose disks are marked now; the others are retried with backoff.
-    #[allow(clippy::vec_box)] // The planner's boxed PVs are passed through as they are.
-    pub(super) async fn mark_before_create(
-        &mut self,
-        creates: Vec<Box<PersistentVolume>>,
-        desired: &[DesiredPv],
-    ) -> Vec<Box<PersistentVolume>> {
+    /// Returns the volumes whose disks are marked now; the others are retried with backoff.
+    pub(super) async fn mark_before_create<'d>(&mut self, creates: Vec<&'d DesiredPv>) -> Vec<&'d DesiredPv> {
         if creates.is_empty() {
             return creates;
         }
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let mut pvs = Vec::new();
         let mut jobs = Vec::new();
-        for pv in creates {
-            let name = pv.metadata.name.clone().unwrap_or_default();
-            let path = crate::core::pv::local_path(&pv).unwrap_or_default().to_string();
-            let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == path) else { continue };
-            let class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
-            let located = PvState { host_path: path.clone(), class: class.clone(), ..Default::default() };
-            let Ok(target) = target_for(&located, self.config.storage_class_map.get(&class)) else { continue };
+        for d in creates {
+            let located = PvState { host_path: d.host_path.clone(), class: d.class.clone(), ..Default::default() };
+            let Ok(target) = target_for(&located, self.config.storage_class_map.get(&d.class)) else { continue };
             let mark = UsedMark {
-                pv: name,
+                pv: d.name.clone(),
                 node: self.identity.node.clone(),
-                path,
+                path: d.host_path.clone(),
                 identity: d.identity.clone(),
                 at: now.clone(),
                 uid: None,
@@ -61,7 +51,7 @@ impl Agent {
                 mark,
                 replace: Replace::BeforeCreate { judged },
             });
-            pvs.push(pv);
+            pvs.push(d);
         }
         let marks: Vec<UsedMark> = jobs.iter().map(|j| j.mark.clone()).collect();
         let outcomes = match self.on_host(move |host| host.mark(jobs)).await {

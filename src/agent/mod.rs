@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 use tokio::sync::{Notify, mpsc};
@@ -41,6 +41,7 @@ use crate::core::naming::LABEL_NODE;
 use crate::core::occurrence::Occurrences;
 use crate::core::planner::{Identity, ObservedPv};
 use crate::core::pv::NodeInfo;
+use crate::core::pv_facts::PvFacts;
 use crate::core::settle::Settler;
 use crate::host::access::{HostAccess, RealHost};
 use crate::host::used_mark::Ledger;
@@ -172,7 +173,7 @@ pub(crate) struct Parts {
     pub metrics: Metrics,
     pub readiness: Readiness,
     pub node: Node,
-    pub pv_store: Store<PersistentVolume>,
+    pub pv_store: Store<PvFacts>,
     pub sc_store: Store<StorageClass>,
 }
 
@@ -205,7 +206,7 @@ pub(crate) struct Agent {
     node: Node,
     node_info: NodeInfo,
     identity: Identity,
-    pv_store: Store<PersistentVolume>,
+    pv_store: Store<PvFacts>,
     sc_store: Store<StorageClass>,
     concurrency: usize,
     adopted: bool,

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::PersistentVolume;
 use tracing::{debug, info, warn};
 
 use super::Agent;
 use crate::api::{AnnotationPatch, ApiError, Created, TakeOver, node_reference, pv_reference};
+use crate::config::VolumeMode;
 use crate::core::cleanup::PvState;
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
@@ -17,6 +17,7 @@ use crate::core::planner::{
     Action, DesiredPv, ExistingPv, ObservedPv, classify_existing, needs_adoption, plan, plan_adoption,
 };
 use crate::core::pv::{ClassPolicy, PvContext};
+use crate::core::pv_facts::PvFacts;
 use crate::core::used_mark::{UsedMark, UsedRead};
 use crate::discovery::Scan;
 use crate::wiper::target_for;
@@ -57,7 +58,7 @@ impl Agent {
             match action {
                 Action::Refuse { reason, .. } => *unpublished_by_reason.entry(reason.code()).or_default() += 1,
                 Action::WipeFirst { .. } => *unpublished_by_reason.entry("wipe-first").or_default() += 1,
-                Action::Create(_) => {}
+                Action::Create { .. } => {}
             }
         }
         self.metrics.set_unpublished(&unpublished_by_reason);
@@ -88,10 +89,10 @@ impl Agent {
         let busy = self.cleaner.busy(&[]);
         for action in actions {
             match action {
-                Action::Create(pv) => {
-                    let name = pv.metadata.name.clone().unwrap_or_default();
+                Action::Create { name, host_path } => {
+                    let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == host_path) else { continue };
                     if self.effects.due(&format!("create/{name}")) {
-                        creates.push(pv);
+                        creates.push(d);
                     }
                 }
                 Action::WipeFirst { name, host_path, identity, mark } => {
@@ -105,39 +106,43 @@ impl Agent {
                 }
             }
         }
-        let creates = self.mark_before_create(creates, desired).await;
+        let creates = self.mark_before_create(creates).await;
         let mut created = Vec::new();
         let cluster = &self.cluster;
-        let results: Vec<(Box<PersistentVolume>, Result<Created, ApiError>)> = stream::iter(creates)
-            .map(|pv| async move {
-                let r = cluster.create_pv(&pv).await;
-                (pv, r)
-            })
+        let ctx =
+            PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
+        let ctx = &ctx;
+        // Each object is built as its request starts, so no more than `concurrency` of them
+        // exist at once, however many volumes a pass publishes.
+        let results: Vec<(&DesiredPv, Result<Created, ApiError>)> = stream::iter(creates)
+            .filter_map(|d| async move { ctx.pv_for(d).map(|pv| (d, pv)) })
+            .map(|(d, pv)| async move { (d, cluster.create_pv(&pv).await) })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        for (pv, result) in results {
-            let name = pv.metadata.name.clone().unwrap_or_default();
-            let path = crate::core::pv::local_path(&pv).unwrap_or_default().to_string();
+        for (d, result) in results {
+            let (name, path) = (d.name.clone(), d.host_path.clone());
             self.effects.record(&format!("create/{name}"), &result);
-            let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == path) else { continue };
             match result {
                 Ok(Created::Created { uid }) => {
                     info!(pv = %name, path = %path, "created PV");
                     if !uid.is_empty() {
-                        let class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
                         created.push(PvState {
                             name: name.clone(),
                             uid,
                             host_path: path.clone(),
-                            class,
+                            class: d.class.clone(),
                             phase: "Available".into(),
                             identity: Some(d.identity.clone()),
                             ..Default::default()
                         });
                     }
-                    let mode = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()).unwrap_or("Filesystem");
-                    self.metrics.pv_created(if mode == "Block" { "block" } else { "fs" }, d.capacity_bytes);
+                    let block = self
+                        .config
+                        .storage_class_map
+                        .get(&d.class)
+                        .is_some_and(|c| matches!(c.volume_mode, VolumeMode::Block));
+                    self.metrics.pv_created(if block { "block" } else { "fs" }, d.capacity_bytes);
                 }
                 Ok(Created::AlreadyExists(existing)) => {
                     match classify_existing(&self.identity, d, &ObservedPv::from_pv(&existing)) {
@@ -221,7 +226,7 @@ impl Agent {
 
     /// Puts our label, our finalizer and (when the volume is there) its identity on a PV made
     /// for this node by upstream or an older version, in one patch guarded by resourceVersion.
-    pub(super) async fn take_over(&self, pv: &PersistentVolume) -> Result<(), ApiError> {
+    pub(super) async fn take_over(&self, pv: &PvFacts) -> Result<(), ApiError> {
         let name = pv.metadata.name.clone().unwrap_or_default();
         let mut finalizers = pv.metadata.finalizers.clone().unwrap_or_default();
         if !finalizers.iter().any(|f| f == FINALIZER_WIPE) {
@@ -254,7 +259,7 @@ impl Agent {
     async fn find_mark_holders(&mut self, desired: &mut [DesiredPv]) {
         let store = self.pv_store.state();
         let busy = self.cleaner.busy(&[]);
-        let mut fetched: BTreeMap<String, Result<Option<PersistentVolume>, String>> = BTreeMap::new();
+        let mut fetched: BTreeMap<String, Result<Option<PvFacts>, String>> = BTreeMap::new();
         for d in desired.iter_mut() {
             let (UsedRead::Marked(mark) | UsedRead::Offered(mark)) = &d.used else { continue };
             let name = mark.pv.clone();
@@ -297,9 +302,8 @@ impl Agent {
             return;
         }
         let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == host_path) else { return };
-        let class = d.pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();
-        let located = PvState { host_path: host_path.clone(), class: class.clone(), ..Default::default() };
-        let target = match target_for(&located, self.config.storage_class_map.get(&class)) {
+        let located = PvState { host_path: host_path.clone(), class: d.class.clone(), ..Default::default() };
+        let target = match target_for(&located, self.config.storage_class_map.get(&d.class)) {
             Ok(target) => target,
             Err(e) => return warn!(path = %host_path, error = %e, "cannot locate a used volume to wipe it"),
         };

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::client::Body;
 use kube::runtime::reflector::{self, store::Writer};
@@ -23,6 +23,7 @@ use crate::api::{ClientOptions, Cluster};
 use crate::config::{ConfigSource, ProvisionerConfig};
 use crate::core::cleanup::{AfterWipe, PvState};
 use crate::core::pv::FoundVolume;
+use crate::core::pv_facts::PvFacts;
 use crate::core::volume_safety::DiskKey;
 use crate::discovery::{Scan, SkipReason, Skipped};
 use crate::host::HostError;
@@ -157,7 +158,7 @@ struct Lab {
     agent: Agent,
     api: MockApi,
     host: Arc<FakeHost>,
-    pvs: Writer<PersistentVolume>,
+    pvs: Writer<PvFacts>,
     wipes_done: mpsc::UnboundedReceiver<WipeOutcome>,
     _config: tempfile::TempDir,
 }
@@ -184,7 +185,7 @@ async fn lab() -> Lab {
     let metrics = Metrics::new();
     let cleaner_opts = CleanerOptions { concurrency: 2, timeout_base: Duration::from_secs(60), min_rate: 1 << 20 };
     let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), cleaner_opts.clone(), metrics.clone());
-    let (pv_store, pvs) = reflector::store::<PersistentVolume>();
+    let (pv_store, pvs) = reflector::store::<PvFacts>();
     let (sc_store, mut classes) = reflector::store::<StorageClass>();
     let class: StorageClass = serde_json::from_value(serde_json::json!({
         "metadata": { "name": CLASS }, "provisioner": "kubernetes.io/no-provisioner", "reclaimPolicy": "Delete"
@@ -232,7 +233,7 @@ fn found(entry: &str) -> FoundVolume {
 }
 
 /// One of this node's PVs as the watch would show it.
-fn own_pv(name: &str, phase: &str, extra_annotations: serde_json::Value) -> PersistentVolume {
+fn own_pv(name: &str, phase: &str, extra_annotations: serde_json::Value) -> PvFacts {
     let mut annotations =
         serde_json::json!({ "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-node-uid" });
     if let Some(extra) = extra_annotations.as_object() {

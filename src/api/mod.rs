@@ -34,6 +34,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config, Resource};
 
 use crate::core::naming::LABEL_HOSTNAME;
+use crate::core::pv_facts::PvFacts;
 
 /// An API call that failed, with the object it was about.
 #[derive(Debug, thiserror::Error)]
@@ -140,7 +141,7 @@ pub enum Created {
     /// The PV was created, with this UID (which goes on the disk's used mark).
     Created { uid: String },
     /// A PV with that name already existed; here it is, for the planner to judge.
-    AlreadyExists(Box<PersistentVolume>),
+    AlreadyExists(Box<PvFacts>),
 }
 
 /// A connection to the cluster for one node's agent, node-cleanup or the cleanup command.
@@ -300,7 +301,8 @@ impl Cluster {
         self
     }
 
-    fn pvs(&self) -> Api<PersistentVolume> {
+    /// PVs as they are read: only the fields decisions need (see core::pv_facts).
+    fn pvs(&self) -> Api<PvFacts> {
         Api::all(self.client.clone())
     }
 
@@ -352,10 +354,7 @@ impl Cluster {
     /// adopts the few PVs made for its node from a cluster that may hold tens of thousands of
     /// others, which are never all held at once. Full objects, not metadata: the caller gets
     /// what it needs to act on the PVs it keeps without reading each again.
-    pub async fn list_pvs_where(
-        &self,
-        keep: impl Fn(&PersistentVolume) -> bool,
-    ) -> Result<Vec<PersistentVolume>, ApiError> {
+    pub async fn list_pvs_where(&self, keep: impl Fn(&PvFacts) -> bool) -> Result<Vec<PvFacts>, ApiError> {
         let pvs = self.pvs();
         self.list_paged("persistentvolumes", keep, async |params| pvs.list(params).await).await
     }
@@ -363,12 +362,14 @@ impl Cluster {
     /// Creates a PV; an existing PV of the same name is returned instead of an error.
     pub async fn create_pv(&self, pv: &PersistentVolume) -> Result<Created, ApiError> {
         let name = pv.metadata.name.clone().unwrap_or_default();
-        let pvs = self.pvs();
-        match self.send("create", "create pv", &name, pvs.create(&PostParams::default(), pv)).await? {
+        let full = Api::<PersistentVolume>::all(self.client.clone());
+        match self.send("create", "create pv", &name, full.create(&PostParams::default(), pv)).await? {
             Ok(created) => Ok(Created::Created { uid: created.metadata.uid.unwrap_or_default() }),
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                let existing =
-                    self.call("get", pvs.get(&name)).await.map_err(ApiError::request("get existing pv", &name))?;
+                let existing = self
+                    .call("get", self.pvs().get(&name))
+                    .await
+                    .map_err(ApiError::request("get existing pv", &name))?;
                 Ok(Created::AlreadyExists(Box::new(existing)))
             }
             Err(e) => Err(ApiError::request("create pv", name)(e)),
@@ -376,7 +377,7 @@ impl Cluster {
     }
 
     /// Reads one PV; None when it does not exist.
-    pub async fn get_pv(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
+    pub async fn get_pv(&self, name: &str) -> Result<Option<PvFacts>, ApiError> {
         let pvs = self.pvs();
         self.call("get", pvs.get_opt(name)).await.map_err(ApiError::request("get pv", name))
     }
@@ -491,7 +492,7 @@ impl Cluster {
     pub fn watch_pvs(
         &self,
         label_selector: Option<&str>,
-    ) -> (Store<PersistentVolume>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
+    ) -> (Store<PvFacts>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
         let (reader, writer) = reflector::store();
         let cfg = match label_selector {
             Some(selector) => watcher::Config::default().labels(selector),
@@ -792,7 +793,7 @@ mod tests {
 
         let names: Vec<_> = kept.iter().filter_map(|pv| pv.metadata.name.as_deref()).collect();
         assert_eq!(names, ["ours-a", "ours-b"]);
-        assert_eq!(kept[1].spec.as_ref().and_then(|s| s.local.as_ref()).map(|l| l.path.as_str()), Some("/mnt/ours-b"));
+        assert_eq!(kept[1].local_path(), Some("/mnt/ours-b"));
         assert_eq!(asked.len(), 2, "{asked:?}");
         assert!(asked.iter().all(|uri| uri.starts_with("/api/v1/persistentvolumes?")), "{asked:?}");
         assert!(asked.iter().all(|uri| uri.contains(&format!("limit={LIST_PAGE}"))), "{asked:?}");

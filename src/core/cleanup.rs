@@ -5,13 +5,11 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-
 use super::naming::{
     ANN_CLEANUP, ANN_CLEANUP_REQUESTED_AT, ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, ANN_VOLUME_IDENTITY,
     ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, CLEANUP_REQUESTED, FINALIZER_WIPE,
 };
-use super::pv::local_path;
+use super::pv_facts::PvFacts;
 
 /// What the cleanup planner needs to know about one of our PVs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -63,24 +61,24 @@ impl PvState {
     }
 
     /// Extracts the fields the planner looks at.
-    pub fn from_pv(pv: &PersistentVolume) -> Self {
+    pub fn from_pv(pv: &PvFacts) -> Self {
         let meta = &pv.metadata;
-        let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
-        let spec = pv.spec.as_ref();
+        let ann = |k: &str| pv.annotation(k).cloned();
+        let spec = &pv.spec;
         PvState {
             name: meta.name.clone().unwrap_or_default(),
             uid: meta.uid.clone().unwrap_or_default(),
             resource_version: meta.resource_version.clone().unwrap_or_default(),
-            phase: pv.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
-            reclaim_policy: spec.and_then(|s| s.persistent_volume_reclaim_policy.clone()).unwrap_or_default(),
+            phase: pv.phase().to_string(),
+            reclaim_policy: spec.persistent_volume_reclaim_policy.clone().unwrap_or_default(),
             deleting: meta.deletion_timestamp.is_some(),
             has_finalizer: meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == FINALIZER_WIPE)),
-            claimed: spec.is_some_and(|s| s.claim_ref.is_some()),
+            claimed: spec.claim_ref.is_some(),
             cleanup_requested: ann(ANN_CLEANUP).as_deref() == Some(CLEANUP_REQUESTED),
             cleanup_result: ann(ANN_CLEANUP_RESULT),
             cleanup_requested_at: ann(ANN_CLEANUP_REQUESTED_AT),
-            host_path: local_path(pv).unwrap_or_default().to_string(),
-            class: spec.and_then(|s| s.storage_class_name.clone()).unwrap_or_default(),
+            host_path: pv.local_path().unwrap_or_default().to_string(),
+            class: spec.storage_class_name.clone().unwrap_or_default(),
             identity: ann(ANN_VOLUME_IDENTITY),
             identity_confirmed: ann(ANN_IDENTITY_CONFIRMED),
             flagged_missing: ann(ANN_VOLUME_MISSING).is_some(),

@@ -1,6 +1,6 @@
 use super::*;
+use crate::core::pv_facts::PvFacts;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::json;
 
 use crate::core::naming::{
@@ -197,7 +197,7 @@ fn permutations<T: Clone>(items: &[T]) -> Vec<Vec<T>> {
     out
 }
 
-fn pv_json(value: serde_json::Value) -> PersistentVolume {
+fn pv_json(value: serde_json::Value) -> PvFacts {
     serde_json::from_value(value).expect("valid PersistentVolume JSON")
 }
 

@@ -1,5 +1,6 @@
-//! The desired state: the PV objects discovery's volumes should be published as. Pure, so the
-//! `discover` dry run and the agent produce the very same objects.
+//! The desired state: the volumes discovery found that should be published, each with what its
+//! PV is made of (`PvContext::pv_for` builds the object). Pure, so the `discover` dry run and
+//! the agent produce the very same objects.
 
 use std::collections::BTreeMap;
 
@@ -26,9 +27,9 @@ pub fn desired_pvs(
     let mut desired = Vec::with_capacity(volumes.len());
     let mut problems: BTreeMap<String, String> = BTreeMap::new();
     for v in volumes {
-        let Some(class_cfg) = ctx.config.storage_class_map.get(&v.class) else {
+        if !ctx.config.storage_class_map.contains_key(&v.class) {
             continue; // Volume from a class that is no longer configured.
-        };
+        }
         let policy = match policies.get(&v.class) {
             Some(Ok(p)) => p,
             Some(Err(e)) => {
@@ -41,11 +42,11 @@ pub fn desired_pvs(
             }
         };
         let name = pv_name(&v.entry, &ctx.node.name, &v.class);
-        let pv = ctx.build(&name, class_cfg, policy, v);
         desired.push(DesiredPv {
             name,
             host_path: v.host_path.clone(),
-            pv,
+            class: v.class.clone(),
+            policy: policy.clone(),
             capacity_bytes: v.capacity_bytes,
             identity: v.identity.clone(),
             disk: v.disk.clone(),

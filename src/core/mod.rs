@@ -14,6 +14,7 @@ pub mod pattern;
 pub mod planner;
 pub mod presence;
 pub mod pv;
+pub mod pv_facts;
 pub mod settle;
 pub mod succession;
 pub mod used_mark;

@@ -7,14 +7,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::jiff::Timestamp;
 
 use super::naming::{
     ANN_PROVISIONED_BY, ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
     PROVISIONER_PREFIX, node_label_value,
 };
-use super::pv::local_path;
+use super::pv_facts::PvFacts;
 
 /// What the planner needs to know about a Node: whether a PV's affinity points at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,12 +72,12 @@ pub struct LocalPv {
 impl LocalPv {
     /// The PV as the planner sees it, or None when it is not a local PV made by a
     /// local-static-provisioner with a hostname affinity (never acted upon).
-    pub fn from_pv(pv: &PersistentVolume) -> Option<Self> {
+    pub fn from_pv(pv: &PvFacts) -> Option<Self> {
         let meta = &pv.metadata;
-        let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k));
+        let ann = |k: &str| pv.annotation(k);
         let provisioned_by = ann(ANN_PROVISIONED_BY).filter(|p| p.starts_with(PROVISIONER_PREFIX))?.clone();
-        local_path(pv)?;
-        let spec = pv.spec.as_ref()?;
+        pv.local_path()?;
+        let spec = &pv.spec;
         // Node selector terms are ORed: the volume is this one node's only when every term pins
         // the same single hostname. A class `selector` term (shared filesystems) makes the PV
         // usable elsewhere, so a gone Node does not mean a gone volume: such PVs are skipped.
@@ -105,11 +104,11 @@ impl LocalPv {
             uid: meta.uid.clone()?,
             resource_version: meta.resource_version.clone().unwrap_or_default(),
             class: spec.storage_class_name.clone().unwrap_or_default(),
-            phase: pv.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
+            phase: pv.phase().to_string(),
             reclaim_policy: spec.persistent_volume_reclaim_policy.clone().unwrap_or_default(),
             claim,
             node,
-            node_label: meta.labels.as_ref().and_then(|l| l.get(LABEL_NODE)).cloned(),
+            node_label: pv.label(LABEL_NODE).cloned(),
             deleting: meta.deletion_timestamp.is_some(),
             has_wipe_finalizer: meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == FINALIZER_WIPE)),
             stale_since: ann(ANN_VOLUME_STALE).map(|v| v.parse::<Timestamp>().ok()),

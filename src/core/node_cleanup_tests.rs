@@ -1,4 +1,5 @@
 use super::*;
+use crate::core::pv_facts::PvFacts;
 
 const GRACE: Duration = Duration::from_secs(600);
 
@@ -278,7 +279,7 @@ fn safety_table() {
     assert_eq!(cases, 6 * 2 * 2 * 2 * 2 * 3 * 3 * 2);
 }
 
-fn pv_json(extra: serde_json::Value) -> PersistentVolume {
+fn pv_json(extra: serde_json::Value) -> PvFacts {
     let mut v = serde_json::json!({
         "apiVersion": "v1",
         "kind": "PersistentVolume",

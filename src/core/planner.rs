@@ -4,25 +4,28 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-
 use super::disk_identity::{DiskIdentity, may_share_disk};
 use super::naming::{
     ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node, provisioned_by_uid,
 };
-use super::pv::local_path;
+use super::pv::ClassPolicy;
+use super::pv_facts::PvFacts;
 use super::used_mark::{UsedMark, UsedRead, UsedVerdict, used_verdict};
 use super::volume_safety::DiskKey;
 
-/// A volume discovery wants published, with the PV object that would publish it.
+/// A volume discovery wants published, with what its PV would be made of. The PV object itself
+/// is built only when the planner decides to create it (`PvContext::pv_for`): a node with a
+/// thousand published volumes would otherwise build a thousand 3.5 KiB objects on every pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DesiredPv {
     /// PV name (upstream's hash).
     pub name: String,
     /// Host path of the volume.
     pub host_path: String,
-    /// The full object to create.
-    pub pv: PersistentVolume,
+    /// StorageClass name (key of storageClassMap).
+    pub class: String,
+    /// What the class's StorageClass says to copy onto the PV.
+    pub policy: ClassPolicy,
     /// Rounded capacity in bytes (for metrics).
     pub capacity_bytes: u64,
     /// The disk fingerprint recorded on the PV.
@@ -57,15 +60,14 @@ pub struct ObservedPv {
 
 impl ObservedPv {
     /// Extracts the fields the planner looks at.
-    pub fn from_pv(pv: &PersistentVolume) -> Self {
-        let labels = pv.metadata.labels.as_ref();
+    pub fn from_pv(pv: &PvFacts) -> Self {
         ObservedPv {
             name: pv.metadata.name.clone().unwrap_or_default(),
-            host_path: local_path(pv).map(str::to_string),
-            provisioned_by: pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_PROVISIONED_BY)).cloned(),
-            hostname_label: labels.and_then(|l| l.get(LABEL_HOSTNAME)).cloned(),
-            node_label: labels.and_then(|l| l.get(LABEL_NODE)).cloned(),
-            identity: pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_VOLUME_IDENTITY)).cloned(),
+            host_path: pv.local_path().map(str::to_string),
+            provisioned_by: pv.annotation(ANN_PROVISIONED_BY).cloned(),
+            hostname_label: pv.label(LABEL_HOSTNAME).cloned(),
+            node_label: pv.label(LABEL_NODE).cloned(),
+            identity: pv.annotation(ANN_VOLUME_IDENTITY).cloned(),
         }
     }
 }
@@ -168,8 +170,8 @@ impl std::fmt::Display for Refusal {
 /// One step for the executors.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    /// Create this PV.
-    Create(Box<PersistentVolume>),
+    /// Create the PV of the desired volume `name` at `host_path` (built by `PvContext::pv_for`).
+    Create { name: String, host_path: String },
     /// Do not publish this volume, and tell the operator why.
     Refuse { name: String, host_path: String, reason: Refusal },
     /// The disk carries our used mark and no live PV names it: it held a tenant's data, so it
@@ -242,7 +244,7 @@ pub fn plan(
                 identity: d.identity.clone(),
                 mark: mark.clone(),
             }),
-            None => actions.push(Action::Create(Box::new(d.pv.clone()))),
+            None => actions.push(Action::Create { name: d.name.clone(), host_path: d.host_path.clone() }),
         }
     }
     actions

@@ -1,9 +1,10 @@
 use super::*;
 
-use k8s_openapi::api::core::v1::{LocalVolumeSource, NFSVolumeSource, PersistentVolumeSpec};
+use k8s_openapi::api::core::v1::LocalVolumeSource;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::core::naming::{node_label_value, provisioner_name};
+use crate::core::pv_facts::{PvFacts, PvFactsSpec};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -28,27 +29,30 @@ fn me_name_only() -> Identity {
 }
 
 /// A PV object as we would create it (annotation + our label + local path).
-fn pv_object(name: &str, path: &str, provisioned_by: &str) -> PersistentVolume {
-    PersistentVolume {
+fn pv_object(name: &str, path: &str, provisioned_by: &str) -> PvFacts {
+    PvFacts {
         metadata: ObjectMeta {
             name: Some(name.into()),
             annotations: Some([(ANN_PROVISIONED_BY.to_string(), provisioned_by.to_string())].into()),
             labels: Some([(LABEL_NODE.to_string(), node_label_value(NODE))].into()),
             ..Default::default()
         },
-        spec: Some(PersistentVolumeSpec {
-            local: Some(LocalVolumeSource { path: path.into(), fs_type: None }),
-            ..Default::default()
-        }),
-        status: None,
+        spec: PvFactsSpec { local: Some(LocalVolumeSource { path: path.into(), fs_type: None }), ..Default::default() },
+        status: Default::default(),
     }
+}
+
+/// The action that publishes `d`.
+fn create(d: &DesiredPv) -> Action {
+    Action::Create { name: d.name.clone(), host_path: d.host_path.clone() }
 }
 
 fn desired(name: &str, path: &str) -> DesiredPv {
     DesiredPv {
         name: name.into(),
         host_path: path.into(),
-        pv: pv_object(name, path, &me().provisioner),
+        class: "local-storage".into(),
+        policy: ClassPolicy::default(),
         capacity_bytes: 0,
         identity: format!("id-of-{path}"),
         disk: DiskKey::fs(format!("dev-of-{path}"), "/"),
@@ -91,7 +95,7 @@ fn summary(actions: &[Action]) -> Vec<String> {
     actions
         .iter()
         .map(|a| match a {
-            Action::Create(pv) => format!("create {}", pv.metadata.name.as_deref().unwrap_or("?")),
+            Action::Create { name, .. } => format!("create {name}"),
             Action::Refuse { name, host_path, reason } => format!("refuse {name} {host_path}: {reason:?}"),
             Action::WipeFirst { name, host_path, mark, .. } => {
                 format!("wipe-first {name} {host_path} (of {})", mark.pv)
@@ -114,7 +118,7 @@ fn creates_everything_when_nothing_exists() {
     let actions = plan(&me(), &d, &[], &no_foreign());
     assert_eq!(summary(&actions), ["create local-pv-a", "create local-pv-b", "create local-pv-c"]);
     // The object to create is exactly the desired one.
-    assert_eq!(actions[0], Action::Create(Box::new(d[1].pv.clone())));
+    assert_eq!(actions[0], create(&d[1]));
 }
 
 #[test]
@@ -137,7 +141,7 @@ fn restart_is_idempotent() {
     let observed: Vec<ObservedPv> = first
         .iter()
         .map(|a| match a {
-            Action::Create(pv) => ObservedPv::from_pv(pv),
+            Action::Create { name, host_path } => ObservedPv::from_pv(&pv_object(name, host_path, &me().provisioner)),
             other => panic!("unexpected {other:?}"),
         })
         .collect();
@@ -222,7 +226,7 @@ fn name_collision_on_node_creates_one_and_refuses_the_other() {
     for input in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]] {
         let actions = plan(&me(), &input, &[], &no_foreign());
         assert_eq!(actions.len(), 2);
-        assert_eq!(actions[0], Action::Create(Box::new(a.pv.clone())));
+        assert_eq!(actions[0], create(&a));
         assert_eq!(
             actions[1],
             Action::Refuse {
@@ -287,7 +291,7 @@ fn foreign_names_are_refused_with_the_recorded_owner() {
                 host_path: "/mnt/disks/a".into(),
                 reason: Refusal::NameTaken { owner: "PV local-pv-a on node-9".into() },
             },
-            Action::Create(Box::new(d[1].pv.clone())),
+            create(&d[1]),
         ]
     );
 }
@@ -524,7 +528,7 @@ fn observed_from_full_pv() {
 #[test]
 fn observed_from_empty_pv() {
     assert_eq!(
-        ObservedPv::from_pv(&PersistentVolume::default()),
+        ObservedPv::from_pv(&PvFacts::default()),
         ObservedPv {
             name: String::new(),
             host_path: None,
@@ -538,14 +542,12 @@ fn observed_from_empty_pv() {
 
 #[test]
 fn observed_from_non_local_pv() {
-    let pv = PersistentVolume {
-        metadata: ObjectMeta { name: Some("nfs-1".into()), ..Default::default() },
-        spec: Some(PersistentVolumeSpec {
-            nfs: Some(NFSVolumeSource { path: "/export".into(), server: "nfs.example".into(), read_only: None }),
-            ..Default::default()
-        }),
-        status: None,
-    };
+    // Decoded as the watch decodes it: the NFS source is not even kept.
+    let pv: PvFacts = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "nfs-1"},
+        "spec": {"nfs": {"path": "/export", "server": "nfs.example"}, "storageClassName": "nfs"}
+    }))
+    .unwrap();
     let o = ObservedPv::from_pv(&pv);
     assert_eq!(o.name, "nfs-1");
     assert_eq!(o.host_path, None);
@@ -637,7 +639,7 @@ fn one_disk_is_published_at_most_once_in_every_combination() {
                 let created: Vec<usize> = actions
                     .iter()
                     .filter_map(|a| match a {
-                        Action::Create(pv) => Some(paths.iter().position(|p| Some(*p) == local_path(pv)).unwrap()),
+                        Action::Create { host_path, .. } => Some(paths.iter().position(|p| *p == host_path).unwrap()),
                         _ => None,
                     })
                     .collect();
@@ -716,7 +718,7 @@ fn a_disk_recorded_on_a_pv_at_another_path_is_not_published_again() {
     // Another node's PV with the same identity string does not count.
     let mut foreign = other("pv-x", Some("/mnt/disks/old"), Some("local-volume-provisioner-other-node-u"));
     foreign.identity = Some(d.identity.clone());
-    assert!(matches!(plan(&me(), std::slice::from_ref(&d), &[foreign], &BTreeMap::new())[..], [Action::Create(_)]));
+    assert!(matches!(plan(&me(), std::slice::from_ref(&d), &[foreign], &BTreeMap::new())[..], [Action::Create { .. }]));
     // The PV on the same path is the volume itself.
     old.host_path = Some("/mnt/disks/new".into());
     old.name = "pv-new".into();
@@ -749,7 +751,10 @@ fn a_new_directory_of_a_shared_disk_is_published_next_to_a_recorded_one() {
     let mut published = ours("pv-1", "/mnt/disks/vol1");
     published.identity = Some(vol1.identity.clone());
     let actions = plan(&me(), &[vol1.clone(), vol3.clone()], std::slice::from_ref(&published), &BTreeMap::new());
-    assert!(matches!(&actions[..], [Action::Create(pv)] if local_path(pv) == Some("/mnt/disks/vol3")), "{actions:?}");
+    assert!(
+        matches!(&actions[..], [Action::Create { host_path, .. }] if host_path == "/mnt/disks/vol3"),
+        "{actions:?}"
+    );
     // When vol1's volume is gone from its path, a volume naming its disk is refused instead.
     let actions = plan(&me(), std::slice::from_ref(&vol3), std::slice::from_ref(&published), &BTreeMap::new());
     assert!(
@@ -894,7 +899,7 @@ fn used_disks_are_never_created_unwiped_nor_wiped_while_named() {
                 }
                 let actions = plan(&me(), std::slice::from_ref(&d), &observed, &no_foreign());
                 let ctx = format!("{read:?} holder={holder} published={published}: {}", summary(&actions).join("; "));
-                let created = actions.iter().any(|a| matches!(a, Action::Create(_)));
+                let created = actions.iter().any(|a| matches!(a, Action::Create { .. }));
                 let wiped = actions.iter().any(|a| matches!(a, Action::WipeFirst { .. }));
                 let names_pv_held = matches!(read, UsedRead::Marked(m) | UsedRead::Offered(m) if m.pv == "pv-held");
                 // A PV that records this disk holds it; so does the mark's own PV unless its

@@ -15,6 +15,7 @@ use super::naming::{
     ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
     node_label_value,
 };
+use super::planner::DesiredPv;
 use super::volume_safety::DiskKey;
 use crate::config::{ClassConfig, ProvisionerConfig};
 
@@ -74,6 +75,32 @@ pub struct FoundVolume {
     pub used: crate::core::used_mark::UsedRead,
 }
 
+impl FoundVolume {
+    /// The facts of this volume that go into its PV.
+    pub fn source(&self) -> PvSource<'_> {
+        PvSource {
+            class: &self.class,
+            host_path: &self.host_path,
+            capacity_bytes: self.capacity_bytes,
+            identity: &self.identity,
+        }
+    }
+}
+
+/// The facts of one volume that its PV object records (the rest comes from the class and the
+/// node), borrowed from a found or a desired volume.
+#[derive(Debug, Clone, Copy)]
+pub struct PvSource<'a> {
+    /// StorageClass name.
+    pub class: &'a str,
+    /// Path on the host.
+    pub host_path: &'a str,
+    /// Rounded capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Fingerprint of the disk.
+    pub identity: &'a str,
+}
+
 /// Everything that is the same for all PVs of one pass.
 pub struct PvContext<'a> {
     /// The effective config.
@@ -92,7 +119,7 @@ impl PvContext<'_> {
         name: &str,
         class: &ClassConfig,
         policy: &ClassPolicy,
-        volume: &FoundVolume,
+        volume: PvSource<'_>,
     ) -> PersistentVolume {
         let mut labels = BTreeMap::new();
         for key in &self.config.node_labels_for_pv {
@@ -105,7 +132,7 @@ impl PvContext<'_> {
 
         let mut annotations = BTreeMap::from([
             (ANN_PROVISIONED_BY.to_string(), self.provisioner_name.to_string()),
-            (ANN_VOLUME_IDENTITY.to_string(), volume.identity.clone()),
+            (ANN_VOLUME_IDENTITY.to_string(), volume.identity.to_string()),
         ]);
         let affinity = self.node_affinity(class);
         let node_affinity = if self.config.use_alpha_api {
@@ -142,9 +169,9 @@ impl PvContext<'_> {
                     "storage".to_string(),
                     Quantity(binary_si_quantity(volume.capacity_bytes)),
                 )])),
-                local: Some(LocalVolumeSource { path: volume.host_path.clone(), fs_type: class.fs_type.clone() }),
+                local: Some(LocalVolumeSource { path: volume.host_path.to_string(), fs_type: class.fs_type.clone() }),
                 access_modes: Some(vec![class.access_mode.clone()]),
-                storage_class_name: Some(volume.class.clone()),
+                storage_class_name: Some(volume.class.to_string()),
                 persistent_volume_reclaim_policy: Some(policy.reclaim_policy.clone()),
                 mount_options: (!policy.mount_options.is_empty()).then(|| policy.mount_options.clone()),
                 volume_mode: Some(class.volume_mode.as_str().to_string()),
@@ -153,6 +180,19 @@ impl PvContext<'_> {
             }),
             status: None,
         }
+    }
+
+    /// The PV object of a desired volume, built when the planner decided to create it; None
+    /// when its class is no longer configured.
+    pub fn pv_for(&self, desired: &DesiredPv) -> Option<PersistentVolume> {
+        let class = self.config.storage_class_map.get(&desired.class)?;
+        let source = PvSource {
+            class: &desired.class,
+            host_path: &desired.host_path,
+            capacity_bytes: desired.capacity_bytes,
+            identity: &desired.identity,
+        };
+        Some(self.build(&desired.name, class, &desired.policy, source))
     }
 
     /// The node's own hostname term first, then the class's selector terms as separate (ORed)

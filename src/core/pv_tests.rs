@@ -70,7 +70,7 @@ fn build_with(cfg: &ProvisionerConfig, node: &NodeInfo, policy: &ClassPolicy, by
     let prov = uid_provisioner();
     let ctx = PvContext { config: cfg, node, provisioner_name: &prov };
     let c = &cfg.storage_class_map["sc1"];
-    ctx.build("local-pv-aaaafef5", c, policy, &volume("sc1", &c.host_dir, "mount1", bytes))
+    ctx.build("local-pv-aaaafef5", c, policy, volume("sc1", &c.host_dir, "mount1", bytes).source())
 }
 
 fn build(cfg: &ProvisionerConfig) -> PersistentVolume {
@@ -113,8 +113,9 @@ fn golden_name_and_path_via_desired_pvs() {
     assert_eq!(desired.len(), 1);
     assert_eq!(desired[0].name, "local-pv-aaaafef5");
     assert_eq!(desired[0].host_path, "/mnt/disks/mount1");
-    assert_eq!(desired[0].pv.metadata.name.as_deref(), Some("local-pv-aaaafef5"));
-    assert_eq!(local_path(&desired[0].pv), Some("/mnt/disks/mount1"));
+    let pv = ctx.pv_for(&desired[0]).expect("class sc1 is configured");
+    assert_eq!(pv.metadata.name.as_deref(), Some("local-pv-aaaafef5"));
+    assert_eq!(local_path(&pv), Some("/mnt/disks/mount1"));
 }
 
 #[test]
@@ -233,7 +234,7 @@ fn provisioned_by_annotation_both_forms() {
             "x",
             &cfg.storage_class_map["sc1"],
             &ClassPolicy::default(),
-            &volume("sc1", "/mnt/disks", "m", GIB),
+            volume("sc1", "/mnt/disks", "m", GIB).source(),
         );
         let ann = pv.metadata.annotations.unwrap();
         assert_eq!(
@@ -261,8 +262,12 @@ fn local_path_is_host_dir_joined_with_entry() {
         let n = node();
         let prov = uid_provisioner();
         let ctx = PvContext { config: &cfg, node: &n, provisioner_name: &prov };
-        let pv =
-            ctx.build("x", &cfg.storage_class_map["sc1"], &ClassPolicy::default(), &volume("sc1", dir, entry, GIB));
+        let pv = ctx.build(
+            "x",
+            &cfg.storage_class_map["sc1"],
+            &ClassPolicy::default(),
+            volume("sc1", dir, entry, GIB).source(),
+        );
         assert_eq!(spec(&pv).local.as_ref().unwrap().path, want, "{dir} + {entry}");
     }
 }
@@ -588,7 +593,7 @@ fn desired_pvs_holds_back_classes_without_a_policy_and_reports_each_once() {
 }
 
 #[test]
-fn desired_pvs_builds_the_same_object_as_build() {
+fn pv_for_builds_the_same_object_as_build() {
     let cfg = config_with(&[("sc1", class("/mnt/disks"))]);
     let n = node();
     let prov = uid_provisioner();
@@ -597,7 +602,16 @@ fn desired_pvs_builds_the_same_object_as_build() {
     let policies = BTreeMap::from([("sc1".to_string(), Ok(policy.clone()))]);
     let v = volume("sc1", "/mnt/disks", "mount1", 10 * GIB);
     let (desired, _) = desired_pvs(&ctx, std::slice::from_ref(&v), &policies);
-    assert_eq!(desired[0].pv, ctx.build("local-pv-aaaafef5", &cfg.storage_class_map["sc1"], &policy, &v));
+    assert_eq!(desired[0].class, "sc1");
+    assert_eq!(desired[0].policy, policy);
+    assert_eq!(
+        ctx.pv_for(&desired[0]),
+        Some(ctx.build("local-pv-aaaafef5", &cfg.storage_class_map["sc1"], &policy, v.source()))
+    );
+    // A class dropped from the config since the pass began builds nothing.
+    let other = config_with(&[("sc2", class("/mnt/other"))]);
+    let ctx = PvContext { config: &other, node: &n, provisioner_name: &prov };
+    assert_eq!(ctx.pv_for(&desired[0]), None);
 }
 
 #[test]

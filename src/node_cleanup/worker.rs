@@ -7,7 +7,7 @@ use std::ops::ControlFlow::{self, Break, Continue};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 use tracing::{debug, info, warn};
@@ -21,6 +21,7 @@ use crate::core::naming::{FINALIZER_WIPE, LABEL_HOSTNAME};
 use crate::core::node_cleanup::{
     Cause, LocalPv, NodeCleanupAction, NodeView, absent_nodes, plan_node_cleanup, stale_pvs,
 };
+use crate::core::pv_facts::PvFacts;
 use crate::core::settle::Settler;
 use crate::metrics::Metrics;
 
@@ -38,7 +39,7 @@ fn ends_pass(e: &ApiError) -> bool {
 /// What a pass reads, kept fresh by the watches.
 pub(super) struct Views {
     /// Every PV of the cluster.
-    pub pvs: Store<PersistentVolume>,
+    pub pvs: Store<PvFacts>,
     /// Every Node, trimmed to name and hostname label.
     pub nodes: Store<NodeMeta>,
     /// Why the Node watch last failed, while it does.
