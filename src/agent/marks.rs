@@ -103,18 +103,21 @@ impl Agent {
     /// the PV's recorded one on the descriptor written through; PVs whose mark is complete are
     /// not read again by this process.
     pub(super) async fn ensure_marks(&mut self, states: &[PvState], missing: &std::collections::BTreeSet<String>) {
-        self.marked.retain(|uid, _| states.iter().any(|s| &s.uid == uid));
+        let live: std::collections::HashSet<&str> = states.iter().map(|s| s.uid.as_str()).collect();
+        self.marked.retain(|uid, _| live.contains(uid.as_str()));
         let busy = self.cleaner.busy(states);
-        let candidates: Vec<PvState> = states
+        let candidates: Vec<&PvState> = states
             .iter()
             .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !busy.contains(&pv.uid))
             .filter(|pv| match self.marked.get(&pv.uid) {
                 Some(claimed) => !claimed && pv.used_by_a_claim(),
                 None => true,
             })
-            .cloned()
             .collect();
-        self.mark_pvs(candidates).await;
+        // After a restart every PV's mark is checked once: in batches, like publishing.
+        for batch in candidates.chunks(super::publish::PUBLISH_BATCH) {
+            self.mark_pvs(batch.iter().map(|pv| (*pv).clone()).collect()).await;
+        }
     }
 
     /// The work of [`Self::ensure_marks`] for the given PVs (also called right after creates, so

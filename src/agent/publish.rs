@@ -22,11 +22,11 @@ use crate::core::used_mark::{UsedMark, UsedRead};
 use crate::discovery::Scan;
 use crate::wiper::target_for;
 
-/// Volumes published together. A node that comes up with thousands of volumes publishes them
+/// Volumes published (or their used marks checked) together. A node that comes up with thousands of volumes publishes them
 /// batch after batch in one pass, so the marks, requests and answers in memory at once are one
 /// batch's (measured with bench/bulk-publish.sh 1000: about 2 MiB less at the peak), while a
 /// batch is still large enough that its one host call and ledger write cost little.
-const PUBLISH_BATCH: usize = 100;
+pub(super) const PUBLISH_BATCH: usize = 100;
 
 impl Agent {
     /// Plans and carries out this pass's publishing from the scan. Returns the number of

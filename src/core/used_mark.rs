@@ -345,10 +345,12 @@ fn lookup_in<'a>(
 /// A mark whose PV this agent withdrew while no claim had been seen on it counts as offered,
 /// not used.
 pub fn offered_or_marked(mark: UsedMark, withdrawn: &[String]) -> UsedRead {
-    match &mark.uid {
-        Some(uid) if !mark.claimed && withdrawn.contains(uid) => UsedRead::Offered(mark),
-        _ => UsedRead::Marked(mark),
-    }
+    if is_offered(&mark, withdrawn) { UsedRead::Offered(mark) } else { UsedRead::Marked(mark) }
+}
+
+/// Whether `offered_or_marked` reads the mark as offered only (a PV withdrawn unclaimed).
+pub fn is_offered(mark: &UsedMark, withdrawn: &[String]) -> bool {
+    mark.uid.as_ref().is_some_and(|uid| !mark.claimed && withdrawn.contains(uid))
 }
 
 /// Which mark already on a disk a new mark may replace: the rule for each writer of marks,

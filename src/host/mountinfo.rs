@@ -40,7 +40,9 @@ impl MountEntry {
 /// The mount points of this namespace, last mount on a path winning (as the kernel shows it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MountTable {
-    by_point: BTreeMap<PathBuf, MountEntry>,
+    /// Mount point -> ID of the last mount on it. Each entry is kept once, in `by_id`: a node
+    /// with a thousand volume mounts reads this table on every pass.
+    by_point: BTreeMap<PathBuf, u32>,
     /// Every mount by ID, covered and stacked ones included (see host::volume::mount_at).
     by_id: BTreeMap<u32, MountEntry>,
 }
@@ -68,15 +70,15 @@ impl MountTable {
                 continue;
             }
             let entry = parse_line(line).ok_or_else(|| HostError::Mountinfo { line: n + 1, text: line.to_string() })?;
-            by_id.insert(entry.id, entry.clone());
-            by_point.insert(entry.mount_point.clone(), entry);
+            by_point.insert(entry.mount_point.clone(), entry.id);
+            by_id.insert(entry.id, entry);
         }
         Ok(MountTable { by_point, by_id })
     }
 
     /// The mount whose mount point is exactly `path`.
     pub fn get(&self, path: &Path) -> Option<&MountEntry> {
-        self.by_point.get(path)
+        self.by_point.get(path).and_then(|id| self.by_id.get(id))
     }
 
     /// The mount with this ID (the kernel's `stx_mnt_id`), covered or not.
@@ -95,13 +97,12 @@ impl MountTable {
             .range(path.to_path_buf()..)
             .skip_while(move |(p, _)| p.as_path() == path)
             .take_while(move |(p, _)| p.starts_with(path))
-            .map(|(_, e)| e)
+            .filter_map(|(_, id)| self.by_id.get(id))
     }
 
     /// Every mount as the pure safety rules see it (core::volume_safety).
     pub fn facts(&self) -> Vec<MountFacts<'_>> {
-        self.by_point
-            .values()
+        self.visible()
             .map(|e| MountFacts { device: &e.device, root: &e.root, mount_point: &e.mount_point, fs_type: &e.fs_type })
             .collect()
     }
@@ -109,7 +110,12 @@ impl MountTable {
     /// The first mount of the filesystem on device `major:minor`, if it is mounted in this
     /// namespace (a block device in use as a filesystem).
     pub fn mount_of_device(&self, device: &str) -> Option<&MountEntry> {
-        self.by_point.values().find(|e| e.device == device)
+        self.visible().find(|e| e.device == device)
+    }
+
+    /// The mounts not covered by a later mount on the same point, in mount-point order.
+    fn visible(&self) -> impl Iterator<Item = &MountEntry> {
+        self.by_point.values().filter_map(|id| self.by_id.get(id))
     }
 
     /// Number of mounts, for logs.

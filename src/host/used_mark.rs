@@ -8,7 +8,6 @@
 //! it may cover is held back until an operator repairs or removes it.
 
 use std::fs::File;
-use std::io::Write as _;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::disk_identity::{Found, Verdict, judge};
 use crate::core::used_mark::{
-    LedgerIndex, Relation, UsedMark, UsedRead, XATTR_NAME, ledger_lookup_indexed, note_filesystem_wiped,
+    LedgerIndex, Relation, UsedMark, UsedRead, XATTR_NAME, is_offered, ledger_lookup_indexed, note_filesystem_wiped,
     offered_or_marked, relate, wiped_by,
 };
 
@@ -311,12 +310,11 @@ impl Ledger {
                 // This volume's own older mark goes, and so do marks of the disk that say it
                 // was never used (offered only, or a create that never happened): the new one
                 // supersedes them. A used mark of another PV stays until a wipe.
-                let withdrawn = data.withdrawn.clone();
+                let withdrawn = &data.withdrawn;
                 data.used.retain(|e| {
                     let same = e.identity == m.identity && e.root == m.root;
                     let itself = e.pv == m.pv && (e.uid == m.uid || e.uid.is_none());
-                    let never_used = matches!(offered_or_marked(e.clone(), &withdrawn), UsedRead::Offered(_))
-                        || (e.uid.is_none() && e.pv == m.pv);
+                    let never_used = is_offered(e, withdrawn) || (e.uid.is_none() && e.pv == m.pv);
                     !(same && (never_used || itself))
                         && !(never_used && relate(e, &m.identity, m.root.as_deref()) == Relation::Holds)
                 });
@@ -407,11 +405,14 @@ fn load(path: &Path) -> Result<LedgerData, MarkError> {
 
 /// Writes the whole ledger through a temporary file, fsync, rename and a directory fsync.
 fn save(path: &Path, entries: &LedgerData) -> Result<(), MarkError> {
-    let text =
-        serde_json::to_vec_pretty(entries).map_err(|e| MarkError::io("encoding", path, std::io::Error::other(e)))?;
     let tmp = path.with_extension("json.tmp");
-    let mut file = File::create(&tmp).map_err(|e| MarkError::io("creating", &tmp, e))?;
-    file.write_all(&text).map_err(|e| MarkError::io("writing", &tmp, e))?;
+    let file = File::create(&tmp).map_err(|e| MarkError::io("creating", &tmp, e))?;
+    // Encoded straight into the file: a ledger of a thousand disks is half a MiB of JSON that
+    // need not be held in memory first.
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, entries)
+        .map_err(|e| MarkError::io("writing", &tmp, std::io::Error::other(e)))?;
+    let file = out.into_inner().map_err(|e| MarkError::io("writing", &tmp, e.into_error()))?;
     file.sync_all().map_err(|e| MarkError::io("fsync", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| MarkError::io("renaming into", path, e))?;
     if let Some(dir) = path.parent() {
