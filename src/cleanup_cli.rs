@@ -80,7 +80,7 @@ async fn follow(cluster: &Cluster, name: &str, uid: &str, timeout: Duration) -> 
                 format!("published again, phase {phase}")
             }
             Some(pv) => {
-                let result = pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_CLEANUP_RESULT)).cloned();
+                let result = pv.annotation(ANN_CLEANUP_RESULT).cloned();
                 match result {
                     Some(r) if r.starts_with("refused") => return Err(r),
                     Some(r) => r,

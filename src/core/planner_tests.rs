@@ -1,10 +1,7 @@
 use super::*;
 
-use k8s_openapi::api::core::v1::LocalVolumeSource;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
 use crate::core::naming::{node_label_value, provisioner_name};
-use crate::core::pv_facts::{PvFacts, PvFactsSpec};
+use crate::core::pv_facts::PvFacts;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -30,16 +27,15 @@ fn me_name_only() -> Identity {
 
 /// A PV object as we would create it (annotation + our label + local path).
 fn pv_object(name: &str, path: &str, provisioned_by: &str) -> PvFacts {
-    PvFacts {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            annotations: Some([(ANN_PROVISIONED_BY.to_string(), provisioned_by.to_string())].into()),
-            labels: Some([(LABEL_NODE.to_string(), node_label_value(NODE))].into()),
-            ..Default::default()
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": name,
+            "annotations": {ANN_PROVISIONED_BY: provisioned_by},
+            "labels": {LABEL_NODE: node_label_value(NODE)},
         },
-        spec: PvFactsSpec { local: Some(LocalVolumeSource { path: path.into(), fs_type: None }), ..Default::default() },
-        status: Default::default(),
-    }
+        "spec": {"local": {"path": path}},
+    }))
+    .expect("a PV")
 }
 
 /// The action that publishes `d`.
@@ -508,10 +504,15 @@ fn classify_existing_in_node_name_only_mode() {
 
 #[test]
 fn observed_from_full_pv() {
-    let mut pv = pv_object("local-pv-a", "/mnt/disks/a", "local-volume-provisioner-node-1-u");
-    pv.metadata.labels.as_mut().unwrap().insert(LABEL_HOSTNAME.into(), "node-1".into());
-    pv.metadata.labels.as_mut().unwrap().insert("other".into(), "x".into());
-    pv.metadata.annotations.as_mut().unwrap().insert("unrelated".into(), "y".into());
+    let pv: PvFacts = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "local-pv-a",
+            "annotations": {ANN_PROVISIONED_BY: "local-volume-provisioner-node-1-u", "unrelated": "y"},
+            "labels": {LABEL_NODE: node_label_value(NODE), LABEL_HOSTNAME: "node-1", "other": "x"},
+        },
+        "spec": {"local": {"path": "/mnt/disks/a"}},
+    }))
+    .expect("a PV");
     assert_eq!(
         ObservedPv::from_pv(&pv),
         ObservedPv {

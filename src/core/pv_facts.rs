@@ -9,19 +9,58 @@ use k8s_openapi::api::core::v1::{LocalVolumeSource, ObjectReference, VolumeNodeA
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
+use super::naming::{ANN_PROVISIONED_BY, LABEL_HOSTNAME};
+
 /// The fields of a PersistentVolume that any decision of this project reads.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "RawPvFacts")]
 pub struct PvFacts {
-    /// Name, UID, resourceVersion, labels, annotations, finalizers, deletion timestamp.
-    #[serde(default)]
+    /// Name, UID, resourceVersion, finalizers, deletion timestamp; labels and annotations are
+    /// moved out (below).
     pub metadata: ObjectMeta,
     /// The parts of the spec we read.
-    #[serde(default)]
     pub spec: PvFactsSpec,
     /// The parts of the status we read.
-    #[serde(default)]
     pub status: PvFactsStatus,
+    /// The labels a decision reads (see `read_by_us`). A `BTreeMap` allocates room for eleven
+    /// entries at its first: two maps were a third of a stored PV.
+    labels: Box<[(String, String)]>,
+    /// The annotations a decision reads (see `read_by_us`).
+    annotations: Box<[(String, String)]>,
 }
+
+/// A PV as it is decoded, before its labels and annotations are sorted out.
+#[derive(Deserialize)]
+struct RawPvFacts {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: PvFactsSpec,
+    #[serde(default)]
+    status: PvFactsStatus,
+}
+
+impl From<RawPvFacts> for PvFacts {
+    fn from(raw: RawPvFacts) -> Self {
+        let mut metadata = raw.metadata;
+        let keep = |map: Option<std::collections::BTreeMap<String, String>>| {
+            map.into_iter().flatten().filter(|(k, _)| read_by_us(k)).collect::<Vec<_>>().into_boxed_slice()
+        };
+        let labels = keep(metadata.labels.take());
+        let annotations = keep(metadata.annotations.take());
+        PvFacts { metadata, spec: raw.spec, status: raw.status, labels, annotations }
+    }
+}
+
+/// Whether a label or annotation key is one any decision reads: ours, upstream's
+/// provisioned-by, and the hostname label (useNodeNameOnly adoption). Others (the PV
+/// controller's, an operator's) are not kept; patches only ever name our own keys.
+fn read_by_us(key: &str) -> bool {
+    key.starts_with(OUR_DOMAIN) || key == ANN_PROVISIONED_BY || key == LABEL_HOSTNAME
+}
+
+/// The prefix of every label, annotation and finalizer of ours.
+const OUR_DOMAIN: &str = "local-static-provisioner.io/";
 
 /// The parts of `spec` the planners read.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -63,14 +102,14 @@ impl PvFacts {
         self.status.phase.as_deref().unwrap_or_default()
     }
 
-    /// One annotation's value.
+    /// One annotation's value, if it is one we read (see `read_by_us`).
     pub fn annotation(&self, key: &str) -> Option<&String> {
-        self.metadata.annotations.as_ref()?.get(key)
+        self.annotations.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
-    /// One label's value.
+    /// One label's value, if it is one we read (see `read_by_us`).
     pub fn label(&self, key: &str) -> Option<&String> {
-        self.metadata.labels.as_ref()?.get(key)
+        self.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 }
 
@@ -108,6 +147,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::core::naming::*;
 
     /// A PV as the API returns it, with fields of every kind we skip.
     fn full() -> serde_json::Value {
@@ -118,8 +158,13 @@ mod tests {
                 "name": "local-pv-1",
                 "uid": "u1",
                 "resourceVersion": "7",
-                "labels": {"local-static-provisioner.io/node": "n1"},
-                "annotations": {"pv.kubernetes.io/provisioned-by": "p"},
+                "labels": {"local-static-provisioner.io/node": "n1", "kubernetes.io/hostname": "h1", "team": "a"},
+                "annotations": {
+                    "pv.kubernetes.io/provisioned-by": "p",
+                    "pv.kubernetes.io/bound-by-controller": "yes",
+                    "local-static-provisioner.io/volume-identity": "v2;fs",
+                    "local-static-provisioner.io-other/x": "y"
+                },
                 "finalizers": ["kubernetes.io/pv-protection"],
                 "deletionTimestamp": "2026-11-24T08:00:00Z",
                 "managedFields": [{"manager": "kcm", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
@@ -145,7 +190,10 @@ mod tests {
         let facts: PvFacts = serde_json::from_value(full()).unwrap();
         let pv: PersistentVolume = serde_json::from_value(full()).unwrap();
         let spec = pv.spec.as_ref().unwrap();
-        assert_eq!(facts.metadata, pv.metadata);
+        let mut meta = pv.metadata.clone();
+        meta.labels = None;
+        meta.annotations = None;
+        assert_eq!(facts.metadata, meta);
         assert_eq!(facts.spec.local, spec.local);
         assert_eq!(facts.spec.storage_class_name, spec.storage_class_name);
         assert_eq!(facts.spec.persistent_volume_reclaim_policy, spec.persistent_volume_reclaim_policy);
@@ -156,6 +204,13 @@ mod tests {
         assert_eq!(facts.phase(), "Bound");
         assert_eq!(facts.annotation("pv.kubernetes.io/provisioned-by").map(String::as_str), Some("p"));
         assert_eq!(facts.label("local-static-provisioner.io/node").map(String::as_str), Some("n1"));
+        assert_eq!(facts.label("kubernetes.io/hostname").map(String::as_str), Some("h1"));
+        assert_eq!(facts.annotation("local-static-provisioner.io/volume-identity").map(String::as_str), Some("v2;fs"));
+        // Keys no decision reads are not kept.
+        assert_eq!(facts.label("team"), None);
+        assert_eq!(facts.annotation("pv.kubernetes.io/bound-by-controller"), None);
+        assert_eq!(facts.annotation("local-static-provisioner.io-other/x"), None);
+        assert_eq!((facts.labels.len(), facts.annotations.len()), (2, 2));
     }
 
     #[test]
@@ -180,6 +235,31 @@ mod tests {
             <PvFacts as k8s_openapi::ListableResource>::LIST_KIND,
             <PersistentVolume as k8s_openapi::ListableResource>::LIST_KIND
         );
+    }
+
+    #[test]
+    fn every_key_of_ours_is_read() {
+        for key in [
+            LABEL_NODE,
+            LABEL_HOSTNAME,
+            FINALIZER_WIPE,
+            ANN_PROVISIONED_BY,
+            ANN_VOLUME_IDENTITY,
+            ANN_IDENTITY_CONFIRMED,
+            ANN_CLEANUP,
+            ANN_CLEANUP_REQUESTED_AT,
+            ANN_CLEANUP_RESULT,
+            ANN_VOLUME_MISSING,
+            ANN_VOLUME_STALE,
+            ANN_VOLUME_MOVED_TO,
+        ] {
+            assert!(read_by_us(key), "{key}");
+        }
+        for key in
+            ["pv.kubernetes.io/bound-by-controller", "kubernetes.io/hostnamex", "local-static-provisioner.io", ""]
+        {
+            assert!(!read_by_us(key), "{key}");
+        }
     }
 
     #[test]
