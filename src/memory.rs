@@ -4,9 +4,10 @@
 //!
 //! - one heap (arena) per thread that ever allocated, up to 8 per core, each keeping its own
 //!   freed memory: a few threads are enough to hold megabytes nobody uses;
-//! - freed memory below the top of a heap is never given back by `free`.
+//! - freed memory below the top of a heap is never given back by `free`;
+//! - large blocks go into the heap too once a large block was freed (the threshold adapts).
 //!
-//! `tune` caps the arenas and starts a scavenger thread that hands freed memory back to the
+//! `tune` caps the arenas, fixes the threshold for large blocks, and starts a scavenger thread that hands freed memory back to the
 //! kernel (`malloc_trim`) when enough of it has piled up. Other C libraries (musl) need neither
 //! and get nothing.
 
@@ -27,6 +28,14 @@ mod imp {
     /// core) and the two runtime workers and the blocking pool do not contend enough to show.
     const ARENA_MAX: i32 = 1;
 
+    /// Allocations of this size or more get their own mapping, returned to the kernel when
+    /// freed. glibc's threshold otherwise starts at 128 KiB and rises to the size of each such
+    /// block freed (up to 32 MiB), so after the first large pass the large, short-lived buffers
+    /// of every later one (a pass's vectors, a page of a list, a response body) land in the heap
+    /// and leave it fragmented. Setting it fixes it. Measured with bench/bulk-publish.sh 1000:
+    /// peak RSS 20.3 -> 19.4 MiB.
+    const MMAP_THRESHOLD: i32 = 64 * 1024;
+
     /// How often the scavenger looks at the heap: cheap (one `mallinfo2`), and rare enough that a
     /// burst of work (a pass, a list) has finished before its memory is handed back.
     const SCAVENGE_EVERY: Duration = Duration::from_secs(5);
@@ -39,6 +48,8 @@ mod imp {
         // SAFETY: mallopt only sets a tunable of the allocator; any value is accepted or refused
         // (returning 0), and it is called before any other thread exists.
         unsafe { libc::mallopt(libc::M_ARENA_MAX, ARENA_MAX) };
+        // SAFETY: as above.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) };
         // A small stack: the loop below needs a few hundred bytes.
         let started = std::thread::Builder::new().name("scavenger".into()).stack_size(64 * 1024).spawn(move || {
             loop {
