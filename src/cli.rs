@@ -373,8 +373,9 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
     for action in crate::core::planner::plan(&identity, &desired, &[], &BTreeMap::new()) {
         match action {
             crate::core::planner::Action::Create { name, host_path } => {
-                let d = desired.iter().find(|d| d.name == name && d.host_path == host_path);
-                pvs.extend(d.and_then(|d| ctx.pv_for(d)));
+                pvs.extend(
+                    crate::core::planner::desired_named(&desired, &name, &host_path).and_then(|d| ctx.pv_for(d)),
+                );
             }
             crate::core::planner::Action::Refuse { name, host_path, reason } => {
                 let _ = writeln!(stderr, "skipped {host_path} ({name}, reason {}): {reason}", reason.code());

@@ -7,9 +7,9 @@
 //! - freed memory below the top of a heap is never given back by `free`;
 //! - large blocks go into the heap too once a large block was freed (the threshold adapts).
 //!
-//! `tune` caps the arenas, fixes the threshold for large blocks, and starts a scavenger thread that hands freed memory back to the
-//! kernel (`malloc_trim`) when enough of it has piled up. Other C libraries (musl) need neither
-//! and get nothing.
+//! `tune` caps the arenas, fixes the threshold for large blocks, and starts a scavenger thread
+//! that hands freed memory back to the kernel (`malloc_trim`) when enough of it has piled up.
+//! Other C libraries (musl) need none of it and get nothing.
 
 /// Applies the allocator settings and starts the scavenger; call once, first thing in `main`,
 /// before other threads exist (arena settings apply to arenas created afterwards).

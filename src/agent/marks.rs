@@ -10,7 +10,7 @@ use crate::core::planner::DesiredPv;
 use crate::core::used_mark::{Replace, UsedMark, UsedRead};
 use crate::host::access::MarkJob;
 use crate::host::used_mark::{Accept, MarkOutcome};
-use crate::wiper::target_for;
+use crate::wiper::{target_at, target_for};
 
 impl Agent {
     /// Writes the used mark on every disk about to be published, before its PV is created (see
@@ -24,8 +24,9 @@ impl Agent {
         let mut pvs = Vec::new();
         let mut jobs = Vec::new();
         for d in creates {
-            let located = PvState { host_path: d.host_path.clone(), class: d.class.clone(), ..Default::default() };
-            let Ok(target) = target_for(&located, self.config.storage_class_map.get(&d.class)) else { continue };
+            let Ok(target) = target_at(&d.host_path, &d.class, self.config.storage_class_map.get(&d.class)) else {
+                continue;
+            };
             let mark = UsedMark {
                 pv: d.name.clone(),
                 node: self.identity.node.clone(),

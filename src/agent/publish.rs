@@ -14,18 +14,19 @@ use crate::core::cleanup::PvState;
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
 use crate::core::planner::{
-    Action, DesiredPv, ExistingPv, ObservedPv, classify_existing, needs_adoption, plan, plan_adoption,
+    Action, DesiredPv, ExistingPv, ObservedPv, classify_existing, desired_named, needs_adoption, plan, plan_adoption,
 };
 use crate::core::pv::{ClassPolicy, PvContext};
 use crate::core::pv_facts::PvFacts;
 use crate::core::used_mark::{UsedMark, UsedRead};
 use crate::discovery::Scan;
-use crate::wiper::target_for;
+use crate::wiper::{target_at, target_for};
 
-/// Volumes published (or their used marks checked) together. A node that comes up with thousands of volumes publishes them
-/// batch after batch in one pass, so the marks, requests and answers in memory at once are one
-/// batch's (measured with bench/bulk-publish.sh 1000: about 2 MiB less at the peak), while a
-/// batch is still large enough that its one host call and ledger write cost little.
+/// Volumes published (or their used marks checked) together. A node that comes up with
+/// thousands of volumes publishes them batch after batch in one pass, so the marks, requests and
+/// answers in memory at once are one batch's (measured with bench/bulk-publish.sh 1000: about
+/// 2 MiB less at the peak), while a batch is still large enough that its one host call and
+/// ledger write cost little.
 pub(super) const PUBLISH_BATCH: usize = 100;
 
 impl Agent {
@@ -96,7 +97,7 @@ impl Agent {
         for action in actions {
             match action {
                 Action::Create { name, host_path } => {
-                    let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == host_path) else { continue };
+                    let Some(d) = desired_named(desired, &name, &host_path) else { continue };
                     if self.effects.due(&format!("create/{name}")) {
                         creates.push(d);
                     }
@@ -315,9 +316,8 @@ impl Agent {
         if busy.contains(&key) {
             return;
         }
-        let Some(d) = desired.iter().find(|d| d.name == name && d.host_path == host_path) else { return };
-        let located = PvState { host_path: host_path.clone(), class: d.class.clone(), ..Default::default() };
-        let target = match target_for(&located, self.config.storage_class_map.get(&d.class)) {
+        let Some(d) = desired_named(desired, &name, &host_path) else { return };
+        let target = match target_at(&host_path, &d.class, self.config.storage_class_map.get(&d.class)) {
             Ok(target) => target,
             Err(e) => return warn!(path = %host_path, error = %e, "cannot locate a used volume to wipe it"),
         };

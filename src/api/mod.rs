@@ -352,8 +352,8 @@ impl Cluster {
 
     /// The PVs of the cluster that `keep` keeps, judged page by page as they arrive: the agent
     /// adopts the few PVs made for its node from a cluster that may hold tens of thousands of
-    /// others, which are never all held at once. Full objects, not metadata: the caller gets
-    /// what it needs to act on the PVs it keeps without reading each again.
+    /// others, which are never all held at once. Each PV is read as `PvFacts` (what decisions
+    /// read, not metadata only): the caller can act on the PVs it keeps without reading each again.
     pub async fn list_pvs_where(&self, keep: impl Fn(&PvFacts) -> bool) -> Result<Vec<PvFacts>, ApiError> {
         let pvs = self.pvs();
         self.list_paged("persistentvolumes", keep, async |params| pvs.list(params).await).await

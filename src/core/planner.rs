@@ -180,6 +180,11 @@ pub enum Action {
     WipeFirst { name: String, host_path: String, identity: String, mark: UsedMark },
 }
 
+/// The desired volume an action names (by PV name and host path, which together are unique).
+pub fn desired_named<'a>(desired: &'a [DesiredPv], name: &str, host_path: &str) -> Option<&'a DesiredPv> {
+    desired.iter().find(|d| d.name == name && d.host_path == host_path)
+}
+
 /// Plans one reconcile pass. `observed` are the PVs carrying our node label; `foreign` are PV
 /// names known (from an earlier AlreadyExists) to belong to someone else, with a description
 /// of the owner. The result is sorted by PV name, so equal inputs give equal plans.

@@ -97,9 +97,15 @@ pub struct WipeTarget {
 
 /// Locates a PV's volume inside this container through its class (core::pv::container_path).
 pub fn target_for(pv: &PvState, class: Option<&ClassConfig>) -> Result<WipeTarget, String> {
+    target_at(&pv.host_path, &pv.class, class)
+}
+
+/// Locates the volume at `host_path` of class `class_name` (configured as `class`) inside this
+/// container, for a volume that has no PV yet.
+pub fn target_at(host_path: &str, class_name: &str, class: Option<&ClassConfig>) -> Result<WipeTarget, String> {
     let class =
-        class.ok_or_else(|| format!("StorageClass {:?} is not in the config; cannot locate its volume", pv.class))?;
-    let path = crate::core::pv::container_path(&pv.host_path, &class.host_dir, &class.mount_dir)?;
+        class.ok_or_else(|| format!("StorageClass {class_name:?} is not in the config; cannot locate its volume"))?;
+    let path = crate::core::pv::container_path(host_path, &class.host_dir, &class.mount_dir)?;
     Ok(WipeTarget { path, class: class.clone() })
 }
 
