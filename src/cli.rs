@@ -17,6 +17,7 @@ use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;
 use crate::core::pv::{NodeInfo, PvContext};
 use crate::discovery;
+use crate::host::kubelet::KubeletView;
 use crate::node_cleanup::NodeCleanupOptions;
 use crate::node_cleanup::leader::LeaseOptions;
 use crate::wiper::CleanerOptions;
@@ -155,6 +156,11 @@ struct RunArgs {
     /// that cannot carry their own mark: block volumes (see docs/data-safety.md).
     #[arg(long, env = "STATE_DIR", default_value = "/var/lib/local-static-provisioner")]
     state_dir: std::path::PathBuf,
+    /// kubelet's root directory (its --root-dir), mounted at the same path in the agent's
+    /// container with mountPropagation HostToContainer: no wipe starts while kubelet still has
+    /// the volume mounted for a pod. In a pod, wipes are refused when it is not visible.
+    #[arg(long, env = "KUBELET_DIR", default_value = "/var/lib/kubelet")]
+    kubelet_dir: std::path::PathBuf,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "LOG_JSON")]
     log_json: bool,
@@ -432,6 +438,9 @@ fn run_agent(args: RunArgs) -> ExitCode {
         settle: args.settle,
         succession_settle: args.succession_settle,
         state_dir: args.state_dir,
+        // kubelet sets KUBERNETES_SERVICE_HOST in every container: in a pod, a missing kubelet
+        // directory is a missing hostPath, not a host without kubelet.
+        kubelet: KubeletView { dir: args.kubelet_dir, required: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() },
         create_concurrency: args.create_concurrency,
         cleaner: CleanerOptions {
             concurrency: args.wipe_concurrency,

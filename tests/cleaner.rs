@@ -555,3 +555,87 @@ fn cloned_disks_swapped_in_while_released_are_refused_until_confirmed() {
     drop(agent);
     drop(disk_a);
 }
+
+/// kubelet can still have a released volume mounted for a pod (a force-deleted pod's containers
+/// outlive its claim): the wipe waits, says why in an event, and what the "container" writes in
+/// the meantime is wiped too, once kubelet has let go. Both kinds: a filesystem bind-mounted
+/// under kubelet's pods directory, and a block device node bind-mounted under its plugins
+/// directory (how kubelet maps a Block volume). kubelet's directory is a stand-in here
+/// (--kubelet-dir); tests/real_node.rs shows the same with a real kubelet.
+#[test]
+fn a_volume_kubelet_still_holds_is_wiped_only_once_kubelet_lets_go() {
+    if !require_root("a_volume_kubelet_still_holds_is_wiped_only_once_kubelet_lets_go") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-held-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-held-fs", "Delete");
+    cp.create_storage_class("clean-held-blk", "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let (fs_dir, blk_dir, kubelet) = (tmp.path().join("fs"), tmp.path().join("blk"), tmp.path().join("kubelet"));
+    std::fs::create_dir_all(&blk_dir).unwrap();
+    let vol = fs_dir.join("vol1");
+    let _vol = mount_tmpfs(&vol, 16);
+    let disk = LoopDevice::new(&tmp.path().join("disk.img"), 16);
+    symlink(&disk.device, blk_dir.join("disk1")).unwrap();
+
+    let config = tmp.path().join("config");
+    let class_map = format!(
+        "clean-held-fs:\n  hostDir: {f}\n  mountDir: {f}\nclean-held-blk:\n  hostDir: {b}\n  mountDir: {b}\n  volumeMode: Block\n",
+        f = fs_dir.display(),
+        b = blk_dir.display()
+    );
+    write_config(&config, &[("storageClassMap", &class_map)]);
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let kubelet_flag = kubelet.display().to_string();
+    let agent = AgentProcess::start_with(
+        &config,
+        node,
+        &kubeconfig,
+        &tmp.path().join("agent.log"),
+        &["--kubelet-dir", &kubelet_flag],
+    );
+    let (fs_pv, blk_pv) = (pv_name("vol1", node, "clean-held-fs"), pv_name("disk1", node, "clean-held-blk"));
+    let fs_uid = wait_until("fs PV", WAIT, || cp.pv_state(&fs_pv).map(|(u, _)| u));
+    let blk_uid = wait_until("block PV", WAIT, || cp.pv_state(&blk_pv).map(|(u, _)| u));
+    assert_eq!(cp.bind_claim("held-fs", "clean-held-fs", false), fs_pv);
+    assert_eq!(cp.bind_claim("held-blk", "clean-held-blk", true), blk_pv);
+
+    // kubelet's mounts for the pods, as it makes them.
+    let pod_dir = kubelet.join("pods/u1/volumes/kubernetes.io~local-volume").join(&fs_pv);
+    std::fs::create_dir_all(&pod_dir).unwrap();
+    let pod_mount = support::bind_mount(&vol, &pod_dir);
+    let map_dir = kubelet.join("plugins/kubernetes.io~local-volume/volumeDevices").join(&blk_pv);
+    std::fs::create_dir_all(&map_dir).unwrap();
+    let map_path = map_dir.join("u1");
+    std::fs::write(&map_path, b"").unwrap();
+    run(Command::new("mount").arg("--bind").arg(&disk.device).arg(&map_path));
+    std::fs::write(pod_dir.join("tenant-data"), b"before").unwrap();
+    run(Command::new("mkswap").arg(&map_path));
+
+    cp.release_claim("held-fs");
+    cp.release_claim("held-blk");
+    for pv in [&fs_pv, &blk_pv] {
+        wait_until(&format!("{pv}: wipe waits for kubelet"), WAIT, || {
+            cp.has_event(pv, "VolumeStillMounted", "still mounted for a pod").then_some(())
+        });
+    }
+    // The "containers" go on writing; nothing has been wiped or republished.
+    std::fs::write(pod_dir.join("written-after-release"), b"after").unwrap();
+    assert_eq!(cp.pv_state(&fs_pv), Some((fs_uid.clone(), "Released".into())));
+    assert_eq!(cp.pv_state(&blk_pv), Some((blk_uid.clone(), "Released".into())));
+    assert_eq!(entries(&vol), 2, "nothing wiped while held");
+    let probe = run(Command::new("blkid").arg("-p").arg("-o").arg("value").arg("-s").arg("TYPE").arg(&disk.device));
+    assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "swap", "the device is untouched while mapped");
+
+    // kubelet lets go: both are wiped (including what was written meanwhile) and come back.
+    drop(pod_mount);
+    umount_when_idle(&map_path);
+    wait_recycled(&cp, &fs_pv, &fs_uid, Some(&vol));
+    wait_recycled(&cp, &blk_pv, &blk_uid, None);
+    assert_eq!(entries(&vol), 0);
+    let blkid = Command::new("blkid").arg("-p").arg(&disk.device).output().unwrap();
+    assert_eq!(blkid.status.code(), Some(2), "no signature left: {}", String::from_utf8_lossy(&blkid.stdout));
+    drop(agent);
+}

@@ -119,6 +119,10 @@ fn helm_chart_takes_upstream_values_and_renders_a_valid_config() {
     assert_eq!(pod["tolerations"][0]["key"], "storage-node");
     let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
     assert!(mounts.iter().any(|m| m["mountPath"] == "/mnt/block-disks" && m["mountPropagation"] == "HostToContainer"));
+    // kubelet's pod mounts are visible to the agent: no wipe while kubelet still holds a volume.
+    assert!(mounts.iter().any(|m| m["mountPath"] == "/var/lib/kubelet"
+        && m["readOnly"] == true
+        && m["mountPropagation"] == "HostToContainer"));
     let default_sc =
         docs.iter().find(|d| d["kind"] == "StorageClass" && d["metadata"]["name"] == "fast-disks").unwrap();
     assert_eq!(default_sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"], "true");

@@ -44,6 +44,7 @@ use crate::core::pv::NodeInfo;
 use crate::core::pv_facts::PvFacts;
 use crate::core::settle::Settler;
 use crate::host::access::{HostAccess, RealHost};
+use crate::host::kubelet::KubeletView;
 use crate::host::used_mark::Ledger;
 use crate::host::watch::{DirWatcher, watch_mounts};
 use crate::metrics::Metrics;
@@ -70,6 +71,8 @@ pub struct AgentOptions {
     pub succession_settle: Duration,
     /// Node-local directory for the ledger of used disks (see host::used_mark).
     pub state_dir: PathBuf,
+    /// Where kubelet mounts pods' volumes; no wipe starts while it holds one.
+    pub kubelet: KubeletView,
     /// PV creations in flight at once.
     pub create_concurrency: usize,
     /// Wipe limits.
@@ -155,7 +158,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     };
     let ledger = Ledger::open(&opts.state_dir)?;
     info!(ledger = %ledger.path().display(), "ledger of used disks opened");
-    let host: Arc<dyn HostAccess> = Arc::new(RealHost::new(ledger));
+    let host: Arc<dyn HostAccess> = Arc::new(RealHost::new(ledger, opts.kubelet.clone()));
     let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
     let parts = Parts { cluster, host, cleaner, metrics, readiness, node, pv_store, sc_store };
     let mut agent = Agent::new(parts, &opts, config, config_problem, source)?;

@@ -39,6 +39,8 @@ struct FakeHost {
     absent: Mutex<Vec<String>>,
     /// Wipes: refuse at once, or run until cancelled.
     refuse_wipes: AtomicBool,
+    /// Wipes: kubelet still holds the volume.
+    held_by_pod: AtomicBool,
     wiping: AtomicBool,
     wipes: AtomicUsize,
 }
@@ -64,6 +66,12 @@ impl HostAccess for FakeHost {
 
     fn wipe(&self, _job: &WipeJob, cancel: &AtomicBool, _progress: &Progress) -> Result<Wiped, WipeError> {
         self.wipes.fetch_add(1, Ordering::SeqCst);
+        if self.held_by_pod.load(Ordering::SeqCst) {
+            return Err(WipeError::InUse {
+                path: "/mnt/disks/v".into(),
+                by: "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~local-volume/v".into(),
+            });
+        }
         if self.refuse_wipes.load(Ordering::SeqCst) {
             return Err(WipeError::Refused("an immutable file is in the way".into()));
         }
@@ -210,6 +218,7 @@ async fn lab() -> Lab {
         settle: Duration::ZERO,
         succession_settle: Duration::ZERO,
         state_dir: PathBuf::from("/nonexistent"),
+        kubelet: crate::host::kubelet::KubeletView { dir: PathBuf::from("/nonexistent"), required: false },
         create_concurrency: 4,
         cleaner: cleaner_opts,
         listen_address: "127.0.0.1:0".into(),
@@ -381,6 +390,26 @@ async fn a_refused_wipe_backs_off_growing_and_a_new_cleanup_request_retries_it_a
     assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(300));
     assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid));
     assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_wipe_of_a_volume_kubelet_still_holds_is_retried_within_seconds_and_deletes_nothing() {
+    let mut lab = lab().await;
+    lab.host.held_by_pod.store(true, Ordering::SeqCst);
+    let pv = PvState::from_pv(&own_pv("v", "Released", serde_json::json!({})));
+    let target = wipe_target(&lab, &pv);
+    let cleaner = &mut lab.agent.cleaner;
+    for expected in [2, 4, 8] {
+        cleaner.start(pv.clone(), AfterWipe::DeletePv, target.clone());
+        let outcome = lab.wipes_done.recv().await.unwrap();
+        let err = outcome.result.as_ref().unwrap_err().to_string();
+        assert!(err.contains("still mounted for a pod") && err.contains("/var/lib/kubelet/pods/u1"), "{err}");
+        cleaner.finished(&outcome);
+        assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid), "waits for its deadline");
+        assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(expected));
+    }
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes"), 0, "nothing is deleted while held");
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/v"), 0, "a wait is not a failed wipe");
 }
 
 #[tokio::test]

@@ -558,6 +558,49 @@ pub fn wipe_would_hit_another_pv(name: &str, disk: &DiskKey, others: &[Published
         })
 }
 
+/// The volume a wipe is about to erase, as the mount table and the device node name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WipeSubject<'a> {
+    /// A mounted filesystem: its device (`major:minor`) and the directory of that filesystem the
+    /// volume's mount shows (`/` unless the volume is a bind-mounted subdirectory).
+    Filesystem { device: &'a str, root: &'a Path },
+    /// A block device, by its `major:minor`.
+    Device { rdev: &'a str },
+}
+
+/// One mount under kubelet's directory: what kubelet has mounted for pods. `node_rdev` is the
+/// `major:minor` of the device node at the mount point when the mount is a bind-mounted device
+/// node (how kubelet maps a Block volume for a pod).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubeletMount<'a> {
+    pub mount: MountFacts<'a>,
+    pub node_rdev: Option<&'a str>,
+}
+
+/// Where kubelet still has `subject` mounted, if it has: a mount strictly below `kubelet_dir` of
+/// the same filesystem with an overlapping root (the volume itself, a subPath inside it, or a
+/// directory that contains it), a filesystem on the same device (a Filesystem PV kubelet
+/// formatted on a raw device), or a bind-mounted node of the same device (a Block PV mapped into
+/// a pod). Wiping then would erase a disk a container still writes to, and what it writes after
+/// the wipe would reach the next tenant: the wipe waits until kubelet has unmounted it. A pod's
+/// claim can be gone long before that (a force-deleted pod, a terminated one).
+pub fn kubelet_mount_of<'a>(
+    subject: WipeSubject<'_>,
+    mounts: &[KubeletMount<'a>],
+    kubelet_dir: &Path,
+) -> Option<&'a Path> {
+    mounts
+        .iter()
+        .filter(|k| k.mount.mount_point != kubelet_dir && k.mount.mount_point.starts_with(kubelet_dir))
+        .find(|k| match subject {
+            WipeSubject::Filesystem { device, root } => {
+                k.mount.device == device && (k.mount.root.starts_with(root) || root.starts_with(k.mount.root))
+            }
+            WipeSubject::Device { rdev } => k.mount.device == rdev || k.node_rdev == Some(rdev),
+        })
+        .map(|k| k.mount.mount_point)
+}
+
 #[cfg(test)]
 #[path = "volume_safety_tests.rs"]
 mod tests;

@@ -383,3 +383,97 @@ fn extents_make_partitions_loops_and_backing_files_one_disk() {
         }
     }
 }
+
+/// Every combination of where a mount is (inside kubelet's directory, at it, beside it with a
+/// shared name prefix, elsewhere), which device it is on, how its root relates to the volume's,
+/// and whether it is a bind-mounted device node, for both kinds of volume: kubelet still holds
+/// the volume exactly when the mount is strictly inside kubelet's directory and is the volume's
+/// filesystem with an overlapping root, or a filesystem on / a node of the volume's device.
+#[test]
+fn kubelet_mount_of_finds_exactly_the_pod_mounts_of_the_volume() {
+    let kubelet = Path::new("/var/lib/kubelet");
+    let places = [
+        ("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~local-volume/pv1", true),
+        ("/var/lib/kubelet/plugins/kubernetes.io~local-volume/volumeDevices/pv1/u1", true),
+        ("/var/lib/kubelet/pods/u1/volume-subpaths/pv1/app/0", true),
+        ("/var/lib/kubelet", false),
+        ("/var/lib/kubelet-other/pods/u1", false),
+        ("/var/lib/kubeletx", false),
+        ("/mnt/disks/vol1", false),
+        ("/", false),
+    ];
+    let roots = ["/", "/vols/a", "/vols/a/sub", "/vols", "/vols/b", "/vols/ab", "/other"];
+    let devices = ["8:17", "8:18", "0:5"];
+    let nodes = [None, Some("8:17"), Some("8:18")];
+    let subjects = [
+        WipeSubject::Filesystem { device: "8:17", root: Path::new("/") },
+        WipeSubject::Filesystem { device: "8:17", root: Path::new("/vols/a") },
+        WipeSubject::Device { rdev: "8:17" },
+    ];
+    // The rule restated over strings: a directory "contains" another when it is equal to it
+    // or its text with a trailing slash is a prefix of the other's.
+    let within = |inner: &str, outer: &str| {
+        inner == outer || outer == "/" || inner.starts_with(&format!("{}/", outer.trim_end_matches('/')))
+    };
+    let mut held = 0;
+    for subject in subjects {
+        for (place, inside) in places {
+            for root in roots {
+                for device in devices {
+                    for node in nodes {
+                        let mounts = [KubeletMount {
+                            mount: MountFacts {
+                                device,
+                                root: Path::new(root),
+                                mount_point: Path::new(place),
+                                fs_type: "ext4",
+                            },
+                            node_rdev: node,
+                        }];
+                        let expected = inside
+                            && match subject {
+                                WipeSubject::Filesystem { device: d, root: r } => {
+                                    let r = r.to_str().unwrap();
+                                    device == d && (within(root, r) || within(r, root))
+                                }
+                                WipeSubject::Device { rdev } => device == rdev || node == Some(rdev),
+                            };
+                        let found = kubelet_mount_of(subject, &mounts, kubelet);
+                        assert_eq!(
+                            found.is_some(),
+                            expected,
+                            "{subject:?} against {device} {root} at {place} (node {node:?})"
+                        );
+                        if let Some(p) = found {
+                            assert_eq!(p, Path::new(place));
+                            held += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(held > 0, "some combination must be held");
+}
+
+/// Among many mounts, the one kubelet holds is found whatever its position, and a table with
+/// only other volumes' pod mounts holds nothing.
+#[test]
+fn kubelet_mount_of_looks_at_every_mount() {
+    let kubelet = Path::new("/var/lib/kubelet");
+    let pod = |device, point| KubeletMount {
+        mount: MountFacts { device, root: Path::new("/"), mount_point: Path::new(point), fs_type: "xfs" },
+        node_rdev: None,
+    };
+    let others: Vec<_> = (0..5).map(|_| pod("8:33", "/var/lib/kubelet/pods/u2/volumes/x/pv2")).collect();
+    let subject = WipeSubject::Filesystem { device: "8:17", root: Path::new("/") };
+    assert_eq!(kubelet_mount_of(subject, &others, kubelet), None);
+    for at in 0..=others.len() {
+        let mut mounts = others.clone();
+        mounts.insert(at, pod("8:17", "/var/lib/kubelet/pods/u1/volumes/x/pv1"));
+        assert_eq!(
+            kubelet_mount_of(subject, &mounts, kubelet),
+            Some(Path::new("/var/lib/kubelet/pods/u1/volumes/x/pv1"))
+        );
+    }
+}

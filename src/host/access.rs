@@ -16,6 +16,7 @@ use crate::core::volume_safety::DiskKey;
 use crate::discovery::{self, Scan};
 use crate::host::HostError;
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
+use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::wiper::{Progress, WipeError, WipeJob, Wiped};
@@ -87,16 +88,17 @@ pub trait HostAccess: Send + Sync + 'static {
     fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError>;
 }
 
-/// The real host: the mount table, the volumes, the node-local ledger.
+/// The real host: the mount table, the volumes, the node-local ledger, kubelet's mounts.
 #[derive(Clone)]
 pub struct RealHost {
     ledger: Ledger,
+    kubelet: KubeletView,
 }
 
 impl RealHost {
-    /// The host, with the ledger of used disks this agent holds.
-    pub fn new(ledger: Ledger) -> Self {
-        RealHost { ledger }
+    /// The host, with the ledger of used disks this agent holds and where kubelet's mounts are.
+    pub fn new(ledger: Ledger, kubelet: KubeletView) -> Self {
+        RealHost { ledger, kubelet }
     }
 }
 
@@ -167,6 +169,6 @@ impl HostAccess for RealHost {
     }
 
     fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError> {
-        crate::wiper::on_host::wipe(&self.ledger, job, cancel, progress)
+        crate::wiper::on_host::wipe(&self.ledger, &self.kubelet, job, cancel, progress)
     }
 }

@@ -4,6 +4,7 @@
 pub mod access;
 pub mod blockdev;
 pub mod identity;
+pub mod kubelet;
 pub mod mountinfo;
 pub mod used_mark;
 pub mod volume;

@@ -58,6 +58,11 @@ pub enum WipeError {
     /// The PV cannot be mapped to a path this agent sees.
     #[error("{0}")]
     Unmapped(String),
+    /// kubelet still has the volume mounted for a pod (its claim can be gone before the pod's
+    /// containers are): wiping now would let what they still write reach the next tenant.
+    /// Retried with the failure backoff until kubelet has unmounted it.
+    #[error("{path} is still mounted for a pod at {by}; the wipe waits until kubelet has unmounted it")]
+    InUse { path: PathBuf, by: PathBuf },
     /// The wipe itself failed (I/O error, tree changed, cancelled); retried soon.
     #[error("{0}")]
     Failed(String),
@@ -161,6 +166,9 @@ pub struct WipeOutcome {
 
 /// Delays after a failed wipe: an I/O error or a timeout may pass soon.
 const FAILED: Policy = Policy { initial: Duration::from_secs(10), max: Duration::from_secs(1800) };
+/// Delays while kubelet still has the volume mounted for a pod: it lets go within the pod's
+/// grace period, and each check is one read of the mount table.
+const IN_USE: Policy = Policy { initial: Duration::from_secs(2), max: Duration::from_secs(60) };
 /// Delays after a refusal (identity, nested mount, immutable file): an operator must act, and
 /// their new request or confirmation retries at once.
 const REFUSED: Policy = Policy { initial: Duration::from_secs(300), max: Duration::from_secs(1800) };
@@ -309,7 +317,11 @@ impl Cleaner {
         match &outcome.result {
             Ok(()) => self.retries.succeeded(&outcome.uid),
             Err(e) => {
-                let policy = if e.is_refusal() { REFUSED } else { FAILED };
+                let policy = match e {
+                    WipeError::InUse { .. } => IN_USE,
+                    e if e.is_refusal() => REFUSED,
+                    _ => FAILED,
+                };
                 let random = crate::runtime::random_fraction();
                 let due =
                     self.retries.failed(&outcome.uid, policy, e.to_string(), ask.as_deref(), Instant::now(), random);

@@ -13,6 +13,7 @@ use crate::core::cleanup::PvState;
 use crate::core::disk_identity::{Found, Proof, Verdict, judge};
 use crate::discovery::wipe_exposure;
 use crate::host::identity::{device_identity, directory_identity, found_identity};
+use crate::host::kubelet::{KubeletError, KubeletView, Subject};
 use crate::host::mountinfo::MountTable;
 use crate::host::used_mark::{Ledger, clear_dir_mark};
 use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, mount_of_fd, resolve_entry};
@@ -21,15 +22,24 @@ use crate::host::wipe_block::{
 };
 use crate::host::wipe_fs::{FsWipeError, wipe_filesystem_verified};
 
-/// Checks the disk, wipes it and clears its used mark. Blocks; `progress.total` is set as soon
-/// as the size is known, so the caller can scale its timeout.
-pub fn wipe(ledger: &Ledger, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError> {
+/// Checks the disk, waits for kubelet to let go of it, wipes it and clears its used mark.
+/// Blocks; `progress.total` is set as soon as the size is known, so the caller can scale its
+/// timeout.
+pub fn wipe(
+    ledger: &Ledger,
+    kubelet: &KubeletView,
+    job: &WipeJob,
+    cancel: &AtomicBool,
+    progress: &Progress,
+) -> Result<Wiped, WipeError> {
     let path = job.target.path.clone();
     let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
-    match check_volume(&job.pv, &path)? {
+    let checked = check_volume(&job.pv, &path)?;
+    let mounts = MountTable::read().map_err(|e| failed(&e))?;
+    not_held_by_kubelet(kubelet, &path, &checked, &mounts)?;
+    match checked {
         Checked::Filesystem { root, size } => {
             progress.total.store(size, Ordering::Relaxed);
-            let mounts = MountTable::read().map_err(|e| failed(&e))?;
             let class = &job.target.class;
             // The identity is proven again on the descriptor the walk starts from: a mount
             // swapped in at the path since the check above is caught.
@@ -111,6 +121,29 @@ pub fn wipe(ledger: &Ledger, job: &WipeJob, cancel: &AtomicBool, progress: &Prog
             }
             Ok(Wiped { mode: "block", bytes: size })
         }
+    }
+}
+
+/// Fails with [`WipeError::InUse`] while kubelet still has the volume at `path` mounted for a
+/// pod, and refuses when this agent cannot see kubelet's mounts although it should.
+fn not_held_by_kubelet(
+    kubelet: &KubeletView,
+    path: &Path,
+    checked: &Checked,
+    mounts: &MountTable,
+) -> Result<(), WipeError> {
+    let subject = match checked {
+        Checked::Filesystem { root, .. } => match Subject::filesystem_at(root, mounts) {
+            Some(s) => s,
+            None => return Err(WipeError::Refused(format!("{} is not a mount point any more", root.display()))),
+        },
+        Checked::Block { .. } => Subject::device_at(path).map_err(|e| WipeError::Failed(e.to_string()))?,
+    };
+    match kubelet.holder(&subject, mounts) {
+        Ok(None) => Ok(()),
+        Ok(Some(by)) => Err(WipeError::InUse { path: path.to_path_buf(), by }),
+        Err(e @ KubeletError::NotVisible { .. }) => Err(WipeError::Refused(e.to_string())),
+        Err(e) => Err(WipeError::Failed(e.to_string())),
     }
 }
 

@@ -60,6 +60,12 @@ impl WipeTask {
                 };
                 self.cluster.event(&self.regarding, false, "VolumeCleaned", "Wipe", note).await;
             }
+            Err(e @ WipeError::InUse { .. }) => {
+                // Not a failed wipe (no metric, no failure annotation): a wait, said once per try.
+                info!(pv = name, path = %path.display(), reason = %e, "wipe waits for kubelet to unmount the volume");
+                let note = event_note(format!("Not wiped yet: {e}"));
+                self.cluster.event(&self.regarding, false, "VolumeStillMounted", "Wipe", note).await;
+            }
             Err(e) => {
                 // Until the entry is examined, the class's mode stands in for the metrics.
                 self.metrics.wipe_finished(if block { "block" } else { "fs" }, false, elapsed, 0);

@@ -1,0 +1,133 @@
+//! What kubelet has mounted for pods, as this agent sees it: the host side of the rule that a
+//! wipe waits until kubelet has unmounted the volume (core::volume_safety::kubelet_mount_of).
+//! In a pod the agent sees kubelet's mounts only through a hostPath of kubelet's directory with
+//! `mountPropagation: HostToContainer` (deploy/ and the chart mount it); without that view it
+//! cannot tell, and refuses to wipe.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::HostError;
+use super::mountinfo::MountTable;
+use crate::core::volume_safety::{KubeletMount, WipeSubject, kubelet_mount_of};
+
+/// Where kubelet keeps pods' mounts, and whether this agent must be able to see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletView {
+    /// kubelet's root directory (`--root-dir`), at the same path inside the agent's container.
+    pub dir: PathBuf,
+    /// Set when the agent runs in a pod: there a missing directory means the hostPath is not
+    /// mounted, not that no kubelet runs, so no wipe may start. A process on a host without a
+    /// kubelet (the local demo, tests) has nothing to wait for.
+    pub required: bool,
+}
+
+/// Why kubelet's hold on a volume could not be checked.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    /// The agent runs in a pod but kubelet's directory is not visible in it.
+    #[error(
+        "cannot see kubelet's mounts: {dir} is not visible in this container, so nothing shows whether a pod still has the volume mounted; mount the host's {dir} (read-only, mountPropagation: HostToContainer) as deploy/ and the chart do, or point --kubelet-dir at kubelet's --root-dir"
+    )]
+    NotVisible { dir: PathBuf },
+    /// A mount point or the volume could not be examined.
+    #[error(transparent)]
+    Host(#[from] HostError),
+}
+
+/// The volume at `path`, as a wipe subject: the filesystem mounted at `path`, or the block device
+/// `path` is (or links to). Owned, to borrow into [`WipeSubject`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    Filesystem { device: String, root: PathBuf },
+    Device { rdev: String },
+}
+
+impl Subject {
+    /// The filesystem mounted exactly at `root` (a volume's resolved root), if one is.
+    pub fn filesystem_at(root: &Path, mounts: &MountTable) -> Option<Subject> {
+        mounts.get(root).map(|m| Subject::Filesystem { device: m.device.clone(), root: m.root.clone() })
+    }
+
+    /// The block device at `path` (followed: the caller established it is one).
+    pub fn device_at(path: &Path) -> Result<Subject, HostError> {
+        let meta = std::fs::metadata(path).map_err(|e| HostError::io("stat", path, e))?;
+        Ok(Subject::Device { rdev: major_minor(meta.rdev()) })
+    }
+
+    fn borrowed(&self) -> WipeSubject<'_> {
+        match self {
+            Subject::Filesystem { device, root } => WipeSubject::Filesystem { device, root },
+            Subject::Device { rdev } => WipeSubject::Device { rdev },
+        }
+    }
+}
+
+impl KubeletView {
+    /// Where kubelet still has `subject` mounted for a pod (see the module doc), from `mounts`
+    /// and a look at each mount point below kubelet's directory (a bind-mounted device node
+    /// shows the device it is).
+    pub fn holder(&self, subject: &Subject, mounts: &MountTable) -> Result<Option<PathBuf>, KubeletError> {
+        if !self.dir.is_dir() {
+            return if self.required { Err(KubeletError::NotVisible { dir: self.dir.clone() }) } else { Ok(None) };
+        }
+        let below: Vec<_> = mounts.mounts_below(&self.dir).collect();
+        let mut nodes = Vec::with_capacity(below.len());
+        for m in &below {
+            nodes.push(match std::fs::symlink_metadata(&m.mount_point) {
+                Ok(meta) if meta.file_type().is_block_device() => Some(major_minor(meta.rdev())),
+                Ok(_) => None,
+                // Unmounted since the table was read: it holds nothing any more.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(HostError::io("lstat", &m.mount_point, e).into()),
+            });
+        }
+        let facts: Vec<_> = below
+            .iter()
+            .zip(&nodes)
+            .map(|(m, node)| KubeletMount { mount: m.facts(), node_rdev: node.as_deref() })
+            .collect();
+        Ok(kubelet_mount_of(subject.borrowed(), &facts, &self.dir).map(Path::to_path_buf))
+    }
+}
+
+/// `major:minor` as the mount table writes a device number.
+fn major_minor(dev: u64) -> String {
+    format!("{}:{}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_directory_holds_nothing_off_a_pod_and_refuses_in_one() {
+        let mounts = MountTable::parse("").unwrap();
+        let subject = Subject::Device { rdev: "7:0".into() };
+        let off_pod = KubeletView { dir: PathBuf::from("/nonexistent/kubelet"), required: false };
+        assert_eq!(off_pod.holder(&subject, &mounts).unwrap(), None);
+        let in_pod = KubeletView { required: true, ..off_pod };
+        let err = in_pod.holder(&subject, &mounts).unwrap_err();
+        assert!(matches!(err, KubeletError::NotVisible { .. }));
+        assert!(err.to_string().contains("/nonexistent/kubelet"), "{err}");
+    }
+
+    #[test]
+    fn a_pod_mount_of_the_filesystem_is_found_in_the_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = dir.path().join("kubelet");
+        std::fs::create_dir(&kubelet).unwrap();
+        let pod = kubelet.join("pods/u1/volumes/kubernetes.io~local-volume/pv1");
+        let table = format!(
+            "30 1 0:40 / /mnt/disks/vol1 rw - tmpfs tmpfs rw\n31 1 0:40 / {} rw - tmpfs tmpfs rw\n32 1 0:41 / {}/pods/u2/x rw - tmpfs tmpfs rw\n",
+            pod.display(),
+            kubelet.display()
+        );
+        let mounts = MountTable::parse(&table).unwrap();
+        let view = KubeletView { dir: kubelet.clone(), required: true };
+        let vol1 = Subject::filesystem_at(Path::new("/mnt/disks/vol1"), &mounts).unwrap();
+        assert_eq!(view.holder(&vol1, &mounts).unwrap(), Some(pod));
+        let other = Subject::Filesystem { device: "0:42".into(), root: "/".into() };
+        assert_eq!(view.holder(&other, &mounts).unwrap(), None);
+    }
+}
