@@ -8,6 +8,11 @@ for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fspr
             python3:python3 truncate:coreutils readelf:binutils; do
   command -v "${tool%%:*}" > /dev/null || need+=("${tool#*:}")
 done
+# The real test node (tests/node/): runc's seccomp support links libseccomp; the workload and
+# pause images are assembled from busybox-static.
+[[ -f /usr/include/seccomp.h ]] || need+=(libseccomp-dev)
+command -v pkg-config > /dev/null || need+=(pkg-config)
+dpkg-query -W -f '${Status}' busybox-static 2> /dev/null | grep -q 'ok installed' || need+=(busybox-static)
 if (( ${#need[@]} )); then
   echo "installing: ${need[*]}" >&2
   apt-get update -qq

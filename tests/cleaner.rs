@@ -611,6 +611,7 @@ fn a_volume_kubelet_still_holds_is_wiped_only_once_kubelet_lets_go() {
     let map_path = map_dir.join("u1");
     std::fs::write(&map_path, b"").unwrap();
     run(Command::new("mount").arg("--bind").arg(&disk.device).arg(&map_path));
+    let map_mount = Mount { path: map_path.clone() };
     std::fs::write(pod_dir.join("tenant-data"), b"before").unwrap();
     run(Command::new("mkswap").arg(&map_path));
 
@@ -632,6 +633,7 @@ fn a_volume_kubelet_still_holds_is_wiped_only_once_kubelet_lets_go() {
     // kubelet lets go: both are wiped (including what was written meanwhile) and come back.
     drop(pod_mount);
     umount_when_idle(&map_path);
+    drop(map_mount); // already unmounted: a no-op
     wait_recycled(&cp, &fs_pv, &fs_uid, Some(&vol));
     wait_recycled(&cp, &blk_pv, &blk_uid, None);
     assert_eq!(entries(&vol), 0);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet (for
+# the real test node, tests/node/) from the
 # pinned upstream Go modules in this folder, into a cache outside the repository keyed by the
 # pinned versions and this script, and reuses that cache when it is already complete.
 # Prints the folder holding the binaries on stdout (and nothing else).
@@ -11,7 +12,7 @@ ETCD_VERSION=$(awk '$1=="go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2; exit
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -c1-12)
 cache_root=${LSP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-static-provisioner}
 out="$cache_root/control-plane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-$key"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 
 complete() {
   local b
@@ -46,7 +47,7 @@ cd "$here"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 echo "control plane: building Kubernetes $KUBE_VERSION and etcd $ETCD_VERSION into $out (first time only)" >&2
 go build -trimpath -ldflags "$etcd_ldflags" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3 >&2
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
   go build -trimpath -ldflags "$kube_ldflags" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd" >&2
 done
 touch "$out/.complete"

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Writes a kustomize overlay of deploy/base and deploy/node-cleanup, as shipped, for the real
+# test node, changing only what this machine forces and what an operator adds:
+#   - the image: the agent image tests/node/images/build.sh assembled (tag e2e, never pulled);
+#   - the API address: pods use the host's network (the node runs no CNI network and no
+#     kube-proxy), with KUBERNETES_SERVICE_HOST/PORT pointing at the API server on loopback;
+#   - ports: the admin servers on free loopback ports (host network);
+#   - a second StorageClass, block-disks (volumeMode Block, /mnt/block-disks), with its entry in
+#     the ConfigMap, its hostPath and its root in the admission policy, as an operator adds a class.
+# Usage: overlay.sh OUT_DIR CONTROL_PLANE_DIR   then `kubectl apply -k OUT_DIR`
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+out=${1:?usage: overlay.sh OUT_DIR CONTROL_PLANE_DIR}
+cp_dir=${2:?usage: overlay.sh OUT_DIR CONTROL_PLANE_DIR}
+# shellcheck disable=SC1091
+source "$cp_dir/env"
+api=${API_URL#https://}
+api_host=${api%:*} api_port=${api##*:}
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+agent_port=${AGENT_PORT:-$(free_port)}
+cleanup_port=${NODE_CLEANUP_PORT:-$(free_port)}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+# kustomize takes only relative paths to bases.
+rel=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$repo" "$out")
+
+cat > "$out/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $rel/deploy/base
+  - $rel/deploy/node-cleanup
+  - block-storageclass.yaml
+images:
+  - name: local-static-provisioner
+    newTag: e2e
+patches:
+  - path: agent.yaml
+  - path: node-cleanup.yaml
+  - path: configmap.yaml
+  # Ports are merged by number: replace the shipped one in place.
+  - target: {kind: DaemonSet, name: local-static-provisioner}
+    patch: '[{"op": "replace", "path": "/spec/template/spec/containers/0/ports/0/containerPort", "value": $agent_port}]'
+  - target: {kind: Deployment, name: local-static-provisioner-node-cleanup}
+    patch: '[{"op": "replace", "path": "/spec/template/spec/containers/0/ports/0/containerPort", "value": $cleanup_port}]'
+  # The admission policy's discovery roots follow the ConfigMap's hostDirs (as documented there).
+  - target: {kind: ValidatingAdmissionPolicy, name: local-static-provisioner-node-scope}
+    patch: |
+      - op: replace
+        path: /spec/variables/0/expression
+        value: "['/mnt/fast-disks', '/mnt/block-disks']"
+YAML
+
+cat > "$out/agent.yaml" <<YAML
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: local-static-provisioner, namespace: local-static-provisioner}
+spec:
+  template:
+    spec:
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      containers:
+        - name: provisioner
+          args: ["run", "--listen-address", "127.0.0.1:$agent_port"]
+          env:
+            - {name: KUBERNETES_SERVICE_HOST, value: "$api_host"}
+            - {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}
+          volumeMounts:
+            - {name: block-disks, mountPath: /mnt/block-disks, mountPropagation: HostToContainer}
+      volumes:
+        - {name: block-disks, hostPath: {path: /mnt/block-disks}}
+YAML
+
+cat > "$out/node-cleanup.yaml" <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: local-static-provisioner-node-cleanup, namespace: local-static-provisioner}
+spec:
+  template:
+    spec:
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      containers:
+        - name: node-cleanup
+          env:
+            - {name: KUBERNETES_SERVICE_HOST, value: "$api_host"}
+            - {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}
+            - {name: LISTEN_ADDRESS, value: "127.0.0.1:$cleanup_port"}
+YAML
+
+# The shipped class, unchanged, and the operator's block class.
+shipped=$(awk '/^  storageClassMap: \|/ {on=1; next} on && /^    / {print} on && !/^    / {on=0}' \
+  "$repo/deploy/base/configmap.yaml")
+[[ -n $shipped ]] || { echo "overlay: no storageClassMap in deploy/base/configmap.yaml" >&2; exit 1; }
+{
+  cat <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: local-provisioner-config, namespace: local-static-provisioner}
+data:
+  storageClassMap: |
+YAML
+  echo "$shipped"
+  cat <<YAML
+    block-disks:
+      hostDir: /mnt/block-disks
+      mountDir: /mnt/block-disks
+      volumeMode: Block
+YAML
+} > "$out/configmap.yaml"
+
+cat > "$out/block-storageclass.yaml" <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: block-disks}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Delete
+YAML
+echo "$out"
