@@ -20,3 +20,34 @@ fi
 "$bin" --help > /dev/null
 echo "release binary (as in the image): $(du -k "$bin" | cut -f1) KiB"
 echo "dynamic libraries: $(ldd "$bin" | awk '{print $1}' | tr '\n' ' ')"
+
+# The agent image the real test node runs (tests/node/images/build.sh, no container engine) has
+# the final stage's user, entrypoint, command and binary path: compared here with the Dockerfile.
+images=$(mktemp -d -t lsp-check-image.XXXXXX)
+trap 'rm -rf "$images"' EXIT
+bash tests/node/images/build.sh "$images" 2> "$images/build.log" || { cat "$images/build.log" >&2; exit 1; }
+python3 - "$images/agent.tar" Dockerfile <<'PY'
+import json, sys, tarfile
+archive, dockerfile = sys.argv[1], sys.argv[2]
+with tarfile.open(archive) as t:
+    blob = lambda d: t.extractfile("blobs/sha256/" + d.split(":")[1]).read()
+    manifest = json.loads(blob(json.loads(t.extractfile("index.json").read())["manifests"][0]["digest"]))
+    config = json.loads(blob(manifest["config"]["digest"]))["config"]
+    with tarfile.open(fileobj=__import__("io").BytesIO(blob(manifest["layers"][0]["digest"]))) as layer:
+        files = set(layer.getnames())
+lines = open(dockerfile).read().splitlines()
+final = max(i for i, l in enumerate(lines) if l.startswith("FROM "))
+stage = {}
+for l in lines[final + 1:]:
+    if l and not l.startswith("#"):
+        word, _, rest = l.partition(" ")
+        stage.setdefault(word, []).append(rest)
+want = {"Entrypoint": json.loads(stage["ENTRYPOINT"][-1]), "Cmd": json.loads(stage["CMD"][-1]), "User": stage["USER"][-1]}
+got = {k: config.get(k) for k in want}
+copied = [c.split()[-1].lstrip("/") for c in stage.get("COPY", [])]
+problems = [f"{k}: image {got[k]!r}, Dockerfile {want[k]!r}" for k in want if got[k] != want[k]]
+problems += [f"{c} missing from the image" for c in copied if c not in files]
+if problems:
+    sys.exit("test node's agent image differs from the Dockerfile's final stage: " + "; ".join(problems))
+print(f"test node's agent image matches the Dockerfile's final stage: {want}, {copied}")
+PY
