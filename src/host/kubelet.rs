@@ -68,10 +68,14 @@ impl KubeletView {
     /// and a look at each mount point below kubelet's directory (a bind-mounted device node
     /// shows the device it is).
     pub fn holder(&self, subject: &Subject, mounts: &MountTable) -> Result<Option<PathBuf>, KubeletError> {
-        if !self.dir.is_dir() {
-            return if self.required { Err(KubeletError::NotVisible { dir: self.dir.clone() }) } else { Ok(None) };
-        }
-        let below: Vec<_> = mounts.mounts_below(&self.dir).collect();
+        // The mount table names real paths: a kubelet directory reached through a symlink is
+        // looked for where it really is.
+        let dir = match std::fs::canonicalize(&self.dir) {
+            Ok(dir) if dir.is_dir() => dir,
+            _ if self.required => return Err(KubeletError::NotVisible { dir: self.dir.clone() }),
+            _ => return Ok(None),
+        };
+        let below: Vec<_> = mounts.mounts_below(&dir).collect();
         let mut nodes = Vec::with_capacity(below.len());
         for m in &below {
             nodes.push(match std::fs::symlink_metadata(&m.mount_point) {
@@ -87,7 +91,7 @@ impl KubeletView {
             .zip(&nodes)
             .map(|(m, node)| KubeletMount { mount: m.facts(), node_rdev: node.as_deref() })
             .collect();
-        Ok(kubelet_mount_of(subject.borrowed(), &facts, &self.dir).map(Path::to_path_buf))
+        Ok(kubelet_mount_of(subject.borrowed(), &facts, &dir).map(Path::to_path_buf))
     }
 }
 
@@ -126,7 +130,12 @@ mod tests {
         let mounts = MountTable::parse(&table).unwrap();
         let view = KubeletView { dir: kubelet.clone(), required: true };
         let vol1 = Subject::filesystem_at(Path::new("/mnt/disks/vol1"), &mounts).unwrap();
-        assert_eq!(view.holder(&vol1, &mounts).unwrap(), Some(pod));
+        assert_eq!(view.holder(&vol1, &mounts).unwrap(), Some(pod.clone()));
+        // Named through a symlink, the directory is looked for where it is.
+        let link = dir.path().join("kubelet-link");
+        std::os::unix::fs::symlink(&kubelet, &link).unwrap();
+        let through_link = KubeletView { dir: link, required: true };
+        assert_eq!(through_link.holder(&vol1, &mounts).unwrap(), Some(pod));
         let other = Subject::Filesystem { device: "0:42".into(), root: "/".into() };
         assert_eq!(view.holder(&other, &mounts).unwrap(), None);
     }
