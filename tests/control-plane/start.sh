@@ -16,20 +16,10 @@ mkdir -p "$dir/logs" "$dir/pki"
 : > "$dir/pids"
 bin=$(bash "$here/build.sh")
 
-fail() {
-  echo "control plane: $*" >&2
-  for f in "$dir"/logs/*.log; do
-    [[ -f "$f" ]] || continue
-    echo "----- last lines of $f -----" >&2
-    tail -n 40 "$f" >&2
-  done
-  bash "$here/stop.sh" "$dir" >&2 || true
-  exit 1
-}
+# shellcheck source=tests/lib.sh
+source "$here/../lib.sh"
+fail() { fail_and_stop "control plane" "$here/stop.sh" "$@"; }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
 
 # ---- certificates: a real CA (rustls refuses a leaf used as CA), serving and client certs ----
 pki=$dir/pki
@@ -85,12 +75,6 @@ kubeconfig admin kubernetes-admin
 kubeconfig controller-manager system:kube-controller-manager
 kubeconfig scheduler system:kube-scheduler
 
-# launch NAME ARGS...: runs in its own session, output to logs/NAME.log, PID recorded.
-launch() {
-  local name=$1; shift
-  setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
-  echo "$! $name" >> "$dir/pids"
-}
 
 launch etcd "$bin/etcd" --name default --data-dir "$dir/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \

@@ -43,16 +43,9 @@ bin=$(bash "$here/build.sh")
 echo "$bin" > "$dir/runtime-bin"
 kubectl() { "$CONTROL_PLANE_BIN/kubectl" --kubeconfig "$cp_dir/admin.kubeconfig" "$@"; }
 
-fail() {
-  echo "real node: $*" >&2
-  for f in "$dir"/logs/*.log; do
-    [[ -f "$f" ]] || continue
-    echo "----- last lines of $f -----" >&2
-    tail -n 30 "$f" >&2
-  done
-  bash "$here/stop.sh" "$dir" >&2 || true
-  exit 1
-}
+# shellcheck source=tests/lib.sh
+source "$here/../lib.sh"
+fail() { fail_and_stop "real node" "$here/stop.sh" "$@"; }
 
 # ---- a node left behind by a run that was killed: restore the host it changed first ----
 active=/run/lsp-test-node.active
@@ -110,15 +103,7 @@ KC
 kubectl create clusterrolebinding lsp-test-system-nodes --clusterrole system:node --group system:nodes \
   --dry-run=client -o yaml | kubectl apply -f - > /dev/null
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
 
-launch() {
-  local name=$1; shift
-  setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
-  echo "$! $name" >> "$dir/pids"
-}
 
 # ---- containerd: its own root, state, socket and runc root; nothing of the host's ----
 sock=$dir/containerd.sock
