@@ -4,11 +4,21 @@
 # node and a StorageClass, mounts three volumes under $DEMO_DIR/disks, shows `discover`, then
 # runs the agent under the ServiceAccount and RBAC from deploy/ until Ctrl-C (or for
 # DEMO_SECONDS seconds when set). Everything it started or mounted is undone on exit.
+#
+# With --real-node, the agent runs as users run it: a real node (kubelet, containerd, runc;
+# tests/node/) joins the cluster, deploy/ is applied (tests/node/overlay.sh: image, API
+# address, ports), three tmpfs disks appear under /mnt/fast-disks, and a pod writes to one
+# through its claim. Host effects while it runs, all undone on exit: /var/lib/kubelet, the
+# sysctls kubelet sets, /mnt/fast-disks and /mnt/block-disks as shared mounts.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 demo=${DEMO_DIR:-/tmp/local-static-provisioner-demo}
 node=${DEMO_NODE:-demo-node}
 [[ $(id -u) == 0 ]] || { echo "demo: run as root (it mounts tmpfs volumes)" >&2; exit 1; }
+real_node=0
+[[ ${1:-} == --real-node ]] && real_node=1
+bash "$repo/scripts/install-deps.sh"
+(( real_node )) && exec bash "$repo/scripts/demo-real-node.sh"
 
 mkdir -p "$demo"
 agent_pid=""
