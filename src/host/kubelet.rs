@@ -75,6 +75,11 @@ impl KubeletView {
             _ if self.required => return Err(KubeletError::NotVisible { dir: self.dir.clone() }),
             _ => return Ok(None),
         };
+        // In a pod, a directory of the image's own root filesystem (an image that happens to
+        // have it) shows nothing of the host: it must come from a mount.
+        if self.required && !on_a_mount(&dir, mounts) {
+            return Err(KubeletError::NotVisible { dir: self.dir.clone() });
+        }
         let below: Vec<_> = mounts.mounts_below(&dir).collect();
         let mut nodes = Vec::with_capacity(below.len());
         for m in &below {
@@ -93,6 +98,11 @@ impl KubeletView {
             .collect();
         Ok(kubelet_mount_of(subject.borrowed(), &facts, &dir).map(Path::to_path_buf))
     }
+}
+
+/// Whether `dir` is a mount point or lies below one other than `/`.
+fn on_a_mount(dir: &Path, mounts: &MountTable) -> bool {
+    dir.ancestors().find(|a| mounts.is_mount_point(a)).is_some_and(|m| m != Path::new("/"))
 }
 
 /// `major:minor` as the mount table writes a device number.
@@ -117,15 +127,38 @@ mod tests {
     }
 
     #[test]
+    fn in_a_pod_the_directory_must_come_from_a_mount() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        let subject = Subject::Device { rdev: "7:0".into() };
+        let view = KubeletView { dir: real.clone(), required: true };
+        // Only the container's root filesystem: the directory is the image's own.
+        let root_only = MountTable::parse("1 0 0:30 / / rw - overlay overlay rw\n").unwrap();
+        assert!(matches!(view.holder(&subject, &root_only), Err(KubeletError::NotVisible { .. })));
+        // A hostPath mount at it (or above it, other than /) shows the host's mounts.
+        for point in [real.clone(), real.parent().unwrap().to_path_buf()] {
+            let table = format!(
+                "1 0 0:30 / / rw - overlay overlay rw\n2 1 254:0 /x {} rw - ext4 /dev/vda rw\n",
+                point.display()
+            );
+            let mounts = MountTable::parse(&table).unwrap();
+            assert_eq!(view.holder(&subject, &mounts).unwrap(), None, "mounted at {}", point.display());
+        }
+        // Off a pod nothing is required of it.
+        let host = KubeletView { required: false, ..view };
+        assert_eq!(host.holder(&subject, &root_only).unwrap(), None);
+    }
+
+    #[test]
     fn a_pod_mount_of_the_filesystem_is_found_in_the_table() {
         let dir = tempfile::tempdir().unwrap();
         let kubelet = dir.path().join("kubelet");
         std::fs::create_dir(&kubelet).unwrap();
         let pod = kubelet.join("pods/u1/volumes/kubernetes.io~local-volume/pv1");
         let table = format!(
-            "30 1 0:40 / /mnt/disks/vol1 rw - tmpfs tmpfs rw\n31 1 0:40 / {} rw - tmpfs tmpfs rw\n32 1 0:41 / {}/pods/u2/x rw - tmpfs tmpfs rw\n",
+            "29 1 254:0 /var/lib/kubelet {k} rw - ext4 /dev/vda rw\n30 1 0:40 / /mnt/disks/vol1 rw - tmpfs tmpfs rw\n31 29 0:40 / {} rw - tmpfs tmpfs rw\n32 29 0:41 / {k}/pods/u2/x rw - tmpfs tmpfs rw\n",
             pod.display(),
-            kubelet.display()
+            k = kubelet.display()
         );
         let mounts = MountTable::parse(&table).unwrap();
         let view = KubeletView { dir: kubelet.clone(), required: true };
