@@ -20,7 +20,6 @@ bin=$(bash "$here/build.sh")
 source "$here/../lib.sh"
 fail() { fail_and_stop "control plane" "$here/stop.sh" "$@"; }
 
-
 # ---- certificates: a real CA (rustls refuses a leaf used as CA), serving and client certs ----
 pki=$dir/pki
 ossl() { openssl "$@" >/dev/null 2>&1 || fail "openssl $1 failed"; }
@@ -74,7 +73,6 @@ KC
 kubeconfig admin kubernetes-admin
 kubeconfig controller-manager system:kube-controller-manager
 kubeconfig scheduler system:kube-scheduler
-
 
 launch etcd "$bin/etcd" --name default --data-dir "$dir/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \

@@ -103,8 +103,6 @@ KC
 kubectl create clusterrolebinding lsp-test-system-nodes --clusterrole system:node --group system:nodes \
   --dry-run=client -o yaml | kubectl apply -f - > /dev/null
 
-
-
 # ---- containerd: its own root, state, socket and runc root; nothing of the host's ----
 sock=$dir/containerd.sock
 cat > "$dir/containerd.toml" <<TOML
