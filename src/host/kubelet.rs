@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::HostError;
 use super::mountinfo::MountTable;
-use crate::core::volume_safety::{KubeletMount, WipeSubject, kubelet_mount_of};
+use crate::core::volume_safety::{KubeletMount, WipeSubject, containing_mount, kubelet_mount_of};
 
 /// Where kubelet keeps pods' mounts, and whether this agent must be able to see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl KubeletView {
         };
         // In a pod, a directory of the image's own root filesystem (an image that happens to
         // have it) shows nothing of the host: it must come from a mount.
-        if self.required && !on_a_mount(&dir, mounts) {
+        if self.required && containing_mount(&mounts.facts(), &dir).is_none_or(|m| m.mount_point == Path::new("/")) {
             return Err(KubeletError::NotVisible { dir: self.dir.clone() });
         }
         let below: Vec<_> = mounts.mounts_below(&dir).collect();
@@ -98,11 +98,6 @@ impl KubeletView {
             .collect();
         Ok(kubelet_mount_of(subject.borrowed(), &facts, &dir).map(Path::to_path_buf))
     }
-}
-
-/// Whether `dir` is a mount point or lies below one other than `/`.
-fn on_a_mount(dir: &Path, mounts: &MountTable) -> bool {
-    dir.ancestors().find(|a| mounts.is_mount_point(a)).is_some_and(|m| m != Path::new("/"))
 }
 
 /// `major:minor` as the mount table writes a device number.
