@@ -25,20 +25,9 @@ fn entries(dir: &Path) -> usize {
     std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(usize::MAX)
 }
 
-/// Waits until a PV named `name` with a UID other than `old_uid` is Available, checking on
-/// every look that while any successor exists the volume at `volume` is empty: a used volume
-/// is never offered unwiped.
+/// [`support::wait_recycled`] with this file's patience.
 fn wait_recycled(cp: &ControlPlane, name: &str, old_uid: &str, volume: Option<&Path>) -> String {
-    wait_until(&format!("{name} wiped and Available again"), WAIT, || {
-        let (uid, phase) = cp.pv_state(name)?;
-        if uid == old_uid {
-            return None;
-        }
-        if let Some(v) = volume {
-            assert_eq!(entries(v), 0, "{name} was published again while {} still had data", v.display());
-        }
-        (phase == "Available").then_some(uid)
-    })
+    support::wait_recycled(cp, name, old_uid, volume, WAIT)
 }
 
 fn cleanup_cli(cp: &ControlPlane, args: &[&str]) -> std::process::Output {

@@ -9,24 +9,14 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
+use k8s_openapi::jiff::Timestamp;
 use local_static_provisioner::core::naming::pv_name;
 use support::real_node::{RealNode, WAIT};
-use support::{LoopDevice, Mount, mount_tmpfs, run, wait_until};
+use support::{LoopDevice, Mount, mount_tmpfs, wait_until};
 
-/// Waits until PV `name` exists again with a UID other than `old_uid` and is Available,
-/// checking at every look that while a successor exists the volume at `volume` is empty.
+/// [`support::wait_recycled`] on the real node's control plane.
 fn wait_recycled(node: &RealNode, name: &str, old_uid: &str, volume: Option<&Path>) -> String {
-    wait_until(&format!("{name} wiped and Available again"), WAIT, || {
-        let (uid, phase) = node.cp.pv_state(name)?;
-        if uid == old_uid {
-            return None;
-        }
-        if let Some(v) = volume {
-            let left: Vec<_> = std::fs::read_dir(v).unwrap().flatten().map(|e| e.file_name()).collect();
-            assert!(left.is_empty(), "{name} was published again while {} still held {left:?}", v.display());
-        }
-        (phase == "Available").then_some(uid)
-    })
+    support::wait_recycled(&node.cp, name, old_uid, volume, WAIT)
 }
 
 /// A tmpfs "disk" mounted in a discovery directory, unmounted at the end (the agent then
@@ -215,10 +205,11 @@ fn real_node_wipe_never_starts_while_kubelet_still_has_the_volume_mounted() {
 fn real_node_a_mount_made_after_the_agent_started_is_published() {
     let Some(node) = RealNode::get("real_node_a_mount_made_after_the_agent_started_is_published") else { return };
     let agent = node.deploy();
-    let started =
-        agent["status"]["containerStatuses"][0]["state"]["running"]["startedAt"].as_str().unwrap().to_string();
+    let started: Timestamp =
+        agent["status"]["containerStatuses"][0]["state"]["running"]["startedAt"].as_str().unwrap().parse().unwrap();
+    // The API's timestamps have whole seconds.
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let mounted = utc_now();
+    let mounted = Timestamp::now();
     let (entry, path, mount) = disk("/mnt/fast-disks", "e2e-late", 16);
     assert!(started < mounted, "the agent ({started}) started before the mount ({mounted})");
     let pv = pv_name(&entry, &node.name, "fast-disks");
@@ -291,10 +282,4 @@ fn real_node_the_agents_pod_bound_token_reaches_only_its_nodes_pvs() {
     assert!(out.status.success(), "annotating its own node's PV: {}", String::from_utf8_lossy(&out.stderr));
     drop(mount);
     wait_until("own PV withdrawn", WAIT, || node.cp.pv_state(&own).is_none().then_some(()));
-}
-
-/// The current time as RFC 3339 in UTC with seconds, like the API's timestamps.
-fn utc_now() -> String {
-    let out = run(Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

@@ -588,6 +588,27 @@ impl ControlPlane {
     }
 }
 
+/// Waits up to `timeout` until PV `name` exists again with a UID other than `old_uid` and is
+/// Available, checking at every look that while a successor exists the volume at `volume` is
+/// empty: a used volume is never offered unwiped. Returns the new UID.
+pub fn wait_recycled(cp: &ControlPlane, name: &str, old_uid: &str, volume: Option<&Path>, timeout: Duration) -> String {
+    wait_until(&format!("{name} wiped and Available again"), timeout, || {
+        let (uid, phase) = cp.pv_state(name)?;
+        if uid == old_uid {
+            return None;
+        }
+        if let Some(v) = volume {
+            let left: Vec<_> = std::fs::read_dir(v)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", v.display()))
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            assert!(left.is_empty(), "{name} was published again while {} still held {left:?}", v.display());
+        }
+        (phase == "Available").then_some(uid)
+    })
+}
+
 /// Unmounts `path`, retrying for a few seconds while it is busy: the agent opens a volume's
 /// root for a moment when it (re)writes its used mark, for example right after a claim binds,
 /// and an unmount at that instant fails with EBUSY, as it would for an operator.
