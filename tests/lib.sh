@@ -1,5 +1,5 @@
-# Helpers the start scripts of the test control plane and of the real test node share. Source it
-# after setting `dir` (the instance's directory, holding logs/ and pids).
+# Helpers the build and start scripts of the test control plane and of the real test node share.
+# The start helpers use `dir` (the instance's directory, holding logs/ and pids).
 
 # A free TCP port on loopback.
 free_port() {
@@ -25,4 +25,49 @@ fail_and_stop() {
   done
   bash "$stop" "$dir" >&2 || true
   exit 1
+}
+
+# wait_for WHAT SECONDS COMMAND...: runs COMMAND until it succeeds; fails (fail_and_stop through
+# the caller's `fail`) after SECONDS, or as soon as a process recorded in pids has exited.
+wait_for() {
+  local what=$1 secs=$2 pid_name; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" > /dev/null 2>&1; do
+    (( SECONDS < deadline )) || fail "$what after $secs s"
+    for pid_name in $(awk '{print $1":"$2}' "$dir/pids"); do
+      kill -0 "${pid_name%%:*}" 2> /dev/null || fail "${pid_name#*:} exited"
+    done
+    sleep 0.3
+  done
+}
+
+# reuse_or_lock WHO OUT BINARY...: the cache of a build. When OUT/bin holds every BINARY of a
+# completed build, prints OUT/bin and exits (the build script is done). Otherwise takes OUT's lock
+# (a concurrent build of the same key is waited for, and reused if it completed) and returns: the
+# caller builds into OUT/bin, then calls build_done.
+reuse_or_lock() {
+  local who=$1 out=$2 b; shift 2
+  local bins=("$@")
+  complete() {
+    for b in "${bins[@]}"; do [[ -x "$out/bin/$b" ]] || return 1; done
+    [[ -f "$out/.complete" ]]
+  }
+  if complete; then
+    echo "$who: reusing $out" >&2
+    echo "$out/bin"
+    exit 0
+  fi
+  command -v go > /dev/null || { echo "$who: 'go' is not on PATH (Go >= 1.26 is needed)" >&2; exit 1; }
+  mkdir -p "$out/bin"
+  exec 9> "$out/.lock"
+  flock 9
+  if complete; then echo "$out/bin"; exit 0; fi
+}
+
+# build_done WHO OUT START: marks OUT's build complete, says how long it took since START
+# ($(date +%s) before building), and prints OUT/bin.
+build_done() {
+  touch "$2/.complete"
+  echo "$1: built in $(( $(date +%s) - $3 )) s" >&2
+  echo "$2/bin"
 }

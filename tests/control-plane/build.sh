@@ -12,26 +12,10 @@ ETCD_VERSION=$(awk '$1=="go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2; exit
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -c1-12)
 cache_root=${LSP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-static-provisioner}
 out="$cache_root/control-plane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-$key"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 
-complete() {
-  local b
-  for b in "${bins[@]}"; do [[ -x "$out/bin/$b" ]] || return 1; done
-  [[ -f "$out/.complete" ]]
-}
-
-if complete; then
-  echo "control plane: reusing $out" >&2
-  echo "$out/bin"
-  exit 0
-fi
-
-command -v go >/dev/null || { echo "control plane: 'go' is not on PATH (Go >= 1.26 is needed)" >&2; exit 1; }
-mkdir -p "$out/bin"
-# Serialize concurrent builds of the same key (two test binaries starting at once).
-exec 9>"$out/.lock"
-flock 9
-if complete; then echo "$out/bin"; exit 0; fi
+# shellcheck source=tests/lib.sh
+source "$here/../lib.sh"
+reuse_or_lock "control plane" "$out" etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
 
 start=$(date +%s)
 minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
@@ -50,6 +34,4 @@ go build -trimpath -ldflags "$etcd_ldflags" -o "$out/bin/etcd" go.etcd.io/etcd/s
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
   go build -trimpath -ldflags "$kube_ldflags" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd" >&2
 done
-touch "$out/.complete"
-echo "control plane: built in $(( $(date +%s) - start )) s" >&2
-echo "$out/bin"
+build_done "control plane" "$out" "$start"

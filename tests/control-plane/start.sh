@@ -108,14 +108,7 @@ launch kube-apiserver "$bin/kube-apiserver" \
 
 kubectl_admin() { "$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" "$@"; }
 
-deadline=$((SECONDS + 90))
-until kubectl_admin get --raw /readyz >/dev/null 2>&1; do
-  (( SECONDS < deadline )) || fail "kube-apiserver not ready after 90 s"
-  for pid_name in $(awk '{print $1":"$2}' "$dir/pids"); do
-    kill -0 "${pid_name%%:*}" 2>/dev/null || fail "${pid_name#*:} exited"
-  done
-  sleep 0.3
-done
+wait_for "kube-apiserver not ready" 90 kubectl_admin get --raw /readyz
 
 launch kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig "$dir/controller-manager.kubeconfig" \

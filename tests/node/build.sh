@@ -14,27 +14,12 @@ RUNC_VERSION=$(version github.com/opencontainers/runc)
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -c1-12)
 cache_root=${LSP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-static-provisioner}
 out="$cache_root/node-runtime/containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-$key"
-bins=(containerd containerd-shim-runc-v2 ctr runc loopback)
 
-complete() {
-  local b
-  for b in "${bins[@]}"; do [[ -x "$out/bin/$b" ]] || return 1; done
-  [[ -f "$out/.complete" ]]
-}
-
-if complete; then
-  echo "node runtime: reusing $out" >&2
-  echo "$out/bin"
-  exit 0
-fi
-
-command -v go > /dev/null || { echo "node runtime: 'go' is not on PATH (Go >= 1.26 is needed)" >&2; exit 1; }
+# shellcheck source=tests/lib.sh
+source "$here/../lib.sh"
+reuse_or_lock "node runtime" "$out" containerd containerd-shim-runc-v2 ctr runc loopback
 pkg-config --exists libseccomp || {
   echo "node runtime: libseccomp headers are missing (scripts/install-deps.sh installs libseccomp-dev)" >&2; exit 1; }
-mkdir -p "$out/bin"
-exec 9> "$out/.lock"
-flock 9
-if complete; then echo "$out/bin"; exit 0; fi
 
 start=$(date +%s)
 cd "$here"
@@ -51,6 +36,4 @@ CGO_ENABLED=1 go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=$
   -o "$out/bin/runc" github.com/opencontainers/runc >&2
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/bin/loopback" \
   github.com/containernetworking/plugins/plugins/main/loopback >&2
-touch "$out/.complete"
-echo "node runtime: built in $(( $(date +%s) - start )) s" >&2
-echo "$out/bin"
+build_done "node runtime" "$out" "$start"

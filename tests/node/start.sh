@@ -138,11 +138,7 @@ echo '{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loo
   > "$dir/cni/10-loopback.conflist"
 PATH=$bin:$PATH launch containerd "$bin/containerd" --config "$dir/containerd.toml"
 ctr() { "$bin/ctr" --address "$sock" --namespace k8s.io "$@"; }
-deadline=$((SECONDS + 30))
-until ctr version > /dev/null 2>&1; do
-  (( SECONDS < deadline )) || fail "containerd not answering after 30 s"
-  sleep 0.2
-done
+wait_for "containerd not answering" 30 ctr version
 
 # ---- images, assembled by our own script and imported (no registry) ----
 PAUSE_IMAGE=$PAUSE_IMAGE SHELL_IMAGE=$SHELL_IMAGE AGENT_IMAGE=$AGENT_IMAGE bash "$here/images/build.sh" "$dir/images" 2> "$dir/logs/images.log" \
@@ -199,14 +195,10 @@ YAML
 launch kubelet "$CONTROL_PLANE_BIN/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
   --hostname-override "$NODE_NAME" --node-ip 127.0.0.1 --root-dir "$KUBELET_ROOT" --cert-dir "$dir/kubelet-pki" -v 2
 
-deadline=$((SECONDS + 90))
-until [[ $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2> /dev/null) == True ]]; do
-  (( SECONDS < deadline )) || fail "node $NODE_NAME not Ready after 90 s"
-  for pid_name in $(awk '{print $1":"$2}' "$dir/pids"); do
-    kill -0 "${pid_name%%:*}" 2> /dev/null || fail "${pid_name#*:} exited"
-  done
-  sleep 0.3
-done
+node_ready() {
+  [[ $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
+}
+wait_for "node $NODE_NAME not Ready" 90 node_ready
 # The node-lifecycle controller is off in the test control plane: nothing else lifts the taint
 # kubelet registers with.
 kubectl taint node "$NODE_NAME" node.kubernetes.io/not-ready:NoSchedule- > /dev/null 2>&1 || true
