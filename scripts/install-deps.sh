@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the tools the tests and the demo use that a fresh machine of this kind may lack.
-# Go and Rust come with the machine; everything else is a Debian package.
+# Go and Rust come with the machine; everything else is a Debian package. Idempotent and quiet:
+# it prints nothing when nothing is missing. The demo and tests/run.sh call it themselves.
 set -euo pipefail
 need=()
 for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fsprogs chattr:e2fsprogs mkfs.xfs:xfsprogs \
@@ -13,7 +14,11 @@ done
 [[ -f /usr/include/seccomp.h ]] || need+=(libseccomp-dev)
 command -v pkg-config > /dev/null || need+=(pkg-config)
 dpkg-query -W -f '${Status}' busybox-static 2> /dev/null | grep -q 'ok installed' || need+=(busybox-static)
-if (( ${#need[@]} )); then
+if (( ${#need[@]} )) && (( EUID != 0 )); then
+  # Not root: nothing can be installed. The tests that need these tools need root anyway and
+  # skip with a message; say which packages a root run would install.
+  echo "install-deps: missing Debian packages (install as root: sudo bash scripts/install-deps.sh): ${need[*]}" >&2
+elif (( ${#need[@]} )); then
   echo "installing: ${need[*]}" >&2
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" > /dev/null

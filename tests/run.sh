@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# The Debian tools the host tests and the real node use (quiet when nothing is missing).
+bash scripts/install-deps.sh
+
 echo "== format and lints"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
