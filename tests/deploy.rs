@@ -226,3 +226,24 @@ fn helm_chart_renders_node_cleanup_when_enabled() {
     let monitors = documents(&rendered).into_iter().filter(|d| d["kind"] == "ServiceMonitor").count();
     assert_eq!(monitors, 2, "one ServiceMonitor for the agent, one for node-cleanup");
 }
+
+/// What users apply runs the release it came with: every container of deploy/ names the
+/// image by the crate's version (never `:latest`, which changes under a running DaemonSet and
+/// defeats `IfNotPresent`) with an explicit pull policy, and the chart's appVersion is the same.
+#[test]
+fn shipped_manifests_pin_the_image_to_this_release() {
+    let version = env!("CARGO_PKG_VERSION");
+    for file in ["deploy/base/daemonset.yaml", "deploy/node-cleanup/deployment.yaml"] {
+        let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        let docs = documents(&text);
+        let containers = docs[0]["spec"]["template"]["spec"]["containers"].as_array().unwrap();
+        assert!(!containers.is_empty(), "{file}: no containers");
+        for c in containers {
+            assert_eq!(c["image"], format!("local-static-provisioner:{version}"), "{file}: {}", c["name"]);
+            assert_eq!(c["imagePullPolicy"], "IfNotPresent", "{file}: {}", c["name"]);
+        }
+    }
+    let chart = std::fs::read_to_string(repo_root().join("deploy/helm/local-static-provisioner/Chart.yaml")).unwrap();
+    let chart: serde_json::Value = serde_saphyr::from_str(&chart).unwrap();
+    assert_eq!(chart["appVersion"], version, "Chart.yaml appVersion");
+}
