@@ -7,8 +7,10 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-# The release profile (Cargo.toml) strips the binary.
-RUN cargo build --release --locked
+COPY scripts/sbom.sh ./scripts/sbom.sh
+# The release profile (Cargo.toml) strips the binary. Every build also writes its SBOM
+# (CycloneDX JSON of every crate the binary links), shipped in the image below.
+RUN cargo build --release --locked && bash scripts/sbom.sh
 
 # Variant for clusters whose ConfigMap points blockCleanerCommand at upstream's scripts.
 FROM debian:bookworm-slim AS full
@@ -17,12 +19,14 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY deploy/scripts/ /scripts/
 COPY --from=build /src/target/release/local-static-provisioner /usr/local/bin/local-static-provisioner
+COPY --from=build /src/target/release/local-static-provisioner.cdx.json /usr/share/doc/local-static-provisioner/sbom.cdx.json
 ENTRYPOINT ["/usr/local/bin/local-static-provisioner"]
 CMD ["run"]
 
 # Default: nothing but the binary (all built-in wipes need no shell or external tool).
 FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
 COPY --from=build /src/target/release/local-static-provisioner /usr/local/bin/local-static-provisioner
+COPY --from=build /src/target/release/local-static-provisioner.cdx.json /usr/share/doc/local-static-provisioner/sbom.cdx.json
 # The DaemonSet runs it privileged as root to read mounts and block devices.
 USER 0:0
 ENTRYPOINT ["/usr/local/bin/local-static-provisioner"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What can be checked of the image without a container engine: the Dockerfile copies the
 # release binary this script builds (same path, same locked build), the binary is stripped, it
-# starts, and the `full` variant's scripts exist. Prints the figures; fails on a mismatch.
+# starts, the `full` variant's scripts exist, and the SBOM shipped in the image lists exactly the
+# crates the binary links. Prints the figures; fails on a mismatch.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release --locked -q
@@ -26,7 +27,10 @@ echo "dynamic libraries: $(ldd "$bin" | awk '{print $1}' | tr '\n' ' ')"
 images=$(mktemp -d -t lsp-check-image.XXXXXX)
 trap 'rm -rf "$images"' EXIT
 bash tests/node/images/build.sh "$images" 2> "$images/build.log" || { cat "$images/build.log" >&2; exit 1; }
-python3 - "$images/agent.tar" Dockerfile <<'PY'
+host=$(rustc -vV | sed -n 's/^host: //p')
+cargo tree --locked -e normal --prefix none -f '{p}' --target "$host" | sed 's/ (\*)//; s/ (proc-macro)//' \
+  | awk '{print $1" "$2}' | sort -u > "$images/linked"
+python3 - "$images/agent.tar" Dockerfile "$images/linked" <<'PY'
 import json, sys, tarfile
 archive, dockerfile = sys.argv[1], sys.argv[2]
 with tarfile.open(archive) as t:
@@ -35,6 +39,8 @@ with tarfile.open(archive) as t:
     config = json.loads(blob(manifest["config"]["digest"]))["config"]
     with tarfile.open(fileobj=__import__("io").BytesIO(blob(manifest["layers"][0]["digest"]))) as layer:
         files = set(layer.getnames())
+        sbom_path = "usr/share/doc/local-static-provisioner/sbom.cdx.json"
+        sbom = json.load(layer.extractfile(sbom_path)) if sbom_path in files else None
 lines = open(dockerfile).read().splitlines()
 final = max(i for i, l in enumerate(lines) if l.startswith("FROM "))
 stage = {}
@@ -47,6 +53,22 @@ got = {k: config.get(k) for k in want}
 copied = [c.split()[-1].lstrip("/") for c in stage.get("COPY", [])]
 problems = [f"{k}: image {got[k]!r}, Dockerfile {want[k]!r}" for k in want if got[k] != want[k]]
 problems += [f"{c} missing from the image" for c in copied if c not in files]
+# The SBOM the image ships names exactly the crates the binary links (cargo tree, normal edges).
+if sbom is None:
+    problems.append(f"{sbom_path} missing from the image")
+else:
+    linked = {tuple(l.split()) for l in open(sys.argv[3])}
+    agent = sbom["metadata"]["component"]
+    listed = {(c["name"], "v" + c["version"]) for c in sbom["components"]}
+    want_agent = next(x for x in linked if x[0] == "local-static-provisioner")
+    linked.discard(want_agent)
+    if sbom["bomFormat"] != "CycloneDX" or (agent["name"], "v" + agent["version"]) != want_agent:
+        problems.append(f"SBOM describes {agent['name']} {agent['version']}, not {want_agent}")
+    if listed != linked:
+        problems.append(f"SBOM crates differ from the binary's: only in SBOM {sorted(listed - linked)}, "
+                        f"missing {sorted(linked - listed)}")
+    else:
+        print(f"image SBOM lists the {len(listed)} crates the binary links")
 if problems:
     sys.exit("test node's agent image differs from the Dockerfile's final stage: " + "; ".join(problems))
 print(f"test node's agent image matches the Dockerfile's final stage: {want}, {copied}")

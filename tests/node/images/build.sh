@@ -71,12 +71,17 @@ for json in "$entrypoint" "$cmd"; do
     || fail "ENTRYPOINT/CMD must be in JSON form: $json"
 done
 
-(cd "$repo" && cargo build --release --locked -q)
+# As the Dockerfile's build stage: the release binary, then its SBOM.
+(cd "$repo" && cargo build --release --locked -q && bash scripts/sbom.sh 2> /dev/null)
 release=${CARGO_TARGET_DIR:-$repo/target}/release
 files=()
 for copy in "${copies[@]}"; do
   artifact=$release/${copy%%:*}
-  [[ -x $artifact ]] || fail "$artifact was not built"
+  [[ -f $artifact ]] || fail "$artifact was not built"
+  if [[ ! -x $artifact ]]; then
+    files+=(--file "$artifact:${copy#*:}:0644")
+    continue
+  fi
   files+=(--file "$artifact:${copy#*:}:0755")
   # The distroless cc base: glibc, libgcc and the loader, as the binary links them.
   while read -r lib; do
