@@ -487,6 +487,7 @@ fn cloned_disks_swapped_in_while_released_are_refused_until_confirmed() {
         cp.has_event(&pv_cloned, "VolumeFailedDelete", "identity mismatch").then_some(())
     });
     assert!(cp.has_event(&pv_cloned, "VolumeFailedDelete", "the device is another one"));
+    assert!(cp.describe_shows_event(&pv_cloned, "VolumeFailedDelete"), "kubectl describe pv shows the refusal");
 
     if zram.is_some() {
         let (pv_noid, uid_noid, _) = pvs[&noid].clone();

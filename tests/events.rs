@@ -56,6 +56,7 @@ fn mounts_and_unmounts_are_followed_without_a_resync() {
         pv["metadata"]["annotations"]["local-static-provisioner.io/volume-missing"].as_str().map(|_| ())
     });
     assert!(cp.has_event(&bound, "VolumeMissing", "missing"));
+    assert!(cp.describe_shows_event(&bound, "VolumeMissing"), "kubectl describe pv shows it");
     assert_eq!(cp.pv_state(&bound).unwrap().1, "Bound", "a bound PV is never deleted");
     run(Command::new("mount").arg("--bind").arg(&src).arg(&bind.path));
     wait_until("flag removed when the volume is back", WAIT, || {

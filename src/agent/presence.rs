@@ -35,7 +35,9 @@ impl Agent {
                         self.note_withdrawn(&uid).await;
                         info!(pv = %name, "volume vanished; unbound PV withdrawn");
                         let note = format!("volume of PV {name} is gone from the node; the unbound PV is withdrawn");
-                        self.cluster.event(&pv_reference(&name), false, "VolumeWithdrawn", "Discover", note).await;
+                        self.cluster
+                            .event(&pv_reference(&name, Some(&uid)), false, "VolumeWithdrawn", "Discover", note)
+                            .await;
                     }
                 }
                 PresenceAction::Flag { name, moved_to } => {
@@ -55,7 +57,7 @@ impl Agent {
                             None => format!("the volume of PV {name} is missing from the node; the PV is kept"),
                         };
                         warn!(pv = %name, "{note}");
-                        self.cluster.event(&pv_reference(&name), true, "VolumeMissing", "Discover", note).await;
+                        self.cluster.event(&self.pv_ref(&name), true, "VolumeMissing", "Discover", note).await;
                     }
                 }
                 PresenceAction::Unflag { name } => {
@@ -65,7 +67,7 @@ impl Agent {
                     if let Some(Ok(())) = self.effects.run(&key, patched).await {
                         info!(pv = %name, "volume is back");
                         let note = format!("the volume of PV {name} is back");
-                        self.cluster.event(&pv_reference(&name), false, "VolumeBack", "Discover", note).await;
+                        self.cluster.event(&self.pv_ref(&name), false, "VolumeBack", "Discover", note).await;
                     }
                 }
             }

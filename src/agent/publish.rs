@@ -8,7 +8,7 @@ use futures::{StreamExt, stream};
 use tracing::{debug, info, warn};
 
 use super::Agent;
-use crate::api::{AnnotationPatch, ApiError, Created, TakeOver, node_reference, pv_reference};
+use crate::api::{AnnotationPatch, ApiError, Created, TakeOver, node_reference};
 use crate::config::VolumeMode;
 use crate::core::cleanup::PvState;
 use crate::core::desired::{class_policy, desired_pvs};
@@ -175,9 +175,7 @@ impl Agent {
                         ExistingPv::Foreign { owner } => {
                             warn!(pv = %name, path = %path, "PV name taken by {owner}; not overwriting it");
                             let note = format!("volume at {path} not published: PV name {name} is taken by {owner}");
-                            self.cluster
-                                .event(&pv_reference(&name), true, "VolumeNameCollision", "Publish", note)
-                                .await;
+                            self.cluster.event(&self.pv_ref(&name), true, "VolumeNameCollision", "Publish", note).await;
                             self.foreign.insert(name, owner);
                         }
                     }

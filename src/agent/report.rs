@@ -25,7 +25,7 @@ impl Agent {
                 // keeps each refusal its own Event.
                 let related = match s.path.file_name().and_then(|n| n.to_str()) {
                     Some(entry) if !s.reason.is_class_wide() => {
-                        pv_reference(&pv_name(entry, &self.identity.node, &s.class))
+                        self.pv_ref(&pv_name(entry, &self.identity.node, &s.class))
                     }
                     _ => class_reference(&s.class),
                 };
@@ -43,7 +43,7 @@ impl Agent {
         let new = self.problems.first_seen(key);
         if new {
             let note: String = note.chars().take(1000).collect();
-            self.node_event(Some(pv_reference(pv)), "VolumeNotPublished", "Publish", note).await;
+            self.node_event(Some(self.pv_ref(pv)), "VolumeNotPublished", "Publish", note).await;
         }
         new
     }
@@ -52,7 +52,7 @@ impl Agent {
     pub(super) async fn report_pv_problem(&mut self, name: &str, reason: &str, note: String) {
         if self.problems.first_seen(format!("pv/{name}/{reason}/{note}")) {
             warn!(pv = name, "{note}");
-            self.cluster.event(&pv_reference(name), true, reason, "Clean", note).await;
+            self.cluster.event(&self.pv_ref(name), true, reason, "Clean", note).await;
         }
     }
 
@@ -62,6 +62,13 @@ impl Agent {
             warn!("{note}");
             self.cluster.event(&node_reference(&self.node), true, reason, "Discover", note).await;
         }
+    }
+
+    /// The reference of PV `name` for an Event, with the UID of the PV the store holds under
+    /// that name (none when it does not exist: an entry not published).
+    pub(super) fn pv_ref(&self, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+        let pv = self.pv_store.get(&kube::runtime::reflector::ObjectRef::new(name));
+        pv_reference(name, pv.as_ref().and_then(|pv| pv.metadata.uid.as_deref()))
     }
 
     /// A Warning event on this Node, related to `related`.

@@ -101,7 +101,7 @@ impl Agent {
                         check.describe()
                     );
                     info!(pv = %name, path = %path.display(), "{note}");
-                    self.cluster.event(&pv_reference(&name), false, "VolumeReadopted", "Adopt", note).await;
+                    self.cluster.event(&self.pv_ref(&name), false, "VolumeReadopted", "Adopt", note).await;
                     self.metrics.succession("readopted");
                 }
             }
@@ -112,7 +112,7 @@ impl Agent {
                     let note =
                         format!("unbound PV of an earlier incarnation of node {node} withdrawn: {}", check.describe());
                     info!(pv = %name, "{note}");
-                    self.cluster.event(&pv_reference(&name), false, "VolumeWithdrawn", "Adopt", note).await;
+                    self.cluster.event(&pv_reference(&name, Some(&uid)), false, "VolumeWithdrawn", "Adopt", note).await;
                     self.metrics.succession("withdrawn");
                 }
             }
@@ -145,7 +145,7 @@ impl Agent {
                          at its path to have it re-adopted"
                     );
                     warn!(pv = %name, "{note}");
-                    self.cluster.event(&pv_reference(&name), true, "VolumeMoved", "Adopt", note).await;
+                    self.cluster.event(&self.pv_ref(&name), true, "VolumeMoved", "Adopt", note).await;
                     self.metrics.succession("flagged_moved");
                 }
             }
@@ -162,7 +162,7 @@ impl Agent {
                         pv.class
                     );
                     warn!(pv = %name, "{note}");
-                    self.cluster.event(&pv_reference(&name), true, "VolumeStale", "Adopt", note).await;
+                    self.cluster.event(&self.pv_ref(&name), true, "VolumeStale", "Adopt", note).await;
                     self.metrics.succession("flagged_stale");
                 }
             }

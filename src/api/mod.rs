@@ -646,12 +646,16 @@ async fn deadline_first<F: Future>(deadline: tokio::time::Instant, request: F) -
     .await
 }
 
-/// An object reference for Events about a PV.
-pub fn pv_reference(name: &str) -> ObjectReference {
+/// An object reference for Events about a PV. With the PV's UID whenever it is known:
+/// `kubectl describe pv` lists only the events whose reference carries the PV's UID, so
+/// without it an operator sees none of them there. `None` only for a PV that does not exist
+/// (an entry that was not published under that name).
+pub fn pv_reference(name: &str, uid: Option<&str>) -> ObjectReference {
     ObjectReference {
         api_version: Some(PersistentVolume::api_version(&()).into()),
         kind: Some(PersistentVolume::kind(&()).into()),
         name: Some(name.to_string()),
+        uid: uid.filter(|u| !u.is_empty()).map(str::to_string),
         ..Default::default()
     }
 }

@@ -245,7 +245,14 @@ impl Worker {
                 info!(claim = %format!("{}/{}", claim.namespace, claim.name), pv = %pv, "{note}");
                 let reference = claim_reference(&claim.namespace, &claim.name, &claim.uid);
                 self.emit(&reference, true, reason(&cause), "DeleteClaim", note.clone()).await?;
-                self.emit(&pv_reference(&pv), true, reason(&cause), "DeleteClaim", note).await
+                self.emit(
+                    &pv_reference(&pv, pvs.get(pv.as_str()).map(|p| p.uid.as_str())),
+                    true,
+                    reason(&cause),
+                    "DeleteClaim",
+                    note,
+                )
+                .await
             }
             NodeCleanupAction::DeletePv { name, uid, resource_version, provisioned_by, cause } => {
                 if let Err(e) = self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
@@ -256,7 +263,7 @@ impl Worker {
                 self.metrics.node_cleanup_action("delete_pv", cause_label(&cause), true);
                 let note = format!("PV deleted: {cause}; its data is not reachable, nothing is wiped");
                 info!(pv = %name, "{note}");
-                self.emit(&pv_reference(&name), false, reason(&cause), "DeletePV", note).await?;
+                self.emit(&pv_reference(&name, Some(&uid)), false, reason(&cause), "DeletePV", note).await?;
                 let released =
                     self.cluster.remove_finalizer_if(&name, &uid, FINALIZER_WIPE, Some(&provisioned_by)).await;
                 match released {
@@ -287,8 +294,15 @@ impl Worker {
                     return Continue(());
                 }
                 warn!(pv = %name, "PV kept: {why}");
-                let flow =
-                    self.emit(&pv_reference(&name), true, "VolumeKept", "DeletePV", format!("PV kept: {why}")).await;
+                let flow = self
+                    .emit(
+                        &pv_reference(&name, pvs.get(name.as_str()).map(|p| p.uid.as_str())),
+                        true,
+                        "VolumeKept",
+                        "DeletePV",
+                        format!("PV kept: {why}"),
+                    )
+                    .await;
                 if flow.is_break() {
                     self.once.kept_reported.remove(&key); // Not published: published when we lead again.
                 }

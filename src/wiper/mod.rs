@@ -251,7 +251,7 @@ impl Cleaner {
 
     /// Starts wiping a PV's volume in the background.
     pub fn start(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget) {
-        let regarding = pv_reference(&pv.name);
+        let regarding = pv_reference(&pv.name, Some(&pv.uid));
         self.spawn(pv, after, target, regarding);
     }
 

@@ -138,7 +138,7 @@ impl WipeTask {
                     info!(pv = %self.job.pv.name, path = %path.display(), elapsed_s, "still wiping{pct}");
                     if ticks.is_multiple_of(30) {
                         let note = format!("Still wiping {} after {elapsed_s}s{pct}", path.display());
-                        self.cluster.event(&pv_reference(&self.job.pv.name), false, "VolumeWipeProgress", "Wipe", note).await;
+                        self.cluster.event(&pv_reference(&self.job.pv.name, Some(&self.job.pv.uid)), false, "VolumeWipeProgress", "Wipe", note).await;
                     }
                     let timeout = self.job.timeout_for(size);
                     if started.elapsed() >= timeout && timed_out.is_none() {

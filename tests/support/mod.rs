@@ -575,6 +575,13 @@ impl ControlPlane {
         ))
     }
 
+    /// Whether `kubectl describe pv` shows an event with `reason`: it lists only events whose
+    /// reference carries the PV's UID, which is where an operator looks first.
+    pub fn describe_shows_event(&self, pv: &str, reason: &str) -> bool {
+        let text = self.kubectl_ok(&["describe", "pv", pv]);
+        text.split_once("\nEvents:").is_some_and(|(_, events)| events.contains(reason))
+    }
+
     /// Whether an events.k8s.io Event about `pv` with `reason` exists whose note contains `text`.
     pub fn has_event(&self, pv: &str, reason: &str, text: &str) -> bool {
         let Some(events) = self.get_json(&["events.events.k8s.io", "-A"]) else { return false };
