@@ -852,7 +852,8 @@ fn helm() -> PathBuf {
 
 fn helm_template(ns: &str, sets: &[String]) -> Vec<Value> {
     let mut cmd = Command::new(helm());
-    cmd.args(["template", "vaphelm", "--namespace", ns]).arg(repo_root().join("deploy/helm/local-static-provisioner"));
+    cmd.args(["template", "vaphelm", "--namespace", ns, "--kube-version", "1.30.0"])
+        .arg(repo_root().join("deploy/helm/local-static-provisioner"));
     for set in sets {
         cmd.args(["--set", set]);
     }
@@ -882,17 +883,21 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
             "nodeCleanup.storageClasses={a}".into(),
         ],
     );
-    let policy = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-node-scope");
+    let policy = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-local-static-provisioner-node-scope");
     assert_eq!(roots(policy), ["/mnt/a/disks", "/mnt/b"]);
     assert!(matched_user(policy).contains(&format!("'^system:serviceaccount:{ns}:vap[.]helm-agent$'")));
     assert_eq!(
-        find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-node-scope")["spec"]["policyName"],
-        "vaphelm-node-scope"
+        find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-local-static-provisioner-node-scope")["spec"]["policyName"],
+        "vaphelm-local-static-provisioner-node-scope"
     );
-    let cleanup = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-node-cleanup-scope");
-    assert!(matched_user(cleanup).contains(&format!("'^system:serviceaccount:{ns}:vaphelm-node-cleanup$'")));
-    let binding = find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-node-cleanup-scope");
-    assert_eq!(binding["spec"]["policyName"], "vaphelm-node-cleanup-scope");
+    let cleanup = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-local-static-provisioner-node-cleanup-scope");
+    assert!(
+        matched_user(cleanup)
+            .contains(&format!("'^system:serviceaccount:{ns}:vaphelm-local-static-provisioner-node-cleanup$'"))
+    );
+    let binding =
+        find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-local-static-provisioner-node-cleanup-scope");
+    assert_eq!(binding["spec"]["policyName"], "vaphelm-local-static-provisioner-node-cleanup-scope");
     // Apart from those substitutions, the policies are the base's.
     let base = documents(&read("deploy/base/admission-policy.yaml"));
     let strip = |p: &Value| {

@@ -83,8 +83,11 @@ fn helm_chart_takes_upstream_values_and_renders_a_valid_config() {
     let _ = cp.kubectl(&["create", "namespace", ns]);
     let chart = repo_root().join("deploy/helm/local-static-provisioner");
     let values = repo_root().join("tests/fixtures/upstream-values.yaml");
-    let out =
-        run(Command::new(helm()).args(["template", "lsp", "--namespace", ns]).arg(&chart).arg("--values").arg(&values));
+    let out = run(Command::new(helm())
+        .args(["template", "lsp", "--namespace", ns, "--kube-version", "1.30.0"])
+        .arg(&chart)
+        .arg("--values")
+        .arg(&values));
     let rendered = String::from_utf8(out.stdout).unwrap();
     server_dry_run(&cp, &rendered);
     assert!(!rendered.contains("node-cleanup"), "node-cleanup is opt-in; upstream values do not enable it");
@@ -131,7 +134,16 @@ fn helm_chart_takes_upstream_values_and_renders_a_valid_config() {
 
     // With serviceMonitor enabled (as many upstream values files have it) the chart renders it.
     let out = run(Command::new(helm())
-        .args(["template", "lsp", "--namespace", ns, "--set", "serviceMonitor.enabled=true"])
+        .args([
+            "template",
+            "lsp",
+            "--namespace",
+            ns,
+            "--kube-version",
+            "1.30.0",
+            "--set",
+            "serviceMonitor.enabled=true",
+        ])
         .arg(&chart)
         .arg("--values")
         .arg(&values));
@@ -147,7 +159,10 @@ fn helm_chart_renders_node_cleanup_when_enabled() {
     let values = repo_root().join("tests/fixtures/upstream-values.yaml");
     let command = |sets: &[&str]| {
         let mut cmd = Command::new(helm());
-        cmd.args(["template", "lsp", "--namespace", ns]).arg(&chart).arg("--values").arg(&values);
+        cmd.args(["template", "lsp", "--namespace", ns, "--kube-version", "1.30.0"])
+            .arg(&chart)
+            .arg("--values")
+            .arg(&values);
         for set in sets {
             cmd.args(["--set", set]);
         }
@@ -165,14 +180,18 @@ fn helm_chart_renders_node_cleanup_when_enabled() {
     let docs = documents(&rendered);
     let args = node_cleanup_args(&docs);
     assert_eq!(args[0], "node-cleanup");
-    for arg in ["--storage-classes=local-block", "--grace-period=30m", "--lease-name=lsp-node-cleanup"] {
+    for arg in [
+        "--storage-classes=local-block",
+        "--grace-period=30m",
+        "--lease-name=lsp-local-static-provisioner-node-cleanup",
+    ] {
         assert!(args.iter().any(|a| a == arg), "{arg} not in {args:?}");
     }
     let deployment = find(&docs, "Deployment");
-    assert_eq!(deployment["metadata"]["name"], "lsp-node-cleanup");
+    assert_eq!(deployment["metadata"]["name"], "lsp-local-static-provisioner-node-cleanup");
     assert_eq!(deployment["metadata"]["namespace"], ns);
     let pod = &deployment["spec"]["template"]["spec"];
-    assert_eq!(pod["serviceAccountName"], "lsp-node-cleanup");
+    assert_eq!(pod["serviceAccountName"], "lsp-local-static-provisioner-node-cleanup");
     assert_eq!(pod["containers"][0]["image"], "local-static-provisioner:nc");
     // Its pods are not the DaemonSet's: the two selectors must not overlap.
     let ds_selector = &find(&docs, "DaemonSet")["spec"]["selector"]["matchLabels"];
@@ -181,11 +200,14 @@ fn helm_chart_renders_node_cleanup_when_enabled() {
         ds_selector.as_object().unwrap().iter().any(|(k, v)| pod_labels[k] != *v),
         "the DaemonSet would select node-cleanup's pods"
     );
-    assert_eq!(find_named(&docs, "ServiceAccount", "lsp-node-cleanup")["metadata"]["namespace"], ns);
-    let role = find_named(&docs, "Role", "lsp-node-cleanup");
+    assert_eq!(
+        find_named(&docs, "ServiceAccount", "lsp-local-static-provisioner-node-cleanup")["metadata"]["namespace"],
+        ns
+    );
+    let role = find_named(&docs, "Role", "lsp-local-static-provisioner-node-cleanup");
     assert_eq!(role["metadata"]["namespace"], ns, "the Lease lives in the release namespace");
-    let binding = find_named(&docs, "ClusterRoleBinding", "lsp-node-cleanup");
-    assert_eq!(binding["subjects"][0]["name"], "lsp-node-cleanup");
+    let binding = find_named(&docs, "ClusterRoleBinding", "lsp-local-static-provisioner-node-cleanup");
+    assert_eq!(binding["subjects"][0]["name"], "lsp-local-static-provisioner-node-cleanup");
     assert_eq!(binding["subjects"][0]["namespace"], ns);
 
     // Same permissions as deploy/node-cleanup, whose roles the suite audits against what
@@ -194,7 +216,7 @@ fn helm_chart_renders_node_cleanup_when_enabled() {
         documents(&cp.kubectl_ok(&["kustomize", repo_root().join("deploy/node-cleanup").to_str().unwrap()]));
     for kind in ["ClusterRole", "Role"] {
         assert_eq!(
-            find_named(&docs, kind, "lsp-node-cleanup")["rules"],
+            find_named(&docs, kind, "lsp-local-static-provisioner-node-cleanup")["rules"],
             find_named(&kustomized, kind, "local-static-provisioner-node-cleanup")["rules"],
             "{kind} rules differ from deploy/node-cleanup"
         );

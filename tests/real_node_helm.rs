@@ -44,7 +44,8 @@ fn real_node_helm_chart_installs_and_serves_a_workload() {
     let notes = String::from_utf8_lossy(&install.stdout);
     assert!(notes.contains("STATUS: deployed"), "{notes}");
     let agent = node.ready_pod(ns, &format!("app.kubernetes.io/instance={release}"));
-    assert_eq!(agent["spec"]["serviceAccountName"], release);
+    // Named as upstream's chart names them: <release>-<chart name>.
+    assert_eq!(agent["spec"]["serviceAccountName"], format!("{release}-local-static-provisioner"));
 
     // Its agent publishes a disk (the chart's class and admission policy), a workload uses it.
     let entry = format!("e2e-helm-{}", std::process::id());

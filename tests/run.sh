@@ -21,6 +21,7 @@ bash scripts/check-image.sh
 echo "== control plane"
 bash tests/control-plane/build.sh > /dev/null
 bash tests/tools/build-helm.sh > /dev/null
+bash tests/tools/build-promtool.sh > /dev/null
 bash tests/node/build.sh > /dev/null
 cp_dir=$(mktemp -d -t lsp-test-control-plane.XXXXXX)
 node_dir=$(mktemp -d -t lsp-test-node.XXXXXX)

@@ -1,15 +1,46 @@
-{{- define "lsp.name" -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
-{{- define "lsp.serviceAccount" -}}{{ default (include "lsp.name" .) .Values.serviceAccount.name }}{{- end -}}
-{{- define "lsp.labels" -}}
-app.kubernetes.io/name: local-static-provisioner
+{{- /* Names and labels as upstream's chart makes them (helm/provisioner/templates/_helpers.tpl),
+     so that a release of upstream's chart upgraded to this one keeps its objects: above all
+     its DaemonSet, whose selector cannot change and which must be updated in place (node by
+     node) rather than replaced by a second one running next to it. */ -}}
+{{- define "lsp.name" -}}{{ default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- define "lsp.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- define "lsp.chart" -}}{{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- define "lsp.serviceAccount" -}}
+{{- if .Values.serviceAccount.create -}}{{ default (include "lsp.fullname" .) .Values.serviceAccount.name }}
+{{- else -}}{{ default "default" .Values.serviceAccount.name }}{{- end -}}
+{{- end -}}
+{{- /* The DaemonSet's selector: upstream's two labels, never anything a value adds. */ -}}
+{{- define "lsp.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lsp.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+{{- define "lsp.labels" -}}
+{{ include "lsp.selectorLabels" . }}
+helm.sh/chart: {{ include "lsp.chart" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
 {{- /* node-cleanup: the name of its Deployment, ServiceAccount, RBAC and Lease, and labels the
-     DaemonSet's selector (lsp.labels) does not match. */ -}}
-{{- define "lsp.nodeCleanup.name" -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}-node-cleanup{{- end -}}
-{{- define "lsp.nodeCleanup.labels" -}}
-app.kubernetes.io/name: local-static-provisioner-node-cleanup
+     DaemonSet's selector (lsp.selectorLabels) does not match. */ -}}
+{{- define "lsp.nodeCleanup.name" -}}{{ include "lsp.fullname" . | trunc 50 | trimSuffix "-" }}-node-cleanup{{- end -}}
+{{- define "lsp.nodeCleanup.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lsp.name" . | trunc 50 | trimSuffix "-" }}-node-cleanup
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- define "lsp.nodeCleanup.labels" -}}
+{{ include "lsp.nodeCleanup.selectorLabels" . }}
+helm.sh/chart: {{ include "lsp.chart" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- /* The opted-in StorageClasses, named one by one: opting in is never implied. */ -}}
 {{- define "lsp.nodeCleanup.storageClasses" -}}
@@ -19,4 +50,69 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- range $given }}{{ if . }}{{ $names = append $names (trim .) }}{{ end }}{{ end -}}
 {{- if not $names }}{{ fail "nodeCleanup.enabled needs nodeCleanup.storageClasses: name each StorageClass whose claims and PVs it may release" }}{{ end -}}
 {{- join "," $names -}}
+{{- end -}}
+
+{{- /* The agent's image: upstream's one string (run through tpl, as upstream does), or the
+     map; the tag defaults to the chart's appVersion. */ -}}
+{{- define "lsp.image" -}}
+{{- $image := .Values.image -}}
+{{- if kindIs "string" $image -}}
+{{- tpl $image . -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository (toString (default .Chart.AppVersion $image.tag)) -}}
+{{- end -}}
+{{- end -}}
+{{- /* Upstream's imagePullPolicy, or image.pullPolicy; both given, they must agree. */ -}}
+{{- define "lsp.imagePullPolicy" -}}
+{{- $fromMap := "" -}}
+{{- if kindIs "map" .Values.image }}{{ $fromMap = .Values.image.pullPolicy | default "" }}{{ end -}}
+{{- if and .Values.imagePullPolicy $fromMap (ne .Values.imagePullPolicy $fromMap) -}}
+{{- fail (printf "imagePullPolicy (%s) and image.pullPolicy (%s) disagree: give one of them" .Values.imagePullPolicy $fromMap) -}}
+{{- end -}}
+{{- .Values.imagePullPolicy | default $fromMap | default "IfNotPresent" -}}
+{{- end -}}
+{{- /* node-cleanup's image: its own repository and tag, each falling back to the agent's
+     (with the agent's image as one string: both or neither). */ -}}
+{{- define "lsp.nodeCleanup.image" -}}
+{{- $nc := .Values.nodeCleanup.image -}}
+{{- if kindIs "string" .Values.image -}}
+{{- if and $nc.repository $nc.tag -}}{{ printf "%s:%s" $nc.repository (toString $nc.tag) }}
+{{- else if or $nc.repository $nc.tag -}}{{ fail "nodeCleanup.image: with image given as one string, give both nodeCleanup.image.repository and nodeCleanup.image.tag, or neither" }}
+{{- else -}}{{ include "lsp.image" . }}{{- end -}}
+{{- else -}}
+{{- printf "%s:%s" (default .Values.image.repository $nc.repository) (toString (default (default .Chart.AppVersion .Values.image.tag) $nc.tag)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* A probe: the value as given when it names a handler, else the value's timings on the
+     chart's handler. Arguments: probe (the value), default (the chart's probe). */ -}}
+{{- define "lsp.probe" -}}
+{{- $given := .probe | default dict -}}
+{{- $handlers := list "httpGet" "tcpSocket" "exec" "grpc" -}}
+{{- $hasHandler := false -}}
+{{- range $handlers }}{{ if hasKey $given . }}{{ $hasHandler = true }}{{ end }}{{ end -}}
+{{- if $hasHandler -}}{{ toYaml $given }}
+{{- else -}}{{ toYaml (merge (deepCopy $given) .default) }}{{- end -}}
+{{- end -}}
+
+{{- /* Upstream values this chart cannot honour: refused by name, with the reason, rather
+     than ignored. */ -}}
+{{- define "lsp.refuseUnsupported" -}}
+{{- if .Values.enableWindows -}}
+{{- fail "enableWindows: true is not supported: local-static-provisioner runs on Linux nodes only (it reads Linux mount tables and block devices). Remove enableWindows, or keep upstream's provisioner for Windows nodes." -}}
+{{- end -}}
+{{- if not .Values.mountDevVolume -}}
+{{- fail "mountDevVolume: false is not supported: the agent needs the host's /dev to prove which disk it is about to wipe (/dev/block/<major:minor>, /dev/<name>) and to reach block volumes. Remove mountDevVolume." -}}
+{{- end -}}
+{{- if .Values.removeNodeNotReadyTaint -}}
+{{- fail "removeNodeNotReadyTaint: true is not supported: this agent does not remove start-up taints, so the taint would stay on every Node and keep pods off it. Remove removeNodeNotReadyTaint (and the start-up taint from your node pools)." -}}
+{{- end -}}
+{{- if and .Values.nodeSelector (hasKey .Values.nodeSelector "kubernetes.io/os") (ne (index .Values.nodeSelector "kubernetes.io/os") "linux") -}}
+{{- fail (printf "nodeSelector kubernetes.io/os=%s: the agent runs on Linux nodes only" (index .Values.nodeSelector "kubernetes.io/os")) -}}
+{{- end -}}
+{{- range $key, $_ := .Values.podLabels -}}
+{{- if or (eq $key "app.kubernetes.io/name") (eq $key "app.kubernetes.io/instance") -}}
+{{- fail (printf "podLabels.%s: this label is the DaemonSet's selector; use nameOverride to change it" $key) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
