@@ -41,8 +41,9 @@ enum Command {
     Run(RunArgs),
     /// Dry run without a cluster: print the PVs this machine's volumes would become.
     Discover(DiscoverArgs),
-    /// Parse and check a config directory, print the effective config with defaults.
-    ValidateConfig(ConfigArgs),
+    /// Parse and check a config (a ConfigMap manifest with -f, or a directory of key files),
+    /// print the effective config with defaults.
+    ValidateConfig(ValidateArgs),
     /// Ask the agent to wipe and recycle PVs (sets our cleanup annotation).
     ///
     /// A Released PV is wiped whatever its reclaim policy; an Available PV is withdrawn first
@@ -120,6 +121,17 @@ struct ConfigArgs {
     /// Directory holding the ConfigMap keys, one file per key (as kubelet mounts it).
     #[arg(long, env = "CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
     config_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct ValidateArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// A ConfigMap manifest to check instead of a directory (`-` reads standard input). The
+    /// file may hold several documents or a v1 List: the ConfigMap used is the only one, or the
+    /// only one whose data has provisioner keys. Wins over --config-dir.
+    #[arg(short = 'f', long = "file")]
+    file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -274,6 +286,9 @@ fn load_or_report(args: &ConfigArgs) -> Option<LoadedConfig> {
             for w in &loaded.warnings {
                 eprintln!("warning: {w}");
             }
+            for line in crate::config::effective(&loaded, None).describe_failures() {
+                eprintln!("error: {line}");
+            }
             Some(loaded)
         }
         Err(e) => {
@@ -288,8 +303,65 @@ fn load_or_report(args: &ConfigArgs) -> Option<LoadedConfig> {
     }
 }
 
-fn validate_config(args: &ConfigArgs) -> ExitCode {
-    let Some(loaded) = load_or_report(args) else { return ExitCode::FAILURE };
+/// Reads the config `validate-config` checks: the manifest given with -f, else the directory.
+fn load_for_validation(args: &ValidateArgs) -> Result<LoadedConfig, String> {
+    let Some(file) = &args.file else { return load_dir(&args.config.config_dir).map_err(|e| report_refused(&e)) };
+    let (name, text) = if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| format!("error: reading standard input: {e}"))?;
+        ("(standard input)".to_string(), text)
+    } else {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("error: reading {}: {e}", file.display()))?;
+        (file.display().to_string(), text)
+    };
+    crate::config::load_manifest(&name, &text).map_err(|e| match e {
+        crate::config::ManifestError::Config(e) => report_refused(&e),
+        other => format!("error: {other}"),
+    })
+}
+
+/// The warnings of a refused config, then the error, as the lines to print.
+fn report_refused(e: &ConfigError) -> String {
+    let mut out = String::new();
+    if let ConfigError::Invalid { warnings, .. } = e {
+        for w in warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
+    }
+    out.push_str(&format!("error: {e}"));
+    out
+}
+
+fn validate_config(args: &ValidateArgs) -> ExitCode {
+    let loaded = match load_for_validation(args) {
+        Ok(loaded) => loaded,
+        Err(lines) => {
+            eprintln!("{lines}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let eff = crate::config::effective(&loaded, None);
+    let mut failed = false;
+    for w in loaded.warnings.iter().chain(&crate::host::wipe_block::cleaner_warnings_here(&eff.config)) {
+        eprintln!("warning: {w}");
+    }
+    for (class, problems) in &eff.left_out {
+        failed = true;
+        eprintln!("error: class {class:?} is invalid and will not be used (the other classes are):");
+        for p in problems {
+            eprintln!("  - {p}");
+        }
+    }
+    if eff.config.storage_class_map.is_empty() {
+        if eff.left_out.is_empty() {
+            eprintln!(
+                "warning: no storage classes are configured (storageClassMap is empty or missing): nothing will be published"
+            );
+        } else {
+            eprintln!("error: every storage class is invalid: nothing will be published");
+        }
+    }
     // The discovery directories that exist on this machine are also checked as they resolve
     // here (symlinks, bind mounts), as the agent checks them on every pass.
     let mounts = match crate::host::mountinfo::MountTable::read() {
@@ -299,25 +371,23 @@ fn validate_config(args: &ConfigArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (_, problems) = discovery::check_roots(&loaded.config, &mounts.facts());
+    let (_, problems) = discovery::check_roots(&eff.config, &mounts.facts());
     let unsafe_roots: Vec<_> = problems.iter().filter(|(_, r)| r.is_safety_refusal()).collect();
     for (class, reason) in &unsafe_roots {
         eprintln!("storageClassMap.{class}.mountDir: {reason}");
     }
     if !unsafe_roots.is_empty() {
         eprintln!("error: {} class(es) would not be scanned; fix their discovery directories", unsafe_roots.len());
-        return ExitCode::FAILURE;
+        failed = true;
     }
-    match serde_saphyr::to_string(&loaded.config) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+    match serde_saphyr::to_string(&eff.config) {
+        Ok(text) => print!("{text}"),
         Err(e) => {
             eprintln!("error: printing the effective config: {e}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
     }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
 fn discover(args: &DiscoverArgs) -> ExitCode {

@@ -255,6 +255,49 @@ fn zero_fills_the_whole_device_through_a_symlink() {
 }
 
 #[test]
+fn shred_with_one_pass_leaves_the_device_all_zeroes() {
+    if !require_root("shred_with_one_pass_leaves_the_device_all_zeroes") {
+        return;
+    }
+    let lo = LoopDevice::new();
+    mkfs_ext4(&lo.device, 4096);
+    scribble(&lo.device);
+
+    let method = BlockMethod::Shred { passes: 1 };
+    let (result, calls) = wipe(&lo.device, method);
+    assert_eq!(result.unwrap(), BlockWipeReport { bytes: DEVICE_SIZE, method });
+
+    // Progress counts both passes (random, then zeroes) and never goes back.
+    let total = 2 * DEVICE_SIZE;
+    assert_eq!(calls.last(), Some(&(total, total)));
+    assert!(calls.contains(&(DEVICE_SIZE, total)), "the end of the random pass is reported: {calls:?}");
+    let mut previous = 0;
+    for &(done, t) in &calls {
+        assert_eq!(t, total, "{calls:?}");
+        assert!(done >= previous && done - previous <= 256 * MIB, "progress {calls:?}");
+        previous = done;
+    }
+    assert_all_zero(&lo.device);
+    assert_no_signatures(&lo.device);
+}
+
+#[test]
+fn shred_is_cancelled_before_writing_anything() {
+    if !require_root("shred_is_cancelled_before_writing_anything") {
+        return;
+    }
+    let lo = LoopDevice::new();
+    scribble(&lo.device);
+    let cancel = AtomicBool::new(true);
+    let result = wipe_block(&lo.device, BlockMethod::Shred { passes: 2 }, &cancel, &mut |_, _| {});
+    assert!(matches!(result, Err(BlockWipeError::Cancelled { done: 0, .. })), "{result:?}");
+    let f = std::fs::File::open(&lo.device).unwrap();
+    let mut buf = [0u8; 16];
+    f.read_exact_at(&mut buf, 4096).unwrap();
+    assert_eq!(buf, [0xA5; 16], "nothing was written");
+}
+
+#[test]
 fn discard_on_a_loop_device() {
     if !require_root("discard_on_a_loop_device") {
         return;

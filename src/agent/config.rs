@@ -1,7 +1,9 @@
 //! Configuration reloads: the ConfigMap directory is re-read only when it changed (a
 //! metadata fingerprint, see config::ConfigSource), on the blocking pool. A valid new config
 //! applies at once; an invalid one is refused with every problem listed and the last good one
-//! stays in use.
+//! stays in use. A class whose own settings are wrong fails alone (config::effective): at
+//! start-up it is left out, on a reload it keeps its last valid definition, and the other
+//! classes apply.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -9,20 +11,29 @@ use std::path::PathBuf;
 use tracing::{error, info, warn};
 
 use super::Agent;
+use crate::admin::Readiness;
 use crate::api::node_reference;
-use crate::config::{ConfigSource, LoadedConfig, ProvisionerConfig};
+use crate::config::{ConfigSource, Effective, LoadedConfig, ProvisionerConfig, effective};
+use crate::host::wipe_block::cleaner_warnings_here;
 
 /// Reads the configuration at start-up. An invalid one does not stop the agent: it publishes
-/// nothing, says so in readiness, and picks up the config as soon as it is fixed.
-pub(super) async fn first_load(source: &mut ConfigSource) -> (Option<ProvisionerConfig>, Option<String>) {
+/// nothing, says so in readiness, and picks up the config as soon as it is fixed. Invalid
+/// classes are left out (and named in readiness), the others run.
+pub(super) async fn first_load(
+    source: &mut ConfigSource,
+    readiness: &Readiness,
+) -> (Option<ProvisionerConfig>, Option<String>) {
     let dir = source.dir().to_path_buf();
     match on_blocking_pool(source, ConfigSource::load).await {
-        Some(Ok(LoadedConfig { config, warnings })) => {
-            for w in &warnings {
-                warn!(config_dir = %dir.display(), "{w}");
+        Some(Ok(loaded)) => {
+            let eff = effective(&loaded, None);
+            log_findings(&dir, &loaded, &eff);
+            info!(classes = eff.config.storage_class_map.len(), config_dir = %dir.display(), "configuration loaded");
+            let problem = failure_summary(&eff);
+            if let Some(p) = &problem {
+                readiness.set_detail(Some(format!("config: {p}")));
             }
-            info!(classes = config.storage_class_map.len(), config_dir = %dir.display(), "configuration loaded");
-            (Some(config), None)
+            (Some(eff.config), problem)
         }
         Some(Err(e)) => {
             error!(error = %e, "configuration invalid; nothing is published until it is fixed");
@@ -30,6 +41,31 @@ pub(super) async fn first_load(source: &mut ConfigSource) -> (Option<Provisioner
         }
         None => (None, Some(format!("reading {} failed", dir.display()))),
     }
+}
+
+/// Logs what an operator must see about a config being applied: its warnings, the block
+/// cleaners this image cannot run, each failed class (class, key and reason), and a config
+/// that publishes nothing.
+fn log_findings(dir: &std::path::Path, loaded: &LoadedConfig, eff: &Effective) {
+    for w in loaded.warnings.iter().chain(&cleaner_warnings_here(&eff.config)) {
+        warn!(config_dir = %dir.display(), "{w}");
+    }
+    for line in eff.describe_failures() {
+        error!(config_dir = %dir.display(), "{line}");
+    }
+    if eff.config.storage_class_map.is_empty() {
+        if eff.is_complete() {
+            warn!(config_dir = %dir.display(), "no storage classes are configured (storageClassMap is empty or missing): nothing is published");
+        } else {
+            error!(config_dir = %dir.display(), "every storage class is invalid: nothing is published until the config is fixed");
+        }
+    }
+}
+
+/// The failed classes in one line (readiness detail, event note, comparison between
+/// reloads), None when the config is used as written.
+fn failure_summary(eff: &Effective) -> Option<String> {
+    (!eff.is_complete()).then(|| eff.describe_failures().join("; "))
 }
 
 /// Runs `read` on the source on the blocking pool (it stats and reads files); `None` when the
@@ -48,32 +84,50 @@ async fn on_blocking_pool<T: Send + 'static>(source: &mut ConfigSource, read: fn
 
 impl Agent {
     /// Applies a changed config directory. New settings apply to new PVs; existing PVs are not
-    /// changed.
+    /// changed. A class that became invalid keeps its last valid definition.
     pub(super) async fn reload_config(&mut self) {
         let Some(Some(loaded)) = on_blocking_pool(&mut self.source, ConfigSource::load_if_changed).await else {
             return;
         };
         match loaded {
-            Ok(LoadedConfig { config, warnings }) => {
-                if !self.has_config || config != self.config {
-                    for w in &warnings {
-                        warn!(config_dir = %self.source.dir().display(), "{w}");
-                    }
+            Ok(loaded) => {
+                let eff = effective(&loaded, self.has_config.then_some(&self.config));
+                if !self.has_config || eff.config != self.config {
+                    log_findings(self.source.dir(), &loaded, &eff);
                     if self.has_config {
-                        info!(classes = config.storage_class_map.len(), "configuration reloaded");
-                        let note = format!("configuration reloaded: {} classes", config.storage_class_map.len());
+                        let classes = eff.config.storage_class_map.len();
+                        info!(classes, "configuration reloaded");
+                        let note = format!("configuration reloaded: {classes} classes");
                         self.cluster.event(&node_reference(&self.node), false, "ConfigReloaded", "Reload", note).await;
                     }
-                    self.identity = super::node::identity_for(&self.node_info, config.use_node_name_only);
-                    self.config = config;
+                    self.identity = super::node::identity_for(&self.node_info, eff.config.use_node_name_only);
+                    self.config = eff.config.clone();
                     self.has_config = true;
                 }
-                if self.config_problem.take().is_some() {
-                    info!("configuration valid again");
+                match failure_summary(&eff) {
+                    Some(problem) => {
+                        if self.config_problem.as_deref() != Some(problem.as_str()) {
+                            for line in eff.describe_failures() {
+                                error!(config_dir = %self.source.dir().display(), "{line}");
+                            }
+                            let note = format!("configuration change partly refused: {problem}");
+                            self.cluster
+                                .event(&node_reference(&self.node), true, "ConfigInvalid", "Reload", note)
+                                .await;
+                            self.config_problem = Some(problem.clone());
+                        }
+                        self.readiness.set_detail(Some(format!("config: {problem}")));
+                        self.metrics.set_config_valid(false);
+                    }
+                    None => {
+                        if self.config_problem.take().is_some() {
+                            info!("configuration valid again");
+                        }
+                        self.readiness.set_detail(None);
+                        self.metrics.set_config_valid(true);
+                    }
                 }
                 self.say_readiness();
-                self.readiness.set_detail(None);
-                self.metrics.set_config_valid(true);
             }
             Err(e) => {
                 let problem = e.to_string();

@@ -106,7 +106,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
     let mut source = crate::config::ConfigSource::new(&opts.config_dir);
-    let (config, config_problem) = config::first_load(&mut source).await;
+    let (config, config_problem) = config::first_load(&mut source, &readiness).await;
     metrics.set_config_valid(config_problem.is_none());
     let addr = parse_listen_address(&opts.listen_address)?;
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;

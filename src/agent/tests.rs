@@ -468,3 +468,36 @@ async fn the_node_wait_retries_every_failure_and_says_why_in_readiness() {
     assert!(said.iter().any(|w| w.contains("cannot read the Node")), "{said:?}");
     assert_eq!(api.count("GET", "/api/v1/nodes/n1"), 3);
 }
+
+/// A reload that breaks one class keeps that class's last valid definition (its PVs keep a
+/// class to be located and wiped with), applies the other classes' changes, reports the
+/// failure once (event, readiness detail, metric) and recovers when it is fixed.
+#[tokio::test]
+async fn a_class_broken_by_a_reload_keeps_its_last_valid_definition() {
+    let mut lab = lab().await;
+    let dir = lab._config.path().to_path_buf();
+    let write = |map: &str| std::fs::write(dir.join("storageClassMap"), map).unwrap();
+    write(&format!(
+        "{CLASS}:\n  hostDir: /mnt/elsewhere\n  mountDir: /mnt/elsewhere\n  accessMode: RWX\nnew:\n  hostDir: /mnt/new\n  mountDir: /mnt/new\n"
+    ));
+    let events = lab.api.events();
+    lab.agent.reload_config().await;
+    let classes = &lab.agent.config.storage_class_map;
+    assert_eq!(classes.keys().collect::<Vec<_>>(), [CLASS, "new"]);
+    assert_eq!(classes[CLASS].host_dir, "/mnt/disks", "the broken class runs as before");
+    assert_eq!(lab.api.events(), events + 2, "one reload event and one ConfigInvalid event");
+    let problem = lab.agent.config_problem.clone().expect("the failure is remembered");
+    assert!(
+        problem.contains(&format!("class \"{CLASS}\" is invalid, its last valid definition stays in use")),
+        "{problem}"
+    );
+    assert!(problem.contains(&format!("storageClassMap.{CLASS}.accessMode")), "{problem}");
+    // Read again unchanged: not reported again.
+    lab.agent.reload_config().await;
+    assert_eq!(lab.api.events(), events + 2);
+    // Fixed.
+    write(&format!("{CLASS}:\n  hostDir: /mnt/disks2\n  mountDir: /mnt/disks2\n"));
+    lab.agent.reload_config().await;
+    assert!(lab.agent.config_problem.is_none());
+    assert_eq!(lab.agent.config.storage_class_map[CLASS].host_dir, "/mnt/disks2");
+}

@@ -8,6 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::duration::parse_go_duration;
+use super::upstream_yaml::{Conversion, upstream_labels};
 use super::{
     BlockCleanMethod, ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, LoadedConfig, Problem, ProvisionerConfig,
     VolumeMode, validate,
@@ -59,19 +60,30 @@ pub(super) fn read_entries(dir: &Path) -> Result<Vec<(String, String)>, ConfigEr
 }
 
 /// Parses ConfigMap entries (key, file content) into a validated config. `source_name` is
-/// only used in error messages.
+/// only used in error messages. A problem of a top-level key refuses the whole config (every
+/// problem, of classes too, is listed so one edit fixes all); a problem of one class only
+/// leaves that class out: it is listed in [`LoadedConfig::failed_classes`] and the other
+/// classes are used.
 pub fn parse_entries(source_name: &str, entries: &[(String, String)]) -> Result<LoadedConfig, ConfigError> {
     let mut p = Parser::default();
-    let config = p.top_level(entries);
-    p.problems.extend(validate(&config));
-    if p.problems.is_empty() {
-        Ok(LoadedConfig { config, warnings: p.warnings })
-    } else {
-        Err(ConfigError::Invalid { source_name: source_name.to_string(), problems: p.problems, warnings: p.warnings })
+    let mut config = p.top_level(entries);
+    let findings = validate(&config);
+    p.problems.extend(findings.global);
+    for (class, problems) in findings.classes {
+        p.class_problems.entry(class).or_default().extend(problems);
     }
+    if !p.problems.is_empty() {
+        let mut problems = p.problems;
+        problems.extend(p.class_problems.into_values().flatten());
+        return Err(ConfigError::Invalid { source_name: source_name.to_string(), problems, warnings: p.warnings });
+    }
+    for class in p.class_problems.keys() {
+        config.storage_class_map.remove(class);
+    }
+    Ok(LoadedConfig { config, warnings: p.warnings, failed_classes: p.class_problems })
 }
 
-const TOP_KEYS: [&str; 11] = [
+pub(super) const TOP_KEYS: [&str; 11] = [
     "storageClassMap",
     "nodeLabelsForPV",
     "labelsForPV",
@@ -99,7 +111,10 @@ const CLASS_KEYS: [&str; 9] = [
 
 #[derive(Default)]
 struct Parser {
+    /// Problems of top-level keys.
     problems: Vec<Problem>,
+    /// Problems met while reading one class, by class.
+    class_problems: BTreeMap<String, Vec<Problem>>,
     warnings: Vec<String>,
 }
 
@@ -115,6 +130,11 @@ impl Parser {
                 self.warnings.push(format!("unknown config key {key:?} ignored (known keys: {})", TOP_KEYS.join(", ")));
                 continue;
             };
+            if canonical == "labelsForPV" {
+                // Read as upstream reads it, scalar by scalar (see upstream_yaml).
+                cfg.labels_for_pv = self.labels_for_pv(text);
+                continue;
+            }
             let value = match serde_saphyr::from_str::<Value>(text) {
                 Ok(v) => v,
                 Err(e) => {
@@ -126,7 +146,6 @@ impl Parser {
             match canonical {
                 "storageClassMap" => cfg.storage_class_map = self.class_map(&value),
                 "nodeLabelsForPV" => cfg.node_labels_for_pv = self.string_list(&value, loc).unwrap_or_default(),
-                "labelsForPV" => cfg.labels_for_pv = self.string_map(&value, loc),
                 "useAlphaAPI" => cfg.use_alpha_api = self.boolean(&value, loc),
                 "useJobForCleaning" => cfg.use_job_for_cleaning = self.boolean(&value, loc),
                 "useNodeNameOnly" => cfg.use_node_name_only = self.boolean(&value, loc),
@@ -159,7 +178,14 @@ impl Parser {
             Value::Object(map) => {
                 for (class, spec) in map {
                     let loc = format!("storageClassMap.{class}");
-                    if let Some(c) = self.class(spec, &loc) {
+                    // Whatever goes wrong while reading this class is this class's problem.
+                    let before = self.problems.len();
+                    let parsed = self.class(spec, &loc);
+                    let own: Vec<Problem> = self.problems.drain(before..).collect();
+                    if !own.is_empty() {
+                        self.class_problems.entry(class.clone()).or_default().extend(own);
+                    }
+                    if let Some(c) = parsed {
                         out.insert(class.clone(), c);
                     }
                 }
@@ -306,20 +332,23 @@ impl Parser {
         }
     }
 
-    fn string_map(&mut self, value: &Value, loc: &str) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        match value {
-            Value::Null => {}
-            Value::Object(map) => {
-                for (k, v) in map {
-                    if let Some(s) = self.string(v, &format!("{loc}.{k}")) {
-                        out.insert(k.clone(), s);
+    /// `labelsForPV` with upstream's meaning for unquoted values (`tier : 1.10` is the label
+    /// value "1.1"), and a warning for each label that was not read as the text written.
+    fn labels_for_pv(&mut self, text: &str) -> BTreeMap<String, String> {
+        match upstream_labels(text) {
+            Ok((labels, conversions)) => {
+                for c in conversions {
+                    if let Some(w) = conversion_warning(&c) {
+                        self.warnings.push(w);
                     }
                 }
+                labels
             }
-            other => self.problem(loc, format!("expected a map of strings, got {}", kind(other))),
+            Err(e) => {
+                self.problem("labelsForPV", e);
+                BTreeMap::new()
+            }
         }
-        out
     }
 
     fn k8s_list<T: serde::de::DeserializeOwned>(&mut self, value: &Value, loc: &str, what: &str) -> Option<Vec<T>> {
@@ -367,4 +396,25 @@ fn unreachable_key(key: &str) {
     // TOP_KEYS and the match above list the same keys; a key missing from the match is a
     // programming error that tests catch, not something to crash a node agent over.
     debug_assert!(false, "config key {key} has no handler");
+}
+
+/// The warning for a label upstream's YAML parser does not read as the text written; None for
+/// an empty value, which is plainly the empty string.
+fn conversion_warning(c: &Conversion) -> Option<String> {
+    if c.written.is_empty() {
+        return None;
+    }
+    let (what, location) =
+        if c.is_key { ("key", "labelsForPV".to_string()) } else { ("value", format!("labelsForPV.{}", c.key)) };
+    Some(if c.result == c.written {
+        format!(
+            "{location}: the unquoted {} {} is read as the label {what} {:?}, as upstream reads it; quote it to make that explicit",
+            c.kind, c.written, c.result
+        )
+    } else {
+        format!(
+            "{location}: the unquoted {} {} is read as the label {what} {:?}, as upstream reads it, not {:?}; quote it if you meant {:?}",
+            c.kind, c.written, c.result, c.written, c.written
+        )
+    })
 }

@@ -3,9 +3,13 @@
 //! A config that fails here is never applied, so a typo cannot make the agent touch the
 //! wrong directory.
 
+mod cleaners;
 pub mod duration;
+mod effective;
 mod load;
+mod manifest;
 mod source;
+mod upstream_yaml;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -16,11 +20,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
 use serde::Serialize;
 
+pub use cleaners::cleaner_warnings;
+pub use effective::{Effective, effective};
 pub use load::{load_dir, parse_entries};
+pub use manifest::{ManifestError, load_manifest};
 pub use source::ConfigSource;
 #[cfg(test)]
 use validate::nested_dirs;
-pub use validate::validate;
+pub use validate::{Findings, validate};
 
 /// Where the upstream DaemonSet mounts the ConfigMap; keeping it lets operators swap images
 /// without editing manifests.
@@ -208,13 +215,17 @@ fn format_problems(problems: &[Problem]) -> String {
     out
 }
 
-/// A valid configuration together with the warnings (unknown keys) met while reading it.
+/// A valid configuration together with the warnings (unknown keys) met while reading it, and
+/// the classes left out because their own settings are wrong.
 #[derive(Debug, Clone)]
 pub struct LoadedConfig {
-    /// The effective configuration.
+    /// The effective configuration: every class that is valid.
     pub config: ProvisionerConfig,
     /// Non-fatal findings an operator should still see.
     pub warnings: Vec<String>,
+    /// Classes left out of `config`, with their problems: one class's typo does not stop the
+    /// others (upstream fails such a class alone too).
+    pub failed_classes: BTreeMap<String, Vec<Problem>>,
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ fn ok(list: &[(&str, &str)]) -> LoadedConfig {
     parse_entries("test-configmap", &entries(list)).unwrap_or_else(|e| panic!("expected a valid config, got: {e}"))
 }
 
-/// Parses and expects `ConfigError::Invalid`, returning its problems.
+/// Parses and expects problems: `ConfigError::Invalid` (a top-level problem refuses the
+/// whole config), or a config with failed classes (their problems, class by class).
 fn problems(list: &[(&str, &str)]) -> Vec<Problem> {
     match parse_entries("test-configmap", &entries(list)) {
         Err(ConfigError::Invalid { source_name, problems, .. }) => {
@@ -26,7 +27,22 @@ fn problems(list: &[(&str, &str)]) -> Vec<Problem> {
             problems
         }
         Err(other) => panic!("expected Invalid, got {other}"),
-        Ok(loaded) => panic!("expected Invalid, got a valid config: {:?}", loaded.config),
+        Ok(loaded) if !loaded.failed_classes.is_empty() => {
+            for class in loaded.failed_classes.keys() {
+                assert!(!loaded.config.storage_class_map.contains_key(class), "failed class {class} is still used");
+            }
+            loaded.failed_classes.into_values().flatten().collect()
+        }
+        Ok(loaded) => panic!("expected problems, got a valid config: {:?}", loaded.config),
+    }
+}
+
+/// Parses and expects only class problems: the classes that failed, and the config of the
+/// others.
+fn failed(list: &[(&str, &str)]) -> (BTreeMap<String, Vec<Problem>>, ProvisionerConfig) {
+    match parse_entries("test-configmap", &entries(list)) {
+        Ok(loaded) => (loaded.failed_classes, loaded.config),
+        Err(e) => panic!("expected failed classes only, got {e}"),
     }
 }
 
@@ -379,7 +395,7 @@ fn wrongly_shaped_lists_and_maps_are_rejected() {
         ("nodeLabelsForPV", "zone", "nodeLabelsForPV"),
         ("nodeLabelsForPV", "- [a]", "nodeLabelsForPV[0]"),
         ("labelsForPV", "- a", "labelsForPV"),
-        ("labelsForPV", "enabled : true", "labelsForPV.enabled"),
+        ("labelsForPV", "enabled : [true]", "labelsForPV"),
         ("jobTolerations", "not-a-list", "jobTolerations"),
     ];
     for (key, text, loc) in cases {
@@ -543,9 +559,9 @@ fn each_invalid_class_setting_is_one_problem_at_its_location() {
             "[",
         ),
         (
-            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \"ssd*,,nvme*\"\n",
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  namePattern: \",,\"\n",
             "storageClassMap.fast.namePattern",
-            "empty glob",
+            "holds no glob",
         ),
         (
             "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector:\n    - {}\n",
@@ -706,22 +722,28 @@ slow:
 
 #[test]
 fn invalid_error_display_names_source_class_key_and_reason() {
-    let err =
-        parse_entries("/etc/provisioner/config", &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n")]))
-            .unwrap_err();
+    // A top-level problem refuses the config; the class problems are listed with it.
+    let err = parse_entries(
+        "/etc/provisioner/config",
+        &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n"), ("useAlphaAPI", "maybe")]),
+    )
+    .unwrap_err();
     let text = err.to_string();
     assert_eq!(
         text,
-        "invalid config in /etc/provisioner/config: 1 problem(s)\n  - storageClassMap.fast.hostDir: is required"
+        "invalid config in /etc/provisioner/config: 2 problem(s)\n  - useAlphaAPI: \"maybe\" is not a boolean (use true/false, yes/no or on/off)\n  - storageClassMap.fast.hostDir: is required"
     );
 
     let err = parse_entries(
         "cm",
-        &entries(&[("storageClassMap", "fast:\n  hostDir: /proc\n  mountDir: /mnt/fast\n  volumeMode: Blok\n")]),
+        &entries(&[
+            ("storageClassMap", "fast:\n  hostDir: /proc\n  mountDir: /mnt/fast\n  volumeMode: Blok\n"),
+            ("minResyncPeriod", "0s"),
+        ]),
     )
     .unwrap_err();
     let text = err.to_string();
-    assert!(text.starts_with("invalid config in cm: 2 problem(s)\n"), "{text}");
+    assert!(text.starts_with("invalid config in cm: 3 problem(s)\n"), "{text}");
     assert!(text.contains("\n  - storageClassMap.fast.volumeMode: \"Blok\" is not a volume mode"), "{text}");
     assert!(text.contains("\n  - storageClassMap.fast.hostDir: \"/proc\" is a system directory"), "{text}");
 }
@@ -799,11 +821,11 @@ fn load_dir_plain_files_work_too() {
 #[test]
 fn load_dir_reports_invalid_config_with_the_directory_as_source() {
     let tmp = TempDir::new("invalid");
-    kubelet_layout(tmp.path(), &[("storageClassMap", "fast:\n  hostDir: /etc\n  mountDir: /mnt/fast\n")]);
+    kubelet_layout(tmp.path(), &[("storageClassMap", "- not\n- a map\n")]);
     match load_dir(tmp.path()) {
         Err(ConfigError::Invalid { source_name, problems, .. }) => {
             assert_eq!(source_name, tmp.path().display().to_string());
-            assert_eq!(locations(&problems), ["storageClassMap.fast.hostDir"]);
+            assert_eq!(locations(&problems), ["storageClassMap"]);
         }
         other => panic!("expected Invalid, got {other:?}"),
     }
@@ -840,12 +862,16 @@ fn load_dir_empty_directory_gives_defaults() {
 fn warnings_are_kept_when_the_config_is_refused() {
     let err = parse_entries(
         "cm",
-        &entries(&[("storageClassMap", "fast:\n  mountDir: /mnt/fast\n  hostdirr: /x\n"), ("oddKey", "1")]),
+        &entries(&[
+            ("storageClassMap", "fast:\n  mountDir: /mnt/fast\n  hostdirr: /x\n"),
+            ("oddKey", "1"),
+            ("setPVOwnerRef", "perhaps"),
+        ]),
     )
     .unwrap_err();
     match err {
         ConfigError::Invalid { problems, warnings, .. } => {
-            assert_eq!(locations(&problems), ["storageClassMap.fast.hostDir"]);
+            assert_eq!(locations(&problems), ["setPVOwnerRef", "storageClassMap.fast.hostDir"]);
             assert_eq!(warnings.len(), 2, "{warnings:?}");
             assert!(warnings.iter().any(|w| w.contains("oddKey")), "{warnings:?}");
             assert!(
@@ -871,9 +897,10 @@ fn labels_for_pv_with_invalid_label_syntax_are_rejected() {
 #[test]
 fn nested_host_dirs_are_rejected_in_either_order() {
     let map = format!("{}{}", one_class("outer", "/mnt/disks"), one_class("inner", "/mnt/disks/ssd1"));
+    // Both fail: the outer class would publish the inner one's directory as one volume.
     let ps = problems(&[("storageClassMap", &map)]);
-    assert_eq!(locations(&ps), vec!["storageClassMap.inner.hostDir"]);
-    assert!(ps[0].message.contains("must not nest"), "{}", ps[0].message);
+    assert_eq!(locations(&ps), vec!["storageClassMap.inner.hostDir", "storageClassMap.outer.hostDir"]);
+    assert!(ps.iter().all(|p| p.message.contains("must not nest")), "{ps:?}");
     // Siblings with a common name prefix are not nested.
     ok(&[("storageClassMap", &format!("{}{}", one_class("a", "/mnt/disks"), one_class("b", "/mnt/disks2")))]);
 }
@@ -899,18 +926,34 @@ fn every_enclosing_host_dir_is_reported_once_per_class_in_class_order() {
             "storageClassMap.{inner}.hostDir: {dir:?} is inside the hostDir {outer_dir:?} of class {outer:?}; discovery directories must not nest"
         )
     };
+    // The outer class of a nesting fails too: it would publish the inner one's directory.
+    let holds = |outer: &str, dir: &str, inner_dir: &str, inner: &str| {
+        format!(
+            "storageClassMap.{outer}.hostDir: {dir:?} contains the hostDir {inner_dir:?} of class {inner:?}; discovery directories must not nest"
+        )
+    };
+    // Class by class (problems() lists failed classes in name order).
     assert_eq!(
         got,
         [
-            "storageClassMap.d-dup.hostDir: \"/mnt/disks/\" is already the hostDir of class \"a-top\"; one directory can serve one class".to_string(),
-            "storageClassMap.d-dup.mountDir: \"/mnt/disks/\" is already the mountDir of class \"a-top\"; one directory can serve one class".to_string(),
+            holds("a-top", "/mnt/disks", "/mnt/disks/ssd", "b-mid"),
+            holds("a-top", "/mnt/disks", "/mnt/disks/ssd/one", "c-leaf"),
             nest("b-mid", "/mnt/disks/ssd", "/mnt/disks", "a-top"),
             nest("b-mid", "/mnt/disks/ssd", "/mnt/disks", "d-dup"),
+            holds("b-mid", "/mnt/disks/ssd", "/mnt/disks/ssd/one", "c-leaf"),
             nest("c-leaf", "/mnt/disks/ssd/one", "/mnt/disks", "a-top"),
             nest("c-leaf", "/mnt/disks/ssd/one", "/mnt/disks/ssd", "b-mid"),
             nest("c-leaf", "/mnt/disks/ssd/one", "/mnt/disks", "d-dup"),
+            "storageClassMap.d-dup.hostDir: \"/mnt/disks/\" is already the hostDir of class \"a-top\"; one directory can serve one class".to_string(),
+            "storageClassMap.d-dup.mountDir: \"/mnt/disks/\" is already the mountDir of class \"a-top\"; one directory can serve one class".to_string(),
+            holds("d-dup", "/mnt/disks", "/mnt/disks/ssd", "b-mid"),
+            holds("d-dup", "/mnt/disks", "/mnt/disks/ssd/one", "c-leaf"),
         ]
     );
+    // The classes without a clash are used.
+    let (failed_classes, config) = failed(&[("storageClassMap", &map)]);
+    assert_eq!(failed_classes.keys().collect::<Vec<_>>(), ["a-top", "b-mid", "c-leaf", "d-dup"]);
+    assert_eq!(config.storage_class_map.keys().collect::<Vec<_>>(), ["e-sibling", "f-prefix"]);
 }
 
 #[test]
@@ -953,4 +996,154 @@ fn block_class_with_fs_type_is_accepted_like_upstream() {
     let map = "raw:\n  hostDir: /mnt/raw\n  mountDir: /mnt/raw\n  volumeMode: Block\n  fsType: ext4\n";
     let loaded = ok(&[("storageClassMap", map)]);
     assert_eq!(loaded.config.storage_class_map["raw"].volume_mode, VolumeMode::Block);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One class's problem fails that class only
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn an_invalid_glob_fails_only_its_class() {
+    let map = format!(
+        "{}{}",
+        one_class("good", "/mnt/good"),
+        "typo:\n  hostDir: /mnt/typo\n  mountDir: /mnt/typo\n  namePattern: \"[\"\n"
+    );
+    let (failed_classes, config) = failed(&[("storageClassMap", &map)]);
+    assert_eq!(config.storage_class_map.keys().collect::<Vec<_>>(), ["good"]);
+    assert_eq!(locations(&failed_classes["typo"]), ["storageClassMap.typo.namePattern"]);
+}
+
+#[test]
+fn empty_name_pattern_pieces_are_skipped_like_upstream() {
+    for pattern in ["nvme*,", ",sd?", "nvme*,,sd?"] {
+        let map = format!("a:\n  hostDir: /mnt/a\n  mountDir: /mnt/a\n  namePattern: \"{pattern}\"\n");
+        let loaded = ok(&[("storageClassMap", &map)]);
+        assert_eq!(loaded.config.storage_class_map["a"].name_pattern, pattern);
+    }
+}
+
+#[test]
+fn which_problems_fail_one_class_and_which_refuse_the_config() {
+    let class_level = [
+        "fast:\n  mountDir: /mnt/fast\n",
+        "fast:\n  hostDir: relative\n  mountDir: /mnt/fast\n",
+        "fast:\n  hostDir: /etc\n  mountDir: /mnt/fast\n",
+        "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: Raw\n",
+        "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  accessMode: RWX\n",
+        "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: []\n",
+        "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanerCommand: [\"\"]\n",
+        "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  blockCleanMethod: scrub\n",
+        "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector: [{}]\n",
+        "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  selector: nope\n",
+        "fast:\n  hostDir: [a]\n  mountDir: /mnt/fast\n",
+        "fast: just-a-string\n",
+        "Fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n",
+    ];
+    for spec in class_level {
+        let map = format!("{spec}{}", one_class("other", "/mnt/other"));
+        let (failed_classes, config) = failed(&[("storageClassMap", &map)]);
+        assert_eq!(failed_classes.len(), 1, "{spec:?}: {failed_classes:?}");
+        assert!(!failed_classes.values().next().unwrap().is_empty(), "{spec:?}");
+        assert_eq!(config.storage_class_map.keys().collect::<Vec<_>>(), ["other"], "{spec:?}");
+    }
+    let map = one_class("other", "/mnt/other");
+    let whole = [
+        ("storageClassMap", "[a, b]"),
+        ("storageClassMap", "fast: [unclosed"),
+        ("minResyncPeriod", "soon"),
+        ("minResyncPeriod", "0s"),
+        ("useNodeNameOnly", "perhaps"),
+        ("nodeLabelsForPV", "- \"\""),
+        ("labelsForPV", "team : storage team"),
+        ("labelsForPV", "k: [a]"),
+        ("jobTolerations", "not-a-list"),
+    ];
+    for (key, text) in whole {
+        let list = [("storageClassMap", map.as_str()), (key, text)];
+        let list: Vec<(&str, &str)> = if key == "storageClassMap" { vec![(key, text)] } else { list.to_vec() };
+        match parse_entries("cm", &entries(&list)) {
+            Err(ConfigError::Invalid { .. }) => {}
+            other => panic!("{key}: {text:?} should refuse the config, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn labels_for_pv_unquoted_scalars_are_read_as_upstream_reads_them_with_a_warning_each() {
+    let loaded = ok(&[("labelsForPV", "local : true\ntier : 1.10\ncount : 3\nname : fast\nquoted : \"012\"\n")]);
+    assert_eq!(
+        loaded.config.labels_for_pv,
+        BTreeMap::from([
+            ("count".to_string(), "3".to_string()),
+            ("local".to_string(), "true".to_string()),
+            ("name".to_string(), "fast".to_string()),
+            ("quoted".to_string(), "012".to_string()),
+            ("tier".to_string(), "1.1".to_string()),
+        ])
+    );
+    assert_eq!(
+        loaded.warnings,
+        [
+            "labelsForPV.local: the unquoted boolean true is read as the label value \"true\", as upstream reads it; quote it to make that explicit",
+            "labelsForPV.tier: the unquoted number 1.10 is read as the label value \"1.1\", as upstream reads it, not \"1.10\"; quote it if you meant \"1.10\"",
+            "labelsForPV.count: the unquoted number 3 is read as the label value \"3\", as upstream reads it; quote it to make that explicit",
+        ]
+    );
+    // Null and empty values are the empty label value; only the written null is mentioned.
+    let loaded = ok(&[("labelsForPV", "a: ~\nb:\n")]);
+    assert_eq!(loaded.config.labels_for_pv["a"], "");
+    assert_eq!(loaded.config.labels_for_pv["b"], "");
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    // A converted key is named too.
+    let loaded = ok(&[("labelsForPV", "yes: a\n")]);
+    assert_eq!(loaded.config.labels_for_pv["true"], "a");
+    assert!(loaded.warnings[0].starts_with("labelsForPV: the unquoted boolean yes is read as the label key \"true\""));
+    // A value upstream turns into something Kubernetes refuses as a label is a problem.
+    let ps = problems(&[("labelsForPV", "big: .inf\n")]);
+    assert_eq!(locations(&ps), ["labelsForPV.big"]);
+    assert!(ps[0].message.contains("\"+Inf\""), "{}", ps[0].message);
+}
+
+#[test]
+fn cleaner_warnings_name_class_and_command() {
+    let map = "\
+a:\n  hostDir: /mnt/a\n  mountDir: /mnt/a\n
+b:\n  hostDir: /mnt/b\n  mountDir: /mnt/b\n  blockCleanerCommand: [\"/scripts/shred.sh\", \"2\"]\n
+c:\n  hostDir: /mnt/c\n  mountDir: /mnt/c\n  blockCleanerCommand: [\"/opt/wipe\", \"-x\"]\n
+d:\n  hostDir: /mnt/d\n  mountDir: /mnt/d\n  blockCleanerCommand: [\"/scripts/shred.sh\", \"-h\"]\n
+e:\n  hostDir: /mnt/e\n  mountDir: /mnt/e\n  blockCleanerCommand: [\"/opt/present\"]\n
+f:\n  hostDir: /mnt/f\n  mountDir: /mnt/f\n  blockCleanerCommand: [\"/opt/wipe\"]\n  blockCleanMethod: zero\n";
+    // blockCleanMethod together with blockCleanerCommand is a problem of class f: leave it out.
+    let (_, cfg) = failed(&[("storageClassMap", map), ("useJobForCleaning", "\"yes\"")]);
+    let exists = |p: &str| p == "/opt/present";
+    let builtin = |argv: &[String]| -> Option<Result<String, String>> {
+        match argv.first().map(String::as_str) {
+            Some("/scripts/quick_reset.sh") => Some(Ok("quick".into())),
+            Some("/scripts/shred.sh") if argv.get(1).is_some_and(|a| a == "-h") => Some(Err("bad argument".into())),
+            Some("/scripts/shred.sh") => Some(Ok("shred".into())),
+            _ => None,
+        }
+    };
+    let warnings = cleaner_warnings(&cfg, &exists, &builtin);
+    assert_eq!(warnings.len(), 3, "{warnings:#?}");
+    assert_eq!(
+        warnings[0],
+        "storageClassMap.c.blockCleanerCommand: \"/opt/wipe\" does not exist in this container and has no built-in equivalent; released block volumes of class \"c\" will not be wiped (each wipe is refused) until the program is there (mount it) or blockCleanMethod is set"
+    );
+    assert!(
+        warnings[1]
+            .starts_with("storageClassMap.d.blockCleanerCommand: [\"/scripts/shred.sh\", \"-h\"] is upstream's script"),
+        "{}",
+        warnings[1]
+    );
+    assert!(warnings[1].contains("bad argument"), "{}", warnings[1]);
+    assert!(
+        warnings[2].starts_with("useJobForCleaning is set, but this provisioner runs no cleaning Jobs"),
+        "{}",
+        warnings[2]
+    );
+    // Nothing to say about a config without either.
+    let (_, cfg) = failed(&[("storageClassMap", "a:\n  hostDir: /mnt/a\n  mountDir: /mnt/a\n")]);
+    assert!(cleaner_warnings(&cfg, &exists, &builtin).is_empty());
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path};
 
-use super::{ACCESS_MODES, Problem, ProvisionerConfig};
+use super::{ACCESS_MODES, ClassConfig, Problem, ProvisionerConfig};
 use crate::core::pattern::NamePattern;
 use crate::core::pv::clean_path as normalize;
 use crate::core::volume_safety::{SENSITIVE_DIRS, SYSTEM_DIRS};
@@ -12,72 +12,112 @@ use crate::core::volume_safety::{SENSITIVE_DIRS, SYSTEM_DIRS};
 /// Pseudo-filesystems that hold no volumes at any depth.
 const PSEUDO_FS_ROOTS: [&str; 2] = ["/proc", "/sys"];
 
-/// Lists every problem in the config, empty when it is usable.
-pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let mut push = |location: String, message: String| problems.push(Problem { location, message });
+/// What is wrong with a parsed config: problems that concern the whole config (it is refused),
+/// and problems of single classes (only those classes are left out).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Findings {
+    /// Problems of top-level keys: the whole config is refused for any of them.
+    pub global: Vec<Problem>,
+    /// Problems of one class each, by class name.
+    pub classes: BTreeMap<String, Vec<Problem>>,
+}
+
+impl Findings {
+    fn class(&mut self, class: &str, location: String, message: String) {
+        self.classes.entry(class.to_string()).or_default().push(Problem { location, message });
+    }
+}
+
+/// Lists every problem in the config, empty when it is usable. A problem of one class's
+/// settings (or of its directories clashing with another class's) concerns that class only.
+pub fn validate(cfg: &ProvisionerConfig) -> Findings {
+    let mut findings = Findings::default();
 
     if cfg.min_resync_period.is_zero() {
-        push("minResyncPeriod".into(), "must be greater than zero".into());
+        findings
+            .global
+            .push(Problem { location: "minResyncPeriod".into(), message: "must be greater than zero".into() });
     }
-    let mut host_dirs: BTreeMap<String, &str> = BTreeMap::new();
-    let mut mount_dirs: BTreeMap<String, &str> = BTreeMap::new();
     for (class, c) in &cfg.storage_class_map {
         let loc = |key: &str| format!("storageClassMap.{class}.{key}");
         if let Some(msg) = class_name_problem(class) {
-            push(format!("storageClassMap.{class}"), msg);
+            findings.class(class, format!("storageClassMap.{class}"), msg);
         }
-        for (key, dir, seen) in [("hostDir", &c.host_dir, &mut host_dirs), ("mountDir", &c.mount_dir, &mut mount_dirs)]
-        {
-            match dir_problem(dir) {
-                Some(msg) => push(loc(key), msg),
-                None => {
-                    let normal = normalize(dir);
-                    if let Some(other) = seen.get(&normal) {
-                        push(
-                            loc(key),
-                            format!(
-                                "{dir:?} is already the {key} of class {other:?}; one directory can serve one class"
-                            ),
-                        );
-                    } else {
-                        seen.insert(normal, class.as_str());
-                    }
-                }
+        for (key, dir) in [("hostDir", &c.host_dir), ("mountDir", &c.mount_dir)] {
+            if let Some(msg) = dir_problem(dir) {
+                findings.class(class, loc(key), msg);
             }
         }
         if !ACCESS_MODES.contains(&c.access_mode.as_str()) {
-            push(
+            findings.class(
+                class,
                 loc("accessMode"),
                 format!("{:?} is not an access mode (use one of {})", c.access_mode, ACCESS_MODES.join(", ")),
             );
         }
         if let Err(e) = NamePattern::parse(&c.name_pattern) {
-            push(loc("namePattern"), e);
+            findings.class(class, loc("namePattern"), e);
         }
         if c.block_cleaner_command.iter().any(|s| s.is_empty()) {
-            push(loc("blockCleanerCommand"), "contains an empty string".into());
+            findings.class(class, loc("blockCleanerCommand"), "contains an empty string".into());
         }
         for (i, term) in c.selector.iter().enumerate() {
             let empty = term.match_expressions.as_ref().is_none_or(Vec::is_empty)
                 && term.match_fields.as_ref().is_none_or(Vec::is_empty);
             if empty {
-                push(format!("{}[{i}]", loc("selector")), "is an empty term; it would match every node".into());
+                findings.class(
+                    class,
+                    format!("{}[{i}]", loc("selector")),
+                    "is an empty term; it would match every node".into(),
+                );
             }
         }
     }
+    for (class, problems) in conflicts(cfg) {
+        findings.classes.entry(class).or_default().extend(problems);
+    }
     for (i, key) in cfg.node_labels_for_pv.iter().enumerate() {
         if key.is_empty() {
-            push(format!("nodeLabelsForPV[{i}]"), "is empty".into());
+            findings.global.push(Problem { location: format!("nodeLabelsForPV[{i}]"), message: "is empty".into() });
         }
     }
     for (key, value) in &cfg.labels_for_pv {
         if let Some(msg) = label_key_problem(key).or_else(|| label_value_problem(value)) {
-            push(format!("labelsForPV.{key}"), msg);
+            findings.global.push(Problem { location: format!("labelsForPV.{key}"), message: msg });
         }
     }
-    // A class's hostDir inside another's would make one class's whole directory a volume of
-    // the other, to be published twice and wiped with everything in it.
+    findings
+}
+
+/// Classes whose directories clash with another class's, by class: a hostDir or mountDir
+/// that is already another class's (the class sorted later is blamed: the other one can run
+/// alone safely), and hostDirs nested in one another (both are blamed: the outer class would
+/// publish the inner one's whole directory as one volume, and wipe it).
+pub(super) fn conflicts(cfg: &ProvisionerConfig) -> BTreeMap<String, Vec<Problem>> {
+    let mut out: BTreeMap<String, Vec<Problem>> = BTreeMap::new();
+    let mut push = |class: &str, location: String, message: String| {
+        out.entry(class.to_string()).or_default().push(Problem { location, message });
+    };
+    let mut host_dirs: BTreeMap<String, &str> = BTreeMap::new();
+    let mut mount_dirs: BTreeMap<String, &str> = BTreeMap::new();
+    for (class, c) in &cfg.storage_class_map {
+        for (key, dir, seen) in [("hostDir", &c.host_dir, &mut host_dirs), ("mountDir", &c.mount_dir, &mut mount_dirs)]
+        {
+            if dir_problem(dir).is_some() {
+                continue;
+            }
+            let normal = normalize(dir);
+            if let Some(other) = seen.get(&normal) {
+                push(
+                    class,
+                    format!("storageClassMap.{class}.{key}"),
+                    format!("{dir:?} is already the {key} of class {other:?}; one directory can serve one class"),
+                );
+            } else {
+                seen.insert(normal, class.as_str());
+            }
+        }
+    }
     let dirs: Vec<(&String, String)> = cfg
         .storage_class_map
         .iter()
@@ -85,16 +125,28 @@ pub fn validate(cfg: &ProvisionerConfig) -> Vec<Problem> {
         .map(|(n, c)| (n, normalize(&c.host_dir)))
         .collect();
     let dir_names: Vec<&str> = dirs.iter().map(|(_, d)| d.as_str()).collect();
+    let mut outer_problems = Vec::new();
     for (i, o) in nested_dirs(&dir_names) {
         let ((inner, inner_dir), (outer, outer_dir)) = (&dirs[i], &dirs[o]);
         push(
+            inner,
             format!("storageClassMap.{inner}.hostDir"),
             format!(
                 "{inner_dir:?} is inside the hostDir {outer_dir:?} of class {outer:?}; discovery directories must not nest"
             ),
         );
+        outer_problems.push((
+            outer.to_string(),
+            format!("storageClassMap.{outer}.hostDir"),
+            format!(
+                "{outer_dir:?} contains the hostDir {inner_dir:?} of class {inner:?}; discovery directories must not nest"
+            ),
+        ));
     }
-    problems
+    for (class, location, message) in outer_problems {
+        push(&class, location, message);
+    }
+    out
 }
 
 /// Every pair `(inner, outer)` of indices where `dirs[inner]` lies strictly inside
@@ -187,6 +239,34 @@ fn dir_problem(dir: &str) -> Option<String> {
         return Some(format!(
             "{dir:?} is inside the host directory {sensitive}, whose contents are the host's own; it cannot hold volumes"
         ));
+    }
+    None
+}
+
+/// Why two classes cannot run side by side (the same hostDir or mountDir, or nested
+/// hostDirs), from `class`'s point of view; None when they can. Used when a class that failed
+/// keeps its last valid definition next to the others' new ones.
+pub(super) fn clash(class: &str, c: &ClassConfig, other: &str, o: &ClassConfig) -> Option<Problem> {
+    let at = |key: &str| format!("storageClassMap.{class}.{key}");
+    for (key, mine, theirs) in [("hostDir", &c.host_dir, &o.host_dir), ("mountDir", &c.mount_dir, &o.mount_dir)] {
+        if normalize(mine) == normalize(theirs) {
+            return Some(Problem {
+                location: at(key),
+                message: format!(
+                    "{mine:?} is the {key} of class {other:?}, which keeps its last valid definition; one directory can serve one class"
+                ),
+            });
+        }
+    }
+    let (mine, theirs) = (normalize(&c.host_dir), normalize(&o.host_dir));
+    let nested = |inner: &str, outer: &str| inner.starts_with(outer) && inner[outer.len()..].starts_with('/');
+    if nested(&mine, &theirs) || nested(&theirs, &mine) {
+        return Some(Problem {
+            location: at("hostDir"),
+            message: format!(
+                "{mine:?} and the hostDir {theirs:?} of class {other:?} (which keeps its last valid definition) nest; discovery directories must not nest"
+            ),
+        });
     }
     None
 }

@@ -10,16 +10,22 @@ pub struct NamePattern {
 
 impl NamePattern {
     /// Parses and checks every glob so a malformed pattern is a config error, not a silent
-    /// "nothing matches".
+    /// "nothing matches". Empty pieces (`nvme*,` or `,sd?`) are skipped, as upstream skips
+    /// them; a pattern with no glob at all would match nothing and is refused.
     pub fn parse(pattern: &str) -> Result<Self, String> {
         let mut globs = Vec::new();
         for part in pattern.split(',') {
             let glob: Vec<char> = part.trim().chars().collect();
             if glob.is_empty() {
-                return Err(format!("{pattern:?} contains an empty glob"));
+                continue;
             }
             check_syntax(&glob).map_err(|e| format!("{pattern:?}: glob {:?} {e}", part.trim()))?;
             globs.push(glob);
+        }
+        if globs.is_empty() {
+            return Err(format!(
+                "{pattern:?} holds no glob (every comma-separated piece is empty); it would match nothing"
+            ));
         }
         Ok(NamePattern { globs })
     }
@@ -179,8 +185,28 @@ mod tests {
 
     #[test]
     fn malformed_patterns_are_errors() {
-        for p in ["[", "[^", "[^bc", "a[", "[]a]", "[-]", "[x-]", "[-x]", "\\", "[a-b-c]", "a,,b", "[z-a]"] {
+        for p in ["[", "[^", "[^bc", "a[", "[]a]", "[-]", "[x-]", "[-x]", "\\", "[a-b-c]", "[z-a]", "nvme*,["] {
             assert!(NamePattern::parse(p).is_err(), "{p:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn empty_pieces_are_skipped_like_upstream() {
+        // Upstream's discovery skips empty pieces of the comma-separated list.
+        for (p, name, want) in [
+            ("nvme*,", "nvme0n1", true),
+            ("nvme*,", "sda", false),
+            (",sd?", "sda", true),
+            (",sd?", "nvme0n1", false),
+            ("a,,b", "b", true),
+            ("a, ,b", "a", true),
+        ] {
+            assert_eq!(m(p, name), want, "pattern {p:?} name {name:?}");
+        }
+        // Nothing but empty pieces would match nothing: refused.
+        for p in [",", ",,", " , "] {
+            let e = NamePattern::parse(p).unwrap_err();
+            assert!(e.contains("holds no glob"), "{p:?}: {e}");
         }
     }
 }

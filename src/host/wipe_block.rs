@@ -47,15 +47,26 @@ pub enum BlockMethod {
     Discard,
     /// Write zeroes over the whole device (BLKZEROOUT, else plain writes). Slow but thorough.
     Zero,
+    /// Upstream's `shred.sh N` (`shred -vzf -n N`): `passes` passes of random data over the
+    /// whole device, then a pass of zeroes. The slowest: (passes + 1) times the device.
+    Shred {
+        /// Passes of random data before the final zero pass.
+        passes: u32,
+    },
 }
 
+/// Passes of upstream's shred.sh when it is given no argument.
+pub const DEFAULT_SHRED_PASSES: u32 = 3;
+
 impl BlockMethod {
-    /// Parses the configuration spelling ("quick", "discard", "zero").
+    /// Parses the configuration spelling ("quick", "discard", "zero", "shred" with upstream's
+    /// default pass count).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "quick" => Some(BlockMethod::Quick),
             "discard" => Some(BlockMethod::Discard),
             "zero" => Some(BlockMethod::Zero),
+            "shred" => Some(BlockMethod::Shred { passes: DEFAULT_SHRED_PASSES }),
             _ => None,
         }
     }
@@ -66,6 +77,28 @@ impl BlockMethod {
             BlockMethod::Quick => "quick",
             BlockMethod::Discard => "discard",
             BlockMethod::Zero => "zero",
+            BlockMethod::Shred { .. } => "shred",
+        }
+    }
+
+    /// How many bytes the method writes on a device of `size` bytes, as far as progress and
+    /// timeouts go: the device once, or once per pass for shred.
+    pub fn work_bytes(self, size: u64) -> u64 {
+        match self {
+            BlockMethod::Shred { passes } => size.saturating_mul(u64::from(passes) + 1),
+            _ => size,
+        }
+    }
+
+    /// What the method does, for operators (warnings, logs).
+    pub fn describe(self) -> String {
+        match self {
+            BlockMethod::Quick => "the built-in quick method (erase every signature area)".into(),
+            BlockMethod::Discard => "the built-in discard method (discard every block, then erase signatures)".into(),
+            BlockMethod::Zero => "the built-in zero method (write zeroes over the whole device)".into(),
+            BlockMethod::Shred { passes } => {
+                format!("the built-in shred method ({passes} pass(es) of random data, then zeroes)")
+            }
         }
     }
 }
@@ -166,8 +199,13 @@ pub fn wipe_block_verified(
             dev.zero(progress)?;
             BlockMethod::Zero
         }
+        BlockMethod::Shred { passes } => {
+            shred(&dev, passes, &mut Xoshiro256::from_os_seed(), progress)?;
+            method
+        }
     };
-    progress(dev.size, dev.size);
+    let work = used.work_bytes(dev.size);
+    progress(work, work);
     Ok(BlockWipeReport { bytes: dev.size, method: used })
 }
 
@@ -203,8 +241,12 @@ impl Device<'_> {
     }
 
     fn check_cancel(&self, done: u64) -> Result<(), BlockWipeError> {
+        self.check_cancel_of(done, self.size)
+    }
+
+    fn check_cancel_of(&self, done: u64, total: u64) -> Result<(), BlockWipeError> {
         if self.cancel.load(Ordering::Relaxed) {
-            return Err(BlockWipeError::Cancelled { path: self.path.to_path_buf(), done, total: self.size });
+            return Err(BlockWipeError::Cancelled { path: self.path.to_path_buf(), done, total });
         }
         Ok(())
     }
@@ -292,6 +334,129 @@ impl Device<'_> {
             }
         }
         self.sync()
+    }
+}
+
+/// What the shred passes need from a device. The real one is the exclusively opened and
+/// identity-verified [`Device`]; the unit tests use a fake that fails or is cancelled on
+/// demand.
+trait Overwrite {
+    /// The device's size in bytes.
+    fn len(&self) -> u64;
+    /// Fails with [`BlockWipeError::Cancelled`] (reporting `done` of `total`) once cancelled.
+    fn cancelled(&self, done: u64, total: u64) -> Result<(), BlockWipeError>;
+    /// Writes `buf` at `offset`, whole.
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), BlockWipeError>;
+    /// Makes every write so far durable.
+    fn flush(&self) -> Result<(), BlockWipeError>;
+    /// Zeroes the whole device (the final pass), reporting bytes done of the device.
+    fn zero_all(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), BlockWipeError>;
+}
+
+impl Overwrite for Device<'_> {
+    fn len(&self) -> u64 {
+        self.size
+    }
+
+    fn cancelled(&self, done: u64, total: u64) -> Result<(), BlockWipeError> {
+        self.check_cancel_of(done, total)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), BlockWipeError> {
+        self.file.write_all_at(buf, offset).map_err(|e| BlockWipeError::io("write random data to", self.path, e))
+    }
+
+    fn flush(&self) -> Result<(), BlockWipeError> {
+        self.sync()
+    }
+
+    fn zero_all(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), BlockWipeError> {
+        self.zero(progress)
+    }
+}
+
+/// `passes` passes of random data over the whole device, each made durable before the next,
+/// then the zero pass: what `shred -z -n passes` leaves (a device reading all zeroes). Progress
+/// and cancellation count the bytes of every pass: `progress(done, size * (passes + 1))`.
+fn shred(
+    dev: &dyn Overwrite,
+    passes: u32,
+    random: &mut Xoshiro256,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(), BlockWipeError> {
+    let size = dev.len();
+    let total = size.saturating_mul(u64::from(passes) + 1);
+    let mut buf = vec![0u8; WRITE_CHUNK];
+    for pass in 0..u64::from(passes) {
+        let base = pass * size;
+        let mut done = 0;
+        let mut reported = 0;
+        while done < size {
+            dev.cancelled(base + done, total)?;
+            let n = (size - done).min(WRITE_CHUNK as u64);
+            // n <= WRITE_CHUNK, so it fits in usize.
+            let chunk = &mut buf[..n as usize];
+            random.fill(chunk);
+            dev.write_at(chunk, done)?;
+            done += n;
+            if done - reported >= PROGRESS_STEP || done == size {
+                progress(base + done, total);
+                reported = done;
+            }
+        }
+        dev.flush()?;
+    }
+    let base = u64::from(passes) * size;
+    dev.cancelled(base, total)?;
+    dev.zero_all(&mut |done, _| progress(base + done, total))
+}
+
+/// xoshiro256** (Blackman and Vigna): fast, statistically sound pseudo-random data for the
+/// overwrite passes, seeded from the OS. The passes need data that does not compress or
+/// repeat, not secrets: a seed that is guessed reveals nothing of what was on the disk.
+struct Xoshiro256 {
+    s: [u64; 4],
+}
+
+impl Xoshiro256 {
+    /// Seeded from the OS's randomness (the keys of std's `RandomState`).
+    fn from_os_seed() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let mut seed = [0u64; 4];
+        for (i, word) in seed.iter_mut().enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(i);
+            *word = h.finish();
+        }
+        Self::from_seed(seed)
+    }
+
+    /// A given seed (never all zero: that state would only ever yield zeroes).
+    fn from_seed(seed: [u64; 4]) -> Self {
+        let s = if seed == [0; 4] { [0x9E37_79B9_7F4A_7C15, 1, 2, 3] } else { seed };
+        Xoshiro256 { s }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        result
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) {
+        let mut chunks = buf.chunks_exact_mut(8);
+        for chunk in &mut chunks {
+            chunk.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        let last = self.next_u64().to_le_bytes();
+        rest.copy_from_slice(&last[..rest.len()]);
     }
 }
 
@@ -503,16 +668,48 @@ async fn read_some<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut [u8]) -> std:
     .await
 }
 
-/// Upstream's shipped script paths mapped to the built-in method doing the same, used when the
-/// configured script does not exist in our image: /scripts/quick_reset.sh -> Quick,
-/// /scripts/blkdiscard.sh -> Discard, /scripts/dd_zero.sh -> Zero (shred.sh has no equivalent: None).
-pub fn builtin_for_upstream_script(program: &str) -> Option<BlockMethod> {
-    match program {
-        "/scripts/quick_reset.sh" => Some(BlockMethod::Quick),
-        "/scripts/blkdiscard.sh" => Some(BlockMethod::Discard),
-        "/scripts/dd_zero.sh" => Some(BlockMethod::Zero),
-        _ => None,
+/// Upstream's shipped scripts mapped to the built-in method doing the same, used when the
+/// configured script does not exist in our image: `/scripts/quick_reset.sh` -> Quick,
+/// `/scripts/blkdiscard.sh` -> Discard, `/scripts/dd_zero.sh` -> Zero, `/scripts/shred.sh [N]`
+/// -> Shred with N passes (3 without N, as the script). None when `argv` is not one of them;
+/// an error when it is but its argument cannot be honoured (the script would have refused it,
+/// or, for `-h`, printed its usage and wiped nothing).
+pub fn builtin_for_upstream_command(argv: &[String]) -> Option<Result<BlockMethod, String>> {
+    let (program, args) = argv.split_first()?;
+    Some(Ok(match program.as_str() {
+        "/scripts/quick_reset.sh" => BlockMethod::Quick,
+        "/scripts/blkdiscard.sh" => BlockMethod::Discard,
+        "/scripts/dd_zero.sh" => BlockMethod::Zero,
+        "/scripts/shred.sh" => match args.first().map(String::as_str) {
+            None => BlockMethod::Shred { passes: DEFAULT_SHRED_PASSES },
+            Some(n) => match shred_passes(n) {
+                Some(passes) => BlockMethod::Shred { passes },
+                None => {
+                    return Some(Err(format!(
+                        "its argument {n:?} is not a pass count (upstream's script accepts only digits: `shred.sh [N]`)"
+                    )));
+                }
+            },
+        },
+        _ => return None,
+    }))
+}
+
+/// The block cleaner warnings of `cfg` as seen from this container: which programs exist
+/// here, and which of upstream's scripts have a built-in equivalent (see
+/// [`crate::config::cleaner_warnings`]).
+pub fn cleaner_warnings_here(cfg: &crate::config::ProvisionerConfig) -> Vec<String> {
+    crate::config::cleaner_warnings(cfg, &|program| Path::new(program).exists(), &|argv| {
+        builtin_for_upstream_command(argv).map(|r| r.map(BlockMethod::describe))
+    })
+}
+
+/// shred.sh's check of its argument (`^[0-9]+$`), as a pass count.
+fn shred_passes(arg: &str) -> Option<u32> {
+    if arg.is_empty() || !arg.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
+    arg.parse().ok()
 }
 
 #[cfg(test)]
@@ -523,14 +720,32 @@ mod tests {
         areas.iter().any(|&(o, l)| o <= offset && offset + len <= o + l)
     }
 
+    fn argv(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
     #[test]
     fn upstream_scripts_map_to_builtins() {
-        assert_eq!(builtin_for_upstream_script("/scripts/quick_reset.sh"), Some(BlockMethod::Quick));
-        assert_eq!(builtin_for_upstream_script("/scripts/blkdiscard.sh"), Some(BlockMethod::Discard));
-        assert_eq!(builtin_for_upstream_script("/scripts/dd_zero.sh"), Some(BlockMethod::Zero));
-        assert_eq!(builtin_for_upstream_script("/scripts/shred.sh"), None);
-        assert_eq!(builtin_for_upstream_script("/usr/local/bin/my-wipe"), None);
-        assert_eq!(builtin_for_upstream_script("quick_reset.sh"), None);
+        let map = |words: &[&str]| builtin_for_upstream_command(&argv(words));
+        assert_eq!(map(&["/scripts/quick_reset.sh"]), Some(Ok(BlockMethod::Quick)));
+        assert_eq!(map(&["/scripts/blkdiscard.sh"]), Some(Ok(BlockMethod::Discard)));
+        assert_eq!(map(&["/scripts/dd_zero.sh"]), Some(Ok(BlockMethod::Zero)));
+        // shred.sh: the pass count from its argument, 3 without one, extra arguments ignored
+        // (as the script does).
+        assert_eq!(map(&["/scripts/shred.sh", "2"]), Some(Ok(BlockMethod::Shred { passes: 2 })));
+        assert_eq!(map(&["/scripts/shred.sh"]), Some(Ok(BlockMethod::Shred { passes: 3 })));
+        assert_eq!(map(&["/scripts/shred.sh", "0"]), Some(Ok(BlockMethod::Shred { passes: 0 })));
+        assert_eq!(map(&["/scripts/shred.sh", "007"]), Some(Ok(BlockMethod::Shred { passes: 7 })));
+        assert_eq!(map(&["/scripts/shred.sh", "1", "extra"]), Some(Ok(BlockMethod::Shred { passes: 1 })));
+        // Arguments the script refuses (or, for -h, answers without wiping) are errors.
+        for bad in ["-h", "two", "-1", "+2", "1.5", "", " 2", "99999999999"] {
+            let got = map(&["/scripts/shred.sh", bad]);
+            assert!(matches!(&got, Some(Err(e)) if e.contains("not a pass count")), "{bad:?}: {got:?}");
+        }
+        assert_eq!(map(&["/usr/local/bin/my-wipe"]), None);
+        assert_eq!(map(&["quick_reset.sh"]), None);
+        assert_eq!(map(&["/scripts/shred.sh2"]), None);
+        assert_eq!(map(&[]), None);
     }
 
     #[test]
@@ -539,8 +754,195 @@ mod tests {
             assert_eq!(BlockMethod::parse(m.as_str()), Some(m));
             assert_eq!(serde_json::to_string(&m).unwrap(), format!("\"{}\"", m.as_str()));
         }
+        assert_eq!(BlockMethod::parse("shred"), Some(BlockMethod::Shred { passes: DEFAULT_SHRED_PASSES }));
+        assert_eq!(BlockMethod::Shred { passes: 2 }.as_str(), "shred");
         assert_eq!(BlockMethod::parse("Quick"), None);
-        assert_eq!(BlockMethod::parse("shred"), None);
+    }
+
+    #[test]
+    fn shred_work_counts_every_pass() {
+        assert_eq!(BlockMethod::Shred { passes: 2 }.work_bytes(10), 30);
+        assert_eq!(BlockMethod::Shred { passes: 0 }.work_bytes(10), 10);
+        assert_eq!(BlockMethod::Zero.work_bytes(10), 10);
+        assert_eq!(BlockMethod::Shred { passes: u32::MAX }.work_bytes(u64::MAX), u64::MAX);
+        assert!(BlockMethod::Shred { passes: 2 }.describe().contains("2 pass(es) of random data, then zeroes"));
+    }
+
+    /// A device in memory: records every write, fails the n-th write or flush, and raises
+    /// the cancel flag after a number of writes.
+    struct FakeDevice {
+        data: std::cell::RefCell<Vec<u8>>,
+        writes: std::cell::Cell<usize>,
+        flushes: std::cell::Cell<usize>,
+        fail_write: Option<usize>,
+        fail_flush: Option<usize>,
+        fail_zero: bool,
+        cancel_after_writes: Option<usize>,
+    }
+
+    impl FakeDevice {
+        fn new(size: usize) -> Self {
+            FakeDevice {
+                data: std::cell::RefCell::new(vec![0xA5; size]),
+                writes: Default::default(),
+                flushes: Default::default(),
+                fail_write: None,
+                fail_flush: None,
+                fail_zero: false,
+                cancel_after_writes: None,
+            }
+        }
+    }
+
+    impl Overwrite for FakeDevice {
+        fn len(&self) -> u64 {
+            self.data.borrow().len() as u64
+        }
+
+        fn cancelled(&self, done: u64, total: u64) -> Result<(), BlockWipeError> {
+            if self.cancel_after_writes.is_some_and(|n| self.writes.get() >= n) {
+                return Err(BlockWipeError::Cancelled { path: "/dev/fake".into(), done, total });
+            }
+            Ok(())
+        }
+
+        fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), BlockWipeError> {
+            self.writes.set(self.writes.get() + 1);
+            if self.fail_write == Some(self.writes.get()) {
+                return Err(BlockWipeError::io("write random data to", Path::new("/dev/fake"), Errno::EIO));
+            }
+            let at = offset as usize;
+            self.data.borrow_mut()[at..at + buf.len()].copy_from_slice(buf);
+            Ok(())
+        }
+
+        fn flush(&self) -> Result<(), BlockWipeError> {
+            self.flushes.set(self.flushes.get() + 1);
+            if self.fail_flush == Some(self.flushes.get()) {
+                return Err(BlockWipeError::io("fsync", Path::new("/dev/fake"), Errno::EIO));
+            }
+            Ok(())
+        }
+
+        fn zero_all(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), BlockWipeError> {
+            if self.fail_zero {
+                return Err(BlockWipeError::io("ioctl BLKZEROOUT", Path::new("/dev/fake"), Errno::EIO));
+            }
+            let size = self.len();
+            self.data.borrow_mut().fill(0);
+            progress(size, size);
+            Ok(())
+        }
+    }
+
+    fn run_shred(dev: &FakeDevice, passes: u32) -> (Result<(), BlockWipeError>, Vec<(u64, u64)>) {
+        let mut calls = Vec::new();
+        let mut random = Xoshiro256::from_seed([1, 2, 3, 4]);
+        let result = shred(dev, passes, &mut random, &mut |d, t| calls.push((d, t)));
+        (result, calls)
+    }
+
+    #[test]
+    fn shred_overwrites_every_byte_each_pass_then_zeroes() {
+        // 2.5 chunks: the last write of each pass is a partial one.
+        let size = WRITE_CHUNK * 5 / 2;
+        let dev = FakeDevice::new(size);
+        let (result, calls) = run_shred(&dev, 2);
+        result.unwrap();
+        assert!(dev.data.borrow().iter().all(|&b| b == 0), "the final pass leaves zeroes");
+        assert_eq!(dev.writes.get(), 2 * 3, "three writes per random pass");
+        assert_eq!(dev.flushes.get(), 2, "each random pass is made durable");
+        let total = 3 * size as u64;
+        assert_eq!(calls.last(), Some(&(total, total)));
+        assert!(calls.iter().all(|&(_, t)| t == total), "{calls:?}");
+        assert!(calls.windows(2).all(|w| w[0].0 <= w[1].0), "progress never goes back: {calls:?}");
+        // The end of each random pass is reported.
+        assert!(calls.contains(&(size as u64, total)) && calls.contains(&(2 * size as u64, total)), "{calls:?}");
+    }
+
+    #[test]
+    fn shred_random_pass_leaves_no_old_data_and_does_not_repeat() {
+        let size = WRITE_CHUNK * 2;
+        let mut dev = FakeDevice::new(size);
+        // No zero pass here: look at what the random pass wrote.
+        dev.fail_zero = true;
+        let (result, _) = run_shred(&dev, 1);
+        assert!(result.is_err());
+        let data = dev.data.borrow();
+        let old = data.iter().filter(|&&b| b == 0xA5).count();
+        // Random bytes equal the old pattern about once in 256.
+        assert!(old < size / 128, "{old} bytes still hold the old pattern");
+        assert_ne!(data[..WRITE_CHUNK], data[WRITE_CHUNK..], "each chunk gets fresh data");
+    }
+
+    #[test]
+    fn shred_with_no_random_pass_only_zeroes() {
+        let dev = FakeDevice::new(1000);
+        let (result, calls) = run_shred(&dev, 0);
+        result.unwrap();
+        assert_eq!(dev.writes.get(), 0);
+        assert!(dev.data.borrow().iter().all(|&b| b == 0));
+        assert_eq!(calls, [(1000, 1000)]);
+    }
+
+    #[test]
+    fn shred_stops_at_the_first_failed_write_or_flush() {
+        let size = WRITE_CHUNK * 3;
+        let mut dev = FakeDevice::new(size);
+        dev.fail_write = Some(5);
+        let (result, _) = run_shred(&dev, 2);
+        let e = result.unwrap_err();
+        assert!(e.to_string().contains("write random data to /dev/fake"), "{e}");
+        assert_eq!(dev.writes.get(), 5, "nothing is written after the failure");
+        assert!(dev.data.borrow().iter().any(|&b| b != 0), "no zero pass after a failure");
+
+        let mut dev = FakeDevice::new(size);
+        dev.fail_flush = Some(1);
+        let (result, _) = run_shred(&dev, 2);
+        assert!(result.unwrap_err().to_string().contains("fsync"));
+        assert_eq!(dev.writes.get(), 3, "the second pass does not start");
+
+        let mut dev = FakeDevice::new(size);
+        dev.fail_zero = true;
+        let (result, _) = run_shred(&dev, 1);
+        assert!(result.unwrap_err().to_string().contains("BLKZEROOUT"));
+    }
+
+    #[test]
+    fn shred_cancel_is_seen_between_chunks_and_reports_work_done() {
+        let size = WRITE_CHUNK * 4;
+        let mut dev = FakeDevice::new(size);
+        dev.cancel_after_writes = Some(6);
+        let (result, _) = run_shred(&dev, 3);
+        match result {
+            Err(BlockWipeError::Cancelled { done, total, .. }) => {
+                assert_eq!(done, 6 * WRITE_CHUNK as u64, "the second pass was half done");
+                assert_eq!(total, 4 * size as u64);
+            }
+            other => panic!("expected Cancelled, got {other:?}"),
+        }
+        assert_eq!(dev.writes.get(), 6);
+        // Cancelled before anything: nothing written.
+        let mut dev = FakeDevice::new(size);
+        dev.cancel_after_writes = Some(0);
+        assert!(matches!(run_shred(&dev, 1).0, Err(BlockWipeError::Cancelled { done: 0, .. })));
+        assert_eq!(dev.writes.get(), 0);
+        // Cancelled after the random passes: the zero pass does not start.
+        let mut dev = FakeDevice::new(size);
+        dev.cancel_after_writes = Some(4);
+        assert!(matches!(run_shred(&dev, 1).0, Err(BlockWipeError::Cancelled { .. })));
+        assert!(dev.data.borrow().iter().any(|&b| b != 0));
+    }
+
+    #[test]
+    fn xoshiro_matches_the_reference_output() {
+        // First outputs of xoshiro256** seeded with 1, 2, 3, 4 (reference C implementation).
+        let mut r = Xoshiro256::from_seed([1, 2, 3, 4]);
+        let got: Vec<u64> = (0..4).map(|_| r.next_u64()).collect();
+        assert_eq!(got, [11520, 0, 1509978240, 1215971899390074240]);
+        let mut buf = [0u8; 13];
+        Xoshiro256::from_seed([0; 4]).fill(&mut buf);
+        assert!(buf.iter().any(|&b| b != 0), "an all-zero seed is replaced");
     }
 
     #[test]

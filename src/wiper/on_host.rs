@@ -18,7 +18,7 @@ use crate::host::mountinfo::MountTable;
 use crate::host::used_mark::{Ledger, clear_dir_mark};
 use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, mount_of_fd, resolve_entry};
 use crate::host::wipe_block::{
-    BlockMethod, BlockWipeError, builtin_for_upstream_script, run_cleaner_command, wipe_block_verified,
+    BlockMethod, BlockWipeError, builtin_for_upstream_command, run_cleaner_command, wipe_block_verified,
 };
 use crate::host::wipe_fs::{FsWipeError, wipe_filesystem_verified};
 
@@ -93,6 +93,9 @@ pub fn wipe(
                     clear_marks(ledger, None, &path, &found, None)?;
                 }
                 Ok(method) => {
+                    // Multi-pass methods write the device several times: progress and the
+                    // timeout count every pass.
+                    progress.total.store(method.work_bytes(size), Ordering::Relaxed);
                     // Proven again on the exclusively opened device the wipe writes through: a
                     // link or device swapped in since the check is caught.
                     let mut refusal = None;
@@ -154,8 +157,13 @@ pub fn block_method(job: &WipeJob) -> Result<Result<BlockMethod, Vec<String>>, W
     Ok(match (class.block_clean_method, &class.block_cleaner_command) {
         (Some(m), _) => Ok(builtin(m)),
         (None, cmd) if !cmd.is_empty() && Path::new(&cmd[0]).exists() => Err(cmd.clone()),
-        (None, cmd) => match cmd.first().and_then(|p| builtin_for_upstream_script(p)) {
-            Some(m) => Ok(m),
+        (None, cmd) => match builtin_for_upstream_command(cmd) {
+            Some(Ok(m)) => Ok(m),
+            Some(Err(why)) => {
+                return Err(WipeError::Refused(format!(
+                    "blockCleanerCommand {cmd:?} does not exist in this container and its built-in equivalent cannot be used: {why}; set blockCleanMethod or mount the script"
+                )));
+            }
             None => {
                 return Err(WipeError::Refused(format!(
                     "blockCleanerCommand {cmd:?} does not exist in this container and has no built-in equivalent; set blockCleanMethod or mount the script"
