@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use local_static_provisioner::metrics::{Metrics, Role};
 use serde_json::{Value, json};
-use support::{ControlPlane, binary, cannot_run, repo_root, run, write_config};
+use support::{ControlPlane, binary, cannot_run, repo_root, run};
 
 /// The Kubernetes version renders assume: the oldest the admission policies (on by default)
 /// accept, so that the guard for older clusters is exercised at its edge.
@@ -102,18 +102,19 @@ fn upstream_examples() -> Vec<PathBuf> {
     files
 }
 
-/// The rendered ConfigMap's keys, mounted as kubelet would, checked by `validate-config`.
-/// Returns the effective config it prints.
-fn validate_rendered_config(docs: &[Value], what: &str) -> Result<Value, String> {
-    let cm = docs
-        .iter()
-        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"].as_str().unwrap().ends_with("-config"))
-        .unwrap_or_else(|| panic!("{what}: no provisioner ConfigMap rendered"));
-    let data = cm["data"].as_object().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let keys: Vec<(&str, &str)> = data.iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap())).collect();
-    write_config(tmp.path(), &keys);
-    let out = Command::new(binary()).args(["validate-config", "--config-dir"]).arg(tmp.path()).output().unwrap();
+/// `validate-config -f -` on the whole rendered stream, as a user runs it on `helm template`
+/// output: it must pick the provisioner's ConfigMap out of every other object (the dashboard's
+/// ConfigMap included) and accept it. Returns the effective config, or validate-config's output.
+fn validate_rendered_config(rendered: &str, what: &str) -> Result<Value, String> {
+    let mut child = Command::new(binary())
+        .args(["validate-config", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: validate-config: {e}"));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), rendered.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
     if !out.status.success() {
         return Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     }
@@ -175,9 +176,8 @@ fn every_upstream_example_renders_a_valid_config_and_is_accepted_by_the_api_serv
     for (what, files) in &inputs {
         let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
         let rendered = template(&paths, &[]);
-        let docs = documents(&rendered);
         let refusal = REFUSED_BY_THE_AGENT.iter().find(|(file, _)| file == what).map(|(_, why)| why);
-        match (validate_rendered_config(&docs, what), refusal) {
+        match (validate_rendered_config(&rendered, what), refusal) {
             (Ok(_), None) => {}
             (Err(e), Some(why)) if e.contains(why) => {}
             (Err(e), _) => problems.push(format!("{what}: validate-config refused the rendered ConfigMap:\n{e}")),
@@ -199,7 +199,8 @@ fn every_upstream_example_renders_a_valid_config_and_is_accepted_by_the_api_serv
 
 #[test]
 fn upstream_keys_land_where_upstream_puts_them() {
-    let docs = documents(&template(&[&repo_root().join("tests/chart/all-features.yaml")], &[]));
+    let rendered = template(&[&repo_root().join("tests/chart/all-features.yaml")], &[]);
+    let docs = documents(&rendered);
     // fullnameOverride names everything; nameOverride is the selector's name label.
     let ds = find(&docs, "DaemonSet", "lsp-everything");
     assert_eq!(
@@ -266,7 +267,7 @@ fn upstream_keys_land_where_upstream_puts_them() {
     );
     assert_eq!(find(&docs, "ClusterRoleBinding", "lsp-everything-node-binding")["subjects"][0]["name"], "lsp-agent");
     // The config: upstream's keys and ours.
-    let effective = validate_rendered_config(&docs, "all-features").unwrap();
+    let effective = validate_rendered_config(&rendered, "all-features").unwrap();
     assert_eq!(effective["storageClassMap"]["lsp-all-fast"]["namePattern"], "ssd*,nvme*");
     assert_eq!(effective["storageClassMap"]["lsp-all-block"]["volumeMode"], "Block");
     assert_eq!(effective["nodeLabelsForPV"], json!(["topology.kubernetes.io/zone"]));
