@@ -280,16 +280,17 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
-fn load_or_report(args: &ConfigArgs) -> Option<LoadedConfig> {
+fn load_or_report(args: &ConfigArgs) -> Option<(LoadedConfig, usize)> {
     match load_dir(&args.config_dir) {
         Ok(loaded) => {
             for w in &loaded.warnings {
                 eprintln!("warning: {w}");
             }
-            for line in crate::config::effective(&loaded, None).describe_failures() {
+            let failures = crate::config::effective(&loaded, None).describe_failures();
+            for line in &failures {
                 eprintln!("error: {line}");
             }
-            Some(loaded)
+            Some((loaded, failures.len()))
         }
         Err(e) => {
             if let ConfigError::Invalid { warnings, .. } = &e {
@@ -391,7 +392,9 @@ fn validate_config(args: &ValidateArgs) -> ExitCode {
 }
 
 fn discover(args: &DiscoverArgs) -> ExitCode {
-    let Some(LoadedConfig { config, .. }) = load_or_report(&args.config) else { return ExitCode::FAILURE };
+    let Some((LoadedConfig { config, .. }, failed_classes)) = load_or_report(&args.config) else {
+        return ExitCode::FAILURE;
+    };
     // The dry run reads the volumes' own used marks, and the agent's ledger when given.
     let ledger = match &args.state_dir {
         Some(dir) => match crate::host::used_mark::Ledger::read_only(dir) {
@@ -487,9 +490,11 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
         }),
     };
     match text {
+        // The valid classes' PVs are printed; an invalid class (reported above) still fails the
+        // command, so that a script applying the output notices the class left out.
         Ok(text) => {
             print!("{text}");
-            ExitCode::SUCCESS
+            if failed_classes > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
         }
         Err(e) => {
             eprintln!("error: printing PVs: {e}");

@@ -1726,7 +1726,8 @@ fn a_host_dir_inside_a_sensitive_directory_is_refused() {
     lab.tmpfs(&disks.join("vol"), 8);
     for host in ["/etc/lsp-disks", "/var/lib/kubelet/pods", "/dev/disk/by-id", "/run/disks"] {
         let classes = [fs_class("fs", &disks).host(host)];
-        // The whole config is refused: discover publishes nothing and says why.
+        // The class is refused (a config's other classes would still run): discover publishes
+        // nothing of it, says why, and fails.
         let config = lab.write_config(&classes);
         let out = Command::new(binary())
             .args(["discover", "--node-name", "safety-node", "--output", "json", "--config-dir"])
@@ -1735,7 +1736,10 @@ fn a_host_dir_inside_a_sensitive_directory_is_refused() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         lab.check(
-            !out.status.success() && out.stdout.is_empty() && stderr.contains("inside the host directory"),
+            !out.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .is_ok_and(|l| l["items"] == serde_json::json!([]))
+                && stderr.contains("inside the host directory"),
             || format!("discover must refuse hostDir {host}: {stderr}"),
         );
         let (ok, err) = lab.validate(&classes);
