@@ -585,7 +585,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 fn init_logging(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube's request tracing logs every failed request at ERROR without its cause; our own
+    // messages name the API server and the whole cause, once per distinct cause, so by default
+    // its line is off (RUST_LOG brings it back).
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
