@@ -65,10 +65,12 @@ fn git_commit(manifest_dir: &Path) -> Option<String> {
     watch(&git_dir.join("index"));
     watch(&common_dir.join("packed-refs"));
     if let Some(branch) = git(manifest_dir, &["symbolic-ref", "-q", "HEAD"]) {
-        // The branch's directory, not its file: a packed branch has no file, and a path that
-        // does not exist would make cargo rerun this script every time.
-        if let Some(parent) = common_dir.join(&branch).parent() {
-            watch(parent);
+        // A packed branch has no file of its own (packed-refs holds it) until its next commit
+        // writes one into its directory: then the directory is watched.
+        let file = common_dir.join(&branch);
+        match file.parent() {
+            Some(parent) if !file.exists() => watch(parent),
+            _ => watch(&file),
         }
     }
     // Edits that are not staged change no git file; the sources are watched for them.
