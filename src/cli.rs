@@ -29,8 +29,18 @@ pub const PLACEHOLDER_NODE_UID: &str = "REPLACE-WITH-NODE-UID";
 
 /// Where the API connection comes from, in the order kube's `Config::infer` tries them (a
 /// kubeconfig first, the in-cluster service account only when none is found).
-const KUBECONFIG_HELP: &str = "Kubeconfig file (the KUBECONFIG variable is read as one file). Without it: ~/.kube/config \
-     when it exists, else the in-cluster service account (KUBERNETES_SERVICE_HOST and the mounted token)";
+const KUBECONFIG_HELP: &str = "Kubeconfig file. Without it: the KUBECONFIG variable (a list of files is merged, as kubectl \
+     does), else ~/.kube/config when it exists, else the in-cluster service account (KUBERNETES_SERVICE_HOST and the \
+     mounted token)";
+
+/// The kubeconfig file to load, or `None` to let kube's `Config::infer` find one. clap hands
+/// KUBECONFIG over as one path; when it is a list ("a:b", as kubectl accepts) it is left to
+/// `Config::infer`, which merges the list as kubectl does.
+fn kubeconfig_file(arg: Option<PathBuf>, env: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let from_env_list =
+        |path: &PathBuf| env.as_ref().is_some_and(|e| e == path.as_os_str() && std::env::split_paths(e).count() > 1);
+    arg.filter(|path| !from_env_list(path))
+}
 
 /// Publishes a node's local disks as Kubernetes PersistentVolumes (drop-in for the upstream
 /// local-static-provisioner).
@@ -309,7 +319,11 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Cleanup(args) => match runtime() {
             Ok(rt) => rt.block_on(crate::cleanup_cli::run(
                 args.pvs,
-                ClientOptions { kubeconfig: args.kubeconfig, qps: 20, burst: 40 },
+                ClientOptions {
+                    kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
+                    qps: 20,
+                    burst: 40,
+                },
                 args.wait,
                 args.timeout,
             )),
@@ -500,7 +514,11 @@ fn run_agent(args: RunArgs) -> ExitCode {
     let opts = AgentOptions {
         config_dir: args.config.config_dir,
         node_name: args.node_name,
-        client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
+        client: ClientOptions {
+            kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
+            qps: args.kube_api_qps,
+            burst: args.kube_api_burst,
+        },
         discovery_period: args.discovery_period,
         settle: args.settle,
         succession_settle: args.succession_settle,
@@ -551,7 +569,11 @@ fn run_node_cleanup(args: NodeCleanupArgs) -> ExitCode {
         grace: args.grace_period,
         resync: args.resync_period,
         lease,
-        client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
+        client: ClientOptions {
+            kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
+            qps: args.kube_api_qps,
+            burst: args.kube_api_burst,
+        },
         listen_address: args.listen_address,
         metrics_path: args.metrics_path,
     };
@@ -646,6 +668,17 @@ mod tests {
             let full = format!("local-static-provisioner {flag}");
             assert!(names.contains(&(full.clone(), env.to_string())), "{full} should read {env}: {names:?}");
         }
+    }
+
+    #[test]
+    fn a_kubeconfig_list_from_the_environment_is_left_to_kube() {
+        let list = std::ffi::OsString::from("/a/config:/b/config");
+        assert_eq!(kubeconfig_file(Some(PathBuf::from(&list)), Some(list.clone())), None);
+        let one = std::ffi::OsString::from("/a/config");
+        assert_eq!(kubeconfig_file(Some(PathBuf::from(&one)), Some(one.clone())), Some(PathBuf::from("/a/config")));
+        // A flag given on the command line is always used as it is.
+        assert_eq!(kubeconfig_file(Some(PathBuf::from("/c/config")), Some(list)), Some(PathBuf::from("/c/config")));
+        assert_eq!(kubeconfig_file(None, None), None);
     }
 
     #[test]
