@@ -22,14 +22,30 @@ use crate::node_cleanup::NodeCleanupOptions;
 use crate::node_cleanup::leader::LeaseOptions;
 use crate::wiper::CleanerOptions;
 
-/// Placeholder for the node UID in dry runs; obviously not a real UID, so it is not applied
-/// by accident without being noticed.
+/// Placeholder for the node UID in the provisioned-by annotation of dry runs; obviously not a
+/// real UID, so it is not applied by accident without being noticed. It never goes into an
+/// owner reference: the garbage collector would delete a PV whose owner does not exist.
 pub const PLACEHOLDER_NODE_UID: &str = "REPLACE-WITH-NODE-UID";
+
+/// Where the API connection comes from, in the order kube's `Config::infer` tries them (a
+/// kubeconfig first, the in-cluster service account only when none is found).
+const KUBECONFIG_HELP: &str = "Kubeconfig file. Without it: the KUBECONFIG variable (a list of files is merged, as kubectl \
+     does), else ~/.kube/config when it exists, else the in-cluster service account (KUBERNETES_SERVICE_HOST and the \
+     mounted token)";
+
+/// The kubeconfig file to load, or `None` to let kube's `Config::infer` find one. clap hands
+/// KUBECONFIG over as one path; when it is a list ("a:b", as kubectl accepts) it is left to
+/// `Config::infer`, which merges the list as kubectl does.
+fn kubeconfig_file(arg: Option<PathBuf>, env: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let from_env_list =
+        |path: &PathBuf| env.as_ref().is_some_and(|e| e == path.as_os_str() && std::env::split_paths(e).count() > 1);
+    arg.filter(|path| !from_env_list(path))
+}
 
 /// Publishes a node's local disks as Kubernetes PersistentVolumes (drop-in for the upstream
 /// local-static-provisioner).
 #[derive(Debug, Parser)]
-#[command(name = "local-static-provisioner", version, about)]
+#[command(name = "local-static-provisioner", version, long_version = crate::build_info::long_version(), about)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,7 +68,7 @@ enum Command {
     /// Release local PVs and claims of deleted Nodes (and stale PVs of re-created ones) for
     /// opted-in StorageClasses; run as a Deployment, one replica acting at a time (Lease).
     NodeCleanup(NodeCleanupArgs),
-    /// Print the version.
+    /// Print the version, git commit, build date, rustc version and target.
     Version,
 }
 
@@ -75,10 +91,9 @@ struct NodeCleanupArgs {
     grace_period: Duration,
     /// Safety-net pass period (Go duration); passes also follow PV changes and grace deadlines.
     /// Upstream's --stale-pv-discovery-interval is accepted.
-    #[arg(long, alias = "stale-pv-discovery-interval", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, alias = "stale-pv-discovery-interval", env = "RESYNC_PERIOD", default_value = "10s", value_parser = parse_duration)]
     resync_period: Duration,
-    /// Kubeconfig file; without it the in-cluster service account is used.
-    #[arg(long, env = "KUBECONFIG")]
+    #[arg(long, env = "KUBECONFIG", help = KUBECONFIG_HELP)]
     kubeconfig: Option<PathBuf>,
     /// Sustained API requests per second.
     #[arg(long, env = "KUBE_API_QPS", default_value_t = 50)]
@@ -87,7 +102,7 @@ struct NodeCleanupArgs {
     #[arg(long, env = "KUBE_API_BURST", default_value_t = 100)]
     kube_api_burst: u32,
     /// Name of the leader Lease.
-    #[arg(long, default_value = "local-static-provisioner-node-cleanup")]
+    #[arg(long, env = "LEASE_NAME", default_value = "local-static-provisioner-node-cleanup")]
     lease_name: String,
     /// Namespace of the leader Lease (the pod's own, from the downward API).
     #[arg(long, env = "POD_NAMESPACE", default_value = "local-static-provisioner")]
@@ -96,20 +111,20 @@ struct NodeCleanupArgs {
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
     /// How long the Lease holds without renewal before another replica may take it.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
     /// How long the leader keeps acting after its last successful renewal: at least 1s less
     /// than the lease duration; half that gap (at most 10s) is the deadline of every write.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
     renew_deadline: Duration,
     /// How often candidates try to take the Lease and the leader renews it.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     retry_period: Duration,
     /// Address of the admin server (metrics, /healthz, /readyz).
     #[arg(long, env = "LISTEN_ADDRESS", default_value = ":8080")]
     listen_address: String,
     /// Path of the Prometheus metrics endpoint.
-    #[arg(long, default_value = "/metrics")]
+    #[arg(long, env = "METRICS_PATH", default_value = "/metrics")]
     metrics_path: String,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "LOG_JSON")]
@@ -138,11 +153,10 @@ struct ValidateArgs {
 struct RunArgs {
     #[command(flatten)]
     config: ConfigArgs,
-    /// Name of the Node this agent runs on (from the downward API).
-    #[arg(long, env = "MY_NODE_NAME")]
+    /// Name of the Node this agent runs on (from the downward API: spec.nodeName).
+    #[arg(long, env = "MY_NODE_NAME", value_parser = parse_node_name)]
     node_name: String,
-    /// Kubeconfig file; without it the in-cluster service account is used.
-    #[arg(long, env = "KUBECONFIG")]
+    #[arg(long, env = "KUBECONFIG", help = KUBECONFIG_HELP)]
     kubeconfig: Option<PathBuf>,
     /// Sustained API requests per second for the agent's own calls.
     #[arg(long, env = "KUBE_API_QPS", default_value_t = 100)]
@@ -180,16 +194,16 @@ struct RunArgs {
     #[arg(long, env = "LISTEN_ADDRESS", default_value = ":8080")]
     listen_address: String,
     /// Path of the Prometheus metrics endpoint.
-    #[arg(long, default_value = "/metrics")]
+    #[arg(long, env = "METRICS_PATH", default_value = "/metrics")]
     metrics_path: String,
     /// Wipes running at once.
     #[arg(long, env = "WIPE_CONCURRENCY", default_value_t = 2)]
     wipe_concurrency: usize,
     /// Time every wipe gets regardless of size (Go duration).
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, env = "WIPE_TIMEOUT_BASE", default_value = "10m", value_parser = parse_duration)]
     wipe_timeout_base: Duration,
     /// Slowest acceptable wipe rate in MiB/s; a wipe's timeout is the base plus size / rate.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, env = "WIPE_MIN_RATE_MIB", default_value_t = 10)]
     wipe_min_rate_mib: u64,
 }
 
@@ -198,14 +212,14 @@ struct CleanupArgs {
     /// Names of the PVs to wipe and recycle.
     #[arg(required = true)]
     pvs: Vec<String>,
-    /// Kubeconfig of an administrator; in-cluster or ~/.kube/config when absent.
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig of an administrator.
+    #[arg(long, env = "KUBECONFIG", long_help = KUBECONFIG_HELP)]
     kubeconfig: Option<PathBuf>,
     /// Follow each request until the PV is Available again, refused, or the timeout passes.
-    #[arg(long)]
+    #[arg(long, env = "CLEANUP_WAIT")]
     wait: bool,
     /// How long --wait follows a request (Go duration).
-    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    #[arg(long, env = "CLEANUP_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
     timeout: Duration,
 }
 
@@ -220,27 +234,30 @@ struct DiscoverArgs {
     #[command(flatten)]
     config: ConfigArgs,
     /// Node name used in PV names, the provisioned-by annotation and node affinity.
-    #[arg(long, env = "MY_NODE_NAME")]
+    #[arg(long, env = "MY_NODE_NAME", value_parser = parse_node_name)]
     node_name: String,
-    /// Node UID for the provisioned-by annotation (a marked placeholder when absent).
-    #[arg(long)]
+    /// The Node's UID (`kubectl get node NAME -o jsonpath='{.metadata.uid}'`), for the
+    /// provisioned-by annotation and, with setPVOwnerRef, the owner reference. Without it the
+    /// annotation holds a marked placeholder and no owner reference is written.
+    #[arg(long, env = "NODE_UID", value_parser = parse_node_uid)]
     node_uid: Option<String>,
-    /// Node labels (key=value, repeatable): the kubernetes.io/hostname value and nodeLabelsForPV.
-    #[arg(long = "node-label", value_parser = parse_key_value)]
+    /// Node labels (key=value, repeatable or comma-separated): the kubernetes.io/hostname value
+    /// and nodeLabelsForPV.
+    #[arg(long = "node-label", env = "NODE_LABELS", value_delimiter = ',', value_parser = parse_key_value)]
     node_labels: Vec<(String, String)>,
     /// Reclaim policy the StorageClasses would give (Delete or Retain).
-    #[arg(long, default_value = "Delete")]
+    #[arg(long, env = "RECLAIM_POLICY", default_value = "Delete")]
     reclaim_policy: String,
-    /// Mount options the StorageClasses would give (repeatable).
-    #[arg(long = "mount-option")]
+    /// Mount options the StorageClasses would give (repeatable or comma-separated).
+    #[arg(long = "mount-option", env = "MOUNT_OPTIONS", value_delimiter = ',')]
     mount_options: Vec<String>,
     /// Output format: YAML documents or a JSON v1 List.
-    #[arg(long, value_enum, default_value = "yaml")]
+    #[arg(long, env = "DISCOVER_OUTPUT", value_enum, default_value = "yaml")]
     output: Output,
     /// The agent's state directory: its ledger of used disks is read (never written, never
     /// locked), so used block volumes are reported as the agent would. Without it only the
     /// marks on filesystem volumes are read.
-    #[arg(long)]
+    #[arg(long, env = "STATE_DIR")]
     state_dir: Option<std::path::PathBuf>,
 }
 
@@ -253,6 +270,49 @@ fn parse_settle(s: &str) -> Result<Duration, String> {
     crate::config::duration::parse_go_duration(s)
 }
 
+/// A Node name as Kubernetes accepts it (a lowercase RFC 1123 DNS subdomain, as the API server
+/// validates Node names), checked at parse time: an empty or malformed name would otherwise
+/// pass `discover` and fail obscurely once `run` talks to the API.
+fn parse_node_name(s: &str) -> Result<String, String> {
+    const HOW: &str = "set --node-name or MY_NODE_NAME (in a pod, from the downward API: spec.nodeName)";
+    if s.is_empty() {
+        return Err(format!("the Node name is empty; {HOW}"));
+    }
+    if let Some(problem) = dns_subdomain_problem(s) {
+        return Err(format!("{s:?} is not a valid Node name: {problem}; {HOW}"));
+    }
+    Ok(s.to_string())
+}
+
+/// What keeps `s` from being a DNS subdomain (RFC 1123): at most 253 characters, dot-separated
+/// labels of lowercase letters, digits and '-', each starting and ending with a letter or digit.
+fn dns_subdomain_problem(s: &str) -> Option<String> {
+    if s.len() > 253 {
+        return Some(format!("{} characters, at most 253 allowed", s.len()));
+    }
+    if let Some(c) = s.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))) {
+        return Some(format!("{c:?} is not allowed (only lowercase letters, digits, '-' and '.')"));
+    }
+    if s.split('.').any(|label| label.is_empty() || label.starts_with('-') || label.ends_with('-')) {
+        return Some("every dot-separated part must start and end with a lowercase letter or digit".into());
+    }
+    None
+}
+
+/// A Node UID as the API server assigns it (a UUID): anything else, in an owner reference,
+/// names an owner that does not exist, and the garbage collector deletes the PV.
+fn parse_node_uid(s: &str) -> Result<String, String> {
+    // The API server writes UIDs in lowercase, and owner references are compared as strings.
+    if crate::core::naming::is_uuid(s) && !s.bytes().any(|b| b.is_ascii_uppercase()) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a Node UID (a UUID such as 0b9d5a4c-2f4e-4c55-9a51-1a1e3c1e6f7d); get it with \
+             kubectl get node NODE -o jsonpath='{{.metadata.uid}}'"
+        ))
+    }
+}
+
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not key=value"))
 }
@@ -261,7 +321,7 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
 pub fn main(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Version => {
-            println!("local-static-provisioner {}", env!("CARGO_PKG_VERSION"));
+            println!("local-static-provisioner {}", crate::build_info::long_version());
             ExitCode::SUCCESS
         }
         Command::ValidateConfig(args) => validate_config(&args),
@@ -271,7 +331,11 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Cleanup(args) => match runtime() {
             Ok(rt) => rt.block_on(crate::cleanup_cli::run(
                 args.pvs,
-                ClientOptions { kubeconfig: args.kubeconfig, qps: 20, burst: 40 },
+                ClientOptions {
+                    kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
+                    qps: 20,
+                    burst: 40,
+                },
                 args.wait,
                 args.timeout,
             )),
@@ -392,9 +456,17 @@ fn validate_config(args: &ValidateArgs) -> ExitCode {
 }
 
 fn discover(args: &DiscoverArgs) -> ExitCode {
-    let Some((LoadedConfig { config, .. }, failed_classes)) = load_or_report(&args.config) else {
+    let Some((LoadedConfig { mut config, .. }, failed_classes)) = load_or_report(&args.config) else {
         return ExitCode::FAILURE;
     };
+    // An owner reference needs the Node's real UID: with a made-up one the garbage collector
+    // finds no owner and deletes the PV, and our finalizer then leaves it Terminating for good.
+    // Without --node-uid the PVs are printed without one (as with setPVOwnerRef: false), so
+    // applying them is safe; the agent adds nothing later, so the warning says how to get it.
+    if args.node_uid.is_none() && config.set_pv_owner_ref {
+        config.set_pv_owner_ref = false;
+        eprintln!("{}", missing_owner_warning(&args.node_name));
+    }
     // The dry run reads the volumes' own used marks, and the agent's ledger when given.
     let ledger = match &args.state_dir {
         Some(dir) => match crate::host::used_mark::Ledger::read_only(dir) {
@@ -503,12 +575,25 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
     }
 }
 
+/// The warning `discover` prints when setPVOwnerRef is on and the Node's UID is unknown.
+fn missing_owner_warning(node: &str) -> String {
+    format!(
+        "warning: setPVOwnerRef is true but --node-uid is not given: the PVs are printed WITHOUT their \
+         ownerReference to Node {node:?} (a made-up UID would let the garbage collector delete them). To include it, \
+         pass --node-uid \"$(kubectl get node {node} -o jsonpath='{{.metadata.uid}}')\""
+    )
+}
+
 fn run_agent(args: RunArgs) -> ExitCode {
     init_logging(args.log_json);
     let opts = AgentOptions {
         config_dir: args.config.config_dir,
         node_name: args.node_name,
-        client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
+        client: ClientOptions {
+            kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
+            qps: args.kube_api_qps,
+            burst: args.kube_api_burst,
+        },
         discovery_period: args.discovery_period,
         settle: args.settle,
         succession_settle: args.succession_settle,
@@ -559,7 +644,11 @@ fn run_node_cleanup(args: NodeCleanupArgs) -> ExitCode {
         grace: args.grace_period,
         resync: args.resync_period,
         lease,
-        client: ClientOptions { kubeconfig: args.kubeconfig, qps: args.kube_api_qps, burst: args.kube_api_burst },
+        client: ClientOptions {
+            kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
+            qps: args.kube_api_qps,
+            burst: args.kube_api_burst,
+        },
         listen_address: args.listen_address,
         metrics_path: args.metrics_path,
     };
@@ -593,7 +682,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 fn init_logging(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube's request tracing logs every failed request at ERROR without its cause; our own
+    // messages name the API server and the whole cause, once per distinct cause, so by default
+    // its line is off (RUST_LOG brings it back).
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
@@ -601,5 +694,127 @@ fn init_logging(json: bool) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    /// Every flag of every subcommand can be set from the environment (a DaemonSet or a
+    /// Deployment sets env more easily than args): a new flag without `env` fails here.
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>, names: &mut Vec<(String, String)>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") || arg.is_positional() {
+                    continue;
+                }
+                match arg.get_env() {
+                    Some(env) => names.push((format!("{path} --{id}"), env.to_string_lossy().into_owned())),
+                    None => missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id))),
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing, names);
+            }
+        }
+        let (mut missing, mut names) = (Vec::new(), Vec::new());
+        walk(&Cli::command(), "local-static-provisioner", &mut missing, &mut names);
+        assert!(missing.is_empty(), "flags without an environment variable: {missing:?}");
+        assert!(names.len() > 30, "the walk reached the subcommands' flags: {names:?}");
+        for (flag, env) in &names {
+            assert!(
+                env.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+                "{flag}: environment variable {env:?} is not UPPER_SNAKE_CASE"
+            );
+        }
+        // The names deployments already use stay as they are.
+        for (flag, env) in [
+            ("run --node_name", "MY_NODE_NAME"),
+            ("run --config_dir", "CONFIG_DIR"),
+            ("run --kubeconfig", "KUBECONFIG"),
+            ("run --kubelet_dir", "KUBELET_DIR"),
+            ("discover --node_name", "MY_NODE_NAME"),
+        ] {
+            let full = format!("local-static-provisioner {flag}");
+            assert!(names.contains(&(full.clone(), env.to_string())), "{full} should read {env}: {names:?}");
+        }
+    }
+
+    #[test]
+    fn a_kubeconfig_list_from_the_environment_is_left_to_kube() {
+        let list = std::ffi::OsString::from("/a/config:/b/config");
+        assert_eq!(kubeconfig_file(Some(PathBuf::from(&list)), Some(list.clone())), None);
+        let one = std::ffi::OsString::from("/a/config");
+        assert_eq!(kubeconfig_file(Some(PathBuf::from(&one)), Some(one.clone())), Some(PathBuf::from("/a/config")));
+        // A flag given on the command line is always used as it is.
+        assert_eq!(kubeconfig_file(Some(PathBuf::from("/c/config")), Some(list)), Some(PathBuf::from("/c/config")));
+        assert_eq!(kubeconfig_file(None, None), None);
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn node_names_are_dns_subdomains() {
+        for good in ["node-1", "ip-10-0-0-1.ec2.internal", "a", &"a".repeat(253)] {
+            assert_eq!(parse_node_name(good).as_deref(), Ok(good));
+        }
+        for (bad, says) in [
+            ("", "the Node name is empty"),
+            ("Node1", "'N' is not allowed"),
+            ("node_1", "'_' is not allowed"),
+            ("-node", "must start and end"),
+            ("node-", "must start and end"),
+            ("a..b", "must start and end"),
+            (".a", "must start and end"),
+            ("node 1", "' ' is not allowed"),
+            (&"a".repeat(254), "254 characters, at most 253"),
+        ] {
+            let err = parse_node_name(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad:?}: {err}");
+            assert!(err.contains("--node-name") && err.contains("MY_NODE_NAME"), "names the flag and env: {err}");
+        }
+    }
+
+    #[test]
+    fn empty_node_name_is_refused_at_parse_time_by_every_subcommand_taking_it() {
+        for sub in ["run", "discover"] {
+            let err = Cli::try_parse_from(["lsp", sub, "--node-name", ""]).expect_err(sub);
+            let text = err.to_string();
+            assert!(text.contains("--node-name") && text.contains("MY_NODE_NAME"), "{sub}: {text}");
+            let err = Cli::try_parse_from(["lsp", sub, "--node-name", "Bad_Name"]).expect_err(sub);
+            assert!(err.to_string().contains("not a valid Node name"), "{sub}: {err}");
+        }
+    }
+
+    #[test]
+    fn node_uid_must_be_the_api_servers_uuid() {
+        let uid = "0b9d5a4c-2f4e-4c55-9a51-1a1e3c1e6f7d";
+        assert_eq!(parse_node_uid(uid).as_deref(), Ok(uid));
+        for bad in [
+            "",
+            "REPLACE-WITH-NODE-UID",
+            "node-1",
+            "0B9D5A4C-2F4E-4C55-9A51-1A1E3C1E6F7D",
+            "0b9d5a4c2f4e4c559a511a1e3c1e6f7d",
+        ] {
+            let err = parse_node_uid(bad).expect_err(bad);
+            assert!(err.contains("kubectl get node NODE -o jsonpath='{.metadata.uid}'"), "{err}");
+        }
+        assert!(parse_node_uid(PLACEHOLDER_NODE_UID).is_err(), "the placeholder can never reach an owner reference");
+    }
+
+    #[test]
+    fn owner_warning_says_how_to_include_it() {
+        let text = missing_owner_warning("node-1");
+        assert!(text.contains("WITHOUT their ownerReference"), "{text}");
+        assert!(text.contains("--node-uid \"$(kubectl get node node-1 -o jsonpath='{.metadata.uid}')\""), "{text}");
     }
 }

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod agent;
 pub mod api;
+pub mod build_info;
 pub mod cleanup_cli;
 pub mod cli;
 pub mod config;

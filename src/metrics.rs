@@ -1,15 +1,67 @@
-//! Prometheus metrics. Upstream's metric names are kept so existing dashboards and alerts keep
-//! working after the image swap; ours are added under `local_static_provisioner_`.
+//! Prometheus metrics. Upstream's metrics keep their names, types, labels and label values
+//! (pkg/metrics of the Go provisioner and of its node-cleanup), and the standard `process_*`
+//! metrics its Go client exposed, so existing dashboards and alerts keep working after the
+//! image swap; ours are added under `local_static_provisioner_`. docs/operations.md and
+//! docs/node-cleanup.md list them.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+/// client_golang's `prometheus.DefBuckets`, which upstream's histograms use: dashboards that
+/// pick a bucket (`le="1"`) find the same ones.
+const GO_DEFAULT_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Upstream's `mode` label values are Kubernetes volume modes ("Filesystem", "Block"); the
+/// agent's callers say "fs" and "block".
+fn upstream_mode(mode: &str) -> String {
+    match mode {
+        "fs" => "Filesystem".into(),
+        "block" => "Block".into(),
+        other => other.into(),
+    }
+}
+
+/// Upstream's `capacity` label of the delete duration: the capacity rounded up to a multiple
+/// of 500 GiB, as "0G", "500G", "1000G"... (its metrics.CapacityBreakDown).
+fn capacity_breakdown(capacity_bytes: u64) -> String {
+    const STEP: u64 = 500 * 1024 * 1024 * 1024;
+    format!("{}G", capacity_bytes.div_ceil(STEP) * 500)
+}
+
+/// Labels of upstream's delete duration: mode, type, capacity bucket and the class's first
+/// blockCleanerCommand word ("" without one).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeleteDurationLabels {
+    mode: String,
+    r#type: String,
+    capacity: String,
+    cleanup_command: String,
+}
+
+/// Labels of upstream node-cleanup's PV delete counters: the PV's phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+/// Labels of the build-info metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+    build_date: String,
+    rustc: String,
+    target: String,
+}
 
 /// Labels of upstream's delete metrics: `mode` (fs or block) and `type` (always "process":
 /// wipes run in the agent, never in Jobs).
@@ -35,12 +87,16 @@ struct Inner {
     registry: Registry,
     delete_total: Family<DeleteLabels, Counter>,
     delete_failed_total: Family<DeleteLabels, Counter>,
-    delete_duration: Family<DeleteLabels, Histogram>,
+    delete_duration: Family<DeleteDurationLabels, Histogram>,
+    wipes_running: Gauge,
     wipe_bytes: Family<ModeLabels, Counter>,
     discovery_total: Family<ModeLabels, Counter>,
     pass_duration: Histogram,
     discovery_duration: Family<ModeLabels, Histogram>,
-    capacity_bytes: Family<ModeLabels, Histogram>,
+    capacity_bytes: Family<ModeLabels, Gauge>,
+    /// Capacity of the PVs created in the current pass, filesystem and block: set into
+    /// `capacity_bytes` when the pass ends.
+    pass_capacity: [AtomicU64; 2],
     volumes: Family<StateLabels, Gauge>,
     config_valid: Gauge,
     api_requests: Family<MethodLabels, Counter>,
@@ -53,6 +109,10 @@ struct Inner {
     gone_nodes: Gauge,
     leader: Gauge,
     nodes_unreadable: Counter,
+    cleanup_pv_deleted: Family<PhaseLabels, Counter>,
+    cleanup_pv_delete_failed: Family<PhaseLabels, Counter>,
+    cleanup_claim_deleted: Counter,
+    cleanup_claim_delete_failed: Counter,
 }
 
 /// Outcome of a succession decision about a PV of an earlier incarnation of the node.
@@ -112,25 +172,36 @@ impl Metrics {
         let mut registry = Registry::default();
         let delete_total = Family::<DeleteLabels, Counter>::default();
         let delete_failed_total = Family::<DeleteLabels, Counter>::default();
-        let delete_duration = Family::<DeleteLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.1, 4.0, 10))
-        });
+        let delete_duration =
+            Family::<DeleteDurationLabels, Histogram>::new_with_constructor(|| Histogram::new(GO_DEFAULT_BUCKETS));
         let wipe_bytes = Family::<ModeLabels, Counter>::default();
         let discovery_total = Family::<ModeLabels, Counter>::default();
         let pass_duration = Histogram::new(exponential_buckets(0.001, 4.0, 10));
         let config_valid = Gauge::default();
-        let discovery_duration = Family::<ModeLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 4.0, 10))
-        });
-        let capacity_bytes = Family::<ModeLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(1024.0 * 1024.0, 4.0, 12))
-        });
+        let discovery_duration =
+            Family::<ModeLabels, Histogram>::new_with_constructor(|| Histogram::new(GO_DEFAULT_BUCKETS));
+        let capacity_bytes = Family::<ModeLabels, Gauge>::default();
         let volumes = Family::<StateLabels, Gauge>::default();
         let api_requests = Family::<MethodLabels, Counter>::default();
         let api_requests_failed = Family::<MethodLabels, Counter>::default();
-        let api_duration = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 4.0, 10))
-        });
+        let api_duration =
+            Family::<MethodLabels, Histogram>::new_with_constructor(|| Histogram::new(GO_DEFAULT_BUCKETS));
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: crate::build_info::VERSION.into(),
+                commit: crate::build_info::GIT_COMMIT.into(),
+                build_date: crate::build_info::BUILD_DATE.into(),
+                rustc: crate::build_info::RUSTC_VERSION.into(),
+                target: crate::build_info::TARGET.into(),
+            })
+            .set(1);
+        registry.register(
+            "local_static_provisioner_build_info",
+            "Always 1; the labels say which version, git commit, build date, rustc and target run",
+            build_info,
+        );
+        registry.register_collector(Box::new(ProcessCollector));
         registry.register(
             "local_volume_provisioner_apiserver_requests",
             "API requests made by the agent, watches excluded (upstream name)",
@@ -159,7 +230,7 @@ impl Metrics {
         );
         agent_registry.register(
             "local_volume_provisioner_persistentvolume_capacity_bytes",
-            "Capacity of the PVs created (upstream name)",
+            "Capacity in bytes of the volumes published in the last discovery pass, by mode (upstream name and type; both modes set every pass)",
             capacity_bytes.clone(),
         );
         agent_registry.register("local_static_provisioner_volumes", "This node's PVs by phase", volumes.clone());
@@ -175,8 +246,14 @@ impl Metrics {
         );
         agent_registry.register(
             "local_volume_provisioner_persistentvolume_delete_duration_seconds",
-            "Duration of wipes (upstream name)",
+            "Duration of successful wipes (upstream name and labels: capacity rounded up to 500G steps, the class's blockCleanerCommand)",
             delete_duration.clone(),
+        );
+        let wipes_running = Gauge::default();
+        agent_registry.register(
+            "local_volume_provisioner_proctable_running",
+            "Wipes running now (upstream name: its table of cleanup processes)",
+            wipes_running.clone(),
         );
         agent_registry.register("local_static_provisioner_wipe_bytes", "Bytes wiped", wipe_bytes.clone());
         agent_registry.register(
@@ -211,6 +288,30 @@ impl Metrics {
         let gone_nodes = Gauge::default();
         let leader = Gauge::default();
         let nodes_unreadable = Counter::default();
+        let cleanup_pv_deleted = Family::<PhaseLabels, Counter>::default();
+        let cleanup_pv_delete_failed = Family::<PhaseLabels, Counter>::default();
+        let cleanup_claim_deleted = Counter::default();
+        let cleanup_claim_delete_failed = Counter::default();
+        cleanup_registry.register(
+            "local_volume_node_cleanup_persistentvolume_delete",
+            "PVs deleted by node-cleanup, by phase (upstream name)",
+            cleanup_pv_deleted.clone(),
+        );
+        cleanup_registry.register(
+            "local_volume_node_cleanup_persistentvolume_delete_failed",
+            "PV deletions by node-cleanup that failed, by phase (upstream name)",
+            cleanup_pv_delete_failed.clone(),
+        );
+        cleanup_registry.register(
+            "local_volume_node_cleanup_persistentvolumeclaim_delete",
+            "Claims deleted by node-cleanup (upstream name)",
+            cleanup_claim_deleted.clone(),
+        );
+        cleanup_registry.register(
+            "local_volume_node_cleanup_persistentvolumeclaim_delete_failed",
+            "Claim deletions by node-cleanup that failed (upstream name)",
+            cleanup_claim_delete_failed.clone(),
+        );
         cleanup_registry.register(
             "local_static_provisioner_node_cleanup_actions",
             "Claims deleted, PVs deleted and finalizers released by node-cleanup, by cause (node_gone, stale)",
@@ -242,11 +343,13 @@ impl Metrics {
                 delete_total,
                 delete_failed_total,
                 delete_duration,
+                wipes_running,
                 wipe_bytes,
                 discovery_total,
                 pass_duration,
                 discovery_duration,
                 capacity_bytes,
+                pass_capacity: [AtomicU64::new(0), AtomicU64::new(0)],
                 volumes,
                 config_valid,
                 api_requests,
@@ -259,34 +362,61 @@ impl Metrics {
                 gone_nodes,
                 leader,
                 nodes_unreadable,
+                cleanup_pv_deleted,
+                cleanup_pv_delete_failed,
+                cleanup_claim_deleted,
+                cleanup_claim_delete_failed,
             }),
         }
     }
 
-    /// Records one finished wipe.
-    pub fn wipe_finished(&self, mode: &str, ok: bool, elapsed: Duration, bytes: u64) {
-        let labels = DeleteLabels { mode: mode.to_string(), r#type: "process".into() };
-        if ok {
+    /// Counts a wipe as running until the returned guard is dropped (whatever way it ends).
+    pub fn wipe_running(&self) -> WipeRunning {
+        self.inner.wipes_running.inc();
+        WipeRunning { gauge: self.inner.wipes_running.clone() }
+    }
+
+    /// Records one finished wipe: counted as upstream counts a deletion, its duration only
+    /// when it succeeded (as upstream). `capacity_bytes` is the PV's, `cleanup_command` the
+    /// class's first blockCleanerCommand word ("" without one).
+    pub fn wipe_finished(&self, wipe: &FinishedWipe<'_>) {
+        let mode = upstream_mode(wipe.mode);
+        let labels = DeleteLabels { mode: mode.clone(), r#type: "process".into() };
+        if wipe.ok {
             self.inner.delete_total.get_or_create(&labels).inc();
-            self.inner.wipe_bytes.get_or_create(&ModeLabels { mode: mode.to_string() }).inc_by(bytes);
+            self.inner.wipe_bytes.get_or_create(&ModeLabels { mode: mode.clone() }).inc_by(wipe.bytes_wiped);
+            let duration_labels = DeleteDurationLabels {
+                mode,
+                r#type: "process".into(),
+                capacity: capacity_breakdown(wipe.capacity_bytes),
+                cleanup_command: wipe.cleanup_command.to_string(),
+            };
+            self.inner.delete_duration.get_or_create(&duration_labels).observe(wipe.elapsed.as_secs_f64());
         } else {
             self.inner.delete_failed_total.get_or_create(&labels).inc();
         }
-        self.inner.delete_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
     }
 
-    /// Records one PV created by discovery.
+    /// Records one PV created by discovery; its capacity counts in this pass's
+    /// `persistentvolume_capacity_bytes`.
     pub fn pv_created(&self, mode: &str, capacity_bytes: u64) {
-        let labels = ModeLabels { mode: mode.to_string() };
-        self.inner.discovery_total.get_or_create(&labels).inc();
-        self.inner.capacity_bytes.get_or_create(&labels).observe(capacity_bytes as f64);
+        let mode = upstream_mode(mode);
+        let slot = usize::from(mode == "Block");
+        self.inner.pass_capacity[slot].fetch_add(capacity_bytes, Ordering::Relaxed);
+        self.inner.discovery_total.get_or_create(&ModeLabels { mode }).inc();
     }
 
-    /// Records the duration of one reconcile pass and of its discovery part.
+    /// Records the duration of one reconcile pass and of its discovery part, and sets the
+    /// capacity published in the pass (both modes, 0 when none: upstream sets both each pass).
     pub fn pass_done(&self, elapsed: Duration, discovery: Duration) {
         self.inner.pass_duration.observe(elapsed.as_secs_f64());
         let labels = ModeLabels { mode: "all".into() };
         self.inner.discovery_duration.get_or_create(&labels).observe(discovery.as_secs_f64());
+        for (slot, mode) in ["Filesystem", "Block"].into_iter().enumerate() {
+            let bytes = self.inner.pass_capacity[slot].swap(0, Ordering::Relaxed);
+            let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+            self.inner.capacity_bytes.get_or_create(&ModeLabels { mode: mode.into() }).set(bytes);
+        }
     }
 
     /// Sets the number of this node's PVs per phase (phases not listed drop to zero).
@@ -326,14 +456,26 @@ impl Metrics {
         self.inner.succession.get_or_create(&OutcomeLabels { outcome: outcome.to_string() }).inc();
     }
 
-    /// Records one node-cleanup action (delete_claim, delete_pv, release_finalizer) and its cause.
+    /// Records one node-cleanup action (delete_claim, delete_pv, release_finalizer) and its
+    /// cause; a claim deletion also in upstream's claim counters.
     pub fn node_cleanup_action(&self, action: &str, cause: &str, ok: bool) {
+        if action == "delete_claim" {
+            if ok { &self.inner.cleanup_claim_deleted } else { &self.inner.cleanup_claim_delete_failed }.inc();
+        }
         let labels = ActionLabels { action: action.to_string(), cause: cause.to_string() };
         if ok {
             self.inner.cleanup_actions.get_or_create(&labels).inc();
         } else {
             self.inner.cleanup_failures.get_or_create(&labels).inc();
         }
+    }
+
+    /// Records a PV deletion by node-cleanup in upstream's counters, by the PV's phase.
+    pub fn node_cleanup_pv_delete(&self, phase: &str, ok: bool) {
+        let labels = PhaseLabels { phase: phase.to_string() };
+        if ok { &self.inner.cleanup_pv_deleted } else { &self.inner.cleanup_pv_delete_failed }
+            .get_or_create(&labels)
+            .inc();
     }
 
     /// Sets the number of absent Nodes named by opted-in PVs.
@@ -360,59 +502,303 @@ impl Metrics {
     }
 }
 
+/// One finished wipe, as [`Metrics::wipe_finished`] records it.
+#[derive(Debug, Clone, Copy)]
+pub struct FinishedWipe<'a> {
+    /// "fs" or "block".
+    pub mode: &'a str,
+    /// Whether the wipe succeeded.
+    pub ok: bool,
+    /// How long it took.
+    pub elapsed: Duration,
+    /// Bytes written or discarded.
+    pub bytes_wiped: u64,
+    /// The PV's capacity (upstream's `capacity` label).
+    pub capacity_bytes: u64,
+    /// The class's first blockCleanerCommand word, "" without one.
+    pub cleanup_command: &'a str,
+}
+
+/// A running wipe in `local_volume_provisioner_proctable_running`, until dropped.
+#[derive(Debug)]
+pub struct WipeRunning {
+    gauge: Gauge,
+}
+
+impl Drop for WipeRunning {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// The standard `process_*` metrics (client_golang's names, types and help), read from /proc
+/// at each scrape; a figure that cannot be read is left out of that scrape.
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> std::fmt::Result {
+            let metric = ConstGauge::new(value);
+            metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+        }
+        use crate::host::process;
+        match process::read_stats() {
+            Ok(stats) => {
+                let cpu = ConstCounter::new(stats.cpu_seconds);
+                cpu.encode(encoder.encode_descriptor(
+                    "process_cpu_seconds",
+                    "Total user and system CPU time spent in seconds.",
+                    None,
+                    cpu.metric_type(),
+                )?)?;
+                gauge(
+                    &mut encoder,
+                    "process_resident_memory_bytes",
+                    "Resident memory size in bytes.",
+                    stats.resident_bytes as f64,
+                )?;
+                gauge(
+                    &mut encoder,
+                    "process_virtual_memory_bytes",
+                    "Virtual memory size in bytes.",
+                    stats.virtual_bytes as f64,
+                )?;
+                gauge(
+                    &mut encoder,
+                    "process_start_time_seconds",
+                    "Start time of the process since unix epoch in seconds.",
+                    stats.start_time_seconds,
+                )?;
+            }
+            Err(e) => tracing::debug!(error = %e, "process metrics left out of this scrape"),
+        }
+        match process::open_fds() {
+            Ok(n) => gauge(&mut encoder, "process_open_fds", "Number of open file descriptors.", n as f64)?,
+            Err(e) => tracing::debug!(error = %e, "process_open_fds left out of this scrape"),
+        }
+        // Unlimited is 2^64 - 1 in client_golang's output (procfs reads "unlimited" so); an
+        // unlimited file limit does not happen on Linux (RLIMIT_NOFILE is capped by nr_open).
+        let (max_fds, max_vm) = process::limits();
+        if let Some(n) = max_fds {
+            gauge(&mut encoder, "process_max_fds", "Maximum number of open file descriptors.", n as f64)?;
+        }
+        gauge(
+            &mut encoder,
+            "process_virtual_memory_max_bytes",
+            "Maximum amount of virtual memory available in bytes.",
+            max_vm.map_or(u64::MAX as f64, |n| n as f64),
+        )?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The type a `# TYPE` line gives `name` (OpenMetrics names a counter without `_total`).
+    fn type_of<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+        text.lines().find_map(|l| l.strip_prefix("# TYPE ")?.strip_prefix(name)?.strip_prefix(' '))
+    }
+
+    fn assert_types(text: &str, expected: &[(&str, &str)]) {
+        for (name, kind) in expected {
+            assert_eq!(type_of(text, name), Some(*kind), "# TYPE of {name} in:\n{text}");
+        }
+    }
+
+    fn assert_lines(text: &str, lines: &[&str]) {
+        for line in lines {
+            assert!(text.lines().any(|l| l == *line), "missing line {line:?} in:\n{text}");
+        }
+    }
+
+    fn finished<'a>(mode: &'a str, ok: bool, capacity_bytes: u64, cleanup_command: &'a str) -> FinishedWipe<'a> {
+        FinishedWipe {
+            mode,
+            ok,
+            elapsed: Duration::from_millis(300),
+            bytes_wiped: 4096,
+            capacity_bytes,
+            cleanup_command,
+        }
+    }
+
     #[test]
-    fn upstream_names_are_exposed() {
+    fn upstream_agent_metrics_keep_their_names_types_and_labels() {
         let m = Metrics::new();
-        m.wipe_finished("fs", true, Duration::from_millis(300), 4096);
-        m.wipe_finished("block", false, Duration::from_secs(2), 0);
-        m.pv_created("fs", 10 * 1024 * 1024 * 1024);
+        let gib = 1024 * 1024 * 1024;
+        m.wipe_finished(&finished("fs", true, 10 * gib, "/scripts/quick_reset.sh"));
+        m.wipe_finished(&finished("block", true, 600 * gib, ""));
+        m.wipe_finished(&finished("block", false, 600 * gib, ""));
+        m.pv_created("fs", 10 * gib);
+        m.pv_created("fs", 5 * gib);
         m.set_volumes(&std::collections::BTreeMap::from([("Bound".to_string(), 3)]));
         m.pass_done(Duration::from_millis(20), Duration::from_millis(5));
         m.api_request("create", true, Duration::from_millis(3));
         m.api_request("create", false, Duration::from_millis(3));
         let text = m.encode();
-        for line in [
-            "local_volume_provisioner_persistentvolume_delete_total{mode=\"fs\",type=\"process\"} 1",
-            "local_volume_provisioner_persistentvolume_delete_failed_total{mode=\"block\",type=\"process\"} 1",
-            "local_static_provisioner_wipe_bytes_total{mode=\"fs\"} 4096",
-            "local_volume_provisioner_persistentvolume_discovery_total{mode=\"fs\"} 1",
-            "local_static_provisioner_volumes{state=\"Bound\"} 3",
-            "local_volume_provisioner_apiserver_requests_total{method=\"create\"} 2",
-            "local_volume_provisioner_apiserver_requests_failed_total{method=\"create\"} 1",
-            "local_static_provisioner_volumes{state=\"Available\"} 0",
-            "local_volume_provisioner_persistentvolume_capacity_bytes_count{mode=\"fs\"} 1",
-            "local_volume_provisioner_persistentvolume_discovery_duration_seconds_count{mode=\"all\"} 1",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in:\n{text}");
-        }
-        assert!(text.contains("local_volume_provisioner_persistentvolume_delete_duration_seconds_bucket"));
+        // pkg/metrics/metrics.go of the Go provisioner.
+        assert_types(
+            &text,
+            &[
+                ("local_volume_provisioner_persistentvolume_capacity_bytes", "gauge"),
+                ("local_volume_provisioner_persistentvolume_discovery", "counter"),
+                ("local_volume_provisioner_persistentvolume_discovery_duration_seconds", "histogram"),
+                ("local_volume_provisioner_persistentvolume_delete", "counter"),
+                ("local_volume_provisioner_persistentvolume_delete_failed", "counter"),
+                ("local_volume_provisioner_persistentvolume_delete_duration_seconds", "histogram"),
+                ("local_volume_provisioner_apiserver_requests", "counter"),
+                ("local_volume_provisioner_apiserver_requests_failed", "counter"),
+                ("local_volume_provisioner_apiserver_requests_duration_seconds", "histogram"),
+                ("local_volume_provisioner_proctable_running", "gauge"),
+            ],
+        );
+        assert_lines(
+            &text,
+            &[
+                // Kubernetes volume modes, as upstream's label values.
+                "local_volume_provisioner_persistentvolume_capacity_bytes{mode=\"Filesystem\"} 16106127360",
+                "local_volume_provisioner_persistentvolume_capacity_bytes{mode=\"Block\"} 0",
+                "local_volume_provisioner_persistentvolume_discovery_total{mode=\"Filesystem\"} 2",
+                "local_volume_provisioner_persistentvolume_delete_total{mode=\"Filesystem\",type=\"process\"} 1",
+                "local_volume_provisioner_persistentvolume_delete_total{mode=\"Block\",type=\"process\"} 1",
+                "local_volume_provisioner_persistentvolume_delete_failed_total{mode=\"Block\",type=\"process\"} 1",
+                "local_volume_provisioner_persistentvolume_delete_duration_seconds_count{mode=\"Filesystem\",type=\"process\",capacity=\"500G\",cleanup_command=\"/scripts/quick_reset.sh\"} 1",
+                "local_volume_provisioner_persistentvolume_delete_duration_seconds_count{mode=\"Block\",type=\"process\",capacity=\"1000G\",cleanup_command=\"\"} 1",
+                // client_golang's DefBuckets.
+                "local_volume_provisioner_persistentvolume_delete_duration_seconds_bucket{le=\"0.25\",mode=\"Filesystem\",type=\"process\",capacity=\"500G\",cleanup_command=\"/scripts/quick_reset.sh\"} 0",
+                "local_volume_provisioner_persistentvolume_delete_duration_seconds_bucket{le=\"0.5\",mode=\"Filesystem\",type=\"process\",capacity=\"500G\",cleanup_command=\"/scripts/quick_reset.sh\"} 1",
+                "local_volume_provisioner_persistentvolume_discovery_duration_seconds_count{mode=\"all\"} 1",
+                "local_volume_provisioner_apiserver_requests_total{method=\"create\"} 2",
+                "local_volume_provisioner_apiserver_requests_failed_total{method=\"create\"} 1",
+                "local_volume_provisioner_proctable_running 0",
+                "local_static_provisioner_wipe_bytes_total{mode=\"Filesystem\"} 4096",
+                "local_static_provisioner_volumes{state=\"Bound\"} 3",
+                "local_static_provisioner_volumes{state=\"Available\"} 0",
+            ],
+        );
+        // A failed wipe has no duration, as upstream.
+        assert!(!text.contains(
+            "delete_duration_seconds_count{mode=\"Block\",type=\"process\",capacity=\"1000G\",cleanup_command=\"\"} 2"
+        ));
         assert!(!text.contains("node_cleanup"), "the agent exposes no node-cleanup metrics");
+
+        // The capacity gauge is the last pass's: a pass that publishes nothing sets it to 0.
+        m.pv_created("block", 64 * 1024 * 1024);
+        m.pass_done(Duration::from_millis(20), Duration::from_millis(5));
+        m.pass_done(Duration::from_millis(20), Duration::from_millis(5));
+        let text = m.encode();
+        assert_lines(
+            &text,
+            &[
+                "local_volume_provisioner_persistentvolume_capacity_bytes{mode=\"Filesystem\"} 0",
+                "local_volume_provisioner_persistentvolume_capacity_bytes{mode=\"Block\"} 0",
+            ],
+        );
     }
 
     #[test]
-    fn node_cleanup_exposes_only_its_own() {
+    fn capacity_label_is_upstreams_500g_breakdown() {
+        let gib = 1024 * 1024 * 1024;
+        assert_eq!(capacity_breakdown(0), "0G");
+        assert_eq!(capacity_breakdown(1), "500G");
+        assert_eq!(capacity_breakdown(500 * gib), "500G");
+        assert_eq!(capacity_breakdown(500 * gib + 1), "1000G");
+        assert_eq!(capacity_breakdown(1400 * gib), "1500G");
+    }
+
+    #[test]
+    fn running_wipes_are_counted_until_they_end() {
+        let m = Metrics::new();
+        let first = m.wipe_running();
+        let second = m.wipe_running();
+        assert_lines(&m.encode(), &["local_volume_provisioner_proctable_running 2"]);
+        drop(first);
+        assert_lines(&m.encode(), &["local_volume_provisioner_proctable_running 1"]);
+        drop(second);
+        assert_lines(&m.encode(), &["local_volume_provisioner_proctable_running 0"]);
+    }
+
+    #[test]
+    fn both_roles_expose_process_and_build_info() {
+        for role in [Role::Agent, Role::NodeCleanup] {
+            let text = Metrics::for_role(role).encode();
+            assert_types(
+                &text,
+                &[
+                    ("process_cpu_seconds", "counter"),
+                    ("process_resident_memory_bytes", "gauge"),
+                    ("process_virtual_memory_bytes", "gauge"),
+                    ("process_virtual_memory_max_bytes", "gauge"),
+                    ("process_open_fds", "gauge"),
+                    ("process_max_fds", "gauge"),
+                    ("process_start_time_seconds", "gauge"),
+                    ("local_static_provisioner_build_info", "gauge"),
+                ],
+            );
+            let value = |name: &str| -> f64 {
+                let line =
+                    text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}"));
+                line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+            };
+            assert!(value("process_resident_memory_bytes") > 0.0);
+            assert!(value("process_open_fds") >= 3.0);
+            assert!(value("process_start_time_seconds") > 1.6e9);
+            // Ticks of 10 ms: a test process may not have used one yet.
+            assert!(value("process_cpu_seconds_total") >= 0.0);
+            let build = format!(
+                "local_static_provisioner_build_info{{version=\"{}\",commit=\"{}\",build_date=\"{}\",rustc=\"{}\",target=\"{}\"}} 1",
+                crate::build_info::VERSION,
+                crate::build_info::GIT_COMMIT,
+                crate::build_info::BUILD_DATE,
+                crate::build_info::RUSTC_VERSION,
+                crate::build_info::TARGET
+            );
+            assert_lines(&text, &[&build]);
+        }
+    }
+
+    #[test]
+    fn node_cleanup_exposes_upstreams_and_its_own() {
         let m = Metrics::for_role(Role::NodeCleanup);
         m.node_cleanup_action("delete_claim", "node_gone", true);
+        m.node_cleanup_action("delete_claim", "node_gone", false);
         m.node_cleanup_action("delete_pv", "stale", false);
+        m.node_cleanup_pv_delete("Released", true);
+        m.node_cleanup_pv_delete("Available", false);
         m.set_leader(true);
         m.set_absent_nodes(2);
         m.nodes_unreadable();
         m.api_request("delete", true, Duration::from_millis(3));
         let text = m.encode();
-        for line in [
-            "local_static_provisioner_node_cleanup_actions_total{action=\"delete_claim\",cause=\"node_gone\"} 1",
-            "local_static_provisioner_node_cleanup_failures_total{action=\"delete_pv\",cause=\"stale\"} 1",
-            "local_static_provisioner_node_cleanup_leader 1",
-            "local_static_provisioner_node_cleanup_absent_nodes 2",
-            "local_static_provisioner_node_cleanup_nodes_unreadable_total 1",
-            "local_volume_provisioner_apiserver_requests_total{method=\"delete\"} 1",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in:\n{text}");
-        }
-        assert!(!text.contains("persistentvolume_delete"), "no agent metrics in node-cleanup:\n{text}");
+        // pkg/metrics/node-cleanup/metrics.go of the Go provisioner.
+        assert_types(
+            &text,
+            &[
+                ("local_volume_node_cleanup_persistentvolume_delete", "counter"),
+                ("local_volume_node_cleanup_persistentvolume_delete_failed", "counter"),
+                ("local_volume_node_cleanup_persistentvolumeclaim_delete", "counter"),
+                ("local_volume_node_cleanup_persistentvolumeclaim_delete_failed", "counter"),
+            ],
+        );
+        assert_lines(
+            &text,
+            &[
+                "local_volume_node_cleanup_persistentvolume_delete_total{phase=\"Released\"} 1",
+                "local_volume_node_cleanup_persistentvolume_delete_failed_total{phase=\"Available\"} 1",
+                "local_volume_node_cleanup_persistentvolumeclaim_delete_total 1",
+                "local_volume_node_cleanup_persistentvolumeclaim_delete_failed_total 1",
+                "local_static_provisioner_node_cleanup_actions_total{action=\"delete_claim\",cause=\"node_gone\"} 1",
+                "local_static_provisioner_node_cleanup_failures_total{action=\"delete_pv\",cause=\"stale\"} 1",
+                "local_static_provisioner_node_cleanup_leader 1",
+                "local_static_provisioner_node_cleanup_absent_nodes 2",
+                "local_static_provisioner_node_cleanup_nodes_unreadable_total 1",
+                "local_volume_provisioner_apiserver_requests_total{method=\"delete\"} 1",
+            ],
+        );
+        assert!(!text.contains("persistentvolume_capacity"), "no agent metrics in node-cleanup:\n{text}");
+        assert!(!text.contains("local_volume_provisioner_persistentvolume_delete"), "{text}");
     }
 }

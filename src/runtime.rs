@@ -40,7 +40,8 @@ pub fn forward_events_until_synced(
                     changed.notify_one()
                 }
                 Err(e) => {
-                    let error = e.to_string();
+                    // The whole cause chain: kube's message alone stops at "client error (Connect)".
+                    let error = crate::api::error_chain(&e);
                     // Once per distinct error in a row: a watch retrying a refusal every few
                     // seconds does not flood the log.
                     if error != last_error {

@@ -47,7 +47,15 @@ fn discover_reports_real_mounts_and_block_devices() {
     write_config(&config, &[("storageClassMap", &class_map), ("labelsForPV", "team: storage\n")]);
 
     let out = run(Command::new(binary())
-        .args(["discover", "--node-name", "test-node", "--node-uid", "uid-1", "--output", "json"])
+        .args([
+            "discover",
+            "--node-name",
+            "test-node",
+            "--node-uid",
+            "0b9d5a4c-2f4e-4c55-9a51-1a1e3c1e6f7d",
+            "--output",
+            "json",
+        ])
         .arg("--config-dir")
         .arg(&config));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -74,7 +82,7 @@ fn discover_reports_real_mounts_and_block_devices() {
     assert_eq!(vol1["spec"]["volumeMode"], "Filesystem");
     assert_eq!(
         vol1["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"],
-        "local-volume-provisioner-test-node-uid-1"
+        "local-volume-provisioner-test-node-0b9d5a4c-2f4e-4c55-9a51-1a1e3c1e6f7d"
     );
     assert_eq!(vol1["metadata"]["labels"]["team"], "storage");
     assert_eq!(

@@ -705,7 +705,15 @@ impl Lab {
     fn discover_with_stdin(&self, classes: &[Class], stdin: Stdio) -> Found {
         let config = self.write_config(classes);
         let out = Command::new(binary())
-            .args(["discover", "--node-name", "safety-node", "--node-uid", "uid-1", "--output", "json"])
+            .args([
+                "discover",
+                "--node-name",
+                "safety-node",
+                "--node-uid",
+                "0b9d5a4c-2f4e-4c55-9a51-1a1e3c1e6f7d",
+                "--output",
+                "json",
+            ])
             .arg("--config-dir")
             .arg(&config)
             .stdin(stdin)

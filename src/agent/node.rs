@@ -26,7 +26,14 @@ pub(super) async fn wait_for_node(cluster: &Cluster, name: &str, readiness: &Rea
             Ok(node) => return node,
             Err(e) if e.is_not_found() => "Node object not found yet; waiting for it to register".to_string(),
             Err(e) if e.is_refusal() => format!("forbidden to read the Node (check the RBAC from deploy/): {e}"),
-            Err(e) => format!("cannot read the Node (API server unreachable?): {e}"),
+            Err(e) if e.is_unauthorized() => format!(
+                "{} does not accept our credentials (check the kubeconfig or the service account token): {e}",
+                cluster.describe_server()
+            ),
+            Err(e) => match e.http_status() {
+                Some(code) => format!("cannot read the Node: {} answered {code}: {e}", cluster.describe_server()),
+                None => format!("cannot read the Node: cannot reach {}: {e}", cluster.describe_server()),
+            },
         };
         if why != last {
             warn!(node = name, "{why}; retrying");

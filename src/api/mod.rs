@@ -42,8 +42,9 @@ pub enum ApiError {
     /// The kubeconfig or in-cluster configuration could not be loaded.
     #[error("loading Kubernetes client config ({source_name}): {message}")]
     Config { source_name: String, message: String },
-    /// A request failed.
-    #[error("{action} {object}: {source}")]
+    /// A request failed. The message carries the whole cause chain (refused connection, TLS
+    /// failure...): kube's own message stops at "client error (Connect)".
+    #[error("{action} {object}: {}", error_chain(source))]
     Request {
         action: &'static str,
         object: String,
@@ -60,6 +61,22 @@ pub enum ApiError {
     Deadline { action: &'static str, object: String, deadline: Duration },
 }
 
+/// An error and its sources as one line ("a: b: c"), skipping a source whose text the message
+/// before it already contains (wrappers that repeat their cause).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let part = cause.to_string();
+        if !part.is_empty() && !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 impl ApiError {
     fn request(action: &'static str, object: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
         let object = object.into();
@@ -70,6 +87,21 @@ impl ApiError {
     /// or invalid), as opposed to failing to answer: an operator must act, so it is reported.
     pub fn is_refusal(&self) -> bool {
         matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 403 || s.code == 422)
+    }
+
+    /// Whether the API server refused our credentials (401): a token or certificate problem,
+    /// not RBAC.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 401)
+    }
+
+    /// The HTTP status the API server answered with, `None` when there was no answer (no
+    /// connection, TLS failure, timeout) or the error is not a request's.
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            ApiError::Request { source: kube::Error::Api(s), .. } => Some(s.code),
+            _ => None,
+        }
     }
 
     /// Whether the API said the object does not exist.
@@ -148,6 +180,8 @@ pub enum Created {
 #[derive(Clone)]
 pub struct Cluster {
     client: Client,
+    /// The API server's URL, for messages ("" for a client made elsewhere).
+    server: String,
     limiter: Arc<DefaultDirectRateLimiter>,
     recorder: Recorder,
     metrics: Option<crate::metrics::Metrics>,
@@ -181,9 +215,16 @@ impl Cluster {
         let agent = hyper::header::HeaderValue::from_str(&user_agent(role, instance))
             .map_err(|e| ApiError::Config { source_name: "user agent".into(), message: e.to_string() })?;
         config.headers.push((hyper::header::USER_AGENT, agent));
+        let server = config.cluster_url.to_string();
+        tracing::info!(server = %server, kubeconfig = ?opts.kubeconfig, "API server");
         let client = Client::try_from(config)
             .map_err(|e| ApiError::Config { source_name: "client".into(), message: e.to_string() })?;
-        Ok(Self::from_client(client, opts, instance))
+        Ok(Cluster { server, ..Self::from_client(client, opts, instance) })
+    }
+
+    /// "the API server at URL", for messages about reaching it.
+    pub fn describe_server(&self) -> String {
+        if self.server.is_empty() { "the API server".into() } else { format!("the API server at {}", self.server) }
     }
 
     /// A connection over a client made elsewhere (the unit tests' mock service), rate-limited
@@ -194,7 +235,7 @@ impl Cluster {
         let limiter = Arc::new(RateLimiter::direct(Quota::per_second(qps).allow_burst(burst)));
         let reporter = Reporter { controller: "local-static-provisioner".into(), instance: Some(instance.into()) };
         let recorder = Recorder::new(client.clone(), reporter);
-        Cluster { client, limiter, recorder, metrics: None, fence: None }
+        Cluster { client, server: String::new(), limiter, recorder, metrics: None, fence: None }
     }
 
     /// Fences every write from now on: after the rate limiter, `holds_for(deadline)` must be
@@ -699,6 +740,21 @@ mod tests {
     use std::pin::pin;
 
     use super::*;
+
+    #[test]
+    fn error_chain_names_the_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Outer(#[source] std::io::Error);
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        assert_eq!(error_chain(&Outer(refused)), "client error (Connect): Connection refused");
+        // A wrapper that repeats its cause's text does not repeat it twice.
+        #[derive(Debug, thiserror::Error)]
+        #[error("watch failed: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let e = Repeats(std::io::Error::other("timed out"));
+        assert_eq!(error_chain(&e), "watch failed: timed out");
+    }
 
     /// A request that is pending on its first poll and ready on the next, counting its polls.
     fn two_step(polls: &Cell<u32>) -> impl Future<Output = &'static str> + '_ {

@@ -6,6 +6,7 @@ pub mod blockdev;
 pub mod identity;
 pub mod kubelet;
 pub mod mountinfo;
+pub mod process;
 pub mod used_mark;
 pub mod volume;
 pub mod watch;

@@ -161,8 +161,13 @@ fn follow_nodes(
                     None
                 }
                 Err(e) => {
-                    warn!(watch = "nodes", error = %e, "watch error; retrying with backoff");
-                    Some(e.to_string())
+                    // The whole cause chain, said once per distinct error in a row (as the
+                    // other watches in runtime::forward_events).
+                    let text = crate::api::error_chain(&e);
+                    if error.lock().ok().and_then(|last| last.clone()).as_deref() != Some(text.as_str()) {
+                        warn!(watch = "nodes", error = %text, "watch error; retrying with backoff");
+                    }
+                    Some(text)
                 }
             };
             if let Ok(mut last) = error.lock() {

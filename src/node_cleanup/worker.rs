@@ -255,12 +255,18 @@ impl Worker {
                 .await
             }
             NodeCleanupAction::DeletePv { name, uid, resource_version, provisioned_by, cause } => {
+                // Upstream's PV delete counters are by phase.
+                let phase = pvs.get(name.as_str()).map_or("", |pv| pv.phase.as_str());
                 if let Err(e) = self.cluster.delete_pv(&name, &uid, Some(&resource_version)).await {
+                    if !e.is_fenced() {
+                        self.metrics.node_cleanup_pv_delete(phase, false);
+                    }
                     return self.failed("delete_pv", &cause, e, |e| {
                         warn!(pv = %name, error = %e, "deleting the PV failed (changed meanwhile?); will retry");
                     });
                 }
                 self.metrics.node_cleanup_action("delete_pv", cause_label(&cause), true);
+                self.metrics.node_cleanup_pv_delete(phase, true);
                 let note = format!("PV deleted: {cause}; its data is not reachable, nothing is wiped");
                 info!(pv = %name, "{note}");
                 self.emit(&pv_reference(&name, Some(&uid)), false, reason(&cause), "DeletePV", note).await?;

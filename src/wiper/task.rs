@@ -15,7 +15,7 @@ use crate::api::{AnnotationPatch, Cluster, pv_reference};
 use crate::core::cleanup::AfterWipe;
 use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
 use crate::host::access::HostAccess;
-use crate::metrics::Metrics;
+use crate::metrics::{FinishedWipe, Metrics};
 
 /// How often a long wipe logs its progress; every 30th report is also an Event.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
@@ -36,6 +36,7 @@ pub(super) struct WipeTask {
 impl WipeTask {
     pub async fn run(self) -> Result<(), WipeError> {
         let _permit = self.permits.clone().acquire_owned().await.map_err(|e| WipeError::Failed(e.to_string()))?;
+        let _running = self.metrics.wipe_running();
         let name = self.job.pv.name.as_str();
         let path = self.job.target.path.clone();
         let orphan = self.after == AfterWipe::Nothing;
@@ -45,9 +46,17 @@ impl WipeTask {
         self.cluster.event(&self.regarding, false, "VolumeDelete", "Wipe", note).await;
         let result = self.wipe().await;
         let elapsed = started.elapsed();
+        let finished = |mode, ok, bytes_wiped| FinishedWipe {
+            mode,
+            ok,
+            elapsed,
+            bytes_wiped,
+            capacity_bytes: self.progress.total.load(Ordering::Relaxed),
+            cleanup_command: self.job.target.class.block_cleaner_command.first().map_or("", String::as_str),
+        };
         match &result {
             Ok(Wiped { mode, bytes }) => {
-                self.metrics.wipe_finished(mode, true, elapsed, *bytes);
+                self.metrics.wipe_finished(&finished(mode, true, *bytes));
                 info!(pv = name, path = %path.display(), mode, bytes, elapsed_ms = elapsed.as_millis() as u64, "volume wiped");
                 let secs = elapsed.as_secs_f64();
                 let note = if orphan {
@@ -68,7 +77,7 @@ impl WipeTask {
             }
             Err(e) => {
                 // Until the entry is examined, the class's mode stands in for the metrics.
-                self.metrics.wipe_finished(if block { "block" } else { "fs" }, false, elapsed, 0);
+                self.metrics.wipe_finished(&finished(if block { "block" } else { "fs" }, false, 0));
                 warn!(pv = name, path = %path.display(), error = %e, "wipe failed; the PV is left as it is");
                 let note = if orphan {
                     event_note(format!(
