@@ -145,7 +145,7 @@ struct ValidateArgs {
     /// A ConfigMap manifest to check instead of a directory (`-` reads standard input). The
     /// file may hold several documents or a v1 List: the ConfigMap used is the only one, or the
     /// only one whose data has provisioner keys. Wins over --config-dir.
-    #[arg(short = 'f', long = "file")]
+    #[arg(short = 'f', long = "file", env = "CONFIG_FILE")]
     file: Option<PathBuf>,
 }
 

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use local_static_provisioner::metrics::{Metrics, Role};
+use local_static_provisioner::metrics::{FinishedWipe, Metrics, Role};
 use serde_json::{Value, json};
 use support::{ControlPlane, binary, cannot_run, repo_root, run};
 
@@ -494,8 +494,12 @@ fn grafana_dashboard_is_valid_and_uses_exported_metrics() {
 /// a member.
 fn exported_metric_names() -> BTreeSet<String> {
     let agent = Metrics::for_role(Role::Agent);
-    agent.wipe_finished("fs", true, Duration::from_secs(1), 1);
-    agent.wipe_finished("fs", false, Duration::from_secs(1), 0);
+    let _running = agent.wipe_running();
+    for ok in [true, false] {
+        let elapsed = Duration::from_secs(1);
+        let (bytes_wiped, capacity_bytes) = (1, 1 << 30);
+        agent.wipe_finished(&FinishedWipe { mode: "fs", ok, elapsed, bytes_wiped, capacity_bytes, cleanup_command: "" });
+    }
     agent.pv_created("fs", 1 << 30);
     agent.pass_done(Duration::from_millis(5), Duration::from_millis(1));
     agent.set_volumes(&BTreeMap::from([("Bound".to_string(), 1)]));
@@ -509,6 +513,8 @@ fn exported_metric_names() -> BTreeSet<String> {
     node_cleanup.set_absent_nodes(1);
     node_cleanup.set_leader(true);
     node_cleanup.nodes_unreadable();
+    node_cleanup.node_cleanup_pv_delete("Released", true);
+    node_cleanup.node_cleanup_pv_delete("Released", false);
     node_cleanup.api_request("delete", true, Duration::from_millis(1));
     let mut names = BTreeSet::new();
     for metrics in [agent, node_cleanup] {
