@@ -5,8 +5,14 @@
 #                                                               #   external blockCleanerCommands
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
+# `version` and the build-info metric: the build context has no .git, so pass the commit
+# (docker build --build-arg LSP_GIT_COMMIT=$(git rev-parse --short=12 HEAD)); the build date is
+# SOURCE_DATE_EPOCH when given (reproducible builds), else the time of the build.
+ARG LSP_GIT_COMMIT=unknown
+ARG SOURCE_DATE_EPOCH
+ENV LSP_GIT_COMMIT=$LSP_GIT_COMMIT SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH
 COPY scripts/sbom.sh ./scripts/sbom.sh
 # The release profile (Cargo.toml) strips the binary. Every build also writes its SBOM
 # (CycloneDX JSON of every crate the binary links), shipped in the image below.
