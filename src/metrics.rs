@@ -98,6 +98,7 @@ struct Inner {
     /// `capacity_bytes` when the pass ends.
     pass_capacity: [AtomicU64; 2],
     volumes: Family<StateLabels, Gauge>,
+    flagged: Family<FlagLabels, Gauge>,
     config_valid: Gauge,
     api_requests: Family<MethodLabels, Counter>,
     api_requests_failed: Family<MethodLabels, Counter>,
@@ -155,6 +156,11 @@ struct StateLabels {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlagLabels {
+    flag: String,
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -182,6 +188,7 @@ impl Metrics {
             Family::<ModeLabels, Histogram>::new_with_constructor(|| Histogram::new(GO_DEFAULT_BUCKETS));
         let capacity_bytes = Family::<ModeLabels, Gauge>::default();
         let volumes = Family::<StateLabels, Gauge>::default();
+        let flagged = Family::<FlagLabels, Gauge>::default();
         let api_requests = Family::<MethodLabels, Counter>::default();
         let api_requests_failed = Family::<MethodLabels, Counter>::default();
         let api_duration =
@@ -234,6 +241,11 @@ impl Metrics {
             capacity_bytes.clone(),
         );
         agent_registry.register("local_static_provisioner_volumes", "This node's PVs by phase", volumes.clone());
+        agent_registry.register(
+            "local_static_provisioner_flagged_volumes",
+            "This node's PVs that need an operator, by flag: missing (a bound PV's disk is gone), stale (the disk of a PV of an earlier incarnation of the Node is gone), moved (its disk is at another entry)",
+            flagged.clone(),
+        );
         agent_registry.register(
             "local_volume_provisioner_persistentvolume_delete",
             "Volumes wiped and their PVs finished (upstream name)",
@@ -351,6 +363,7 @@ impl Metrics {
                 capacity_bytes,
                 pass_capacity: [AtomicU64::new(0), AtomicU64::new(0)],
                 volumes,
+                flagged,
                 config_valid,
                 api_requests,
                 api_requests_failed,
@@ -424,6 +437,15 @@ impl Metrics {
         for phase in ["Available", "Bound", "Released", "Failed", "Pending"] {
             let n = by_phase.get(phase).copied().unwrap_or(0);
             self.inner.volumes.get_or_create(&StateLabels { state: phase.to_string() }).set(n);
+        }
+    }
+
+    /// Sets how many of this node's PVs carry each flag an operator must act on (missing,
+    /// stale, moved): the state behind the VolumeMissing / VolumeStale / VolumeMoved events,
+    /// so an alert can say it still holds. Every flag is set, zero when none.
+    pub fn set_flagged(&self, missing: i64, stale: i64, moved: i64) {
+        for (flag, n) in [("missing", missing), ("stale", stale), ("moved", moved)] {
+            self.inner.flagged.get_or_create(&FlagLabels { flag: flag.to_string() }).set(n);
         }
     }
 
@@ -635,6 +657,7 @@ mod tests {
         m.pv_created("fs", 10 * gib);
         m.pv_created("fs", 5 * gib);
         m.set_volumes(&std::collections::BTreeMap::from([("Bound".to_string(), 3)]));
+        m.set_flagged(1, 0, 2);
         m.pass_done(Duration::from_millis(20), Duration::from_millis(5));
         m.api_request("create", true, Duration::from_millis(3));
         m.api_request("create", false, Duration::from_millis(3));
@@ -677,6 +700,9 @@ mod tests {
                 "local_static_provisioner_wipe_bytes_total{mode=\"Filesystem\"} 4096",
                 "local_static_provisioner_volumes{state=\"Bound\"} 3",
                 "local_static_provisioner_volumes{state=\"Available\"} 0",
+                "local_static_provisioner_flagged_volumes{flag=\"missing\"} 1",
+                "local_static_provisioner_flagged_volumes{flag=\"stale\"} 0",
+                "local_static_provisioner_flagged_volumes{flag=\"moved\"} 2",
             ],
         );
         // A failed wipe has no duration, as upstream.

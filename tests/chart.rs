@@ -498,11 +498,19 @@ fn exported_metric_names() -> BTreeSet<String> {
     for ok in [true, false] {
         let elapsed = Duration::from_secs(1);
         let (bytes_wiped, capacity_bytes) = (1, 1 << 30);
-        agent.wipe_finished(&FinishedWipe { mode: "fs", ok, elapsed, bytes_wiped, capacity_bytes, cleanup_command: "" });
+        agent.wipe_finished(&FinishedWipe {
+            mode: "fs",
+            ok,
+            elapsed,
+            bytes_wiped,
+            capacity_bytes,
+            cleanup_command: "",
+        });
     }
     agent.pv_created("fs", 1 << 30);
     agent.pass_done(Duration::from_millis(5), Duration::from_millis(1));
     agent.set_volumes(&BTreeMap::from([("Bound".to_string(), 1)]));
+    agent.set_flagged(1, 1, 1);
     agent.set_unpublished(&BTreeMap::from([("symlink", 1)]));
     agent.api_request("create", false, Duration::from_millis(1));
     agent.set_config_valid(true);

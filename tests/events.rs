@@ -57,6 +57,9 @@ fn mounts_and_unmounts_are_followed_without_a_resync() {
     });
     assert!(cp.has_event(&bound, "VolumeMissing", "missing"));
     assert!(cp.describe_shows_event(&bound, "VolumeMissing"), "kubectl describe pv shows it");
+    // The state an alert watches (the event is said once).
+    let flagged = |n: u32| format!("local_static_provisioner_flagged_volumes{{flag=\"missing\"}} {n}");
+    wait_until("missing volume counted", WAIT, || agent.admin_get("/metrics").contains(&flagged(1)).then_some(()));
     assert_eq!(cp.pv_state(&bound).unwrap().1, "Bound", "a bound PV is never deleted");
     run(Command::new("mount").arg("--bind").arg(&src).arg(&bind.path));
     wait_until("flag removed when the volume is back", WAIT, || {
@@ -64,6 +67,9 @@ fn mounts_and_unmounts_are_followed_without_a_resync() {
         pv["metadata"]["annotations"]["local-static-provisioner.io/volume-missing"].is_null().then_some(())
     });
     assert_eq!(std::fs::read(src.join("data")).unwrap(), b"tenant");
+    wait_until("missing volume no longer counted", WAIT, || {
+        agent.admin_get("/metrics").contains(&flagged(0)).then_some(())
+    });
 
     // An unbound volume that vanishes is withdrawn.
     drop(m);
@@ -102,7 +108,7 @@ fn config_changes_apply_without_restart_and_bad_ones_keep_the_last_good() {
     write_config(&config, &[("storageClassMap", &both), ("minResyncPeriod", "1h\n")]);
     wait_until("class B published after the config change", WAIT, || cp.pv_state(&b1));
 
-    // A broken config: refused, reported, the last good one keeps working.
+    // A broken class: refused, reported, its last good definition keeps working.
     write_config(&config, &[("storageClassMap", "events-a:\n  hostDir: relative\n"), ("minResyncPeriod", "1h\n")]);
     wait_until("ConfigInvalid event", WAIT, || {
         let events = cp.get_json(&["events.events.k8s.io", "-A"])?;
@@ -114,7 +120,11 @@ fn config_changes_apply_without_restart_and_bad_ones_keep_the_last_good() {
     });
     assert!(agent.admin_get("/metrics").contains("local_static_provisioner_config_valid 0"));
     let ready = agent.admin_get("/readyz");
-    assert!(ready.starts_with("HTTP/1.1 200") && ready.contains("last change refused"), "{ready}");
+    assert!(
+        ready.starts_with("HTTP/1.1 200")
+            && ready.contains("\"events-a\" is invalid, its last valid definition stays in use"),
+        "{ready}"
+    );
     let _a2 = mount_tmpfs(&dir_a.join("v2"), 16);
     let a2 = pv_name("v2", node, "events-a");
     wait_until("new volume published under the last good config", WAIT, || cp.pv_state(&a2));

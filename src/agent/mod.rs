@@ -394,6 +394,12 @@ impl Agent {
             *by_phase.entry(pv.phase.clone()).or_insert(0) += 1;
         }
         self.metrics.set_volumes(&by_phase);
+        let count = |flagged: fn(&PvState) -> bool| states.iter().filter(|pv| flagged(pv)).count() as i64;
+        self.metrics.set_flagged(
+            count(|pv| pv.flagged_missing),
+            count(|pv| pv.flagged_stale),
+            count(|pv| pv.moved_to.is_some()),
+        );
         self.metrics.pass_done(started.elapsed(), discovery_time);
     }
 
