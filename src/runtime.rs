@@ -138,10 +138,8 @@ pub fn jittered(period: Duration, jitter: bool) -> Duration {
     period + period.mul_f64(random_fraction())
 }
 
-/// A random number in [0, 1) for jitter, from the standard library's per-process random keys:
-/// no RNG crate for something that needs no quality beyond "not in step with other nodes".
+/// A random number in [0, 1) for jitter: nothing beyond "not in step with other nodes" is
+/// needed (fastrand, seeded per thread from the OS).
 pub fn random_fraction() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
-    (random % 1_000_000) as f64 / 1_000_000.0
+    fastrand::f64()
 }

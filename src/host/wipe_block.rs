@@ -200,7 +200,7 @@ pub fn wipe_block_verified(
             BlockMethod::Zero
         }
         BlockMethod::Shred { passes } => {
-            shred(&dev, passes, &mut Xoshiro256::from_os_seed(), progress)?;
+            shred(&dev, passes, &mut fastrand::Rng::new(), progress)?;
             method
         }
     };
@@ -381,7 +381,7 @@ impl Overwrite for Device<'_> {
 fn shred(
     dev: &dyn Overwrite,
     passes: u32,
-    random: &mut Xoshiro256,
+    random: &mut fastrand::Rng,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(), BlockWipeError> {
     let size = dev.len();
@@ -409,55 +409,6 @@ fn shred(
     let base = u64::from(passes) * size;
     dev.cancelled(base, total)?;
     dev.zero_all(&mut |done, _| progress(base + done, total))
-}
-
-/// xoshiro256** (Blackman and Vigna): fast, statistically sound pseudo-random data for the
-/// overwrite passes, seeded from the OS. The passes need data that does not compress or
-/// repeat, not secrets: a seed that is guessed reveals nothing of what was on the disk.
-struct Xoshiro256 {
-    s: [u64; 4],
-}
-
-impl Xoshiro256 {
-    /// Seeded from the OS's randomness (the keys of std's `RandomState`).
-    fn from_os_seed() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        let mut seed = [0u64; 4];
-        for (i, word) in seed.iter_mut().enumerate() {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(i);
-            *word = h.finish();
-        }
-        Self::from_seed(seed)
-    }
-
-    /// A given seed (never all zero: that state would only ever yield zeroes).
-    fn from_seed(seed: [u64; 4]) -> Self {
-        let s = if seed == [0; 4] { [0x9E37_79B9_7F4A_7C15, 1, 2, 3] } else { seed };
-        Xoshiro256 { s }
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = self.s[1] << 17;
-        self.s[2] ^= self.s[0];
-        self.s[3] ^= self.s[1];
-        self.s[1] ^= self.s[2];
-        self.s[0] ^= self.s[3];
-        self.s[2] ^= t;
-        self.s[3] = self.s[3].rotate_left(45);
-        result
-    }
-
-    fn fill(&mut self, buf: &mut [u8]) {
-        let mut chunks = buf.chunks_exact_mut(8);
-        for chunk in &mut chunks {
-            chunk.copy_from_slice(&self.next_u64().to_le_bytes());
-        }
-        let rest = chunks.into_remainder();
-        let last = self.next_u64().to_le_bytes();
-        rest.copy_from_slice(&last[..rest.len()]);
-    }
 }
 
 /// Errors meaning "this device cannot do that request at all" rather than a real failure.
@@ -837,7 +788,7 @@ mod tests {
 
     fn run_shred(dev: &FakeDevice, passes: u32) -> (Result<(), BlockWipeError>, Vec<(u64, u64)>) {
         let mut calls = Vec::new();
-        let mut random = Xoshiro256::from_seed([1, 2, 3, 4]);
+        let mut random = fastrand::Rng::with_seed(1234);
         let result = shred(dev, passes, &mut random, &mut |d, t| calls.push((d, t)));
         (result, calls)
     }
@@ -932,17 +883,6 @@ mod tests {
         dev.cancel_after_writes = Some(4);
         assert!(matches!(run_shred(&dev, 1).0, Err(BlockWipeError::Cancelled { .. })));
         assert!(dev.data.borrow().iter().any(|&b| b != 0));
-    }
-
-    #[test]
-    fn xoshiro_matches_the_reference_output() {
-        // First outputs of xoshiro256** seeded with 1, 2, 3, 4 (reference C implementation).
-        let mut r = Xoshiro256::from_seed([1, 2, 3, 4]);
-        let got: Vec<u64> = (0..4).map(|_| r.next_u64()).collect();
-        assert_eq!(got, [11520, 0, 1509978240, 1215971899390074240]);
-        let mut buf = [0u8; 13];
-        Xoshiro256::from_seed([0; 4]).fill(&mut buf);
-        assert!(buf.iter().any(|&b| b != 0), "an all-zero seed is replaced");
     }
 
     #[test]
