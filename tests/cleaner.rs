@@ -98,10 +98,11 @@ fn released_filesystem_volume_is_wiped_and_published_again() {
     wait_until("VolumeCleaned event", WAIT, || cp.has_event(&name, "VolumeCleaned", "wiped").then_some(()));
     let metrics = agent.admin_get("/metrics");
     assert!(
-        metrics.contains("local_volume_provisioner_persistentvolume_delete_total{mode=\"fs\",type=\"process\"} 1"),
+        metrics
+            .contains("local_volume_provisioner_persistentvolume_delete_total{mode=\"Filesystem\",type=\"process\"} 1"),
         "{metrics}"
     );
-    assert!(metrics.contains("local_static_provisioner_wipe_bytes_total{mode=\"fs\"}"), "{metrics}");
+    assert!(metrics.contains("local_static_provisioner_wipe_bytes_total{mode=\"Filesystem\"}"), "{metrics}");
     assert!(metrics.contains("local_volume_provisioner_apiserver_requests_total{method=\"create\"}"), "{metrics}");
     assert!(metrics.contains("local_static_provisioner_volumes{state=\"Available\"} 1"), "{metrics}");
     assert!(agent.admin_get("/readyz").starts_with("HTTP/1.1 200"));
