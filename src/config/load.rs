@@ -381,7 +381,8 @@ pub(crate) fn parse_yaml11_bool(s: &str) -> Option<bool> {
     }
 }
 
-fn kind(v: &Value) -> &'static str {
+/// What a YAML value is, in words, for error messages ("a list", "a number"...).
+pub(super) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "nothing",
         Value::Bool(_) => "a boolean",

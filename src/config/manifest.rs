@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::load::TOP_KEYS;
+use super::load::{TOP_KEYS, kind};
 use super::{ConfigError, LoadedConfig, parse_entries};
 
 /// Why no config could be taken from a manifest.
@@ -105,7 +105,7 @@ pub fn load_manifest(source_name: &str, text: &str) -> Result<LoadedConfig, Mani
                         source_name: source_name.to_string(),
                         name,
                         key: key.clone(),
-                        got: json_kind(value),
+                        got: kind(value),
                     });
                 };
                 entries.push((key.clone(), text.to_string()));
@@ -136,17 +136,6 @@ fn name_of(o: &Value) -> String {
 
 fn kind_of(o: &Value) -> &str {
     o["kind"].as_str().unwrap_or("?")
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
 }
 
 #[cfg(test)]
