@@ -632,3 +632,58 @@ fn a_volume_kubelet_still_holds_is_wiped_only_once_kubelet_lets_go() {
     assert_eq!(blkid.status.code(), Some(2), "no signature left: {}", String::from_utf8_lossy(&blkid.stdout));
     drop(agent);
 }
+
+/// A class that is invalid when the agent starts (a typo in its own settings) does not run,
+/// while the other classes do, and nothing is taken from its PVs: a released one is neither
+/// wiped nor published again (its data stays, the event says why) until the class is fixed,
+/// and then it is wiped and published again.
+#[test]
+fn a_class_invalid_at_start_up_keeps_its_released_volume_untouched_until_fixed() {
+    if !require_root("a_class_invalid_at_start_up_keeps_its_released_volume_untouched_until_fixed") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "clean-invalid-node";
+    cp.create_node(node);
+    cp.create_storage_class("clean-inv", "Delete");
+    cp.create_storage_class("clean-inv-ok", "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, ok_dir) = (tmp.path().join("inv"), tmp.path().join("ok"));
+    let vol = dir.join("vol1");
+    let _m = mount_tmpfs(&vol, 16);
+    let _ok = mount_tmpfs(&ok_dir.join("vol1"), 16);
+    let class = |name: &str, d: &Path, extra: &str| {
+        format!("{name}:\n  hostDir: {d}\n  mountDir: {d}\n{extra}", d = d.display())
+    };
+    let valid = class("clean-inv", &dir, "");
+    let config = tmp.path().join("config");
+    write_config(&config, &[("storageClassMap", &valid)]);
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+    let name = pv_name("vol1", node, "clean-inv");
+    let uid = wait_until("PV published", WAIT, || cp.pv_state(&name).map(|(uid, _)| uid));
+    assert_eq!(cp.bind_claim("clean-inv-claim", "clean-inv", false), name);
+    std::fs::write(vol.join("tenant.txt"), b"tenant data").unwrap();
+    drop(agent);
+
+    // Restarted with a typo in that class, and a valid class beside it.
+    let ok = class("clean-inv-ok", &ok_dir, "");
+    let broken = format!("{}{ok}", class("clean-inv", &dir, "  volumeMode: Filesytem\n"));
+    write_config(&config, &[("storageClassMap", &broken)]);
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent-2.log"));
+    wait_until("the valid class published", WAIT, || cp.pv_state(&pv_name("vol1", node, "clean-inv-ok")));
+    cp.release_claim("clean-inv-claim");
+    wait_until("the refused wipe reported", WAIT, || {
+        cp.has_event(&name, "VolumeFailedDelete", "\"clean-inv\" is invalid in the ConfigMap").then_some(())
+    });
+    assert_eq!(cp.pv_state(&name), Some((uid.clone(), "Released".to_string())), "the PV is kept");
+    assert_eq!(std::fs::read(vol.join("tenant.txt")).unwrap(), b"tenant data", "nothing is wiped");
+    let ready = agent.admin_get("/readyz");
+    assert!(ready.contains("class \"clean-inv\" is invalid and not used"), "{ready}");
+
+    // Fixed: the released volume is wiped and published again.
+    write_config(&config, &[("storageClassMap", &format!("{valid}{ok}"))]);
+    wait_recycled(&cp, &name, &uid, Some(&vol));
+    assert_eq!(entries(&vol), 0, "volume must be empty");
+    drop(agent);
+}

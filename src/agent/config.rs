@@ -5,7 +5,7 @@
 //! start-up it is left out, on a reload it keeps its last valid definition, and the other
 //! classes apply.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use tracing::{error, info, warn};
@@ -22,7 +22,7 @@ use crate::host::wipe_block::cleaner_warnings_here;
 pub(super) async fn first_load(
     source: &mut ConfigSource,
     readiness: &Readiness,
-) -> (Option<ProvisionerConfig>, Option<String>) {
+) -> (Option<ProvisionerConfig>, Option<String>, BTreeMap<String, String>) {
     let dir = source.dir().to_path_buf();
     match on_blocking_pool(source, ConfigSource::load).await {
         Some(Ok(loaded)) => {
@@ -33,13 +33,14 @@ pub(super) async fn first_load(
             if let Some(p) = &problem {
                 readiness.set_detail(Some(format!("config: {p}")));
             }
-            (Some(eff.config), problem)
+            let left_out = left_out_classes(&eff);
+            (Some(eff.config), problem, left_out)
         }
         Some(Err(e)) => {
             error!(error = %e, "configuration invalid; nothing is published until it is fixed");
-            (None, Some(e.to_string()))
+            (None, Some(e.to_string()), BTreeMap::new())
         }
-        None => (None, Some(format!("reading {} failed", dir.display()))),
+        None => (None, Some(format!("reading {} failed", dir.display())), BTreeMap::new()),
     }
 }
 
@@ -60,6 +61,13 @@ fn log_findings(dir: &std::path::Path, loaded: &LoadedConfig, eff: &Effective) {
             error!(config_dir = %dir.display(), "every storage class is invalid: nothing is published until the config is fixed");
         }
     }
+}
+
+/// The classes of the ConfigMap that do not run at all (invalid, with no earlier valid
+/// definition), each with its problems: what a refused wipe of one of their PVs must say.
+fn left_out_classes(eff: &Effective) -> BTreeMap<String, String> {
+    let list = |problems: &[crate::config::Problem]| problems.iter().map(ToString::to_string).collect::<Vec<_>>();
+    eff.left_out.iter().map(|(class, problems)| (class.clone(), list(problems).join("; "))).collect()
 }
 
 /// The failed classes in one line (readiness detail, event note, comparison between
@@ -103,6 +111,7 @@ impl Agent {
                     self.identity = super::node::identity_for(&self.node_info, eff.config.use_node_name_only);
                     self.config = eff.config.clone();
                     self.has_config = true;
+                    self.left_out_classes = left_out_classes(&eff);
                 }
                 match failure_summary(&eff) {
                     Some(problem) => {

@@ -106,7 +106,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
     let mut source = crate::config::ConfigSource::new(&opts.config_dir);
-    let (config, config_problem) = config::first_load(&mut source, &readiness).await;
+    let (config, config_problem, left_out_classes) = config::first_load(&mut source, &readiness).await;
     metrics.set_config_valid(config_problem.is_none());
     let addr = parse_listen_address(&opts.listen_address)?;
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
@@ -162,6 +162,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
     let parts = Parts { cluster, host, cleaner, metrics, readiness, node, pv_store, sc_store };
     let mut agent = Agent::new(parts, &opts, config, config_problem, source)?;
+    agent.left_out_classes = left_out_classes;
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
     agent.run_loop(&opts, changed, clock, wipes_done, &mut shutdown).await;
@@ -195,6 +196,9 @@ pub(crate) struct Agent {
     has_config: bool,
     /// Why the configuration on disk is not the one in use, if it is not.
     config_problem: Option<String>,
+    /// Classes of the ConfigMap left out as invalid (never valid since start-up), with their
+    /// problems: their PVs are kept as they are, and a refused wipe says why.
+    left_out_classes: BTreeMap<String, String>,
     dir_watcher: Option<DirWatcher>,
     settle: Duration,
     succession_settle: Duration,
@@ -251,6 +255,7 @@ impl Agent {
             has_config: config.is_some(),
             config: config.unwrap_or_default(),
             config_problem,
+            left_out_classes: BTreeMap::new(),
             dir_watcher: None,
             settle: opts.settle,
             succession_settle: opts.succession_settle.max(opts.settle),

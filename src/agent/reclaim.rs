@@ -98,7 +98,14 @@ impl Agent {
                             self.cleaner.start(pv, after, target);
                         }
                         Err(msg) => {
-                            let note = format!("cannot clean PV {}: {msg}", pv.name);
+                            let note = match self.left_out_classes.get(&pv.class) {
+                                Some(problems) => format!(
+                                    "not wiping PV {}: its class {:?} is invalid in the ConfigMap ({problems}); \
+                                     the volume is kept as it is until the class is fixed",
+                                    pv.name, pv.class
+                                ),
+                                None => format!("cannot clean PV {}: {msg}", pv.name),
+                            };
                             self.report_pv_problem(&pv.name, "VolumeFailedDelete", note).await;
                         }
                     }
