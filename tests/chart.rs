@@ -647,3 +647,22 @@ fn metric_names_finds_the_selected_series_only() {
     assert_eq!(names("histogram_quantile(0.9, sum without (pod) (c)) or vector(0) unless absent(d)"), ["c", "d"]);
     assert_eq!(names("count(e == 0) and sum(f) by (g)"), ["e", "f"]);
 }
+
+/// `helm upgrade` of a release of upstream's chart updates its objects in place only if they
+/// keep upstream's names, and its DaemonSet only if the selector (immutable) is the same:
+/// otherwise a second agent would run beside the first on every node, or the upgrade would
+/// fail. The names below are those upstream's chart (helm/provisioner) renders for release
+/// "lsp" with its default values.
+#[test]
+fn objects_keep_the_names_and_selector_of_upstreams_chart() {
+    let docs = documents(&template(&[], &[]));
+    let ds = find(&docs, "DaemonSet", "lsp-local-static-provisioner");
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        json!({"app.kubernetes.io/name": "local-static-provisioner", "app.kubernetes.io/instance": RELEASE})
+    );
+    find(&docs, "ConfigMap", "lsp-local-static-provisioner-config");
+    find(&docs, "ServiceAccount", "lsp-local-static-provisioner");
+    find(&docs, "ClusterRole", "lsp-local-static-provisioner-node-clusterrole");
+    find(&docs, "ClusterRoleBinding", "lsp-local-static-provisioner-node-binding");
+}
