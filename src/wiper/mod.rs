@@ -149,8 +149,11 @@ pub struct Wiped {
 pub struct Progress {
     /// Bytes done so far (block wipes).
     pub done: AtomicU64,
-    /// The volume's size, 0 until the check found it.
+    /// Bytes the wipe writes in all (the size once per pass of a multi-pass method), 0 until
+    /// the check found the size: progress and the timeout scale with it.
     pub total: AtomicU64,
+    /// The volume's size, 0 until the check found it: the metrics' `capacity`.
+    pub size: AtomicU64,
 }
 
 /// The result of one wipe task, fed back to the reconcile loop.

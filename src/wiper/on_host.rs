@@ -39,6 +39,7 @@ pub fn wipe(
     not_held_by_kubelet(kubelet, &path, &checked, &mounts)?;
     match checked {
         Checked::Filesystem { root, size } => {
+            progress.size.store(size, Ordering::Relaxed);
             progress.total.store(size, Ordering::Relaxed);
             let class = &job.target.class;
             // The identity is proven again on the descriptor the walk starts from: a mount
@@ -82,6 +83,7 @@ pub fn wipe(
             Ok(Wiped { mode: "fs", bytes: stats.bytes_freed })
         }
         Checked::Block { size, found } => {
+            progress.size.store(size, Ordering::Relaxed);
             progress.total.store(size, Ordering::Relaxed);
             match block_method(job)? {
                 Err(cmd) => {

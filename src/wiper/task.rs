@@ -51,7 +51,7 @@ impl WipeTask {
             ok,
             elapsed,
             bytes_wiped,
-            capacity_bytes: self.progress.total.load(Ordering::Relaxed),
+            capacity_bytes: self.progress.size.load(Ordering::Relaxed),
             cleanup_command: self.job.target.class.block_cleaner_command.first().map_or("", String::as_str),
         };
         match &result {
