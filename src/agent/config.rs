@@ -33,7 +33,7 @@ pub(super) async fn first_load(
             if let Some(p) = &problem {
                 readiness.set_detail(Some(format!("config: {p}")));
             }
-            let left_out = left_out_classes(&eff);
+            let left_out = eff.left_out_problems();
             (Some(eff.config), problem, left_out)
         }
         Some(Err(e)) => {
@@ -61,13 +61,6 @@ fn log_findings(dir: &std::path::Path, loaded: &LoadedConfig, eff: &Effective) {
             error!(config_dir = %dir.display(), "every storage class is invalid: nothing is published until the config is fixed");
         }
     }
-}
-
-/// The classes of the ConfigMap that do not run at all (invalid, with no earlier valid
-/// definition), each with its problems: what a refused wipe of one of their PVs must say.
-fn left_out_classes(eff: &Effective) -> BTreeMap<String, String> {
-    let list = |problems: &[crate::config::Problem]| problems.iter().map(ToString::to_string).collect::<Vec<_>>();
-    eff.left_out.iter().map(|(class, problems)| (class.clone(), list(problems).join("; "))).collect()
 }
 
 /// The failed classes in one line (readiness detail, event note, comparison between
@@ -100,7 +93,8 @@ impl Agent {
         match loaded {
             Ok(loaded) => {
                 let eff = effective(&loaded, self.has_config.then_some(&self.config));
-                if !self.has_config || eff.config != self.config {
+                let changed = !self.has_config || eff.config != self.config;
+                if changed {
                     log_findings(self.source.dir(), &loaded, &eff);
                     if self.has_config {
                         let classes = eff.config.storage_class_map.len();
@@ -111,13 +105,16 @@ impl Agent {
                     self.identity = super::node::identity_for(&self.node_info, eff.config.use_node_name_only);
                     self.config = eff.config.clone();
                     self.has_config = true;
-                    self.left_out_classes = left_out_classes(&eff);
+                    self.left_out_classes = eff.left_out_problems();
                 }
                 match failure_summary(&eff) {
                     Some(problem) => {
                         if self.config_problem.as_deref() != Some(problem.as_str()) {
-                            for line in eff.describe_failures() {
-                                error!(config_dir = %self.source.dir().display(), "{line}");
+                            // A change applied has had its failures logged with its findings.
+                            if !changed {
+                                for line in eff.describe_failures() {
+                                    error!(config_dir = %self.source.dir().display(), "{line}");
+                                }
                             }
                             let note = format!("configuration change partly refused: {problem}");
                             self.cluster

@@ -38,15 +38,25 @@ impl Effective {
     /// One line per failed class, naming the class, what happens to it, and every problem
     /// (`storageClassMap.<class>.<key>: <reason>`): for logs, events and readiness.
     pub fn describe_failures(&self) -> Vec<String> {
-        let list = |problems: &[Problem]| problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
         let kept = self.kept.iter().map(|(class, problems)| {
-            format!("class {class:?} is invalid, its last valid definition stays in use: {}", list(problems))
+            format!("class {class:?} is invalid, its last valid definition stays in use: {}", one_line(problems))
         });
         let left = self.left_out.iter().map(|(class, problems)| {
-            format!("class {class:?} is invalid and not used (the other classes are): {}", list(problems))
+            format!("class {class:?} is invalid and not used (the other classes are): {}", one_line(problems))
         });
         kept.chain(left).collect()
     }
+
+    /// The classes that do not run at all, each with its problems in one line: what a
+    /// refused wipe of one of their PVs must say.
+    pub fn left_out_problems(&self) -> BTreeMap<String, String> {
+        self.left_out.iter().map(|(class, problems)| (class.clone(), one_line(problems))).collect()
+    }
+}
+
+/// A class's problems in one line.
+fn one_line(problems: &[Problem]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// Builds the configuration to run from a loaded ConfigMap and the configuration in use
