@@ -1,34 +1,22 @@
 //! What this binary was built from, for `version`, `--version` and the build-info metric: a
 //! bug report or a dashboard then says which commit runs, not just the crate version (which
-//! does not change between releases). Filled in by build.rs; "unknown" where it could not tell
-//! (a build without build.rs, or from sources without git and without `LSP_GIT_COMMIT`).
+//! does not change between releases). Filled in by build.rs, which always sets every one of
+//! them: "unknown" where it could not tell (sources without git and without `LSP_GIT_COMMIT`).
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Short git commit, with "-dirty" when the work tree had uncommitted changes.
-pub const GIT_COMMIT: &str = match option_env!("LSP_GIT_COMMIT") {
-    Some(v) => v,
-    None => "unknown",
-};
+pub const GIT_COMMIT: &str = env!("LSP_GIT_COMMIT");
 
 /// Build date, RFC 3339 UTC (`SOURCE_DATE_EPOCH` when it was set).
-pub const BUILD_DATE: &str = match option_env!("LSP_BUILD_DATE") {
-    Some(v) => v,
-    None => "unknown",
-};
+pub const BUILD_DATE: &str = env!("LSP_BUILD_DATE");
 
 /// `rustc --version` of the compiler that built this binary.
-pub const RUSTC_VERSION: &str = match option_env!("LSP_RUSTC_VERSION") {
-    Some(v) => v,
-    None => "unknown",
-};
+pub const RUSTC_VERSION: &str = env!("LSP_RUSTC_VERSION");
 
 /// The target triple this binary was built for.
-pub const TARGET: &str = match option_env!("LSP_TARGET") {
-    Some(v) => v,
-    None => "unknown",
-};
+pub const TARGET: &str = env!("LSP_TARGET");
 
 /// The `version` subcommand's and `--version`'s text after the program name: one fact a line.
 pub fn long_version() -> String {

@@ -357,12 +357,7 @@ fn load_or_report(args: &ConfigArgs) -> Option<(LoadedConfig, usize)> {
             Some((loaded, failures.len()))
         }
         Err(e) => {
-            if let ConfigError::Invalid { warnings, .. } = &e {
-                for w in warnings {
-                    eprintln!("warning: {w}");
-                }
-            }
-            eprintln!("error: {e}");
+            eprintln!("{}", report_refused(&e));
             None
         }
     }

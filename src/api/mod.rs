@@ -86,13 +86,13 @@ impl ApiError {
     /// Whether the API refused the request itself (forbidden by RBAC or an admission policy,
     /// or invalid), as opposed to failing to answer: an operator must act, so it is reported.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 403 || s.code == 422)
+        matches!(self.http_status(), Some(403 | 422))
     }
 
     /// Whether the API server refused our credentials (401): a token or certificate problem,
     /// not RBAC.
     pub fn is_unauthorized(&self) -> bool {
-        matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 401)
+        self.http_status() == Some(401)
     }
 
     /// The HTTP status the API server answered with, `None` when there was no answer (no
@@ -106,7 +106,7 @@ impl ApiError {
 
     /// Whether the API said the object does not exist.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 404)
+        self.http_status() == Some(404)
     }
 
     /// Whether the fence kept the request from being sent (leadership lost).
