@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -54,16 +53,7 @@ impl Agent {
     }
 
     fn readyz(&self) -> String {
-        let addr = wait_until("the admin address in the log", Duration::from_secs(30), || {
-            let log = self.log();
-            let line = log.lines().find(|l| l.contains("admin server listening"))?;
-            Some(line.split("address=").nth(1)?.split_whitespace().next()?.to_string())
-        });
-        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-        write!(stream, "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut out = String::new();
-        stream.read_to_string(&mut out).unwrap();
-        out
+        support::admin_get(|| self.log(), "/readyz")
     }
 
     /// SIGTERM, then the exit status and the whole log.

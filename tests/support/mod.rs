@@ -507,17 +507,7 @@ impl AgentProcess {
 
     /// GETs a path from the agent's admin server (its address is read from the log).
     pub fn admin_get(&self, path: &str) -> String {
-        use std::io::Read;
-        let addr = wait_until("the admin server address in the log", Duration::from_secs(30), || {
-            let log = self.log_text();
-            let line = log.lines().find(|l| l.contains("admin server listening"))?;
-            Some(line.split("address=").nth(1)?.split_whitespace().next()?.to_string())
-        });
-        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut out = String::new();
-        stream.read_to_string(&mut out).unwrap();
-        out
+        admin_get(|| self.log_text(), path)
     }
 
     /// Stops the agent with SIGTERM (graceful) and waits for it.
@@ -593,6 +583,22 @@ impl ControlPlane {
             })
         })
     }
+}
+
+/// GETs `path` from the admin server of an agent whose log `log` returns: the address is the
+/// one its "admin server listening" line gives (a free port chosen by the agent).
+pub fn admin_get(log: impl Fn() -> String, path: &str) -> String {
+    use std::io::Read;
+    let addr = wait_until("the admin server address in the log", Duration::from_secs(30), || {
+        let log = log();
+        let line = log.lines().find(|l| l.contains("admin server listening"))?;
+        Some(line.split("address=").nth(1)?.split_whitespace().next()?.to_string())
+    });
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
 }
 
 /// Waits up to `timeout` until PV `name` exists again with a UID other than `old_uid` and is
