@@ -1,4 +1,5 @@
-# Helpers the build and start scripts of the test control plane and of the real test node share.
+# Helpers the build and start scripts of the test control plane, of the real test node and of
+# the test tools (tests/tools) share.
 # The start helpers use `dir` (the instance's directory, holding logs/ and pids).
 
 # A free TCP port on loopback.
@@ -70,4 +71,25 @@ build_done() {
   touch "$2/.complete"
   echo "$1: built in $(( $(date +%s) - $3 )) s" >&2
   echo "$2/bin"
+}
+
+# go_install_cached NAME PACKAGE@VERSION [LDFLAGS]: a test tool built from its pinned Go module
+# once, into CACHE/NAME-VERSION/NAME (CACHE: $LSP_CACHE_DIR, default
+# ~/.cache/local-static-provisioner), published whole or not at all (a build cut short leaves no
+# half-made cache behind); prints the binary's path.
+go_install_cached() {
+  local name=$1 pkg=$2 ldflags=${3:-"-s -w"}
+  local cache_root=${LSP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-static-provisioner}
+  local out="$cache_root/$name-${pkg##*@}"
+  if [[ ! -x "$out/$name" ]]; then
+    echo "$name: building $pkg into $out (first time only)" >&2
+    local tmp="$out.tmp.$$"
+    mkdir -p "$tmp"
+    CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS=-mod=mod go install -trimpath -ldflags "$ldflags" "$pkg" >&2 \
+      || { rm -rf "$tmp"; return 1; }
+    mkdir -p "$out"
+    mv "$tmp/$name" "$out/$name"
+    rm -rf "$tmp"
+  fi
+  echo "$out/$name"
 }
