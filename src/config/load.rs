@@ -10,9 +10,10 @@ use serde_json::Value;
 use super::duration::parse_go_duration;
 use super::upstream_yaml::{Conversion, upstream_labels};
 use super::{
-    BlockCleanMethod, ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, LoadedConfig, Problem, ProvisionerConfig,
-    VolumeMode, validate,
+    BlockCleanMethod, ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, DeviceSelector, DeviceType, LoadedConfig,
+    Problem, ProvisionerConfig, VolumeMode, parse_quantity, validate,
 };
+use crate::core::pattern::NamePattern;
 
 /// Reads every key file of a mounted ConfigMap (skipping kubelet's `..data` machinery and
 /// directories), then parses and validates it.
@@ -97,7 +98,11 @@ pub(super) const TOP_KEYS: [&str; 11] = [
     "provisionerNotReadyNodeTaintKey",
 ];
 
-const CLASS_KEYS: [&str; 9] = [
+/// Keys of a class's `devices` section.
+const DEVICE_KEYS: [&str; 8] =
+    ["types", "minSize", "maxSize", "rotational", "models", "vendors", "exclude", "maxPerNode"];
+
+const CLASS_KEYS: [&str; 10] = [
     "hostDir",
     "mountDir",
     "blockCleanerCommand",
@@ -107,6 +112,7 @@ const CLASS_KEYS: [&str; 9] = [
     "fsType",
     "namePattern",
     "selector",
+    "devices",
 ];
 
 #[derive(Default)]
@@ -270,6 +276,7 @@ impl Parser {
             Some(v) => self.k8s_list(v, &format!("{loc}.selector"), "a list of NodeSelectorTerms").unwrap_or_default(),
             None => Vec::new(),
         };
+        let devices = fields.get("devices").and_then(|v| self.devices(v, &format!("{loc}.devices")));
         Some(ClassConfig {
             host_dir: host_dir.unwrap_or_default(),
             mount_dir: mount_dir.unwrap_or_default(),
@@ -280,6 +287,7 @@ impl Parser {
             fs_type,
             name_pattern,
             selector,
+            devices,
         })
     }
 
@@ -349,6 +357,97 @@ impl Parser {
                 BTreeMap::new()
             }
         }
+    }
+
+    /// Reads a class's `devices` section (see config::devices). A problem fails only its class.
+    fn devices(&mut self, value: &Value, loc: &str) -> Option<DeviceSelector> {
+        let map = match value {
+            // `devices:` with nothing under it: every clean whole disk.
+            Value::Null => return Some(DeviceSelector::default()),
+            Value::Object(map) => map,
+            other => {
+                self.problem(loc, format!("expected a map of device filters, got {}", kind(other)));
+                return None;
+            }
+        };
+        let mut selector = DeviceSelector::default();
+        let mut fields: BTreeMap<&'static str, &Value> = BTreeMap::new();
+        for (key, v) in map {
+            match canonical_key(key, &DEVICE_KEYS) {
+                Some(k) => {
+                    fields.insert(k, v);
+                }
+                None => self.problem(
+                    loc,
+                    format!(
+                        "unknown key {key:?} (known keys: {}); a typo here could claim the wrong disks",
+                        DEVICE_KEYS.join(", ")
+                    ),
+                ),
+            }
+        }
+        if let Some(v) = fields.get("types") {
+            let l = format!("{loc}.types");
+            let list = self.string_list(v, &l).unwrap_or_default();
+            if list.is_empty() {
+                self.problem(&l, "is empty; leave it out for [disk] or name disk, partition, multipath or loop");
+            }
+            let mut types = Vec::new();
+            for t in &list {
+                match DeviceType::parse(t) {
+                    Some(t) if !types.contains(&t) => types.push(t),
+                    Some(_) => {}
+                    None => {
+                        self.problem(&l, format!("{t:?} is not a device type (use disk, partition, multipath or loop)"))
+                    }
+                }
+            }
+            types.sort();
+            selector.types = types;
+        }
+        let mut sizes = [None, None];
+        for (i, key) in ["minSize", "maxSize"].into_iter().enumerate() {
+            let l = format!("{loc}.{key}");
+            if let Some(text) = fields.get(key).and_then(|v| self.string(v, &l)) {
+                match parse_quantity(&text) {
+                    Ok(bytes) => sizes[i] = Some(bytes),
+                    Err(e) => self.problem(&l, e),
+                }
+            }
+        }
+        [selector.min_size, selector.max_size] = sizes;
+        if let (Some(min), Some(max)) = (selector.min_size, selector.max_size)
+            && min > max
+        {
+            self.problem(
+                &format!("{loc}.minSize"),
+                format!("{min} bytes is more than maxSize ({max} bytes): nothing could match"),
+            );
+        }
+        if let Some(v) = fields.get("rotational").filter(|v| !v.is_null()) {
+            selector.rotational = Some(self.boolean(v, &format!("{loc}.rotational")));
+        }
+        let mut lists: [Vec<String>; 3] = Default::default();
+        for (i, key) in ["models", "vendors", "exclude"].into_iter().enumerate() {
+            let l = format!("{loc}.{key}");
+            let Some(list) = fields.get(key).and_then(|v| self.string_list(v, &l)) else { continue };
+            for (j, glob) in list.iter().enumerate() {
+                if let Err(e) = NamePattern::parse(glob) {
+                    self.problem(&format!("{l}[{j}]"), format!("bad glob: {e}"));
+                }
+            }
+            lists[i] = list;
+        }
+        [selector.models, selector.vendors, selector.exclude] = lists;
+        if let Some(v) = fields.get("maxPerNode").filter(|v| !v.is_null()) {
+            let l = format!("{loc}.maxPerNode");
+            match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(0) => self.problem(&l, "is 0: no device could be claimed (remove the devices section instead)"),
+                Some(n) => selector.max_per_node = Some(n),
+                None => self.problem(&l, format!("expected a positive whole number, got {}", kind(v))),
+            }
+        }
+        Some(selector)
     }
 
     fn k8s_list<T: serde::de::DeserializeOwned>(&mut self, value: &Value, loc: &str, what: &str) -> Option<Vec<T>> {

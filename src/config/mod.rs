@@ -4,6 +4,7 @@
 //! wrong directory.
 
 mod cleaners;
+mod devices;
 pub mod duration;
 mod effective;
 mod load;
@@ -21,6 +22,7 @@ use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
 use serde::Serialize;
 
 pub use cleaners::cleaner_warnings;
+pub use devices::{DeviceSelector, DeviceType, any_glob_matches, parse_quantity};
 pub use effective::{Effective, effective};
 pub use load::{load_dir, parse_entries};
 pub use manifest::{ManifestError, load_manifest};
@@ -111,6 +113,10 @@ pub struct ClassConfig {
     /// Extra node selector terms, ORed with the node's own hostname term.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub selector: Vec<NodeSelectorTerm>,
+    /// Raw block devices the agent claims for this class by linking them into its discovery
+    /// directory (see docs/devices.md); `None`: only what an operator puts there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub devices: Option<DeviceSelector>,
 }
 
 /// The whole configuration with every default filled in.

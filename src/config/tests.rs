@@ -67,6 +67,7 @@ fn default_class(dir: &str) -> ClassConfig {
         fs_type: None,
         name_pattern: "*".into(),
         selector: Vec::new(),
+        devices: None,
     }
 }
 
@@ -148,6 +149,7 @@ fn helm_chart_rendering_is_accepted_with_every_value() {
                 fs_type: Some("ext4".into()),
                 name_pattern: "*".into(),
                 selector: Vec::new(),
+                devices: None,
             },
         )]),
         node_labels_for_pv: vec!["topology.kubernetes.io/zone".into()],
@@ -1146,4 +1148,66 @@ f:\n  hostDir: /mnt/f\n  mountDir: /mnt/f\n  blockCleanerCommand: [\"/opt/wipe\"
     // Nothing to say about a config without either.
     let (_, cfg) = failed(&[("storageClassMap", "a:\n  hostDir: /mnt/a\n  mountDir: /mnt/a\n")]);
     assert!(cleaner_warnings(&cfg, &exists, &builtin).is_empty());
+}
+
+#[test]
+fn devices_section_is_read_with_every_key() {
+    let map = "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: Block\n  devices:\n    types: [multipath, disk, disk]\n    minSize: 100Gi\n    maxSize: 2T\n    rotational: false\n    models: [\"Samsung SSD 9*\"]\n    vendors: [ATA, \"NVME*\"]\n    exclude: [sda, \"wwn-0x5000*\"]\n    maxPerNode: 4\n";
+    let loaded = ok(&[("storageClassMap", map)]);
+    let devices = loaded.config.storage_class_map["fast"].devices.clone().expect("devices read");
+    assert_eq!(
+        devices,
+        DeviceSelector {
+            types: vec![DeviceType::Disk, DeviceType::Multipath],
+            min_size: Some(100 << 30),
+            max_size: Some(2_000_000_000_000),
+            rotational: Some(false),
+            models: vec!["Samsung SSD 9*".into()],
+            vendors: vec!["ATA".into(), "NVME*".into()],
+            exclude: vec!["sda".into(), "wwn-0x5000*".into()],
+            max_per_node: Some(4),
+        }
+    );
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn an_empty_devices_section_claims_clean_whole_disks_and_no_section_claims_nothing() {
+    let map = "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  devices:\nslow:\n  hostDir: /mnt/slow\n  mountDir: /mnt/slow\n  devices: {}\nplain:\n  hostDir: /mnt/plain\n  mountDir: /mnt/plain\n";
+    let c = ok(&[("storageClassMap", map)]).config;
+    assert_eq!(c.storage_class_map["fast"].devices, Some(DeviceSelector::default()));
+    assert_eq!(c.storage_class_map["slow"].devices, Some(DeviceSelector::default()));
+    assert_eq!(DeviceSelector::default().types, vec![DeviceType::Disk]);
+    assert_eq!(c.storage_class_map["plain"].devices, None);
+}
+
+#[test]
+fn a_bad_devices_section_fails_its_class_only_and_names_the_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("types: [disk, lvm]", "storageClassMap.fast.devices.types", "\"lvm\" is not a device type"),
+        ("types: []", "storageClassMap.fast.devices.types", "is empty"),
+        ("minSize: 10GB", "storageClassMap.fast.devices.minSize", "unknown unit \"GB\""),
+        ("maxSize: lots", "storageClassMap.fast.devices.maxSize", "is not a size"),
+        ("minSize: 2Ti\n    maxSize: 1Ti", "storageClassMap.fast.devices.minSize", "more than maxSize"),
+        ("rotational: maybe", "storageClassMap.fast.devices.rotational", "not a boolean"),
+        ("models: [\"[abc\"]", "storageClassMap.fast.devices.models[0]", "bad glob"),
+        ("exclude: sda", "storageClassMap.fast.devices.exclude", "expected a list"),
+        ("maxPerNode: 0", "storageClassMap.fast.devices.maxPerNode", "is 0"),
+        ("maxPerNode: -1", "storageClassMap.fast.devices.maxPerNode", "positive whole number"),
+        ("maxPerNode: two", "storageClassMap.fast.devices.maxPerNode", "positive whole number"),
+        ("exlude: [sda]", "storageClassMap.fast.devices", "unknown key \"exlude\""),
+    ];
+    for (yaml, location, message) in cases {
+        let map = format!(
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  devices:\n    {yaml}\nslow:\n  hostDir: /mnt/slow\n  mountDir: /mnt/slow\n"
+        );
+        let (failed_classes, config) = failed(&[("storageClassMap", &map)]);
+        let ps = failed_classes.get("fast").unwrap_or_else(|| panic!("{yaml}: class fast did not fail"));
+        assert!(ps.iter().any(|p| p.location == *location && p.message.contains(message)), "{yaml}: {ps:?}");
+        assert!(config.storage_class_map.contains_key("slow"), "{yaml}: the other class is lost");
+    }
+    let map = "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  devices: [disk]\n";
+    assert!(
+        problems(&[("storageClassMap", map)]).iter().any(|p| p.message.contains("expected a map of device filters"))
+    );
 }

@@ -37,6 +37,7 @@ fn class(host_dir: &str) -> ClassConfig {
         fs_type: None,
         name_pattern: "*".into(),
         selector: Vec::new(),
+        devices: None,
     }
 }
 
