@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod capacity;
 pub mod cleanup;
 pub mod desired;
+pub mod device_claim;
 pub mod disk_identity;
 pub mod lease;
 pub mod naming;

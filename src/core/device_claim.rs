@@ -1,0 +1,636 @@
+//! Claiming raw block devices for a class (its `devices` section): which devices of this node
+//! a class may take, under what link name, and what to do with the links this agent made
+//! earlier. Pure: `host::claims` gathers the facts and carries out the link actions, and
+//! discovery then publishes the links like any other entry.
+//!
+//! The safety rules, in one place ([`judge`]): a device is claimed only when it is provably
+//! unused (a stable id, writable, fixed, no partitions or holders, not mounted or opened
+//! exclusively, not already any class's volume or a PV's disk, and every signature area reads
+//! zero) and only once. A device is never written to when claimed; a link is only ever
+//! changed or removed when this agent recorded it, and never removed while its PV exists.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{DeviceSelector, DeviceType, any_glob_matches};
+use crate::core::naming::fnv1a32;
+use crate::core::pattern::NamePattern;
+
+/// Where an agent's link points while its device is not on the node: a path nothing creates,
+/// so the link dangles instead of leading to whatever device took the old node's name.
+pub const ABSENT_TARGET_DIR: &str = "/dev/local-static-provisioner/absent";
+
+/// What a block device is, as far as claiming is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A kind a class can select.
+    Selectable(DeviceType),
+    /// Another layer's device (LVM volume, dm-crypt, md, zram, nbd, rom...): never claimed.
+    Other(String),
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceKind::Selectable(t) => write!(f, "{t}"),
+            DeviceKind::Other(what) => f.write_str(what),
+        }
+    }
+}
+
+/// What reading a device's signature areas found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Content {
+    /// Not read (the device is not a candidate, or has a PV).
+    #[default]
+    NotProbed,
+    /// Every signature area reads zero: the state a new disk and our own wipes leave.
+    Blank,
+    /// Somebody holds the device open exclusively.
+    Busy,
+    /// Something is written there: the recognised signatures, or the first non-zero offset.
+    NotBlank(String),
+    /// The device could not be read.
+    Unreadable(String),
+}
+
+/// Whether the device is in use, and what its signature areas hold: the two facts that
+/// need opening the device, gathered only for devices a class may claim.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Probe {
+    /// Whether the probe ran.
+    pub done: bool,
+    /// Why the device (or one sharing its data) is in use: mounted, held or open exclusively.
+    pub in_use: Option<String>,
+    /// What the signature areas hold.
+    pub content: Content,
+}
+
+/// One block device of the node, as sysfs, /dev/disk/by-id and a probe describe it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceFacts {
+    /// Kernel name (`sdb`, `nvme0n1p1`, `loop3`).
+    pub name: String,
+    /// `major:minor`.
+    pub dev: String,
+    /// Type.
+    pub kind: Option<DeviceKind>,
+    /// The whole disk of a partition (kernel name).
+    pub parent: Option<String>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Read-only (`ro`).
+    pub read_only: bool,
+    /// Removable media (`removable`).
+    pub removable: bool,
+    /// A hidden NVMe multipath path (`hidden`): the namespace head is the device to use.
+    pub hidden: bool,
+    /// `queue/rotational`, when sysfs says.
+    pub rotational: Option<bool>,
+    /// `device/model`.
+    pub model: Option<String>,
+    /// `device/vendor`.
+    pub vendor: Option<String>,
+    /// The stable id the volume identity records (`wwid:...`, `serial:...`, `dm:mpath-...`,
+    /// `loop:...`; a partition adds `/part<N>@<start>`): what the link name is made from.
+    pub stable_id: Option<String>,
+    /// Names in /dev/disk/by-id that lead to this very device.
+    pub by_id: Vec<String>,
+    /// Kernel names of its partitions.
+    pub partitions: Vec<String>,
+    /// Kernel names of the devices stacked on it (`holders`).
+    pub holders: Vec<String>,
+    /// Kernel names of other devices sharing its data (its whole disk, loop devices over it).
+    pub sharing: Vec<String>,
+    /// In use and content, when probed.
+    pub probe: Probe,
+}
+
+impl DeviceFacts {
+    /// The names an `exclude` glob is matched against.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = vec![self.name.clone(), format!("/dev/{}", self.name)];
+        for id in &self.by_id {
+            names.push(id.clone());
+            names.push(format!("/dev/disk/by-id/{id}"));
+        }
+        names.extend(self.stable_id.clone());
+        names
+    }
+}
+
+/// One entry of a class's discovery directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Class whose directory holds it.
+    pub class: String,
+    /// Entry name.
+    pub name: String,
+    /// The symlink's target text, when the entry is a symlink.
+    pub link: Option<String>,
+    /// Kernel name of the block device it is or leads to.
+    pub device: Option<String>,
+}
+
+/// A link this agent made, kept in the state directory: only these are ever changed or
+/// removed by the agent.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    /// Class it was claimed for.
+    pub class: String,
+    /// Link name in the class's discovery directory.
+    pub name: String,
+    /// The PV path (hostDir joined with the name), so the PV is found after the class changes.
+    pub host_path: String,
+    /// The device's stable id.
+    pub disk: String,
+    /// What the link points at now.
+    pub target: String,
+}
+
+/// A PV of this node and the disk it recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PvDisk {
+    /// Its host path.
+    pub host_path: String,
+    /// The stable device id in its recorded identity.
+    pub disk: Option<String>,
+    /// Kernel name of the block device at its path, when the path is a device this agent can
+    /// see (an upstream PV made from a link under /dev records no identity).
+    pub device: Option<String>,
+}
+
+/// What a class asks for.
+#[derive(Debug, Clone)]
+pub struct ClassClaims {
+    /// Class name.
+    pub class: String,
+    /// Host directory (PV paths are built from it).
+    pub host_dir: String,
+    /// The class's namePattern: a link it would not match would never be published.
+    pub name_pattern: String,
+    /// The filter; `None` when the class claims nothing (its old links are let go).
+    pub selector: Option<DeviceSelector>,
+}
+
+/// Why a device a class's filter selects is not claimed: each protects data or keeps a disk
+/// from being published twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No WWID, serial, multipath UUID or backing file: no name that survives a reboot.
+    NoStableId,
+    /// No /dev/disk/by-id link (no udev): a link to /dev/sdX could lead to another disk after
+    /// a reboot, before the agent re-points it, and kubelet would hand that disk to the pod.
+    NoById,
+    /// The kernel reports it read-only.
+    ReadOnly,
+    /// Removable media.
+    Removable,
+    /// A hidden NVMe multipath path.
+    Hidden,
+    /// It has partitions.
+    Partitioned(Vec<String>),
+    /// Devices are stacked on it (device-mapper, md, LVM, bcache).
+    Held(Vec<String>),
+    /// Mounted, or open exclusively (it or a device sharing its data).
+    InUse(String),
+    /// Another entry or PV already has this disk.
+    AlreadyVolume(String),
+    /// Another class already claimed it.
+    ClaimedElsewhere(String),
+    /// Its signature areas hold something.
+    NotBlank(String),
+    /// The probe could not read it.
+    Unreadable(String),
+    /// Not probed yet (a second pass probes it).
+    NotProbed,
+    /// The class's namePattern does not match the link name.
+    NameMismatch { name: String, pattern: String },
+    /// Something else already has the link's name in the discovery directory.
+    NameTaken(String),
+}
+
+impl Refusal {
+    /// A short stable name, for metric labels.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::NoStableId => "no-stable-id",
+            Refusal::NoById => "no-by-id",
+            Refusal::ReadOnly => "read-only",
+            Refusal::Removable => "removable",
+            Refusal::Hidden => "hidden",
+            Refusal::Partitioned(_) => "partitioned",
+            Refusal::Held(_) => "held",
+            Refusal::InUse(_) => "in-use",
+            Refusal::AlreadyVolume(_) => "already-volume",
+            Refusal::ClaimedElsewhere(_) => "claimed-elsewhere",
+            Refusal::NotBlank(_) => "not-blank",
+            Refusal::Unreadable(_) => "unreadable",
+            Refusal::NotProbed => "not-probed",
+            Refusal::NameMismatch { .. } => "name-mismatch",
+            Refusal::NameTaken(_) => "name-taken",
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NoStableId => write!(f, "it has no WWID, serial or other stable id to name it by across reboots"),
+            Refusal::NoById => write!(
+                f,
+                "no /dev/disk/by-id link leads to it (is udev running?); a link to its /dev node could lead to another disk after a reboot"
+            ),
+            Refusal::ReadOnly => write!(f, "it is read-only"),
+            Refusal::Removable => write!(f, "it is removable media"),
+            Refusal::Hidden => write!(f, "it is a hidden NVMe multipath path (use the namespace head)"),
+            Refusal::Partitioned(p) => write!(f, "it has partitions ({})", p.join(", ")),
+            Refusal::Held(h) => write!(f, "it is held by {} (device-mapper, md, LVM or bcache)", h.join(", ")),
+            Refusal::InUse(why) => write!(f, "it is in use: {why}"),
+            Refusal::AlreadyVolume(what) => write!(f, "it is already a volume: {what}"),
+            Refusal::ClaimedElsewhere(class) => write!(f, "class {class} already claimed it"),
+            Refusal::NotBlank(what) => write!(
+                f,
+                "it is not blank: {what} (to offer it, clear it with `blkdiscard -z` or remove its data; `wipefs -a` alone leaves data behind)"
+            ),
+            Refusal::Unreadable(e) => write!(f, "it could not be read: {e}"),
+            Refusal::NotProbed => write!(f, "it has not been probed yet"),
+            Refusal::NameMismatch { name, pattern } => {
+                write!(f, "its link name {name:?} does not match the class's namePattern {pattern:?}")
+            }
+            Refusal::NameTaken(name) => {
+                write!(f, "another entry is already called {name:?} in the discovery directory")
+            }
+        }
+    }
+}
+
+/// What a class makes of one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Claimed earlier: its link is this agent's.
+    Claimed { name: String },
+    /// To be linked now. `relink`: its PV exists and only the link was lost.
+    Claim { name: String, target: String, relink: bool },
+    /// The filter does not select it (type, size, rotational, model, vendor, exclude, limit).
+    NotSelected(String),
+    /// Selected, but not safe to claim.
+    Refused(Refusal),
+}
+
+/// One class's verdict on one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Class.
+    pub class: String,
+    /// Kernel name of the device.
+    pub device: String,
+    /// What the class makes of it.
+    pub verdict: Verdict,
+}
+
+/// A change to a link in a class's discovery directory. The record is written before a link
+/// is made and dropped after one is removed, so a crash in between leaves a record the next
+/// pass settles, never a link nobody owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkAction {
+    /// Make a new link (nothing is at the name).
+    Create(ClaimRecord),
+    /// Point an existing link of ours elsewhere (its device moved, or is gone).
+    Retarget(ClaimRecord),
+    /// Remove a link of ours whose device has no PV and is no longer selected.
+    Remove(ClaimRecord),
+    /// Drop a record whose link is already gone.
+    Forget(ClaimRecord),
+}
+
+/// The whole outcome of one claim pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimPlan {
+    /// Every (class with a selector, device) verdict.
+    pub decisions: Vec<Decision>,
+    /// Link changes to make.
+    pub actions: Vec<LinkAction>,
+    /// Links of ours that stay although their class no longer selects the device: their PV
+    /// exists. (class, link name, why)
+    pub kept: Vec<(String, String, String)>,
+    /// Links of ours with no PV whose device shows something we did not put there: discovery
+    /// must not publish them. (class, link name, what was found)
+    pub held: Vec<(String, String, String)>,
+    /// Kernel names of devices whose probe would settle a verdict or a hold.
+    pub to_probe: BTreeSet<String>,
+}
+
+/// The link name for a device's stable id: the same on every boot and in every order of
+/// enumeration, a valid file name, and distinct for distinct ids (a hash of the whole id is
+/// added whenever the readable part is not the id itself).
+pub fn link_name(stable_id: &str) -> String {
+    let hash = format!("{:08x}", fnv1a32(&[stable_id.as_bytes()]));
+    let (disk, part) = match stable_id.rsplit_once("/part") {
+        Some((disk, rest)) => (disk, rest.split('@').next()),
+        None => (stable_id, None),
+    };
+    let (kind, value) = disk.split_once(':').unwrap_or(("disk", disk));
+    let readable = match kind {
+        // A loop device is its backing file: its name, then the hash of path, offset, inode.
+        "loop" => {
+            let path = value.split('@').next().unwrap_or(value);
+            format!("loop-{}", path.rsplit('/').next().unwrap_or(path))
+        }
+        "dm" => match value.strip_prefix("mpath-") {
+            Some(uuid) => format!("mpath-{uuid}"),
+            None => format!("dm-{value}"),
+        },
+        _ => format!("{kind}-{value}"),
+    };
+    let mut name: String =
+        readable.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    let exact = name == readable && kind != "loop" && part.is_none();
+    if let Some(n) = part {
+        name.push_str("-part");
+        name.extend(n.chars().filter(char::is_ascii_digit));
+    }
+    if !exact || name.len() > 96 {
+        name.truncate(96);
+        name.push('-');
+        name.push_str(&hash);
+    }
+    name
+}
+
+/// Where a claim link points: the device's /dev/disk/by-id name when udev made one (the most
+/// stable kind first), else its /dev node.
+pub fn link_target(device: &DeviceFacts) -> String {
+    // Names udev derives from the content (an LVM or md UUID) change when the content does.
+    let rank = |id: &str| {
+        ["wwn-", "nvme-eui.", "scsi-3", "dm-uuid-mpath-", "nvme-", "scsi-", "ata-", "virtio-"]
+            .iter()
+            .position(|p| id.starts_with(p))
+            .unwrap_or(8)
+    };
+    device
+        .by_id
+        .iter()
+        .filter(|id| !id.starts_with("lvm-pv-uuid-") && !id.starts_with("md-uuid-"))
+        .min_by_key(|id| (rank(id), (*id).clone()))
+        .map(|id| format!("/dev/disk/by-id/{id}"))
+        .unwrap_or_else(|| format!("/dev/{}", device.name))
+}
+
+/// The filter part of the rules: why `selector` does not select `device`, if it does not.
+pub fn not_selected(selector: &DeviceSelector, device: &DeviceFacts) -> Option<String> {
+    match &device.kind {
+        Some(DeviceKind::Selectable(t)) if selector.types.contains(t) => {}
+        Some(kind) => {
+            let types: Vec<&str> = selector.types.iter().map(|t| t.as_str()).collect();
+            return Some(format!("type {kind} is not in types [{}]", types.join(", ")));
+        }
+        None => return Some("its type is unknown".into()),
+    }
+    if let Some(min) = selector.min_size.filter(|m| device.size < *m) {
+        return Some(format!("{} bytes is below minSize ({min} bytes)", device.size));
+    }
+    if let Some(max) = selector.max_size.filter(|m| device.size > *m) {
+        return Some(format!("{} bytes is above maxSize ({max} bytes)", device.size));
+    }
+    if let Some(want) = selector.rotational {
+        match device.rotational {
+            Some(r) if r == want => {}
+            Some(r) => return Some(format!("rotational is {r}, the class wants {want}")),
+            None => return Some("sysfs does not say whether it is rotational".into()),
+        }
+    }
+    for (globs, value, what) in
+        [(&selector.models, &device.model, "model"), (&selector.vendors, &device.vendor, "vendor")]
+    {
+        if globs.is_empty() {
+            continue;
+        }
+        let Some(value) = value.as_deref() else {
+            return Some(format!("sysfs gives no {what}, and the class selects by {what}"));
+        };
+        if any_glob_matches(globs, [value]).is_none() {
+            return Some(format!("{what} {value:?} matches none of {globs:?}"));
+        }
+    }
+    let names = device.names();
+    if let Some(glob) = any_glob_matches(&selector.exclude, names.iter().map(String::as_str)) {
+        return Some(format!("excluded by {glob:?}"));
+    }
+    None
+}
+
+/// Whether two stable ids name overlapping data: the same device, or a disk and one of its
+/// partitions.
+pub fn ids_overlap(a: &str, b: &str) -> bool {
+    a == b
+        || a.strip_prefix(b).is_some_and(|r| r.starts_with("/part"))
+        || b.strip_prefix(a).is_some_and(|r| r.starts_with("/part"))
+}
+
+/// Everything one claim pass looks at.
+#[derive(Debug, Clone, Default)]
+pub struct World {
+    /// Every class of the config (those without a selector too: their old links are let go).
+    pub classes: Vec<ClassClaims>,
+    /// Every block device of the node.
+    pub devices: Vec<DeviceFacts>,
+    /// Every entry of every class's discovery directory.
+    pub entries: Vec<DirEntry>,
+    /// The links this agent made.
+    pub records: Vec<ClaimRecord>,
+    /// This node's PVs.
+    pub pvs: Vec<PvDisk>,
+}
+
+/// The host path of entry `name` of a class whose hostDir is `host_dir`.
+pub fn entry_host_path(host_dir: &str, name: &str) -> String {
+    format!("{}/{name}", host_dir.trim_end_matches('/'))
+}
+
+/// The safety rules for one device a class's filter selects (see the module documentation).
+/// `name` is its link name; `expected_path` the PV path that link would have.
+fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &str) -> Verdict {
+    let name = link_name(stable_id);
+    let expected_path = entry_host_path(&class.host_dir, &name);
+    let target = link_target(device);
+    if let Some(other) = world.records.iter().find(|r| r.class != class.class && ids_overlap(&r.disk, stable_id)) {
+        return Verdict::Refused(Refusal::ClaimedElsewhere(other.class.clone()));
+    }
+    // The PV of this very link exists: the link was lost (a volatile hostDir after a reboot,
+    // or deleted by hand); bring it back, whatever the tenant wrote on the disk.
+    if world.pvs.iter().any(|pv| pv.host_path == expected_path && pv.disk.as_deref() == Some(stable_id))
+        && !world.entries.iter().any(|e| e.class == class.class && e.name == name)
+    {
+        return Verdict::Claim { name, target, relink: true };
+    }
+    if let Some(pv) = world.pvs.iter().find(|pv| pv.disk.as_deref().is_some_and(|d| ids_overlap(d, stable_id))) {
+        return Verdict::Refused(Refusal::AlreadyVolume(format!("the PV at {} recorded this disk", pv.host_path)));
+    }
+    let related = |n: &String| {
+        *n == device.name
+            || device.sharing.contains(n)
+            || device.partitions.contains(n)
+            || device.parent.as_ref() == Some(n)
+    };
+    if let Some(pv) = world.pvs.iter().find(|pv| pv.device.as_ref().is_some_and(related)) {
+        return Verdict::Refused(Refusal::AlreadyVolume(format!("the PV at {} leads to it", pv.host_path)));
+    }
+    if let Some(e) = world.entries.iter().find(|e| e.device.as_ref().is_some_and(related)) {
+        return Verdict::Refused(Refusal::AlreadyVolume(format!(
+            "entry {} of class {} leads to {}",
+            e.name,
+            e.class,
+            e.device.as_deref().unwrap_or("?")
+        )));
+    }
+    let loop_device = device.kind == Some(DeviceKind::Selectable(DeviceType::Loop));
+    let refusal = if device.by_id.is_empty() && !loop_device {
+        Some(Refusal::NoById)
+    } else if device.read_only {
+        Some(Refusal::ReadOnly)
+    } else if device.removable {
+        Some(Refusal::Removable)
+    } else if device.hidden {
+        Some(Refusal::Hidden)
+    } else if !device.partitions.is_empty() {
+        Some(Refusal::Partitioned(device.partitions.clone()))
+    } else if !device.holders.is_empty() {
+        Some(Refusal::Held(device.holders.clone()))
+    } else if !device.probe.done {
+        Some(Refusal::NotProbed)
+    } else if let Some(why) = &device.probe.in_use {
+        Some(Refusal::InUse(why.clone()))
+    } else {
+        match &device.probe.content {
+            Content::Blank => None,
+            Content::Busy => Some(Refusal::InUse("someone opened it exclusively".into())),
+            Content::NotBlank(what) => Some(Refusal::NotBlank(what.clone())),
+            Content::Unreadable(e) => Some(Refusal::Unreadable(e.clone())),
+            Content::NotProbed => Some(Refusal::NotProbed),
+        }
+    };
+    if let Some(r) = refusal {
+        return Verdict::Refused(r);
+    }
+    let matches_pattern = NamePattern::parse(&class.name_pattern).is_ok_and(|p| p.matches(&name));
+    if !matches_pattern {
+        return Verdict::Refused(Refusal::NameMismatch { name, pattern: class.name_pattern.clone() });
+    }
+    if world.entries.iter().any(|e| e.class == class.class && e.name == name) {
+        return Verdict::Refused(Refusal::NameTaken(name));
+    }
+    Verdict::Claim { name, target, relink: false }
+}
+
+/// The claim pass: every class's verdict on every device, the link changes to make, and the
+/// links to hold back from discovery. Devices are taken in order of stable id, so the same
+/// ones are chosen on every pass and node when a class has a maxPerNode.
+pub fn plan(world: &World) -> ClaimPlan {
+    let mut out = ClaimPlan::default();
+    let mut devices: Vec<&DeviceFacts> = world.devices.iter().collect();
+    devices.sort_by(|a, b| {
+        (a.stable_id.is_none(), &a.stable_id, &a.name).cmp(&(b.stable_id.is_none(), &b.stable_id, &b.name))
+    });
+    // (class, device kernel name) pairs whose device the class still selects and has a record for.
+    let mut still_selected: BTreeSet<(String, String)> = BTreeSet::new();
+    // Devices claimed in this pass, so two classes never take the same one.
+    let mut taken: BTreeMap<String, String> = BTreeMap::new();
+    for class in &world.classes {
+        let Some(selector) = &class.selector else { continue };
+        let mut count = world.records.iter().filter(|r| r.class == class.class).count();
+        for device in &devices {
+            let mut verdict = match not_selected(selector, device) {
+                Some(why) => Verdict::NotSelected(why),
+                None => match &device.stable_id {
+                    None => Verdict::Refused(Refusal::NoStableId),
+                    Some(id) => match world.records.iter().find(|r| r.class == class.class && r.disk == *id) {
+                        Some(r) => {
+                            still_selected.insert((class.class.clone(), device.name.clone()));
+                            Verdict::Claimed { name: r.name.clone() }
+                        }
+                        None => match taken.get(id) {
+                            Some(other) => Verdict::Refused(Refusal::ClaimedElsewhere(other.clone())),
+                            None => judge(world, class, device, id),
+                        },
+                    },
+                },
+            };
+            if let Verdict::Claim { relink: false, .. } = verdict
+                && selector.max_per_node.is_some_and(|max| count >= max as usize)
+            {
+                let max = selector.max_per_node.unwrap_or_default();
+                verdict = Verdict::NotSelected(format!("the class already has maxPerNode ({max}) devices"));
+            }
+            if let (Verdict::Refused(Refusal::NotProbed), false) = (&verdict, device.probe.done) {
+                out.to_probe.insert(device.name.clone());
+            }
+            if let (Verdict::Claim { name, target, .. }, Some(id)) = (&verdict, &device.stable_id) {
+                count += 1;
+                taken.insert(id.clone(), class.class.clone());
+                out.actions.push(LinkAction::Create(ClaimRecord {
+                    class: class.class.clone(),
+                    name: name.clone(),
+                    host_path: entry_host_path(&class.host_dir, name),
+                    disk: id.clone(),
+                    target: target.clone(),
+                }));
+            }
+            out.decisions.push(Decision { class: class.class.clone(), device: device.name.clone(), verdict });
+        }
+    }
+    for record in &world.records {
+        settle_record(world, record, &still_selected, &mut out);
+    }
+    out
+}
+
+/// What becomes of one link this agent made (see [`plan`]).
+fn settle_record(world: &World, r: &ClaimRecord, still_selected: &BTreeSet<(String, String)>, out: &mut ClaimPlan) {
+    let device = world.devices.iter().find(|d| d.stable_id.as_deref() == Some(r.disk.as_str()));
+    let has_pv = world.pvs.iter().any(|pv| pv.host_path == r.host_path);
+    let wanted = device.is_some_and(|d| still_selected.contains(&(r.class.clone(), d.name.clone())));
+    let entry = world.entries.iter().find(|e| e.class == r.class && e.name == r.name);
+    let with_target = |target: String| ClaimRecord { target, ..r.clone() };
+    match entry {
+        // Not a symlink any more: an operator put something else there; it is not ours.
+        Some(e) if e.link.is_none() => out.actions.push(LinkAction::Forget(r.clone())),
+        None if has_pv => {
+            if let Some(d) = device {
+                out.actions.push(LinkAction::Create(with_target(link_target(d))));
+            }
+        }
+        // Gone and no PV: judged afresh as a new device, with every safety rule.
+        None => out.actions.push(LinkAction::Forget(r.clone())),
+        Some(_) if !wanted && !has_pv => out.actions.push(LinkAction::Remove(r.clone())),
+        Some(e) => {
+            if !wanted {
+                let why = "the class no longer selects this device; the link stays while its PV exists";
+                out.kept.push((r.class.clone(), r.name.clone(), why.into()));
+            }
+            match device {
+                Some(d) if e.device.as_deref() != Some(d.name.as_str()) => {
+                    out.actions.push(LinkAction::Retarget(with_target(link_target(d))))
+                }
+                None if e.device.is_some() => {
+                    let absent = format!("{ABSENT_TARGET_DIR}/{}", r.name);
+                    out.actions.push(LinkAction::Retarget(with_target(absent)));
+                }
+                Some(d) if !has_pv && wanted => match (&d.probe.done, &d.probe.content) {
+                    (false, _) => {
+                        out.to_probe.insert(d.name.clone());
+                    }
+                    (true, Content::NotBlank(what)) => out.held.push((r.class.clone(), r.name.clone(), what.clone())),
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "device_claim_tests.rs"]
+mod tests;

@@ -1,0 +1,559 @@
+use super::*;
+
+fn disk(name: &str, id: &str) -> DeviceFacts {
+    DeviceFacts {
+        name: name.into(),
+        dev: "8:0".into(),
+        kind: Some(DeviceKind::Selectable(DeviceType::Disk)),
+        size: 100 << 30,
+        rotational: Some(false),
+        model: Some("Samsung SSD 980".into()),
+        vendor: Some("ATA".into()),
+        stable_id: Some(id.into()),
+        by_id: vec![format!("wwn-{name}")],
+        probe: Probe { done: true, in_use: None, content: Content::Blank },
+        ..Default::default()
+    }
+}
+
+fn class(name: &str, selector: Option<DeviceSelector>) -> ClassClaims {
+    ClassClaims { class: name.into(), host_dir: format!("/mnt/{name}"), name_pattern: "*".into(), selector }
+}
+
+fn world(devices: Vec<DeviceFacts>) -> World {
+    World { classes: vec![class("fast", Some(DeviceSelector::default()))], devices, ..Default::default() }
+}
+
+fn verdict(plan: &ClaimPlan, class: &str, device: &str) -> Verdict {
+    plan.decisions
+        .iter()
+        .find(|d| d.class == class && d.device == device)
+        .map(|d| d.verdict.clone())
+        .unwrap_or_else(|| panic!("no decision for {class}/{device}: {plan:?}"))
+}
+
+fn record(class: &str, device: &DeviceFacts) -> ClaimRecord {
+    let id = device.stable_id.clone().unwrap();
+    let name = link_name(&id);
+    ClaimRecord {
+        class: class.into(),
+        host_path: entry_host_path(&format!("/mnt/{class}"), &name),
+        name,
+        disk: id,
+        target: link_target(device),
+    }
+}
+
+fn link_entry(class: &str, name: &str, device: Option<&str>) -> DirEntry {
+    DirEntry { class: class.into(), name: name.into(), link: Some("/dev/x".into()), device: device.map(Into::into) }
+}
+
+#[test]
+fn a_clean_disk_is_claimed_under_its_stable_name_pointing_at_by_id() {
+    let mut d = disk("sdb", "wwid:naa.5000c500a0b1c2d3");
+    d.by_id = vec!["scsi-35000c500a0b1c2d3".into(), "wwn-0x5000c500a0b1c2d3".into(), "lvm-pv-uuid-x".into()];
+    let plan = plan(&world(vec![d]));
+    let want_name = "wwid-naa.5000c500a0b1c2d3";
+    assert_eq!(
+        verdict(&plan, "fast", "sdb"),
+        Verdict::Claim {
+            name: want_name.into(),
+            target: "/dev/disk/by-id/wwn-0x5000c500a0b1c2d3".into(),
+            relink: false
+        }
+    );
+    assert_eq!(
+        plan.actions,
+        vec![LinkAction::Create(ClaimRecord {
+            class: "fast".into(),
+            name: want_name.into(),
+            host_path: format!("/mnt/fast/{want_name}"),
+            disk: "wwid:naa.5000c500a0b1c2d3".into(),
+            target: "/dev/disk/by-id/wwn-0x5000c500a0b1c2d3".into(),
+        })]
+    );
+}
+
+#[test]
+fn without_by_id_only_a_loop_device_is_claimed_and_its_link_points_at_the_dev_node() {
+    let mut d = disk("vdb", "serial:abc123");
+    d.by_id.clear();
+    assert_eq!(verdict(&plan(&world(vec![d])), "fast", "vdb"), Verdict::Refused(Refusal::NoById));
+    let mut lp = disk("loop3", "loop:/img/a@0#1");
+    lp.by_id.clear();
+    lp.kind = Some(DeviceKind::Selectable(DeviceType::Loop));
+    let sel = DeviceSelector { types: vec![DeviceType::Loop], ..Default::default() };
+    let p = plan(&World { classes: vec![class("fast", Some(sel))], devices: vec![lp], ..Default::default() });
+    assert!(matches!(verdict(&p, "fast", "loop3"), Verdict::Claim { target, .. } if target == "/dev/loop3"));
+}
+
+#[test]
+fn an_upstream_pv_whose_path_leads_to_the_device_makes_it_already_a_volume() {
+    let mut w = world(vec![disk("nvme1n1", "wwid:eui.1")]);
+    w.pvs = vec![PvDisk { host_path: "/dev/disk/kubernetes/nvme1".into(), disk: None, device: Some("nvme1n1".into()) }];
+    let v = verdict(&plan(&w), "fast", "nvme1n1");
+    assert!(
+        matches!(v, Verdict::Refused(Refusal::AlreadyVolume(ref w)) if w.contains("/dev/disk/kubernetes/nvme1")),
+        "{v:?}"
+    );
+}
+
+/// Every combination of the facts that make a device unsafe: it is claimed only when none
+/// holds, and the refusal names the first that does.
+#[test]
+fn exhaustively_a_device_is_claimed_only_when_every_safety_fact_is_clear() {
+    const FACTS: usize = 12;
+    for bits in 0u32..(1 << FACTS) {
+        let on = |i: usize| bits & (1 << i) != 0;
+        let mut d = disk("sdb", "wwid:naa.1");
+        let mut w = World { classes: vec![class("fast", Some(DeviceSelector::default()))], ..Default::default() };
+        if on(0) {
+            d.stable_id = None;
+        }
+        d.read_only = on(1);
+        d.removable = on(2);
+        d.hidden = on(3);
+        if on(4) {
+            d.partitions = vec!["sdb1".into()];
+        }
+        if on(5) {
+            d.holders = vec!["dm-0".into()];
+        }
+        if on(6) {
+            d.probe.in_use = Some("it is mounted at /data".into());
+        }
+        if on(7) {
+            d.probe.content = Content::NotBlank("ext4 superblock at 1080".into());
+        }
+        if on(8) {
+            d.probe.content = Content::Busy;
+        }
+        if on(9) {
+            d.probe = Probe::default();
+        }
+        if on(10) {
+            w.entries.push(DirEntry {
+                class: "other".into(),
+                name: "manual".into(),
+                link: Some("/dev/sdb".into()),
+                device: Some("sdb".into()),
+            });
+        }
+        if on(11) {
+            w.pvs.push(PvDisk {
+                host_path: "/mnt/other/x".into(),
+                disk: Some("wwid:naa.1/part1@2048".into()),
+                device: None,
+            });
+        }
+        w.devices = vec![d];
+        let v = verdict(&plan(&w), "fast", "sdb");
+        if bits == 0 {
+            assert!(matches!(v, Verdict::Claim { relink: false, .. }), "{v:?}");
+        } else {
+            assert!(matches!(v, Verdict::Refused(_)), "facts {bits:#b}: {v:?}");
+        }
+        let p = plan(&w);
+        assert_eq!(p.actions.is_empty(), bits != 0, "facts {bits:#b}: {:?}", p.actions);
+        // A device whose probe is missing is asked for, and only then.
+        let needs_probe = matches!(v, Verdict::Refused(Refusal::NotProbed));
+        assert_eq!(p.to_probe.contains("sdb"), needs_probe, "facts {bits:#b}");
+    }
+}
+
+#[test]
+fn each_refusal_says_why() {
+    type Change = Box<dyn Fn(&mut DeviceFacts)>;
+    let cases: Vec<(Change, &str, &str)> = vec![
+        (Box::new(|d| d.read_only = true), "read-only", "read-only"),
+        (Box::new(|d| d.removable = true), "removable", "removable"),
+        (Box::new(|d| d.partitions = vec!["sdb1".into()]), "partitioned", "partitions (sdb1)"),
+        (Box::new(|d| d.holders = vec!["md0".into()]), "held", "held by md0"),
+        (Box::new(|d| d.probe.in_use = Some("it is mounted at /x".into())), "in-use", "mounted at /x"),
+        (Box::new(|d| d.probe.content = Content::NotBlank("LVM2 label at 512".into())), "not-blank", "LVM2 label"),
+        (Box::new(|d| d.probe.content = Content::Unreadable("EIO".into())), "unreadable", "EIO"),
+        (Box::new(|d| d.stable_id = None), "no-stable-id", "stable id"),
+    ];
+    for (change, code, text) in cases {
+        let mut d = disk("sdb", "wwid:naa.1");
+        change(&mut d);
+        match verdict(&plan(&world(vec![d])), "fast", "sdb") {
+            Verdict::Refused(r) => {
+                assert_eq!(r.code(), code);
+                assert!(r.to_string().contains(text), "{r}");
+            }
+            v => panic!("{code}: {v:?}"),
+        }
+    }
+}
+
+#[test]
+fn filters_select_by_type_size_rotational_model_vendor_and_exclusion() {
+    let sel = |f: &dyn Fn(&mut DeviceSelector)| {
+        let mut s = DeviceSelector::default();
+        f(&mut s);
+        s
+    };
+    let d = {
+        let mut d = disk("sdb", "wwid:naa.1");
+        d.by_id = vec!["wwn-0x1".into()];
+        d
+    };
+    let cases: Vec<(DeviceSelector, bool)> = vec![
+        (sel(&|_| {}), true),
+        (sel(&|s| s.types = vec![DeviceType::Partition]), false),
+        (sel(&|s| s.min_size = Some(100 << 30)), true),
+        (sel(&|s| s.min_size = Some((100 << 30) + 1)), false),
+        (sel(&|s| s.max_size = Some(100 << 30)), true),
+        (sel(&|s| s.max_size = Some((100 << 30) - 1)), false),
+        (sel(&|s| s.rotational = Some(false)), true),
+        (sel(&|s| s.rotational = Some(true)), false),
+        (sel(&|s| s.models = vec!["Samsung*".into()]), true),
+        (sel(&|s| s.models = vec!["WDC*".into(), "Samsung SSD 9?0".into()]), true),
+        (sel(&|s| s.models = vec!["WDC*".into()]), false),
+        (sel(&|s| s.vendors = vec!["ATA".into()]), true),
+        (sel(&|s| s.vendors = vec!["NVME".into()]), false),
+        (sel(&|s| s.exclude = vec!["sdb".into()]), false),
+        (sel(&|s| s.exclude = vec!["/dev/sd*".into()]), false),
+        (sel(&|s| s.exclude = vec!["wwn-0x1".into()]), false),
+        (sel(&|s| s.exclude = vec!["/dev/disk/by-id/wwn-*".into()]), false),
+        (sel(&|s| s.exclude = vec!["wwid:naa.*".into()]), false),
+        (sel(&|s| s.exclude = vec!["sdc".into(), "nvme*".into()]), true),
+    ];
+    for (selector, claimed) in cases {
+        let p = plan(&World {
+            classes: vec![class("fast", Some(selector.clone()))],
+            devices: vec![d.clone()],
+            ..Default::default()
+        });
+        let v = verdict(&p, "fast", "sdb");
+        assert_eq!(matches!(v, Verdict::Claim { .. }), claimed, "{selector:?}: {v:?}");
+        if !claimed {
+            assert!(matches!(v, Verdict::NotSelected(_)), "{v:?}");
+        }
+    }
+    // A device whose vendor or rotational sysfs does not give never matches a filter on it.
+    let mut unknown = d.clone();
+    unknown.vendor = None;
+    unknown.rotational = None;
+    for s in [sel(&|s| s.vendors = vec!["*".into()]), sel(&|s| s.rotational = Some(false))] {
+        let p = plan(&World {
+            classes: vec![class("fast", Some(s))],
+            devices: vec![unknown.clone()],
+            ..Default::default()
+        });
+        assert!(matches!(verdict(&p, "fast", "sdb"), Verdict::NotSelected(_)));
+    }
+}
+
+#[test]
+fn loop_and_other_layers_are_claimed_only_when_named() {
+    let mut lp = disk("loop3", "loop:/var/lib/img/a.img@0#12");
+    lp.kind = Some(DeviceKind::Selectable(DeviceType::Loop));
+    let mut lv = disk("dm-0", "dm:LVM-abc");
+    lv.kind = Some(DeviceKind::Other("dm".into()));
+    let mut part = disk("sdb1", "wwid:naa.1/part1@2048");
+    part.kind = Some(DeviceKind::Selectable(DeviceType::Partition));
+    let devices = vec![lp, lv, part];
+    let p = plan(&world(devices.clone()));
+    for name in ["loop3", "dm-0", "sdb1"] {
+        assert!(matches!(verdict(&p, "fast", name), Verdict::NotSelected(_)), "{name}");
+    }
+    let all = DeviceSelector {
+        types: vec![DeviceType::Disk, DeviceType::Partition, DeviceType::Multipath, DeviceType::Loop],
+        ..Default::default()
+    };
+    let p = plan(&World { classes: vec![class("fast", Some(all))], devices, ..Default::default() });
+    assert!(matches!(verdict(&p, "fast", "loop3"), Verdict::Claim { .. }));
+    assert!(matches!(verdict(&p, "fast", "sdb1"), Verdict::Claim { .. }));
+    assert!(matches!(verdict(&p, "fast", "dm-0"), Verdict::NotSelected(_)));
+}
+
+#[test]
+fn max_per_node_counts_existing_claims_and_takes_devices_in_stable_id_order() {
+    let devices: Vec<DeviceFacts> = ["wwid:d", "wwid:b", "wwid:a", "wwid:c"]
+        .iter()
+        .enumerate()
+        .map(|(i, id)| disk(&format!("sd{i}"), id))
+        .collect();
+    let selector = DeviceSelector { max_per_node: Some(2), ..Default::default() };
+    let mut w = World { classes: vec![class("fast", Some(selector))], devices: devices.clone(), ..Default::default() };
+    let claimed = |p: &ClaimPlan| -> Vec<String> {
+        p.actions
+            .iter()
+            .filter_map(|a| match a {
+                LinkAction::Create(r) => Some(r.disk.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(claimed(&plan(&w)), vec!["wwid:a", "wwid:b"]);
+    // With one claim already made (of the last id), one more is taken.
+    let existing = devices.iter().find(|d| d.stable_id.as_deref() == Some("wwid:d")).unwrap();
+    w.records = vec![record("fast", existing)];
+    w.entries = vec![link_entry("fast", &link_name("wwid:d"), Some(&existing.name))];
+    let p = plan(&w);
+    assert_eq!(claimed(&p), vec!["wwid:a"]);
+    assert!(matches!(verdict(&p, "fast", "sd1"), Verdict::NotSelected(ref why) if why.contains("maxPerNode (2)")));
+}
+
+#[test]
+fn a_device_is_claimed_by_one_class_only() {
+    let d = disk("sdb", "wwid:naa.1");
+    let w = World {
+        classes: vec![class("a", Some(DeviceSelector::default())), class("b", Some(DeviceSelector::default()))],
+        devices: vec![d.clone()],
+        ..Default::default()
+    };
+    let p = plan(&w);
+    assert!(matches!(verdict(&p, "a", "sdb"), Verdict::Claim { .. }));
+    assert_eq!(verdict(&p, "b", "sdb"), Verdict::Refused(Refusal::ClaimedElsewhere("a".into())));
+    assert_eq!(p.actions.len(), 1);
+    // Recorded for a, class b refuses it on later passes too, and so does a partition of it.
+    let mut w2 = w.clone();
+    w2.records = vec![record("a", &d)];
+    w2.entries = vec![link_entry("a", &link_name("wwid:naa.1"), Some("sdb"))];
+    let p = plan(&w2);
+    assert_eq!(verdict(&p, "a", "sdb"), Verdict::Claimed { name: link_name("wwid:naa.1") });
+    assert_eq!(verdict(&p, "b", "sdb"), Verdict::Refused(Refusal::ClaimedElsewhere("a".into())));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+}
+
+#[test]
+fn an_operator_link_to_the_device_or_its_partition_or_whole_disk_makes_it_already_a_volume() {
+    for (entry_device, device) in [("sdb", "sdb"), ("sdb1", "sdb"), ("loop7", "sdb")] {
+        let mut d = disk(device, "wwid:naa.1");
+        d.sharing = vec!["loop7".into()];
+        d.partitions = vec![];
+        let mut w = world(vec![d]);
+        w.entries = vec![DirEntry {
+            class: "manual".into(),
+            name: "disk1".into(),
+            link: Some("/dev/x".into()),
+            device: Some(entry_device.into()),
+        }];
+        if entry_device == "sdb1" {
+            w.devices[0].partitions = vec!["sdb1".into()];
+        }
+        let v = verdict(&plan(&w), "fast", "sdb");
+        assert!(
+            matches!(v, Verdict::Refused(Refusal::AlreadyVolume(ref w)) if w.contains("disk1")),
+            "{entry_device}: {v:?}"
+        );
+    }
+    // A partition whose whole disk is an entry.
+    let mut p1 = disk("sdb1", "wwid:naa.1/part1@2048");
+    p1.kind = Some(DeviceKind::Selectable(DeviceType::Partition));
+    p1.parent = Some("sdb".into());
+    let mut w = World {
+        classes: vec![class("fast", Some(DeviceSelector { types: vec![DeviceType::Partition], ..Default::default() }))],
+        devices: vec![p1],
+        ..Default::default()
+    };
+    w.entries = vec![link_entry("manual", "whole", Some("sdb"))];
+    assert!(matches!(verdict(&plan(&w), "fast", "sdb1"), Verdict::Refused(Refusal::AlreadyVolume(_))));
+}
+
+#[test]
+fn a_lost_link_of_a_pv_is_made_again_whatever_the_tenant_wrote() {
+    let mut d = disk("sdc", "wwid:naa.2");
+    d.probe.content = Content::NotBlank("ext4 superblock at 1080".into());
+    let name = link_name("wwid:naa.2");
+    let mut w = world(vec![d.clone()]);
+    w.pvs = vec![PvDisk { host_path: format!("/mnt/fast/{name}"), disk: Some("wwid:naa.2".into()), device: None }];
+    // With no record (a fresh state directory) and with one.
+    let p = plan(&w);
+    assert!(matches!(verdict(&p, "fast", "sdc"), Verdict::Claim { relink: true, .. }));
+    w.records = vec![record("fast", &d)];
+    let p = plan(&w);
+    assert_eq!(p.actions, vec![LinkAction::Create(record("fast", &d))]);
+    // A PV of the same path that recorded another disk does not bring it back.
+    w.records.clear();
+    w.pvs[0].disk = Some("wwid:naa.9".into());
+    assert!(matches!(verdict(&plan(&w), "fast", "sdc"), Verdict::Refused(_)));
+}
+
+#[test]
+fn a_pv_that_recorded_the_disk_elsewhere_makes_it_already_a_volume() {
+    let mut w = world(vec![disk("sdc", "wwid:naa.2")]);
+    w.pvs = vec![PvDisk { host_path: "/mnt/manual/disk1".into(), disk: Some("wwid:naa.2".into()), device: None }];
+    assert!(
+        matches!(verdict(&plan(&w), "fast", "sdc"), Verdict::Refused(Refusal::AlreadyVolume(ref w)) if w.contains("/mnt/manual/disk1"))
+    );
+}
+
+#[test]
+fn name_pattern_and_taken_names_are_refusals() {
+    let mut w = world(vec![disk("sdb", "wwid:naa.1")]);
+    w.classes[0].name_pattern = "nvme*".into();
+    assert!(matches!(verdict(&plan(&w), "fast", "sdb"), Verdict::Refused(Refusal::NameMismatch { .. })));
+    w.classes[0].name_pattern = "*".into();
+    w.entries = vec![DirEntry { class: "fast".into(), name: link_name("wwid:naa.1"), link: None, device: None }];
+    assert!(matches!(verdict(&plan(&w), "fast", "sdb"), Verdict::Refused(Refusal::NameTaken(_))));
+}
+
+/// Every state of one recorded link: it is removed only when it is a symlink, its device is
+/// not selected and no PV has it; it is never removed or changed otherwise except to point
+/// at its own device (or nowhere).
+#[test]
+fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
+    let d = disk("sdb", "wwid:naa.1");
+    let r = record("fast", &d);
+    for bits in 0u32..(1 << 6) {
+        let on = |i: usize| bits & (1 << i) != 0;
+        let selected = on(0);
+        let has_pv = on(1);
+        let device_present = on(2);
+        let entry = match (on(3), on(4)) {
+            (false, _) => None,
+            (true, false) => Some(link_entry("fast", &r.name, if on(5) { Some("sdb") } else { Some("sdx") })),
+            (true, true) => Some(DirEntry { class: "fast".into(), name: r.name.clone(), link: None, device: None }),
+        };
+        let selector = if selected { Some(DeviceSelector::default()) } else { None };
+        let mut dev = d.clone();
+        let mut other = disk("sdx", "wwid:other");
+        other.probe = Probe::default();
+        let mut w = World { classes: vec![class("fast", selector)], records: vec![r.clone()], ..Default::default() };
+        if device_present {
+            dev.probe = Probe::default();
+            w.devices.push(dev);
+        }
+        w.devices.push(other);
+        w.entries.extend(entry.clone());
+        if has_pv {
+            w.pvs.push(PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None });
+        }
+        let p = plan(&w);
+        let ctx = format!("selected={selected} pv={has_pv} present={device_present} entry={entry:?}: {:?}", p.actions);
+        let wanted = selected && device_present;
+        for a in &p.actions {
+            match a {
+                LinkAction::Remove(x) => {
+                    assert_eq!(x, &r, "{ctx}");
+                    assert!(!has_pv && !wanted && entry.as_ref().is_some_and(|e| e.link.is_some()), "{ctx}");
+                }
+                LinkAction::Forget(_) => {
+                    assert!(entry.is_none() && !has_pv || entry.as_ref().is_some_and(|e| e.link.is_none()), "{ctx}")
+                }
+                LinkAction::Retarget(x) => {
+                    assert!(entry.as_ref().is_some_and(|e| e.link.is_some()), "{ctx}");
+                    if device_present {
+                        assert_eq!(x.target, "/dev/disk/by-id/wwn-sdb", "{ctx}");
+                    } else {
+                        assert!(x.target.starts_with(ABSENT_TARGET_DIR), "{ctx}");
+                    }
+                }
+                LinkAction::Create(x) => {
+                    // Only the record's own name, only when its PV lost the link, only to its device.
+                    assert!(entry.is_none() && has_pv && device_present, "{ctx}");
+                    assert_eq!(
+                        (x.name.as_str(), x.target.as_str()),
+                        (r.name.as_str(), "/dev/disk/by-id/wwn-sdb"),
+                        "{ctx}"
+                    );
+                }
+            }
+        }
+        if has_pv && entry.as_ref().is_some_and(|e| e.link.is_some()) {
+            assert!(!p.actions.iter().any(|a| matches!(a, LinkAction::Remove(_) | LinkAction::Forget(_))), "{ctx}");
+        }
+    }
+}
+
+#[test]
+fn a_claimed_device_without_pv_that_shows_a_foreign_signature_is_held() {
+    let mut d = disk("sdb", "wwid:naa.1");
+    let r = record("fast", &d);
+    let mut w = world(vec![]);
+    w.records = vec![r.clone()];
+    w.entries = vec![link_entry("fast", &r.name, Some("sdb"))];
+    for (content, held) in
+        [(Content::Blank, false), (Content::NotBlank("xfs superblock at 0".into()), true), (Content::Busy, false)]
+    {
+        d.probe = Probe { done: true, in_use: None, content };
+        w.devices = vec![d.clone()];
+        let p = plan(&w);
+        assert_eq!(p.held.len(), usize::from(held), "{:?}", p);
+        assert!(p.actions.is_empty());
+    }
+    // Not probed yet: it is asked for; with a PV it is never probed nor held.
+    d.probe = Probe::default();
+    w.devices = vec![d.clone()];
+    assert!(plan(&w).to_probe.contains("sdb"));
+    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None }];
+    d.probe = Probe { done: true, in_use: None, content: Content::NotBlank("ext4".into()) };
+    w.devices = vec![d];
+    let p = plan(&w);
+    assert!(p.held.is_empty() && p.to_probe.is_empty(), "{p:?}");
+}
+
+#[test]
+fn operator_entries_are_never_acted_on() {
+    let d = disk("sdb", "wwid:naa.1");
+    let mut w = world(vec![d]);
+    w.classes.push(class("gone", None));
+    w.entries = vec![
+        link_entry("fast", "by-hand", Some("sdb")),
+        link_entry("gone", "other", Some("sdz")),
+        DirEntry { class: "fast".into(), name: "mnt1".into(), link: None, device: None },
+    ];
+    let p = plan(&w);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+}
+
+#[test]
+fn link_names_are_stable_distinct_and_safe() {
+    let cases = [
+        ("wwid:naa.5000c500a0b1c2d3", "wwid-naa.5000c500a0b1c2d3"),
+        ("serial:1746632611141523", "serial-1746632611141523"),
+        ("wwid:eui.0025388b71b2c3d4", "wwid-eui.0025388b71b2c3d4"),
+    ];
+    for (id, name) in cases {
+        assert_eq!(link_name(id), name);
+    }
+    let mpath = link_name("dm:mpath-3600508b400105e210000900000490000");
+    assert_eq!(mpath, "mpath-3600508b400105e210000900000490000");
+    let hashed = [
+        "serial:WD WCC4E 123",
+        "wwid:t10.ATA     QEMU HARDDISK   QM00001",
+        "loop:/var/lib/disks/a.img@0#1234",
+        "loop:/var/lib/disks/a.img@0#1235",
+        "loop:/other/a.img@0#1234",
+        "wwid:naa.5000c500a0b1c2d3/part1@2048",
+        "wwid:naa.5000c500a0b1c2d3/part1@4096",
+        "wwid:naa.5000c500a0b1c2d3/part2@2048",
+        "serial:../../etc",
+        "serial:a/b",
+        &format!("serial:{}", "x".repeat(300)),
+        &format!("serial:{}y", "x".repeat(300)),
+    ];
+    let mut seen = BTreeSet::new();
+    for id in hashed.iter().copied().chain(cases.iter().map(|c| c.0)) {
+        let n = link_name(id);
+        assert_eq!(n, link_name(id), "stable");
+        assert!(n.len() <= 105, "{n}");
+        assert!(n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{n}");
+        assert!(!n.starts_with('.') && n != ".." && !n.is_empty(), "{n}");
+        assert!(seen.insert(n.clone()), "two ids named {n}");
+    }
+    assert!(link_name("loop:/var/lib/disks/a.img@0#1234").starts_with("loop-a.img-"));
+    assert!(link_name("wwid:naa.5000c500a0b1c2d3/part1@2048").starts_with("wwid-naa.5000c500a0b1c2d3-part1-"));
+}
+
+#[test]
+fn by_id_preference_is_hardware_first_and_skips_content_names() {
+    let mut d = disk("nvme0n1", "wwid:eui.1");
+    d.by_id = vec!["nvme-Samsung_SSD_980_S123".into(), "nvme-eui.0025388b".into(), "lvm-pv-uuid-abc".into()];
+    assert_eq!(link_target(&d), "/dev/disk/by-id/nvme-eui.0025388b");
+    d.by_id = vec!["lvm-pv-uuid-abc".into(), "md-uuid-1".into()];
+    assert_eq!(link_target(&d), "/dev/nvme0n1");
+}
+
+#[test]
+fn ids_overlap_for_a_disk_and_its_partitions_only() {
+    assert!(ids_overlap("wwid:a", "wwid:a"));
+    assert!(ids_overlap("wwid:a", "wwid:a/part1@2048"));
+    assert!(ids_overlap("wwid:a/part1@2048", "wwid:a"));
+    assert!(!ids_overlap("wwid:a", "wwid:ab"));
+    assert!(!ids_overlap("wwid:a/part1@2048", "wwid:a/part2@4096"));
+}
