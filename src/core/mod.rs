@@ -17,6 +17,7 @@ pub mod presence;
 pub mod pv;
 pub mod pv_facts;
 pub mod settle;
+pub mod signatures;
 pub mod succession;
 pub mod used_mark;
 pub mod volume_safety;

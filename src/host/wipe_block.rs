@@ -17,6 +17,7 @@ use nix::errno::Errno;
 use tokio::io::{AsyncRead, ReadBuf};
 
 use super::blockdev;
+use crate::core::signatures::signature_areas;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -416,66 +417,6 @@ fn unsupported(e: Errno) -> bool {
     matches!(e, Errno::EOPNOTSUPP | Errno::ENOTTY | Errno::EINVAL)
 }
 
-/// Byte ranges `(offset, len)` holding on-disk signatures of a device of `size` bytes,
-/// sorted, merged and clipped to the device:
-/// - the first and last MiB: MBR, GPT primary and backup, ZFS labels, md 0.90/1.x, LVM,
-///   and the primary superblocks of xfs, btrfs, ext2/3/4 and most others;
-/// - LUKS2 secondary header candidates beyond the first MiB (1, 2 and 4 MiB);
-/// - ext2/3/4 backup superblocks (sparse_super: groups 1 and powers of 3, 5, 7) for block
-///   sizes 1024, 2048 and 4096;
-/// - btrfs mirror superblocks at 64 MiB, 256 GiB and 1 PiB.
-fn signature_areas(size: u64) -> Vec<(u64, u64)> {
-    const SMALL: u64 = 64 * KIB;
-    let mut areas = vec![(0, MIB), (size.saturating_sub(MIB), MIB)];
-    for at in [MIB, 2 * MIB, 4 * MIB, 64 * MIB, 256 * GIB, 1024 * 1024 * GIB] {
-        areas.push((at, SMALL));
-    }
-    for bs in [1024u64, 2048, 4096] {
-        for group in ext_backup_groups() {
-            let offset = if bs == 1024 {
-                group.checked_mul(8192).and_then(|b| b.checked_add(1)).and_then(|b| b.checked_mul(1024))
-            } else {
-                group.checked_mul(8 * bs * bs)
-            };
-            match offset {
-                Some(o) if o < size => areas.push((o, SMALL)),
-                _ => {}
-            }
-        }
-    }
-    let mut clipped: Vec<(u64, u64)> = areas
-        .into_iter()
-        .filter(|&(offset, _)| offset < size)
-        .map(|(offset, len)| (offset, len.min(size - offset)))
-        .collect();
-    clipped.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(clipped.len());
-    for (offset, len) in clipped {
-        match merged.last_mut() {
-            Some((last_off, last_len)) if offset <= *last_off + *last_len => {
-                *last_len = (*last_len).max(offset + len - *last_off);
-            }
-            _ => merged.push((offset, len)),
-        }
-    }
-    merged
-}
-
-/// Block groups carrying an ext backup superblock with sparse_super: 1 and the powers of 3, 5
-/// and 7, up to a bound far beyond any device (the caller drops offsets past the end).
-fn ext_backup_groups() -> Vec<u64> {
-    const LIMIT: u64 = 1 << 40;
-    let mut groups = vec![1];
-    for base in [3u64, 5, 7] {
-        let mut g = base;
-        while g < LIMIT {
-            groups.push(g);
-            g *= base;
-        }
-    }
-    groups
-}
-
 /// Runs an upstream-style blockCleanerCommand with LOCAL_PV_BLKDEVICE=<device> in its environment,
 /// logging its stdout/stderr lines with tracing::info!(pv = pv_name, ...) as they come, honouring
 /// its exit status, killing it (by its own PID / kill_on_drop) when `timeout` passes.
@@ -666,10 +607,6 @@ fn shred_passes(arg: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn covers(areas: &[(u64, u64)], offset: u64, len: u64) -> bool {
-        areas.iter().any(|&(o, l)| o <= offset && offset + len <= o + l)
-    }
 
     fn argv(words: &[&str]) -> Vec<String> {
         words.iter().map(|w| w.to_string()).collect()
@@ -883,55 +820,6 @@ mod tests {
         dev.cancel_after_writes = Some(4);
         assert!(matches!(run_shred(&dev, 1).0, Err(BlockWipeError::Cancelled { .. })));
         assert!(dev.data.borrow().iter().any(|&b| b != 0));
-    }
-
-    #[test]
-    fn signature_areas_cover_known_offsets() {
-        let size = 1024 * GIB;
-        let areas = signature_areas(size);
-        // Head and tail.
-        assert!(covers(&areas, 0, MIB));
-        assert!(covers(&areas, size - MIB, MIB));
-        // ext, block size 1024: group g at block 1 + g*8192.
-        for g in [1u64, 3, 5, 7, 9, 25, 27, 49, 81, 125, 243, 343] {
-            assert!(covers(&areas, (1 + g * 8192) * 1024, 64 * KIB), "bs 1024 group {g}");
-        }
-        // ext, block size 2048 and 4096: group g at block g*8*bs.
-        for g in [1u64, 3, 5, 7, 9, 25, 27, 49] {
-            assert!(covers(&areas, g * 16384 * 2048, 64 * KIB), "bs 2048 group {g}");
-            assert!(covers(&areas, g * 32768 * 4096, 64 * KIB), "bs 4096 group {g}");
-        }
-        assert_eq!(8193 * 1024, 8_389_632);
-        assert!(covers(&areas, 8193 * 1024, 1024));
-        assert!(covers(&areas, 32768 * 4096, 4096));
-        // Not a backup group: nothing written there.
-        assert!(!covers(&areas, (1 + 2 * 8192) * 1024, 1));
-        assert!(!covers(&areas, 2 * 32768 * 4096, 1));
-        // btrfs mirrors and LUKS2 secondary headers.
-        assert!(covers(&areas, 64 * MIB, 64 * KIB));
-        assert!(covers(&areas, 256 * GIB, 64 * KIB));
-        assert!(covers(&areas, 4 * MIB, 4 * KIB));
-        // Sorted, disjoint, inside the device.
-        for w in areas.windows(2) {
-            assert!(w[0].0 + w[0].1 < w[1].0, "{w:?}");
-        }
-        assert!(areas.iter().all(|&(o, l)| l > 0 && o + l <= size));
-        // Only a few MiB are written on a 1 TiB device.
-        let total: u64 = areas.iter().map(|&(_, l)| l).sum();
-        assert!(total < 16 * MIB, "{total}");
-    }
-
-    #[test]
-    fn signature_areas_clip_to_small_devices() {
-        assert_eq!(signature_areas(0), Vec::<(u64, u64)>::new());
-        assert_eq!(signature_areas(512 * KIB), vec![(0, 512 * KIB)]);
-        assert_eq!(signature_areas(3 * MIB / 2), vec![(0, 3 * MIB / 2)]);
-        let areas = signature_areas(10 * MIB);
-        assert_eq!(areas[0], (0, MIB + 64 * KIB));
-        assert!(covers(&areas, 2 * MIB, 64 * KIB));
-        assert!(covers(&areas, 8193 * 1024, 64 * KIB));
-        assert_eq!(*areas.last().unwrap(), (9 * MIB, MIB));
-        assert!(!covers(&areas, 64 * MIB, 1));
     }
 
     #[test]
