@@ -55,6 +55,9 @@ pub enum SkipReason {
     NotDirectoryOrBlockDevice,
     /// stat/statfs/ioctl failed (dangling symlink, permissions...).
     Unreadable(String),
+    /// A device the agent claimed, with no PV now, shows something the agent did not put
+    /// there (see core::device_claim): kept from tenants until an operator clears it.
+    DeviceHeld(String),
 }
 
 impl SkipReason {
@@ -73,6 +76,7 @@ impl SkipReason {
             SkipReason::ExposesHost(_) => "exposes-host",
             SkipReason::NotDirectoryOrBlockDevice => "not-directory-or-block-device",
             SkipReason::Unreadable(_) => "unreadable",
+            SkipReason::DeviceHeld(_) => "device-held",
         }
     }
 
@@ -92,7 +96,11 @@ impl SkipReason {
     pub fn is_safety_refusal(&self) -> bool {
         matches!(
             self,
-            SkipReason::UnsafeRoot(_) | SkipReason::SharedRoot(_) | SkipReason::Symlink(_) | SkipReason::ExposesHost(_)
+            SkipReason::UnsafeRoot(_)
+                | SkipReason::SharedRoot(_)
+                | SkipReason::Symlink(_)
+                | SkipReason::ExposesHost(_)
+                | SkipReason::DeviceHeld(_)
         )
     }
 }
@@ -119,6 +127,10 @@ impl fmt::Display for SkipReason {
             SkipReason::ExposesHost(e) => write!(f, "not published: {e}"),
             SkipReason::NotDirectoryOrBlockDevice => write!(f, "neither a directory nor a block device"),
             SkipReason::Unreadable(e) => write!(f, "{e}"),
+            SkipReason::DeviceHeld(what) => write!(
+                f,
+                "the device this agent claimed shows {what}, which it did not put there; not offered until an operator clears it (blkdiscard -z) or removes the link"
+            ),
         }
     }
 }
@@ -154,6 +166,18 @@ pub fn scan(config: &ProvisionerConfig, published: &BTreeSet<String>) -> Result<
 /// Scans all classes against a given mount table (one read of the table per pass). Roots are
 /// resolved and checked first, on every pass, since a symlink or a mount can change them.
 pub fn scan_with(config: &ProvisionerConfig, mounts: &MountTable, published: &BTreeSet<String>) -> Scan {
+    scan_with_links(config, mounts, published, &[])
+}
+
+/// [`scan_with`], with links that are not there yet seen as if they were: (class, name,
+/// target). The `discover` dry run shows what the agent's device claims would publish
+/// without making them.
+pub fn scan_with_links(
+    config: &ProvisionerConfig,
+    mounts: &MountTable,
+    published: &BTreeSet<String>,
+    links: &[(String, String, PathBuf)],
+) -> Scan {
     let mut out = Scan::default();
     let facts = mounts.facts();
     let (roots, problems) = check_roots(config, &facts);
@@ -168,7 +192,11 @@ pub fn scan_with(config: &ProvisionerConfig, mounts: &MountTable, published: &BT
     };
     for (class, cfg) in &config.storage_class_map {
         match (roots.iter().find(|r| r.class == *class), problems.get(class)) {
-            (Some(root), None) => scan_class(class, cfg, &root.resolved, mounts, &guard, &mut out),
+            (Some(root), None) => {
+                let extra: BTreeMap<&str, &Path> =
+                    links.iter().filter(|l| l.0 == *class).map(|l| (l.1.as_str(), l.2.as_path())).collect();
+                scan_class(class, cfg, &root.resolved, &extra, mounts, &guard, &mut out)
+            }
             (_, Some(reason)) => out.skipped.push(Skipped {
                 class: class.clone(),
                 path: PathBuf::from(&cfg.mount_dir),
@@ -284,7 +312,15 @@ fn anchors(config: &ProvisionerConfig, roots: &[RootFacts]) -> Vec<HostAnchor> {
         .collect()
 }
 
-fn scan_class(class: &str, cfg: &ClassConfig, root: &Path, mounts: &MountTable, guard: &Guard<'_>, out: &mut Scan) {
+fn scan_class(
+    class: &str,
+    cfg: &ClassConfig,
+    root: &Path,
+    extra: &BTreeMap<&str, &Path>,
+    mounts: &MountTable,
+    guard: &Guard<'_>,
+    out: &mut Scan,
+) {
     let mount_dir = Path::new(&cfg.mount_dir);
     let mut skip = |path: PathBuf, reason| out.skipped.push(Skipped { class: class.to_string(), path, reason });
     let pattern = match NamePattern::parse(&cfg.name_pattern) {
@@ -295,6 +331,12 @@ fn scan_class(class: &str, cfg: &ClassConfig, root: &Path, mounts: &MountTable, 
         Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect(),
         Err(e) => return skip(mount_dir.to_path_buf(), SkipReason::UnreadableDirectory(e.to_string())),
     };
+    for name in extra.keys() {
+        let name = std::ffi::OsString::from(name);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
     names.sort();
     let mut found = Vec::new();
     for name in names {
@@ -307,7 +349,7 @@ fn scan_class(class: &str, cfg: &ClassConfig, root: &Path, mounts: &MountTable, 
             skip(path, SkipReason::PatternMismatch(cfg.name_pattern.clone()));
             continue;
         }
-        let entry = root.join(name);
+        let entry = extra.get(name).map_or_else(|| root.join(name), |target| target.to_path_buf());
         let identity = |v: Inspected| {
             volume_identity_in(&entry, mounts).map_err(|e| SkipReason::Unreadable(e.to_string())).map(|id| (v, id))
         };
@@ -328,6 +370,25 @@ fn scan_class(class: &str, cfg: &ClassConfig, root: &Path, mounts: &MountTable, 
         }
     }
     out.volumes.extend(found);
+}
+
+/// Takes the claim links that must not be published (core::device_claim's `held`) out of
+/// the volumes found, into the skipped entries with the reason.
+pub fn hold_back(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
+    let (kept, held_now): (Vec<FoundVolume>, Vec<FoundVolume>) = std::mem::take(&mut scan.volumes)
+        .into_iter()
+        .partition(|v| !held.iter().any(|(class, name, _)| *class == v.class && *name == v.entry));
+    scan.volumes = kept;
+    for v in held_now {
+        let what =
+            held.iter().find(|(c, n, _)| *c == v.class && *n == v.entry).map(|h| h.2.clone()).unwrap_or_default();
+        let dir = config.storage_class_map.get(&v.class).map(|c| c.mount_dir.clone()).unwrap_or_default();
+        scan.skipped.push(Skipped {
+            class: v.class.clone(),
+            path: Path::new(&dir).join(&v.entry),
+            reason: SkipReason::DeviceHeld(what),
+        });
+    }
 }
 
 /// Fills in each volume's used mark (see core::used_mark): the attribute on a filesystem

@@ -99,6 +99,9 @@ struct Inner {
     pass_capacity: [AtomicU64; 2],
     volumes: Family<StateLabels, Gauge>,
     flagged: Family<FlagLabels, Gauge>,
+    device_claims: Family<ClassLabels, Gauge>,
+    device_claims_total: Family<ClassLabels, Counter>,
+    devices_refused: Family<ClassReasonLabels, Gauge>,
     config_valid: Gauge,
     api_requests: Family<MethodLabels, Counter>,
     api_requests_failed: Family<MethodLabels, Counter>,
@@ -125,6 +128,19 @@ struct OutcomeLabels {
 /// Why entries of the discovery directories are not published.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
+    reason: String,
+}
+
+/// A class whose devices are claimed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    class: String,
+}
+
+/// A class and why devices its filter selects are refused.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassReasonLabels {
+    class: String,
     reason: String,
 }
 
@@ -189,6 +205,9 @@ impl Metrics {
         let capacity_bytes = Family::<ModeLabels, Gauge>::default();
         let volumes = Family::<StateLabels, Gauge>::default();
         let flagged = Family::<FlagLabels, Gauge>::default();
+        let device_claims = Family::<ClassLabels, Gauge>::default();
+        let device_claims_total = Family::<ClassLabels, Counter>::default();
+        let devices_refused = Family::<ClassReasonLabels, Gauge>::default();
         let api_requests = Family::<MethodLabels, Counter>::default();
         let api_requests_failed = Family::<MethodLabels, Counter>::default();
         let api_duration =
@@ -245,6 +264,21 @@ impl Metrics {
             "local_static_provisioner_flagged_volumes",
             "This node's PVs that need an operator, by flag: missing (a bound PV's disk is gone), stale (the disk of a PV of an earlier incarnation of the Node is gone), moved (its disk is at another entry)",
             flagged.clone(),
+        );
+        agent_registry.register(
+            "local_static_provisioner_claimed_devices",
+            "Raw devices this agent keeps linked into each class's discovery directory (its devices section)",
+            device_claims.clone(),
+        );
+        agent_registry.register(
+            "local_static_provisioner_device_claims",
+            "Raw devices linked into a class's discovery directory by this agent",
+            device_claims_total.clone(),
+        );
+        agent_registry.register(
+            "local_static_provisioner_devices_refused",
+            "Devices a class's filter selects that the last pass refused to claim, by reason (not blank, in use, partitioned...)",
+            devices_refused.clone(),
         );
         agent_registry.register(
             "local_volume_provisioner_persistentvolume_delete",
@@ -364,6 +398,9 @@ impl Metrics {
                 pass_capacity: [AtomicU64::new(0), AtomicU64::new(0)],
                 volumes,
                 flagged,
+                device_claims,
+                device_claims_total,
+                devices_refused,
                 config_valid,
                 api_requests,
                 api_requests_failed,
@@ -447,6 +484,29 @@ impl Metrics {
         for (flag, n) in [("missing", missing), ("stale", stale), ("moved", moved)] {
             self.inner.flagged.get_or_create(&FlagLabels { flag: flag.to_string() }).set(n);
         }
+    }
+
+    /// Sets the device claim figures of the last pass: links kept per class, and devices
+    /// refused per class and reason (every class with a devices section is set, zero when none).
+    pub fn set_device_claims(
+        &self,
+        kept: &std::collections::BTreeMap<String, i64>,
+        refused: &std::collections::BTreeMap<(String, &'static str), i64>,
+    ) {
+        self.inner.device_claims.clear();
+        for (class, n) in kept {
+            self.inner.device_claims.get_or_create(&ClassLabels { class: class.clone() }).set(*n);
+        }
+        self.inner.devices_refused.clear();
+        for ((class, reason), n) in refused {
+            let labels = ClassReasonLabels { class: class.clone(), reason: reason.to_string() };
+            self.inner.devices_refused.get_or_create(&labels).set(*n);
+        }
+    }
+
+    /// Counts one device linked for `class`.
+    pub fn device_claimed(&self, class: &str) {
+        self.inner.device_claims_total.get_or_create(&ClassLabels { class: class.to_string() }).inc();
     }
 
     /// Sets how many entries the last pass did not publish, per reason; reasons absent from

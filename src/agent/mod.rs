@@ -365,7 +365,8 @@ impl Agent {
                 predecessors.push(PvState::from_pv(pv));
             }
         }
-        let Some(observation) = self.observe(&states, &predecessors).await else { return };
+        let Some(mut observation) = self.observe(&states, &predecessors).await else { return };
+        self.report_claims(observation.claims.take().as_ref()).await;
         // Only changes since the previous scan can have revealed something it did not see.
         let revealed = revealed.filter(|at| self.last_scan.is_none_or(|last| *at > last)).unwrap_or(started);
         self.last_scan = Some(started);

@@ -32,6 +32,11 @@ impl Agent {
             pvs: located(states),
             disks,
             predecessors: located(predecessors),
+            pv_identities: states
+                .iter()
+                .chain(predecessors)
+                .map(|pv| (pv.host_path.clone(), pv.identity.clone()))
+                .collect(),
         };
         let observed = self.on_host(move |host| host.observe(ask)).await;
         let observed = observed.map(|r| r.map_err(|e| e.to_string())).unwrap_or_else(|| Err("host task failed".into()));

@@ -2,12 +2,16 @@
 //! first sees them, forgotten when a pass no longer does, so one that comes back is reported
 //! again and memory holds only the problems of now.
 
+use std::collections::BTreeMap;
+
 use tracing::{info, warn};
 
 use super::Agent;
 use crate::api::{class_reference, node_reference, pv_reference};
+use crate::core::device_claim::{LinkAction, Refusal, Verdict, link_name};
 use crate::core::naming::pv_name;
 use crate::discovery::Scan;
+use crate::host::claims::ClaimReport;
 
 impl Agent {
     /// Logs each skipped entry once per occurrence; skips that protect data (symlinks, mounts
@@ -46,6 +50,108 @@ impl Agent {
             self.node_event(Some(self.pv_ref(pv)), "VolumeNotPublished", "Publish", note).await;
         }
         new
+    }
+
+    /// What the device claim pass did: a Normal event for each device linked, a Warning once
+    /// per occurrence for each device a class selects but refuses and for each held link, and
+    /// the claim metrics. A failed link change is an effect with its own retry deadline.
+    pub(super) async fn report_claims(&mut self, report: Option<&ClaimReport>) {
+        let Some(report) = report else {
+            self.metrics.set_device_claims(&BTreeMap::new(), &BTreeMap::new());
+            return;
+        };
+        if let Some(e) = &report.failed {
+            self.effects.due("claims");
+            self.effects.record("claims", &Err::<(), _>(e.clone()));
+            self.report_node_problem("DeviceClaimFailed", format!("device claims not settled: {e}")).await;
+            return;
+        }
+        let node = node_reference(&self.node);
+        for (action, result) in &report.applied {
+            let (verb, r) = match action {
+                LinkAction::Create(r) => ("link", r),
+                LinkAction::Retarget(r) => ("re-point", r),
+                LinkAction::Remove(r) => ("remove", r),
+                LinkAction::Forget(r) => ("forget", r),
+            };
+            let key = format!("claim/{verb}/{}/{}", r.class, r.name);
+            self.effects.due(&key);
+            self.effects.record(&key, result);
+            match result {
+                Ok(()) => {
+                    info!(class = %r.class, link = %r.name, target = %r.target, disk = %r.disk, "device claim: {verb}");
+                    if let LinkAction::Create(_) = action {
+                        self.metrics.device_claimed(&r.class);
+                        let note =
+                            format!("linked {} (disk {}) into class {} as {}", r.target, r.disk, r.class, r.host_path);
+                        // Each device its own series: related to the PV its link becomes.
+                        let related = self.pv_ref(&pv_name(&r.name, &self.identity.node, &r.class));
+                        self.cluster.event_related(&node, Some(related), false, "DeviceClaimed", "Claim", note).await;
+                    }
+                }
+                Err(e) => {
+                    let note = format!("could not {verb} the link {} of class {}: {e}", r.host_path, r.class);
+                    self.report_node_problem("DeviceClaimFailed", note).await;
+                }
+            }
+        }
+        let mut refused: BTreeMap<(String, &'static str), i64> = BTreeMap::new();
+        for d in &report.plan.decisions {
+            let Verdict::Refused(reason) = &d.verdict else { continue };
+            *refused.entry((d.class.clone(), reason.code())).or_default() += 1;
+            if matches!(reason, Refusal::NotProbed) {
+                continue;
+            }
+            let note: String =
+                format!("/dev/{} not claimed for class {}: {reason}", d.device, d.class).chars().take(1000).collect();
+            if self.problems.first_seen(format!("claim/refused/{}/{}/{reason}", d.class, d.device)) {
+                warn!(class = %d.class, device = %d.device, reason = reason.code(), "device refused: {reason}");
+                // Each device its own series: related to the PV it would have become.
+                let stable_id = report.devices.iter().find(|f| f.name == d.device).and_then(|f| f.stable_id.as_deref());
+                let related = match stable_id {
+                    Some(id) => self.pv_ref(&pv_name(&link_name(id), &self.identity.node, &d.class)),
+                    None => class_reference(&d.class),
+                };
+                self.node_event(Some(related), "DeviceRefused", "Claim", note).await;
+            }
+        }
+        for (class, name, what) in &report.plan.held {
+            // Held until an operator clears the device: re-checked on a retry deadline, so the
+            // clean device is published without waiting for the resync.
+            let key = format!("claim/held/{class}/{name}");
+            if self.effects.due(&key) {
+                self.effects.record(&key, &Err::<(), _>(what.clone()));
+            }
+            let note: String = format!(
+                "the device linked as {name} in class {class} shows {what}, which this agent did not put there; it is not offered until an operator clears it (blkdiscard -z) or removes the link"
+            )
+            .chars()
+            .take(1000)
+            .collect();
+            if self.problems.first_seen(format!("claim/held/{class}/{name}/{what}")) {
+                warn!(class = %class, link = %name, "device held: {what}");
+                let related = self.pv_ref(&pv_name(name, &self.identity.node, class));
+                self.node_event(Some(related), "DeviceHeld", "Claim", note).await;
+            }
+        }
+        for (class, name, why) in &report.plan.kept {
+            if self.problems.first_seen(format!("claim/kept/{class}/{name}")) {
+                info!(class = %class, link = %name, "device link kept: {why}");
+            }
+        }
+        let mut kept: BTreeMap<String, i64> = self
+            .config
+            .storage_class_map
+            .iter()
+            .filter(|(_, c)| c.devices.is_some())
+            .map(|(class, _)| (class.clone(), 0))
+            .collect();
+        for d in &report.plan.decisions {
+            if matches!(d.verdict, Verdict::Claimed { .. }) {
+                *kept.entry(d.class.clone()).or_default() += 1;
+            }
+        }
+        self.metrics.set_device_claims(&kept, &refused);
     }
 
     /// A problem of PV `name`, once per occurrence: Warning event on the PV.

@@ -15,6 +15,7 @@ use crate::core::used_mark::{Replace, UsedMark};
 use crate::core::volume_safety::DiskKey;
 use crate::discovery::{self, Scan};
 use crate::host::HostError;
+use crate::host::claims::{self, ClaimReport};
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
@@ -35,6 +36,9 @@ pub struct Ask {
     pub disks: bool,
     /// PVs of an earlier incarnation of this Node, to check their disks.
     pub predecessors: Vec<(PvState, PathBuf)>,
+    /// Host path and recorded identity of every PV of this node (any class, predecessors'
+    /// too): no device one of them has is claimed again.
+    pub pv_identities: Vec<(String, Option<String>)>,
 }
 
 /// What the host showed in one pass, read against one mount table.
@@ -51,6 +55,8 @@ pub struct Observation {
     pub disks: Option<Vec<(String, DiskKey)>>,
     /// What each predecessor PV's disk check found, by UID.
     pub succession: Vec<(String, DiskCheck)>,
+    /// The device claim pass (when a class has a `devices` section or links were recorded).
+    pub claims: Option<ClaimReport>,
 }
 
 /// One used mark to write (see host::used_mark::mark_volume).
@@ -102,10 +108,34 @@ impl RealHost {
     }
 }
 
+impl RealHost {
+    /// The device claim pass (see host::claims): skipped while no class has a `devices`
+    /// section and no link of ours is recorded.
+    fn claim_devices(&self, ask: &Ask, mounts: &MountTable) -> Option<ClaimReport> {
+        let state_dir = self.ledger.path().parent()?.to_path_buf();
+        let records = match claims::read_records(&state_dir) {
+            Ok(r) => r,
+            Err(e) => return Some(ClaimReport { failed: Some(e.to_string()), ..Default::default() }),
+        };
+        if records.is_empty() && ask.config.storage_class_map.values().all(|c| c.devices.is_none()) {
+            return None;
+        }
+        let pvs = claims::pv_disks(&ask.pv_identities);
+        let (devices, plan) = claims::plan_claims(&ask.config, records.clone(), pvs, mounts);
+        let applied = claims::apply(&ask.config, &state_dir, records, &plan.actions);
+        Some(ClaimReport { devices, plan, applied, failed: None })
+    }
+}
+
 impl HostAccess for RealHost {
     fn observe(&self, ask: Ask) -> Result<Observation, HostError> {
         let mounts = MountTable::read()?;
+        // Claims first, so the links made now are scanned (and held ones kept back) this pass.
+        let claims = self.claim_devices(&ask, &mounts);
         let mut scan = discovery::scan_with(&ask.config, &mounts, &ask.published);
+        if let Some(c) = &claims {
+            discovery::hold_back(&mut scan, &ask.config, &c.plan.held);
+        }
         self.ledger.reload_if_unreadable();
         discovery::read_used_marks(&mut scan.volumes, &ask.config, &mounts, Some(&self.ledger));
         let absent = ask
@@ -132,7 +162,7 @@ impl HostAccess for RealHost {
             .iter()
             .map(|(pv, path)| (pv.uid.clone(), check_disk(path, pv.identity.as_deref(), &mounts)))
             .collect();
-        Ok(Observation { scan, absent, upgrades, disks, succession })
+        Ok(Observation { scan, absent, upgrades, disks, succession, claims })
     }
 
     fn mark(&self, jobs: Vec<MarkJob>) -> Result<Vec<Result<MarkOutcome, String>>, HostError> {

@@ -224,7 +224,7 @@ fn sys_block(dev: u64) -> PathBuf {
 
 /// Opens the device node of `dev` read-only: the hint, udev's `/dev/block/M:m`, or
 /// `/dev/<DEVNAME>` from sysfs; only a node that really is that device counts.
-fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
+pub(crate) fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
     let mut candidates: Vec<PathBuf> = hint.map(Path::to_path_buf).into_iter().collect();
     candidates.push(PathBuf::from(format!("/dev/block/{}", dev_text(dev))));
     if let Ok(uevent) = std::fs::read_to_string(sys_block(dev).join("uevent"))
@@ -245,7 +245,7 @@ fn read_attr(dir: &Path, rel: &str) -> Option<String> {
 
 /// The stable ID of block device `dev` and, for a loop device, the device number of its
 /// backing file's filesystem. A partition is its disk's ID plus its number and start.
-fn stable_id(dev: u64, node: Option<&File>) -> (Option<String>, Option<String>) {
+pub(crate) fn stable_id(dev: u64, node: Option<&File>) -> (Option<String>, Option<String>) {
     let Ok(dir) = std::fs::canonicalize(sys_block(dev)) else { return (None, None) };
     if let Some(part) = read_attr(&dir, "partition") {
         let (Some(start), Some(disk_dir)) = (read_attr(&dir, "start"), dir.parent()) else { return (None, None) };

@@ -1,0 +1,423 @@
+//! Claiming raw block devices on the host: the inventory of every block device (sysfs,
+//! /dev/disk/by-id, a non-destructive probe of candidates), the entries of the discovery
+//! directories, the record of the links this agent made (`claims.json` in the state
+//! directory), and the link changes themselves. The decisions are core::device_claim's.
+//!
+//! Nothing here writes to a device: a device node is only opened read-only, and only with
+//! `O_EXCL` (which fails rather than wait while anyone else holds it). Links are made and
+//! removed relative to the discovery directory's descriptor, never through a path that a
+//! symlink could redirect.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, CWD, Mode, OFlags};
+
+use crate::config::{DeviceType, ProvisionerConfig};
+use crate::core::device_claim::{
+    ClaimPlan, ClaimRecord, ClassClaims, Content, DeviceFacts, DeviceKind, DirEntry, LinkAction, Probe, PvDisk, World,
+    plan,
+};
+use crate::core::signatures::Content as Found;
+use crate::core::volume_safety::MountFacts;
+use crate::host::blockdev::{block_device_in_use, extent};
+use crate::host::device_content::{self, Probe as ContentProbe};
+use crate::host::identity::{open_device, stable_id};
+use crate::host::mountinfo::MountTable;
+
+/// The file in the state directory listing the links this agent made.
+pub const CLAIMS_FILE: &str = "claims.json";
+
+/// Why a claim step failed, with the path it was about.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// A file operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The claims file is not what this agent writes.
+    #[error("{path} is unreadable: {message}; no link is changed until it is fixed or removed")]
+    BadRecords { path: PathBuf, message: String },
+    /// What is at a link's name is not the link this agent recorded.
+    #[error("{path}: {message}")]
+    NotOurs { path: PathBuf, message: String },
+}
+
+fn io(op: &'static str, path: &Path, e: impl Into<std::io::Error>) -> ClaimError {
+    ClaimError::Io { op, path: path.to_path_buf(), source: e.into() }
+}
+
+/// What one claim pass found and did.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimReport {
+    /// Every block device of the node.
+    pub devices: Vec<DeviceFacts>,
+    /// The plan (verdicts, link changes, kept and held links).
+    pub plan: ClaimPlan,
+    /// Each link change and whether it was made.
+    pub applied: Vec<(LinkAction, Result<(), String>)>,
+    /// Why the pass could not run at all (unreadable records).
+    pub failed: Option<String>,
+}
+
+/// The links this agent made, as recorded in its state directory.
+pub fn read_records(state_dir: &Path) -> Result<Vec<ClaimRecord>, ClaimError> {
+    let path = state_dir.join(CLAIMS_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| ClaimError::BadRecords { path: path.clone(), message: e.to_string() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io("reading", &path, e)),
+    }
+}
+
+/// Replaces the records durably: a new file written and synced, renamed over the old one,
+/// and the directory synced, so a crash leaves either list whole.
+pub fn write_records(state_dir: &Path, records: &[ClaimRecord]) -> Result<(), ClaimError> {
+    let path = state_dir.join(CLAIMS_FILE);
+    let tmp = state_dir.join(format!("{CLAIMS_FILE}.tmp"));
+    let mut sorted = records.to_vec();
+    sorted.sort();
+    let text = serde_json::to_vec_pretty(&sorted).map_err(|e| io("encoding", &path, std::io::Error::other(e)))?;
+    let mut f = File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
+    f.write_all(&text).map_err(|e| io("writing", &tmp, e))?;
+    f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io("renaming into place", &path, e))?;
+    File::open(state_dir).and_then(|d| d.sync_all()).map_err(|e| io("syncing", state_dir, e))
+}
+
+/// Every block device sysfs lists, with the facts that need no opening of the device.
+pub fn inventory(mounts: &[MountFacts<'_>]) -> Vec<DeviceFacts> {
+    let by_id = by_id_names();
+    let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return Vec::new() };
+    let mut devices: Vec<DeviceFacts> = rd.flatten().filter_map(|e| device_facts(&e.path(), &by_id)).collect();
+    devices.sort_by(|a, b| a.name.cmp(&b.name));
+    // Devices sharing data: same base (disk or backing file), overlapping byte ranges.
+    let extents: Vec<_> = devices.iter().map(|d| extent(&d.dev, mounts)).collect();
+    for i in 0..devices.len() {
+        let Some(own) = &extents[i] else { continue };
+        let sharing: Vec<String> = extents
+            .iter()
+            .enumerate()
+            .filter(|(j, e)| {
+                *j != i && e.as_ref().is_some_and(|e| e.base == own.base && e.start < own.end && own.start < e.end)
+            })
+            .map(|(j, _)| devices[j].name.clone())
+            .collect();
+        devices[i].sharing = sharing;
+    }
+    devices
+}
+
+fn read_attr(dir: &Path, rel: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(rel)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+fn list_dir(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Option<DeviceFacts> {
+    let dir = std::fs::canonicalize(class_entry).ok()?;
+    let name = dir.file_name()?.to_string_lossy().into_owned();
+    let dev = read_attr(&dir, "dev")?;
+    let is_partition = dir.join("partition").exists();
+    // A partition's hardware facts are its disk's.
+    let hw = if is_partition { dir.parent()?.to_path_buf() } else { dir.clone() };
+    let kind = if is_partition {
+        DeviceKind::Selectable(DeviceType::Partition)
+    } else if dir.join("loop").is_dir() {
+        DeviceKind::Selectable(DeviceType::Loop)
+    } else if let Some(uuid) = read_attr(&dir, "dm/uuid") {
+        if uuid.starts_with("mpath-") {
+            DeviceKind::Selectable(DeviceType::Multipath)
+        } else {
+            DeviceKind::Other(format!("device-mapper ({})", uuid.split('-').next().unwrap_or("dm")))
+        }
+    } else if dir.join("dm").is_dir() {
+        DeviceKind::Other("device-mapper".into())
+    } else if dir.join("md").is_dir() {
+        DeviceKind::Other("md".into())
+    } else if dir.join("device").exists() && !name.starts_with("zram") && !name.starts_with("nbd") {
+        DeviceKind::Selectable(DeviceType::Disk)
+    } else {
+        DeviceKind::Other(name.trim_end_matches(|c: char| c.is_ascii_digit()).to_string())
+    };
+    let (major, minor) = dev.split_once(':')?;
+    let rdev = nix::sys::stat::makedev(major.parse().ok()?, minor.parse().ok()?);
+    // A loop device's id needs its status ioctl: a read-only open, never O_EXCL.
+    let node = matches!(kind, DeviceKind::Selectable(DeviceType::Loop)).then(|| open_device(rdev, None)).flatten();
+    let (stable, _) = stable_id(rdev, node.as_ref());
+    let flag = |rel: &str| read_attr(&dir, rel).is_some_and(|v| v == "1");
+    Some(DeviceFacts {
+        parent: is_partition.then(|| hw.file_name().map(|n| n.to_string_lossy().into_owned())).flatten(),
+        size: read_attr(&dir, "size").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0).saturating_mul(512),
+        read_only: flag("ro"),
+        removable: read_attr(&hw, "removable").is_some_and(|v| v == "1"),
+        hidden: flag("hidden"),
+        rotational: read_attr(&hw, "queue/rotational").map(|v| v == "1"),
+        model: read_attr(&hw, "device/model"),
+        vendor: read_attr(&hw, "device/vendor"),
+        stable_id: stable,
+        by_id: by_id.get(&dev).cloned().unwrap_or_default(),
+        partitions: list_dir(&dir).into_iter().filter(|n| dir.join(n).join("partition").exists()).collect(),
+        holders: list_dir(&dir.join("holders")),
+        sharing: Vec::new(),
+        probe: Probe::default(),
+        kind: Some(kind),
+        name,
+        dev,
+    })
+}
+
+/// `major:minor` -> the /dev/disk/by-id names leading to that device.
+fn by_id_names() -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let dir = Path::new("/dev/disk/by-id");
+    for name in list_dir(dir) {
+        if let Ok(meta) = std::fs::metadata(dir.join(&name))
+            && meta.file_type().is_block_device()
+        {
+            let dev = format!("{}:{}", nix::sys::stat::major(meta.rdev()), nix::sys::stat::minor(meta.rdev()));
+            out.entry(dev).or_default().push(name);
+        }
+    }
+    out
+}
+
+/// Opens the device's node for the probe, only when the node in /dev is that very device.
+fn device_node(device: &DeviceFacts) -> Option<PathBuf> {
+    let node = PathBuf::from(format!("/dev/{}", device.name));
+    let meta = std::fs::metadata(&node).ok()?;
+    let rdev = format!("{}:{}", nix::sys::stat::major(meta.rdev()), nix::sys::stat::minor(meta.rdev()));
+    (meta.file_type().is_block_device() && rdev == device.dev).then_some(node)
+}
+
+/// The probe of one candidate: in use (it or anything sharing its data mounted, held or
+/// open exclusively) and, when not, what its signature areas hold.
+pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Probe {
+    let Some(node) = device_node(device) else {
+        let content = Content::Unreadable(format!("/dev/{} is not the device {}", device.name, device.dev));
+        return Probe { done: true, in_use: None, content };
+    };
+    let in_use = match block_device_in_use(&node, mounts, facts) {
+        Ok(v) => v,
+        Err(e) => return Probe { done: true, in_use: None, content: Content::Unreadable(e.to_string()) },
+    };
+    if in_use.is_some() {
+        return Probe { done: true, in_use, content: Content::NotProbed };
+    }
+    let content = match device_content::probe_content(&node) {
+        Ok(ContentProbe::Busy) => Content::Busy,
+        Ok(ContentProbe::Read { content: Found::Blank, .. }) => Content::Blank,
+        Ok(ContentProbe::Read { content, .. }) => Content::NotBlank(content.to_string()),
+        Err(e) => Content::Unreadable(e.to_string()),
+    };
+    Probe { done: true, in_use: None, content }
+}
+
+/// The discovery directories that are safe to scan (see discovery::check_roots), by class.
+fn roots(config: &ProvisionerConfig, facts: &[MountFacts<'_>]) -> BTreeMap<String, PathBuf> {
+    let (roots, _) = crate::discovery::check_roots(config, facts);
+    roots.into_iter().map(|r| (r.class, r.resolved)).collect()
+}
+
+/// Every entry of every scannable discovery directory, with what block device it leads to.
+fn entries(roots: &BTreeMap<String, PathBuf>) -> Vec<DirEntry> {
+    let mut out = Vec::new();
+    for (class, root) in roots {
+        for name in list_dir(root) {
+            let path = root.join(&name);
+            let Ok(lmeta) = std::fs::symlink_metadata(&path) else { continue };
+            let link = lmeta
+                .file_type()
+                .is_symlink()
+                .then(|| std::fs::read_link(&path).map(|t| t.to_string_lossy().into_owned()).unwrap_or_default());
+            let device = std::fs::metadata(&path)
+                .ok()
+                .filter(|m| m.file_type().is_block_device())
+                .and_then(|m| kernel_name(m.rdev()));
+            out.push(DirEntry { class: class.clone(), name, link, device });
+        }
+    }
+    out
+}
+
+fn kernel_name(rdev: u64) -> Option<String> {
+    let sys = format!("/sys/dev/block/{}:{}", nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    Some(std::fs::canonicalize(sys).ok()?.file_name()?.to_string_lossy().into_owned())
+}
+
+/// What the claim pass needs from the API side: this node's PVs and the disks they recorded.
+pub fn claim_classes(config: &ProvisionerConfig) -> Vec<ClassClaims> {
+    config
+        .storage_class_map
+        .iter()
+        .map(|(class, c)| ClassClaims {
+            class: class.clone(),
+            host_dir: c.host_dir.clone(),
+            name_pattern: c.name_pattern.clone(),
+            selector: c.devices.clone(),
+        })
+        .collect()
+}
+
+/// This node's PVs as the claim rules see them: the disk each recorded and, for a path this
+/// agent can see that is a block device (an upstream PV of a link under /dev), that device.
+pub fn pv_disks(pvs: &[(String, Option<String>)]) -> Vec<PvDisk> {
+    pvs.iter()
+        .map(|(host_path, identity)| PvDisk {
+            host_path: host_path.clone(),
+            disk: identity.as_deref().and_then(crate::core::disk_identity::DiskIdentity::parse).and_then(|id| id.disk),
+            device: std::fs::metadata(host_path)
+                .ok()
+                .filter(|m| host_path.starts_with("/dev/") && m.file_type().is_block_device())
+                .and_then(|m| kernel_name(m.rdev())),
+        })
+        .collect()
+}
+
+/// Gathers the world, probes the candidates, and plans (core::device_claim::plan).
+pub fn plan_claims(
+    config: &ProvisionerConfig,
+    records: Vec<ClaimRecord>,
+    pvs: Vec<PvDisk>,
+    mounts: &MountTable,
+) -> (Vec<DeviceFacts>, ClaimPlan) {
+    let facts = mounts.facts();
+    let roots = roots(config, &facts);
+    let mut world = World {
+        classes: claim_classes(config).into_iter().filter(|c| roots.contains_key(&c.class)).collect(),
+        devices: inventory(&facts),
+        entries: entries(&roots),
+        records,
+        pvs,
+    };
+    // Records of classes whose directory cannot be scanned now, or that left the config, are
+    // left alone (their links stay) until the class is back.
+    world.records.retain(|r| roots.contains_key(&r.class));
+    let first = plan(&world);
+    if first.to_probe.is_empty() {
+        return (world.devices, first);
+    }
+    for d in world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name)) {
+        d.probe = probe(d, mounts, &facts);
+    }
+    let second = plan(&world);
+    (world.devices, second)
+}
+
+/// Carries out the link changes of a plan in the class directories, keeping the records in
+/// step (written before a link is made, after one is removed). Returns each change's outcome.
+pub fn apply(
+    config: &ProvisionerConfig,
+    state_dir: &Path,
+    mut records: Vec<ClaimRecord>,
+    actions: &[LinkAction],
+) -> Vec<(LinkAction, Result<(), String>)> {
+    let mut out = Vec::new();
+    for action in actions {
+        let result = apply_one(config, state_dir, &mut records, action).map_err(|e| e.to_string());
+        out.push((action.clone(), result));
+    }
+    out
+}
+
+fn apply_one(
+    config: &ProvisionerConfig,
+    state_dir: &Path,
+    records: &mut Vec<ClaimRecord>,
+    action: &LinkAction,
+) -> Result<(), ClaimError> {
+    let same = |a: &ClaimRecord, b: &ClaimRecord| a.class == b.class && a.name == b.name;
+    match action {
+        LinkAction::Forget(r) => {
+            records.retain(|x| !same(x, r));
+            write_records(state_dir, records)
+        }
+        LinkAction::Create(r) => {
+            let dir = class_dir(config, &r.class)?;
+            records.retain(|x| !same(x, r));
+            records.push(r.clone());
+            write_records(state_dir, records)?;
+            rustix::fs::symlinkat(r.target.as_str(), &dir.fd, r.name.as_str())
+                .map_err(|e| io("creating the link", &dir.path.join(&r.name), e))
+        }
+        LinkAction::Retarget(r) => {
+            let dir = class_dir(config, &r.class)?;
+            let path = dir.path.join(&r.name);
+            ensure_symlink(&dir.fd, &r.name, &path)?;
+            rustix::fs::unlinkat(&dir.fd, r.name.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &path, e))?;
+            rustix::fs::symlinkat(r.target.as_str(), &dir.fd, r.name.as_str())
+                .map_err(|e| io("creating the link", &path, e))?;
+            records.retain(|x| !same(x, r));
+            records.push(r.clone());
+            write_records(state_dir, records)
+        }
+        LinkAction::Remove(r) => {
+            let dir = class_dir(config, &r.class)?;
+            let path = dir.path.join(&r.name);
+            ensure_symlink(&dir.fd, &r.name, &path)?;
+            let now = rustix::fs::readlinkat(&dir.fd, r.name.as_str(), Vec::new())
+                .map_err(|e| io("reading the link", &path, e))?;
+            if now.to_bytes() != r.target.as_bytes() {
+                // Changed by someone else since we made it: theirs now, left alone.
+                records.retain(|x| !same(x, r));
+                write_records(state_dir, records)?;
+                return Err(ClaimError::NotOurs {
+                    path,
+                    message: format!("points at {:?}, not {:?} as recorded; left in place", now, r.target),
+                });
+            }
+            rustix::fs::unlinkat(&dir.fd, r.name.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &path, e))?;
+            records.retain(|x| !same(x, r));
+            write_records(state_dir, records)
+        }
+    }
+}
+
+struct ClassDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// The class's discovery directory, opened without following a final symlink (its resolved
+/// path, as discovery scans it).
+fn class_dir(config: &ProvisionerConfig, class: &str) -> Result<ClassDir, ClaimError> {
+    let c = config.storage_class_map.get(class).ok_or_else(|| ClaimError::NotOurs {
+        path: PathBuf::from(class),
+        message: "the class is no longer in the config".into(),
+    })?;
+    let path = std::fs::canonicalize(&c.mount_dir).map_err(|e| io("resolving", Path::new(&c.mount_dir), e))?;
+    let fd = rustix::fs::openat(
+        CWD,
+        &path,
+        OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
+        Mode::empty(),
+    )
+    .map_err(|e| io("opening", &path, e))?;
+    Ok(ClassDir { fd, path })
+}
+
+fn ensure_symlink(dir: &impl AsFd, name: &str, path: &Path) -> Result<(), ClaimError> {
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io("stat", path, e))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink {
+        return Err(ClaimError::NotOurs {
+            path: path.to_path_buf(),
+            message: "is no longer a symlink; left in place".into(),
+        });
+    }
+    Ok(())
+}
