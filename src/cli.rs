@@ -57,6 +57,9 @@ enum Command {
     Run(RunArgs),
     /// Dry run without a cluster: print the PVs this machine's volumes would become.
     Discover(DiscoverArgs),
+    /// List every block device of this node with its facts and, for each class with a
+    /// `devices` section, whether it is claimed, would be, or why not. Changes nothing.
+    Disks(DisksArgs),
     /// Parse and check a config (a ConfigMap manifest with -f, or a directory of key files),
     /// print the effective config with defaults.
     ValidateConfig(ValidateArgs),
@@ -136,6 +139,25 @@ struct ConfigArgs {
     /// Directory holding the ConfigMap keys, one file per key (as kubelet mounts it).
     #[arg(long, env = "CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
     config_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct DisksArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// The agent's state directory: its claim records (claims.json) say which links are its
+    /// own. Read only.
+    #[arg(long, env = "STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, env = "DISKS_OUTPUT", value_enum, default_value = "table")]
+    output: DisksOutput,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum DisksOutput {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -326,6 +348,7 @@ pub fn main(cli: Cli) -> ExitCode {
         }
         Command::ValidateConfig(args) => validate_config(&args),
         Command::Discover(args) => discover(&args),
+        Command::Disks(args) => disks(&args),
         Command::Run(args) => run_agent(args),
         Command::NodeCleanup(args) => run_node_cleanup(args),
         Command::Cleanup(args) => match runtime() {
@@ -450,6 +473,24 @@ fn validate_config(args: &ValidateArgs) -> ExitCode {
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
+fn disks(args: &DisksArgs) -> ExitCode {
+    let Some((LoadedConfig { config, .. }, failed_classes)) = load_or_report(&args.config) else {
+        return ExitCode::FAILURE;
+    };
+    let (devices, plan, _) = match crate::disks_cli::plan_now(&config, args.state_dir.as_deref()) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = crate::disks_cli::print(&devices, &plan, matches!(args.output, DisksOutput::Json)) {
+        eprintln!("error: writing the listing: {e}");
+        return ExitCode::FAILURE;
+    }
+    if failed_classes > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
 fn discover(args: &DiscoverArgs) -> ExitCode {
     let Some((LoadedConfig { mut config, .. }, failed_classes)) = load_or_report(&args.config) else {
         return ExitCode::FAILURE;
@@ -473,9 +514,36 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
         },
         None => None,
     };
+    // Device claims are planned as the agent would and their links scanned as if made.
+    let claims = if config.storage_class_map.values().any(|c| c.devices.is_some()) || args.state_dir.is_some() {
+        match crate::disks_cli::plan_now(&config, args.state_dir.as_deref()) {
+            Ok((_, plan, _)) => Some(plan),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let mut links = Vec::new();
+    for action in claims.iter().flat_map(|p| &p.actions) {
+        if let crate::core::device_claim::LinkAction::Create(r) = action {
+            eprintln!("claim: class {} would link {} -> {} (disk {})", r.class, r.host_path, r.target, r.disk);
+            links.push((r.class.clone(), r.name.clone(), PathBuf::from(&r.target)));
+        }
+    }
+    for d in claims.iter().flat_map(|p| &p.decisions) {
+        if let crate::core::device_claim::Verdict::Refused(r) = &d.verdict {
+            eprintln!("claim: class {} refuses /dev/{} ({}): {r}", d.class, d.device, r.code());
+        }
+    }
     let scan = match crate::host::mountinfo::MountTable::read() {
         Ok(mounts) => {
-            let mut scan = discovery::scan_with(&config, &mounts, &Default::default());
+            let mut scan = discovery::scan_with_links(&config, &mounts, &Default::default(), &links);
+            if let Some(plan) = &claims {
+                discovery::hold_back(&mut scan, &config, &plan.held);
+            }
             discovery::read_used_marks(&mut scan.volumes, &config, &mounts, ledger.as_ref());
             scan
         }

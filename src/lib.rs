@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod discovery;
+pub mod disks_cli;
 pub mod host;
 pub mod memory;
 pub mod metrics;
