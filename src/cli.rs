@@ -541,10 +541,10 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
     let scan = match crate::host::mountinfo::MountTable::read() {
         Ok(mounts) => {
             let mut scan = discovery::scan_with_links(&config, &mounts, &Default::default(), &links);
+            discovery::read_used_marks(&mut scan.volumes, &config, &mounts, ledger.as_ref());
             if let Some(plan) = &claims {
                 discovery::hold_back(&mut scan, &config, &plan.held);
             }
-            discovery::read_used_marks(&mut scan.volumes, &config, &mounts, ledger.as_ref());
             scan
         }
         Err(e) => {

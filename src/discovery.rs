@@ -373,11 +373,16 @@ fn scan_class(
 }
 
 /// Takes the claim links that must not be published (core::device_claim's `held`) out of
-/// the volumes found, into the skipped entries with the reason.
+/// the volumes found, into the skipped entries with the reason. Call after the used marks are
+/// read: a device the ledger knows as a tenant's disk of ours is not held but left to the
+/// wipe-first path, which wipes it (its identity proven) before it is published again.
 pub fn hold_back(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
-    let (kept, held_now): (Vec<FoundVolume>, Vec<FoundVolume>) = std::mem::take(&mut scan.volumes)
-        .into_iter()
-        .partition(|v| !held.iter().any(|(class, name, _)| *class == v.class && *name == v.entry));
+    let is_held = |v: &FoundVolume| {
+        !matches!(v.used, UsedRead::Marked(_))
+            && held.iter().any(|(class, name, _)| *class == v.class && *name == v.entry)
+    };
+    let (held_now, kept): (Vec<FoundVolume>, Vec<FoundVolume>) =
+        std::mem::take(&mut scan.volumes).into_iter().partition(is_held);
     scan.volumes = kept;
     for v in held_now {
         let what =
@@ -534,4 +539,68 @@ pub fn wipe_exposure(
     }
     let anchors: Vec<HostAnchor> = root.and_then(|l| host_anchor(&host_dir, &l)).into_iter().collect();
     exposure(&mount.facts(), &places, &anchors, std::slice::from_ref(&host_dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::used_mark::UsedMark;
+
+    fn found(class: &str, entry: &str, used: UsedRead) -> FoundVolume {
+        FoundVolume {
+            class: class.into(),
+            entry: entry.into(),
+            host_path: format!("/mnt/{class}/{entry}"),
+            capacity_bytes: 1 << 30,
+            identity: "v2;blk;disk=wwid:x;size=1;dev=8:0".into(),
+            disk: DiskKey::block("8:0"),
+            in_use: None,
+            used,
+        }
+    }
+
+    #[test]
+    fn held_links_are_kept_from_publishing_unless_the_ledger_knows_the_disk_as_ours() {
+        let mut config = ProvisionerConfig::default();
+        let class: ClassConfig = crate::config::parse_entries(
+            "t",
+            &[("storageClassMap".into(), "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n".into())],
+        )
+        .unwrap()
+        .config
+        .storage_class_map["fast"]
+            .clone();
+        config.storage_class_map.insert("fast".into(), class);
+        let mark = UsedMark {
+            pv: "local-pv-1".into(),
+            node: "n".into(),
+            path: "/mnt/fast/b".into(),
+            identity: "v2;blk;disk=wwid:x".into(),
+            at: "now".into(),
+            uid: None,
+            root: None,
+            claimed: true,
+            wiped_filesystems: Default::default(),
+        };
+        let mut scan = Scan {
+            volumes: vec![
+                found("fast", "a", UsedRead::Unmarked),
+                found("fast", "b", UsedRead::Marked(mark)),
+                found("fast", "c", UsedRead::Unmarked),
+                found("other", "a", UsedRead::Unmarked),
+            ],
+            skipped: Vec::new(),
+        };
+        let held = vec![
+            ("fast".to_string(), "a".to_string(), "ext4 superblock at 1080".to_string()),
+            ("fast".to_string(), "b".to_string(), "xfs superblock at 0".to_string()),
+        ];
+        hold_back(&mut scan, &config, &held);
+        let left: Vec<(&str, &str)> = scan.volumes.iter().map(|v| (v.class.as_str(), v.entry.as_str())).collect();
+        assert_eq!(left, vec![("fast", "b"), ("fast", "c"), ("other", "a")]);
+        assert_eq!(scan.skipped.len(), 1);
+        assert_eq!(scan.skipped[0].path, PathBuf::from("/mnt/fast/a"));
+        assert!(matches!(&scan.skipped[0].reason, SkipReason::DeviceHeld(w) if w.contains("ext4")));
+        assert!(scan.skipped[0].reason.is_safety_refusal());
+    }
 }

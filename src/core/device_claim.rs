@@ -607,7 +607,10 @@ fn settle_record(world: &World, r: &ClaimRecord, still_selected: &BTreeSet<(Stri
         Some(_) if !wanted && !has_pv => out.actions.push(LinkAction::Remove(r.clone())),
         Some(e) => {
             if !wanted {
-                let why = "the class no longer selects this device; the link stays while its PV exists";
+                let why = match device {
+                    Some(_) => "the class no longer selects this device; the link stays while its PV exists",
+                    None => "its device is not on the node; the link stays while its PV exists",
+                };
                 out.kept.push((r.class.clone(), r.name.clone(), why.into()));
             }
             match device {

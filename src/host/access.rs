@@ -133,11 +133,11 @@ impl HostAccess for RealHost {
         // Claims first, so the links made now are scanned (and held ones kept back) this pass.
         let claims = self.claim_devices(&ask, &mounts);
         let mut scan = discovery::scan_with(&ask.config, &mounts, &ask.published);
+        self.ledger.reload_if_unreadable();
+        discovery::read_used_marks(&mut scan.volumes, &ask.config, &mounts, Some(&self.ledger));
         if let Some(c) = &claims {
             discovery::hold_back(&mut scan, &ask.config, &c.plan.held);
         }
-        self.ledger.reload_if_unreadable();
-        discovery::read_used_marks(&mut scan.volumes, &ask.config, &mounts, Some(&self.ledger));
         let absent = ask
             .pvs
             .iter()
