@@ -146,9 +146,10 @@ struct DisksArgs {
     #[command(flatten)]
     config: ConfigArgs,
     /// The agent's state directory: its claim records (claims.json) say which links are its
-    /// own. Read only.
-    #[arg(long, env = "STATE_DIR")]
-    state_dir: Option<PathBuf>,
+    /// own (without them, its links show as "already a volume"). Read only; a directory that
+    /// does not exist holds no records.
+    #[arg(long, env = "STATE_DIR", default_value = "/var/lib/local-static-provisioner")]
+    state_dir: PathBuf,
     /// Output format.
     #[arg(long, env = "DISKS_OUTPUT", value_enum, default_value = "table")]
     output: DisksOutput,
@@ -477,7 +478,7 @@ fn disks(args: &DisksArgs) -> ExitCode {
     let Some((LoadedConfig { config, .. }, failed_classes)) = load_or_report(&args.config) else {
         return ExitCode::FAILURE;
     };
-    let (devices, plan, _) = match crate::disks_cli::plan_now(&config, args.state_dir.as_deref()) {
+    let (devices, plan, _) = match crate::disks_cli::plan_now(&config, Some(&args.state_dir)) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("error: {e}");

@@ -54,7 +54,7 @@ fn content_text(d: &DeviceFacts) -> String {
         return format!("in use: {why}");
     }
     match &d.probe.content {
-        Content::NotProbed => "-".into(),
+        Content::NotProbed => "not probed (no class selects it)".into(),
         Content::Blank => "blank".into(),
         Content::Busy => "open exclusively by someone".into(),
         Content::NotBlank(what) => what.clone(),

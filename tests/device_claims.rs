@@ -139,6 +139,15 @@ fn clean_devices_are_claimed_and_published_and_used_ones_are_refused_with_their_
     ];
     let blkid_before: Vec<String> = refused.iter().map(|(d, _, _)| blkid(d)).collect();
 
+    // The dry run shows the PVs the claims would publish, and claims nothing.
+    let dry = run(Command::new(binary()).args(["discover", "--node-name", &h.node, "--config-dir"]).arg(&config));
+    let (out, err) = (String::from_utf8_lossy(&dry.stdout), String::from_utf8_lossy(&dry.stderr));
+    for name in ["clean-a", "clean-b"] {
+        assert!(out.contains(&format!("path: {}/loop-{name}.img-", dir.display())), "{out}");
+    }
+    assert_eq!(err.matches("would link").count(), 2, "{err}");
+    assert_eq!(links(&dir), vec!["by-hand".to_string()], "discover made a link");
+
     let agent = h.agent(&config, &[]);
     let published: Vec<String> = [&clean_a, &clean_b]
         .iter()
@@ -214,9 +223,15 @@ fn detaching_and_reattaching_in_the_other_order_keeps_names_and_pvs() {
     for d in [&a, &b] {
         run(Command::new("losetup").arg("-d").arg(d));
     }
-    let b2 = h.lab.loop_on(&img_b);
-    let a2 = h.lab.loop_on(&img_a);
-    assert_eq!(b2, a, "the kernel gave the second image the first one's node");
+    // Each image on the other's old node (tests running alongside may take a node first:
+    // then any free one, which differs from the old too).
+    let attach = |node: &Path, img: &Path| {
+        let ok = Command::new("losetup").arg(node).arg(img).status().is_ok_and(|s| s.success());
+        if ok { node.to_path_buf() } else { h.lab.loop_on(img) }
+    };
+    let b2 = attach(&a, &img_b);
+    let a2 = attach(&b, &img_a);
+    assert!(a2 != a && b2 != b, "both devices changed nodes: {a2:?} {b2:?}");
     let agent = h.agent(&config, &[]);
     wait_until("links re-pointed at their own devices", WAIT, || {
         (std::fs::canonicalize(dir.join(&name_a)).ok()? == a2 && std::fs::canonicalize(dir.join(&name_b)).ok()? == b2)
@@ -304,8 +319,7 @@ fn a_claimed_device_without_pv_that_shows_a_foreign_signature_is_held_back() {
     // The agent claimed the device, then stopped before publishing it (a crash), and someone
     // put a filesystem on it meanwhile.
     let state = h.lab.dir(&format!("state-{}", h.node));
-    let probe = run(Command::new(binary()).args(["disks", "--output", "json", "--config-dir"]).arg(&config));
-    let listing: Vec<Value> = serde_json::from_slice(&probe.stdout).unwrap();
+    let listing = disks_json(&config, &state);
     let v = verdict(&listing, &dev, class);
     let name = v
         .strip_prefix("would claim as ")

@@ -383,6 +383,7 @@ pub fn link_target(device: &DeviceFacts) -> String {
 pub fn not_selected(selector: &DeviceSelector, device: &DeviceFacts) -> Option<String> {
     match &device.kind {
         Some(DeviceKind::Selectable(t)) if selector.types.contains(t) => {}
+        Some(DeviceKind::Other(kind)) => return Some(format!("type {kind} is never claimed")),
         Some(kind) => {
             let types: Vec<&str> = selector.types.iter().map(|t| t.as_str()).collect();
             return Some(format!("type {kind} is not in types [{}]", types.join(", ")));

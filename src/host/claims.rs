@@ -99,7 +99,8 @@ pub fn inventory(mounts: &[MountFacts<'_>]) -> Vec<DeviceFacts> {
     let by_id = by_id_names();
     let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return Vec::new() };
     let mut devices: Vec<DeviceFacts> = rd.flatten().filter_map(|e| device_facts(&e.path(), &by_id)).collect();
-    devices.sort_by(|a, b| a.name.cmp(&b.name));
+    // In the order people read them: loop2 before loop10.
+    devices.sort_by_key(|d| natural_key(&d.name));
     // Devices sharing data: same base (disk or backing file), overlapping byte ranges.
     let extents: Vec<_> = devices.iter().map(|d| extent(&d.dev, mounts)).collect();
     for i in 0..devices.len() {
@@ -115,6 +116,13 @@ pub fn inventory(mounts: &[MountFacts<'_>]) -> Vec<DeviceFacts> {
         devices[i].sharing = sharing;
     }
     devices
+}
+
+/// `loop10` -> ("loop", 10, ""), so numbered names sort by number.
+fn natural_key(name: &str) -> (String, u64, String) {
+    let start = name.find(|c: char| c.is_ascii_digit()).unwrap_or(name.len());
+    let end = name[start..].find(|c: char| !c.is_ascii_digit()).map_or(name.len(), |e| start + e);
+    (name[..start].to_string(), name[start..end].parse().unwrap_or(0), name[end..].to_string())
 }
 
 fn read_attr(dir: &Path, rel: &str) -> Option<String> {
@@ -150,6 +158,9 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
         DeviceKind::Other("device-mapper".into())
     } else if dir.join("md").is_dir() {
         DeviceKind::Other("md".into())
+    } else if name.starts_with("loop") && dir.join("queue").is_dir() && !dir.join("device").exists() {
+        // A loop device with no file attached: nothing to claim.
+        DeviceKind::Other("loop (not attached)".into())
     } else if dir.join("device").exists() && !name.starts_with("zram") && !name.starts_with("nbd") {
         DeviceKind::Selectable(DeviceType::Disk)
     } else {
