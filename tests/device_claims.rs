@@ -349,3 +349,24 @@ fn a_claimed_device_without_pv_that_shows_a_foreign_signature_is_held_back() {
         .arg(format!("count={}", 47)));
     h.wait_published(&dir.join(&name));
 }
+
+#[test]
+fn unreadable_claim_records_hold_back_every_new_link_of_a_claiming_class() {
+    let Some(h) = Harness::new("dc-records") else { return };
+    let class = "dc-records";
+    let (dir, config) = claim_class(&h, class, 53, "");
+    let (dev, _) = h.lab.loop_dev("linked", 53);
+    let state = h.lab.dir(&format!("state-{}", h.node));
+    std::fs::write(state.join("claims.json"), b"{ not json").unwrap();
+    // Which links are the agent's is unknown: even a clean device behind a link waits.
+    std::os::unix::fs::symlink(&dev, dir.join("disk-1")).unwrap();
+    let _agent = h.agent(&config, &[]);
+    wait_until("a DeviceClaimFailed event naming the file", WAIT, || h.node_event("DeviceClaimFailed", "claims.json"));
+    never_for(3, &|| h.pv_at(&dir.join("disk-1")).map(|pv| format!("published: {pv:?}")));
+    assert_eq!(links(&dir), vec!["disk-1".to_string()], "nothing claimed meanwhile");
+    assert_eq!(std::fs::read(state.join("claims.json")).unwrap(), b"{ not json", "the file is left as it is");
+    // The operator removes the broken file: the link is published (an operator's own link).
+    std::fs::remove_file(state.join("claims.json")).unwrap();
+    h.wait_published(&dir.join("disk-1"));
+    never_for(2, &|| (links(&dir) != vec!["disk-1".to_string()]).then(|| format!("{:?}", links(&dir))));
+}

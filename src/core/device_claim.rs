@@ -200,6 +200,9 @@ pub enum Refusal {
     AlreadyVolume(String),
     /// Another class already claimed it.
     ClaimedElsewhere(String),
+    /// Another device has the same stable id (two paths to one disk, two loop devices over
+    /// one file): one disk, so only the first of them is ever considered.
+    SameDisk(String),
     /// Its signature areas hold something.
     NotBlank(String),
     /// The probe could not read it.
@@ -226,6 +229,7 @@ impl Refusal {
             Refusal::InUse(_) => "in-use",
             Refusal::AlreadyVolume(_) => "already-volume",
             Refusal::ClaimedElsewhere(_) => "claimed-elsewhere",
+            Refusal::SameDisk(_) => "same-disk",
             Refusal::NotBlank(_) => "not-blank",
             Refusal::Unreadable(_) => "unreadable",
             Refusal::NotProbed => "not-probed",
@@ -251,6 +255,10 @@ impl fmt::Display for Refusal {
             Refusal::InUse(why) => write!(f, "it is in use: {why}"),
             Refusal::AlreadyVolume(what) => write!(f, "it is already a volume: {what}"),
             Refusal::ClaimedElsewhere(class) => write!(f, "class {class} already claimed it"),
+            Refusal::SameDisk(other) => write!(
+                f,
+                "{other} has the same stable id: they are one disk (two paths to it, or two loop devices over one file), and only {other} is considered"
+            ),
             Refusal::NotBlank(what) => write!(
                 f,
                 "it is not blank: {what} (to offer it, clear it with `blkdiscard -z` or remove its data; `wipefs -a` alone leaves data behind)"
@@ -539,6 +547,7 @@ pub fn plan(world: &World) -> ClaimPlan {
     let mut still_selected: BTreeSet<(String, String)> = BTreeSet::new();
     // Devices claimed in this pass, so two classes never take the same one.
     let mut taken: BTreeMap<String, String> = BTreeMap::new();
+    let first_of = first_device_of_each_disk(&devices);
     for class in &world.classes {
         let Some(selector) = &class.selector else { continue };
         let mut count = world.records.iter().filter(|r| r.class == class.class).count();
@@ -547,6 +556,9 @@ pub fn plan(world: &World) -> ClaimPlan {
                 Some(why) => Verdict::NotSelected(why),
                 None => match &device.stable_id {
                     None => Verdict::Refused(Refusal::NoStableId),
+                    Some(id) if first_of.get(id.as_str()).is_some_and(|first| *first != device.name) => {
+                        Verdict::Refused(Refusal::SameDisk(first_of[id.as_str()].to_string()))
+                    }
                     Some(id) => match world.records.iter().find(|r| r.class == class.class && r.disk == *id) {
                         Some(r) => {
                             still_selected.insert((class.class.clone(), device.name.clone()));
@@ -583,14 +595,32 @@ pub fn plan(world: &World) -> ClaimPlan {
         }
     }
     for record in &world.records {
-        settle_record(world, record, &still_selected, &mut out);
+        let device = first_of.get(record.disk.as_str()).and_then(|name| world.devices.iter().find(|d| d.name == *name));
+        settle_record(world, record, device, &still_selected, &mut out);
     }
     out
 }
 
+/// For each stable id, the device that stands for it: the first in kernel-name order when
+/// several devices report one id (they are one disk).
+fn first_device_of_each_disk<'a>(sorted: &[&'a DeviceFacts]) -> BTreeMap<&'a str, &'a str> {
+    let mut first = BTreeMap::new();
+    for d in sorted {
+        if let Some(id) = &d.stable_id {
+            first.entry(id.as_str()).or_insert(d.name.as_str());
+        }
+    }
+    first
+}
+
 /// What becomes of one link this agent made (see [`plan`]).
-fn settle_record(world: &World, r: &ClaimRecord, still_selected: &BTreeSet<(String, String)>, out: &mut ClaimPlan) {
-    let device = world.devices.iter().find(|d| d.stable_id.as_deref() == Some(r.disk.as_str()));
+fn settle_record(
+    world: &World,
+    r: &ClaimRecord,
+    device: Option<&DeviceFacts>,
+    still_selected: &BTreeSet<(String, String)>,
+    out: &mut ClaimPlan,
+) {
     let has_pv = world.pvs.iter().any(|pv| pv.host_path == r.host_path);
     let wanted = device.is_some_and(|d| still_selected.contains(&(r.class.clone(), d.name.clone())));
     let entry = world.entries.iter().find(|e| e.class == r.class && e.name == r.name);

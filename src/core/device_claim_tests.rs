@@ -557,3 +557,24 @@ fn ids_overlap_for_a_disk_and_its_partitions_only() {
     assert!(!ids_overlap("wwid:a", "wwid:ab"));
     assert!(!ids_overlap("wwid:a/part1@2048", "wwid:a/part2@4096"));
 }
+
+#[test]
+fn two_devices_with_one_stable_id_are_one_disk_claimed_once() {
+    // Two loop devices over one file (or two paths to one LUN without multipath).
+    let a = disk("loop10", "loop:/img/dup@0#7");
+    let b = disk("loop9", "loop:/img/dup@0#7");
+    let sel = DeviceSelector { types: vec![DeviceType::Disk], ..Default::default() };
+    let mut w =
+        World { classes: vec![class("fast", Some(sel))], devices: vec![b.clone(), a.clone()], ..Default::default() };
+    let p = plan(&w);
+    assert!(matches!(verdict(&p, "fast", "loop10"), Verdict::Claim { .. }));
+    assert_eq!(verdict(&p, "fast", "loop9"), Verdict::Refused(Refusal::SameDisk("loop10".into())));
+    assert_eq!(p.actions.len(), 1);
+    // Once recorded, the link stays on the first device and the other is still refused.
+    w.records = vec![record("fast", &a)];
+    w.entries = vec![link_entry("fast", &link_name("loop:/img/dup@0#7"), Some("loop10"))];
+    let p = plan(&w);
+    assert!(matches!(verdict(&p, "fast", "loop10"), Verdict::Claimed { .. }));
+    assert!(matches!(verdict(&p, "fast", "loop9"), Verdict::Refused(Refusal::SameDisk(_))));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+}

@@ -115,7 +115,13 @@ impl RealHost {
         let state_dir = self.ledger.path().parent()?.to_path_buf();
         let records = match claims::read_records(&state_dir) {
             Ok(r) => r,
-            Err(e) => return Some(ClaimReport { failed: Some(e.to_string()), ..Default::default() }),
+            Err(e) => {
+                let paths: Vec<String> = ask.pv_identities.iter().map(|(path, _)| path.clone()).collect();
+                let why = "the agent's claim records are unreadable";
+                let held = claims::hold_unknown_links(&ask.config, &paths, mounts, why);
+                let plan = crate::core::device_claim::ClaimPlan { held, ..Default::default() };
+                return Some(ClaimReport { failed: Some(e.to_string()), plan, ..Default::default() });
+            }
         };
         if records.is_empty() && ask.config.storage_class_map.values().all(|c| c.devices.is_none()) {
             return None;

@@ -330,6 +330,29 @@ pub fn plan_claims(
     (world.devices, second)
 }
 
+/// The links to hold back while the records cannot be read: which links are the agent's is
+/// unknown then, so no symlink in a class with a `devices` section is published unless its PV
+/// exists (a link the agent made could lead to a device that shows someone's data).
+pub fn hold_unknown_links(
+    config: &ProvisionerConfig,
+    pv_paths: &[String],
+    mounts: &MountTable,
+    why: &str,
+) -> Vec<(String, String, String)> {
+    let facts = mounts.facts();
+    let mut roots = roots(config, &facts);
+    roots.retain(|class, _| config.storage_class_map.get(class).is_some_and(|c| c.devices.is_some()));
+    entries(&roots)
+        .into_iter()
+        .filter(|e| e.link.is_some())
+        .filter(|e| {
+            let host_dir = config.storage_class_map.get(&e.class).map(|c| c.host_dir.as_str()).unwrap_or_default();
+            !pv_paths.contains(&crate::core::device_claim::entry_host_path(host_dir, &e.name))
+        })
+        .map(|e| (e.class, e.name, format!("a link in a class that claims devices, while {why}")))
+        .collect()
+}
+
 /// Carries out the link changes of a plan in the class directories, keeping the records in
 /// step (written before a link is made, after one is removed). Returns each change's outcome.
 pub fn apply(
