@@ -151,6 +151,63 @@ fn real_node_block_volume_quick_wipe_leaves_no_signature() {
     wait_until("block PV withdrawn", WAIT, || node.cp.pv_state(&pv).is_none().then_some(()));
 }
 
+/// A raw disk nobody prepared: the agent in its pod claims it (the overlay's claimed-disks
+/// class takes loop devices of 57 MiB), kubelet formats it with the class's fsType when the
+/// first tenant's pod mounts it, and after the release the agent wipes it and publishes it
+/// again under the same name, so the next tenant gets a fresh filesystem.
+#[test]
+fn real_node_a_claimed_raw_disk_is_formatted_by_kubelet_and_wiped_between_tenants() {
+    let Some(node) = RealNode::get("real_node_a_claimed_raw_disk_is_formatted_by_kubelet_and_wiped_between_tenants")
+    else {
+        return;
+    };
+    node.deploy();
+    let dir = Path::new("/mnt/claimed-disks");
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = LoopDevice::new(&tmp.path().join(format!("{}.img", unique("e2e-claimed"))), 57);
+    let linked = || {
+        std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+            (std::fs::canonicalize(e.path()).ok()? == disk.device).then(|| e.file_name().to_string_lossy().into_owned())
+        })
+    };
+    let entry = wait_until("the agent's pod links the raw disk", WAIT, linked);
+    assert!(entry.starts_with("loop-e2e-claimed-"), "{entry}");
+    let pv = pv_name(&entry, &node.name, "claimed-disks");
+    let uid = wait_until("PV of the claimed disk", WAIT, || node.cp.pv_state(&pv).map(|(u, _)| u));
+    let blkid = |dev: &Path| {
+        let out = Command::new("blkid").args(["-p", "-o", "value", "-s", "TYPE"]).arg(dev).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(blkid(&disk.device), "", "claiming wrote nothing");
+
+    node.claim("e2e-claimed-1", "claimed-disks", false, "57Mi");
+    node.workload(
+        "e2e-claimed-writer",
+        "e2e-claimed-1",
+        false,
+        "echo tenant-data > /data/tenant && sync && trap 'exit 0' TERM; sleep 3600 & wait",
+        30,
+    );
+    node.wait_phase("e2e-claimed-writer", &["Running"]);
+    assert_eq!(blkid(&disk.device), "ext4", "kubelet formatted the raw disk with the class's fsType");
+
+    release(&node, &["e2e-claimed-writer"], &["e2e-claimed-1"]);
+    let new_uid = wait_recycled(&node, &pv, &uid, None);
+    assert_eq!(blkid(&disk.device), "", "the wipe left no signature");
+    node.claim("e2e-claimed-2", "claimed-disks", false, "57Mi");
+    node.workload("e2e-claimed-reader", "e2e-claimed-2", false, "ls -la /data; [ ! -e /data/tenant ]", 5);
+    node.expect_success("e2e-claimed-reader");
+    release(&node, &["e2e-claimed-reader"], &["e2e-claimed-2"]);
+    wait_recycled(&node, &pv, &new_uid, None);
+
+    // The disk goes away: its PV is withdrawn, then the agent removes its link.
+    drop(disk);
+    wait_until("PV of the detached disk withdrawn", WAIT, || node.cp.pv_state(&pv).is_none().then_some(()));
+    wait_until("the agent's link removed", WAIT, || {
+        (!dir.join(&entry).exists() && std::fs::symlink_metadata(dir.join(&entry)).is_err()).then_some(())
+    });
+}
+
 /// A pod that ignores SIGTERM keeps writing after its deletion was asked for. Deleted
 /// gracefully, its claim stays until kubelet has stopped it and unmounted the volume; deleted
 /// by force, the claim (and so the PV's release) comes at once while the container still

@@ -6,7 +6,9 @@
 #     kube-proxy), with KUBERNETES_SERVICE_HOST/PORT pointing at the API server on loopback;
 #   - ports: the admin servers on free loopback ports (host network);
 #   - a second StorageClass, block-disks (volumeMode Block, /mnt/block-disks), with its entry in
-#     the ConfigMap, its hostPath and its root in the admission policy, as an operator adds a class.
+#     the ConfigMap, its hostPath and its root in the admission policy, as an operator adds a class;
+#   - a third, claimed-disks (Filesystem, ext4, /mnt/claimed-disks), whose devices section claims
+#     loop devices of exactly 57 MiB (a size no other test uses), the same way.
 # Usage: overlay.sh OUT_DIR CONTROL_PLANE_DIR   then `kubectl apply -k OUT_DIR`
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,6 +36,7 @@ resources:
   - $rel/deploy/base
   - $rel/deploy/node-cleanup
   - block-storageclass.yaml
+  - claimed-storageclass.yaml
 images:
   - name: local-static-provisioner
     newTag: e2e
@@ -51,7 +54,7 @@ patches:
     patch: |
       - op: replace
         path: /spec/variables/0/expression
-        value: "['/mnt/fast-disks', '/mnt/block-disks']"
+        value: "['/mnt/fast-disks', '/mnt/block-disks', '/mnt/claimed-disks']"
 YAML
 
 cat > "$out/agent.yaml" <<YAML
@@ -71,8 +74,10 @@ spec:
             - {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}
           volumeMounts:
             - {name: block-disks, mountPath: /mnt/block-disks, mountPropagation: HostToContainer}
+            - {name: claimed-disks, mountPath: /mnt/claimed-disks, mountPropagation: HostToContainer}
       volumes:
         - {name: block-disks, hostPath: {path: /mnt/block-disks}}
+        - {name: claimed-disks, hostPath: {path: /mnt/claimed-disks}}
 YAML
 
 cat > "$out/node-cleanup.yaml" <<YAML
@@ -110,6 +115,15 @@ YAML
       hostDir: /mnt/block-disks
       mountDir: /mnt/block-disks
       volumeMode: Block
+    claimed-disks:
+      hostDir: /mnt/claimed-disks
+      mountDir: /mnt/claimed-disks
+      volumeMode: Filesystem
+      fsType: ext4
+      devices:
+        types: [loop]
+        minSize: 57Mi
+        maxSize: 57Mi
 YAML
 } > "$out/configmap.yaml"
 
@@ -117,6 +131,14 @@ cat > "$out/block-storageclass.yaml" <<YAML
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata: {name: block-disks}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Delete
+YAML
+cat > "$out/claimed-storageclass.yaml" <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: claimed-disks}
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 reclaimPolicy: Delete

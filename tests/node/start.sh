@@ -19,8 +19,9 @@ cp_dir=${2:?usage: start.sh DIR CONTROL_PLANE_DIR}
 cp_dir=$(cd "$cp_dir" && pwd)
 NODE_NAME=${NODE_NAME:-lsp-real-node}
 KUBELET_ROOT=/var/lib/kubelet
-# The discovery directories of the shipped ConfigMap and of the overlay's block class.
-DISCOVERY_DIRS=(/mnt/fast-disks /mnt/block-disks)
+# The discovery directories of the shipped ConfigMap and of the overlay's block and
+# device-claiming classes.
+DISCOVERY_DIRS=(/mnt/fast-disks /mnt/block-disks /mnt/claimed-disks)
 PAUSE_IMAGE=registry.local/lsp-test/pause:1
 SHELL_IMAGE=registry.local/lsp-test/shell:1
 AGENT_IMAGE=docker.io/library/local-static-provisioner:e2e
