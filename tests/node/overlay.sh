@@ -127,20 +127,14 @@ YAML
 YAML
 } > "$out/configmap.yaml"
 
-cat > "$out/block-storageclass.yaml" <<YAML
+for class in block claimed; do
+  cat > "$out/$class-storageclass.yaml" <<YAML
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
-metadata: {name: block-disks}
+metadata: {name: $class-disks}
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 reclaimPolicy: Delete
 YAML
-cat > "$out/claimed-storageclass.yaml" <<YAML
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: claimed-disks}
-provisioner: kubernetes.io/no-provisioner
-volumeBindingMode: WaitForFirstConsumer
-reclaimPolicy: Delete
-YAML
+done
 echo "$out"
