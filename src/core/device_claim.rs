@@ -209,6 +209,9 @@ pub enum Refusal {
     Unreadable(String),
     /// Not probed yet (a second pass probes it).
     NotProbed,
+    /// A class's discovery directory could not be read: whether the device is already an
+    /// entry there is unknown.
+    Unscanned(Vec<String>),
     /// The class's namePattern does not match the link name.
     NameMismatch { name: String, pattern: String },
     /// Something else already has the link's name in the discovery directory.
@@ -233,6 +236,7 @@ impl Refusal {
             Refusal::NotBlank(_) => "not-blank",
             Refusal::Unreadable(_) => "unreadable",
             Refusal::NotProbed => "not-probed",
+            Refusal::Unscanned(_) => "unscanned",
             Refusal::NameMismatch { .. } => "name-mismatch",
             Refusal::NameTaken(_) => "name-taken",
         }
@@ -265,6 +269,11 @@ impl fmt::Display for Refusal {
             ),
             Refusal::Unreadable(e) => write!(f, "it could not be read: {e}"),
             Refusal::NotProbed => write!(f, "it has not been probed yet"),
+            Refusal::Unscanned(classes) => write!(
+                f,
+                "the discovery directory of class {} cannot be scanned now, so whether it is already a volume there is unknown",
+                classes.join(", ")
+            ),
             Refusal::NameMismatch { name, pattern } => {
                 write!(f, "its link name {name:?} does not match the class's namePattern {pattern:?}")
             }
@@ -452,6 +461,9 @@ pub struct World {
     pub records: Vec<ClaimRecord>,
     /// This node's PVs.
     pub pvs: Vec<PvDisk>,
+    /// Classes of the config whose discovery directory could not be scanned: their entries
+    /// are unknown, so no new device is claimed while there are any.
+    pub unscanned: Vec<String>,
 }
 
 /// The host path of entry `name` of a class whose hostDir is `host_dir`.
@@ -486,6 +498,9 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
     };
     if let Some(pv) = world.pvs.iter().find(|pv| pv.device.as_ref().is_some_and(related)) {
         return Verdict::Refused(Refusal::AlreadyVolume(format!("the PV at {} leads to it", pv.host_path)));
+    }
+    if !world.unscanned.is_empty() {
+        return Verdict::Refused(Refusal::Unscanned(world.unscanned.clone()));
     }
     if let Some(e) = world.entries.iter().find(|e| e.device.as_ref().is_some_and(related)) {
         return Verdict::Refused(Refusal::AlreadyVolume(format!(
@@ -594,7 +609,12 @@ pub fn plan(world: &World) -> ClaimPlan {
             out.decisions.push(Decision { class: class.class.clone(), device: device.name.clone(), verdict });
         }
     }
-    for record in &world.records {
+    // Records of classes not scanned now (their directory unreadable, or the class gone from
+    // the config) are left alone, their links as they are; they still keep other classes off
+    // their devices (above).
+    let scanned =
+        |class: &str| world.classes.iter().any(|c| c.class == class) && !world.unscanned.iter().any(|u| u == class);
+    for record in world.records.iter().filter(|r| scanned(&r.class)) {
         let device = first_of.get(record.disk.as_str()).and_then(|name| world.devices.iter().find(|d| d.name == *name));
         settle_record(world, record, device, &still_selected, &mut out);
     }

@@ -578,3 +578,28 @@ fn two_devices_with_one_stable_id_are_one_disk_claimed_once() {
     assert!(matches!(verdict(&p, "fast", "loop9"), Verdict::Refused(Refusal::SameDisk(_))));
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
+
+#[test]
+fn while_a_discovery_directory_cannot_be_scanned_nothing_new_is_claimed_and_its_links_are_left_alone() {
+    let clean = disk("sdb", "wwid:naa.1");
+    let theirs = disk("sdc", "wwid:naa.2");
+    let mut w = world(vec![clean.clone(), theirs.clone()]);
+    // Class "slow" is in the config but its directory is unreadable now; it recorded sdc.
+    w.unscanned = vec!["slow".into()];
+    w.records = vec![record("slow", &theirs)];
+    let p = plan(&w);
+    assert_eq!(verdict(&p, "fast", "sdb"), Verdict::Refused(Refusal::Unscanned(vec!["slow".into()])));
+    assert_eq!(verdict(&p, "fast", "sdc"), Verdict::Refused(Refusal::ClaimedElsewhere("slow".into())));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // A PV's lost link is still made again: it is that PV's own disk.
+    let name = link_name("wwid:naa.1");
+    w.pvs = vec![PvDisk { host_path: format!("/mnt/fast/{name}"), disk: Some("wwid:naa.1".into()), device: None }];
+    assert!(matches!(verdict(&plan(&w), "fast", "sdb"), Verdict::Claim { relink: true, .. }));
+    // A class gone from the config: its records keep others off its devices, and nothing is
+    // done to its links.
+    let mut w = world(vec![theirs.clone()]);
+    w.records = vec![record("gone", &theirs)];
+    let p = plan(&w);
+    assert_eq!(verdict(&p, "fast", "sdc"), Verdict::Refused(Refusal::ClaimedElsewhere("gone".into())));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+}

@@ -315,10 +315,8 @@ pub fn plan_claims(
         entries: entries(&roots),
         records,
         pvs,
+        unscanned: config.storage_class_map.keys().filter(|c| !roots.contains_key(*c)).cloned().collect(),
     };
-    // Records of classes whose directory cannot be scanned now, or that left the config, are
-    // left alone (their links stay) until the class is back.
-    world.records.retain(|r| roots.contains_key(&r.class));
     let first = plan(&world);
     if first.to_probe.is_empty() {
         return (world.devices, first);
