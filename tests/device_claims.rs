@@ -179,17 +179,17 @@ fn clean_devices_are_claimed_and_published_and_used_ones_are_refused_with_their_
         h.node_event("DeviceRefused", &format!("/dev/{ext4_name} not claimed"))
     });
     wait_until("a DeviceClaimed event", WAIT, || h.node_event("DeviceClaimed", &clean_a.display().to_string()));
-    let metrics = agent.admin_get("/metrics");
-    assert!(metrics.contains(&format!("local_static_provisioner_claimed_devices{{class=\"{class}\"}} 2")), "{metrics}");
-    assert!(
-        metrics.contains(&format!("local_static_provisioner_device_claims_total{{class=\"{class}\"}} 2")),
-        "{metrics}"
-    );
-    assert!(
-        metrics
-            .contains(&format!("local_static_provisioner_devices_refused{{class=\"{class}\",reason=\"not-blank\"}} 7")),
-        "{metrics}"
-    );
+    // The gauges of the last pass (a pass can meet the `disks` run above in a probe).
+    let want = [
+        format!("local_static_provisioner_claimed_devices{{class=\"{class}\"}} 2"),
+        format!("local_static_provisioner_device_claims_total{{class=\"{class}\"}} 2"),
+        format!("local_static_provisioner_devices_refused{{class=\"{class}\",reason=\"not-blank\"}} 7"),
+        format!("local_static_provisioner_devices_refused{{class=\"{class}\",reason=\"in-use\"}} 2"),
+    ];
+    wait_until("the claim metrics", WAIT, || {
+        let metrics = agent.admin_get("/metrics");
+        want.iter().all(|w| metrics.contains(w.as_str())).then_some(())
+    });
     drop(holder);
     drop(agent);
     assert_eq!(published.len(), 2);

@@ -216,9 +216,31 @@ fn device_node(device: &DeviceFacts) -> Option<PathBuf> {
     (meta.file_type().is_block_device() && rdev == device.dev).then_some(node)
 }
 
+/// Attempts of a probe that found the device open exclusively: another brief probe (the
+/// `disks` command, say) holds it for a moment only, so it is asked again before the device
+/// counts as in use.
+const BUSY_ATTEMPTS: u32 = 3;
+/// Pause between those attempts.
+const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
+
 /// The probe of one candidate: in use (it or anything sharing its data mounted, held or
-/// open exclusively) and, when not, what its signature areas hold.
+/// open exclusively) and, when not, what its signature areas hold. An exclusive holder is
+/// asked about again a few times, so two brief probes that meet do not report each other.
 pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Probe {
+    let mut attempt = 1;
+    loop {
+        let found = probe_once(device, mounts, facts);
+        let busy = matches!(found.content, Content::Busy)
+            || found.in_use.as_deref().is_some_and(|why| why.contains("open exclusively"));
+        if !busy || attempt >= BUSY_ATTEMPTS {
+            return found;
+        }
+        attempt += 1;
+        std::thread::sleep(BUSY_PAUSE);
+    }
+}
+
+fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Probe {
     let Some(node) = device_node(device) else {
         let content = Content::Unreadable(format!("/dev/{} is not the device {}", device.name, device.dev));
         return Probe { done: true, in_use: None, content };
