@@ -46,7 +46,7 @@ use crate::core::settle::Settler;
 use crate::host::access::{HostAccess, RealHost};
 use crate::host::kubelet::KubeletView;
 use crate::host::used_mark::Ledger;
-use crate::host::watch::{DirWatcher, watch_mounts};
+use crate::host::watch::{DirWatcher, watch_block_devices, watch_mounts};
 use crate::metrics::Metrics;
 use crate::runtime::{EventClock, Shutdown, forward_events_until_synced, jittered, sleep_until_opt};
 use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
@@ -148,6 +148,9 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     }
     if let Err(e) = watch_mounts(raw.clone()) {
         warn!(error = %e, "mount events unavailable; new mounts are found by the periodic resync");
+    }
+    if let Err(e) = watch_block_devices(raw.clone()) {
+        warn!(error = %e, "block device changes unavailable; new disks are claimed at the periodic resync");
     }
     let dir_watcher = match DirWatcher::new(raw.clone()) {
         Ok(w) => Some(w),

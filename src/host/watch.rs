@@ -44,6 +44,57 @@ pub fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
     Ok(())
 }
 
+/// How often the block devices are looked at by [`watch_block_devices`].
+pub const BLOCK_DEVICE_POLL: Duration = Duration::from_secs(1);
+
+/// Starts a thread that signals `changed` when the node's block devices change: one added or
+/// removed, attached (a loop device), resized, made read-only, stacked on (holders), or given
+/// another /dev/disk/by-id name. A class's `devices` section claims new disks within about a
+/// second. Read from sysfs every [`BLOCK_DEVICE_POLL`]: the kernel's device events (uevents)
+/// reach only the host's network namespace, and udev's links appear after them anyway. A few
+/// small sysfs reads a second; nothing is opened.
+pub fn watch_block_devices(changed: Arc<Notify>) -> Result<(), HostError> {
+    std::thread::Builder::new()
+        .name("block-device-watch".into())
+        .spawn(move || {
+            let mut last = block_devices_now();
+            loop {
+                std::thread::sleep(BLOCK_DEVICE_POLL);
+                let now = block_devices_now();
+                if now != last {
+                    tracing::trace!("block devices changed");
+                    changed.notify_one();
+                    last = now;
+                }
+            }
+        })
+        .map_err(|e| HostError::io("spawn block device watcher for", "/sys/class/block", e))?;
+    Ok(())
+}
+
+/// What [`watch_block_devices`] compares: per device, its size, read-only flag and holders,
+/// and every /dev/disk/by-id name with what it leads to.
+fn block_devices_now() -> Vec<String> {
+    let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/sys/class/block") {
+        for e in rd.flatten() {
+            let dir = e.path();
+            let holders = std::fs::read_dir(dir.join("holders")).map(|h| h.count()).unwrap_or(0);
+            let name = e.file_name().to_string_lossy().into_owned();
+            out.push(format!("{name} {} {} {holders}", read(dir.join("size")), read(dir.join("ro"))));
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir("/dev/disk/by-id") {
+        for e in rd.flatten() {
+            let target = std::fs::read_link(e.path()).map(|t| t.display().to_string()).unwrap_or_default();
+            out.push(format!("by-id {} {target}", e.file_name().to_string_lossy()));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// inotify watches on a set of directories (non-recursive), adjusted when the config changes.
 pub struct DirWatcher {
     watcher: notify::RecommendedWatcher,
@@ -115,6 +166,28 @@ mod tests {
             assert!(spurious.is_err(), "reading must not count as a change");
             std::fs::create_dir(tmp.path().join("new")).unwrap();
             tokio::time::timeout(Duration::from_secs(5), changed.notified()).await.expect("inotify event");
+        });
+    }
+
+    #[test]
+    fn a_loop_device_attached_is_signalled() {
+        if !crate::host::test_env::require_root("a_loop_device_attached_is_signalled") {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("watched.img");
+        std::fs::File::create(&img).unwrap().set_len(8 << 20).unwrap();
+        let changed = Arc::new(Notify::new());
+        watch_block_devices(changed.clone()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            // Let the watcher take its first look before the change.
+            tokio::time::sleep(BLOCK_DEVICE_POLL + Duration::from_millis(200)).await;
+            let out = std::process::Command::new("losetup").args(["--find", "--show"]).arg(&img).output().unwrap();
+            let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let got = tokio::time::timeout(Duration::from_secs(5), changed.notified()).await;
+            let _ = std::process::Command::new("losetup").arg("-d").arg(&dev).status();
+            got.expect("block device event");
         });
     }
 
