@@ -105,14 +105,19 @@ impl Agent {
             let note: String =
                 format!("/dev/{} not claimed for class {}: {reason}", d.device, d.class).chars().take(1000).collect();
             if self.problems.first_seen(format!("claim/refused/{}/{}/{reason}", d.class, d.device)) {
-                warn!(class = %d.class, device = %d.device, reason = reason.code(), "device refused: {reason}");
+                let warning = reason.needs_operator();
+                if warning {
+                    warn!(class = %d.class, device = %d.device, reason = reason.code(), "device refused: {reason}");
+                } else {
+                    info!(class = %d.class, device = %d.device, reason = reason.code(), "device refused: {reason}");
+                }
                 // Each device its own series: related to the PV it would have become.
                 let stable_id = report.devices.iter().find(|f| f.name == d.device).and_then(|f| f.stable_id.as_deref());
                 let related = match stable_id {
                     Some(id) => self.pv_ref(&pv_name(&link_name(id), &self.identity.node, &d.class)),
                     None => class_reference(&d.class),
                 };
-                self.node_event(Some(related), "DeviceRefused", "Claim", note).await;
+                self.cluster.event_related(&node, Some(related), warning, "DeviceRefused", "Claim", note).await;
             }
         }
         for (class, name, what) in &report.plan.held {

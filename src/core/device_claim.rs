@@ -243,6 +243,25 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// Whether an operator should look: data found on a disk the filter selects, a disk that
+    /// cannot be named or read, a name clash, or a directory that cannot be scanned (a Warning
+    /// event). The others describe a disk the host or another volume already uses, which a
+    /// broad filter meets on every node (the OS disk is mounted): a Normal event.
+    pub fn needs_operator(&self) -> bool {
+        matches!(
+            self,
+            Refusal::NoStableId
+                | Refusal::NoById
+                | Refusal::NotBlank(_)
+                | Refusal::Unreadable(_)
+                | Refusal::NameMismatch { .. }
+                | Refusal::NameTaken(_)
+                | Refusal::Unscanned(_)
+        )
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -603,3 +603,33 @@ fn while_a_discovery_directory_cannot_be_scanned_nothing_new_is_claimed_and_its_
     assert_eq!(verdict(&p, "fast", "sdc"), Verdict::Refused(Refusal::ClaimedElsewhere("gone".into())));
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
+
+#[test]
+fn refusals_that_need_an_operator_are_the_ones_a_used_host_disk_never_gives() {
+    // The OS disk of every node, met by a broad filter: mounted, or partitioned: no Warning.
+    for r in [
+        Refusal::InUse("mounted at /".into()),
+        Refusal::Partitioned(vec!["sda1".into()]),
+        Refusal::Held(vec!["dm-0".into()]),
+        Refusal::AlreadyVolume("entry x".into()),
+        Refusal::ClaimedElsewhere("b".into()),
+        Refusal::SameDisk("sdb".into()),
+        Refusal::ReadOnly,
+        Refusal::Removable,
+        Refusal::Hidden,
+        Refusal::NotProbed,
+    ] {
+        assert!(!r.needs_operator(), "{r}");
+    }
+    for r in [
+        Refusal::NotBlank("xfs superblock at 0".into()),
+        Refusal::Unreadable("EIO".into()),
+        Refusal::NoStableId,
+        Refusal::NoById,
+        Refusal::NameMismatch { name: "wwid-x".into(), pattern: "nvme*".into() },
+        Refusal::NameTaken("wwid-x".into()),
+        Refusal::Unscanned(vec!["slow".into()]),
+    ] {
+        assert!(r.needs_operator(), "{r}");
+    }
+}
