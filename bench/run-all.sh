@@ -14,3 +14,4 @@ bash "$here/node-cleanup.sh" 500 100          # issue 8: release of a deleted no
 bash "$here/node-cleanup-nodes.sh"            # node-cleanup idle with 10 and 2000 Nodes
 bash "$here/ledger-lookup.sh" 1000            # figure 9: used-disk ledger lookups of one pass
 bash "$here/config-scale.sh"                  # issue 14: validate-config with 1000..8000 classes
+bash "$here/device-claims.sh" 20                # issue 17: raw devices claimed: attach -> PV, disks, idle

@@ -406,8 +406,13 @@ fn apply_one(
             records.retain(|x| !same(x, r));
             records.push(r.clone());
             write_records(state_dir, records)?;
-            rustix::fs::symlinkat(r.target.as_str(), &dir.fd, r.name.as_str())
-                .map_err(|e| io("creating the link", &dir.path.join(&r.name), e))
+            if let Err(e) = rustix::fs::symlinkat(r.target.as_str(), &dir.fd, r.name.as_str()) {
+                // Something took the name meanwhile: it is not ours, so neither is the record.
+                records.retain(|x| !same(x, r));
+                write_records(state_dir, records)?;
+                return Err(io("creating the link", &dir.path.join(&r.name), e));
+            }
+            Ok(())
         }
         LinkAction::Retarget(r) => {
             let dir = class_dir(config, &r.class)?;
@@ -474,4 +479,105 @@ fn ensure_symlink(dir: &impl AsFd, name: &str, path: &Path) -> Result<(), ClaimE
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, ProvisionerConfig, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("disks");
+        let state = tmp.path().join("state");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let text = format!("fast:\n  hostDir: {d}\n  mountDir: {d}\n  devices: {{}}\n", d = dir.display());
+        let config = crate::config::parse_entries("t", &[("storageClassMap".into(), text)]).unwrap().config;
+        (tmp, config, dir, state)
+    }
+
+    fn record(dir: &Path, name: &str, target: &str) -> ClaimRecord {
+        ClaimRecord {
+            class: "fast".into(),
+            name: name.into(),
+            host_path: dir.join(name).display().to_string(),
+            disk: format!("wwid:{name}"),
+            target: target.into(),
+        }
+    }
+
+    #[test]
+    fn links_are_made_re_pointed_and_removed_with_the_records_in_step() {
+        let (_tmp, config, dir, state) = setup();
+        let r = record(&dir, "wwid-a", "/dev/loop1");
+        let out = apply(&config, &state, Vec::new(), &[LinkAction::Create(r.clone())]);
+        assert!(out[0].1.is_ok(), "{out:?}");
+        assert_eq!(std::fs::read_link(dir.join("wwid-a")).unwrap(), Path::new("/dev/loop1"));
+        assert_eq!(read_records(&state).unwrap(), vec![r.clone()]);
+
+        let moved = ClaimRecord { target: "/dev/loop7".into(), ..r.clone() };
+        let out = apply(&config, &state, read_records(&state).unwrap(), &[LinkAction::Retarget(moved.clone())]);
+        assert!(out[0].1.is_ok(), "{out:?}");
+        assert_eq!(std::fs::read_link(dir.join("wwid-a")).unwrap(), Path::new("/dev/loop7"));
+        assert_eq!(read_records(&state).unwrap(), vec![moved.clone()]);
+
+        let out = apply(&config, &state, read_records(&state).unwrap(), &[LinkAction::Remove(moved)]);
+        assert!(out[0].1.is_ok(), "{out:?}");
+        assert!(std::fs::symlink_metadata(dir.join("wwid-a")).is_err());
+        assert_eq!(read_records(&state).unwrap(), Vec::new());
+    }
+
+    #[test]
+    fn what_is_not_the_recorded_link_is_never_removed_or_replaced() {
+        let (_tmp, config, dir, state) = setup();
+        // Re-pointed by someone else since: left in place, and no longer ours.
+        let r = record(&dir, "wwid-b", "/dev/loop2");
+        std::os::unix::fs::symlink("/dev/sdz", dir.join("wwid-b")).unwrap();
+        let out = apply(&config, &state, vec![r.clone()], &[LinkAction::Remove(r.clone())]);
+        assert!(out[0].1.as_ref().is_err_and(|e| e.contains("left in place")), "{out:?}");
+        assert_eq!(std::fs::read_link(dir.join("wwid-b")).unwrap(), Path::new("/dev/sdz"));
+        assert_eq!(read_records(&state).unwrap(), Vec::new());
+        // A directory (a mount point, say) at the name: neither removed nor replaced.
+        let c = record(&dir, "wwid-c", "/dev/loop3");
+        std::fs::create_dir(dir.join("wwid-c")).unwrap();
+        for action in [LinkAction::Remove(c.clone()), LinkAction::Retarget(c.clone())] {
+            let out = apply(&config, &state, vec![c.clone()], &[action]);
+            assert!(out[0].1.as_ref().is_err_and(|e| e.contains("no longer a symlink")), "{out:?}");
+            assert!(dir.join("wwid-c").is_dir());
+        }
+        // A name taken between the plan and the link: the record is rolled back.
+        std::fs::write(dir.join("wwid-d"), b"someone's file").unwrap();
+        let d = record(&dir, "wwid-d", "/dev/loop4");
+        let out = apply(&config, &state, Vec::new(), &[LinkAction::Create(d)]);
+        assert!(out[0].1.is_err(), "{out:?}");
+        assert_eq!(std::fs::read(dir.join("wwid-d")).unwrap(), b"someone's file");
+        assert_eq!(read_records(&state).unwrap(), Vec::new());
+    }
+
+    #[test]
+    fn unreadable_records_are_an_error_naming_the_file_and_are_left_as_they_are() {
+        let (_tmp, _config, _dir, state) = setup();
+        assert_eq!(read_records(&state).unwrap(), Vec::new(), "no file: no records");
+        std::fs::write(state.join(CLAIMS_FILE), b"[{\"class\":").unwrap();
+        let e = read_records(&state).unwrap_err().to_string();
+        assert!(e.contains("claims.json") && e.contains("no link is changed"), "{e}");
+        assert_eq!(std::fs::read(state.join(CLAIMS_FILE)).unwrap(), b"[{\"class\":");
+    }
+
+    #[test]
+    fn a_class_gone_from_the_config_gets_no_link() {
+        let (_tmp, config, dir, state) = setup();
+        let mut r = record(&dir, "wwid-e", "/dev/loop5");
+        r.class = "gone".into();
+        let out = apply(&config, &state, Vec::new(), &[LinkAction::Create(r)]);
+        assert!(out[0].1.as_ref().is_err_and(|e| e.contains("no longer in the config")), "{out:?}");
+        assert!(std::fs::symlink_metadata(dir.join("wwid-e")).is_err());
+    }
+
+    #[test]
+    fn natural_order_puts_loop2_before_loop10() {
+        let mut names = vec!["loop10", "sda", "loop2", "nvme0n1", "nvme0n1p2", "loop1"];
+        names.sort_by_key(|n| natural_key(n));
+        assert_eq!(names, vec!["loop1", "loop2", "loop10", "nvme0n1", "nvme0n1p2", "sda"]);
+    }
 }
