@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): raw devices claimed by a class's `devices` section. Attaches N blank
-# loop devices (default 20) one at a time under a running agent (minResyncPeriod 1h, so only
-# the block-device watch and directory events help) and reports the time from each attach to
+# loop devices (default 20) one at a time, 2 s apart, under a running agent (minResyncPeriod 1h,
+# so only the block-device watch finds them) and reports the time from each attach to
 # its PV being visible through an API watch: p50, p99, max. Then one `disks` run over the
 # node (every device probed as the agent does) and the agent's CPU seconds and resident memory
 # over IDLE seconds (default 30) with the devices claimed. Needs root.
@@ -28,6 +28,9 @@ sleep 1
 mkdir -p "$work/images"
 : > "$work/attach.log"
 for i in $(seq 1 "$n"); do
+  # Quiet first: the passes the previous PV's events cause must not find this device early,
+  # so what is measured is the block-device watch alone.
+  sleep 2
   truncate -s "${mib}M" "$work/images/d$i.img"
   echo "$(date +%s.%N) d$i" >> "$work/attach.log"
   loops+=("$(losetup --find --show "$work/images/d$i.img")")

@@ -45,14 +45,15 @@ pub fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
 }
 
 /// How often the block devices are looked at by [`watch_block_devices`].
-pub const BLOCK_DEVICE_POLL: Duration = Duration::from_secs(1);
+pub const BLOCK_DEVICE_POLL: Duration = Duration::from_millis(250);
 
 /// Starts a thread that signals `changed` when the node's block devices change: one added or
-/// removed, attached (a loop device), resized, made read-only, stacked on (holders), or given
-/// another /dev/disk/by-id name. A class's `devices` section claims new disks within about a
-/// second. Read from sysfs every [`BLOCK_DEVICE_POLL`]: the kernel's device events (uevents)
-/// reach only the host's network namespace, and udev's links appear after them anyway. A few
-/// small sysfs reads a second; nothing is opened.
+/// removed, attached (a loop device), resized, stacked on (a device-mapper or md device made
+/// over it), or a /dev/disk/by-id name added or removed. A class's `devices` section claims
+/// new disks within half a second (this poll, then the settle window). Read every
+/// [`BLOCK_DEVICE_POLL`]: the kernel's device events (uevents) reach only the host's network
+/// namespace, and udev's links appear after them anyway. One small file read and one
+/// directory listing each time; no device is opened.
 pub fn watch_block_devices(changed: Arc<Notify>) -> Result<(), HostError> {
     std::thread::Builder::new()
         .name("block-device-watch".into())
@@ -72,24 +73,14 @@ pub fn watch_block_devices(changed: Arc<Notify>) -> Result<(), HostError> {
     Ok(())
 }
 
-/// What [`watch_block_devices`] compares: per device, its size, read-only flag and holders,
-/// and every /dev/disk/by-id name with what it leads to.
+/// What [`watch_block_devices`] compares: the kernel's list of block devices with their sizes
+/// (`/proc/partitions`: one read; a loop device attached, a disk added, a device-mapper or md
+/// device stacked on another all change it) and the names in /dev/disk/by-id.
 fn block_devices_now() -> Vec<String> {
-    let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/sys/class/block") {
-        for e in rd.flatten() {
-            let dir = e.path();
-            let holders = std::fs::read_dir(dir.join("holders")).map(|h| h.count()).unwrap_or(0);
-            let name = e.file_name().to_string_lossy().into_owned();
-            out.push(format!("{name} {} {} {holders}", read(dir.join("size")), read(dir.join("ro"))));
-        }
-    }
+    let mut out: Vec<String> =
+        std::fs::read_to_string("/proc/partitions").unwrap_or_default().lines().map(str::to_string).collect();
     if let Ok(rd) = std::fs::read_dir("/dev/disk/by-id") {
-        for e in rd.flatten() {
-            let target = std::fs::read_link(e.path()).map(|t| t.display().to_string()).unwrap_or_default();
-            out.push(format!("by-id {} {target}", e.file_name().to_string_lossy()));
-        }
+        out.extend(rd.flatten().map(|e| format!("by-id {}", e.file_name().to_string_lossy())));
     }
     out.sort();
     out
