@@ -529,8 +529,9 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
             e.device.as_deref().unwrap_or("?")
         )));
     }
-    let loop_device = device.kind == Some(DeviceKind::Selectable(DeviceType::Loop));
-    let refusal = if device.by_id.is_empty() && !loop_device {
+    // A loop device, or a partition of one (its id says so): labs and tests, named by file.
+    let loop_backed = stable_id.starts_with("loop:");
+    let refusal = if device.by_id.is_empty() && !loop_backed {
         Some(Refusal::NoById)
     } else if device.read_only {
         Some(Refusal::ReadOnly)

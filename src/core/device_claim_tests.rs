@@ -633,3 +633,17 @@ fn refusals_that_need_an_operator_are_the_ones_a_used_host_disk_never_gives() {
         assert!(r.needs_operator(), "{r}");
     }
 }
+
+#[test]
+fn a_partition_of_a_loop_device_needs_no_by_id_name_but_one_of_a_disk_does() {
+    let sel = DeviceSelector { types: vec![DeviceType::Partition], ..Default::default() };
+    let mut lp = disk("loop3p1", "loop:/img/a@0#1/part1@2048");
+    lp.kind = Some(DeviceKind::Selectable(DeviceType::Partition));
+    lp.by_id.clear();
+    let mut sp = disk("sdb1", "wwid:naa.1/part1@2048");
+    sp.kind = Some(DeviceKind::Selectable(DeviceType::Partition));
+    sp.by_id.clear();
+    let p = plan(&World { classes: vec![class("fast", Some(sel))], devices: vec![lp, sp], ..Default::default() });
+    assert!(matches!(verdict(&p, "fast", "loop3p1"), Verdict::Claim { .. }));
+    assert_eq!(verdict(&p, "fast", "sdb1"), Verdict::Refused(Refusal::NoById));
+}

@@ -176,7 +176,8 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
         parent: is_partition.then(|| hw.file_name().map(|n| n.to_string_lossy().into_owned())).flatten(),
         size: read_attr(&dir, "size").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0).saturating_mul(512),
         read_only: flag("ro"),
-        removable: read_attr(&hw, "removable").is_some_and(|v| v == "1"),
+        // A USB disk often says it is not removable; anyone can plug one in all the same.
+        removable: read_attr(&hw, "removable").is_some_and(|v| v == "1") || on_usb(&hw),
         hidden: flag("hidden"),
         rotational: read_attr(&hw, "queue/rotational").map(|v| v == "1"),
         model: read_attr(&hw, "device/model"),
@@ -191,6 +192,12 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
         name,
         dev,
     })
+}
+
+/// Whether the device hangs off a USB bus (its sysfs device path goes through one).
+fn on_usb(sys_dir: &Path) -> bool {
+    std::fs::canonicalize(sys_dir.join("device"))
+        .is_ok_and(|p| p.components().any(|c| c.as_os_str().to_string_lossy().starts_with("usb")))
 }
 
 /// `major:minor` -> the /dev/disk/by-id names leading to that device.
