@@ -666,8 +666,9 @@ fn settle_record(
     let entry = world.entries.iter().find(|e| e.class == r.class && e.name == r.name);
     let with_target = |target: String| ClaimRecord { target, ..r.clone() };
     match entry {
-        // Not a symlink any more: an operator put something else there; it is not ours.
-        Some(e) if e.link.is_none() => out.actions.push(LinkAction::Forget(r.clone())),
+        // Not a symlink any more, or pointing where this agent never pointed it: an operator
+        // put something else there, and it is theirs now, left as it is.
+        Some(e) if e.link.as_deref() != Some(r.target.as_str()) => out.actions.push(LinkAction::Forget(r.clone())),
         None if has_pv => {
             if let Some(d) = device {
                 out.actions.push(LinkAction::Create(with_target(link_target(d))));

@@ -44,8 +44,11 @@ fn record(class: &str, device: &DeviceFacts) -> ClaimRecord {
     }
 }
 
+/// A symlink entry leading to `device`, written as this agent writes its links to a device
+/// made by [`disk`] (its by-id name), so a record of that device matches it.
 fn link_entry(class: &str, name: &str, device: Option<&str>) -> DirEntry {
-    DirEntry { class: class.into(), name: name.into(), link: Some("/dev/x".into()), device: device.map(Into::into) }
+    let link = device.map_or_else(|| "/dev/x".to_string(), |d| format!("/dev/disk/by-id/wwn-{d}"));
+    DirEntry { class: class.into(), name: name.into(), link: Some(link), device: device.map(Into::into) }
 }
 
 #[test]
@@ -404,11 +407,27 @@ fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
         let selected = on(0);
         let has_pv = on(1);
         let device_present = on(2);
+        // Our link as we made it (leading to sdb, or to sdx after a reordering), something
+        // else at its name, or our link re-pointed by someone else.
         let entry = match (on(3), on(4)) {
             (false, _) => None,
-            (true, false) => Some(link_entry("fast", &r.name, if on(5) { Some("sdb") } else { Some("sdx") })),
-            (true, true) => Some(DirEntry { class: "fast".into(), name: r.name.clone(), link: None, device: None }),
+            (true, false) => Some(DirEntry {
+                class: "fast".into(),
+                name: r.name.clone(),
+                link: Some(r.target.clone()),
+                device: Some(if on(5) { "sdb" } else { "sdx" }.into()),
+            }),
+            (true, true) if on(5) => {
+                Some(DirEntry { class: "fast".into(), name: r.name.clone(), link: None, device: None })
+            }
+            (true, true) => Some(DirEntry {
+                class: "fast".into(),
+                name: r.name.clone(),
+                link: Some("/dev/sdx".into()),
+                device: Some("sdx".into()),
+            }),
         };
+        let ours = entry.as_ref().is_some_and(|e| e.link.as_deref() == Some(r.target.as_str()));
         let selector = if selected { Some(DeviceSelector::default()) } else { None };
         let mut dev = d.clone();
         let mut other = disk("sdx", "wwid:other");
@@ -430,13 +449,13 @@ fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
             match a {
                 LinkAction::Remove(x) => {
                     assert_eq!(x, &r, "{ctx}");
-                    assert!(!has_pv && !wanted && entry.as_ref().is_some_and(|e| e.link.is_some()), "{ctx}");
+                    assert!(!has_pv && !wanted && ours, "{ctx}");
                 }
                 LinkAction::Forget(_) => {
-                    assert!(entry.is_none() && !has_pv || entry.as_ref().is_some_and(|e| e.link.is_none()), "{ctx}")
+                    assert!(entry.is_none() && !has_pv || entry.is_some() && !ours, "{ctx}")
                 }
                 LinkAction::Retarget(x) => {
-                    assert!(entry.as_ref().is_some_and(|e| e.link.is_some()), "{ctx}");
+                    assert!(ours, "{ctx}");
                     if device_present {
                         assert_eq!(x.target, "/dev/disk/by-id/wwn-sdb", "{ctx}");
                     } else {
@@ -454,8 +473,12 @@ fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
                 }
             }
         }
-        if has_pv && entry.as_ref().is_some_and(|e| e.link.is_some()) {
+        if has_pv && ours {
             assert!(!p.actions.iter().any(|a| matches!(a, LinkAction::Remove(_) | LinkAction::Forget(_))), "{ctx}");
+        }
+        // What is not our link is never changed: only forgotten.
+        if entry.is_some() && !ours {
+            assert_eq!(p.actions, vec![LinkAction::Forget(r.clone())], "{ctx}");
         }
     }
 }
