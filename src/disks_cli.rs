@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::config::ProvisionerConfig;
 use crate::core::device_claim::{ClaimPlan, ClaimRecord, Content, DeviceFacts, DeviceKind, Verdict};
-use crate::host::claims::{plan_claims, pv_disks, read_records};
+use crate::host::claims::{plan_claims, read_records};
 use crate::host::mountinfo::MountTable;
 
 /// Why the listing could not be made.
@@ -33,8 +33,8 @@ pub fn plan_now(
         None => Vec::new(),
     };
     let mounts = MountTable::read()?;
-    // No cluster here: PVs are known only through the entries and records.
-    let (devices, plan) = plan_claims(config, records.clone(), pv_disks(&[]), &mounts);
+    // No cluster here: which recorded devices have a PV is unknown, so they are not probed.
+    let (devices, plan) = plan_claims(config, records.clone(), None, &mounts);
     Ok((devices, plan, records))
 }
 
@@ -43,7 +43,7 @@ pub fn verdict_text(v: &Verdict) -> String {
     match v {
         Verdict::Claimed { name } => format!("claimed (link {name})"),
         Verdict::Claim { name, target, relink: false } => format!("would claim as {name} -> {target}"),
-        Verdict::Claim { name, target, relink: true } => format!("would re-link {name} -> {target} (its PV exists)"),
+        Verdict::Claim { name, target, relink: true } => format!("would link again {name} -> {target} (its PV exists)"),
         Verdict::NotSelected(why) => format!("not selected: {why}"),
         Verdict::Refused(r) => format!("refused ({}): {r}", r.code()),
     }

@@ -61,6 +61,7 @@ impl Agent {
             return;
         };
         if let Some(e) = &report.failed {
+            self.metrics.set_device_claims(&BTreeMap::new(), &BTreeMap::new());
             self.effects.due("claims");
             self.effects.record("claims", &Err::<(), _>(e.clone()));
             self.report_node_problem("DeviceClaimFailed", format!("device claims not settled: {e}")).await;
@@ -70,6 +71,7 @@ impl Agent {
         for (action, result) in &report.applied {
             let (verb, r) = match action {
                 LinkAction::Create(r) => ("link", r),
+                LinkAction::Relink(r) => ("link again", r),
                 LinkAction::Retarget(r) => ("re-point", r),
                 LinkAction::Remove(r) => ("remove", r),
                 LinkAction::Forget(r) => ("forget", r),
@@ -98,10 +100,10 @@ impl Agent {
         let mut refused: BTreeMap<(String, &'static str), i64> = BTreeMap::new();
         for d in &report.plan.decisions {
             let Verdict::Refused(reason) = &d.verdict else { continue };
-            *refused.entry((d.class.clone(), reason.code())).or_default() += 1;
             if matches!(reason, Refusal::NotProbed) {
                 continue;
             }
+            *refused.entry((d.class.clone(), reason.code())).or_default() += 1;
             let note: String =
                 format!("/dev/{} not claimed for class {}: {reason}", d.device, d.class).chars().take(1000).collect();
             if self.problems.first_seen(format!("claim/refused/{}/{}/{reason}", d.class, d.device)) {
@@ -151,10 +153,8 @@ impl Agent {
             .filter(|(_, c)| c.devices.is_some())
             .map(|(class, _)| (class.clone(), 0))
             .collect();
-        for d in &report.plan.decisions {
-            if matches!(d.verdict, Verdict::Claimed { .. }) {
-                *kept.entry(d.class.clone()).or_default() += 1;
-            }
+        for r in &report.records {
+            *kept.entry(r.class.clone()).or_default() += 1;
         }
         self.metrics.set_device_claims(&kept, &refused);
     }

@@ -112,6 +112,11 @@ impl DeviceFacts {
     /// The names an `exclude` glob is matched against.
     pub fn names(&self) -> Vec<String> {
         let mut names = vec![self.name.clone(), format!("/dev/{}", self.name)];
+        // Excluding a disk excludes its partitions too.
+        if let Some(parent) = &self.parent {
+            names.push(parent.clone());
+            names.push(format!("/dev/{parent}"));
+        }
         for id in &self.by_id {
             names.push(id.clone());
             names.push(format!("/dev/disk/by-id/{id}"));
@@ -148,6 +153,10 @@ pub struct ClaimRecord {
     pub disk: String,
     /// What the link points at now.
     pub target: String,
+    /// What it pointed at before a re-pointing that may not have finished (a crash between
+    /// writing this record and the link): a link still showing it is ours too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
 }
 
 /// A PV of this node and the disk it recorded.
@@ -334,6 +343,8 @@ pub struct Decision {
 pub enum LinkAction {
     /// Make a new link (nothing is at the name).
     Create(ClaimRecord),
+    /// Make again the lost link of a device whose PV exists (nothing is at the name).
+    Relink(ClaimRecord),
     /// Point an existing link of ours elsewhere (its device moved, or is gone).
     Retarget(ClaimRecord),
     /// Remove a link of ours whose device has no PV and is no longer selected.
@@ -396,23 +407,33 @@ pub fn link_name(stable_id: &str) -> String {
     name
 }
 
-/// Where a claim link points: the device's /dev/disk/by-id name when udev made one (the most
-/// stable kind first), else its /dev node.
-pub fn link_target(device: &DeviceFacts) -> String {
-    // Names udev derives from the content (an LVM or md UUID) change when the content does.
-    let rank = |id: &str| {
-        ["wwn-", "nvme-eui.", "scsi-3", "dm-uuid-mpath-", "nvme-", "scsi-", "ata-", "virtio-"]
-            .iter()
-            .position(|p| id.starts_with(p))
-            .unwrap_or(8)
+/// Where a claim link points: the device's /dev/disk/by-id name (the most stable kind first;
+/// for a multipath device its map's own name, which udev never moves to one of the paths).
+/// Only a loop device (or a partition of one) may be linked by its /dev node: any other disk's
+/// node can be another disk after a reboot, before the agent runs, and kubelet would hand that
+/// one to the pod. `None`: no name to link by (yet; udev may still be making it).
+pub fn link_target(device: &DeviceFacts) -> Option<String> {
+    let multipath = device.kind == Some(DeviceKind::Selectable(DeviceType::Multipath));
+    let order: &[&str] = if multipath {
+        &["dm-uuid-mpath-", "wwn-", "dm-name-"]
+    } else {
+        &["wwn-", "nvme-eui.", "scsi-3", "nvme-", "scsi-", "ata-", "virtio-"]
     };
-    device
+    let rank = |id: &str| order.iter().position(|p| id.starts_with(p)).unwrap_or(order.len());
+    // Names udev derives from the content (an LVM or md UUID) change when the content does.
+    let by_id = device
         .by_id
         .iter()
         .filter(|id| !id.starts_with("lvm-pv-uuid-") && !id.starts_with("md-uuid-"))
         .min_by_key(|id| (rank(id), (*id).clone()))
-        .map(|id| format!("/dev/disk/by-id/{id}"))
-        .unwrap_or_else(|| format!("/dev/{}", device.name))
+        .map(|id| format!("/dev/disk/by-id/{id}"));
+    let loop_backed = device.stable_id.as_deref().is_some_and(|id| id.starts_with("loop:"));
+    by_id.or_else(|| loop_backed.then(|| format!("/dev/{}", device.name)))
+}
+
+/// Whether a link's target is a /dev/disk/by-id name.
+fn is_by_id(target: &str) -> bool {
+    target.starts_with("/dev/disk/by-id/")
 }
 
 /// The filter part of the rules: why `selector` does not select `device`, if it does not.
@@ -462,9 +483,34 @@ pub fn not_selected(selector: &DeviceSelector, device: &DeviceFacts) -> Option<S
 /// Whether two stable ids name overlapping data: the same device, or a disk and one of its
 /// partitions.
 pub fn ids_overlap(a: &str, b: &str) -> bool {
-    a == b
-        || a.strip_prefix(b).is_some_and(|r| r.starts_with("/part"))
-        || b.strip_prefix(a).is_some_and(|r| r.starts_with("/part"))
+    let (ka, kb) = (lun_key(a), lun_key(b));
+    ka == kb
+        || ka.strip_prefix(kb.as_str()).is_some_and(|r| r.starts_with("/part"))
+        || kb.strip_prefix(ka.as_str()).is_some_and(|r| r.starts_with("/part"))
+}
+
+/// One spelling for the ids of one LUN: a multipath map's UUID is `mpath-` and the LUN's
+/// designator in hex with its type first (3 for NAA, 2 for EUI-64), while each path reports
+/// the same designator as `naa.`/`eui.` in its WWID. Without this, a path of a claimed
+/// multipath device would look like another disk.
+fn lun_key(id: &str) -> String {
+    let (disk, part) = match id.find("/part") {
+        Some(i) => id.split_at(i),
+        None => (id, ""),
+    };
+    let lower = disk.to_ascii_lowercase();
+    let key = if let Some(rest) = lower.strip_prefix("dm:mpath-3") {
+        format!("lun:naa.{rest}")
+    } else if let Some(rest) = lower.strip_prefix("dm:mpath-2") {
+        format!("lun:eui.{rest}")
+    } else if let Some(rest) = lower.strip_prefix("wwid:naa.").or_else(|| lower.strip_prefix("wwid:0x")) {
+        format!("lun:naa.{rest}")
+    } else if let Some(rest) = lower.strip_prefix("wwid:eui.") {
+        format!("lun:eui.{rest}")
+    } else {
+        disk.to_string()
+    };
+    format!("{key}{part}")
 }
 
 /// Everything one claim pass looks at.
@@ -483,11 +529,15 @@ pub struct World {
     /// Classes of the config whose discovery directory could not be scanned: their entries
     /// are unknown, so no new device is claimed while there are any.
     pub unscanned: Vec<String>,
+    /// Whether `pvs` is this node's PVs (the agent) or unknown (the `disks` and `discover`
+    /// commands, which have no cluster): then a recorded device is never probed or held, since
+    /// it may be a tenant's.
+    pub pvs_known: bool,
 }
 
 /// The host path of entry `name` of a class whose hostDir is `host_dir`.
 pub fn entry_host_path(host_dir: &str, name: &str) -> String {
-    format!("{}/{name}", host_dir.trim_end_matches('/'))
+    crate::core::pv::host_path(host_dir, name)
 }
 
 /// The safety rules for one device a class's filter selects (see the module documentation).
@@ -496,15 +546,19 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
     let name = link_name(stable_id);
     let expected_path = entry_host_path(&class.host_dir, &name);
     let target = link_target(device);
-    if let Some(other) = world.records.iter().find(|r| r.class != class.class && ids_overlap(&r.disk, stable_id)) {
-        return Verdict::Refused(Refusal::ClaimedElsewhere(other.class.clone()));
+    // Any other claim of this disk, of a partition of it, or of the same LUN by another path.
+    if let Some(other) = world.records.iter().find(|r| ids_overlap(&r.disk, stable_id)) {
+        return Verdict::Refused(Refusal::ClaimedElsewhere(format!("{} (link {})", other.class, other.name)));
     }
     // The PV of this very link exists: the link was lost (a volatile hostDir after a reboot,
     // or deleted by hand); bring it back, whatever the tenant wrote on the disk.
     if world.pvs.iter().any(|pv| pv.host_path == expected_path && pv.disk.as_deref() == Some(stable_id))
         && !world.entries.iter().any(|e| e.class == class.class && e.name == name)
     {
-        return Verdict::Claim { name, target, relink: true };
+        return match target {
+            Some(target) => Verdict::Claim { name, target, relink: true },
+            None => Verdict::Refused(Refusal::NoById),
+        };
     }
     if let Some(pv) = world.pvs.iter().find(|pv| pv.disk.as_deref().is_some_and(|d| ids_overlap(d, stable_id))) {
         return Verdict::Refused(Refusal::AlreadyVolume(format!("the PV at {} recorded this disk", pv.host_path)));
@@ -566,7 +620,10 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
     if world.entries.iter().any(|e| e.class == class.class && e.name == name) {
         return Verdict::Refused(Refusal::NameTaken(name));
     }
-    Verdict::Claim { name, target, relink: false }
+    match target {
+        Some(target) => Verdict::Claim { name, target, relink: false },
+        None => Verdict::Refused(Refusal::NoById),
+    }
 }
 
 /// The claim pass: every class's verdict on every device, the link changes to make, and the
@@ -582,7 +639,7 @@ pub fn plan(world: &World) -> ClaimPlan {
     let mut still_selected: BTreeSet<(String, String)> = BTreeSet::new();
     // Devices claimed in this pass, so two classes never take the same one.
     let mut taken: BTreeMap<String, String> = BTreeMap::new();
-    let first_of = first_device_of_each_disk(&devices);
+    let by_id = devices_of_each_disk(&devices);
     for class in &world.classes {
         let Some(selector) = &class.selector else { continue };
         let mut count = world.records.iter().filter(|r| r.class == class.class).count();
@@ -591,17 +648,16 @@ pub fn plan(world: &World) -> ClaimPlan {
                 Some(why) => Verdict::NotSelected(why),
                 None => match &device.stable_id {
                     None => Verdict::Refused(Refusal::NoStableId),
-                    Some(id) if first_of.get(id.as_str()).is_some_and(|first| *first != device.name) => {
-                        Verdict::Refused(Refusal::SameDisk(first_of[id.as_str()].to_string()))
-                    }
                     Some(id) => match world.records.iter().find(|r| r.class == class.class && r.disk == *id) {
                         Some(r) => {
                             still_selected.insert((class.class.clone(), device.name.clone()));
                             Verdict::Claimed { name: r.name.clone() }
                         }
-                        None => match taken.get(id) {
-                            Some(other) => Verdict::Refused(Refusal::ClaimedElsewhere(other.clone())),
-                            None => judge(world, class, device, id),
+                        None => match (taken.iter().find(|(t, _)| ids_overlap(t, id)), twins(&by_id, id, &device.name))
+                        {
+                            (Some((_, other)), _) => Verdict::Refused(Refusal::ClaimedElsewhere(other.clone())),
+                            (None, Some(others)) => Verdict::Refused(Refusal::SameDisk(others)),
+                            (None, None) => judge(world, class, device, id),
                         },
                     },
                 },
@@ -615,16 +671,18 @@ pub fn plan(world: &World) -> ClaimPlan {
             if let (Verdict::Refused(Refusal::NotProbed), false) = (&verdict, device.probe.done) {
                 out.to_probe.insert(device.name.clone());
             }
-            if let (Verdict::Claim { name, target, .. }, Some(id)) = (&verdict, &device.stable_id) {
+            if let (Verdict::Claim { name, target, relink }, Some(id)) = (&verdict, &device.stable_id) {
                 count += 1;
-                taken.insert(id.clone(), class.class.clone());
-                out.actions.push(LinkAction::Create(ClaimRecord {
+                taken.insert(id.clone(), format!("{} (link {name})", class.class));
+                let record = ClaimRecord {
                     class: class.class.clone(),
                     name: name.clone(),
                     host_path: entry_host_path(&class.host_dir, name),
                     disk: id.clone(),
                     target: target.clone(),
-                }));
+                    previous: None,
+                };
+                out.actions.push(if *relink { LinkAction::Relink(record) } else { LinkAction::Create(record) });
             }
             out.decisions.push(Decision { class: class.class.clone(), device: device.name.clone(), verdict });
         }
@@ -635,73 +693,128 @@ pub fn plan(world: &World) -> ClaimPlan {
     let scanned =
         |class: &str| world.classes.iter().any(|c| c.class == class) && !world.unscanned.iter().any(|u| u == class);
     for record in world.records.iter().filter(|r| scanned(&r.class)) {
-        let device = first_of.get(record.disk.as_str()).and_then(|name| world.devices.iter().find(|d| d.name == *name));
-        settle_record(world, record, device, &still_selected, &mut out);
+        let devices: Vec<&DeviceFacts> = by_id.get(record.disk.as_str()).cloned().unwrap_or_default();
+        settle_record(world, record, &devices, &still_selected, &mut out);
     }
     out
 }
 
-/// For each stable id, the device that stands for it: the first in kernel-name order when
-/// several devices report one id (they are one disk).
-fn first_device_of_each_disk<'a>(sorted: &[&'a DeviceFacts]) -> BTreeMap<&'a str, &'a str> {
-    let mut first = BTreeMap::new();
+/// The devices reporting each stable id. More than one means two paths to one disk (without
+/// multipath), two loop devices over one file, or two disks whose firmware reports one serial:
+/// which is which cannot be told, so none of them is claimed.
+fn devices_of_each_disk<'a>(sorted: &[&'a DeviceFacts]) -> BTreeMap<&'a str, Vec<&'a DeviceFacts>> {
+    let mut out: BTreeMap<&str, Vec<&DeviceFacts>> = BTreeMap::new();
     for d in sorted {
         if let Some(id) = &d.stable_id {
-            first.entry(id.as_str()).or_insert(d.name.as_str());
+            out.entry(id.as_str()).or_default().push(d);
         }
     }
-    first
+    out
 }
 
-/// What becomes of one link this agent made (see [`plan`]).
+/// The other devices reporting `id`, when there are any.
+fn twins(by_id: &BTreeMap<&str, Vec<&DeviceFacts>>, id: &str, name: &str) -> Option<String> {
+    let others: Vec<&str> =
+        by_id.get(id).into_iter().flatten().map(|d| d.name.as_str()).filter(|n| *n != name).collect();
+    (!others.is_empty()).then(|| others.join(", "))
+}
+
+/// What becomes of one link this agent made (see [`plan`]). `devices`: those reporting its
+/// disk's stable id now (normally one).
 fn settle_record(
     world: &World,
     r: &ClaimRecord,
-    device: Option<&DeviceFacts>,
+    devices: &[&DeviceFacts],
     still_selected: &BTreeSet<(String, String)>,
     out: &mut ClaimPlan,
 ) {
     let has_pv = world.pvs.iter().any(|pv| pv.host_path == r.host_path);
+    let device = match devices {
+        [one] => Some(*one),
+        _ => None,
+    };
     let wanted = device.is_some_and(|d| still_selected.contains(&(r.class.clone(), d.name.clone())));
     let entry = world.entries.iter().find(|e| e.class == r.class && e.name == r.name);
-    let with_target = |target: String| ClaimRecord { target, ..r.clone() };
-    match entry {
-        // Not a symlink any more, or pointing where this agent never pointed it: an operator
-        // put something else there, and it is theirs now, left as it is.
-        Some(e) if e.link.as_deref() != Some(r.target.as_str()) => out.actions.push(LinkAction::Forget(r.clone())),
-        None if has_pv => {
-            if let Some(d) = device {
-                out.actions.push(LinkAction::Create(with_target(link_target(d))));
+    // Ours: as this agent wrote it, or as it was before a re-pointing cut short by a crash.
+    let ours =
+        |e: &DirEntry| e.link.is_some() && (e.link.as_deref() == Some(r.target.as_str()) || e.link == r.previous);
+    let remade = |target: String| ClaimRecord { target, previous: None, ..r.clone() };
+    let repointed = |target: String| ClaimRecord { target, previous: Some(r.target.clone()), ..r.clone() };
+    let kept = |out: &mut ClaimPlan, why: String| out.kept.push((r.class.clone(), r.name.clone(), why));
+    let Some(e) = entry else {
+        match (has_pv, device.and_then(link_target)) {
+            // Its PV exists: made again, to its own device, by a name that survives a reboot
+            // (none yet: udev may still be making it; the next change brings another pass).
+            (true, Some(target)) => out.actions.push(LinkAction::Relink(remade(target))),
+            (true, None) => {
+                kept(out, "its link is gone and cannot be made again yet (no by-id name, or not one device)".into())
             }
+            // Gone and no PV: judged afresh as a new device, with every safety rule.
+            (false, _) => out.actions.push(LinkAction::Forget(r.clone())),
         }
-        // Gone and no PV: judged afresh as a new device, with every safety rule.
-        None => out.actions.push(LinkAction::Forget(r.clone())),
-        Some(_) if !wanted && !has_pv => out.actions.push(LinkAction::Remove(r.clone())),
-        Some(e) => {
-            if !wanted {
-                let why = match device {
-                    Some(_) => "the class no longer selects this device; the link stays while its PV exists",
-                    None => "its device is not on the node; the link stays while its PV exists",
-                };
-                out.kept.push((r.class.clone(), r.name.clone(), why.into()));
-            }
-            match device {
-                Some(d) if e.device.as_deref() != Some(d.name.as_str()) => {
-                    out.actions.push(LinkAction::Retarget(with_target(link_target(d))))
-                }
-                None if e.device.is_some() => {
-                    let absent = format!("{ABSENT_TARGET_DIR}/{}", r.name);
-                    out.actions.push(LinkAction::Retarget(with_target(absent)));
-                }
-                Some(d) if !has_pv && wanted => match (&d.probe.done, &d.probe.content) {
-                    (false, _) => {
-                        out.to_probe.insert(d.name.clone());
-                    }
-                    (true, Content::NotBlank(what)) => out.held.push((r.class.clone(), r.name.clone(), what.clone())),
-                    _ => {}
-                },
-                _ => {}
-            }
+        return;
+    };
+    if !ours(e) {
+        // Not a symlink any more, or pointing where this agent never pointed it: someone put
+        // something else there, and it is theirs now, left as it is.
+        return out.actions.push(LinkAction::Forget(r.clone()));
+    }
+    if devices.len() > 1 {
+        let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+        return kept(
+            out,
+            format!("{} report its stable id; the link is left as it is until one goes", names.join(", ")),
+        );
+    }
+    if !wanted && !has_pv {
+        return out.actions.push(LinkAction::Remove(r.clone()));
+    }
+    if !wanted {
+        let why = match device {
+            Some(_) => "the class no longer selects this device; the link stays while its PV exists",
+            None => "its device is not on the node; the link stays while its PV exists",
+        };
+        kept(out, why.into());
+    }
+    let now = e.link.as_deref().unwrap_or_default();
+    let absent = format!("{ABSENT_TARGET_DIR}/{}", r.name);
+    match (device, device.and_then(link_target)) {
+        // Its device moved (a loop device attached again in another order), or a by-id name
+        // now exists for a link made by its /dev node.
+        (Some(d), Some(target))
+            if e.device.as_deref() != Some(d.name.as_str()) || (!is_by_id(now) && is_by_id(&target)) =>
+        {
+            out.actions.push(LinkAction::Retarget(repointed(target)))
+        }
+        // It leads to another device and its own has no safe name (or is gone): nowhere.
+        (Some(d), None) if e.device.is_some() && e.device.as_deref() != Some(d.name.as_str()) => {
+            out.actions.push(LinkAction::Retarget(repointed(absent)))
+        }
+        (None, _) if e.device.is_some() => out.actions.push(LinkAction::Retarget(repointed(absent))),
+        _ => {}
+    }
+    // Before it is published (again): a device with no PV must read blank, whatever happened
+    // to its link this pass. Without this node's PVs (the commands) a recorded device may be
+    // a tenant's, and is neither probed nor judged.
+    if let Some(d) = device
+        && wanted
+        && !has_pv
+        && world.pvs_known
+    {
+        if !d.probe.done {
+            out.to_probe.insert(d.name.clone());
+            return;
+        }
+        let found = match (&d.probe.in_use, &d.probe.content) {
+            (Some(why), _) => Some(format!("it is in use ({why})")),
+            (None, Content::Blank) => None,
+            (None, Content::NotBlank(what)) => Some(what.clone()),
+            (None, Content::Busy) => Some("it is open exclusively by someone".into()),
+            (None, Content::Unreadable(why)) => Some(format!("it cannot be read ({why})")),
+            (None, Content::NotProbed) => Some("it was not read".into()),
+        };
+        if let Some(found) = found {
+            out.held.push((r.class.clone(), r.name.clone(), found));
         }
     }
 }

@@ -20,8 +20,14 @@ fn class(name: &str, selector: Option<DeviceSelector>) -> ClassClaims {
     ClassClaims { class: name.into(), host_dir: format!("/mnt/{name}"), name_pattern: "*".into(), selector }
 }
 
+/// The agent's view: class `fast` claims whole disks, and this node's PVs are known.
 fn world(devices: Vec<DeviceFacts>) -> World {
-    World { classes: vec![class("fast", Some(DeviceSelector::default()))], devices, ..Default::default() }
+    World {
+        classes: vec![class("fast", Some(DeviceSelector::default()))],
+        devices,
+        pvs_known: true,
+        ..Default::default()
+    }
 }
 
 fn verdict(plan: &ClaimPlan, class: &str, device: &str) -> Verdict {
@@ -40,7 +46,8 @@ fn record(class: &str, device: &DeviceFacts) -> ClaimRecord {
         host_path: entry_host_path(&format!("/mnt/{class}"), &name),
         name,
         disk: id,
-        target: link_target(device),
+        target: link_target(device).unwrap(),
+        previous: None,
     }
 }
 
@@ -73,6 +80,7 @@ fn a_clean_disk_is_claimed_under_its_stable_name_pointing_at_by_id() {
             host_path: format!("/mnt/fast/{want_name}"),
             disk: "wwid:naa.5000c500a0b1c2d3".into(),
             target: "/dev/disk/by-id/wwn-0x5000c500a0b1c2d3".into(),
+            previous: None,
         })]
     );
 }
@@ -310,7 +318,7 @@ fn a_device_is_claimed_by_one_class_only() {
     };
     let p = plan(&w);
     assert!(matches!(verdict(&p, "a", "sdb"), Verdict::Claim { .. }));
-    assert_eq!(verdict(&p, "b", "sdb"), Verdict::Refused(Refusal::ClaimedElsewhere("a".into())));
+    assert_eq!(verdict(&p, "b", "sdb"), Verdict::Refused(Refusal::ClaimedElsewhere("a (link wwid-naa.1)".into())));
     assert_eq!(p.actions.len(), 1);
     // Recorded for a, class b refuses it on later passes too, and so does a partition of it.
     let mut w2 = w.clone();
@@ -318,7 +326,7 @@ fn a_device_is_claimed_by_one_class_only() {
     w2.entries = vec![link_entry("a", &link_name("wwid:naa.1"), Some("sdb"))];
     let p = plan(&w2);
     assert_eq!(verdict(&p, "a", "sdb"), Verdict::Claimed { name: link_name("wwid:naa.1") });
-    assert_eq!(verdict(&p, "b", "sdb"), Verdict::Refused(Refusal::ClaimedElsewhere("a".into())));
+    assert_eq!(verdict(&p, "b", "sdb"), Verdict::Refused(Refusal::ClaimedElsewhere("a (link wwid-naa.1)".into())));
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
 
@@ -369,7 +377,7 @@ fn a_lost_link_of_a_pv_is_made_again_whatever_the_tenant_wrote() {
     assert!(matches!(verdict(&p, "fast", "sdc"), Verdict::Claim { relink: true, .. }));
     w.records = vec![record("fast", &d)];
     let p = plan(&w);
-    assert_eq!(p.actions, vec![LinkAction::Create(record("fast", &d))]);
+    assert_eq!(p.actions, vec![LinkAction::Relink(record("fast", &d))]);
     // A PV of the same path that recorded another disk does not bring it back.
     w.records.clear();
     w.pvs[0].disk = Some("wwid:naa.9".into());
@@ -462,7 +470,8 @@ fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
                         assert!(x.target.starts_with(ABSENT_TARGET_DIR), "{ctx}");
                     }
                 }
-                LinkAction::Create(x) => {
+                LinkAction::Create(_) => panic!("a recorded link is never created anew: {ctx}"),
+                LinkAction::Relink(x) => {
                     // Only the record's own name, only when its PV lost the link, only to its device.
                     assert!(entry.is_none() && has_pv && device_present, "{ctx}");
                     assert_eq!(
@@ -491,7 +500,7 @@ fn a_claimed_device_without_pv_that_shows_a_foreign_signature_is_held() {
     w.records = vec![r.clone()];
     w.entries = vec![link_entry("fast", &r.name, Some("sdb"))];
     for (content, held) in
-        [(Content::Blank, false), (Content::NotBlank("xfs superblock at 0".into()), true), (Content::Busy, false)]
+        [(Content::Blank, false), (Content::NotBlank("xfs superblock at 0".into()), true), (Content::Busy, true)]
     {
         d.probe = Probe { done: true, in_use: None, content };
         w.devices = vec![d.clone()];
@@ -567,9 +576,9 @@ fn link_names_are_stable_distinct_and_safe() {
 fn by_id_preference_is_hardware_first_and_skips_content_names() {
     let mut d = disk("nvme0n1", "wwid:eui.1");
     d.by_id = vec!["nvme-Samsung_SSD_980_S123".into(), "nvme-eui.0025388b".into(), "lvm-pv-uuid-abc".into()];
-    assert_eq!(link_target(&d), "/dev/disk/by-id/nvme-eui.0025388b");
+    assert_eq!(link_target(&d).as_deref(), Some("/dev/disk/by-id/nvme-eui.0025388b"));
     d.by_id = vec!["lvm-pv-uuid-abc".into(), "md-uuid-1".into()];
-    assert_eq!(link_target(&d), "/dev/nvme0n1");
+    assert_eq!(link_target(&d), None, "never a non-loop disk's /dev node");
 }
 
 #[test]
@@ -582,24 +591,22 @@ fn ids_overlap_for_a_disk_and_its_partitions_only() {
 }
 
 #[test]
-fn two_devices_with_one_stable_id_are_one_disk_claimed_once() {
-    // Two loop devices over one file (or two paths to one LUN without multipath).
+fn devices_reporting_one_stable_id_are_never_claimed_and_a_recorded_link_is_left_alone() {
+    // Two loop devices over one file, two paths to one LUN without multipath, or two disks
+    // whose firmware reports one serial: which is which cannot be told.
     let a = disk("loop10", "loop:/img/dup@0#7");
     let b = disk("loop9", "loop:/img/dup@0#7");
-    let sel = DeviceSelector { types: vec![DeviceType::Disk], ..Default::default() };
-    let mut w =
-        World { classes: vec![class("fast", Some(sel))], devices: vec![b.clone(), a.clone()], ..Default::default() };
+    let mut w = world(vec![b.clone(), a.clone()]);
     let p = plan(&w);
-    assert!(matches!(verdict(&p, "fast", "loop10"), Verdict::Claim { .. }));
+    assert_eq!(verdict(&p, "fast", "loop10"), Verdict::Refused(Refusal::SameDisk("loop9".into())));
     assert_eq!(verdict(&p, "fast", "loop9"), Verdict::Refused(Refusal::SameDisk("loop10".into())));
-    assert_eq!(p.actions.len(), 1);
-    // Once recorded, the link stays on the first device and the other is still refused.
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // Claimed before the twin appeared: the link is neither re-pointed, removed nor judged.
     w.records = vec![record("fast", &a)];
     w.entries = vec![link_entry("fast", &link_name("loop:/img/dup@0#7"), Some("loop10"))];
     let p = plan(&w);
-    assert!(matches!(verdict(&p, "fast", "loop10"), Verdict::Claimed { .. }));
-    assert!(matches!(verdict(&p, "fast", "loop9"), Verdict::Refused(Refusal::SameDisk(_))));
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.actions.is_empty() && p.held.is_empty() && p.to_probe.is_empty(), "{p:?}");
+    assert!(p.kept.iter().any(|k| k.2.contains("loop10, loop9") || k.2.contains("loop9, loop10")), "{:?}", p.kept);
 }
 
 #[test]
@@ -612,7 +619,10 @@ fn while_a_discovery_directory_cannot_be_scanned_nothing_new_is_claimed_and_its_
     w.records = vec![record("slow", &theirs)];
     let p = plan(&w);
     assert_eq!(verdict(&p, "fast", "sdb"), Verdict::Refused(Refusal::Unscanned(vec!["slow".into()])));
-    assert_eq!(verdict(&p, "fast", "sdc"), Verdict::Refused(Refusal::ClaimedElsewhere("slow".into())));
+    assert_eq!(
+        verdict(&p, "fast", "sdc"),
+        Verdict::Refused(Refusal::ClaimedElsewhere("slow (link wwid-naa.2)".into()))
+    );
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     // A PV's lost link is still made again: it is that PV's own disk.
     let name = link_name("wwid:naa.1");
@@ -623,7 +633,10 @@ fn while_a_discovery_directory_cannot_be_scanned_nothing_new_is_claimed_and_its_
     let mut w = world(vec![theirs.clone()]);
     w.records = vec![record("gone", &theirs)];
     let p = plan(&w);
-    assert_eq!(verdict(&p, "fast", "sdc"), Verdict::Refused(Refusal::ClaimedElsewhere("gone".into())));
+    assert_eq!(
+        verdict(&p, "fast", "sdc"),
+        Verdict::Refused(Refusal::ClaimedElsewhere("gone (link wwid-naa.2)".into()))
+    );
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
 
@@ -669,4 +682,146 @@ fn a_partition_of_a_loop_device_needs_no_by_id_name_but_one_of_a_disk_does() {
     let p = plan(&World { classes: vec![class("fast", Some(sel))], devices: vec![lp, sp], ..Default::default() });
     assert!(matches!(verdict(&p, "fast", "loop3p1"), Verdict::Claim { .. }));
     assert_eq!(verdict(&p, "fast", "sdb1"), Verdict::Refused(Refusal::NoById));
+}
+
+#[test]
+fn a_disk_is_never_linked_by_its_dev_node_and_an_old_dev_node_link_moves_to_by_id() {
+    let d = disk("sdb", "wwid:naa.1");
+    let r = record("fast", &d);
+    let mut bare = d.clone();
+    bare.by_id.clear();
+    // Its by-id name not there (yet): a dangling link is not pointed at /dev/sdb...
+    let mut w = world(vec![bare.clone()]);
+    w.records = vec![r.clone()];
+    w.entries =
+        vec![DirEntry { class: "fast".into(), name: r.name.clone(), link: Some(r.target.clone()), device: None }];
+    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None }];
+    assert!(plan(&w).actions.is_empty(), "{:?}", plan(&w).actions);
+    // ...nor is a lost link of its PV made again by it.
+    w.entries.clear();
+    let p = plan(&w);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.kept.iter().any(|k| k.2.contains("cannot be made again yet")), "{:?}", p.kept);
+    // A link an earlier version made by /dev/sdb is moved to the by-id name once there is one.
+    let old = ClaimRecord { target: "/dev/sdb".into(), ..r.clone() };
+    let mut w = world(vec![d.clone()]);
+    w.records = vec![old.clone()];
+    w.entries = vec![DirEntry {
+        class: "fast".into(),
+        name: r.name.clone(),
+        link: Some("/dev/sdb".into()),
+        device: Some("sdb".into()),
+    }];
+    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None }];
+    assert_eq!(
+        plan(&w).actions,
+        vec![LinkAction::Retarget(ClaimRecord {
+            target: r.target.clone(),
+            previous: Some("/dev/sdb".into()),
+            ..r.clone()
+        })]
+    );
+}
+
+#[test]
+fn a_multipath_map_and_its_paths_are_one_disk() {
+    let mut map = disk("dm-3", "dm:mpath-3600508b400105e210000900000490000");
+    map.kind = Some(DeviceKind::Selectable(DeviceType::Multipath));
+    map.by_id =
+        vec!["wwn-0x600508b400105e210000900000490000".into(), "dm-uuid-mpath-3600508b400105e210000900000490000".into()];
+    // Its own map's name, which udev never moves to a path.
+    assert_eq!(link_target(&map).as_deref(), Some("/dev/disk/by-id/dm-uuid-mpath-3600508b400105e210000900000490000"));
+    let path = disk("sdc", "wwid:naa.600508b400105e210000900000490000");
+    let sel = DeviceSelector { types: vec![DeviceType::Disk, DeviceType::Multipath], ..Default::default() };
+    // The map claimed: a path (multipath flushed, say) is not a new disk.
+    let mut w = world(vec![path.clone()]);
+    w.classes = vec![class("fast", Some(sel.clone()))];
+    w.records = vec![record("fast", &map)];
+    assert!(matches!(verdict(&plan(&w), "fast", "sdc"), Verdict::Refused(Refusal::ClaimedElsewhere(_))));
+    // A PV recorded the map: the path is already a volume.
+    let mut w = world(vec![path]);
+    w.classes = vec![class("fast", Some(sel))];
+    w.pvs = vec![PvDisk { host_path: "/mnt/x/y".into(), disk: map.stable_id.clone(), device: None }];
+    assert!(matches!(verdict(&plan(&w), "fast", "sdc"), Verdict::Refused(Refusal::AlreadyVolume(_))));
+    assert!(ids_overlap("dm:mpath-2002538b71b2c3d4", "wwid:eui.002538B71B2C3D4/part1@2048"));
+    assert!(!ids_overlap("dm:mpath-3600a", "wwid:naa.600b"));
+}
+
+#[test]
+fn a_link_re_pointed_this_pass_without_a_pv_is_still_judged_before_it_is_published() {
+    let mut d = disk("loop5", "loop:/img/a@0#1");
+    d.kind = Some(DeviceKind::Selectable(DeviceType::Loop));
+    d.by_id.clear();
+    d.probe = Probe { done: true, in_use: None, content: Content::NotBlank("ext4 superblock at 1080".into()) };
+    let r = ClaimRecord { target: "/dev/loop3".into(), ..record_loop("fast", &d) };
+    let sel = DeviceSelector { types: vec![DeviceType::Loop], ..Default::default() };
+    let mut w = world(vec![d.clone()]);
+    w.classes = vec![class("fast", Some(sel))];
+    w.records = vec![r.clone()];
+    // After a reordering its link leads to loop3, someone else's device.
+    w.entries = vec![DirEntry {
+        class: "fast".into(),
+        name: r.name.clone(),
+        link: Some("/dev/loop3".into()),
+        device: Some("loop3".into()),
+    }];
+    let p = plan(&w);
+    assert!(matches!(&p.actions[..], [LinkAction::Retarget(x)] if x.target == "/dev/loop5"), "{:?}", p.actions);
+    assert_eq!(p.held.len(), 1, "held in the same pass: {p:?}");
+    // Not probed yet: asked for, and not published meanwhile (the second plan has the probe).
+    w.devices[0].probe = Probe::default();
+    assert!(plan(&w).to_probe.contains("loop5"));
+    // The commands know no PVs: a recorded device is never probed or held there.
+    w.pvs_known = false;
+    let p = plan(&w);
+    assert!(p.to_probe.is_empty() && p.held.is_empty(), "{p:?}");
+}
+
+fn record_loop(class: &str, d: &DeviceFacts) -> ClaimRecord {
+    let id = d.stable_id.clone().unwrap();
+    let name = link_name(&id);
+    ClaimRecord {
+        class: class.into(),
+        host_path: entry_host_path(&format!("/mnt/{class}"), &name),
+        name,
+        disk: id,
+        target: format!("/dev/{}", d.name),
+        previous: None,
+    }
+}
+
+#[test]
+fn a_link_cut_short_while_re_pointing_is_still_ours() {
+    let d = disk("sdb", "wwid:naa.1");
+    let r = ClaimRecord { previous: Some("/dev/sdb".into()), ..record("fast", &d) };
+    let mut w = world(vec![d]);
+    w.records = vec![r.clone()];
+    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None }];
+    w.entries = vec![DirEntry {
+        class: "fast".into(),
+        name: r.name.clone(),
+        link: Some("/dev/sdb".into()),
+        device: Some("sdb".into()),
+    }];
+    assert!(matches!(&plan(&w).actions[..], [LinkAction::Retarget(_)]), "{:?}", plan(&w).actions);
+}
+
+#[test]
+fn host_dirs_are_compared_cleaned_and_excluding_a_disk_excludes_its_partitions() {
+    let d = disk("sdb", "wwid:naa.1");
+    let r = record("fast", &d);
+    let mut w = world(vec![d]);
+    w.classes[0].host_dir = "/mnt//fast/".into();
+    w.records = vec![ClaimRecord { host_path: entry_host_path("/mnt//fast/", &r.name), ..r.clone() }];
+    w.entries = vec![link_entry("fast", &r.name, Some("sdb"))];
+    w.pvs = vec![PvDisk { host_path: format!("/mnt/fast/{}", r.name), disk: Some(r.disk.clone()), device: None }];
+    w.classes[0].selector = None;
+    let p = plan(&w);
+    assert!(p.actions.is_empty(), "its PV is found, so its link is kept: {:?}", p.actions);
+    let mut part = disk("sda1", "wwid:os/part1@2048");
+    part.kind = Some(DeviceKind::Selectable(DeviceType::Partition));
+    part.parent = Some("sda".into());
+    let sel = DeviceSelector { types: vec![DeviceType::Partition], exclude: vec!["sda".into()], ..Default::default() };
+    let p = plan(&World { classes: vec![class("fast", Some(sel))], devices: vec![part], ..Default::default() });
+    assert!(matches!(verdict(&p, "fast", "sda1"), Verdict::NotSelected(ref w) if w.contains("excluded")));
 }

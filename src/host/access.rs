@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::config::ProvisionerConfig;
 use crate::core::cleanup::PvState;
+use crate::core::device_claim::LinkAction;
 use crate::core::succession::DiskCheck;
 use crate::core::used_mark::{Replace, UsedMark};
 use crate::core::volume_safety::DiskKey;
@@ -127,9 +128,18 @@ impl RealHost {
             return None;
         }
         let pvs = claims::pv_disks(&ask.pv_identities);
-        let (devices, plan) = claims::plan_claims(&ask.config, records.clone(), pvs, mounts);
-        let applied = claims::apply(&ask.config, &state_dir, records, &plan.actions);
-        Some(ClaimReport { devices, plan, applied, failed: None })
+        let mut records = records;
+        let (mut devices, mut plan) = claims::plan_claims(&ask.config, records.clone(), Some(pvs.clone()), mounts);
+        let mut applied = claims::apply(&ask.config, &state_dir, &mut records, &plan.actions);
+        // A claim let go or a link removed frees the device (or a maxPerNode place) for a
+        // claim judged afresh: planned again now rather than at the next event.
+        let freed =
+            applied.iter().any(|(a, r)| r.is_ok() && matches!(a, LinkAction::Forget(_) | LinkAction::Remove(_)));
+        if freed {
+            (devices, plan) = claims::plan_claims(&ask.config, records.clone(), Some(pvs), mounts);
+            applied.extend(claims::apply(&ask.config, &state_dir, &mut records, &plan.actions));
+        }
+        Some(ClaimReport { devices, plan, applied, failed: None, records })
     }
 }
 

@@ -46,6 +46,9 @@ pub enum ClaimError {
     /// The claims file is not what this agent writes.
     #[error("{path} is unreadable: {message}; no link is changed until it is fixed or removed")]
     BadRecords { path: PathBuf, message: String },
+    /// The class is no longer in the config: its directory is unknown.
+    #[error("class {0} is no longer in the config; its links are left as they are")]
+    ClassGone(String),
     /// What is at a link's name is not the link this agent recorded.
     #[error("{path}: {message}")]
     NotOurs { path: PathBuf, message: String },
@@ -66,6 +69,8 @@ pub struct ClaimReport {
     pub applied: Vec<(LinkAction, Result<(), String>)>,
     /// Why the pass could not run at all (unreadable records).
     pub failed: Option<String>,
+    /// The links this agent keeps after the pass, by class.
+    pub records: Vec<ClaimRecord>,
 }
 
 /// The links this agent made, as recorded in its state directory.
@@ -329,11 +334,12 @@ pub fn pv_disks(pvs: &[(String, Option<String>)]) -> Vec<PvDisk> {
         .collect()
 }
 
-/// Gathers the world, probes the candidates, and plans (core::device_claim::plan).
+/// Gathers the world, probes the candidates, and plans (core::device_claim::plan). `pvs`:
+/// this node's PVs, or `None` when they are unknown (the commands, with no cluster).
 pub fn plan_claims(
     config: &ProvisionerConfig,
     records: Vec<ClaimRecord>,
-    pvs: Vec<PvDisk>,
+    pvs: Option<Vec<PvDisk>>,
     mounts: &MountTable,
 ) -> (Vec<DeviceFacts>, ClaimPlan) {
     let facts = mounts.facts();
@@ -343,7 +349,8 @@ pub fn plan_claims(
         devices: inventory(&facts),
         entries: entries(&roots),
         records,
-        pvs,
+        pvs_known: pvs.is_some(),
+        pvs: pvs.unwrap_or_default(),
         unscanned: config.storage_class_map.keys().filter(|c| !roots.contains_key(*c)).cloned().collect(),
     };
     let first = plan(&world);
@@ -385,12 +392,12 @@ pub fn hold_unknown_links(
 pub fn apply(
     config: &ProvisionerConfig,
     state_dir: &Path,
-    mut records: Vec<ClaimRecord>,
+    records: &mut Vec<ClaimRecord>,
     actions: &[LinkAction],
 ) -> Vec<(LinkAction, Result<(), String>)> {
     let mut out = Vec::new();
     for action in actions {
-        let result = apply_one(config, state_dir, &mut records, action).map_err(|e| e.to_string());
+        let result = apply_one(config, state_dir, records, action).map_err(|e| e.to_string());
         out.push((action.clone(), result));
     }
     out
@@ -408,7 +415,7 @@ fn apply_one(
             records.retain(|x| !same(x, r));
             write_records(state_dir, records)
         }
-        LinkAction::Create(r) => {
+        LinkAction::Create(r) | LinkAction::Relink(r) => {
             let dir = class_dir(config, &r.class)?;
             records.retain(|x| !same(x, r));
             records.push(r.clone());
@@ -425,11 +432,27 @@ fn apply_one(
             let dir = class_dir(config, &r.class)?;
             let path = dir.path.join(&r.name);
             ensure_symlink(&dir.fd, &r.name, &path)?;
+            let now = rustix::fs::readlinkat(&dir.fd, r.name.as_str(), Vec::new())
+                .map_err(|e| io("reading the link", &path, e))?;
+            let now = now.to_string_lossy();
+            if Some(now.as_ref()) != r.previous.as_deref() && now != r.target {
+                records.retain(|x| !same(x, r));
+                write_records(state_dir, records)?;
+                return Err(ClaimError::NotOurs {
+                    path,
+                    message: format!("points at {now:?}, which this agent did not write; left in place"),
+                });
+            }
+            // The record first, naming both targets: a crash before the new link is in place
+            // leaves a link the record still calls ours.
+            records.retain(|x| !same(x, r));
+            records.push(r.clone());
+            write_records(state_dir, records)?;
             rustix::fs::unlinkat(&dir.fd, r.name.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &path, e))?;
             rustix::fs::symlinkat(r.target.as_str(), &dir.fd, r.name.as_str())
                 .map_err(|e| io("creating the link", &path, e))?;
             records.retain(|x| !same(x, r));
-            records.push(r.clone());
+            records.push(ClaimRecord { previous: None, ..r.clone() });
             write_records(state_dir, records)
         }
         LinkAction::Remove(r) => {
@@ -462,10 +485,7 @@ struct ClassDir {
 /// The class's discovery directory, opened without following a final symlink (its resolved
 /// path, as discovery scans it).
 fn class_dir(config: &ProvisionerConfig, class: &str) -> Result<ClassDir, ClaimError> {
-    let c = config.storage_class_map.get(class).ok_or_else(|| ClaimError::NotOurs {
-        path: PathBuf::from(class),
-        message: "the class is no longer in the config".into(),
-    })?;
+    let c = config.storage_class_map.get(class).ok_or_else(|| ClaimError::ClassGone(class.to_string()))?;
     let path = std::fs::canonicalize(&c.mount_dir).map_err(|e| io("resolving", Path::new(&c.mount_dir), e))?;
     let fd = rustix::fs::openat(
         CWD,
@@ -510,6 +530,7 @@ mod tests {
             host_path: dir.join(name).display().to_string(),
             disk: format!("wwid:{name}"),
             target: target.into(),
+            previous: None,
         }
     }
 
@@ -517,18 +538,25 @@ mod tests {
     fn links_are_made_re_pointed_and_removed_with_the_records_in_step() {
         let (_tmp, config, dir, state) = setup();
         let r = record(&dir, "wwid-a", "/dev/loop1");
-        let out = apply(&config, &state, Vec::new(), &[LinkAction::Create(r.clone())]);
+        let out = apply(&config, &state, &mut Vec::new(), &[LinkAction::Create(r.clone())]);
         assert!(out[0].1.is_ok(), "{out:?}");
         assert_eq!(std::fs::read_link(dir.join("wwid-a")).unwrap(), Path::new("/dev/loop1"));
         assert_eq!(read_records(&state).unwrap(), vec![r.clone()]);
 
-        let moved = ClaimRecord { target: "/dev/loop7".into(), ..r.clone() };
-        let out = apply(&config, &state, read_records(&state).unwrap(), &[LinkAction::Retarget(moved.clone())]);
+        let moved = ClaimRecord { target: "/dev/loop7".into(), previous: Some("/dev/loop1".into()), ..r.clone() };
+        let out = apply(&config, &state, &mut read_records(&state).unwrap(), &[LinkAction::Retarget(moved.clone())]);
         assert!(out[0].1.is_ok(), "{out:?}");
         assert_eq!(std::fs::read_link(dir.join("wwid-a")).unwrap(), Path::new("/dev/loop7"));
+        let moved = ClaimRecord { previous: None, ..moved };
         assert_eq!(read_records(&state).unwrap(), vec![moved.clone()]);
+        // A re-pointing whose link someone else changed meanwhile is refused.
+        let again = ClaimRecord { target: "/dev/loop8".into(), previous: Some("/dev/loop6".into()), ..moved.clone() };
+        let out = apply(&config, &state, &mut read_records(&state).unwrap(), &[LinkAction::Retarget(again)]);
+        assert!(out[0].1.as_ref().is_err_and(|e| e.contains("did not write")), "{out:?}");
+        assert_eq!(std::fs::read_link(dir.join("wwid-a")).unwrap(), Path::new("/dev/loop7"));
+        std::fs::write(state.join(CLAIMS_FILE), serde_json::to_vec(std::slice::from_ref(&moved)).unwrap()).unwrap();
 
-        let out = apply(&config, &state, read_records(&state).unwrap(), &[LinkAction::Remove(moved)]);
+        let out = apply(&config, &state, &mut read_records(&state).unwrap(), &[LinkAction::Remove(moved)]);
         assert!(out[0].1.is_ok(), "{out:?}");
         assert!(std::fs::symlink_metadata(dir.join("wwid-a")).is_err());
         assert_eq!(read_records(&state).unwrap(), Vec::new());
@@ -540,7 +568,7 @@ mod tests {
         // Re-pointed by someone else since: left in place, and no longer ours.
         let r = record(&dir, "wwid-b", "/dev/loop2");
         std::os::unix::fs::symlink("/dev/sdz", dir.join("wwid-b")).unwrap();
-        let out = apply(&config, &state, vec![r.clone()], &[LinkAction::Remove(r.clone())]);
+        let out = apply(&config, &state, &mut vec![r.clone()], &[LinkAction::Remove(r.clone())]);
         assert!(out[0].1.as_ref().is_err_and(|e| e.contains("left in place")), "{out:?}");
         assert_eq!(std::fs::read_link(dir.join("wwid-b")).unwrap(), Path::new("/dev/sdz"));
         assert_eq!(read_records(&state).unwrap(), Vec::new());
@@ -548,14 +576,14 @@ mod tests {
         let c = record(&dir, "wwid-c", "/dev/loop3");
         std::fs::create_dir(dir.join("wwid-c")).unwrap();
         for action in [LinkAction::Remove(c.clone()), LinkAction::Retarget(c.clone())] {
-            let out = apply(&config, &state, vec![c.clone()], &[action]);
+            let out = apply(&config, &state, &mut vec![c.clone()], &[action]);
             assert!(out[0].1.as_ref().is_err_and(|e| e.contains("no longer a symlink")), "{out:?}");
             assert!(dir.join("wwid-c").is_dir());
         }
         // A name taken between the plan and the link: the record is rolled back.
         std::fs::write(dir.join("wwid-d"), b"someone's file").unwrap();
         let d = record(&dir, "wwid-d", "/dev/loop4");
-        let out = apply(&config, &state, Vec::new(), &[LinkAction::Create(d)]);
+        let out = apply(&config, &state, &mut Vec::new(), &[LinkAction::Create(d)]);
         assert!(out[0].1.is_err(), "{out:?}");
         assert_eq!(std::fs::read(dir.join("wwid-d")).unwrap(), b"someone's file");
         assert_eq!(read_records(&state).unwrap(), Vec::new());
@@ -576,7 +604,7 @@ mod tests {
         let (_tmp, config, dir, state) = setup();
         let mut r = record(&dir, "wwid-e", "/dev/loop5");
         r.class = "gone".into();
-        let out = apply(&config, &state, Vec::new(), &[LinkAction::Create(r)]);
+        let out = apply(&config, &state, &mut Vec::new(), &[LinkAction::Create(r)]);
         assert!(out[0].1.as_ref().is_err_and(|e| e.contains("no longer in the config")), "{out:?}");
         assert!(std::fs::symlink_metadata(dir.join("wwid-e")).is_err());
     }
