@@ -378,7 +378,9 @@ fn scan_class(
 /// wipe-first path, which wipes it (its identity proven) before it is published again.
 pub fn hold_back(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
     let is_held = |v: &FoundVolume| {
-        !matches!(v.used, UsedRead::Marked(_))
+        // Only a disk a claim used (a tenant's) goes to the wipe-first path; one never bound
+        // that someone wrote to since is held like any other.
+        !matches!(&v.used, UsedRead::Marked(m) if m.claimed)
             && held.iter().any(|(class, name, _)| *class == v.class && *name == v.entry)
     };
     let (held_now, kept): (Vec<FoundVolume>, Vec<FoundVolume>) =
@@ -585,8 +587,9 @@ mod tests {
         let mut scan = Scan {
             volumes: vec![
                 found("fast", "a", UsedRead::Unmarked),
-                found("fast", "b", UsedRead::Marked(mark)),
+                found("fast", "b", UsedRead::Marked(mark.clone())),
                 found("fast", "c", UsedRead::Unmarked),
+                found("fast", "d", UsedRead::Marked(UsedMark { claimed: false, ..mark })),
                 found("other", "a", UsedRead::Unmarked),
             ],
             skipped: Vec::new(),
@@ -594,11 +597,12 @@ mod tests {
         let held = vec![
             ("fast".to_string(), "a".to_string(), "ext4 superblock at 1080".to_string()),
             ("fast".to_string(), "b".to_string(), "xfs superblock at 0".to_string()),
+            ("fast".to_string(), "d".to_string(), "swap signature at 4086".to_string()),
         ];
         hold_back(&mut scan, &config, &held);
         let left: Vec<(&str, &str)> = scan.volumes.iter().map(|v| (v.class.as_str(), v.entry.as_str())).collect();
         assert_eq!(left, vec![("fast", "b"), ("fast", "c"), ("other", "a")]);
-        assert_eq!(scan.skipped.len(), 1);
+        assert_eq!(scan.skipped.len(), 2, "a (unmarked) and d (marked, never claimed) are held");
         assert_eq!(scan.skipped[0].path, PathBuf::from("/mnt/fast/a"));
         assert!(matches!(&scan.skipped[0].reason, SkipReason::DeviceHeld(w) if w.contains("ext4")));
         assert!(scan.skipped[0].reason.is_safety_refusal());
