@@ -753,7 +753,7 @@ fn a_link_re_pointed_this_pass_without_a_pv_is_still_judged_before_it_is_publish
     d.kind = Some(DeviceKind::Selectable(DeviceType::Loop));
     d.by_id.clear();
     d.probe = Probe { done: true, in_use: None, content: Content::NotBlank("ext4 superblock at 1080".into()) };
-    let r = ClaimRecord { target: "/dev/loop3".into(), ..record_loop("fast", &d) };
+    let r = ClaimRecord { target: "/dev/loop3".into(), ..record("fast", &d) };
     let sel = DeviceSelector { types: vec![DeviceType::Loop], ..Default::default() };
     let mut w = world(vec![d.clone()]);
     w.classes = vec![class("fast", Some(sel))];
@@ -775,19 +775,6 @@ fn a_link_re_pointed_this_pass_without_a_pv_is_still_judged_before_it_is_publish
     w.pvs_known = false;
     let p = plan(&w);
     assert!(p.to_probe.is_empty() && p.held.is_empty(), "{p:?}");
-}
-
-fn record_loop(class: &str, d: &DeviceFacts) -> ClaimRecord {
-    let id = d.stable_id.clone().unwrap();
-    let name = link_name(&id);
-    ClaimRecord {
-        class: class.into(),
-        host_path: entry_host_path(&format!("/mnt/{class}"), &name),
-        name,
-        disk: id,
-        target: format!("/dev/{}", d.name),
-        previous: None,
-    }
 }
 
 #[test]
