@@ -20,10 +20,7 @@ detach_loops() {
 trap 'detach_loops; bench_cleanup' EXIT
 start_agent
 sleep 2
-k get pv --watch --no-headers -o custom-columns=NAME:.metadata.name 2>/dev/null | while read -r name; do
-  echo "$(date +%s.%N) $name"
-done > "$work/watch.log" &
-watch_pid=$!
+watch_pvs "$work/watch.log"
 sleep 1
 mkdir -p "$work/images"
 : > "$work/attach.log"
@@ -34,34 +31,16 @@ for i in $(seq 1 "$n"); do
   truncate -s "${mib}M" "$work/images/d$i.img"
   echo "$(date +%s.%N) d$i" >> "$work/attach.log"
   loops+=("$(losetup --find --show "$work/images/d$i.img")")
-  until [[ $(awk '{print $2}' "$work/watch.log" | sort -u | wc -l) -ge $i ]]; do sleep 0.01; done
+  wait_pvs "$work/watch.log" "$i"
 done
 kill "$watch_pid" 2>/dev/null || true
-read -r lat_json lat_table < <(python3 - "$work/attach.log" "$work/watch.log" <<'PY'
-import sys
-attached = [float(l.split()[0]) for l in open(sys.argv[1])]
-seen, firsts = set(), []
-for l in open(sys.argv[2]):
-    t, name = l.split()
-    if name not in seen:
-        seen.add(name); firsts.append(float(t))
-lat = sorted(f - a for a, f in zip(attached, firsts))
-q = lambda p: lat[min(len(lat) - 1, int(round(p * (len(lat) - 1))))]
-print(f'{{"figure":"claim_latency","devices":{len(lat)},"p50_s":{q(.5):.3f},"p99_s":{q(.99):.3f},"max_s":{lat[-1]:.3f}}}',
-      f"{len(lat)}|{q(.5):.3f}|{q(.99):.3f}|{lat[-1]:.3f}")
-PY
-)
+read -r lat_json lat_table < <(latency "$work/attach.log" "$work/watch.log" claim_latency devices)
 listed=$(ls /sys/class/block | wc -l)
 t0=$(now)
 "$bin" disks --config-dir "$work/config" --state-dir "$work/state" --output json > "$work/disks.json"
 disks_s=$(elapsed "$t0" "$(now)")
 claimed=$(python3 -c "import json,sys; print(sum(1 for d in json.load(open(sys.argv[1])) if any(v.startswith('claimed') for v in d['classes'].values())))" "$work/disks.json")
-ticks() { awk '{print $14 + $15}' "/proc/$agent_pid/stat"; }
-hz=$(getconf CLK_TCK)
-t0=$(ticks); sleep "$idle"; t1=$(ticks)
-cpu=$(python3 -c "print(round(($t1 - $t0) / $hz, 3))")
-pct=$(python3 -c "print(round(100 * ($t1 - $t0) / $hz / $idle, 4))")
-rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent_pid/status")
+idle_cost "$idle"
 echo "$lat_json"
 echo "{\"figure\":\"disks_command\",\"block_devices\":$listed,\"claimed\":$claimed,\"seconds\":$disks_s}"
 echo "{\"figure\":\"idle_with_claims\",\"devices\":$n,\"seconds\":$idle,\"cpu_seconds\":$cpu,\"cpu_percent_of_core\":$pct,\"rss_kib\":$rss}"

@@ -51,3 +51,46 @@ start_agent() {
 
 now() { date +%s.%N; }
 elapsed() { python3 -c "print(round($2 - $1, 3))"; }
+
+# watch_pvs FILE: appends "<time> <PV name>" to FILE for every PV event, in the background
+# (its PID in $watch_pid); wait_pvs FILE N: until N distinct PVs have been seen.
+watch_pvs() {
+  k get pv --watch --no-headers -o custom-columns=NAME:.metadata.name 2>/dev/null | while read -r name; do
+    echo "$(date +%s.%N) $name"
+  done > "$1" &
+  watch_pid=$!
+}
+wait_pvs() {
+  until [[ $(awk '{print $2}' "$1" | sort -u | wc -l) -ge $2 ]]; do sleep 0.01; done
+}
+
+# latency STARTS SEEN FIGURE COUNT_KEY: from each line's time in STARTS to the first sighting
+# of the next new PV in SEEN; prints the figure's JSON line, a space, and "n|p50|p99|max".
+latency() {
+  python3 - "$@" <<'PY'
+import sys
+starts = [float(l.split()[0]) for l in open(sys.argv[1])]
+seen, firsts = set(), []
+for l in open(sys.argv[2]):
+    t, name = l.split()
+    if name not in seen:
+        seen.add(name); firsts.append(float(t))
+lat = sorted(f - s for s, f in zip(starts, firsts))
+q = lambda p: lat[min(len(lat) - 1, int(round(p * (len(lat) - 1))))]
+print(f'{{"figure":"{sys.argv[3]}","{sys.argv[4]}":{len(lat)},"p50_s":{q(.5):.3f},"p99_s":{q(.99):.3f},"max_s":{lat[-1]:.3f}}}',
+      f"{len(lat)}|{q(.5):.3f}|{q(.99):.3f}|{lat[-1]:.3f}")
+PY
+}
+
+# idle_cost SECONDS: the agent's CPU seconds and share of a core over SECONDS, and its RSS in
+# KiB at the end; sets $cpu, $pct and $rss.
+idle_cost() {
+  local hz t0 t1
+  hz=$(getconf CLK_TCK)
+  t0=$(awk '{print $14 + $15}' "/proc/$agent_pid/stat")
+  sleep "$1"
+  t1=$(awk '{print $14 + $15}' "/proc/$agent_pid/stat")
+  cpu=$(python3 -c "print(round(($t1 - $t0) / $hz, 3))")
+  pct=$(python3 -c "print(round(100 * ($t1 - $t0) / $hz / $1, 4))")
+  rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent_pid/status")
+}
