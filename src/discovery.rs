@@ -56,7 +56,8 @@ pub enum SkipReason {
     /// stat/statfs/ioctl failed (dangling symlink, permissions...).
     Unreadable(String),
     /// A device the agent claimed, with no PV now, shows something the agent did not put
-    /// there (see core::device_claim): kept from tenants until an operator clears it.
+    /// there, or cannot be proven blank (in use, unreadable; see core::device_claim): kept from
+    /// tenants until an operator clears it.
     DeviceHeld(String),
 }
 
@@ -129,7 +130,7 @@ impl fmt::Display for SkipReason {
             SkipReason::Unreadable(e) => write!(f, "{e}"),
             SkipReason::DeviceHeld(what) => write!(
                 f,
-                "the device this agent claimed shows {what}, which it did not put there; not offered until an operator clears it (blkdiscard -z) or removes the link"
+                "the device this agent claimed has no PV and is not offered again: {what} (not put there by this agent, or a doubt it cannot settle); clear it (blkdiscard -z) or remove the link"
             ),
         }
     }

@@ -130,7 +130,7 @@ impl Agent {
                 self.effects.record(&key, &Err::<(), _>(what.clone()));
             }
             let note: String = format!(
-                "the device linked as {name} in class {class} shows {what}, which this agent did not put there; it is not offered until an operator clears it (blkdiscard -z) or removes the link"
+                "the device linked as {name} in class {class} has no PV and is not offered again: {what} (not put there by this agent, or a doubt it cannot settle); clear it (blkdiscard -z) or remove the link"
             )
             .chars()
             .take(1000)
