@@ -436,7 +436,8 @@ pub struct Extent {
 }
 
 impl Extent {
-    fn overlaps(&self, other: &Extent) -> bool {
+    /// Whether the two hold some of the same bytes: one base, overlapping ranges.
+    pub fn overlaps(&self, other: &Extent) -> bool {
         self.base == other.base && self.start < other.end && other.start < self.end
     }
 }

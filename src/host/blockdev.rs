@@ -25,7 +25,8 @@ pub fn block_device_number(path: &Path) -> Result<String, HostError> {
     Ok(device_number(meta.rdev()))
 }
 
-fn device_number(rdev: u64) -> String {
+/// `major:minor` of a device number, as sysfs and the mount table write it.
+pub(crate) fn device_number(rdev: u64) -> String {
     format!("{}:{}", nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev))
 }
 
@@ -42,10 +43,7 @@ fn extent_at_depth(device: &str, mounts: &[MountFacts<'_>], depth: usize) -> Opt
         return None;
     }
     let dir = std::fs::canonicalize(format!("/sys/dev/block/{device}")).ok()?;
-    let read = |dir: &Path, name: &str| {
-        std::fs::read_to_string(dir.join(name)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-    };
-    let number = |dir: &Path, name: &str| read(dir, name).and_then(|s| s.parse::<u64>().ok());
+    let number = |dir: &Path, name: &str| sysfs_attr(dir, name).and_then(|s| s.parse::<u64>().ok());
     let size = number(&dir, "size")?.saturating_mul(512);
     let shifted = |base: Extent, offset: u64, len: u64| Extent {
         start: base.start.saturating_add(offset),
@@ -54,10 +52,10 @@ fn extent_at_depth(device: &str, mounts: &[MountFacts<'_>], depth: usize) -> Opt
     };
     if dir.join("partition").exists() {
         let start = number(&dir, "start")?.saturating_mul(512);
-        let disk = read(dir.parent()?, "dev")?;
+        let disk = sysfs_attr(dir.parent()?, "dev")?;
         return Some(shifted(extent_at_depth(&disk, mounts, depth + 1)?, start, size));
     }
-    if let Some(backing) = read(&dir, "loop/backing_file") {
+    if let Some(backing) = sysfs_attr(&dir, "loop/backing_file") {
         let offset = number(&dir, "loop/offset").unwrap_or(0);
         let limit = number(&dir, "loop/sizelimit").filter(|l| *l > 0);
         let len = limit.unwrap_or(size);
@@ -82,6 +80,11 @@ fn extent_at_depth(device: &str, mounts: &[MountFacts<'_>], depth: usize) -> Opt
         });
     }
     Some(Extent { base: format!("dev:{device}"), start: 0, end: size, file: None })
+}
+
+/// A sysfs attribute of the device directory `dir`, trimmed; `None` when missing or empty.
+pub(crate) fn sysfs_attr(dir: &Path, rel: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(rel)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 /// Every block device sysfs lists, with its `major:minor` and kernel name.
@@ -113,10 +116,7 @@ pub fn block_device_in_use(
     let mut sharing = vec![(device.clone(), None, true)];
     if let Some(own) = &own {
         for (dev, name) in all_devices() {
-            let Some(e) = extent(&dev, facts).filter(|e| e.base == own.base && e.start < own.end && own.start < e.end)
-            else {
-                continue;
-            };
+            let Some(e) = extent(&dev, facts).filter(|e| e.overlaps(own)) else { continue };
             if dev != device {
                 // A device spanning more than ours (the whole disk of a partition) is claimed
                 // whenever any of its partitions is, so probing it would blame the others.

@@ -24,7 +24,7 @@ use crate::core::device_claim::{
 };
 use crate::core::signatures::Content as Found;
 use crate::core::volume_safety::MountFacts;
-use crate::host::blockdev::{block_device_in_use, extent};
+use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_attr};
 use crate::host::device_content::{self, Probe as ContentProbe};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
@@ -113,9 +113,7 @@ pub fn inventory(mounts: &[MountFacts<'_>]) -> Vec<DeviceFacts> {
         let sharing: Vec<String> = extents
             .iter()
             .enumerate()
-            .filter(|(j, e)| {
-                *j != i && e.as_ref().is_some_and(|e| e.base == own.base && e.start < own.end && own.start < e.end)
-            })
+            .filter(|(j, e)| *j != i && e.as_ref().is_some_and(|e| e.overlaps(own)))
             .map(|(j, _)| devices[j].name.clone())
             .collect();
         devices[i].sharing = sharing;
@@ -130,10 +128,6 @@ fn natural_key(name: &str) -> (String, u64, String) {
     (name[..start].to_string(), name[start..end].parse().unwrap_or(0), name[end..].to_string())
 }
 
-fn read_attr(dir: &Path, rel: &str) -> Option<String> {
-    std::fs::read_to_string(dir.join(rel)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
-
 fn list_dir(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
@@ -145,7 +139,7 @@ fn list_dir(dir: &Path) -> Vec<String> {
 fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Option<DeviceFacts> {
     let dir = std::fs::canonicalize(class_entry).ok()?;
     let name = dir.file_name()?.to_string_lossy().into_owned();
-    let dev = read_attr(&dir, "dev")?;
+    let dev = sysfs_attr(&dir, "dev")?;
     let is_partition = dir.join("partition").exists();
     // A partition's hardware facts are its disk's.
     let hw = if is_partition { dir.parent()?.to_path_buf() } else { dir.clone() };
@@ -153,7 +147,7 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
         DeviceKind::Selectable(DeviceType::Partition)
     } else if dir.join("loop").is_dir() {
         DeviceKind::Selectable(DeviceType::Loop)
-    } else if let Some(uuid) = read_attr(&dir, "dm/uuid") {
+    } else if let Some(uuid) = sysfs_attr(&dir, "dm/uuid") {
         if uuid.starts_with("mpath-") {
             DeviceKind::Selectable(DeviceType::Multipath)
         } else {
@@ -176,17 +170,17 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
     // A loop device's id needs its status ioctl: a read-only open, never O_EXCL.
     let node = matches!(kind, DeviceKind::Selectable(DeviceType::Loop)).then(|| open_device(rdev, None)).flatten();
     let (stable, _) = stable_id(rdev, node.as_ref());
-    let flag = |rel: &str| read_attr(&dir, rel).is_some_and(|v| v == "1");
+    let flag = |rel: &str| sysfs_attr(&dir, rel).is_some_and(|v| v == "1");
     Some(DeviceFacts {
         parent: is_partition.then(|| hw.file_name().map(|n| n.to_string_lossy().into_owned())).flatten(),
-        size: read_attr(&dir, "size").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0).saturating_mul(512),
+        size: sysfs_attr(&dir, "size").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0).saturating_mul(512),
         read_only: flag("ro"),
         // A USB disk often says it is not removable; anyone can plug one in all the same.
-        removable: read_attr(&hw, "removable").is_some_and(|v| v == "1") || on_usb(&hw),
+        removable: sysfs_attr(&hw, "removable").is_some_and(|v| v == "1") || on_usb(&hw),
         hidden: flag("hidden"),
-        rotational: read_attr(&hw, "queue/rotational").map(|v| v == "1"),
-        model: read_attr(&hw, "device/model"),
-        vendor: read_attr(&hw, "device/vendor"),
+        rotational: sysfs_attr(&hw, "queue/rotational").map(|v| v == "1"),
+        model: sysfs_attr(&hw, "device/model"),
+        vendor: sysfs_attr(&hw, "device/vendor"),
         stable_id: stable,
         by_id: by_id.get(&dev).cloned().unwrap_or_default(),
         partitions: list_dir(&dir).into_iter().filter(|n| dir.join(n).join("partition").exists()).collect(),
@@ -213,8 +207,7 @@ fn by_id_names() -> BTreeMap<String, Vec<String>> {
         if let Ok(meta) = std::fs::metadata(dir.join(&name))
             && meta.file_type().is_block_device()
         {
-            let dev = format!("{}:{}", nix::sys::stat::major(meta.rdev()), nix::sys::stat::minor(meta.rdev()));
-            out.entry(dev).or_default().push(name);
+            out.entry(device_number(meta.rdev())).or_default().push(name);
         }
     }
     out
@@ -224,8 +217,7 @@ fn by_id_names() -> BTreeMap<String, Vec<String>> {
 fn device_node(device: &DeviceFacts) -> Option<PathBuf> {
     let node = PathBuf::from(format!("/dev/{}", device.name));
     let meta = std::fs::metadata(&node).ok()?;
-    let rdev = format!("{}:{}", nix::sys::stat::major(meta.rdev()), nix::sys::stat::minor(meta.rdev()));
-    (meta.file_type().is_block_device() && rdev == device.dev).then_some(node)
+    (meta.file_type().is_block_device() && device_number(meta.rdev()) == device.dev).then_some(node)
 }
 
 /// Attempts of a probe that found the device open exclusively: another brief probe (the
@@ -301,7 +293,7 @@ fn entries(roots: &BTreeMap<String, PathBuf>) -> Vec<DirEntry> {
 }
 
 fn kernel_name(rdev: u64) -> Option<String> {
-    let sys = format!("/sys/dev/block/{}:{}", nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    let sys = format!("/sys/dev/block/{}", device_number(rdev));
     Some(std::fs::canonicalize(sys).ok()?.file_name()?.to_string_lossy().into_owned())
 }
 

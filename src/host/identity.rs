@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, FsType, Statfs, TMPFS_MAGIC, XFS_SUPER_MAGIC};
 
 use super::HostError;
-use super::blockdev::{device_size, loop_status};
+use super::blockdev::{device_number, device_size, loop_status, sysfs_attr};
 use super::mountinfo::MountTable;
 use super::volume::{EntryKind, mount_at, resolve_entry};
 use crate::core::disk_identity::{DiskIdentity, Found, Kind, Verdict, is_present, judge};
@@ -90,10 +90,6 @@ pub fn upgraded_identity(path: &Path, recorded: &str, mounts: &MountTable) -> Op
     crate::core::disk_identity::upgrade(recorded, &found_identity(path, Some(mounts)).ok()?)
 }
 
-fn dev_text(dev: u64) -> String {
-    format!("{}:{}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev))
-}
-
 fn block_found(entry: &Path) -> Result<Found, HostError> {
     let file = File::open(entry).map_err(|e| HostError::io("open", entry, e))?;
     device_identity(&file, entry)
@@ -115,7 +111,7 @@ pub fn device_identity(file: &File, entry: &Path) -> Result<Found, HostError> {
         disk,
         backing,
         size: Some(size),
-        dev: Some(dev_text(rdev)),
+        dev: Some(device_number(rdev)),
         ..Default::default()
     };
     Ok(Found { identity: identity.render(), legacy: legacy_block_identity(rdev, size), fs_type: None })
@@ -147,14 +143,14 @@ pub fn directory_identity(fd: BorrowedFd<'_>, entry: &Path, mounts: Option<&Moun
         // A random fsid per mount on current kernels; zero on old ones, where it names nothing.
         id.volatile = (words != [0, 0]).then(|| "tmpfs".to_string());
         id.fsid = Some(fsid_hex);
-        id.dev = Some(dev_text(meta.dev()));
+        id.dev = Some(device_number(meta.dev()));
     } else if let Some((rdev, device)) = block_device_under(entry, meta.dev(), mounts) {
         (id.disk, id.backing) = stable_id(rdev, device.as_ref());
         id.uuid = device.as_ref().and_then(|d| filesystem_uuid(d, magic));
-        id.dev = Some(dev_text(rdev));
+        id.dev = Some(device_number(rdev));
     } else {
         id.fsid = Some(fsid_hex);
-        id.dev = Some(dev_text(meta.dev()));
+        id.dev = Some(device_number(meta.dev()));
     }
     Ok(Found { identity: id.render(), legacy, fs_type: Some(fs_type) })
 }
@@ -219,14 +215,14 @@ fn block_device_under(entry: &Path, st_dev: u64, mounts: Option<&MountTable>) ->
 }
 
 fn sys_block(dev: u64) -> PathBuf {
-    PathBuf::from(format!("/sys/dev/block/{}", dev_text(dev)))
+    PathBuf::from(format!("/sys/dev/block/{}", device_number(dev)))
 }
 
 /// Opens the device node of `dev` read-only: the hint, udev's `/dev/block/M:m`, or
 /// `/dev/<DEVNAME>` from sysfs; only a node that really is that device counts.
 pub(crate) fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
     let mut candidates: Vec<PathBuf> = hint.map(Path::to_path_buf).into_iter().collect();
-    candidates.push(PathBuf::from(format!("/dev/block/{}", dev_text(dev))));
+    candidates.push(PathBuf::from(format!("/dev/block/{}", device_number(dev))));
     if let Ok(uevent) = std::fs::read_to_string(sys_block(dev).join("uevent"))
         && let Some(name) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))
     {
@@ -239,16 +235,12 @@ pub(crate) fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
     })
 }
 
-fn read_attr(dir: &Path, rel: &str) -> Option<String> {
-    std::fs::read_to_string(dir.join(rel)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
-
 /// The stable ID of block device `dev` and, for a loop device, the device number of its
 /// backing file's filesystem. A partition is its disk's ID plus its number and start.
 pub(crate) fn stable_id(dev: u64, node: Option<&File>) -> (Option<String>, Option<String>) {
     let Ok(dir) = std::fs::canonicalize(sys_block(dev)) else { return (None, None) };
-    if let Some(part) = read_attr(&dir, "partition") {
-        let (Some(start), Some(disk_dir)) = (read_attr(&dir, "start"), dir.parent()) else { return (None, None) };
+    if let Some(part) = sysfs_attr(&dir, "partition") {
+        let (Some(start), Some(disk_dir)) = (sysfs_attr(&dir, "start"), dir.parent()) else { return (None, None) };
         // Loop ioctls on a partition answer for its disk.
         let (disk, backing) = device_id(disk_dir, node);
         return (disk.map(|d| format!("{d}/part{part}@{start}")), backing);
@@ -270,7 +262,7 @@ const ID_ATTRIBUTES: [(&str, &str); 6] = [
 
 fn device_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>) {
     for (rel, kind) in ID_ATTRIBUTES {
-        if let Some(v) = read_attr(dir, rel) {
+        if let Some(v) = sysfs_attr(dir, rel) {
             return (Some(format!("{kind}:{v}")), None);
         }
     }
@@ -286,13 +278,13 @@ fn device_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>
 fn loop_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>) {
     let Some(node) = node else { return (None, None) };
     let Ok(info) = loop_status(node) else { return (None, None) };
-    let path = read_attr(dir, "loop/backing_file")
+    let path = sysfs_attr(dir, "loop/backing_file")
         .map(|p| p.strip_suffix(" (deleted)").map(str::to_string).unwrap_or(p))
         .or_else(|| Some(String::from_utf8_lossy(&info.file_name).into_owned()).filter(|n| !n.is_empty()));
     let Some(path) = path else { return (None, None) };
     let limit = if info.size_limit > 0 { format!("+{}", info.size_limit) } else { String::new() };
     let disk = format!("loop:{path}@{}{limit}#{}", info.offset, info.inode);
-    (Some(disk), Some(dev_text(info.device)))
+    (Some(disk), Some(device_number(info.device)))
 }
 
 /// The UUID in the superblock of the filesystem of type `magic` on `device`, read with
@@ -329,7 +321,7 @@ fn filesystem_uuid(device: &File, magic: FsType) -> Option<String> {
 /// recorded can still be compared.
 fn legacy_block_identity(rdev: u64, size: u64) -> String {
     let sys = sys_block(rdev);
-    let read = |rel: &str| read_attr(&sys, rel);
+    let read = |rel: &str| sysfs_attr(&sys, rel);
     let stable = read("device/wwid")
         .map(|v| format!("wwid={v}"))
         .or_else(|| read("wwid").map(|v| format!("wwid={v}")))
@@ -338,7 +330,7 @@ fn legacy_block_identity(rdev: u64, size: u64) -> String {
         .or_else(|| read("loop/backing_file").map(|v| format!("loop={v}@{}", read("loop/offset").unwrap_or_default())));
     match stable {
         Some(id) => format!("blk:{id};size={size}"),
-        None => format!("blk:dev={};size={size}", dev_text(rdev)),
+        None => format!("blk:dev={};size={size}", device_number(rdev)),
     }
 }
 
