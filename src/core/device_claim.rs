@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{DeviceSelector, DeviceType, any_glob_matches};
 use crate::core::naming::fnv1a32;
 use crate::core::pattern::NamePattern;
+use crate::core::pv::host_path;
 
 /// Where an agent's link points while its device is not on the node: a path nothing creates,
 /// so the link dangles instead of leading to whatever device took the old node's name.
@@ -535,16 +536,11 @@ pub struct World {
     pub pvs_known: bool,
 }
 
-/// The host path of entry `name` of a class whose hostDir is `host_dir`.
-pub fn entry_host_path(host_dir: &str, name: &str) -> String {
-    crate::core::pv::host_path(host_dir, name)
-}
-
 /// The safety rules for one device a class's filter selects (see the module documentation).
 /// `name` is its link name; `expected_path` the PV path that link would have.
 fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &str) -> Verdict {
     let name = link_name(stable_id);
-    let expected_path = entry_host_path(&class.host_dir, &name);
+    let expected_path = host_path(&class.host_dir, &name);
     let target = link_target(device);
     // Any other claim of this disk, of a partition of it, or of the same LUN by another path.
     if let Some(other) = world.records.iter().find(|r| ids_overlap(&r.disk, stable_id)) {
@@ -677,7 +673,7 @@ pub fn plan(world: &World) -> ClaimPlan {
                 let record = ClaimRecord {
                     class: class.class.clone(),
                     name: name.clone(),
-                    host_path: entry_host_path(&class.host_dir, name),
+                    host_path: host_path(&class.host_dir, name),
                     disk: id.clone(),
                     target: target.clone(),
                     previous: None,

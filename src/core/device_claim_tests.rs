@@ -43,7 +43,7 @@ fn record(class: &str, device: &DeviceFacts) -> ClaimRecord {
     let name = link_name(&id);
     ClaimRecord {
         class: class.into(),
-        host_path: entry_host_path(&format!("/mnt/{class}"), &name),
+        host_path: host_path(&format!("/mnt/{class}"), &name),
         name,
         disk: id,
         target: link_target(device).unwrap(),
@@ -799,7 +799,7 @@ fn host_dirs_are_compared_cleaned_and_excluding_a_disk_excludes_its_partitions()
     let r = record("fast", &d);
     let mut w = world(vec![d]);
     w.classes[0].host_dir = "/mnt//fast/".into();
-    w.records = vec![ClaimRecord { host_path: entry_host_path("/mnt//fast/", &r.name), ..r.clone() }];
+    w.records = vec![ClaimRecord { host_path: host_path("/mnt//fast/", &r.name), ..r.clone() }];
     w.entries = vec![link_entry("fast", &r.name, Some("sdb"))];
     w.pvs = vec![PvDisk { host_path: format!("/mnt/fast/{}", r.name), disk: Some(r.disk.clone()), device: None }];
     w.classes[0].selector = None;

@@ -373,7 +373,7 @@ pub fn hold_unknown_links(
         .filter(|e| e.link.is_some())
         .filter(|e| {
             let host_dir = config.storage_class_map.get(&e.class).map(|c| c.host_dir.as_str()).unwrap_or_default();
-            !pv_paths.contains(&crate::core::device_claim::entry_host_path(host_dir, &e.name))
+            !pv_paths.contains(&crate::core::pv::host_path(host_dir, &e.name))
         })
         .map(|e| (e.class, e.name, format!("a link in a class that claims devices, while {why}")))
         .collect()
