@@ -46,7 +46,6 @@ impl Agent {
     pub(super) async fn report_unpublished(&mut self, key: String, pv: &str, note: String) -> bool {
         let new = self.problems.first_seen(key);
         if new {
-            let note: String = note.chars().take(1000).collect();
             self.node_event(Some(self.pv_ref(pv)), "VolumeNotPublished", "Publish", note).await;
         }
         new
@@ -104,8 +103,7 @@ impl Agent {
                 continue;
             }
             *refused.entry((d.class.clone(), reason.code())).or_default() += 1;
-            let note: String =
-                format!("/dev/{} not claimed for class {}: {reason}", d.device, d.class).chars().take(1000).collect();
+            let note = format!("/dev/{} not claimed for class {}: {reason}", d.device, d.class);
             if self.problems.first_seen(format!("claim/refused/{}/{}/{reason}", d.class, d.device)) {
                 let warning = reason.needs_operator();
                 if warning {
@@ -129,12 +127,9 @@ impl Agent {
             if self.effects.due(&key) {
                 self.effects.record(&key, &Err::<(), _>(what.clone()));
             }
-            let note: String = format!(
+            let note = format!(
                 "the device linked as {name} in class {class} has no PV and is not offered again: {what} (not put there by this agent, or a doubt it cannot settle); clear it (blkdiscard -z) or remove the link"
-            )
-            .chars()
-            .take(1000)
-            .collect();
+            );
             if self.problems.first_seen(format!("claim/held/{class}/{name}/{what}")) {
                 warn!(class = %class, link = %name, "device held: {what}");
                 let related = self.pv_ref(&pv_name(name, &self.identity.node, class));

@@ -621,7 +621,7 @@ impl Cluster {
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.to_string(),
-            note: Some(note),
+            note: Some(event_note(note)),
             action: action.to_string(),
             secondary: related,
         };
@@ -732,6 +732,22 @@ pub fn node_reference(node: &Node) -> ObjectReference {
         uid: node.metadata.uid.clone(),
         ..Default::default()
     }
+}
+
+/// Longest Event note sent: the API refuses a note over 1 KiB, and the event would be lost.
+pub const EVENT_NOTE_MAX: usize = 1000;
+
+/// `note` cut to [`EVENT_NOTE_MAX`] bytes at a character boundary: every event goes through
+/// here, so a long path or a list of signatures never costs the event itself.
+pub fn event_note(mut note: String) -> String {
+    if note.len() > EVENT_NOTE_MAX {
+        let mut end = EVENT_NOTE_MAX;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+    }
+    note
 }
 
 #[cfg(test)]
@@ -932,5 +948,19 @@ mod tests {
         let odd = user_agent("agent", "a b;(c)\n\u{e9}");
         assert_eq!(odd, format!("local-static-provisioner/{version} (agent; a_b__c___)"));
         assert!(hyper::header::HeaderValue::from_str(&odd).is_ok());
+    }
+
+    #[test]
+    fn event_notes_are_cut_to_what_the_api_accepts_at_a_character_boundary() {
+        assert_eq!(event_note("short".into()), "short");
+        let ascii = "x".repeat(5000);
+        assert_eq!(event_note(ascii).len(), EVENT_NOTE_MAX);
+        // A three-byte character straddling the limit is left out whole.
+        let wide = format!("{}€€", "x".repeat(EVENT_NOTE_MAX - 1));
+        let cut = event_note(wide);
+        assert_eq!(cut.len(), EVENT_NOTE_MAX - 1);
+        assert!(cut.chars().all(|c| c == 'x'));
+        let exact = "y".repeat(EVENT_NOTE_MAX);
+        assert_eq!(event_note(exact.clone()), exact);
     }
 }
