@@ -401,21 +401,14 @@ fn apply_one(
     records: &mut Vec<ClaimRecord>,
     action: &LinkAction,
 ) -> Result<(), ClaimError> {
-    let same = |a: &ClaimRecord, b: &ClaimRecord| a.class == b.class && a.name == b.name;
     match action {
-        LinkAction::Forget(r) => {
-            records.retain(|x| !same(x, r));
-            write_records(state_dir, records)
-        }
+        LinkAction::Forget(r) => forget(state_dir, records, r),
         LinkAction::Create(r) | LinkAction::Relink(r) => {
             let dir = class_dir(config, &r.class)?;
-            records.retain(|x| !same(x, r));
-            records.push(r.clone());
-            write_records(state_dir, records)?;
+            keep(state_dir, records, r.clone())?;
             if let Err(e) = rustix::fs::symlinkat(r.target.as_str(), &dir.fd, r.name.as_str()) {
                 // Something took the name meanwhile: it is not ours, so neither is the record.
-                records.retain(|x| !same(x, r));
-                write_records(state_dir, records)?;
+                forget(state_dir, records, r)?;
                 return Err(io("creating the link", &dir.path.join(&r.name), e));
             }
             Ok(())
@@ -423,13 +416,9 @@ fn apply_one(
         LinkAction::Retarget(r) => {
             let dir = class_dir(config, &r.class)?;
             let path = dir.path.join(&r.name);
-            ensure_symlink(&dir.fd, &r.name, &path)?;
-            let now = rustix::fs::readlinkat(&dir.fd, r.name.as_str(), Vec::new())
-                .map_err(|e| io("reading the link", &path, e))?;
-            let now = now.to_string_lossy();
-            if Some(now.as_ref()) != r.previous.as_deref() && now != r.target {
-                records.retain(|x| !same(x, r));
-                write_records(state_dir, records)?;
+            let now = link_text(&dir.fd, &r.name, &path)?;
+            if Some(now.as_str()) != r.previous.as_deref() && now != r.target {
+                forget(state_dir, records, r)?;
                 return Err(ClaimError::NotOurs {
                     path,
                     message: format!("points at {now:?}, which this agent did not write; left in place"),
@@ -437,36 +426,41 @@ fn apply_one(
             }
             // The record first, naming both targets: a crash before the new link is in place
             // leaves a link the record still calls ours.
-            records.retain(|x| !same(x, r));
-            records.push(r.clone());
-            write_records(state_dir, records)?;
+            keep(state_dir, records, r.clone())?;
             rustix::fs::unlinkat(&dir.fd, r.name.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &path, e))?;
             rustix::fs::symlinkat(r.target.as_str(), &dir.fd, r.name.as_str())
                 .map_err(|e| io("creating the link", &path, e))?;
-            records.retain(|x| !same(x, r));
-            records.push(ClaimRecord { previous: None, ..r.clone() });
-            write_records(state_dir, records)
+            keep(state_dir, records, ClaimRecord { previous: None, ..r.clone() })
         }
         LinkAction::Remove(r) => {
             let dir = class_dir(config, &r.class)?;
             let path = dir.path.join(&r.name);
-            ensure_symlink(&dir.fd, &r.name, &path)?;
-            let now = rustix::fs::readlinkat(&dir.fd, r.name.as_str(), Vec::new())
-                .map_err(|e| io("reading the link", &path, e))?;
-            if now.to_bytes() != r.target.as_bytes() {
+            let now = link_text(&dir.fd, &r.name, &path)?;
+            if now != r.target {
                 // Changed by someone else since we made it: theirs now, left alone.
-                records.retain(|x| !same(x, r));
-                write_records(state_dir, records)?;
+                forget(state_dir, records, r)?;
                 return Err(ClaimError::NotOurs {
                     path,
-                    message: format!("points at {:?}, not {:?} as recorded; left in place", now, r.target),
+                    message: format!("points at {now:?}, not {:?} as recorded; left in place", r.target),
                 });
             }
             rustix::fs::unlinkat(&dir.fd, r.name.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &path, e))?;
-            records.retain(|x| !same(x, r));
-            write_records(state_dir, records)
+            forget(state_dir, records, r)
         }
     }
+}
+
+/// Records `r` (in place of any record of the same link) and writes the records.
+fn keep(state_dir: &Path, records: &mut Vec<ClaimRecord>, r: ClaimRecord) -> Result<(), ClaimError> {
+    records.retain(|x| !(x.class == r.class && x.name == r.name));
+    records.push(r);
+    write_records(state_dir, records)
+}
+
+/// Drops the record of `r`'s link and writes the records.
+fn forget(state_dir: &Path, records: &mut Vec<ClaimRecord>, r: &ClaimRecord) -> Result<(), ClaimError> {
+    records.retain(|x| !(x.class == r.class && x.name == r.name));
+    write_records(state_dir, records)
 }
 
 struct ClassDir {
@@ -489,7 +483,8 @@ fn class_dir(config: &ProvisionerConfig, class: &str) -> Result<ClassDir, ClaimE
     Ok(ClassDir { fd, path })
 }
 
-fn ensure_symlink(dir: &impl AsFd, name: &str, path: &Path) -> Result<(), ClaimError> {
+/// What the symlink `name` of `dir` points at; an error when it is no longer a symlink.
+fn link_text(dir: &impl AsFd, name: &str, path: &Path) -> Result<String, ClaimError> {
     let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io("stat", path, e))?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink {
         return Err(ClaimError::NotOurs {
@@ -497,7 +492,8 @@ fn ensure_symlink(dir: &impl AsFd, name: &str, path: &Path) -> Result<(), ClaimE
             message: "is no longer a symlink; left in place".into(),
         });
     }
-    Ok(())
+    let text = rustix::fs::readlinkat(dir, name, Vec::new()).map_err(|e| io("reading the link", path, e))?;
+    Ok(text.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]
