@@ -114,7 +114,7 @@ impl RealHost {
     /// section and no link of ours is recorded.
     fn claim_devices(&self, ask: &Ask, mounts: &MountTable) -> Option<ClaimReport> {
         let state_dir = self.ledger.path().parent()?.to_path_buf();
-        let records = match claims::read_records(&state_dir) {
+        let mut records = match claims::read_records(&state_dir) {
             Ok(r) => r,
             Err(e) => {
                 let paths: Vec<String> = ask.pv_identities.iter().map(|(path, _)| path.clone()).collect();
@@ -128,7 +128,6 @@ impl RealHost {
             return None;
         }
         let pvs = claims::pv_disks(&ask.pv_identities);
-        let mut records = records;
         let (mut devices, mut plan) = claims::plan_claims(&ask.config, records.clone(), Some(pvs.clone()), mounts);
         let mut applied = claims::apply(&ask.config, &state_dir, &mut records, &plan.actions);
         // A claim let go or a link removed frees the device (or a maxPerNode place) for a
