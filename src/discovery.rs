@@ -378,12 +378,26 @@ fn scan_class(
 /// read: a device the ledger knows as a tenant's disk of ours is not held but left to the
 /// wipe-first path, which wipes it (its identity proven) before it is published again.
 pub fn hold_back(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
-    let is_held = |v: &FoundVolume| {
-        // Only a disk a claim used (a tenant's) goes to the wipe-first path; one never bound
-        // that someone wrote to since is held like any other.
-        !matches!(&v.used, UsedRead::Marked(m) if m.claimed)
-            && held.iter().any(|(class, name, _)| *class == v.class && *name == v.entry)
-    };
+    // Only a disk a claim used (a tenant's) goes to the wipe-first path; one never bound
+    // that someone wrote to since is held like any other.
+    hold_back_where(scan, config, held, |v| !matches!(&v.used, UsedRead::Marked(m) if m.claimed));
+}
+
+/// Takes the links in `held` out of the volumes found whatever their used mark says: devices
+/// that changed under their unbound PV (core::device_claim's `tampered`), which are neither
+/// offered nor wiped until an operator clears them.
+pub fn hold_back_always(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
+    hold_back_where(scan, config, held, |_| true);
+}
+
+fn hold_back_where(
+    scan: &mut Scan,
+    config: &ProvisionerConfig,
+    held: &[(String, String, String)],
+    applies: impl Fn(&FoundVolume) -> bool,
+) {
+    let is_held =
+        |v: &FoundVolume| applies(v) && held.iter().any(|(class, name, _)| *class == v.class && *name == v.entry);
     let (held_now, kept): (Vec<FoundVolume>, Vec<FoundVolume>) =
         std::mem::take(&mut scan.volumes).into_iter().partition(is_held);
     scan.volumes = kept;

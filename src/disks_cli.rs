@@ -34,7 +34,7 @@ pub fn plan_now(
     };
     let mounts = MountTable::read()?;
     // No cluster here: which recorded devices have a PV is unknown, so they are not probed.
-    let (devices, plan) = plan_claims(config, records.clone(), None, &mounts);
+    let (devices, plan) = plan_claims(config, records.clone(), None, &mounts, None);
     Ok((devices, plan, records))
 }
 

@@ -102,6 +102,7 @@ struct Inner {
     device_claims: Family<ClassLabels, Gauge>,
     device_claims_total: Family<ClassLabels, Counter>,
     devices_refused: Family<ClassReasonLabels, Gauge>,
+    claims_withdrawn: Family<ClassLabels, Counter>,
     config_valid: Gauge,
     api_requests: Family<MethodLabels, Counter>,
     api_requests_failed: Family<MethodLabels, Counter>,
@@ -208,6 +209,7 @@ impl Metrics {
         let device_claims = Family::<ClassLabels, Gauge>::default();
         let device_claims_total = Family::<ClassLabels, Counter>::default();
         let devices_refused = Family::<ClassReasonLabels, Gauge>::default();
+        let claims_withdrawn = Family::<ClassLabels, Counter>::default();
         let api_requests = Family::<MethodLabels, Counter>::default();
         let api_requests_failed = Family::<MethodLabels, Counter>::default();
         let api_duration =
@@ -279,6 +281,11 @@ impl Metrics {
             "local_static_provisioner_devices_refused",
             "Devices a class's filter selects that the last pass refused to claim, by reason (not blank, in use, partitioned...)",
             devices_refused.clone(),
+        );
+        agent_registry.register(
+            "local_static_provisioner_claims_withdrawn",
+            "Unbound PVs of claimed devices withdrawn because something the agent did not put there showed up on the device (a signature, a mount, a writer); the device is held until it proves blank and unused again",
+            claims_withdrawn.clone(),
         );
         agent_registry.register(
             "local_volume_provisioner_persistentvolume_delete",
@@ -401,6 +408,7 @@ impl Metrics {
                 device_claims,
                 device_claims_total,
                 devices_refused,
+                claims_withdrawn,
                 config_valid,
                 api_requests,
                 api_requests_failed,
@@ -502,6 +510,11 @@ impl Metrics {
             let labels = ClassReasonLabels { class: class.clone(), reason: reason.to_string() };
             self.inner.devices_refused.get_or_create(&labels).set(*n);
         }
+    }
+
+    /// Counts one unbound PV of a claimed device of `class` withdrawn for foreign use.
+    pub fn claim_withdrawn(&self, class: &str) {
+        self.inner.claims_withdrawn.get_or_create(&ClassLabels { class: class.to_string() }).inc();
     }
 
     /// Counts one device linked for `class`.

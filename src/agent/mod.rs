@@ -369,7 +369,9 @@ impl Agent {
             }
         }
         let Some(mut observation) = self.observe(&states, &predecessors).await else { return };
+        let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
         self.report_claims(observation.claims.take().as_ref()).await;
+        self.withdraw_tampered(&states, &tampered).await;
         // Only changes since the previous scan can have revealed something it did not see.
         let revealed = revealed.filter(|at| self.last_scan.is_none_or(|last| *at > last)).unwrap_or(started);
         self.last_scan = Some(started);

@@ -37,6 +37,11 @@ impl Agent {
                 .chain(predecessors)
                 .map(|pv| (pv.host_path.clone(), pv.identity.clone()))
                 .collect(),
+            unbound: states
+                .iter()
+                .filter(|pv| !pv.deleting && !pv.claimed && matches!(pv.phase.as_str(), "Available" | "Pending"))
+                .map(|pv| pv.host_path.clone())
+                .collect(),
         };
         let observed = self.on_host(move |host| host.observe(ask)).await;
         let observed = observed.map(|r| r.map_err(|e| e.to_string())).unwrap_or_else(|| Err("host task failed".into()));

@@ -9,6 +9,7 @@ use tracing::{info, warn};
 use super::Agent;
 use crate::api::{AnnotationPatch, pv_reference};
 use crate::core::cleanup::PvState;
+use crate::core::device_claim::{Tampered, tamper_withdrawals};
 use crate::core::naming::{ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO};
 use crate::core::presence::{PresenceAction, plan_presence, where_moved};
 
@@ -70,6 +71,32 @@ impl Agent {
                         self.cluster.event(&self.pv_ref(&name), false, "VolumeBack", "Discover", note).await;
                     }
                 }
+            }
+        }
+    }
+
+    /// Withdraws the unbound PVs whose claimed device changed under them (resourceVersion
+    /// precondition: one bound meanwhile is left alone), then holds their claim records
+    /// durably; a Warning event on the PV says what was found. A bound or released PV is never
+    /// touched here (core::device_claim only reports unbound ones, and the store is checked
+    /// again).
+    pub(super) async fn withdraw_tampered(&mut self, states: &[PvState], tampered: &[Tampered]) {
+        for (name, uid, resource_version, t) in tamper_withdrawals(states, tampered) {
+            let key = format!("withdraw-tampered/{name}");
+            let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
+            if let Some(Ok(())) = self.effects.run(&key, deleted).await {
+                self.note_withdrawn(&uid).await;
+                let (path, why) = (t.host_path.clone(), t.why.clone());
+                if let Some(Err(e)) = self.on_host(move |host| host.hold_claim(&path, &why)).await {
+                    warn!(pv = %name, error = %e, "cannot record the hold of the device; it is held while the finding lasts");
+                }
+                self.metrics.claim_withdrawn(&t.class);
+                let note = format!(
+                    "the claimed device of unbound PV {name} (link {} of class {}) changed under it: {}. The PV is withdrawn and the device held until it proves blank and unused again (clear it with `local-static-provisioner wipe-disk` on the node, or remove the link)",
+                    t.name, t.class, t.why
+                );
+                warn!(pv = %name, "{note}");
+                self.cluster.event(&pv_reference(&name, Some(&uid)), true, "ClaimedDeviceChanged", "Claim", note).await;
             }
         }
     }

@@ -74,6 +74,7 @@ impl Agent {
                 LinkAction::Retarget(r) => ("re-point", r),
                 LinkAction::Remove(r) => ("remove", r),
                 LinkAction::Forget(r) => ("forget", r),
+                LinkAction::Release(r) => ("release the hold of", r),
             };
             let key = format!("claim/{verb}/{}/{}", r.class, r.name);
             self.effects.due(&key);

@@ -43,6 +43,8 @@ struct FakeHost {
     held_by_pod: AtomicBool,
     wiping: AtomicBool,
     wipes: AtomicUsize,
+    /// Claim holds recorded: (host path, why).
+    holds: Mutex<Vec<(String, String)>>,
 }
 
 impl HostAccess for FakeHost {
@@ -80,6 +82,11 @@ impl HostAccess for FakeHost {
             std::thread::sleep(Duration::from_millis(5));
         }
         Err(WipeError::Failed("cancelled".into()))
+    }
+
+    fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String> {
+        self.holds.lock().unwrap().push((host_path.to_string(), why.to_string()));
+        Ok(())
     }
 }
 
@@ -500,4 +507,41 @@ async fn a_class_broken_by_a_reload_keeps_its_last_valid_definition() {
     lab.agent.reload_config().await;
     assert!(lab.agent.config_problem.is_none());
     assert_eq!(lab.agent.config.storage_class_map[CLASS].host_dir, "/mnt/disks2");
+}
+
+fn tampered(name: &str) -> crate::core::device_claim::Tampered {
+    crate::core::device_claim::Tampered {
+        class: CLASS.into(),
+        name: name.into(),
+        host_path: format!("/mnt/disks/{name}"),
+        why: "while its PV was unbound: ext4 superblock at 1024".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_device_changed_under_its_unbound_pv_withdraws_it_with_a_precondition_then_holds_it() {
+    let mut lab = lab().await;
+    let states: Vec<PvState> = [("a", "Available"), ("b", "Bound"), ("c", "Released")]
+        .iter()
+        .map(|(n, phase)| PvState::from_pv(&own_pv(n, phase, serde_json::json!({}))))
+        .collect();
+    let all = [tampered("a"), tampered("b"), tampered("c")];
+    lab.agent.withdraw_tampered(&states, &all).await;
+    // Only the unbound one; a bound or released PV is never touched by this rule.
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/a"), 1);
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes"), 1);
+    let holds = lab.host.holds.lock().unwrap().clone();
+    assert_eq!(holds, vec![("/mnt/disks/a".to_string(), all[0].why.clone())]);
+    assert!(lab.api.events() >= 1, "a Warning event says why");
+}
+
+#[tokio::test]
+async fn a_pv_bound_meanwhile_fails_the_precondition_and_its_device_is_not_held() {
+    let mut lab = lab().await;
+    let states = vec![PvState::from_pv(&own_pv("a", "Available", serde_json::json!({})))];
+    // The API answers 409: the PV changed (bound) since the store showed it.
+    lab.api.script("DELETE /api/v1/persistentvolumes/a", &[409]);
+    lab.agent.withdraw_tampered(&states, &[tampered("a")]).await;
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/a"), 1);
+    assert!(lab.host.holds.lock().unwrap().is_empty(), "nothing is held for a PV that was not withdrawn");
 }

@@ -67,6 +67,10 @@ pub struct Probe {
     pub in_use: Option<String>,
     /// What the signature areas hold.
     pub content: Content,
+    /// Someone other than this agent uses it without claiming it: writes, discards, flushes
+    /// or requests in flight over the probe window (or, for a claim whose PV is unbound, since
+    /// the previous pass), or a process holding it open (core::activity).
+    pub activity: Option<String>,
 }
 
 /// One block device of the node, as sysfs, /dev/disk/by-id and a probe describe it.
@@ -158,6 +162,12 @@ pub struct ClaimRecord {
     /// writing this record and the link): a link still showing it is ours too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<String>,
+    /// Why the device is held: while its PV was unbound, something the agent did not put there
+    /// showed up on it (a signature, a mount, a writer) and the PV was withdrawn. Kept until
+    /// the device proves blank and unused again (an operator cleared it), so a restart does not
+    /// forget a writer that has gone quiet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 /// A PV of this node and the disk it recorded.
@@ -170,6 +180,9 @@ pub struct PvDisk {
     /// Kernel name of the block device at its path, when the path is a device this agent can
     /// see (an upstream PV made from a link under /dev records no identity).
     pub device: Option<String>,
+    /// Not bound to a claim (Available or Pending, no claimRef, not being deleted): no tenant
+    /// has the disk, so anything that shows up on it was not put there by a tenant.
+    pub unbound: bool,
 }
 
 /// What a class asks for.
@@ -352,6 +365,9 @@ pub enum LinkAction {
     Remove(ClaimRecord),
     /// Drop a record whose link is already gone.
     Forget(ClaimRecord),
+    /// Lift the hold of a record whose device proved blank and unused again (the record as it
+    /// becomes, without `held`).
+    Release(ClaimRecord),
 }
 
 /// The whole outcome of one claim pass.
@@ -369,6 +385,23 @@ pub struct ClaimPlan {
     pub held: Vec<(String, String, String)>,
     /// Kernel names of devices whose probe would settle a verdict or a hold.
     pub to_probe: BTreeSet<String>,
+    /// Claimed devices whose PV is unbound and that show something the agent did not put
+    /// there: the PV is withdrawn (if still unbound: resourceVersion precondition) and the
+    /// record held.
+    pub tampered: Vec<Tampered>,
+}
+
+/// A claimed device changed under its unbound PV (see [`ClaimPlan::tampered`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tampered {
+    /// Class of the link.
+    pub class: String,
+    /// Link name.
+    pub name: String,
+    /// The PV's host path.
+    pub host_path: String,
+    /// What was found.
+    pub why: String,
 }
 
 /// The link name for a device's stable id: the same on every boot and in every order of
@@ -595,7 +628,7 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
         Some(Refusal::Held(device.holders.clone()))
     } else if !device.probe.done {
         Some(Refusal::NotProbed)
-    } else if let Some(why) = &device.probe.in_use {
+    } else if let Some(why) = device.probe.in_use.as_ref().or(device.probe.activity.as_ref()) {
         Some(Refusal::InUse(why.clone()))
     } else {
         match &device.probe.content {
@@ -677,6 +710,7 @@ pub fn plan(world: &World) -> ClaimPlan {
                     disk: id.clone(),
                     target: target.clone(),
                     previous: None,
+                    held: None,
                 };
                 out.actions.push(if *relink { LinkAction::Relink(record) } else { LinkAction::Create(record) });
             }
@@ -789,30 +823,102 @@ fn settle_record(
         (None, _) if e.device.is_some() => out.actions.push(LinkAction::Retarget(repointed(absent))),
         _ => {}
     }
-    // Before it is published (again): a device with no PV must read blank, whatever happened
-    // to its link this pass. Without this node's PVs (the commands) a recorded device may be
-    // a tenant's, and is neither probed nor judged.
-    if let Some(d) = device
-        && wanted
-        && !has_pv
-        && world.pvs_known
-    {
-        if !d.probe.done {
-            out.to_probe.insert(d.name.clone());
-            return;
-        }
-        let found = match (&d.probe.in_use, &d.probe.content) {
-            (Some(why), _) => Some(format!("it is in use ({why})")),
-            (None, Content::Blank) => None,
-            (None, Content::NotBlank(what)) => Some(what.clone()),
-            (None, Content::Busy) => Some("it is open exclusively by someone".into()),
-            (None, Content::Unreadable(why)) => Some(format!("it cannot be read ({why})")),
-            (None, Content::NotProbed) => Some("it was not read".into()),
-        };
-        if let Some(found) = found {
-            out.held.push((r.class.clone(), r.name.clone(), found));
-        }
+    judge_record(world, r, device, wanted, has_pv, out);
+}
+
+/// What a recorded device shows that nobody may have put there while no tenant has it: in
+/// use, used by a writer, or anything in its signature areas. `None`: blank and unused.
+fn foreign_finding(d: &DeviceFacts) -> Option<String> {
+    match (&d.probe.in_use, &d.probe.activity, &d.probe.content) {
+        (Some(why), _, _) => Some(format!("it is in use ({why})")),
+        (None, Some(why), _) => Some(format!("it is in use ({why})")),
+        (None, None, Content::Blank) => None,
+        (None, None, Content::NotBlank(what)) => Some(what.clone()),
+        (None, None, Content::Busy) => Some("it is open exclusively by someone".into()),
+        (None, None, Content::Unreadable(why)) => Some(format!("it cannot be read ({why})")),
+        (None, None, Content::NotProbed) => Some("it was not read".into()),
     }
+}
+
+/// The checks of a recorded device that no tenant has: before it is published (again), while
+/// its PV is unbound, and while it is held. A device whose PV is bound or released is the
+/// tenant's (its data, kubelet's filesystem) and is never probed or judged here. Without this
+/// node's PVs (the commands) a recorded device may be a tenant's, and is neither probed nor
+/// judged.
+fn judge_record(
+    world: &World,
+    r: &ClaimRecord,
+    device: Option<&DeviceFacts>,
+    wanted: bool,
+    has_pv: bool,
+    out: &mut ClaimPlan,
+) {
+    let pv_unbound = world.pvs.iter().any(|pv| pv.host_path == r.host_path && pv.unbound);
+    let hold = |out: &mut ClaimPlan, what: String| out.held.push((r.class.clone(), r.name.clone(), what));
+    let tampered = |out: &mut ClaimPlan, why: String| {
+        out.tampered.push(Tampered {
+            class: r.class.clone(),
+            name: r.name.clone(),
+            host_path: r.host_path.clone(),
+            why,
+        })
+    };
+    let judged = world.pvs_known && ((wanted && !has_pv) || pv_unbound || (r.held.is_some() && !has_pv));
+    let Some(d) = device.filter(|_| judged) else {
+        // Not judged now (gone, a tenant's, or no PVs known): a hold stays as it is.
+        if let (Some(why), false) = (&r.held, has_pv && !pv_unbound) {
+            hold(out, why.clone());
+        }
+        return;
+    };
+    if !d.probe.done {
+        out.to_probe.insert(d.name.clone());
+        if let Some(why) = &r.held {
+            hold(out, why.clone());
+        }
+        return;
+    }
+    let found = foreign_finding(d);
+    match (&r.held, found) {
+        (Some(why), _) if pv_unbound => {
+            tampered(out, why.clone());
+            hold(out, why.clone());
+        }
+        (Some(why), Some(now)) => hold(out, format!("{why}; now: {now}")),
+        (Some(_), None) => out.actions.push(LinkAction::Release(ClaimRecord { held: None, ..r.clone() })),
+        (None, Some(now)) if pv_unbound => {
+            let why = format!("while its PV was unbound: {now}");
+            tampered(out, why.clone());
+            hold(out, why);
+        }
+        (None, Some(now)) => hold(out, now),
+        (None, None) => {}
+    }
+}
+
+/// The unbound PVs to withdraw for the tampered devices of a plan: only those that are still
+/// unbound and not being deleted as the agent's store shows them, each with the
+/// resourceVersion seen, so a PV bound meanwhile is left alone (the delete fails on it).
+/// Returns (PV name, UID, resourceVersion, tampered device).
+pub fn tamper_withdrawals<'a>(
+    pvs: &[crate::core::cleanup::PvState],
+    tampered: &'a [Tampered],
+) -> Vec<(String, String, String, &'a Tampered)> {
+    let mut out: Vec<(String, String, String, &Tampered)> = tampered
+        .iter()
+        .filter_map(|t| {
+            let pv = pvs.iter().find(|pv| {
+                pv.host_path == t.host_path
+                    && !pv.deleting
+                    && !pv.claimed
+                    && matches!(pv.phase.as_str(), "Available" | "Pending")
+            })?;
+            Some((pv.name.clone(), pv.uid.clone(), pv.resource_version.clone(), t))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.dedup_by(|a, b| a.0 == b.0);
+    out
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ fn disk(name: &str, id: &str) -> DeviceFacts {
         vendor: Some("ATA".into()),
         stable_id: Some(id.into()),
         by_id: vec![format!("wwn-{name}")],
-        probe: Probe { done: true, in_use: None, content: Content::Blank },
+        probe: Probe { done: true, in_use: None, content: Content::Blank, activity: None },
         ..Default::default()
     }
 }
@@ -48,6 +48,7 @@ fn record(class: &str, device: &DeviceFacts) -> ClaimRecord {
         disk: id,
         target: link_target(device).unwrap(),
         previous: None,
+        held: None,
     }
 }
 
@@ -81,6 +82,7 @@ fn a_clean_disk_is_claimed_under_its_stable_name_pointing_at_by_id() {
             disk: "wwid:naa.5000c500a0b1c2d3".into(),
             target: "/dev/disk/by-id/wwn-0x5000c500a0b1c2d3".into(),
             previous: None,
+            held: None,
         })]
     );
 }
@@ -101,7 +103,12 @@ fn without_by_id_only_a_loop_device_is_claimed_and_its_link_points_at_the_dev_no
 #[test]
 fn an_upstream_pv_whose_path_leads_to_the_device_makes_it_already_a_volume() {
     let mut w = world(vec![disk("nvme1n1", "wwid:eui.1")]);
-    w.pvs = vec![PvDisk { host_path: "/dev/disk/kubernetes/nvme1".into(), disk: None, device: Some("nvme1n1".into()) }];
+    w.pvs = vec![PvDisk {
+        host_path: "/dev/disk/kubernetes/nvme1".into(),
+        disk: None,
+        device: Some("nvme1n1".into()),
+        unbound: false,
+    }];
     let v = verdict(&plan(&w), "fast", "nvme1n1");
     assert!(
         matches!(v, Verdict::Refused(Refusal::AlreadyVolume(ref w)) if w.contains("/dev/disk/kubernetes/nvme1")),
@@ -155,6 +162,7 @@ fn exhaustively_a_device_is_claimed_only_when_every_safety_fact_is_clear() {
                 host_path: "/mnt/other/x".into(),
                 disk: Some("wwid:naa.1/part1@2048".into()),
                 device: None,
+                unbound: false,
             });
         }
         w.devices = vec![d];
@@ -371,7 +379,12 @@ fn a_lost_link_of_a_pv_is_made_again_whatever_the_tenant_wrote() {
     d.probe.content = Content::NotBlank("ext4 superblock at 1080".into());
     let name = link_name("wwid:naa.2");
     let mut w = world(vec![d.clone()]);
-    w.pvs = vec![PvDisk { host_path: format!("/mnt/fast/{name}"), disk: Some("wwid:naa.2".into()), device: None }];
+    w.pvs = vec![PvDisk {
+        host_path: format!("/mnt/fast/{name}"),
+        disk: Some("wwid:naa.2".into()),
+        device: None,
+        unbound: false,
+    }];
     // With no record (a fresh state directory) and with one.
     let p = plan(&w);
     assert!(matches!(verdict(&p, "fast", "sdc"), Verdict::Claim { relink: true, .. }));
@@ -387,7 +400,12 @@ fn a_lost_link_of_a_pv_is_made_again_whatever_the_tenant_wrote() {
 #[test]
 fn a_pv_that_recorded_the_disk_elsewhere_makes_it_already_a_volume() {
     let mut w = world(vec![disk("sdc", "wwid:naa.2")]);
-    w.pvs = vec![PvDisk { host_path: "/mnt/manual/disk1".into(), disk: Some("wwid:naa.2".into()), device: None }];
+    w.pvs = vec![PvDisk {
+        host_path: "/mnt/manual/disk1".into(),
+        disk: Some("wwid:naa.2".into()),
+        device: None,
+        unbound: false,
+    }];
     assert!(
         matches!(verdict(&plan(&w), "fast", "sdc"), Verdict::Refused(Refusal::AlreadyVolume(ref w)) if w.contains("/mnt/manual/disk1"))
     );
@@ -448,7 +466,12 @@ fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
         w.devices.push(other);
         w.entries.extend(entry.clone());
         if has_pv {
-            w.pvs.push(PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None });
+            w.pvs.push(PvDisk {
+                host_path: r.host_path.clone(),
+                disk: Some(r.disk.clone()),
+                device: None,
+                unbound: false,
+            });
         }
         let p = plan(&w);
         let ctx = format!("selected={selected} pv={has_pv} present={device_present} entry={entry:?}: {:?}", p.actions);
@@ -462,6 +485,7 @@ fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
                 LinkAction::Forget(_) => {
                     assert!(entry.is_none() && !has_pv || entry.is_some() && !ours, "{ctx}")
                 }
+                LinkAction::Release(x) => panic!("{ctx}: nothing was held, {x:?} released"),
                 LinkAction::Retarget(x) => {
                     assert!(ours, "{ctx}");
                     if device_present {
@@ -502,7 +526,7 @@ fn a_claimed_device_without_pv_that_shows_a_foreign_signature_is_held() {
     for (content, held) in
         [(Content::Blank, false), (Content::NotBlank("xfs superblock at 0".into()), true), (Content::Busy, true)]
     {
-        d.probe = Probe { done: true, in_use: None, content };
+        d.probe = Probe { done: true, in_use: None, content, activity: None };
         w.devices = vec![d.clone()];
         let p = plan(&w);
         assert_eq!(p.held.len(), usize::from(held), "{:?}", p);
@@ -512,8 +536,8 @@ fn a_claimed_device_without_pv_that_shows_a_foreign_signature_is_held() {
     d.probe = Probe::default();
     w.devices = vec![d.clone()];
     assert!(plan(&w).to_probe.contains("sdb"));
-    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None }];
-    d.probe = Probe { done: true, in_use: None, content: Content::NotBlank("ext4".into()) };
+    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None, unbound: false }];
+    d.probe = Probe { done: true, in_use: None, content: Content::NotBlank("ext4".into()), activity: None };
     w.devices = vec![d];
     let p = plan(&w);
     assert!(p.held.is_empty() && p.to_probe.is_empty(), "{p:?}");
@@ -626,7 +650,12 @@ fn while_a_discovery_directory_cannot_be_scanned_nothing_new_is_claimed_and_its_
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     // A PV's lost link is still made again: it is that PV's own disk.
     let name = link_name("wwid:naa.1");
-    w.pvs = vec![PvDisk { host_path: format!("/mnt/fast/{name}"), disk: Some("wwid:naa.1".into()), device: None }];
+    w.pvs = vec![PvDisk {
+        host_path: format!("/mnt/fast/{name}"),
+        disk: Some("wwid:naa.1".into()),
+        device: None,
+        unbound: false,
+    }];
     assert!(matches!(verdict(&plan(&w), "fast", "sdb"), Verdict::Claim { relink: true, .. }));
     // A class gone from the config: its records keep others off its devices, and nothing is
     // done to its links.
@@ -695,7 +724,7 @@ fn a_disk_is_never_linked_by_its_dev_node_and_an_old_dev_node_link_moves_to_by_i
     w.records = vec![r.clone()];
     w.entries =
         vec![DirEntry { class: "fast".into(), name: r.name.clone(), link: Some(r.target.clone()), device: None }];
-    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None }];
+    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None, unbound: false }];
     assert!(plan(&w).actions.is_empty(), "{:?}", plan(&w).actions);
     // ...nor is a lost link of its PV made again by it.
     w.entries.clear();
@@ -712,7 +741,7 @@ fn a_disk_is_never_linked_by_its_dev_node_and_an_old_dev_node_link_moves_to_by_i
         link: Some("/dev/sdb".into()),
         device: Some("sdb".into()),
     }];
-    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None }];
+    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None, unbound: false }];
     assert_eq!(
         plan(&w).actions,
         vec![LinkAction::Retarget(ClaimRecord {
@@ -741,7 +770,7 @@ fn a_multipath_map_and_its_paths_are_one_disk() {
     // A PV recorded the map: the path is already a volume.
     let mut w = world(vec![path]);
     w.classes = vec![class("fast", Some(sel))];
-    w.pvs = vec![PvDisk { host_path: "/mnt/x/y".into(), disk: map.stable_id.clone(), device: None }];
+    w.pvs = vec![PvDisk { host_path: "/mnt/x/y".into(), disk: map.stable_id.clone(), device: None, unbound: false }];
     assert!(matches!(verdict(&plan(&w), "fast", "sdc"), Verdict::Refused(Refusal::AlreadyVolume(_))));
     assert!(ids_overlap("dm:mpath-2002538b71b2c3d4", "wwid:eui.002538B71B2C3D4/part1@2048"));
     assert!(!ids_overlap("dm:mpath-3600a", "wwid:naa.600b"));
@@ -752,7 +781,12 @@ fn a_link_re_pointed_this_pass_without_a_pv_is_still_judged_before_it_is_publish
     let mut d = disk("loop5", "loop:/img/a@0#1");
     d.kind = Some(DeviceKind::Selectable(DeviceType::Loop));
     d.by_id.clear();
-    d.probe = Probe { done: true, in_use: None, content: Content::NotBlank("ext4 superblock at 1080".into()) };
+    d.probe = Probe {
+        done: true,
+        in_use: None,
+        content: Content::NotBlank("ext4 superblock at 1080".into()),
+        activity: None,
+    };
     let r = ClaimRecord { target: "/dev/loop3".into(), ..record("fast", &d) };
     let sel = DeviceSelector { types: vec![DeviceType::Loop], ..Default::default() };
     let mut w = world(vec![d.clone()]);
@@ -783,7 +817,7 @@ fn a_link_cut_short_while_re_pointing_is_still_ours() {
     let r = ClaimRecord { previous: Some("/dev/sdb".into()), ..record("fast", &d) };
     let mut w = world(vec![d]);
     w.records = vec![r.clone()];
-    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None }];
+    w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None, unbound: false }];
     w.entries = vec![DirEntry {
         class: "fast".into(),
         name: r.name.clone(),
@@ -801,7 +835,12 @@ fn host_dirs_are_compared_cleaned_and_excluding_a_disk_excludes_its_partitions()
     w.classes[0].host_dir = "/mnt//fast/".into();
     w.records = vec![ClaimRecord { host_path: host_path("/mnt//fast/", &r.name), ..r.clone() }];
     w.entries = vec![link_entry("fast", &r.name, Some("sdb"))];
-    w.pvs = vec![PvDisk { host_path: format!("/mnt/fast/{}", r.name), disk: Some(r.disk.clone()), device: None }];
+    w.pvs = vec![PvDisk {
+        host_path: format!("/mnt/fast/{}", r.name),
+        disk: Some(r.disk.clone()),
+        device: None,
+        unbound: false,
+    }];
     w.classes[0].selector = None;
     let p = plan(&w);
     assert!(p.actions.is_empty(), "its PV is found, so its link is kept: {:?}", p.actions);
@@ -811,4 +850,129 @@ fn host_dirs_are_compared_cleaned_and_excluding_a_disk_excludes_its_partitions()
     let sel = DeviceSelector { types: vec![DeviceType::Partition], exclude: vec!["sda".into()], ..Default::default() };
     let p = plan(&World { classes: vec![class("fast", Some(sel))], devices: vec![part], ..Default::default() });
     assert!(matches!(verdict(&p, "fast", "sda1"), Verdict::NotSelected(ref w) if w.contains("excluded")));
+}
+
+/// The findings a probe of a recorded device can give, and whether each is foreign use.
+fn findings() -> Vec<(&'static str, Probe, bool)> {
+    let p = |in_use: Option<&str>, activity: Option<&str>, content: Content| Probe {
+        done: true,
+        in_use: in_use.map(Into::into),
+        content,
+        activity: activity.map(Into::into),
+    };
+    vec![
+        ("clean", p(None, None, Content::Blank), false),
+        ("mounted", p(Some("it is mounted at /srv"), None, Content::NotProbed), true),
+        ("writer", p(None, Some("someone is using it: 3 writes (12 KiB)"), Content::Blank), true),
+        ("opener", p(None, Some("a process has it open: dd (pid 9)"), Content::Blank), true),
+        ("signature", p(None, None, Content::NotBlank("ext4 superblock at 1024".into())), true),
+        ("busy", p(None, None, Content::Busy), true),
+        ("unreadable", p(None, None, Content::Unreadable("EIO".into())), true),
+        ("not probed", Probe::default(), false),
+    ]
+}
+
+#[test]
+fn exhaustively_a_recorded_device_is_checked_only_while_no_tenant_has_it() {
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Pv {
+        None,
+        Unbound,
+        Bound,
+    }
+    for pv in [Pv::None, Pv::Unbound, Pv::Bound] {
+        for held in [None, Some("while its PV was unbound: a writer")] {
+            for pvs_known in [true, false] {
+                for (what, probe, foreign) in findings() {
+                    let mut d = disk("sdb", "wwid:naa.1");
+                    d.probe = probe.clone();
+                    let mut r = record("fast", &d);
+                    r.held = held.map(Into::into);
+                    let mut w = world(vec![d.clone()]);
+                    w.pvs_known = pvs_known;
+                    w.records = vec![r.clone()];
+                    w.entries = vec![link_entry("fast", &r.name, Some("sdb"))];
+                    if pv != Pv::None {
+                        w.pvs = vec![PvDisk {
+                            host_path: r.host_path.clone(),
+                            disk: Some(r.disk.clone()),
+                            device: None,
+                            unbound: pv == Pv::Unbound,
+                        }];
+                    }
+                    let p = plan(&w);
+                    let case = format!("pv {pv:?}, held {held:?}, pvs known {pvs_known}, probe {what}");
+                    let judged = pvs_known && pv != Pv::Bound;
+                    let probed = probe.done;
+                    // A tenant's device (bound, or PVs unknown with a PV) is never probed.
+                    assert_eq!(p.to_probe.contains("sdb"), judged && !probed, "{case}: to_probe {:?}", p.to_probe);
+                    let tampered = judged && probed && pv == Pv::Unbound && (foreign || held.is_some());
+                    assert_eq!(!p.tampered.is_empty(), tampered, "{case}: {:?}", p.tampered);
+                    if tampered {
+                        assert_eq!(p.tampered[0].host_path, r.host_path, "{case}");
+                    }
+                    let released = judged && probed && pv == Pv::None && held.is_some() && !foreign;
+                    assert_eq!(
+                        p.actions.iter().any(|a| matches!(a, LinkAction::Release(x) if x.held.is_none())),
+                        released,
+                        "{case}: {:?}",
+                        p.actions
+                    );
+                    // Held: whatever is found on a device no tenant has, and a hold not yet
+                    // lifted, except on a bound PV's device (the tenant's).
+                    let held_now = (judged && probed && foreign) || (held.is_some() && !released && pv != Pv::Bound);
+                    assert_eq!(!p.held.is_empty(), held_now, "{case}: {:?}", p.held);
+                    // Nothing else is ever done to a recorded link by these checks.
+                    assert!(p.actions.iter().all(|a| matches!(a, LinkAction::Release(_))), "{case}: {:?}", p.actions);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_writer_refuses_a_new_claim_like_a_mount_does() {
+    let mut d = disk("sdb", "wwid:naa.1");
+    d.probe.activity = Some("someone is using it: 1 writes (4 KiB)".into());
+    assert_eq!(
+        verdict(&plan(&world(vec![d])), "fast", "sdb"),
+        Verdict::Refused(Refusal::InUse("someone is using it: 1 writes (4 KiB)".into()))
+    );
+}
+
+#[test]
+fn only_pvs_still_unbound_in_the_store_are_withdrawn_for_a_tampered_device() {
+    use crate::core::cleanup::PvState;
+    let pv = |name: &str, phase: &str, claimed: bool, deleting: bool| PvState {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: "9".into(),
+        phase: phase.into(),
+        claimed,
+        deleting,
+        host_path: format!("/mnt/fast/{name}"),
+        ..Default::default()
+    };
+    let t = |name: &str| Tampered {
+        class: "fast".into(),
+        name: name.into(),
+        host_path: format!("/mnt/fast/{name}"),
+        why: "x".into(),
+    };
+    let pvs = vec![
+        pv("a", "Available", false, false),
+        pv("b", "Bound", true, false),
+        pv("c", "Released", true, false),
+        pv("d", "Available", false, true),
+        pv("e", "Pending", false, false),
+        pv("f", "Available", true, false),
+    ];
+    let all: Vec<Tampered> = ["a", "b", "c", "d", "e", "f", "gone", "a"].iter().map(|n| t(n)).collect();
+    let got: Vec<(String, String, String)> =
+        tamper_withdrawals(&pvs, &all).into_iter().map(|(n, u, rv, _)| (n, u, rv)).collect();
+    assert_eq!(
+        got,
+        vec![("a".into(), "uid-a".into(), "9".into()), ("e".into(), "uid-e".into(), "9".into())],
+        "unbound, not deleting, once each, with the resourceVersion seen"
+    );
 }

@@ -1,6 +1,7 @@
 //! The pure core: naming, rounding, pattern matching, PV construction and the planner. Nothing
 //! here touches the host or the API, so all of it is tested with plain unit tests.
 
+pub mod activity;
 pub mod backoff;
 pub mod capacity;
 pub mod cleanup;

@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 use crate::config::ProvisionerConfig;
 use crate::core::cleanup::PvState;
@@ -16,7 +17,7 @@ use crate::core::used_mark::{Replace, UsedMark};
 use crate::core::volume_safety::DiskKey;
 use crate::discovery::{self, Scan};
 use crate::host::HostError;
-use crate::host::claims::{self, ClaimReport};
+use crate::host::claims::{self, ClaimReport, IoBaselines};
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
@@ -40,6 +41,9 @@ pub struct Ask {
     /// Host path and recorded identity of every PV of this node (any class, predecessors'
     /// too): no device one of them has is claimed again.
     pub pv_identities: Vec<(String, Option<String>)>,
+    /// Host paths of this node's unbound PVs (Available or Pending, no claim, not being
+    /// deleted): their claimed devices are checked for foreign use on every pass.
+    pub unbound: BTreeSet<String>,
 }
 
 /// What the host showed in one pass, read against one mount table.
@@ -93,6 +97,9 @@ pub trait HostAccess: Send + Sync + 'static {
     /// Stops early (with an error) once `cancel` is set; `progress` gets the size and the bytes
     /// done.
     fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError>;
+    /// Marks the claim record of the link at `host_path` held for `why`, durably: its
+    /// unbound PV was withdrawn because its device changed under it.
+    fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String>;
 }
 
 /// The real host: the mount table, the volumes, the node-local ledger, kubelet's mounts.
@@ -100,12 +107,14 @@ pub trait HostAccess: Send + Sync + 'static {
 pub struct RealHost {
     ledger: Ledger,
     kubelet: KubeletView,
+    /// I/O counters of the claimed devices of unbound PVs, between passes.
+    baselines: Arc<Mutex<IoBaselines>>,
 }
 
 impl RealHost {
     /// The host, with the ledger of used disks this agent holds and where kubelet's mounts are.
     pub fn new(ledger: Ledger, kubelet: KubeletView) -> Self {
-        RealHost { ledger, kubelet }
+        RealHost { ledger, kubelet, baselines: Arc::default() }
     }
 }
 
@@ -127,15 +136,19 @@ impl RealHost {
         if records.is_empty() && ask.config.storage_class_map.values().all(|c| c.devices.is_none()) {
             return None;
         }
-        let pvs = claims::pv_disks(&ask.pv_identities);
-        let (mut devices, mut plan) = claims::plan_claims(&ask.config, records.clone(), Some(pvs.clone()), mounts);
+        let pvs = claims::pv_disks(&ask.pv_identities, &ask.unbound);
+        // A poisoned lock only means a pass panicked mid-way: the counters are still counters.
+        let mut baselines = self.baselines.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut devices, mut plan) =
+            claims::plan_claims(&ask.config, records.clone(), Some(pvs.clone()), mounts, Some(&mut baselines));
         let mut applied = claims::apply(&ask.config, &state_dir, &mut records, &plan.actions);
         // A claim let go or a link removed frees the device (or a maxPerNode place) for a
         // claim judged afresh: planned again now rather than at the next event.
         let freed =
             applied.iter().any(|(a, r)| r.is_ok() && matches!(a, LinkAction::Forget(_) | LinkAction::Remove(_)));
         if freed {
-            (devices, plan) = claims::plan_claims(&ask.config, records.clone(), Some(pvs), mounts);
+            (devices, plan) =
+                claims::plan_claims(&ask.config, records.clone(), Some(pvs), mounts, Some(&mut baselines));
             applied.extend(claims::apply(&ask.config, &state_dir, &mut records, &plan.actions));
         }
         Some(ClaimReport { devices, plan, applied, failed: None, records })
@@ -152,6 +165,11 @@ impl HostAccess for RealHost {
         discovery::read_used_marks(&mut scan.volumes, &ask.config, &mounts, Some(&self.ledger));
         if let Some(c) = &claims {
             discovery::hold_back(&mut scan, &ask.config, &c.plan.held);
+            // A device changed under its unbound PV is held whatever the ledger says of it:
+            // never wiped on the agent's own word, never offered, until an operator clears it.
+            let tampered: Vec<(String, String, String)> =
+                c.plan.tampered.iter().map(|t| (t.class.clone(), t.name.clone(), t.why.clone())).collect();
+            discovery::hold_back_always(&mut scan, &ask.config, &tampered);
         }
         let absent = ask
             .pvs
@@ -215,5 +233,10 @@ impl HostAccess for RealHost {
 
     fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError> {
         crate::wiper::on_host::wipe(&self.ledger, &self.kubelet, job, cancel, progress)
+    }
+
+    fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String> {
+        let state_dir = self.ledger.path().parent().ok_or("the ledger has no state directory")?;
+        claims::hold_record(state_dir, host_path, why).map_err(|e| e.to_string())
     }
 }

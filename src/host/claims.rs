@@ -8,7 +8,7 @@
 //! removed relative to the discovery directory's descriptor, never through a path that a
 //! symlink could redirect.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::{AsFd, OwnedFd};
@@ -18,16 +18,18 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 
 use crate::config::{DeviceType, ProvisionerConfig};
+use crate::core::activity::{IoStat, Opener, opened_by_others, written_between};
 use crate::core::device_claim::{
     ClaimPlan, ClaimRecord, ClassClaims, Content, DeviceFacts, DeviceKind, DirEntry, LinkAction, Probe, PvDisk, World,
     plan,
 };
 use crate::core::signatures::Content as Found;
 use crate::core::volume_safety::MountFacts;
-use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_attr};
+use crate::host::blockdev::{block_device_in_use, device_number, extent, loop_status, sysfs_attr};
 use crate::host::device_content::{self, Probe as ContentProbe};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
+use crate::host::writers::{self, Wanted};
 
 /// The file in the state directory listing the links this agent made.
 pub const CLAIMS_FILE: &str = "claims.json";
@@ -228,12 +230,14 @@ const BUSY_ATTEMPTS: u32 = 3;
 const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
 
 /// The probe of one candidate: in use (it or anything sharing its data mounted, held or
-/// open exclusively) and, when not, what its signature areas hold. An exclusive holder is
-/// asked about again a few times, so two brief probes that meet do not report each other.
-pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Probe {
+/// open exclusively), used without a claim (its I/O counters moving over the probe window,
+/// or a process in `openers` holding it or a device sharing its data) and, when none of these,
+/// what its signature areas hold. An exclusive holder is asked about again a few times, so two
+/// brief probes that meet do not report each other.
+pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], openers: &[Opener]) -> Probe {
     let mut attempt = 1;
     loop {
-        let found = probe_once(device, mounts, facts);
+        let found = probe_once(device, mounts, facts, openers);
         let busy = matches!(found.content, Content::Busy)
             || found.in_use.as_deref().is_some_and(|why| why.contains("open exclusively"));
         if !busy || attempt >= BUSY_ATTEMPTS {
@@ -244,17 +248,20 @@ pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]
     }
 }
 
-fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Probe {
+fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], openers: &[Opener]) -> Probe {
     let Some(node) = device_node(device) else {
         let content = Content::Unreadable(format!("/dev/{} is not the device {}", device.name, device.dev));
-        return Probe { done: true, in_use: None, content };
+        return Probe { done: true, in_use: None, content, activity: None };
     };
+    let before = writers::io_stat(&device.name);
     let in_use = match block_device_in_use(&node, mounts, facts) {
         Ok(v) => v,
-        Err(e) => return Probe { done: true, in_use: None, content: Content::Unreadable(e.to_string()) },
+        Err(e) => {
+            return Probe { done: true, in_use: None, content: Content::Unreadable(e.to_string()), activity: None };
+        }
     };
     if in_use.is_some() {
-        return Probe { done: true, in_use, content: Content::NotProbed };
+        return Probe { done: true, in_use, content: Content::NotProbed, activity: None };
     }
     let content = match device_content::probe_content(&node) {
         Ok(ContentProbe::Busy) => Content::Busy,
@@ -262,7 +269,54 @@ fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>
         Ok(ContentProbe::Read { content, .. }) => Content::NotBlank(content.to_string()),
         Err(e) => Content::Unreadable(e.to_string()),
     };
-    Probe { done: true, in_use: None, content }
+    // Our reads have completed: any write, discard or flush in the window, or any request
+    // still in flight, is someone else's.
+    let after = writers::io_stat(&device.name);
+    let counted = match (before, after) {
+        (Some(b), Some(a)) => written_between(&b, &a),
+        _ => Some(format!("the I/O counters of {} cannot be read", device.name)),
+    };
+    let mine: Vec<Opener> = openers.iter().filter(|o| concerns(device, o)).cloned().collect();
+    let activity = counted.or_else(|| opened_by_others(&mine));
+    Probe { done: true, in_use: None, content, activity }
+}
+
+/// Whether `o` holds `device` or a device sharing its data (or the backing file of one).
+fn concerns(device: &DeviceFacts, o: &Opener) -> bool {
+    o.what == device.name || device.sharing.contains(&o.what) || o.what == backing_label(&device.name)
+}
+
+/// How an opener of a loop device's backing file is named.
+fn backing_label(name: &str) -> String {
+    format!("the backing file of {name}")
+}
+
+/// What to look for in the processes' descriptors for `devices`: each device, the devices
+/// sharing its data, and the backing file of every loop device among them.
+fn wanted_for<'a>(devices: impl Iterator<Item = &'a DeviceFacts>, all: &[DeviceFacts]) -> Wanted {
+    let mut names: BTreeSet<&str> = BTreeSet::new();
+    for d in devices {
+        names.insert(&d.name);
+        names.extend(d.sharing.iter().map(String::as_str));
+    }
+    let mut wanted = Wanted::default();
+    for d in all.iter().filter(|d| names.contains(d.name.as_str())) {
+        let Some(rdev) = parse_dev(&d.dev) else { continue };
+        wanted.devices.push((rdev, d.name.clone()));
+        if matches!(d.kind, Some(DeviceKind::Selectable(DeviceType::Loop)))
+            && let Some(file) = open_device(rdev, None)
+            && let Ok(status) = loop_status(&file)
+        {
+            wanted.files.push((status.device, status.inode, backing_label(&d.name)));
+        }
+    }
+    wanted
+}
+
+/// `major:minor` as a device number.
+fn parse_dev(dev: &str) -> Option<u64> {
+    let (major, minor) = dev.split_once(':')?;
+    Some(nix::sys::stat::makedev(major.parse().ok()?, minor.parse().ok()?))
 }
 
 /// The discovery directories that are safe to scan (see discovery::check_roots), by class.
@@ -311,9 +365,10 @@ pub fn claim_classes(config: &ProvisionerConfig) -> Vec<ClassClaims> {
         .collect()
 }
 
-/// This node's PVs as the claim rules see them: the disk each recorded and, for a path this
-/// agent can see that is a block device (an upstream PV of a link under /dev), that device.
-pub fn pv_disks(pvs: &[(String, Option<String>)]) -> Vec<PvDisk> {
+/// This node's PVs as the claim rules see them: the disk each recorded, for a path this agent
+/// can see that is a block device (an upstream PV of a link under /dev) that device, and
+/// whether it is unbound (its host path in `unbound`).
+pub fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<String>) -> Vec<PvDisk> {
     pvs.iter()
         .map(|(host_path, identity)| PvDisk {
             host_path: host_path.clone(),
@@ -322,17 +377,21 @@ pub fn pv_disks(pvs: &[(String, Option<String>)]) -> Vec<PvDisk> {
                 .ok()
                 .filter(|m| host_path.starts_with("/dev/") && m.file_type().is_block_device())
                 .and_then(|m| kernel_name(m.rdev())),
+            unbound: unbound.contains(host_path),
         })
         .collect()
 }
 
 /// Gathers the world, probes the candidates, and plans (core::device_claim::plan). `pvs`:
 /// this node's PVs, or `None` when they are unknown (the commands, with no cluster).
+/// `baselines`: the agent's I/O counters of the devices of unbound PVs from earlier passes
+/// (writes since then are a writer's); `None` for the commands.
 pub fn plan_claims(
     config: &ProvisionerConfig,
     records: Vec<ClaimRecord>,
     pvs: Option<Vec<PvDisk>>,
     mounts: &MountTable,
+    baselines: Option<&mut IoBaselines>,
 ) -> (Vec<DeviceFacts>, ClaimPlan) {
     let facts = mounts.facts();
     let roots = roots(config, &facts);
@@ -345,15 +404,98 @@ pub fn plan_claims(
         pvs: pvs.unwrap_or_default(),
         unscanned: config.storage_class_map.keys().filter(|c| !roots.contains_key(*c)).cloned().collect(),
     };
+    // The devices of unbound PVs, by kernel name, with their PV's path.
+    let unbound: BTreeMap<String, String> = world
+        .records
+        .iter()
+        .filter(|r| world.pvs.iter().any(|pv| pv.host_path == r.host_path && pv.unbound))
+        .filter_map(|r| {
+            let mut with_id = world.devices.iter().filter(|d| d.stable_id.as_deref() == Some(r.disk.as_str()));
+            match (with_id.next(), with_id.next()) {
+                (Some(d), None) => Some((d.name.clone(), r.host_path.clone())),
+                _ => None,
+            }
+        })
+        .collect();
+    if let Some(b) = baselines {
+        b.retain(|path| unbound.values().any(|p| p == path));
+        for d in world.devices.iter_mut().filter(|d| unbound.contains_key(&d.name)) {
+            let path = &unbound[&d.name];
+            d.probe.activity = b.check(path, &d.name);
+        }
+    }
     let first = plan(&world);
     if first.to_probe.is_empty() {
         return (world.devices, first);
     }
+    let openers = writers::openers(&wanted_for(
+        world.devices.iter().filter(|d| first.to_probe.contains(&d.name)),
+        &world.devices,
+    ));
     for d in world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name)) {
-        d.probe = probe(d, mounts, &facts);
+        let since_last_pass = d.probe.activity.take();
+        d.probe = probe(d, mounts, &facts, &openers);
+        d.probe.activity = since_last_pass.or(d.probe.activity.take());
     }
     let second = plan(&world);
     (world.devices, second)
+}
+
+/// The I/O counters of the devices of unbound PVs, as the agent last read them, by PV path
+/// and device: a write between two passes is a writer's, since no tenant has the disk. Only
+/// the devices of unbound PVs are kept (pruned every pass).
+#[derive(Debug, Default)]
+pub struct IoBaselines {
+    seen: BTreeMap<String, (String, IoStat)>,
+}
+
+impl IoBaselines {
+    /// Keeps only the PV paths `keep` accepts.
+    fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.seen.retain(|path, _| keep(path));
+    }
+
+    /// What happened on device `name` (the disk of the PV at `path`) since the last pass:
+    /// writes, discards, flushes or writes in flight. The first reading (or one of another
+    /// device at that path) only sets the baseline; an unreadable one is a doubt reported.
+    fn check(&mut self, path: &str, name: &str) -> Option<String> {
+        let Some(now) = writers::io_stat_writes_in_flight(name) else {
+            self.seen.remove(path);
+            return Some(format!("the I/O counters of {name} cannot be read"));
+        };
+        let found = match self.seen.get(path) {
+            Some((dev, before)) if dev == name => {
+                written_between(before, &now).map(|w| format!("since the last check, {w}"))
+            }
+            _ => None,
+        };
+        if found.is_none() {
+            self.seen.insert(path.to_string(), (name.to_string(), now));
+        }
+        found
+    }
+
+    /// How many devices are followed.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+/// Marks the record of the link at `host_path` held for `why` (after its unbound PV was
+/// withdrawn for it), so the hold survives a restart. A record already gone is left so.
+pub fn hold_record(state_dir: &Path, host_path: &str, why: &str) -> Result<(), ClaimError> {
+    let mut records = read_records(state_dir)?;
+    let Some(r) = records.iter_mut().find(|r| r.host_path == host_path) else { return Ok(()) };
+    if r.held.as_deref() == Some(why) {
+        return Ok(());
+    }
+    r.held = Some(why.to_string());
+    write_records(state_dir, &records)
 }
 
 /// The links to hold back while the records cannot be read: which links are the agent's is
@@ -403,6 +545,7 @@ fn apply_one(
 ) -> Result<(), ClaimError> {
     match action {
         LinkAction::Forget(r) => forget(state_dir, records, r),
+        LinkAction::Release(r) => keep(state_dir, records, r.clone()),
         LinkAction::Create(r) | LinkAction::Relink(r) => {
             let dir = class_dir(config, &r.class)?;
             keep(state_dir, records, r.clone())?;
@@ -519,6 +662,7 @@ mod tests {
             disk: format!("wwid:{name}"),
             target: target.into(),
             previous: None,
+            held: None,
         }
     }
 

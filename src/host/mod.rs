@@ -14,6 +14,7 @@ pub mod volume;
 pub mod watch;
 pub mod wipe_block;
 pub mod wipe_fs;
+pub mod writers;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,140 @@
+//! Who uses a block device without claiming it: its I/O counters (sysfs) and the descriptors
+//! the processes this agent can see hold (`/proc/<pid>/fd`). core::activity judges them.
+//!
+//! What the agent can see: the counters are the kernel's, whatever namespace the agent runs
+//! in. `/proc` shows the processes of the agent's PID namespace only: in a pod, that is the
+//! host's processes only with `hostPID: true` (deploy/ and the chart set it), otherwise the
+//! agent's own, and then only the counters and the exclusive-open probe see other users.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use crate::core::activity::{IoStat, Opener};
+
+/// The I/O counters of the block device `name` (kernel name), with `in_flight` as `stat`
+/// gives it: every request in flight, reads included. `None` when sysfs has no such device.
+pub fn io_stat(name: &str) -> Option<IoStat> {
+    IoStat::parse(&std::fs::read_to_string(Path::new("/sys/class/block").join(name).join("stat")).ok()?)
+}
+
+/// The same, with `in_flight` counting writes only (`inflight`: "reads writes"), for checks
+/// that must not take a brief reader (udev's blkid) for a writer.
+pub fn io_stat_writes_in_flight(name: &str) -> Option<IoStat> {
+    let mut stat = io_stat(name)?;
+    let inflight = std::fs::read_to_string(Path::new("/sys/class/block").join(name).join("inflight")).ok()?;
+    stat.in_flight = inflight.split_whitespace().nth(1)?.parse().ok()?;
+    Some(stat)
+}
+
+/// What to look for among the open descriptors: block devices by number, and regular files by
+/// (device, inode) (the backing files of loop devices), each with the name to report.
+#[derive(Debug, Clone, Default)]
+pub struct Wanted {
+    /// Block devices: (rdev, kernel name).
+    pub devices: Vec<(u64, String)>,
+    /// Regular files: (st_dev, st_ino, what to call it).
+    pub files: Vec<(u64, u64, String)>,
+}
+
+impl Wanted {
+    fn is_empty(&self) -> bool {
+        self.devices.is_empty() && self.files.is_empty()
+    }
+}
+
+/// Every descriptor of another process (not this one, nor its threads) that leads to one of
+/// `wanted`. Processes that exit while they are read are skipped; a `/proc` that cannot be
+/// listed gives nothing (the counters and the exclusive probe still apply).
+pub fn openers(wanted: &Wanted) -> Vec<Opener> {
+    let mut out = Vec::new();
+    if wanted.is_empty() {
+        return out;
+    }
+    let me = std::process::id();
+    let devices: BTreeSet<u64> = wanted.devices.iter().map(|(d, _)| *d).collect();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            // stat() follows the magic link to the open file itself, whatever its path.
+            let Ok(meta) = std::fs::metadata(fd.path()) else { continue };
+            let what = if meta.file_type().is_block_device() && devices.contains(&meta.rdev()) {
+                wanted.devices.iter().find(|(d, _)| *d == meta.rdev()).map(|(_, n)| n.clone())
+            } else if meta.file_type().is_file() {
+                wanted
+                    .files
+                    .iter()
+                    .find(|(dev, ino, _)| *dev == meta.dev() && *ino == meta.ino())
+                    .map(|(_, _, n)| n.clone())
+            } else {
+                None
+            };
+            let Some(what) = what else { continue };
+            let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default().trim().to_string();
+            out.push(Opener { pid, comm, fd: n, writable: writable(&p.path(), n), what });
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether descriptor `fd` of the process at `proc_dir` was opened for writing (the access
+/// mode in `fdinfo`'s octal `flags`); unknown counts as writable.
+fn writable(proc_dir: &Path, fd: u32) -> bool {
+    let Ok(info) = std::fs::read_to_string(proc_dir.join("fdinfo").join(fd.to_string())) else { return true };
+    let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
+    flags.is_none_or(|f| f & 0o3 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_file_another_process_holds_is_found_with_its_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("image");
+        std::fs::write(&path, b"x").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let wanted = Wanted { devices: vec![], files: vec![(meta.dev(), meta.ino(), "image".into())] };
+        // This process's own descriptors never count.
+        let _mine = std::fs::File::open(&path).unwrap();
+        assert!(openers(&wanted).is_empty());
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec 7>>'{}'; exec sleep 30", path.display()))
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = openers(&wanted);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].pid, found[0].fd, found[0].writable, found[0].what.as_str()), (pid, 7, true, "image"));
+    }
+
+    #[test]
+    fn nothing_wanted_reads_nothing() {
+        assert!(openers(&Wanted::default()).is_empty());
+    }
+
+    #[test]
+    fn counters_of_a_device_that_does_not_exist_are_none() {
+        assert_eq!(io_stat("no-such-device-here"), None);
+        assert_eq!(io_stat_writes_in_flight("no-such-device-here"), None);
+    }
+}
