@@ -82,7 +82,7 @@ pub fn run(opts: WipeDiskOptions) -> ExitCode {
     // The API is asked only about a disk that exists.
     let mut cluster = None;
     if find_target(&world.id, &world.devices).is_ok() {
-        match runtime.block_on(tokio::time::timeout(API_TIMEOUT, api_facts(&opts))) {
+        match runtime.block_on(async { tokio::time::timeout(API_TIMEOUT, api_facts(&opts)).await }) {
             Ok(Ok((pvs, c, node))) => {
                 world.pvs = Ok(pvs);
                 cluster = node.map(|n| (c, n));
@@ -140,7 +140,7 @@ pub fn run(opts: WipeDiskOptions) -> ExitCode {
             let note = format!("{summary}, on an operator's request (wipe-disk)");
             let regarding = node_reference(&node);
             let post = c.try_event(&regarding, false, EVENT_REASON, "WipeDisk", note);
-            match runtime.block_on(tokio::time::timeout(API_TIMEOUT, post)) {
+            match runtime.block_on(async { tokio::time::timeout(API_TIMEOUT, post).await }) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => eprintln!("warning: the {EVENT_REASON} event could not be posted: {e}"),
                 Err(_) => eprintln!("warning: the {EVENT_REASON} event could not be posted within {API_TIMEOUT:?}"),
