@@ -254,13 +254,14 @@ fn print_plan(world: &WipeWorld, decision: &Result<Target, Vec<WipeRefusal>>) ->
 /// Progress on stderr: percent and rate, at most once a second and at the end.
 fn progress_printer() -> impl FnMut(u64, u64) {
     let started = Instant::now();
-    let mut last: Option<Instant> = None;
+    let mut last: Option<(Instant, u64)> = None;
     move |done, total| {
         let now = Instant::now();
-        if done < total && last.is_some_and(|l| now.duration_since(l) < Duration::from_secs(1)) {
+        let recent = last.is_some_and(|(at, _)| now.duration_since(at) < Duration::from_secs(1));
+        if last.is_some_and(|(_, d)| d == done) || (done < total && recent) {
             return;
         }
-        last = Some(now);
+        last = Some((now, done));
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         let rate = mib(done) / now.duration_since(started).as_secs_f64().max(1e-6);
         let pct = if total == 0 { 100.0 } else { done as f64 * 100.0 / total as f64 };

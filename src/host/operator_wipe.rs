@@ -44,6 +44,9 @@ pub enum OperatorWipeError {
     /// The device node is missing, or is another device.
     #[error("/dev/{name} is not the device {dev} (missing, or another device now); nothing was written")]
     NoNode { name: String, dev: String },
+    /// The deadline passed before the wipe was done.
+    #[error("the wipe of /dev/{name} did not finish within {timeout:?} (--timeout): {done} of {total} bytes zeroed")]
+    TimedOut { name: String, timeout: Duration, done: u64, total: u64 },
     /// The wipe (or the proof before it, or the read-back after it) failed.
     #[error(transparent)]
     Wipe(#[from] BlockWipeError),
@@ -228,7 +231,12 @@ pub fn wipe(
         drop(done_tx);
         result
     });
-    let report = result?;
+    let report = result.map_err(|e| match e {
+        BlockWipeError::Cancelled { done, total, .. } => {
+            OperatorWipeError::TimedOut { name: target.name.clone(), timeout, done, total }
+        }
+        e => e.into(),
+    })?;
     Ok(Wiped { bytes: report.bytes, elapsed: started.elapsed(), read_back, reread })
 }
 
@@ -259,7 +267,7 @@ fn prove(file: &File, target: &Target, expected: u64, sharing: &BTreeMap<String,
             return Err(format!("{name} got holders meanwhile; nothing was written"));
         }
     }
-    let open = openers(sharing);
+    let open = stable_openers(sharing);
     if !open.is_empty() {
         let list: Vec<String> =
             open.iter().map(|o| format!("{} (pid {}) has {}", o.command, o.pid, o.device)).collect();
