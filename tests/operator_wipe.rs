@@ -228,9 +228,9 @@ fn wipes_are_refused_while_anything_uses_the_disk_and_nothing_is_written() {
     assert_refused(&wipe_disk(&h, &config, dev.to_str().unwrap(), &["--yes"]), "unknown-id", "no device");
     unchanged("unknown ids");
 
-    // Mounted.
+    // Mounted (read-only and without journal replay: the mount itself writes nothing).
     let at = h.lab.path("mnt/mounted");
-    h.lab.mount_dev(&dev, &at);
+    h.lab.mount_dev_with(&dev, &at, &["-o", "ro,noload"]);
     assert_refused(&wipe_disk(&h, &config, &id, &["--yes"]), "in-use", "mounted at");
     h.lab.umount(&at);
     unchanged("mounted");
@@ -276,17 +276,9 @@ fn wipes_are_refused_while_anything_uses_the_disk_and_nothing_is_written() {
     // The API cannot be read: no PV can be ruled out.
     let kubeconfig = h.lab.path("unreachable.kubeconfig");
     let original = std::fs::read_to_string(&h.kubeconfig).unwrap();
-    let broken: String = original
-        .lines()
-        .map(|l| {
-            if l.trim_start().starts_with("server:") {
-                "    server: https://127.0.0.1:9".to_string()
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    assert!(original.contains(&h.cp.api_url), "{original}");
+    // Nothing listens on port 9 of the loopback.
+    let broken = original.replace(&h.cp.api_url, "https://127.0.0.1:9");
     std::fs::write(&kubeconfig, broken).unwrap();
     assert_refused(
         &wipe_disk_as(&h, &kubeconfig, &config, &id, &["--yes"]),
