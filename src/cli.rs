@@ -1,5 +1,5 @@
-//! The command line: `run`, `discover`, `validate-config`, `cleanup`, `node-cleanup` and
-//! `version`.
+//! The command line: `run`, `discover`, `disks`, `wipe-disk`, `validate-config`, `cleanup`,
+//! `node-cleanup` and `version`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -60,6 +60,11 @@ enum Command {
     /// List every block device of this node with its facts and, for each class with a
     /// `devices` section, whether it is claimed, would be, or why not. Changes nothing.
     Disks(DisksArgs),
+    /// Zero one disk of this node, named by its stable id exactly as `disks` prints it, on an
+    /// operator's word: refused while it, or anything sharing its data, is mounted, held, open,
+    /// an entry of a discovery directory or a PV's disk. Without --yes, only says what it would
+    /// zero and why that is allowed or refused.
+    WipeDisk(WipeDiskArgs),
     /// Parse and check a config (a ConfigMap manifest with -f, or a directory of key files),
     /// print the effective config with defaults.
     ValidateConfig(ValidateArgs),
@@ -153,6 +158,31 @@ struct DisksArgs {
     /// Output format.
     #[arg(long, env = "DISKS_OUTPUT", value_enum, default_value = "table")]
     output: DisksOutput,
+}
+
+#[derive(Debug, Args)]
+struct WipeDiskArgs {
+    /// The disk's stable id, exactly as `disks` prints it (`wwid:...`, `serial:...`,
+    /// `dm:mpath-...`, `loop:...`, a partition's `.../part<N>@<start>`).
+    #[arg(long, env = "WIPE_DISK_ID")]
+    id: String,
+    /// Write. Without it nothing is written: the command prints what it would zero and why
+    /// that is allowed or refused (exit code 2 when refused).
+    #[arg(long, env = "WIPE_DISK_YES")]
+    yes: bool,
+    /// Deadline of the wipe (Go duration); by default 10m plus the size at 10 MiB/s.
+    #[arg(long, env = "WIPE_DISK_TIMEOUT", value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Name of this Node (its PVs are read from the API; the event goes on it).
+    #[arg(long, env = "MY_NODE_NAME", value_parser = parse_node_name)]
+    node_name: String,
+    #[arg(long, env = "KUBECONFIG", help = KUBECONFIG_HELP)]
+    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// The agent's state directory: its claims.json says which links are its own.
+    #[arg(long, env = "STATE_DIR", default_value = "/var/lib/local-static-provisioner")]
+    state_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -350,6 +380,21 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::ValidateConfig(args) => validate_config(&args),
         Command::Discover(args) => discover(&args),
         Command::Disks(args) => disks(&args),
+        Command::WipeDisk(args) => crate::wipe_disk_cli::run(crate::wipe_disk_cli::WipeDiskOptions {
+            config: load_dir(&args.config.config_dir)
+                .map(|l| (l.config, l.failed_classes.into_keys().collect()))
+                .map_err(|e| e.to_string()),
+            id: args.id,
+            yes: args.yes,
+            timeout: args.timeout,
+            node_name: args.node_name,
+            client: ClientOptions {
+                kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
+                qps: 20,
+                burst: 40,
+            },
+            state_dir: args.state_dir,
+        }),
         Command::Run(args) => run_agent(args),
         Command::NodeCleanup(args) => run_node_cleanup(args),
         Command::Cleanup(args) => match runtime() {

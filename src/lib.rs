@@ -4,7 +4,7 @@
 //! Layout: `config` (the ConfigMap), `core` (pure naming, PV construction, planner),
 //! `host` (mount table and devices), `discovery` (host scan), `api` (Kubernetes access),
 //! `agent` (the reconcile loop), `wiper` (wipes), `node_cleanup` (the cluster-wide Deployment
-//! for deleted Nodes, with its `leader` election), `metrics` and `admin` (HTTP), `cli` (commands).
+//! for deleted Nodes, with its `leader` election), `metrics` and `admin` (HTTP), `cli` (commands), `wipe_disk_cli` (an operator's wipe of one disk).
 
 pub mod admin;
 pub mod agent;
@@ -21,4 +21,5 @@ pub mod memory;
 pub mod metrics;
 pub mod node_cleanup;
 pub mod runtime;
+pub mod wipe_disk_cli;
 pub mod wiper;

@@ -12,6 +12,7 @@ pub mod lease;
 pub mod naming;
 pub mod node_cleanup;
 pub mod occurrence;
+pub mod operator_wipe;
 pub mod pattern;
 pub mod planner;
 pub mod presence;

@@ -320,13 +320,13 @@ fn parse_dev(dev: &str) -> Option<u64> {
 }
 
 /// The discovery directories that are safe to scan (see discovery::check_roots), by class.
-fn roots(config: &ProvisionerConfig, facts: &[MountFacts<'_>]) -> BTreeMap<String, PathBuf> {
+pub(crate) fn roots(config: &ProvisionerConfig, facts: &[MountFacts<'_>]) -> BTreeMap<String, PathBuf> {
     let (roots, _) = crate::discovery::check_roots(config, facts);
     roots.into_iter().map(|r| (r.class, r.resolved)).collect()
 }
 
 /// Every entry of every scannable discovery directory, with what block device it leads to.
-fn entries(roots: &BTreeMap<String, PathBuf>) -> Vec<DirEntry> {
+pub(crate) fn entries(roots: &BTreeMap<String, PathBuf>) -> Vec<DirEntry> {
     let mut out = Vec::new();
     for (class, root) in roots {
         for name in list_dir(root) {

@@ -8,6 +8,7 @@ pub mod device_content;
 pub mod identity;
 pub mod kubelet;
 pub mod mountinfo;
+pub mod operator_wipe;
 pub mod process;
 pub mod used_mark;
 pub mod volume;

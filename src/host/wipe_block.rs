@@ -123,6 +123,9 @@ pub enum BlockWipeError {
     /// descriptor the wipe writes through).
     #[error("{path}: {reason}")]
     NotTheDisk { path: PathBuf, reason: String },
+    /// The check after the wipe (see [`wipe_block_checked`]) failed.
+    #[error("{path}: after the wipe: {reason}")]
+    Check { path: PathBuf, reason: String },
     /// The cancel flag was raised (shutdown or timeout) before the wipe finished.
     #[error("wipe of {path} cancelled after {done} of {total} bytes")]
     Cancelled { path: PathBuf, done: u64, total: u64 },
@@ -166,6 +169,20 @@ pub fn wipe_block_verified(
     progress: &mut dyn FnMut(u64, u64),
     verify: &mut dyn FnMut(&File) -> Result<(), String>,
 ) -> Result<BlockWipeReport, BlockWipeError> {
+    wipe_block_checked(device, method, cancel, progress, verify, &mut |_| Ok(()))
+}
+
+/// [`wipe_block_verified`], then `after` with the same exclusive descriptor once the wipe is
+/// written and synced, before it is closed: what runs there (an operator's wipe reads back
+/// what it wrote) sees the device before anyone else can claim it.
+pub fn wipe_block_checked(
+    device: &Path,
+    method: BlockMethod,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+    verify: &mut dyn FnMut(&File) -> Result<(), String>,
+    after: &mut dyn FnMut(&File) -> Result<(), String>,
+) -> Result<BlockWipeReport, BlockWipeError> {
     let meta = std::fs::metadata(device).map_err(|e| BlockWipeError::io("stat", device, e))?;
     if !meta.file_type().is_block_device() {
         return Err(BlockWipeError::NotBlockDevice { path: device.to_path_buf() });
@@ -207,6 +224,7 @@ pub fn wipe_block_verified(
     };
     let work = used.work_bytes(dev.size);
     progress(work, work);
+    after(&dev.file).map_err(|reason| BlockWipeError::Check { path: device.to_path_buf(), reason })?;
     Ok(BlockWipeReport { bytes: dev.size, method: used })
 }
 
