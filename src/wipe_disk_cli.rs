@@ -174,7 +174,7 @@ async fn api_facts(opts: &WipeDiskOptions) -> Result<(Vec<KnownPv>, Cluster, Opt
             let identity = pv.annotation(ANN_VOLUME_IDENTITY).cloned();
             let this_node = on_node(pv, &opts.node_name, &label, &hostname);
             let disk = if this_node {
-                let mut d = pv_disks(&[(path.clone(), identity)]).remove(0);
+                let mut d = pv_disks(&[(path.clone(), identity)], &Default::default()).remove(0);
                 // Any path of this node's PVs that is a device here (not only under /dev).
                 if d.device.is_none() {
                     d.device = std::fs::metadata(&path).ok().and_then(|m| device_name(&m));
@@ -184,7 +184,7 @@ async fn api_facts(opts: &WipeDiskOptions) -> Result<(Vec<KnownPv>, Cluster, Opt
                 // Another node's path means nothing here; the disk it recorded may (a LUN
                 // shared by several nodes).
                 let disk = identity.as_deref().and_then(DiskIdentity::parse).and_then(|id| id.disk);
-                PvDisk { host_path: path, disk, device: None }
+                PvDisk { host_path: path, disk, device: None, unbound: false }
             };
             KnownPv { name: pv.metadata.name.clone().unwrap_or_default(), this_node, disk }
         })

@@ -27,16 +27,9 @@ pub struct KnownPv {
     pub disk: PvDisk,
 }
 
-/// A process holding the device (or one sharing its data) open.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Opener {
-    /// Its PID.
-    pub pid: u32,
-    /// Its command name (`/proc/<pid>/comm`).
-    pub command: String,
-    /// Kernel name of the device it has open.
-    pub device: String,
-}
+/// A process holding the device (or one sharing its data) open: `what` is the kernel name of
+/// the device it has open.
+pub use crate::core::activity::Opener;
 
 /// Everything the decision reads.
 #[derive(Debug, Clone)]
@@ -185,8 +178,7 @@ impl fmt::Display for WipeRefusal {
             ),
             WipeRefusal::InUse(why) => write!(f, "in use: {why}"),
             WipeRefusal::Open(openers) => {
-                let list: Vec<String> =
-                    openers.iter().map(|o| format!("{} (pid {}) has {} open", o.command, o.pid, o.device)).collect();
+                let list: Vec<String> = openers.iter().map(|o| o.to_string()).collect();
                 write!(f, "open by another process: {}", list.join(", "))
             }
             WipeRefusal::Entry { class, name, device } => write!(
@@ -271,7 +263,7 @@ pub fn decide(world: &WipeWorld) -> Result<Target, Vec<WipeRefusal>> {
     if let Some(why) = &world.in_use {
         refusals.push(WipeRefusal::InUse(why.clone()));
     }
-    let mut openers: Vec<Opener> = world.openers.iter().filter(|o| related.contains(&o.device)).cloned().collect();
+    let mut openers: Vec<Opener> = world.openers.iter().filter(|o| related.contains(&o.what)).cloned().collect();
     openers.sort();
     openers.dedup();
     if !openers.is_empty() {

@@ -68,6 +68,7 @@ fn record(class: &str, name: &str, disk: &str) -> ClaimRecord {
         disk: disk.into(),
         target: "/dev/disk/by-id/wwn-0x5000c500a0b1c2d3".into(),
         previous: None,
+        held: None,
     }
 }
 
@@ -75,7 +76,12 @@ fn pv(name: &str, this_node: bool, path: &str, disk: Option<&str>, device: Optio
     KnownPv {
         name: name.into(),
         this_node,
-        disk: PvDisk { host_path: path.into(), disk: disk.map(str::to_string), device: device.map(str::to_string) },
+        disk: PvDisk {
+            host_path: path.into(),
+            disk: disk.map(str::to_string),
+            device: device.map(str::to_string),
+            unbound: false,
+        },
     }
 }
 
@@ -177,7 +183,7 @@ fn in_use_and_open_devices_are_refused() {
     // Openers of it or of a sharing device; not of other devices.
     for (dev, refused) in [("sda", true), ("sda1", true), ("sda2", true), ("sdb", false), ("loop0", false)] {
         let mut w = world(DISK);
-        let o = Opener { pid: 4242, command: "qemu".into(), device: dev.into() };
+        let o = Opener { pid: 4242, comm: "qemu".into(), fd: 3, writable: true, what: dev.into() };
         w.openers = vec![o.clone(), o];
         match decide(&w) {
             Err(r) => {
@@ -349,7 +355,7 @@ fn every_rule_that_refuses_is_reported() {
     w.devices[0].read_only = true;
     w.devices[1].holders = vec!["md0".into()];
     w.in_use = Some("it is mounted at /srv".into());
-    w.openers = vec![Opener { pid: 7, command: "dd".into(), device: "sda".into() }];
+    w.openers = vec![Opener { pid: 7, comm: "dd".into(), fd: 3, writable: true, what: "sda".into() }];
     w.entries = vec![entry("fast", "mine", Some("sda2"), Some("/dev/sda2"))];
     w.unscanned = vec!["slow".into()];
     w.pvs = Err("timed out".into());

@@ -26,6 +26,7 @@ use crate::host::claims::{entries, inventory, read_records, roots};
 use crate::host::identity::stable_id;
 use crate::host::mountinfo::MountTable;
 use crate::host::wipe_block::{BlockMethod, BlockWipeError, wipe_block_checked};
+use crate::host::writers::{self, Wanted};
 
 /// Blocks of 64 KiB read back between the first and the last MiB.
 const READ_BACK_SAMPLES: u64 = 64;
@@ -131,36 +132,24 @@ fn stable_openers(devices: &BTreeMap<String, String>) -> Vec<Opener> {
     }
     std::thread::sleep(BUSY_PAUSE);
     let second = openers(devices);
-    first.into_iter().filter(|o| second.iter().any(|s| s.pid == o.pid && s.device == o.device)).collect()
+    first.into_iter().filter(|o| second.iter().any(|s| s.pid == o.pid && s.what == o.what)).collect()
 }
 
 /// Every process (other than this one) with a descriptor whose file is one of `devices`
-/// (`major:minor` -> kernel name): /proc/*/fd, each descriptor's file stat'ed. Only the
-/// processes of this PID namespace are seen (in a pod: hostPID).
+/// (`major:minor` -> kernel name), as host::writers finds them. Only the processes of this
+/// PID namespace are seen (in a pod: hostPID).
 pub fn openers(devices: &BTreeMap<String, String>) -> Vec<Opener> {
-    let own = std::process::id();
-    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let mut out = Vec::new();
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        if pid == own {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
-        for fd in fds.flatten() {
-            let Ok(meta) = std::fs::metadata(fd.path()) else { continue };
-            if !meta.file_type().is_block_device() {
-                continue;
-            }
-            if let Some(name) = devices.get(&device_number(meta.rdev())) {
-                let command = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default().trim().to_string();
-                out.push(Opener { pid, command, device: name.clone() });
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
+    let wanted = Wanted {
+        devices: devices
+            .iter()
+            .filter_map(|(dev, name)| {
+                let (major, minor) = dev.split_once(':')?;
+                Some((nix::sys::stat::makedev(major.parse().ok()?, minor.parse().ok()?), name.clone()))
+            })
+            .collect(),
+        files: Vec::new(),
+    };
+    writers::openers(&wanted)
 }
 
 /// What the wipe did.
@@ -269,8 +258,7 @@ fn prove(file: &File, target: &Target, expected: u64, sharing: &BTreeMap<String,
     }
     let open = stable_openers(sharing);
     if !open.is_empty() {
-        let list: Vec<String> =
-            open.iter().map(|o| format!("{} (pid {}) has {}", o.command, o.pid, o.device)).collect();
+        let list: Vec<String> = open.iter().map(|o| o.to_string()).collect();
         return Err(format!("opened meanwhile: {}; nothing was written", list.join(", ")));
     }
     Ok(())
