@@ -3,7 +3,8 @@
 //! different disk now mounted (or linked) at a volume's path is never wiped in its place.
 //!
 //! - Block-backed filesystem: the stable ID of the device under it (from sysfs: WWID, serial,
-//!   device-mapper or md UUID, loop backing file; a partition adds its number and start), the
+//!   device-mapper or md UUID, a loop device's backing file by its filesystem's device number
+//!   and inode, never its path; a partition adds its number and start), the
 //!   filesystem UUID read from the superblock, and the inode of the volume's root.
 //! - tmpfs: its fsid, which the kernel draws at random for each mount.
 //! - Other filesystems with no block device under them: fsid and root inode (never a proof).
