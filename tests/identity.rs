@@ -116,7 +116,12 @@ fn an_ext4_clone_with_the_same_uuid_is_another_disk() {
     let m = mount(&disk_a.device, &vol);
     let recorded = volume_identity(&vol).unwrap();
     let id = parsed(&recorded);
-    assert!(id.disk.as_deref().is_some_and(|d| d.starts_with(&format!("loop:{}@0#", a.display()))), "{recorded}");
+    // A loop device is its backing file's filesystem and inode, never its path.
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&a).unwrap());
+    assert!(
+        id.disk.as_deref().is_some_and(|d| d.starts_with("loop:") && d.ends_with(&format!(":{ino}@0"))),
+        "{recorded}"
+    );
     assert!(id.uuid.is_some(), "{recorded}");
     assert_eq!(id.ino, Some(2));
     std::fs::write(vol.join("data"), b"tenant data").unwrap();
@@ -271,7 +276,8 @@ fn partitions_are_named_by_their_disk_and_place() {
     let m = mount(&p1, &vol);
     let recorded = volume_identity(&vol).unwrap();
     let disk_id = parsed(&recorded).disk.unwrap();
-    assert!(disk_id.starts_with(&format!("loop:{}@0#", img.display())), "{recorded}");
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&img).unwrap());
+    assert!(disk_id.starts_with("loop:") && disk_id.contains(&format!(":{ino}@0/")), "{recorded}");
     assert!(disk_id.ends_with("/part1@2048"), "{recorded}");
     drop(m);
 

@@ -171,7 +171,7 @@ fn real_node_a_claimed_raw_disk_is_formatted_by_kubelet_and_wiped_between_tenant
         })
     };
     let entry = wait_until("the agent's pod links the raw disk", WAIT, linked);
-    assert!(entry.starts_with("loop-e2e-claimed-"), "{entry}");
+    assert!(entry.starts_with("loop-"), "{entry}");
     let pv = pv_name(&entry, &node.name, "claimed-disks");
     let uid = wait_until("PV of the claimed disk", WAIT, || node.cp.pv_state(&pv).map(|(u, _)| u));
     let blkid = |dev: &Path| {

@@ -15,6 +15,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DeviceSelector, DeviceType, any_glob_matches};
+use crate::core::disk_identity::LoopKey;
 use crate::core::naming::fnv1a32;
 use crate::core::pattern::NamePattern;
 use crate::core::pv::host_path;
@@ -414,13 +415,17 @@ pub fn link_name(stable_id: &str) -> String {
         None => (stable_id, None),
     };
     let (kind, value) = disk.split_once(':').unwrap_or(("disk", disk));
-    let readable = match kind {
-        // A loop device is its backing file: its name, then the hash of path, offset, inode.
-        "loop" => {
+    // A loop id in the current format (it names no path: see core::disk_identity).
+    let current_loop = LoopKey::parse(stable_id).filter(|k| k.dev.is_some());
+    let readable = match (kind, current_loop) {
+        // A loop device is its backing file's inode; the hash covers its filesystem and range.
+        ("loop", Some(key)) => format!("loop-{}", key.ino),
+        // An id of an earlier version, by the backing file's path: its name.
+        ("loop", None) => {
             let path = value.split('@').next().unwrap_or(value);
             format!("loop-{}", path.rsplit('/').next().unwrap_or(path))
         }
-        "dm" => match value.strip_prefix("mpath-") {
+        ("dm", _) => match value.strip_prefix("mpath-") {
             Some(uuid) => format!("mpath-{uuid}"),
             None => format!("dm-{value}"),
         },
@@ -514,9 +519,13 @@ pub fn not_selected(selector: &DeviceSelector, device: &DeviceFacts) -> Option<S
     None
 }
 
-/// Whether two stable ids name overlapping data: the same device, or a disk and one of its
-/// partitions.
+/// Whether two stable ids name overlapping data: the same device, a disk and one of its
+/// partitions, or two loop devices over overlapping ranges of one backing file (ids of either
+/// format: see core::disk_identity::LoopKey).
 pub fn ids_overlap(a: &str, b: &str) -> bool {
+    if let (Some(x), Some(y)) = (LoopKey::parse(a), LoopKey::parse(b)) {
+        return x.overlaps(&y);
+    }
     let (ka, kb) = (lun_key(a), lun_key(b));
     ka == kb
         || ka.strip_prefix(kb.as_str()).is_some_and(|r| r.starts_with("/part"))
@@ -740,6 +749,24 @@ fn devices_of_each_disk<'a>(sorted: &[&'a DeviceFacts]) -> BTreeMap<&'a str, Vec
         }
     }
     out
+}
+
+/// The id a device of the node reports now for a loop id recorded by an earlier version (in
+/// a claim record or a PV's identity): the one id in `present` that names the same data (see
+/// core::disk_identity::LoopKey; `backing` is the recorded identity's, when there is one). Any
+/// other id, and one that none or several present ids match, is returned as it is.
+pub fn current_loop_id<'a>(recorded: &str, backing: Option<&str>, present: impl Iterator<Item = &'a str>) -> String {
+    let Some(key) = LoopKey::parse(recorded).filter(|k| k.dev.is_none()).map(|k| k.with_backing(backing)) else {
+        return recorded.to_string();
+    };
+    let mut found: Vec<&str> =
+        present.filter(|id| LoopKey::parse(id).is_some_and(|k| k.dev.is_some() && k.same(&key))).collect();
+    found.sort_unstable();
+    found.dedup();
+    match found.as_slice() {
+        [one] => one.to_string(),
+        _ => key.render().unwrap_or_else(|| recorded.to_string()),
+    }
 }
 
 /// The other devices reporting `id`, when there are any.

@@ -976,3 +976,97 @@ fn only_pvs_still_unbound_in_the_store_are_withdrawn_for_a_tampered_device() {
         "unbound, not deleting, once each, with the resourceVersion seen"
     );
 }
+
+#[test]
+fn loop_link_names_come_from_the_inode_and_are_distinct_per_file_range_and_partition() {
+    let cases = [
+        ("loop:7:0:9978155@0", "loop-9978155-"),
+        ("loop:7:0:9978155@0+4096", "loop-9978155-"),
+        ("loop:0:45:12@1048576", "loop-12-"),
+        ("loop:7:0:12@0/part1@2048", "loop-12-part1-"),
+        ("loop:7:0:12@0/part2@4096", "loop-12-part2-"),
+        // Links of earlier versions keep the names their records hold; the old rule is kept.
+        ("loop:/var/lib/disks/a.img@0#1234", "loop-a.img-"),
+    ];
+    let mut seen = BTreeSet::new();
+    for (id, prefix) in cases {
+        let n = link_name(id);
+        assert!(n.starts_with(prefix) && n.len() == prefix.len() + 8, "{id}: {n}");
+        assert!(n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{n}");
+        assert!(seen.insert(n.clone()), "two ids named {n}");
+    }
+    // Another filesystem, range or inode is another name; the path never enters it.
+    let names: BTreeSet<String> =
+        ["loop:7:0:12@0", "loop:7:1:12@0", "loop:7:0:12@512", "loop:7:0:12@0+512", "loop:7:0:13@0"]
+            .iter()
+            .map(|id| link_name(id))
+            .collect();
+    assert_eq!(names.len(), 5, "{names:?}");
+}
+
+#[test]
+fn loop_ids_overlap_by_file_and_range_in_either_format() {
+    let cases = [
+        ("loop:7:0:5@0", "loop:7:0:5@0", true),
+        ("loop:7:0:5@0", "loop:/img/a.img@0#5", true),
+        ("loop:7:0:5@0", "loop:/renamed.img@0#5", true),
+        ("loop:7:0:5@0", "loop:7:0:5@1048576", true),
+        ("loop:7:0:5@0+4096", "loop:7:0:5@4096", false),
+        ("loop:7:0:5@0", "loop:7:1:5@0", false),
+        ("loop:7:0:5@0", "loop:7:0:6@0", false),
+        ("loop:7:0:5@0", "loop:7:0:5@0/part1@2048", true),
+        ("loop:7:0:5@0/part1@2048", "loop:7:0:5@0/part2@4096", false),
+        ("loop:7:0:5@0/part1@2048", "loop:/img/a.img@0#5/part1@2048", true),
+        ("loop:7:0:5@0", "wwid:naa.5", false),
+    ];
+    for (a, b, want) in cases {
+        assert_eq!(ids_overlap(a, b), want, "{a} vs {b}");
+        assert_eq!(ids_overlap(b, a), want, "symmetric: {a} vs {b}");
+    }
+}
+
+#[test]
+fn old_loop_ids_are_read_as_the_ids_devices_report_now() {
+    let present = ["loop:7:0:5@0", "loop:7:0:5@4096", "loop:7:0:6@0", "wwid:naa.1"];
+    let now = |id: &str, backing| current_loop_id(id, backing, present.iter().copied());
+    assert_eq!(now("loop:/img/a.img@0#5", None), "loop:7:0:5@0", "a claim record of an earlier version");
+    assert_eq!(now("loop:/renamed.img@4096#5", None), "loop:7:0:5@4096");
+    assert_eq!(now("loop:/img/a.img@0#5", Some("7:0")), "loop:7:0:5@0");
+    assert_eq!(now("loop:/img/a.img@0#5", Some("7:3")), "loop:7:3:5@0", "a PV's backing: converted exactly");
+    assert_eq!(now("loop:/img/a.img@0#9", None), "loop:/img/a.img@0#9", "no such device: left as it is");
+    assert_eq!(now("loop:7:0:5@0", None), "loop:7:0:5@0");
+    assert_eq!(now("wwid:naa.1", None), "wwid:naa.1");
+    // Two filesystems with that inode and range: which one cannot be told.
+    let two = ["loop:7:0:5@0", "loop:7:1:5@0"];
+    assert_eq!(current_loop_id("loop:/a.img@0#5", None, two.iter().copied()), "loop:/a.img@0#5");
+}
+
+#[test]
+fn a_claim_recorded_by_an_earlier_version_still_finds_its_loop_device() {
+    let mut lp = disk("loop3", "loop:7:0:12@0");
+    lp.kind = Some(DeviceKind::Selectable(DeviceType::Loop));
+    lp.by_id.clear();
+    let old_id = "loop:/var/lib/img/a.img@0#12";
+    let name = link_name(old_id);
+    let r = ClaimRecord {
+        class: "fast".into(),
+        host_path: host_path("/mnt/fast", &name),
+        name: name.clone(),
+        disk: current_loop_id(old_id, None, std::iter::once("loop:7:0:12@0")),
+        target: "/dev/loop3".into(),
+        previous: None,
+        held: None,
+    };
+    let mut w = world(vec![lp]);
+    w.classes[0].selector = Some(DeviceSelector { types: vec![DeviceType::Loop], ..Default::default() });
+    w.records = vec![r];
+    w.entries = vec![DirEntry {
+        class: "fast".into(),
+        name: name.clone(),
+        link: Some("/dev/loop3".into()),
+        device: Some("loop3".into()),
+    }];
+    let p = plan(&w);
+    assert_eq!(verdict(&p, "fast", "loop3"), Verdict::Claimed { name }, "{p:?}");
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+}

@@ -13,9 +13,23 @@
 //!
 //! - `disk` names the device by what the hardware or the administrator gave it, never by a
 //!   number the kernel assigns: `wwid:`, `serial:`, `dm:` (device-mapper UUID), `md:`, or
-//!   `loop:<backing file>@<offset>[+<size limit>]#<backing file inode>`; a partition is its
-//!   disk's id followed by `/part<N>@<start sector>`.
+//!   `loop:<M:m>:<inode>@<offset>[+<size limit>]` (see below); a partition is its disk's id
+//!   followed by `/part<N>@<start sector>`.
 //! - `backing` is the device number of the filesystem holding a loop device's backing file.
+//!
+//! A loop device is the data of its backing file, named by what LOOP_GET_STATUS64 reports and
+//! never by the file's path: `<M:m>` is the device number of the filesystem holding the file,
+//! `<inode>` its inode, then the byte range the device shows. A path differs in another mount
+//! namespace and changes on rename; these do not, so one image attached again elsewhere, under
+//! another name or through a bind mount is the same disk. The cost: a filesystem whose device
+//! number changes across a reboot (tmpfs, some network and stacked filesystems) makes the
+//! re-attached image another disk. That is the safe direction: a wipe refuses it (its data is
+//! kept) and an operator confirms it.
+//!
+//! Earlier versions wrote `loop:<path>@<offset>[+<size limit>]#<inode>`, with the device number
+//! only in `backing`. Every comparison of loop ids goes through [`LoopKey`], which reads both:
+//! an old id and a new one are the same disk when inode, range and partition match and the
+//! device number matches where both sides know it (an old id takes it from its `backing`).
 //! - `uuid` is read from the filesystem's own superblock (ext2/3/4, XFS, btrfs).
 //! - `volatile=tmpfs` marks an fsid the kernel draws at random for each mount: it names that
 //!   mount, whose data does not outlive it.
@@ -77,6 +91,21 @@ pub struct DiskIdentity {
 }
 
 impl DiskIdentity {
+    /// The loop key of its device id, with the device number from `backing` where the id is
+    /// in the old format; `None` when the device is not a loop device.
+    pub fn loop_key(&self) -> Option<LoopKey> {
+        Some(LoopKey::parse(self.disk.as_deref()?)?.with_backing(self.backing.as_deref()))
+    }
+
+    /// Whether both name a device and it is the same one (loop ids in either format compared
+    /// by [`LoopKey`]).
+    pub fn same_device(&self, other: &DiskIdentity) -> bool {
+        match (&self.disk, &other.disk) {
+            (Some(a), Some(b)) => same_disk_id(a, self.backing.as_deref(), b, other.backing.as_deref()),
+            _ => false,
+        }
+    }
+
     /// The annotation value.
     pub fn render(&self) -> String {
         let mut out = format!("{FORMAT};{}", if self.kind == Kind::Block { "blk" } else { "fs" });
@@ -213,15 +242,10 @@ pub fn may_share_disk(recorded: &str, found: &str) -> bool {
     if let (Some(a), Some(b)) = (&r.disk, &f.disk) {
         // Both name their device: that settles it (clones on two disks are two disks). Two
         // loop devices over overlapping ranges of one backing file are one disk.
-        let loops_overlap = match (loop_range(a), loop_range(b)) {
-            (Some((fa, oa, la)), Some((fb, ob, lb))) => {
-                fa == fb
-                    && oa < lb.map_or(u64::MAX, |l| ob.saturating_add(l))
-                    && ob < la.map_or(u64::MAX, |l| oa.saturating_add(l))
-            }
-            _ => false,
-        };
-        return a == b || (whole(a) == whole(b) && (!a.contains("/part") || !b.contains("/part"))) || loops_overlap;
+        if let (Some(x), Some(y)) = (r.loop_key(), f.loop_key()) {
+            return x.overlaps(&y);
+        }
+        return a == b || (whole(a) == whole(b) && (!a.contains("/part") || !b.contains("/part")));
     }
     let uuids = matches!((&r.uuid, &f.uuid), (Some(a), Some(b)) if a == b);
     let volatile =
@@ -233,19 +257,139 @@ pub fn may_share_disk(recorded: &str, found: &str) -> bool {
     uuids || volatile || unnamed_same_number
 }
 
-/// A loop device's backing file (with its inode) and the byte range it shows (offset, size
-/// limit), read from its stable ID (`loop:<file>@<offset>[+<limit>]#<inode>`, perhaps with a
-/// partition suffix, which is ignored: the range of the loop device itself is returned).
-pub fn loop_range(disk: &str) -> Option<(String, u64, Option<u64>)> {
-    let rest = disk.strip_prefix("loop:")?;
-    let (before, after) = rest.rsplit_once('#')?;
-    let inode: String = after.chars().take_while(char::is_ascii_digit).collect();
-    let (file, range) = before.rsplit_once('@')?;
-    let (offset, limit) = match range.split_once('+') {
-        Some((o, l)) => (o.parse().ok()?, Some(l.parse().ok()?)),
-        None => (range.parse().ok()?, None),
-    };
-    Some((format!("{file}#{inode}"), offset, limit))
+/// What a loop device's stable id names, in either format (see the module documentation):
+/// the backing file (the device number of its filesystem when known, and its inode), the byte
+/// range of it the device shows, and the partition of the loop device, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopKey {
+    /// `major:minor` of the filesystem holding the backing file; `None` in an old-format id
+    /// whose identity recorded no `backing`.
+    pub dev: Option<String>,
+    /// Inode of the backing file.
+    pub ino: u64,
+    /// Byte offset into the file where the device starts.
+    pub offset: u64,
+    /// Size limit in bytes; `None`: up to the end of the file.
+    pub limit: Option<u64>,
+    /// The partition suffix (`/part<N>@<start>`), for a partition of the loop device.
+    pub part: Option<String>,
+}
+
+impl LoopKey {
+    /// Reads a loop id in the current format (`loop:<M:m>:<inode>@<offset>[+<limit>]`) or the
+    /// old one (`loop:<path>@<offset>[+<limit>]#<inode>`), either perhaps with a partition
+    /// suffix; `None` for anything else. Numbers must be spelled canonically.
+    pub fn parse(disk: &str) -> Option<Self> {
+        let rest = disk.strip_prefix("loop:")?;
+        Self::parse_current(rest).or_else(|| Self::parse_old(rest))
+    }
+
+    fn parse_current(rest: &str) -> Option<Self> {
+        let (main, part) = match rest.find('/') {
+            Some(i) => (&rest[..i], Some(&rest[i..])),
+            None => (rest, None),
+        };
+        let (file, range) = main.split_once('@')?;
+        let mut numbers = file.split(':');
+        let (major, minor, ino) = (numbers.next()?, numbers.next()?, numbers.next()?);
+        if numbers.next().is_some() {
+            return None;
+        }
+        let (offset, limit) = parse_range(range)?;
+        let key = LoopKey {
+            dev: Some(format!("{}:{}", canonical_number(major)?, canonical_number(minor)?)),
+            ino: canonical_number(ino)?,
+            offset,
+            limit,
+            part: part.map(str::to_string),
+        };
+        (part.is_none_or(is_part_suffix)).then_some(key)
+    }
+
+    fn parse_old(rest: &str) -> Option<Self> {
+        let (before, after) = rest.rsplit_once('#')?;
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let (ino, part) = after.split_at(digits);
+        let (_path, range) = before.rsplit_once('@')?;
+        let (offset, limit) = parse_range(range)?;
+        let part = (!part.is_empty()).then(|| part.to_string());
+        if !part.as_deref().is_none_or(is_part_suffix) {
+            return None;
+        }
+        Some(LoopKey { dev: None, ino: canonical_number(ino)?, offset, limit, part })
+    }
+
+    /// The id in the current format; `None` without a device number.
+    pub fn render(&self) -> Option<String> {
+        let dev = self.dev.as_deref()?;
+        let limit = self.limit.map(|l| format!("+{l}")).unwrap_or_default();
+        Some(format!("loop:{dev}:{}@{}{limit}{}", self.ino, self.offset, self.part.as_deref().unwrap_or("")))
+    }
+
+    /// The key with the device number taken from an identity's `backing` where the id has none
+    /// (an old-format id).
+    pub fn with_backing(mut self, backing: Option<&str>) -> Self {
+        if self.dev.is_none() {
+            self.dev = backing.map(str::to_string);
+        }
+        self
+    }
+
+    /// One backing file: the same inode, and the same device number where both are known.
+    pub fn same_file(&self, other: &LoopKey) -> bool {
+        self.ino == other.ino && both(self.dev.as_ref(), other.dev.as_ref()).is_none_or(|(a, b)| a == b)
+    }
+
+    /// The same data: one file, one range, one partition (or none).
+    pub fn same(&self, other: &LoopKey) -> bool {
+        self.same_range(other) && self.part == other.part
+    }
+
+    fn same_range(&self, other: &LoopKey) -> bool {
+        self.same_file(other) && self.offset == other.offset && self.limit == other.limit
+    }
+
+    /// Some of the same bytes: one file and overlapping ranges, except two different
+    /// partitions of one loop device. Partitions of loop devices over different ranges count
+    /// as overlapping when the ranges do (where a partition lies is not compared).
+    pub fn overlaps(&self, other: &LoopKey) -> bool {
+        let end = |k: &LoopKey| k.limit.map_or(u64::MAX, |l| k.offset.saturating_add(l));
+        let ranges = self.offset < end(other) && other.offset < end(self);
+        let other_partition = self.same_range(other) && self.part.is_some() && other.part.is_some();
+        self.same_file(other) && ranges && !(other_partition && self.part != other.part)
+    }
+}
+
+/// `<offset>[+<limit>]`.
+fn parse_range(range: &str) -> Option<(u64, Option<u64>)> {
+    match range.split_once('+') {
+        Some((o, l)) => Some((canonical_number(o)?, Some(canonical_number(l)?))),
+        None => Some((canonical_number(range)?, None)),
+    }
+}
+
+/// A decimal number spelled one way (digits only, no leading zero).
+fn canonical_number(text: &str) -> Option<u64> {
+    let n: u64 = text.parse().ok().filter(|_| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))?;
+    (n.to_string() == text).then_some(n)
+}
+
+/// `/part<N>@<start>`.
+fn is_part_suffix(part: &str) -> bool {
+    part.strip_prefix("/part")
+        .and_then(|p| p.split_once('@'))
+        .is_some_and(|(n, start)| canonical_number(n).is_some() && canonical_number(start).is_some())
+}
+
+/// Whether two stable device ids name the same device: equal text, or, for loop devices, one
+/// key (see [`LoopKey`]; `backing` is each side's identity component, which an old-format
+/// loop id needs for its device number).
+pub fn same_disk_id(a: &str, a_backing: Option<&str>, b: &str, b_backing: Option<&str>) -> bool {
+    match (LoopKey::parse(a), LoopKey::parse(b)) {
+        (Some(x), Some(y)) => x.with_backing(a_backing).same(&y.with_backing(b_backing)),
+        (None, None) => a == b,
+        _ => false,
+    }
 }
 
 /// Whether a recorded identity is in the format of earlier versions (`fs:...`, `blk:...`).
@@ -343,8 +487,17 @@ fn judge_current(r: &DiskIdentity, f: &DiskIdentity) -> Verdict {
         (None, None) => {}
     }
     if let Some((a, b)) = both(r.disk.as_deref(), f.disk.as_deref())
-        && a != b
+        && !r.same_device(f)
     {
+        if let (Some(x), Some(y)) = (r.loop_key(), f.loop_key()) {
+            let file =
+                |k: &LoopKey| format!("inode {} on {}", k.ino, k.dev.as_deref().unwrap_or("an unknown filesystem"));
+            return different(format!(
+                "the loop device shows other data (recorded {a}: {}, found {b}: {})",
+                file(&x),
+                file(&y)
+            ));
+        }
         return different(format!("the device is another one (recorded {a}, found {b})"));
     }
     if let Some((a, b)) = both(r.uuid.as_deref(), f.uuid.as_deref())
@@ -627,10 +780,11 @@ mod tests {
                 V::Plausible,
             ),
             (
+                // The device number of the file's filesystem is part of a loop disk's name.
                 "block, loop file on a renumbered filesystem",
                 blk(Some(LOOP), Some("8:1"), 100, "7:0"),
                 blk(Some(LOOP), Some("8:17"), 100, "7:3"),
-                V::Plausible,
+                V::Diff,
             ),
             (
                 "block, loop file reattached elsewhere",
@@ -954,8 +1108,137 @@ mod tests {
         assert!(may_share_disk(&blk("loop:/i.img@0+1048576#5"), &blk("loop:/i.img@4096+4096#5")));
         assert!(!may_share_disk(&blk("loop:/i.img@0+1048576#5"), &blk("loop:/i.img@1048576#5")), "disjoint");
         assert!(!may_share_disk(&whole, &blk("loop:/i.img@0#6")), "another file (inode)");
-        assert!(!may_share_disk(&whole, &blk("loop:/j.img@0#5")));
-        assert_eq!(loop_range("loop:/a@b.img@512+1024#77/part1@2048"), Some(("/a@b.img#77".into(), 512, Some(1024))));
-        assert_eq!(loop_range("wwid:x"), None);
+        // The same inode under another path is the same file renamed (or seen from another
+        // mount namespace): a path names nothing.
+        assert!(may_share_disk(&whole, &blk("loop:/j.img@0#5")));
+        assert!(may_share_disk(&whole, &blk("loop:7:0:5@0")), "old and current formats");
+        assert!(!may_share_disk(&blk("loop:7:0:5@0"), &blk("loop:7:1:5@0")), "another filesystem");
+    }
+
+    fn key(dev: Option<&str>, ino: u64, offset: u64, limit: Option<u64>, part: Option<&str>) -> LoopKey {
+        LoopKey { dev: dev.map(String::from), ino, offset, limit, part: part.map(String::from) }
+    }
+
+    #[test]
+    fn loop_ids_are_read_in_both_formats() {
+        let cases = [
+            ("loop:7:0:12@0", Some(key(Some("7:0"), 12, 0, None, None))),
+            ("loop:259:3:9978155@1048576+4096", Some(key(Some("259:3"), 9978155, 1048576, Some(4096), None))),
+            ("loop:0:45:2@0/part1@2048", Some(key(Some("0:45"), 2, 0, None, Some("/part1@2048")))),
+            ("loop:/tmp/a.img@0#12", Some(key(None, 12, 0, None, None))),
+            ("loop:/a@b.img@512+1024#77/part1@2048", Some(key(None, 77, 512, Some(1024), Some("/part1@2048")))),
+            ("loop:/a#b/c d.img@0#5", Some(key(None, 5, 0, None, None))),
+            ("loop:/my/part7@9.img@0#5", Some(key(None, 5, 0, None, None))),
+            ("wwid:naa.1", None),
+            ("loop:", None),
+            ("loop:7:0@0", None),
+            ("loop:7:0:12", None),
+            ("loop:7:0:12@", None),
+            ("loop:7:0:012@0", None),
+            ("loop:7:0:12@0+", None),
+            ("loop:7:0:12@-1", None),
+            ("loop:7:0:12:1@0", None),
+            ("loop:7:0:12@0/part", None),
+            ("loop:7:0:12@0/partx@1", None),
+            ("loop:7:0:12@0/part1@2048/part2@1", None),
+            ("loop:/a.img@0#", None),
+            ("loop:/a.img#5", None),
+            ("loop:/a.img@x#5", None),
+            ("loop:/a.img@0#5x", None),
+        ];
+        for (text, want) in cases {
+            let got = LoopKey::parse(text);
+            assert_eq!(got, want, "{text}");
+            if let Some(k) = got.filter(|k| k.dev.is_some()) {
+                assert_eq!(k.render().as_deref(), Some(text), "one spelling: {text}");
+            }
+        }
+        assert_eq!(key(None, 1, 0, None, None).render(), None, "no device number, no current id");
+        let old = LoopKey::parse("loop:/a.img@4096+512#9/part2@8").unwrap().with_backing(Some("8:3"));
+        assert_eq!(old.render().as_deref(), Some("loop:8:3:9@4096+512/part2@8"));
+        let new = LoopKey::parse("loop:8:3:9@0").unwrap().with_backing(Some("8:4"));
+        assert_eq!(new.dev.as_deref(), Some("8:3"), "a current id keeps its own device number");
+    }
+
+    /// Every pair of a set of loop ids in both formats: "same" and "overlaps" follow from
+    /// inode, device number (where both know it), range and partition alone, never the path,
+    /// and are symmetric.
+    #[test]
+    fn loop_ids_compare_by_file_and_range_across_formats() {
+        let mut ids: Vec<(String, Option<&str>)> = Vec::new();
+        for dev in [None, Some("7:0"), Some("7:1")] {
+            for ino in [5, 6] {
+                for range in ["0", "0+4096", "4096+4096", "8192"] {
+                    for part in ["", "/part1@8", "/part2@16"] {
+                        match dev {
+                            Some(d) => ids.push((format!("loop:{d}:{ino}@{range}{part}"), None)),
+                            None => {
+                                ids.push((format!("loop:/i.img@{range}#{ino}{part}"), None));
+                                ids.push((format!("loop:/renamed/j.img@{range}#{ino}{part}"), Some("7:0")));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (a, ab) in &ids {
+            let ka = LoopKey::parse(a).unwrap().with_backing(*ab);
+            for (b, bb) in &ids {
+                let kb = LoopKey::parse(b).unwrap().with_backing(*bb);
+                let ctx = format!("{a} ({ab:?}) vs {b} ({bb:?})");
+                let devs_agree = ka.dev.is_none() || kb.dev.is_none() || ka.dev == kb.dev;
+                let file = ka.ino == kb.ino && devs_agree;
+                let end = |k: &LoopKey| k.limit.map_or(u64::MAX, |l| k.offset + l);
+                let range = ka.offset == kb.offset && ka.limit == kb.limit;
+                let same = file && range && ka.part == kb.part;
+                assert_eq!(same_disk_id(a, *ab, b, *bb), same, "{ctx}");
+                assert_eq!(same_disk_id(b, *bb, a, *ab), same, "symmetric: {ctx}");
+                let overlap = file
+                    && ka.offset < end(&kb)
+                    && kb.offset < end(&ka)
+                    && !(range && ka.part.is_some() && kb.part.is_some() && ka.part != kb.part);
+                assert_eq!(ka.overlaps(&kb), overlap, "{ctx}");
+                assert_eq!(kb.overlaps(&ka), overlap, "symmetric: {ctx}");
+                assert!(!same || overlap, "the same data overlaps itself: {ctx}");
+            }
+        }
+        assert!(!same_disk_id("loop:7:0:5@0", None, "wwid:x", None));
+        assert!(same_disk_id("wwid:x", None, "wwid:x", None));
+    }
+
+    #[test]
+    fn a_pv_recorded_with_an_old_loop_id_is_still_proven_by_its_own_disk() {
+        let old = |disk: &str, backing: &str| format!("v2;blk;disk={disk};backing={backing};size=1048576;dev=7:3");
+        let now = |disk: &str| Found {
+            identity: format!("v2;blk;disk={disk};backing=7:0;size=1048576;dev=7:9"),
+            legacy: "blk:loop=/elsewhere.img@0;size=1048576".into(),
+            fs_type: None,
+        };
+        let cases = [
+            ("unchanged", old("loop:/i.img@0#5", "7:0"), "loop:7:0:5@0", V::Same),
+            ("renamed, attached again", old("loop:/i.img@0#5", "7:0"), "loop:7:0:5@0", V::Same),
+            ("another inode", old("loop:/i.img@0#5", "7:0"), "loop:7:0:6@0", V::Diff),
+            ("another offset", old("loop:/i.img@0#5", "7:0"), "loop:7:0:5@512", V::Diff),
+            ("a size limit now", old("loop:/i.img@0#5", "7:0"), "loop:7:0:5@0+4096", V::Diff),
+            ("another filesystem", old("loop:/i.img@0#5", "7:1"), "loop:7:0:5@0", V::Diff),
+            ("a partition of it", old("loop:/i.img@0#5", "7:0"), "loop:7:0:5@0/part1@2048", V::Diff),
+            ("current, unchanged", old("loop:7:0:5@0", "7:0"), "loop:7:0:5@0", V::Same),
+            ("current, another filesystem", old("loop:7:1:5@0", "7:1"), "loop:7:0:5@0", V::Diff),
+        ];
+        // (what, recorded, found, verdict, whether they may share data)
+        for (what, recorded, found_disk, want) in cases {
+            let got = judge(&recorded, &now(found_disk), None);
+            assert_eq!(short(&got), want, "{what}: {got:?}");
+            let overlapping = ["another offset", "a size limit now", "a partition of it"];
+            let shared = may_share_disk(&recorded, &now(found_disk).identity);
+            assert_eq!(shared, want == V::Same || overlapping.contains(&what), "{what}");
+        }
+        let fs_old = "v2;fs;disk=loop:/i.img@0#5/part1@2048;backing=7:0;uuid=u;ino=2;dev=259:1";
+        let fs_now = Found {
+            identity: "v2;fs;disk=loop:7:0:5@0/part1@2048;backing=7:0;uuid=u;ino=2;dev=259:4".into(),
+            legacy: "fs:fsid=1,2;ino=2".into(),
+            fs_type: Some("ext4".into()),
+        };
+        assert_eq!(judge(fs_old, &fs_now, None), Verdict::Same(Proof::Identity));
     }
 }

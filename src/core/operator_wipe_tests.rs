@@ -295,8 +295,11 @@ fn pvs_that_recorded_it_or_lead_to_it_refuse() {
     w.devices.push(loop9);
     w.pvs = Ok(vec![pv("pv-l", true, "/mnt/l/x", Some(other_range), None)]);
     assert_eq!(codes(&w), vec!["has-pv"]);
+    // The ids alone say so too: the same file (inode), overlapping ranges.
     w.devices.iter_mut().find(|d| d.name == "loop0").unwrap().sharing.clear();
-    assert!(decide(&w).is_ok(), "loop9 shares nothing with loop0 now");
+    assert_eq!(codes(&w), vec!["has-pv"], "one file, overlapping ranges: one disk");
+    w.pvs = Ok(vec![pv("pv-l", true, "/mnt/l/x", Some("loop:/imgs/b.img@0#13"), None)]);
+    assert!(decide(&w).is_ok(), "a PV of another file shares nothing with loop0");
     // The same LUN seen as a multipath map is the same disk.
     let mut w = world(DISK);
     w.pvs = Ok(vec![pv("pv-m", false, "/mnt/m/x", Some("dm:mpath-35000c500a0b1c2d3"), None)]);

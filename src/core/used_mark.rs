@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::disk_identity::{DiskIdentity, Kind, loop_range, may_share_disk};
+use super::disk_identity::{DiskIdentity, Kind, may_share_disk};
 
 /// The extended attribute that carries the mark on a filesystem volume's root directory.
 pub const XATTR_NAME: &str = "trusted.local-static-provisioner.used";
@@ -158,7 +158,7 @@ pub fn relate(recorded: &UsedMark, identity: &str, root: Option<&str>) -> Relati
             Relation::Unrelated
         };
     };
-    let same_device = r.disk.is_some() && r.disk == f.disk;
+    let same_device = r.same_device(&f);
     if r.kind == Kind::Filesystem && f.kind == Kind::Filesystem {
         let same_fs =
             same_device || (r.volatile.is_some() && f.volatile.is_some() && r.fsid.is_some() && r.fsid == f.fsid);
@@ -209,11 +209,8 @@ pub fn note_filesystem_wiped(recorded: &mut UsedMark, identity: &str, root: Opti
     let (Some(r), Some(f)) = (DiskIdentity::parse(&recorded.identity), DiskIdentity::parse(identity)) else {
         return false;
     };
-    let applies = r.kind == Kind::Block
-        && f.kind == Kind::Filesystem
-        && r.disk.is_some()
-        && r.disk == f.disk
-        && root.is_none_or(|r| r == "/");
+    let applies =
+        r.kind == Kind::Block && f.kind == Kind::Filesystem && r.same_device(&f) && root.is_none_or(|r| r == "/");
     match filesystem_key(&f) {
         Some(key) if applies && !recorded.wiped_filesystems.contains(&key) => {
             recorded.wiped_filesystems.push(key);
@@ -234,7 +231,7 @@ pub fn wiped_by(recorded: &UsedMark, identity: &str, root: Option<&str>) -> bool
     let (Some(r), Some(f)) = (DiskIdentity::parse(&recorded.identity), DiskIdentity::parse(identity)) else {
         return false;
     };
-    let same_device = r.disk.is_some() && r.disk == f.disk;
+    let same_device = r.same_device(&f);
     match (r.kind, f.kind) {
         (_, Kind::Block) => same_device,
         (Kind::Filesystem, Kind::Filesystem) => {
@@ -258,8 +255,10 @@ pub fn relation_keys(identity: &str) -> Vec<String> {
     let mut keys = Vec::new();
     if let Some(disk) = &d.disk {
         keys.push(format!("disk:{}", disk.split_once("/part").map_or(disk.as_str(), |(whole, _)| whole)));
-        if let Some((file, _, _)) = loop_range(disk) {
-            keys.push(format!("loopfile:{file}"));
+        // A loop device by its backing file's inode alone: what ids of both formats share
+        // (an old one names the file by path), and what every loop device over it shares.
+        if let Some(key) = d.loop_key() {
+            keys.push(format!("loopino:{}", key.ino));
         }
     }
     keys.extend(d.uuid.iter().map(|u| format!("uuid:{u}")));
@@ -620,5 +619,38 @@ mod tests {
             assert_eq!(keep.allows(&ours, Some(&mark("a", Some("u9"), true))), used, "another incarnation's");
             assert_eq!(keep.allows(&ours, Some(&mark("z", Some("u1"), true))), used);
         }
+    }
+
+    #[test]
+    fn a_loop_disk_marked_under_its_old_id_is_found_under_its_current_one() {
+        let old = UsedMark {
+            identity: "v2;blk;disk=loop:/img/a.img@0+4096#12;backing=7:0;size=4096;dev=7:3".into(),
+            ..mark()
+        };
+        let marked = [old.clone()];
+        let index = LedgerIndex::build(&marked);
+        let read = |identity: &str| ledger_lookup_indexed(&marked, &index, &[], identity, None);
+        for renamed in ["v2;blk;disk=loop:7:0:12@0+4096;backing=7:0;size=4096;dev=7:9", old.identity.as_str()] {
+            assert_eq!(read(renamed), UsedRead::Marked(old.clone()), "{renamed}");
+            assert_eq!(ledger_lookup(&marked, &[], renamed, None), UsedRead::Marked(old.clone()));
+        }
+        // A window of it, or its partition: it may hold what the disk held.
+        for part in [
+            "v2;blk;disk=loop:7:0:12@1024+1024;backing=7:0;size=1024;dev=7:9",
+            "v2;fs;disk=loop:7:0:12@0+4096/part1@2;backing=7:0;uuid=u;ino=2;dev=259:0",
+        ] {
+            assert!(matches!(read(part), UsedRead::Unknown(_)), "{part}: {:?}", read(part));
+        }
+        // Another file, range or filesystem: unrelated.
+        for other in [
+            "v2;blk;disk=loop:7:0:13@0+4096;backing=7:0;size=4096;dev=7:9",
+            "v2;blk;disk=loop:7:1:12@0+4096;backing=7:1;size=4096;dev=7:9",
+            "v2;blk;disk=loop:7:0:12@4096+4096;backing=7:0;size=4096;dev=7:9",
+        ] {
+            assert_eq!(read(other), UsedRead::Unmarked, "{other}");
+        }
+        // A wipe of the disk under its current id clears the old mark.
+        assert!(wiped_by(&old, "v2;blk;disk=loop:7:0:12@0+4096;backing=7:0;size=4096;dev=7:9", None));
+        assert!(!wiped_by(&old, "v2;blk;disk=loop:7:0:13@0+4096;backing=7:0;size=4096;dev=7:9", None));
     }
 }

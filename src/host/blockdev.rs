@@ -5,6 +5,7 @@
 //!
 //! The block and loop device ioctls live here too, each declared once behind a safe wrapper.
 
+use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -55,31 +56,86 @@ fn extent_at_depth(device: &str, mounts: &[MountFacts<'_>], depth: usize) -> Opt
         let disk = sysfs_attr(dir.parent()?, "dev")?;
         return Some(shifted(extent_at_depth(&disk, mounts, depth + 1)?, start, size));
     }
-    if let Some(backing) = sysfs_attr(&dir, "loop/backing_file") {
-        let offset = number(&dir, "loop/offset").unwrap_or(0);
-        let limit = number(&dir, "loop/sizelimit").filter(|l| *l > 0);
-        let len = limit.unwrap_or(size);
-        let path = PathBuf::from(backing.trim_end_matches(" (deleted)"));
-        return Some(match std::fs::metadata(&path) {
-            Ok(m) if m.file_type().is_block_device() => {
-                shifted(extent_at_depth(&device_number(m.rdev()), mounts, depth + 1)?, offset, len)
-            }
-            Ok(m) => Extent {
-                base: format!("file:{}:{}", device_number(m.dev()), m.ino()),
-                start: offset,
-                end: offset.saturating_add(len),
-                file: std::fs::canonicalize(&path).ok().and_then(|p| locate(mounts, &p)),
-            },
-            // The file is not visible here (another mount namespace): its path is all we have.
-            Err(_) => Extent {
-                base: format!("file:{}", path.display()),
-                start: offset,
-                end: offset.saturating_add(len),
-                file: None,
-            },
-        });
+    if dir.join("loop").is_dir()
+        && let Some(e) = loop_extent(device, &dir, size, mounts, depth)
+    {
+        return Some(e);
     }
     Some(Extent { base: format!("dev:{device}"), start: 0, end: size, file: None })
+}
+
+/// The sysfs directory of block device `dev` (a link into /sys/devices).
+pub(crate) fn sys_block(dev: u64) -> PathBuf {
+    PathBuf::from(format!("/sys/dev/block/{}", device_number(dev)))
+}
+
+/// Opens the device node of `dev` read-only: the hint, udev's `/dev/block/M:m`, or
+/// `/dev/<DEVNAME>` from sysfs; only a node that really is that device counts.
+pub(crate) fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
+    let mut candidates: Vec<PathBuf> = hint.map(Path::to_path_buf).into_iter().collect();
+    candidates.push(PathBuf::from(format!("/dev/block/{}", device_number(dev))));
+    if let Ok(uevent) = std::fs::read_to_string(sys_block(dev).join("uevent"))
+        && let Some(name) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))
+    {
+        candidates.push(Path::new("/dev").join(name));
+    }
+    candidates.into_iter().find_map(|c| {
+        let file = File::open(&c).ok()?;
+        let meta = file.metadata().ok()?;
+        (meta.file_type().is_block_device() && meta.rdev() == dev).then_some(file)
+    })
+}
+
+/// The extent of loop device `device` (sysfs directory `dir`, `size` bytes): a range of the
+/// device it is backed by, or of its backing file, named by the device number of the file's
+/// filesystem and its inode as LOOP_GET_STATUS64 reports them (the node is opened read-only,
+/// never `O_EXCL`), so it is known even when the file's path is not visible here (another
+/// mount namespace). Without the ioctl (no node to open): the file as its path shows it here,
+/// else the path's text. `None`: no file attached.
+fn loop_extent(device: &str, dir: &Path, size: u64, mounts: &[MountFacts<'_>], depth: usize) -> Option<Extent> {
+    let backing = sysfs_attr(dir, "loop/backing_file");
+    let path = backing.as_deref().map(|b| PathBuf::from(b.trim_end_matches(" (deleted)")));
+    let seen = path.as_ref().and_then(|p| std::fs::metadata(p).ok());
+    let status = device_rdev(device).and_then(|r| open_device(r, None)).and_then(|f| loop_status(&f).ok());
+    let number = |name: &str| sysfs_attr(dir, name).and_then(|s| s.parse::<u64>().ok());
+    let (offset, limit) = match &status {
+        Some(st) => (st.offset, (st.size_limit > 0).then_some(st.size_limit)),
+        None => (number("loop/offset").unwrap_or(0), number("loop/sizelimit").filter(|l| *l > 0)),
+    };
+    let len = limit.unwrap_or(size);
+    let range = |base: String, file| Extent { base, start: offset, end: offset.saturating_add(len), file };
+    // Backed by a block device: a range of that device's own extent.
+    let backing_device = match (&status, &seen) {
+        (Some(st), _) if st.rdevice != 0 && sys_block(st.rdevice).exists() => Some(st.rdevice),
+        (None, Some(m)) if m.file_type().is_block_device() => Some(m.rdev()),
+        _ => None,
+    };
+    if let Some(rdev) = backing_device {
+        let base = extent_at_depth(&device_number(rdev), mounts, depth + 1)?;
+        return Some(Extent {
+            start: base.start.saturating_add(offset),
+            end: base.start.saturating_add(offset).saturating_add(len).min(base.end),
+            ..base
+        });
+    }
+    // Where the file lives, for a path that is that very file here.
+    let here = |dev: u64, ino: u64| {
+        let p = path.as_ref()?;
+        seen.as_ref().filter(|m| m.dev() == dev && m.ino() == ino)?;
+        std::fs::canonicalize(p).ok().and_then(|p| locate(mounts, &p))
+    };
+    Some(match (&status, &seen) {
+        (Some(st), _) => range(format!("file:{}:{}", device_number(st.device), st.inode), here(st.device, st.inode)),
+        (None, Some(m)) => range(format!("file:{}:{}", device_number(m.dev()), m.ino()), here(m.dev(), m.ino())),
+        // Neither the ioctl nor the file here: its path is all we have.
+        (None, None) => range(format!("file:{}", path?.display()), None),
+    })
+}
+
+/// The device number of `major:minor`.
+fn device_rdev(device: &str) -> Option<u64> {
+    let (major, minor) = device.split_once(':')?;
+    Some(nix::sys::stat::makedev(major.parse().ok()?, minor.parse().ok()?))
 }
 
 /// A sysfs attribute of the device directory `dir`, trimmed; `None` when missing or empty.
@@ -114,13 +170,22 @@ pub fn block_device_in_use(
     let own = extent(&device, facts);
     // (device, kernel name when it is another device, whether to probe it with O_EXCL)
     let mut sharing = vec![(device.clone(), None, true)];
+    // The whole disk of ours, when ours is a partition.
+    let whole = std::fs::canonicalize(format!("/sys/dev/block/{device}"))
+        .ok()
+        .filter(|d| d.join("partition").exists())
+        .and_then(|d| sysfs_attr(d.parent()?, "dev"));
     if let Some(own) = &own {
         for (dev, name) in all_devices() {
             let Some(e) = extent(&dev, facts).filter(|e| e.overlaps(own)) else { continue };
             if dev != device {
                 // A device spanning more than ours (the whole disk of a partition) is claimed
-                // whenever any of its partitions is, so probing it would blame the others.
-                let probe = e.start >= own.start && e.end <= own.end;
+                // whenever any of its partitions is, so probing it would blame the others. Not
+                // so another loop device over the same file: nothing claims it for ours, and
+                // its filesystem may be mounted in a mount namespace whose table we do not see.
+                let other_loop =
+                    Path::new(&format!("/sys/dev/block/{dev}/loop")).is_dir() && whole.as_ref() != Some(&dev);
+                let probe = (e.start >= own.start && e.end <= own.end) || other_loop;
                 sharing.push((dev, Some(name), probe));
             }
         }
@@ -267,6 +332,8 @@ struct LoopInfo64 {
 pub struct LoopStatus {
     /// Device number of the filesystem holding the backing file (can change across reboots).
     pub device: u64,
+    /// Device number the backing file stands for when it is a device node (0 otherwise).
+    pub rdevice: u64,
     /// Inode of the backing file: tells a file replaced at the same path from the original.
     pub inode: u64,
     /// Byte offset into the backing file where the device starts.
@@ -302,6 +369,7 @@ pub fn loop_status(fd: impl AsFd) -> Result<LoopStatus, Errno> {
     let name = info.lo_file_name.split(|b| *b == 0).next().unwrap_or_default();
     Ok(LoopStatus {
         device: info.lo_device,
+        rdevice: info.lo_rdevice,
         inode: info.lo_inode,
         offset: info.lo_offset,
         size_limit: info.lo_sizelimit,

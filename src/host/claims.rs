@@ -21,7 +21,7 @@ use crate::config::{DeviceType, ProvisionerConfig};
 use crate::core::activity::{IoStat, Opener, opened_by_others, written_between};
 use crate::core::device_claim::{
     ClaimPlan, ClaimRecord, ClassClaims, Content, DeviceFacts, DeviceKind, DirEntry, LinkAction, Probe, PvDisk, World,
-    plan,
+    current_loop_id, plan,
 };
 use crate::core::signatures::Content as Found;
 use crate::core::volume_safety::MountFacts;
@@ -372,7 +372,12 @@ pub fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<String>) ->
     pvs.iter()
         .map(|(host_path, identity)| PvDisk {
             host_path: host_path.clone(),
-            disk: identity.as_deref().and_then(crate::core::disk_identity::DiskIdentity::parse).and_then(|id| id.disk),
+            // A loop id of an earlier version, in the current format (its `backing` gives the
+            // device number it lacks), so the claim rules compare it with the ids found now.
+            disk: identity
+                .as_deref()
+                .and_then(crate::core::disk_identity::DiskIdentity::parse)
+                .and_then(|id| id.loop_key().and_then(|k| k.render()).or(id.disk)),
             device: std::fs::metadata(host_path)
                 .ok()
                 .filter(|m| host_path.starts_with("/dev/") && m.file_type().is_block_device())
@@ -404,6 +409,16 @@ pub fn plan_claims(
         pvs: pvs.unwrap_or_default(),
         unscanned: config.storage_class_map.keys().filter(|c| !roots.contains_key(*c)).cloned().collect(),
     };
+    // Loop ids recorded by earlier versions (by path) as the devices report them now, so an
+    // old record or PV still finds its device.
+    let present: Vec<String> = world.devices.iter().filter_map(|d| d.stable_id.clone()).collect();
+    let now = |id: &str| current_loop_id(id, None, present.iter().map(String::as_str));
+    for r in &mut world.records {
+        r.disk = now(&r.disk);
+    }
+    for pv in &mut world.pvs {
+        pv.disk = pv.disk.as_deref().map(now);
+    }
     // The devices of unbound PVs, by kernel name, with their PV's path.
     let unbound: BTreeMap<String, String> = world
         .records

@@ -3,7 +3,8 @@
 //! different disk now mounted (or linked) at a volume's path is never wiped in its place.
 //!
 //! - Block-backed filesystem: the stable ID of the device under it (from sysfs: WWID, serial,
-//!   device-mapper or md UUID, loop backing file; a partition adds its number and start), the
+//!   device-mapper or md UUID, a loop device's backing file by its filesystem's device number
+//!   and inode, never its path; a partition adds its number and start), the
 //!   filesystem UUID read from the superblock, and the inode of the volume's root.
 //! - tmpfs: its fsid, which the kernel draws at random for each mount.
 //! - Other filesystems with no block device under them: fsid and root inode (never a proof).
@@ -20,10 +21,11 @@ use std::path::{Path, PathBuf};
 use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, FsType, Statfs, TMPFS_MAGIC, XFS_SUPER_MAGIC};
 
 use super::HostError;
-use super::blockdev::{device_number, device_size, loop_status, sysfs_attr};
+pub(crate) use super::blockdev::open_device;
+use super::blockdev::{device_number, device_size, loop_status, sys_block, sysfs_attr};
 use super::mountinfo::MountTable;
 use super::volume::{EntryKind, mount_at, resolve_entry};
-use crate::core::disk_identity::{DiskIdentity, Found, Kind, Verdict, is_present, judge};
+use crate::core::disk_identity::{DiskIdentity, Found, Kind, LoopKey, Verdict, is_present, judge};
 use crate::core::succession::DiskCheck;
 
 /// Fingerprint of the volume at `path`, in the current format (what is recorded on new PVs).
@@ -214,27 +216,6 @@ fn block_device_under(entry: &Path, st_dev: u64, mounts: Option<&MountTable>) ->
     Some((meta.rdev(), open_device(meta.rdev(), Some(&source))))
 }
 
-fn sys_block(dev: u64) -> PathBuf {
-    PathBuf::from(format!("/sys/dev/block/{}", device_number(dev)))
-}
-
-/// Opens the device node of `dev` read-only: the hint, udev's `/dev/block/M:m`, or
-/// `/dev/<DEVNAME>` from sysfs; only a node that really is that device counts.
-pub(crate) fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
-    let mut candidates: Vec<PathBuf> = hint.map(Path::to_path_buf).into_iter().collect();
-    candidates.push(PathBuf::from(format!("/dev/block/{}", device_number(dev))));
-    if let Ok(uevent) = std::fs::read_to_string(sys_block(dev).join("uevent"))
-        && let Some(name) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))
-    {
-        candidates.push(Path::new("/dev").join(name));
-    }
-    candidates.into_iter().find_map(|c| {
-        let file = File::open(&c).ok()?;
-        let meta = file.metadata().ok()?;
-        (meta.file_type().is_block_device() && meta.rdev() == dev).then_some(file)
-    })
-}
-
 /// The stable ID of block device `dev` and, for a loop device, the device number of its
 /// backing file's filesystem. A partition is its disk's ID plus its number and start.
 pub(crate) fn stable_id(dev: u64, node: Option<&File>) -> (Option<String>, Option<String>) {
@@ -267,24 +248,26 @@ fn device_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>
         }
     }
     if dir.join("loop").is_dir() {
-        return loop_id(dir, node);
+        return loop_id(node);
     }
     (None, None)
 }
 
-/// A loop device is the file behind it: its path, offset and size limit, and its inode (so a
-/// file replaced at the same path is another disk); the device number of the filesystem
-/// holding it is returned apart, since that number can change across reboots.
-fn loop_id(dir: &Path, node: Option<&File>) -> (Option<String>, Option<String>) {
-    let Some(node) = node else { return (None, None) };
-    let Ok(info) = loop_status(node) else { return (None, None) };
-    let path = sysfs_attr(dir, "loop/backing_file")
-        .map(|p| p.strip_suffix(" (deleted)").map(str::to_string).unwrap_or(p))
-        .or_else(|| Some(String::from_utf8_lossy(&info.file_name).into_owned()).filter(|n| !n.is_empty()));
-    let Some(path) = path else { return (None, None) };
-    let limit = if info.size_limit > 0 { format!("+{}", info.size_limit) } else { String::new() };
-    let disk = format!("loop:{path}@{}{limit}#{}", info.offset, info.inode);
-    (Some(disk), Some(device_number(info.device)))
+/// A loop device is the data of the file behind it, named by what LOOP_GET_STATUS64 reports
+/// (never the path, which differs in another mount namespace and changes on rename: see
+/// core::disk_identity): the device number of the filesystem holding the file, its inode, and
+/// the range in use. That device number is also returned apart, as the identity's `backing`.
+fn loop_id(node: Option<&File>) -> (Option<String>, Option<String>) {
+    let Some(info) = node.and_then(|n| loop_status(n).ok()) else { return (None, None) };
+    let backing = device_number(info.device);
+    let key = LoopKey {
+        dev: Some(backing.clone()),
+        ino: info.inode,
+        offset: info.offset,
+        limit: (info.size_limit > 0).then_some(info.size_limit),
+        part: None,
+    };
+    (key.render(), Some(backing))
 }
 
 /// The UUID in the superblock of the filesystem of type `magic` on `device`, read with
