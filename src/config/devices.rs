@@ -53,6 +53,34 @@ impl fmt::Display for DeviceType {
     }
 }
 
+/// How much of a device is read before its first claim. The signature areas are always read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verify {
+    /// Windows sampled over the whole surface on every probe (core::surface): bounded time,
+    /// a probability of seeing a small extent of data.
+    #[default]
+    Sample,
+    /// Besides the samples, every byte once per disk, in the background, before the first
+    /// claim: proof, at the cost of reading the whole disk.
+    Full,
+}
+
+impl Verify {
+    /// Parses the config spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "sample" => Some(Self::Sample),
+            "full" => Some(Self::Full),
+            _ => None,
+        }
+    }
+
+    fn is_sample(&self) -> bool {
+        *self == Self::Sample
+    }
+}
+
 /// A class's device filter. Every field narrows the selection; a device must pass all of them
 /// (and then the safety rules) to be claimed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -82,6 +110,9 @@ pub struct DeviceSelector {
     /// At most this many devices claimed by the class on one node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_per_node: Option<u32>,
+    /// How much of a device is read before its first claim.
+    #[serde(skip_serializing_if = "Verify::is_sample")]
+    pub verify: Verify,
 }
 
 impl Default for DeviceSelector {
@@ -95,6 +126,7 @@ impl Default for DeviceSelector {
             vendors: Vec::new(),
             exclude: Vec::new(),
             max_per_node: None,
+            verify: Verify::Sample,
         }
     }
 }

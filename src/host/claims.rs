@@ -19,15 +19,17 @@ use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 
 use crate::config::{DeviceType, ProvisionerConfig};
 use crate::core::device_claim::{
-    ClaimPlan, ClaimRecord, ClassClaims, Content, DeviceFacts, DeviceKind, DirEntry, LinkAction, Probe, PvDisk, World,
-    plan,
+    ClaimPlan, ClaimRecord, ClassClaims, Content, DeviceFacts, DeviceKind, DirEntry, LinkAction, Probe, PvDisk,
+    Refusal, Verdict, World, plan,
 };
 use crate::core::signatures::Content as Found;
+use crate::core::surface::{FullRead, WINDOW, offset_text};
 use crate::core::volume_safety::MountFacts;
 use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_attr};
-use crate::host::device_content::{self, Probe as ContentProbe};
+use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
+use crate::host::verify::{FullReadJob, FullReads, Verifier};
 
 /// The file in the state directory listing the links this agent made.
 pub const CLAIMS_FILE: &str = "claims.json";
@@ -71,6 +73,8 @@ pub struct ClaimReport {
     pub failed: Option<String>,
     /// The links this agent keeps after the pass, by class.
     pub records: Vec<ClaimRecord>,
+    /// The full reads (`verify: full`): the one under way and the results so far.
+    pub full_reads: FullReads,
 }
 
 /// The links this agent made, as recorded in its state directory.
@@ -187,6 +191,7 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
         holders: list_dir(&dir.join("holders")),
         sharing: Vec::new(),
         probe: Probe::default(),
+        full_read: FullRead::default(),
         kind: Some(kind),
         name,
         dev,
@@ -230,10 +235,10 @@ const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
 /// The probe of one candidate: in use (it or anything sharing its data mounted, held or
 /// open exclusively) and, when not, what its signature areas hold. An exclusive holder is
 /// asked about again a few times, so two brief probes that meet do not report each other.
-pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Probe {
+pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], reach: &Reach) -> Probe {
     let mut attempt = 1;
     loop {
-        let found = probe_once(device, mounts, facts);
+        let found = probe_once(device, mounts, facts, reach);
         let busy = matches!(found.content, Content::Busy)
             || found.in_use.as_deref().is_some_and(|why| why.contains("open exclusively"));
         if !busy || attempt >= BUSY_ATTEMPTS {
@@ -244,7 +249,7 @@ pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]
     }
 }
 
-fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Probe {
+fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], reach: &Reach) -> Probe {
     let Some(node) = device_node(device) else {
         let content = Content::Unreadable(format!("/dev/{} is not the device {}", device.name, device.dev));
         return Probe { done: true, in_use: None, content };
@@ -256,9 +261,12 @@ fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>
     if in_use.is_some() {
         return Probe { done: true, in_use, content: Content::NotProbed };
     }
-    let content = match device_content::probe_content(&node) {
+    let content = match device_content::probe_content_with(&node, reach) {
         Ok(ContentProbe::Busy) => Content::Busy,
         Ok(ContentProbe::Read { content: Found::Blank, .. }) => Content::Blank,
+        Ok(ContentProbe::Read { content: Found::Data { offset }, .. }) => {
+            Content::NotBlank(format!("data at byte {} with no signature this agent recognises", offset_text(offset)))
+        }
         Ok(ContentProbe::Read { content, .. }) => Content::NotBlank(content.to_string()),
         Err(e) => Content::Unreadable(e.to_string()),
     };
@@ -328,11 +336,17 @@ pub fn pv_disks(pvs: &[(String, Option<String>)]) -> Vec<PvDisk> {
 
 /// Gathers the world, probes the candidates, and plans (core::device_claim::plan). `pvs`:
 /// this node's PVs, or `None` when they are unknown (the commands, with no cluster).
+/// `verifier`: where each disk's full read stands, and who runs the ones a class asks for.
+///
+/// A device this agent claimed (it has a record) is probed in its signature areas only: it is
+/// checked before it is published again after a release, and the quick wipe zeroes exactly
+/// those. Any other candidate is probed over its whole surface (core::surface).
 pub fn plan_claims(
     config: &ProvisionerConfig,
     records: Vec<ClaimRecord>,
     pvs: Option<Vec<PvDisk>>,
     mounts: &MountTable,
+    verifier: Option<&Verifier>,
 ) -> (Vec<DeviceFacts>, ClaimPlan) {
     let facts = mounts.facts();
     let roots = roots(config, &facts);
@@ -350,9 +364,29 @@ pub fn plan_claims(
         return (world.devices, first);
     }
     for d in world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name)) {
-        d.probe = probe(d, mounts, &facts);
+        let ours = d.stable_id.as_ref().is_some_and(|id| world.records.iter().any(|r| r.disk == *id));
+        let data_at = verifier.zip(d.stable_id.as_deref()).and_then(|(v, id)| v.data_at(id, d.size));
+        let reach = Reach {
+            areas_only: ours,
+            rotational: d.rotational,
+            extra: data_at.map(|at| (at, WINDOW)).into_iter().collect(),
+        };
+        d.probe = probe(d, mounts, &facts, &reach);
+        if let (Some(v), Some(id)) = (verifier, &d.stable_id) {
+            d.full_read = v.status(id, d.size, d.probe.content == Content::Blank);
+        }
     }
     let second = plan(&world);
+    // Full reads asked for by a class's verify: full and not started yet.
+    if let Some(v) = verifier {
+        for decision in &second.decisions {
+            let Verdict::Refused(Refusal::Verifying(_)) = decision.verdict else { continue };
+            let Some(d) = world.devices.iter().find(|d| d.name == decision.device) else { continue };
+            if let (FullRead::Unknown, Some(disk)) = (&d.full_read, &d.stable_id) {
+                v.request(FullReadJob { name: d.name.clone(), dev: d.dev.clone(), disk: disk.clone(), size: d.size });
+            }
+        }
+    }
     (world.devices, second)
 }
 

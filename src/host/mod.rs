@@ -10,6 +10,7 @@ pub mod kubelet;
 pub mod mountinfo;
 pub mod process;
 pub mod used_mark;
+pub mod verify;
 pub mod volume;
 pub mod watch;
 pub mod wipe_block;
