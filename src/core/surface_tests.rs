@@ -194,3 +194,82 @@ fn a_record_counts_for_the_same_disk_and_size_and_stale_data_is_read_again() {
     assert_eq!(recorded(&records, "wwid:b", 100, false), Some(FullRead::Data { offset: 42 }));
     assert_eq!(recorded(&records, "wwid:b", 100, true), None, "cleared since: read again");
 }
+
+mod claim_rules {
+    //! How core::device_claim's judge uses a device's full read.
+    use crate::config::{DeviceSelector, DeviceType, Verify};
+    use crate::core::device_claim::{
+        ClassClaims, Content, DeviceFacts, DeviceKind, Probe, Refusal, Verdict, World, plan,
+    };
+    use crate::core::surface::FullRead;
+
+    fn device(content: Content, full_read: FullRead) -> DeviceFacts {
+        DeviceFacts {
+            name: "sdb".into(),
+            dev: "8:16".into(),
+            kind: Some(DeviceKind::Selectable(DeviceType::Disk)),
+            size: 1 << 40,
+            stable_id: Some("wwid:naa.1".into()),
+            by_id: vec!["wwn-0x1".into()],
+            probe: Probe { done: true, in_use: None, content },
+            full_read,
+            ..Default::default()
+        }
+    }
+
+    fn verdict(verify: Verify, d: DeviceFacts) -> Verdict {
+        let selector = DeviceSelector { verify, ..Default::default() };
+        let class = ClassClaims {
+            class: "fast".into(),
+            host_dir: "/mnt/fast".into(),
+            name_pattern: "*".into(),
+            selector: Some(selector),
+        };
+        let p = plan(&World { classes: vec![class], devices: vec![d], pvs_known: true, ..Default::default() });
+        p.decisions[0].verdict.clone()
+    }
+
+    #[test]
+    fn a_full_read_class_claims_only_after_the_read_finished_blank() {
+        let blank = || Content::Blank;
+        let cases: Vec<(FullRead, &str)> = vec![
+            (FullRead::Unknown, "full read not started yet"),
+            (FullRead::Queued, "queued"),
+            (FullRead::Reading { done: 45, total: 100 }, "full read 40% done"),
+            (FullRead::Failed("written to".into()), "written to"),
+        ];
+        for (state, text) in cases {
+            match verdict(Verify::Full, device(blank(), state.clone())) {
+                Verdict::Refused(r @ Refusal::Verifying(_)) => {
+                    assert_eq!(r.code(), "verifying");
+                    assert!(!r.needs_operator(), "waiting is no operator's problem");
+                    assert!(r.to_string().contains(text), "{state:?}: {r}");
+                }
+                other => panic!("{state:?}: {other:?}"),
+            }
+        }
+        assert!(matches!(verdict(Verify::Full, device(blank(), FullRead::Blank)), Verdict::Claim { .. }));
+        match verdict(Verify::Full, device(blank(), FullRead::Data { offset: 150 << 20 })) {
+            Verdict::Refused(r @ Refusal::NotBlank(_)) => {
+                assert!(r.to_string().contains("data at byte 157286400 (150 MiB), found by the full read"), "{r}");
+                assert!(r.needs_operator());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_sampling_class_ignores_the_full_read_and_the_probe_comes_first() {
+        for state in [FullRead::Unknown, FullRead::Queued, FullRead::Data { offset: 7 }] {
+            assert!(matches!(verdict(Verify::Sample, device(Content::Blank, state)), Verdict::Claim { .. }));
+        }
+        // What the probe sees is refused as such, whatever the full read says.
+        let found = Content::NotBlank("data at byte 1".into());
+        for verify in [Verify::Sample, Verify::Full] {
+            let v = verdict(verify, device(found.clone(), FullRead::Blank));
+            assert!(matches!(v, Verdict::Refused(Refusal::NotBlank(_))), "{verify:?}: {v:?}");
+        }
+        let v = verdict(Verify::Full, device(Content::Busy, FullRead::Unknown));
+        assert!(matches!(v, Verdict::Refused(Refusal::InUse(_))), "{v:?}");
+    }
+}
