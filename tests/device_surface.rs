@@ -227,7 +227,7 @@ fn verify_full_finds_what_the_samples_miss_claims_a_blank_disk_after_its_read_an
     assert!(links_to(&dir, &hidden).is_none(), "the disk with data was claimed");
     let metrics = agent.admin_get("/metrics");
     assert!(metrics.contains("local_static_provisioner_full_reads_total{result=\"blank\"} 1"), "{metrics}");
-    let reads = |log: &str| log.matches("full read queued").count();
+    let reads = |log: &str| log.matches("verify: full read queued device=").count();
     assert_eq!(reads(&agent.log_text()), 2, "one full read per disk");
     assert!(records.iter().any(|r| r["data_at"].is_null()), "{records:?}");
     let records: Vec<Value> = serde_json::from_slice(&std::fs::read(state.join("verified.json")).unwrap()).unwrap();

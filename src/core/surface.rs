@@ -122,13 +122,27 @@ fn subtract(ranges: Vec<(u64, u64)>, cut: &[(u64, u64)]) -> Vec<(u64, u64)> {
     out
 }
 
+/// Index of the first non-zero byte of `bytes`. Whole 4 KiB blocks are compared with a block
+/// of zeros (a `memcmp`, fast in any build), and only a block that differs is searched.
+pub fn first_non_zero(bytes: &[u8]) -> Option<usize> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    let mut start = 0;
+    for block in bytes.chunks(ZEROS.len()) {
+        if block != &ZEROS[..block.len()] {
+            return block.iter().position(|&b| b != 0).map(|i| start + i);
+        }
+        start += block.len();
+    }
+    None
+}
+
 /// A byte offset as people read it: `157286400 (150 MiB)`, `1234 (1.2 KiB)`.
 pub fn offset_text(offset: u64) -> String {
     const UNITS: [(&str, u64); 5] =
         [("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     let Some((unit, scale)) = UNITS.iter().find(|(_, s)| offset >= *s) else { return format!("{offset}") };
     let value = offset as f64 / *scale as f64;
-    if offset % scale == 0 {
+    if offset.is_multiple_of(*scale) {
         format!("{offset} ({} {unit})", offset / scale)
     } else {
         format!("{offset} ({value:.1} {unit})")

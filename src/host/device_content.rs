@@ -15,7 +15,7 @@ use nix::sys::stat::Mode;
 
 use super::blockdev;
 use crate::core::signatures::{Content, recognise, signature_areas};
-use crate::core::surface::{WINDOW, sample_windows};
+use crate::core::surface::{WINDOW, first_non_zero, sample_windows};
 
 /// How far a probe reads beyond the signature areas.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -113,14 +113,16 @@ pub fn probe_content_with(node: &Path, reach: &Reach) -> Result<Probe, DeviceCon
         (Content::Data { offset }, false) => *offset,
         (Content::Blank, false) => size,
     };
-    match first_non_zero(&file, size, reach, below).map_err(|e| DeviceContentError::io("read sample of", node, e))? {
+    match first_non_zero_sampled(&file, size, reach, below)
+        .map_err(|e| DeviceContentError::io("read sample of", node, e))?
+    {
         Some(offset) => Ok(Probe::Read { size, content: Content::Data { offset: offset.min(below) } }),
         None => Ok(Probe::Read { size, content }),
     }
 }
 
 /// The first non-zero byte below `below` in the sample windows of a device of `size` bytes.
-fn first_non_zero(file: &File, size: u64, reach: &Reach, below: u64) -> std::io::Result<Option<u64>> {
+fn first_non_zero_sampled(file: &File, size: u64, reach: &Reach, below: u64) -> std::io::Result<Option<u64>> {
     let mut windows = sample_windows(size, reach.rotational);
     windows.extend(reach.extra.iter().filter(|(at, _)| *at < size).map(|&(at, len)| (at, len.min(size - at))));
     windows.sort_unstable();
@@ -131,7 +133,7 @@ fn first_non_zero(file: &File, size: u64, reach: &Reach, below: u64) -> std::io:
             let n = usize::try_from((end - at).min(WINDOW)).unwrap_or(buf.len()).min(buf.len());
             let chunk = &mut buf[..n];
             file.read_exact_at(chunk, at)?;
-            if let Some(i) = chunk.iter().position(|&b| b != 0) {
+            if let Some(i) = first_non_zero(chunk) {
                 return Ok(Some(at + i as u64));
             }
             at += n as u64;

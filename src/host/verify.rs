@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 use rustix::fs::{Mode, OFlags};
 use tracing::{info, warn};
 
-use crate::core::surface::{FullRead, VerifiedRecord, WriteCounters, percent_step, recorded};
+use crate::core::surface::{FullRead, VerifiedRecord, WriteCounters, first_non_zero, percent_step, recorded};
 use crate::host::blockdev::{device_number, device_size};
 
 /// The file in the state directory keeping finished full reads.
@@ -183,19 +183,6 @@ pub fn read_whole(job: &FullReadJob, done: &AtomicU64) -> Result<Found, VerifyEr
         "full read: blank"
     );
     Ok(Found::Blank)
-}
-
-/// Index of the first non-zero byte; whole 4 KiB blocks are tested with a branch-free OR,
-/// which the compiler vectorises.
-fn first_non_zero(bytes: &[u8]) -> Option<usize> {
-    let mut start = 0;
-    for block in bytes.chunks(4096) {
-        if block.iter().fold(0u8, |a, &b| a | b) != 0 {
-            return block.iter().position(|&b| b != 0).map(|i| start + i);
-        }
-        start += block.len();
-    }
-    None
 }
 
 /// What the running read has done.
