@@ -34,7 +34,8 @@ pub fn plan_now(
     };
     let mounts = MountTable::read()?;
     // No cluster here: which recorded devices have a PV is unknown, so they are not probed.
-    let (devices, plan) = plan_claims(config, records.clone(), None, &mounts, None);
+    let verifier = state_dir.map(crate::host::verify::Verifier::view);
+    let (devices, plan) = plan_claims(config, records.clone(), None, &mounts, None, verifier.as_ref());
     Ok((devices, plan, records))
 }
 

@@ -103,6 +103,9 @@ struct Inner {
     device_claims_total: Family<ClassLabels, Counter>,
     devices_refused: Family<ClassReasonLabels, Gauge>,
     claims_withdrawn: Family<ClassLabels, Counter>,
+    full_read_done: Family<DeviceLabels, Gauge>,
+    full_read_total: Family<DeviceLabels, Gauge>,
+    full_reads: Family<ResultLabels, Counter>,
     config_valid: Gauge,
     api_requests: Family<MethodLabels, Counter>,
     api_requests_failed: Family<MethodLabels, Counter>,
@@ -143,6 +146,19 @@ struct ClassLabels {
 struct ClassReasonLabels {
     class: String,
     reason: String,
+}
+
+/// A device being read whole (`verify: full`): kernel name and stable id.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
+    disk: String,
+}
+
+/// How a full read ended: blank, data, voided (written during the read) or failed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
 }
 
 /// What node-cleanup did and why.
@@ -210,6 +226,9 @@ impl Metrics {
         let device_claims_total = Family::<ClassLabels, Counter>::default();
         let devices_refused = Family::<ClassReasonLabels, Gauge>::default();
         let claims_withdrawn = Family::<ClassLabels, Counter>::default();
+        let full_read_done = Family::<DeviceLabels, Gauge>::default();
+        let full_read_total = Family::<DeviceLabels, Gauge>::default();
+        let full_reads = Family::<ResultLabels, Counter>::default();
         let api_requests = Family::<MethodLabels, Counter>::default();
         let api_requests_failed = Family::<MethodLabels, Counter>::default();
         let api_duration =
@@ -286,6 +305,21 @@ impl Metrics {
             "local_static_provisioner_claims_withdrawn",
             "Unbound PVs of claimed devices withdrawn because something the agent did not put there showed up on the device (a signature, a mount, a writer); the device is held until it proves blank and unused again",
             claims_withdrawn.clone(),
+        );
+        agent_registry.register(
+            "local_static_provisioner_full_read_done_bytes",
+            "Bytes read so far by the full read under way (verify: full), by device",
+            full_read_done.clone(),
+        );
+        agent_registry.register(
+            "local_static_provisioner_full_read_size_bytes",
+            "Size of the device the full read under way (verify: full) reads, by device",
+            full_read_total.clone(),
+        );
+        agent_registry.register(
+            "local_static_provisioner_full_reads",
+            "Full reads (verify: full) finished since the agent started, by result: blank, data, voided (the device was written during the read), failed",
+            full_reads.clone(),
         );
         agent_registry.register(
             "local_volume_provisioner_persistentvolume_delete",
@@ -409,6 +443,9 @@ impl Metrics {
                 device_claims_total,
                 devices_refused,
                 claims_withdrawn,
+                full_read_done,
+                full_read_total,
+                full_reads,
                 config_valid,
                 api_requests,
                 api_requests_failed,
@@ -515,6 +552,26 @@ impl Metrics {
     /// Counts one unbound PV of a claimed device of `class` withdrawn for foreign use.
     pub fn claim_withdrawn(&self, class: &str) {
         self.inner.claims_withdrawn.get_or_create(&ClassLabels { class: class.to_string() }).inc();
+    }
+
+    /// Sets the full read figures: the read under way (device, stable id, bytes done and in
+    /// all; none cleared), and the finished reads by result since start (a running total).
+    pub fn set_full_reads(
+        &self,
+        running: Option<(&str, &str, u64, u64)>,
+        results: &std::collections::BTreeMap<&'static str, u64>,
+    ) {
+        self.inner.full_read_done.clear();
+        self.inner.full_read_total.clear();
+        if let Some((device, disk, done, total)) = running {
+            let labels = DeviceLabels { device: device.to_string(), disk: disk.to_string() };
+            self.inner.full_read_done.get_or_create(&labels).set(i64::try_from(done).unwrap_or(i64::MAX));
+            self.inner.full_read_total.get_or_create(&labels).set(i64::try_from(total).unwrap_or(i64::MAX));
+        }
+        for (result, n) in results {
+            let counter = self.inner.full_reads.get_or_create(&ResultLabels { result: result.to_string() });
+            counter.inc_by(n.saturating_sub(counter.get()));
+        }
     }
 
     /// Counts one device linked for `class`.

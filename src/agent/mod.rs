@@ -161,7 +161,10 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     };
     let ledger = Ledger::open(&opts.state_dir)?;
     info!(ledger = %ledger.path().display(), "ledger of used disks opened");
-    let host: Arc<dyn HostAccess> = Arc::new(RealHost::new(ledger, opts.kubelet.clone()));
+    // A full read (verify: full) that progresses or ends wakes a pass, like a host change.
+    let wake = raw.clone();
+    let real = RealHost::new(ledger, opts.kubelet.clone()).on_full_read_change(move || wake.notify_one());
+    let host: Arc<dyn HostAccess> = Arc::new(real);
     let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
     let parts = Parts { cluster, host, cleaner, metrics, readiness, node, pv_store, sc_store };
     let mut agent = Agent::new(parts, &opts, config, config_problem, source)?;

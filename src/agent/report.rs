@@ -66,6 +66,8 @@ impl Agent {
             self.report_node_problem("DeviceClaimFailed", format!("device claims not settled: {e}")).await;
             return;
         }
+        let running = report.full_reads.running.as_ref().map(|r| (r.name.as_str(), r.disk.as_str(), r.done, r.total));
+        self.metrics.set_full_reads(running, &report.full_reads.results);
         let node = node_reference(&self.node);
         for (action, result) in &report.applied {
             let (verb, r) = match action {

@@ -53,6 +53,34 @@ impl fmt::Display for DeviceType {
     }
 }
 
+/// How much of a device is read before its first claim. The signature areas are always read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verify {
+    /// Windows sampled over the whole surface on every probe (core::surface): bounded time,
+    /// a probability of seeing a small extent of data.
+    #[default]
+    Sample,
+    /// Besides the samples, every byte once per disk, in the background, before the first
+    /// claim: proof, at the cost of reading the whole disk.
+    Full,
+}
+
+impl Verify {
+    /// Parses the config spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "sample" => Some(Self::Sample),
+            "full" => Some(Self::Full),
+            _ => None,
+        }
+    }
+
+    fn is_sample(&self) -> bool {
+        *self == Self::Sample
+    }
+}
+
 /// A class's device filter. Every field narrows the selection; a device must pass all of them
 /// (and then the safety rules) to be claimed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -82,6 +110,9 @@ pub struct DeviceSelector {
     /// At most this many devices claimed by the class on one node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_per_node: Option<u32>,
+    /// How much of a device is read before its first claim.
+    #[serde(skip_serializing_if = "Verify::is_sample")]
+    pub verify: Verify,
 }
 
 impl Default for DeviceSelector {
@@ -95,6 +126,7 @@ impl Default for DeviceSelector {
             vendors: Vec::new(),
             exclude: Vec::new(),
             max_per_node: None,
+            verify: Verify::Sample,
         }
     }
 }
@@ -196,6 +228,53 @@ mod tests {
         }
         for s in ["Disk", "lvm", "md", "", "rom"] {
             assert_eq!(DeviceType::parse(s), None, "{s}");
+        }
+    }
+
+    /// The devices section of class `fast` read from `yaml`, or the problems of that class.
+    fn read(yaml: &str) -> Result<DeviceSelector, Vec<String>> {
+        let map = format!("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  devices:\n    {yaml}\n");
+        match crate::config::parse_entries("t", &[("storageClassMap".into(), map)]) {
+            Ok(loaded) if !loaded.failed_classes.contains_key("fast") => {
+                Ok(loaded.config.storage_class_map["fast"].devices.clone().unwrap_or_default())
+            }
+            Ok(loaded) => {
+                Err(loaded.failed_classes["fast"].iter().map(|p| format!("{}: {}", p.location, p.message)).collect())
+            }
+            Err(e) => Err(vec![e.to_string()]),
+        }
+    }
+
+    #[test]
+    fn verify_is_sample_unless_full_is_asked_for() {
+        assert_eq!(read("types: [disk]").unwrap().verify, Verify::Sample);
+        assert_eq!(read("verify: sample").unwrap().verify, Verify::Sample);
+        assert_eq!(read("verify: full").unwrap().verify, Verify::Full);
+        assert_eq!(read("verify:").unwrap().verify, Verify::Sample, "null is left out");
+        assert_eq!(DeviceSelector::default().verify, Verify::Sample);
+        // Only full is written out (the effective config shows what differs).
+        let full = DeviceSelector { verify: Verify::Full, ..Default::default() };
+        assert_eq!(serde_json::to_value(&full).unwrap()["verify"], "full");
+        assert!(serde_json::to_value(DeviceSelector::default()).unwrap().get("verify").is_none());
+    }
+
+    #[test]
+    fn a_bad_verify_value_names_the_key_and_the_choices() {
+        for (yaml, message) in [
+            ("verify: Full", "\"Full\" is not a verify mode (use sample, the default, or full"),
+            ("verify: always", "\"always\" is not a verify mode"),
+            ("verify: yes", "expected a string, got a boolean"),
+            ("verify: 1", "\"1\" is not a verify mode"),
+            ("verify: [full]", "expected a string"),
+            ("verfy: full", "unknown key \"verfy\""),
+        ] {
+            let problems = read(yaml).expect_err(yaml);
+            let location = if yaml.starts_with("verfy") {
+                "storageClassMap.fast.devices: "
+            } else {
+                "storageClassMap.fast.devices.verify: "
+            };
+            assert!(problems.iter().any(|p| p.starts_with(location) && p.contains(message)), "{yaml}: {problems:?}");
         }
     }
 

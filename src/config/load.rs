@@ -11,7 +11,7 @@ use super::duration::parse_go_duration;
 use super::upstream_yaml::{Conversion, upstream_labels};
 use super::{
     BlockCleanMethod, ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, DeviceSelector, DeviceType, LoadedConfig,
-    Problem, ProvisionerConfig, VolumeMode, parse_quantity, validate,
+    Problem, ProvisionerConfig, Verify, VolumeMode, parse_quantity, validate,
 };
 use crate::core::pattern::NamePattern;
 
@@ -99,8 +99,8 @@ pub(super) const TOP_KEYS: [&str; 11] = [
 ];
 
 /// Keys of a class's `devices` section.
-const DEVICE_KEYS: [&str; 8] =
-    ["types", "minSize", "maxSize", "rotational", "models", "vendors", "exclude", "maxPerNode"];
+const DEVICE_KEYS: [&str; 9] =
+    ["types", "minSize", "maxSize", "rotational", "models", "vendors", "exclude", "maxPerNode", "verify"];
 
 const CLASS_KEYS: [&str; 10] = [
     "hostDir",
@@ -445,6 +445,17 @@ impl Parser {
                 Some(0) => self.problem(&l, "is 0: no device could be claimed (remove the devices section instead)"),
                 Some(n) => selector.max_per_node = Some(n),
                 None => self.problem(&l, format!("expected a positive whole number, got {}", kind(v))),
+            }
+        }
+        if let Some(text) =
+            fields.get("verify").filter(|v| !v.is_null()).and_then(|v| self.string(v, &format!("{loc}.verify")))
+        {
+            match Verify::parse(&text) {
+                Some(v) => selector.verify = v,
+                None => self.problem(
+                    &format!("{loc}.verify"),
+                    format!("{text:?} is not a verify mode (use sample, the default, or full: read every byte before the first claim)"),
+                ),
             }
         }
         Some(selector)

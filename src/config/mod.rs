@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
 use serde::Serialize;
 
 pub use cleaners::cleaner_warnings;
-pub use devices::{DeviceSelector, DeviceType, any_glob_matches, parse_quantity};
+pub use devices::{DeviceSelector, DeviceType, Verify, any_glob_matches, parse_quantity};
 pub use effective::{Effective, effective};
 pub use load::{load_dir, parse_entries};
 pub use manifest::{ManifestError, load_manifest};

@@ -1166,6 +1166,7 @@ fn devices_section_is_read_with_every_key() {
             vendors: vec!["ATA".into(), "NVME*".into()],
             exclude: vec!["sda".into(), "wwn-0x5000*".into()],
             max_per_node: Some(4),
+            ..Default::default()
         }
     );
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);

@@ -14,11 +14,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{DeviceSelector, DeviceType, any_glob_matches};
+use crate::config::{DeviceSelector, DeviceType, Verify, any_glob_matches};
 use crate::core::disk_identity::LoopKey;
 use crate::core::naming::fnv1a32;
 use crate::core::pattern::NamePattern;
 use crate::core::pv::host_path;
+use crate::core::surface::{FullRead, offset_text};
 
 /// Where an agent's link points while its device is not on the node: a path nothing creates,
 /// so the link dangles instead of leading to whatever device took the old node's name.
@@ -112,6 +113,8 @@ pub struct DeviceFacts {
     pub sharing: Vec<String>,
     /// In use and content, when probed.
     pub probe: Probe,
+    /// Where the full read of this disk stands (only looked at for a class with `verify: full`).
+    pub full_read: FullRead,
 }
 
 impl DeviceFacts {
@@ -231,6 +234,9 @@ pub enum Refusal {
     NotBlank(String),
     /// The probe could not read it.
     Unreadable(String),
+    /// Its class reads it whole before its first claim (`verify: full`), and that read has
+    /// not finished blank yet.
+    Verifying(String),
     /// Not probed yet (a second pass probes it).
     NotProbed,
     /// A class's discovery directory could not be read: whether the device is already an
@@ -259,6 +265,7 @@ impl Refusal {
             Refusal::SameDisk(_) => "same-disk",
             Refusal::NotBlank(_) => "not-blank",
             Refusal::Unreadable(_) => "unreadable",
+            Refusal::Verifying(_) => "verifying",
             Refusal::NotProbed => "not-probed",
             Refusal::Unscanned(_) => "unscanned",
             Refusal::NameMismatch { .. } => "name-mismatch",
@@ -311,6 +318,7 @@ impl fmt::Display for Refusal {
                 "it is not blank: {what} (to offer it, clear it with `blkdiscard -z` or remove its data; `wipefs -a` alone leaves data behind)"
             ),
             Refusal::Unreadable(e) => write!(f, "it could not be read: {e}"),
+            Refusal::Verifying(what) => write!(f, "it is read whole before its first claim (verify: full): {what}"),
             Refusal::NotProbed => write!(f, "it has not been probed yet"),
             Refusal::Unscanned(classes) => write!(
                 f,
@@ -641,6 +649,15 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
         Some(Refusal::InUse(why.clone()))
     } else {
         match &device.probe.content {
+            Content::Blank if class.selector.as_ref().is_some_and(|s| s.verify == Verify::Full) => {
+                match &device.full_read {
+                    FullRead::Data { offset } => Some(Refusal::NotBlank(format!(
+                        "data at byte {}, found by the full read",
+                        offset_text(*offset)
+                    ))),
+                    other => other.pending().map(Refusal::Verifying),
+                }
+            }
             Content::Blank => None,
             Content::Busy => Some(Refusal::InUse("someone opened it exclusively".into())),
             Content::NotBlank(what) => Some(Refusal::NotBlank(what.clone())),

@@ -21,5 +21,6 @@ pub mod pv_facts;
 pub mod settle;
 pub mod signatures;
 pub mod succession;
+pub mod surface;
 pub mod used_mark;
 pub mod volume_safety;

@@ -22,6 +22,7 @@ use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, v
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
+use crate::host::verify::Verifier;
 use crate::wiper::{Progress, WipeError, WipeJob, Wiped};
 
 /// What one pass wants to know about the host, beyond the scan of the discovery directories.
@@ -109,12 +110,23 @@ pub struct RealHost {
     kubelet: KubeletView,
     /// I/O counters of the claimed devices of unbound PVs, between passes.
     baselines: Arc<Mutex<IoBaselines>>,
+    /// The full reads of `verify: full` (one at a time, in the background), kept next to the
+    /// ledger in the state directory.
+    verifier: Verifier,
 }
 
 impl RealHost {
     /// The host, with the ledger of used disks this agent holds and where kubelet's mounts are.
     pub fn new(ledger: Ledger, kubelet: KubeletView) -> Self {
-        RealHost { ledger, kubelet, baselines: Arc::default() }
+        let verifier = Verifier::new(ledger.path().parent().unwrap_or(std::path::Path::new(".")));
+        RealHost { ledger, kubelet, baselines: Arc::default(), verifier }
+    }
+
+    /// Calls `wake` as a full read progresses (every 10%) and when it ends, so the agent runs a
+    /// pass: the device is claimed (or refused) without waiting for the resync.
+    pub fn on_full_read_change(self, wake: impl Fn() + Send + Sync + 'static) -> Self {
+        self.verifier.on_change(wake);
+        self
     }
 }
 
@@ -139,8 +151,15 @@ impl RealHost {
         let pvs = claims::pv_disks(&ask.pv_identities, &ask.unbound);
         // A poisoned lock only means a pass panicked mid-way: the counters are still counters.
         let mut baselines = self.baselines.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut devices, mut plan) =
-            claims::plan_claims(&ask.config, records.clone(), Some(pvs.clone()), mounts, Some(&mut baselines));
+        let verifier = Some(&self.verifier);
+        let (mut devices, mut plan) = claims::plan_claims(
+            &ask.config,
+            records.clone(),
+            Some(pvs.clone()),
+            mounts,
+            Some(&mut baselines),
+            verifier,
+        );
         let mut applied = claims::apply(&ask.config, &state_dir, &mut records, &plan.actions);
         // A claim let go or a link removed frees the device (or a maxPerNode place) for a
         // claim judged afresh: planned again now rather than at the next event.
@@ -148,10 +167,10 @@ impl RealHost {
             applied.iter().any(|(a, r)| r.is_ok() && matches!(a, LinkAction::Forget(_) | LinkAction::Remove(_)));
         if freed {
             (devices, plan) =
-                claims::plan_claims(&ask.config, records.clone(), Some(pvs), mounts, Some(&mut baselines));
+                claims::plan_claims(&ask.config, records.clone(), Some(pvs), mounts, Some(&mut baselines), verifier);
             applied.extend(claims::apply(&ask.config, &state_dir, &mut records, &plan.actions));
         }
-        Some(ClaimReport { devices, plan, applied, failed: None, records })
+        Some(ClaimReport { devices, plan, applied, failed: None, records, full_reads: self.verifier.figures() })
     }
 }
 

@@ -14,21 +14,24 @@ use std::io::Write as _;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 
 use crate::config::{DeviceType, ProvisionerConfig};
 use crate::core::activity::{IoStat, Opener, opened_by_others, written_between};
 use crate::core::device_claim::{
-    ClaimPlan, ClaimRecord, ClassClaims, Content, DeviceFacts, DeviceKind, DirEntry, LinkAction, Probe, PvDisk, World,
-    current_loop_id, plan,
+    ClaimPlan, ClaimRecord, ClassClaims, Content, DeviceFacts, DeviceKind, DirEntry, LinkAction, Probe, PvDisk,
+    Refusal, Verdict, World, current_loop_id, plan,
 };
 use crate::core::signatures::Content as Found;
+use crate::core::surface::{FullRead, WINDOW, offset_text};
 use crate::core::volume_safety::MountFacts;
 use crate::host::blockdev::{block_device_in_use, device_number, extent, loop_status, sysfs_attr};
-use crate::host::device_content::{self, Probe as ContentProbe};
+use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
+use crate::host::verify::{FullReadJob, FullReads, Verifier};
 use crate::host::writers::{self, Wanted};
 
 /// The file in the state directory listing the links this agent made.
@@ -73,6 +76,8 @@ pub struct ClaimReport {
     pub failed: Option<String>,
     /// The links this agent keeps after the pass, by class.
     pub records: Vec<ClaimRecord>,
+    /// The full reads (`verify: full`): the one under way and the results so far.
+    pub full_reads: FullReads,
 }
 
 /// The links this agent made, as recorded in its state directory.
@@ -189,6 +194,7 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
         holders: list_dir(&dir.join("holders")),
         sharing: Vec::new(),
         probe: Probe::default(),
+        full_read: FullRead::default(),
         kind: Some(kind),
         name,
         dev,
@@ -231,13 +237,13 @@ const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
 
 /// The probe of one candidate: in use (it or anything sharing its data mounted, held or
 /// open exclusively), used without a claim (its I/O counters moving over the probe window,
-/// or a process in `openers` holding it or a device sharing its data) and, when none of these,
-/// what its signature areas hold. An exclusive holder is asked about again a few times, so two
-/// brief probes that meet do not report each other.
-pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], openers: &[Opener]) -> Probe {
+/// and, when none of these, what it holds where `reach` says to read. (A process holding it
+/// open is the caller's to add: see [`plan_claims`].) An exclusive holder is asked about again a few
+/// times, so two brief probes that meet do not report each other.
+pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], reach: &Reach) -> Probe {
     let mut attempt = 1;
     loop {
-        let found = probe_once(device, mounts, facts, openers);
+        let found = probe_once(device, mounts, facts, reach);
         let busy = matches!(found.content, Content::Busy)
             || found.in_use.as_deref().is_some_and(|why| why.contains("open exclusively"));
         if !busy || attempt >= BUSY_ATTEMPTS {
@@ -248,7 +254,7 @@ pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]
     }
 }
 
-fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], openers: &[Opener]) -> Probe {
+fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], reach: &Reach) -> Probe {
     let Some(node) = device_node(device) else {
         let content = Content::Unreadable(format!("/dev/{} is not the device {}", device.name, device.dev));
         return Probe { done: true, in_use: None, content, activity: None };
@@ -263,9 +269,12 @@ fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>
     if in_use.is_some() {
         return Probe { done: true, in_use, content: Content::NotProbed, activity: None };
     }
-    let content = match device_content::probe_content(&node) {
+    let content = match device_content::probe_content_with(&node, reach) {
         Ok(ContentProbe::Busy) => Content::Busy,
         Ok(ContentProbe::Read { content: Found::Blank, .. }) => Content::Blank,
+        Ok(ContentProbe::Read { content: Found::Data { offset }, .. }) => {
+            Content::NotBlank(format!("data at byte {} with no signature this agent recognises", offset_text(offset)))
+        }
         Ok(ContentProbe::Read { content, .. }) => Content::NotBlank(content.to_string()),
         Err(e) => Content::Unreadable(e.to_string()),
     };
@@ -276,9 +285,7 @@ fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>
         (Some(b), Some(a)) => written_between(&b, &a),
         _ => Some(format!("the I/O counters of {} cannot be read", device.name)),
     };
-    let mine: Vec<Opener> = openers.iter().filter(|o| concerns(device, o)).cloned().collect();
-    let activity = counted.or_else(|| opened_by_others(&mine));
-    Probe { done: true, in_use: None, content, activity }
+    Probe { done: true, in_use: None, content, activity: counted }
 }
 
 /// Whether `o` holds `device` or a device sharing its data (or the backing file of one).
@@ -391,12 +398,19 @@ pub fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<String>) ->
 /// this node's PVs, or `None` when they are unknown (the commands, with no cluster).
 /// `baselines`: the agent's I/O counters of the devices of unbound PVs from earlier passes
 /// (writes since then are a writer's); `None` for the commands.
+/// `verifier`: where each disk's full read stands, and who runs the ones a class asks for.
+///
+/// A device this agent claimed (it has a record) is probed in its signature areas only: it is
+/// checked before it is published again after a release, and the quick wipe zeroes exactly
+/// those. A held one is probed over its whole surface: its hold is lifted only once it proves
+/// as blank as a new claim. Any other candidate is probed over its whole surface (core::surface).
 pub fn plan_claims(
     config: &ProvisionerConfig,
     records: Vec<ClaimRecord>,
     pvs: Option<Vec<PvDisk>>,
     mounts: &MountTable,
     baselines: Option<&mut IoBaselines>,
+    verifier: Option<&Verifier>,
 ) -> (Vec<DeviceFacts>, ClaimPlan) {
     let facts = mounts.facts();
     let roots = roots(config, &facts);
@@ -443,18 +457,52 @@ pub fn plan_claims(
     if first.to_probe.is_empty() {
         return (world.devices, first);
     }
-    let openers = writers::openers(&wanted_for(
-        world.devices.iter().filter(|d| first.to_probe.contains(&d.name)),
-        &world.devices,
-    ));
+    let wanted = wanted_for(world.devices.iter().filter(|d| first.to_probe.contains(&d.name)), &world.devices);
+    let (openers, scanned) = (writers::openers(&wanted), Instant::now());
     for d in world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name)) {
+        let ours = d.stable_id.as_ref().is_some_and(|id| world.records.iter().any(|r| r.disk == *id));
+        let held =
+            d.stable_id.as_ref().is_some_and(|id| world.records.iter().any(|r| r.disk == *id && r.held.is_some()));
+        let data_at = verifier.zip(d.stable_id.as_deref()).and_then(|(v, id)| v.data_at(id, d.size));
+        let reach = Reach {
+            areas_only: ours && !held,
+            rotational: d.rotational,
+            extra: data_at.map(|at| (at, WINDOW)).into_iter().collect(),
+        };
         let since_last_pass = d.probe.activity.take();
-        d.probe = probe(d, mounts, &facts, &openers);
+        d.probe = probe(d, mounts, &facts, &reach);
         d.probe.activity = since_last_pass.or(d.probe.activity.take());
+        if let (Some(v), Some(id)) = (verifier, &d.stable_id) {
+            d.full_read = v.status(id, d.size, d.probe.content == Content::Blank);
+        }
+    }
+    // A process that holds a device open across two scans uses it; one seen once only opened
+    // it for a moment (another probe: the `disks` command, udev's blkid).
+    if !openers.is_empty() {
+        std::thread::sleep(OPENER_PAUSE.saturating_sub(scanned.elapsed()));
+        let again = writers::openers(&wanted);
+        let stable: Vec<Opener> = openers.into_iter().filter(|o| again.contains(o)).collect();
+        for d in world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name) && d.probe.activity.is_none()) {
+            let mine: Vec<Opener> = stable.iter().filter(|o| concerns(d, o)).cloned().collect();
+            d.probe.activity = opened_by_others(&mine);
+        }
     }
     let second = plan(&world);
+    // Full reads asked for by a class's verify: full and not started yet.
+    if let Some(v) = verifier {
+        for decision in &second.decisions {
+            let Verdict::Refused(Refusal::Verifying(_)) = decision.verdict else { continue };
+            let Some(d) = world.devices.iter().find(|d| d.name == decision.device) else { continue };
+            if let (FullRead::Unknown, Some(disk)) = (&d.full_read, &d.stable_id) {
+                v.request(FullReadJob { name: d.name.clone(), dev: d.dev.clone(), disk: disk.clone(), size: d.size });
+            }
+        }
+    }
     (world.devices, second)
 }
+
+/// The least time between the two scans of the processes' descriptors (see [`plan_claims`]).
+const OPENER_PAUSE: Duration = Duration::from_millis(250);
 
 /// The I/O counters of the devices of unbound PVs, as the agent last read them, by PV path
 /// and device: a write between two passes is a writer's, since no tenant has the disk. Only

@@ -1,6 +1,8 @@
 //! "Is this device blank?": reads a raw block device's signature areas (the ranges the quick
-//! wipe zeroes) without ever writing, and says what they hold. A device is only claimed when
-//! they all read zero, the state our own wipes and `blkdiscard -z` leave.
+//! wipe zeroes) and windows sampled over its whole surface (core::surface), without ever
+//! writing, and says what they hold. A device is only claimed when they all read zero, the
+//! state `blkdiscard -z` leaves: a signature names itself, and any other non-zero byte is data,
+//! reported at its offset. The samples catch a disk "cleaned" by zeroing only its start.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -13,6 +15,19 @@ use nix::sys::stat::Mode;
 
 use super::blockdev;
 use crate::core::signatures::{Content, recognise, signature_areas};
+use crate::core::surface::{WINDOW, first_non_zero, sample_windows};
+
+/// How far a probe reads beyond the signature areas.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// Only the signature areas: a device this agent claimed and wiped (the quick wipe zeroes
+    /// exactly those), checked again before it is published.
+    pub areas_only: bool,
+    /// What sysfs says of the device (a rotational one gets fewer, seek-bound, samples).
+    pub rotational: Option<bool>,
+    /// Further windows `(offset, len)` to read, e.g. where an earlier full read found data.
+    pub extra: Vec<(u64, u64)>,
+}
 
 /// What probing a device found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +74,17 @@ impl DeviceContentError {
 /// mkfs, and while we read, none of them can claim it: what we read is not being rewritten by
 /// a format under way. A read-only open does not make udev rescan the device (only a close
 /// after a writable open sends the "change" event), so probing leaves no trace.
+///
+/// Besides the signature areas, the windows of [`sample_windows`] (and `reach.extra`) are read
+/// on the same descriptor, in ascending order, through one reused buffer of [`WINDOW`] bytes;
+/// the first non-zero byte ends the read. A recognised signature names itself; otherwise the
+/// lowest non-zero offset read is reported as data.
 pub fn probe_content(node: &Path) -> Result<Probe, DeviceContentError> {
+    probe_content_with(node, &Reach::default())
+}
+
+/// [`probe_content`] with a chosen reach.
+pub fn probe_content_with(node: &Path, reach: &Reach) -> Result<Probe, DeviceContentError> {
     let flags = OFlag::O_RDONLY | OFlag::O_EXCL | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
     let fd: OwnedFd = match open(node, flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -81,9 +106,40 @@ pub fn probe_content(node: &Path) -> Result<Probe, DeviceContentError> {
         file.read_exact_at(&mut buf, offset).map_err(|e| DeviceContentError::io("read signature area of", node, e))?;
         areas.push((offset, buf));
     }
-    drop(file);
     let views: Vec<(u64, &[u8])> = areas.iter().map(|(offset, buf)| (*offset, buf.as_slice())).collect();
-    Ok(Probe::Read { size, content: recognise(size, &views) })
+    let content = recognise(size, &views);
+    let below = match (&content, reach.areas_only) {
+        (Content::Signatures(_), _) | (_, true) => return Ok(Probe::Read { size, content }),
+        (Content::Data { offset }, false) => *offset,
+        (Content::Blank, false) => size,
+    };
+    match first_non_zero_sampled(&file, size, reach, below)
+        .map_err(|e| DeviceContentError::io("read sample of", node, e))?
+    {
+        Some(offset) => Ok(Probe::Read { size, content: Content::Data { offset: offset.min(below) } }),
+        None => Ok(Probe::Read { size, content }),
+    }
+}
+
+/// The first non-zero byte below `below` in the sample windows of a device of `size` bytes.
+fn first_non_zero_sampled(file: &File, size: u64, reach: &Reach, below: u64) -> std::io::Result<Option<u64>> {
+    let mut windows = sample_windows(size, reach.rotational);
+    windows.extend(reach.extra.iter().filter(|(at, _)| *at < size).map(|&(at, len)| (at, len.min(size - at))));
+    windows.sort_unstable();
+    let mut buf = vec![0u8; WINDOW as usize];
+    for (mut at, len) in windows {
+        let end = at + len;
+        while at < end && at < below {
+            let n = usize::try_from((end - at).min(WINDOW)).unwrap_or(buf.len()).min(buf.len());
+            let chunk = &mut buf[..n];
+            file.read_exact_at(chunk, at)?;
+            if let Some(i) = first_non_zero(chunk) {
+                return Ok(Some(at + i as u64));
+            }
+            at += n as u64;
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod mountinfo;
 pub mod operator_wipe;
 pub mod process;
 pub mod used_mark;
+pub mod verify;
 pub mod volume;
 pub mod watch;
 pub mod wipe_block;

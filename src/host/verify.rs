@@ -1,0 +1,491 @@
+//! The full read of `verify: full`: before the first claim of a disk, every byte of it is read
+//! and must be zero. Samples (core::surface) bound the time of a probe but only give a
+//! probability of seeing a small extent of data; this is the proof, paid once per disk.
+//!
+//! - One read at a time per node, in a background thread the [`Verifier`] owns: a pass never
+//!   waits for it; it asks, and sees the state (queued, N% done, blank, data at an offset).
+//! - Read-only and not `O_EXCL`, so the host is never blocked from its own device meanwhile;
+//!   the device's write counters (`/sys/class/block/<name>/stat`) are read before and after,
+//!   and any write or discard in between voids the result (it is read again later).
+//! - Large sequential chunks with `O_DIRECT` (no page cache churn), one reused buffer.
+//! - Each finished read is kept in `verified.json` in the state directory (stable id, size,
+//!   result, when), written like `claims.json` (new file, fsync, rename, directory fsync), so a
+//!   disk is never read whole twice: not after a restart, nor when claimed again after a
+//!   release. A record of data whose offset later reads zero (the operator cleared the disk)
+//!   is read again (core::surface::recorded).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::File;
+use std::io::Write as _;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use rustix::fs::{Mode, OFlags};
+use tracing::{info, warn};
+
+use crate::core::activity::{IoStat, written_between};
+use crate::core::surface::{FullRead, VerifiedRecord, first_non_zero, percent_step, recorded};
+use crate::host::blockdev::{device_number, device_size};
+use crate::host::writers;
+
+/// The file in the state directory keeping finished full reads.
+pub const VERIFIED_FILE: &str = "verified.json";
+
+/// Bytes read at a time.
+const CHUNK: usize = 4 << 20;
+/// Alignment of the buffer for `O_DIRECT` (any logical block size up to 4 KiB).
+const ALIGN: usize = 4096;
+/// How long a failed or voided read waits before it is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// A full read that failed, naming the device or file.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// A system call failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The records file is not what this agent writes.
+    #[error("{path} is unreadable: {message}; no full read is recorded until it is fixed or removed")]
+    BadRecords { path: PathBuf, message: String },
+    /// The node is not the device that was asked for (it changed under its name).
+    #[error("{path} is not the device asked for: {message}")]
+    NotTheDevice { path: PathBuf, message: String },
+    /// The device was written to during the read: what was read proves nothing.
+    #[error("{path} was written to during the full read (its write counters changed); the result is void")]
+    Written { path: PathBuf },
+}
+
+fn io(op: &'static str, path: &Path, e: impl Into<std::io::Error>) -> VerifyError {
+    VerifyError::Io { op, path: path.to_path_buf(), source: e.into() }
+}
+
+/// The finished full reads kept in `state_dir`.
+pub fn read_records(state_dir: &Path) -> Result<Vec<VerifiedRecord>, VerifyError> {
+    let path = state_dir.join(VERIFIED_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| VerifyError::BadRecords { path: path.clone(), message: e.to_string() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io("reading", &path, e)),
+    }
+}
+
+/// Replaces the records durably: a crash leaves either list whole.
+pub fn write_records(state_dir: &Path, records: &[VerifiedRecord]) -> Result<(), VerifyError> {
+    let path = state_dir.join(VERIFIED_FILE);
+    let tmp = state_dir.join(format!("{VERIFIED_FILE}.tmp"));
+    let mut sorted = records.to_vec();
+    sorted.sort();
+    let text = serde_json::to_vec_pretty(&sorted).map_err(|e| io("encoding", &path, std::io::Error::other(e)))?;
+    let mut f = File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
+    f.write_all(&text).map_err(|e| io("writing", &tmp, e))?;
+    f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io("renaming into place", &path, e))?;
+    File::open(state_dir).and_then(|d| d.sync_all()).map_err(|e| io("syncing", state_dir, e))
+}
+
+/// One device to read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FullReadJob {
+    /// Kernel name (`sdb`, `loop3`).
+    pub name: String,
+    /// `major:minor`: the node must still be this device.
+    pub dev: String,
+    /// Stable id, the key of the record.
+    pub disk: String,
+    /// Size in bytes: the device must still have it.
+    pub size: u64,
+}
+
+/// What a full read found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// Every byte zero.
+    Blank,
+    /// The first non-zero byte.
+    Data { offset: u64 },
+}
+
+/// The write counters of the device `name`.
+fn write_counters(name: &str) -> Result<IoStat, VerifyError> {
+    let path = PathBuf::from(format!("/sys/class/block/{name}/stat"));
+    let missing = std::io::Error::new(std::io::ErrorKind::InvalidData, "missing or not a stat line");
+    writers::io_stat(name).ok_or_else(|| io("reading", &path, missing))
+}
+
+/// Reads the whole of `job`'s device, sequentially, and says whether every byte is zero;
+/// `done` follows the bytes read. Logs every 10% and at the end, with the rate.
+pub fn read_whole(job: &FullReadJob, done: &AtomicU64) -> Result<Found, VerifyError> {
+    let node = PathBuf::from(format!("/dev/{}", job.name));
+    let base = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = match rustix::fs::open(&node, base | OFlags::DIRECT, Mode::empty()) {
+        Ok(fd) => fd,
+        // A device or kernel without O_DIRECT: through the page cache then.
+        Err(rustix::io::Errno::INVAL) => {
+            rustix::fs::open(&node, base, Mode::empty()).map_err(|e| io("open read-only", &node, e))?
+        }
+        Err(e) => return Err(io("open read-only", &node, e)),
+    };
+    let file = File::from(fd);
+    let meta = file.metadata().map_err(|e| io("fstat", &node, e))?;
+    let not_it = |message: String| VerifyError::NotTheDevice { path: node.clone(), message };
+    if !meta.file_type().is_block_device() || device_number(meta.rdev()) != job.dev {
+        return Err(not_it(format!("it is not the block device {}", job.dev)));
+    }
+    let size = device_size(&file).map_err(|e| io("ioctl BLKGETSIZE64", &node, e))?;
+    if size != job.size {
+        return Err(not_it(format!("{size} bytes, not {}", job.size)));
+    }
+    let before = write_counters(&job.name)?;
+    let mut buf = vec![0u8; CHUNK + ALIGN];
+    let skip = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
+    let chunk = &mut buf[skip..skip + CHUNK];
+    let started = Instant::now();
+    let mut at = 0u64;
+    let mut step = 0;
+    let rate = |bytes: u64| bytes as f64 / (1 << 20) as f64 / started.elapsed().as_secs_f64().max(1e-6);
+    while at < size {
+        let want = usize::try_from(size - at).unwrap_or(CHUNK).min(CHUNK);
+        let n = file.read_at(&mut chunk[..want], at).map_err(|e| io("read", &node, e))?;
+        if n == 0 {
+            let e = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("end of device at byte {at}"));
+            return Err(io("read", &node, e));
+        }
+        if let Some(i) = first_non_zero(&chunk[..n]) {
+            let offset = at + i as u64;
+            info!(device = %job.name, disk = %job.disk, offset, "full read: data found");
+            return Ok(Found::Data { offset });
+        }
+        at += n as u64;
+        done.store(at, Ordering::Relaxed);
+        let now = percent_step(at, size);
+        if now > step && now < 100 {
+            step = now;
+            info!(device = %job.name, percent = now, rate_mib_s = format!("{:.0}", rate(at)), "full read progress");
+        }
+    }
+    // Someone else's reads may still be in flight; only what was written voids the read.
+    let after = IoStat { in_flight: 0, ..write_counters(&job.name)? };
+    if written_between(&before, &after).is_some() {
+        return Err(VerifyError::Written { path: node });
+    }
+    info!(
+        device = %job.name,
+        disk = %job.disk,
+        bytes = size,
+        seconds = format!("{:.1}", started.elapsed().as_secs_f64()),
+        rate_mib_s = format!("{:.0}", rate(size)),
+        "full read: blank"
+    );
+    Ok(Found::Blank)
+}
+
+/// What the running read has done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    /// Kernel name.
+    pub name: String,
+    /// Stable id.
+    pub disk: String,
+    /// Bytes read.
+    pub done: u64,
+    /// Bytes in all.
+    pub total: u64,
+}
+
+/// The verifier's figures for metrics: the read under way and the reads finished since start,
+/// by result (`blank`, `data`, `voided`, `failed`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FullReads {
+    /// The read under way.
+    pub running: Option<Running>,
+    /// Reads finished, by result.
+    pub results: BTreeMap<&'static str, u64>,
+}
+
+/// Runs full reads one at a time in a background thread and keeps their results. Cheap to
+/// clone; every clone is the same verifier.
+#[derive(Clone)]
+pub struct Verifier {
+    inner: Arc<Inner>,
+}
+
+type Wake = Arc<dyn Fn() + Send + Sync>;
+
+struct Inner {
+    state_dir: PathBuf,
+    /// Whether reads may run (the agent) or only the records are shown (the commands).
+    runs: bool,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The records file's content, or why it cannot be read (then nothing is read or written).
+    records: Result<Vec<VerifiedRecord>, String>,
+    queue: VecDeque<FullReadJob>,
+    running: Option<(FullReadJob, Arc<AtomicU64>)>,
+    worker: bool,
+    /// Reads that failed or were voided, with when: tried again after [`RETRY_AFTER`].
+    failed: BTreeMap<(String, u64), (String, Instant)>,
+    results: BTreeMap<&'static str, u64>,
+    wake: Option<Wake>,
+}
+
+impl Verifier {
+    /// The agent's verifier over `state_dir`: it reads devices when asked.
+    pub fn new(state_dir: &Path) -> Self {
+        Self::with(state_dir, true)
+    }
+
+    /// The records of `state_dir` only, never reading a device (the `disks` command).
+    pub fn view(state_dir: &Path) -> Self {
+        Self::with(state_dir, false)
+    }
+
+    fn with(state_dir: &Path, runs: bool) -> Self {
+        let records = read_records(state_dir).map_err(|e| e.to_string());
+        if let Err(e) = &records {
+            warn!("{e}");
+        }
+        let state = State {
+            records,
+            queue: VecDeque::new(),
+            running: None,
+            worker: false,
+            failed: BTreeMap::new(),
+            results: BTreeMap::new(),
+            wake: None,
+        };
+        Verifier { inner: Arc::new(Inner { state_dir: state_dir.to_path_buf(), runs, state: Mutex::new(state) }) }
+    }
+
+    /// `wake` is called at every 10% of a read and when it ends, so a pass runs soon.
+    pub fn on_change(&self, wake: impl Fn() + Send + Sync + 'static) {
+        self.lock().wake = Some(Arc::new(wake));
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Where a kept record says data was found on this disk: the probe reads there too, so a
+    /// disk cleared since is read again.
+    pub fn data_at(&self, disk: &str, size: u64) -> Option<u64> {
+        let state = self.lock();
+        let records = state.records.as_ref().ok()?;
+        records.iter().find(|r| r.disk == disk && r.size == size).and_then(|r| r.data_at)
+    }
+
+    /// Where the full read of this disk stands. `probe_blank`: the probe just read the disk's
+    /// samples (and any recorded data offset) as zero.
+    pub fn status(&self, disk: &str, size: u64, probe_blank: bool) -> FullRead {
+        let mut state = self.lock();
+        let records = match &state.records {
+            Ok(r) => r,
+            Err(e) => return FullRead::Failed(e.clone()),
+        };
+        if let Some(found) = recorded(records, disk, size, probe_blank) {
+            return found;
+        }
+        if let Some((job, done)) = &state.running
+            && job.disk == disk
+            && job.size == size
+        {
+            return FullRead::Reading { done: done.load(Ordering::Relaxed), total: size };
+        }
+        if state.queue.iter().any(|j| j.disk == disk && j.size == size) {
+            return FullRead::Queued;
+        }
+        let key = (disk.to_string(), size);
+        match state.failed.get(&key) {
+            Some((why, at)) if at.elapsed() < RETRY_AFTER => FullRead::Failed(why.clone()),
+            Some(_) => {
+                state.failed.remove(&key);
+                FullRead::Unknown
+            }
+            None => FullRead::Unknown,
+        }
+    }
+
+    /// Asks for a full read of `job`'s device (nothing when one is recorded, under way, queued
+    /// or failed a moment ago, or when this verifier only shows records).
+    pub fn request(&self, job: FullReadJob) {
+        if !self.inner.runs || self.status(&job.disk, job.size, false) != FullRead::Unknown {
+            return;
+        }
+        let mut state = self.lock();
+        info!(device = %job.name, disk = %job.disk, bytes = job.size, "full read queued");
+        state.queue.push_back(job);
+        if state.worker {
+            return;
+        }
+        state.worker = true;
+        let me = self.clone();
+        let spawned = std::thread::Builder::new().name("full-read".into()).spawn(move || me.work());
+        if let Err(e) = spawned {
+            state.worker = false;
+            state.queue.clear();
+            warn!(error = %e, "full read: no thread could be started; asked again at the next pass");
+        }
+    }
+
+    /// The worker: reads the queue one device at a time until it is empty.
+    fn work(&self) {
+        loop {
+            let (job, done) = {
+                let mut state = self.lock();
+                let Some(job) = state.queue.pop_front() else {
+                    state.worker = false;
+                    return;
+                };
+                let done = Arc::new(AtomicU64::new(0));
+                state.running = Some((job.clone(), done.clone()));
+                (job, done)
+            };
+            let progress = ProgressWake { verifier: self, job: &job, done: &done };
+            let result = std::thread::scope(|s| {
+                let reader = s.spawn(|| read_whole(&job, &done));
+                progress.follow(&reader);
+                reader.join().unwrap_or_else(|_| Err(io("read", Path::new(&job.name), std::io::Error::other("panic"))))
+            });
+            self.finish(&job, result);
+        }
+    }
+
+    fn finish(&self, job: &FullReadJob, result: Result<Found, VerifyError>) {
+        let wake = {
+            let mut state = self.lock();
+            state.running = None;
+            let key = (job.disk.clone(), job.size);
+            let data_at = match result {
+                Ok(Found::Blank) => None,
+                Ok(Found::Data { offset }) => Some(offset),
+                Err(e) => {
+                    let kind = if matches!(e, VerifyError::Written { .. }) { "voided" } else { "failed" };
+                    warn!(device = %job.name, disk = %job.disk, "full read {kind}: {e}; tried again later");
+                    *state.results.entry(kind).or_default() += 1;
+                    state.failed.insert(key, (e.to_string(), Instant::now()));
+                    return self.wake_with(state);
+                }
+            };
+            *state.results.entry(if data_at.is_some() { "data" } else { "blank" }).or_default() += 1;
+            let at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            if let Ok(records) = &mut state.records {
+                records.retain(|r| !(r.disk == job.disk && r.size == job.size));
+                records.push(VerifiedRecord { disk: job.disk.clone(), size: job.size, data_at, at });
+                if let Err(e) = write_records(&self.inner.state_dir, records) {
+                    warn!("full read of {} kept in memory only: {e}", job.name);
+                }
+            }
+            state.wake.clone()
+        };
+        if let Some(wake) = wake {
+            wake();
+        }
+    }
+
+    fn wake_with(&self, state: MutexGuard<'_, State>) {
+        let wake = state.wake.clone();
+        drop(state);
+        if let Some(wake) = wake {
+            wake();
+        }
+    }
+
+    /// The read under way and the results so far.
+    pub fn figures(&self) -> FullReads {
+        let state = self.lock();
+        let running = state.running.as_ref().map(|(job, done)| Running {
+            name: job.name.clone(),
+            disk: job.disk.clone(),
+            done: done.load(Ordering::Relaxed),
+            total: job.size,
+        });
+        FullReads { running, results: state.results.clone() }
+    }
+}
+
+/// Wakes the agent at every 10% of a read, while it runs.
+struct ProgressWake<'a> {
+    verifier: &'a Verifier,
+    job: &'a FullReadJob,
+    done: &'a AtomicU64,
+}
+
+impl ProgressWake<'_> {
+    fn follow<T>(&self, reader: &std::thread::ScopedJoinHandle<'_, T>) {
+        let mut step = 0;
+        while !reader.is_finished() {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = percent_step(self.done.load(Ordering::Relaxed), self.job.size);
+            if now > step && now < 100 {
+                step = now;
+                let wake = self.verifier.lock().wake.clone();
+                if let Some(wake) = wake {
+                    wake();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_non_zero_byte_is_found_in_any_block() {
+        let mut bytes = vec![0u8; 3 * 4096 + 100];
+        assert_eq!(first_non_zero(&bytes), None);
+        bytes[2 * 4096 + 17] = 1;
+        assert_eq!(first_non_zero(&bytes), Some(2 * 4096 + 17));
+        bytes[3 * 4096 + 99] = 9;
+        assert_eq!(first_non_zero(&bytes), Some(2 * 4096 + 17));
+        assert_eq!(first_non_zero(&bytes[3 * 4096..]), Some(99));
+        assert_eq!(first_non_zero(&[]), None);
+    }
+
+    #[test]
+    fn records_round_trip_and_an_unreadable_file_is_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_records(dir.path()).unwrap(), Vec::new());
+        let records = vec![
+            VerifiedRecord { disk: "wwid:b".into(), size: 10, data_at: Some(4), at: 2 },
+            VerifiedRecord { disk: "wwid:a".into(), size: 10, data_at: None, at: 1 },
+        ];
+        write_records(dir.path(), &records).unwrap();
+        let back = read_records(dir.path()).unwrap();
+        assert_eq!(back, vec![records[1].clone(), records[0].clone()]);
+        let v = Verifier::view(dir.path());
+        assert_eq!(v.status("wwid:a", 10, false), FullRead::Blank);
+        assert_eq!(v.status("wwid:b", 10, false), FullRead::Data { offset: 4 });
+        assert_eq!(v.data_at("wwid:b", 10), Some(4));
+        assert_eq!(v.status("wwid:b", 10, true), FullRead::Unknown);
+        assert_eq!(v.status("wwid:a", 11, false), FullRead::Unknown);
+        // A view never reads.
+        v.request(FullReadJob { name: "loop9".into(), dev: "7:9".into(), disk: "wwid:c".into(), size: 1 });
+        assert_eq!(v.status("wwid:c", 1, false), FullRead::Unknown);
+
+        std::fs::write(dir.path().join(VERIFIED_FILE), b"[{").unwrap();
+        let v = Verifier::new(dir.path());
+        let FullRead::Failed(why) = v.status("wwid:a", 10, false) else { panic!("an unreadable file is a failure") };
+        assert!(why.contains("verified.json") && why.contains("unreadable"), "{why}");
+        v.request(FullReadJob { name: "loop9".into(), dev: "7:9".into(), disk: "wwid:a".into(), size: 10 });
+        assert_eq!(std::fs::read(dir.path().join(VERIFIED_FILE)).unwrap(), b"[{");
+    }
+
+    #[test]
+    fn a_node_that_is_not_the_device_asked_for_is_refused() {
+        let job = FullReadJob { name: "null".into(), dev: "1:3".into(), disk: "x".into(), size: 1 };
+        let e = read_whole(&job, &AtomicU64::new(0)).unwrap_err();
+        assert!(matches!(e, VerifyError::NotTheDevice { .. }) || matches!(e, VerifyError::Io { .. }), "{e}");
+    }
+}
