@@ -17,7 +17,7 @@ use crate::core::used_mark::{Replace, UsedMark};
 use crate::core::volume_safety::DiskKey;
 use crate::discovery::{self, Scan};
 use crate::host::HostError;
-use crate::host::claims::{self, ClaimReport, IoBaselines};
+use crate::host::claims::{self, ClaimMemory, ClaimReport};
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
@@ -108,8 +108,8 @@ pub trait HostAccess: Send + Sync + 'static {
 pub struct RealHost {
     ledger: Ledger,
     kubelet: KubeletView,
-    /// I/O counters of the claimed devices of unbound PVs, between passes.
-    baselines: Arc<Mutex<IoBaselines>>,
+    /// What the claim passes saw, between passes (host::claims::ClaimMemory).
+    baselines: Arc<Mutex<ClaimMemory>>,
     /// The full reads of `verify: full` (one at a time, in the background), kept next to the
     /// ledger in the state directory.
     verifier: Verifier,

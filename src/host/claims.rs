@@ -236,14 +236,21 @@ const BUSY_ATTEMPTS: u32 = 3;
 const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
 
 /// The probe of one candidate: in use (it or anything sharing its data mounted, held or
-/// open exclusively), used without a claim (its I/O counters moving over the probe window,
-/// and, when none of these, what it holds where `reach` says to read. (A process holding it
-/// open is the caller's to add: see [`plan_claims`].) An exclusive holder is asked about again a few
-/// times, so two brief probes that meet do not report each other.
-pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], reach: &Reach) -> Probe {
+/// open exclusively), used without a claim (its I/O counters moving over the probe window)
+/// and, when none of these, what it holds where `reach` says to read (or `cached`, a read
+/// remembered from an earlier pass). A process holding it open is the caller's to add (see
+/// [`plan_claims`]). An exclusive holder is asked about again a few times, so two brief probes
+/// that meet do not report each other.
+pub fn probe(
+    device: &DeviceFacts,
+    mounts: &MountTable,
+    facts: &[MountFacts<'_>],
+    reach: &Reach,
+    cached: Option<&Content>,
+) -> Probe {
     let mut attempt = 1;
     loop {
-        let found = probe_once(device, mounts, facts, reach);
+        let found = probe_once(device, mounts, facts, reach, cached);
         let busy = matches!(found.content, Content::Busy)
             || found.in_use.as_deref().is_some_and(|why| why.contains("open exclusively"));
         if !busy || attempt >= BUSY_ATTEMPTS {
@@ -254,7 +261,13 @@ pub fn probe(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>]
     }
 }
 
-fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>], reach: &Reach) -> Probe {
+fn probe_once(
+    device: &DeviceFacts,
+    mounts: &MountTable,
+    facts: &[MountFacts<'_>],
+    reach: &Reach,
+    cached: Option<&Content>,
+) -> Probe {
     let Some(node) = device_node(device) else {
         let content = Content::Unreadable(format!("/dev/{} is not the device {}", device.name, device.dev));
         return Probe { done: true, in_use: None, content, activity: None };
@@ -269,14 +282,18 @@ fn probe_once(device: &DeviceFacts, mounts: &MountTable, facts: &[MountFacts<'_>
     if in_use.is_some() {
         return Probe { done: true, in_use, content: Content::NotProbed, activity: None };
     }
-    let content = match device_content::probe_content_with(&node, reach) {
-        Ok(ContentProbe::Busy) => Content::Busy,
-        Ok(ContentProbe::Read { content: Found::Blank, .. }) => Content::Blank,
-        Ok(ContentProbe::Read { content: Found::Data { offset }, .. }) => {
-            Content::NotBlank(format!("data at byte {} with no signature this agent recognises", offset_text(offset)))
-        }
-        Ok(ContentProbe::Read { content, .. }) => Content::NotBlank(content.to_string()),
-        Err(e) => Content::Unreadable(e.to_string()),
+    let content = match cached {
+        Some(content) => content.clone(),
+        None => match device_content::probe_content_with(&node, reach) {
+            Ok(ContentProbe::Busy) => Content::Busy,
+            Ok(ContentProbe::Read { content: Found::Blank, .. }) => Content::Blank,
+            Ok(ContentProbe::Read { content: Found::Data { offset }, .. }) => Content::NotBlank(format!(
+                "data at byte {} with no signature this agent recognises",
+                offset_text(offset)
+            )),
+            Ok(ContentProbe::Read { content, .. }) => Content::NotBlank(content.to_string()),
+            Err(e) => Content::Unreadable(e.to_string()),
+        },
     };
     // Our reads have completed: any write, discard or flush in the window, or any request
     // still in flight, is someone else's.
@@ -396,8 +413,8 @@ pub fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<String>) ->
 
 /// Gathers the world, probes the candidates, and plans (core::device_claim::plan). `pvs`:
 /// this node's PVs, or `None` when they are unknown (the commands, with no cluster).
-/// `baselines`: the agent's I/O counters of the devices of unbound PVs from earlier passes
-/// (writes since then are a writer's); `None` for the commands.
+/// `memory`: what the agent's earlier passes saw (see [`ClaimMemory`]); `None` for the
+/// commands.
 /// `verifier`: where each disk's full read stands, and who runs the ones a class asks for.
 ///
 /// A device this agent claimed (it has a record) is probed in its signature areas only: it is
@@ -409,7 +426,7 @@ pub fn plan_claims(
     records: Vec<ClaimRecord>,
     pvs: Option<Vec<PvDisk>>,
     mounts: &MountTable,
-    baselines: Option<&mut IoBaselines>,
+    mut memory: Option<&mut ClaimMemory>,
     verifier: Option<&Verifier>,
 ) -> (Vec<DeviceFacts>, ClaimPlan) {
     let facts = mounts.facts();
@@ -446,11 +463,11 @@ pub fn plan_claims(
             }
         })
         .collect();
-    if let Some(b) = baselines {
-        b.retain(|path| unbound.values().any(|p| p == path));
+    if let Some(m) = memory.as_deref_mut() {
+        m.retain(|path| unbound.values().any(|p| p == path), &world.devices);
         for d in world.devices.iter_mut().filter(|d| unbound.contains_key(&d.name)) {
             let path = &unbound[&d.name];
-            d.probe.activity = b.check(path, &d.name);
+            d.probe.activity = m.check(path, &d.name);
         }
     }
     let first = plan(&world);
@@ -470,7 +487,17 @@ pub fn plan_claims(
             extra: data_at.map(|at| (at, WINDOW)).into_iter().collect(),
         };
         let since_last_pass = d.probe.activity.take();
-        d.probe = probe(d, mounts, &facts, &reach);
+        // A surface read is not repeated while the device's write counters stand still.
+        let surface = !reach.areas_only && reach.extra.is_empty() && !is_loop(d);
+        let counters = writers::io_stat(&d.name);
+        let cached = match (surface, &memory) {
+            (true, Some(m)) => m.surface_of(d, counters.as_ref()),
+            _ => None,
+        };
+        d.probe = probe(d, mounts, &facts, &reach, cached.as_ref());
+        if let (true, None, Some(m), Some(c)) = (surface, &cached, memory.as_deref_mut(), counters) {
+            m.remember_surface(d, c);
+        }
         d.probe.activity = since_last_pass.or(d.probe.activity.take());
         if let (Some(v), Some(id)) = (verifier, &d.stable_id) {
             d.full_read = v.status(id, d.size, d.probe.content == Content::Blank);
@@ -504,18 +531,74 @@ pub fn plan_claims(
 /// The least time between the two scans of the processes' descriptors (see [`plan_claims`]).
 const OPENER_PAUSE: Duration = Duration::from_millis(250);
 
-/// The I/O counters of the devices of unbound PVs, as the agent last read them, by PV path
-/// and device: a write between two passes is a writer's, since no tenant has the disk. Only
-/// the devices of unbound PVs are kept (pruned every pass).
+/// What the agent's earlier claim passes saw, kept between passes by the agent (the commands
+/// start afresh), pruned every pass so it never outgrows the node's devices:
+/// - the I/O counters of the devices of unbound PVs, by PV path and device: a write between two
+///   passes is a writer's, since no tenant has the disk;
+/// - the surface read of each candidate, by device, with the write counters it was read at: a
+///   device refused for another reason (maxPerNode, a name taken, a full read under way) is not
+///   read again on every pass while nothing was written to it. Loop devices are read every time
+///   (their backing file can be written without their counters moving).
 #[derive(Debug, Default)]
-pub struct IoBaselines {
+pub struct ClaimMemory {
     seen: BTreeMap<String, (String, IoStat)>,
+    surfaces: BTreeMap<String, SurfaceSeen>,
 }
 
-impl IoBaselines {
-    /// Keeps only the PV paths `keep` accepts.
-    fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+/// One remembered surface read.
+#[derive(Debug, Clone)]
+struct SurfaceSeen {
+    stable_id: Option<String>,
+    size: u64,
+    counters: IoStat,
+    content: Content,
+}
+
+/// Whether `d` is a loop device (or a partition of one).
+fn is_loop(d: &DeviceFacts) -> bool {
+    matches!(d.kind, Some(DeviceKind::Selectable(DeviceType::Loop)))
+        || d.stable_id.as_deref().is_some_and(|id| id.starts_with("loop:"))
+}
+
+/// The write counters are the same: nothing was written, discarded or flushed since.
+fn unwritten(a: &IoStat, b: &IoStat) -> bool {
+    (a.writes, a.write_sectors, a.discards, a.flushes) == (b.writes, b.write_sectors, b.discards, b.flushes)
+}
+
+impl ClaimMemory {
+    /// Keeps only the PV paths `keep` accepts, and the surface reads of devices still there.
+    fn retain(&mut self, keep: impl Fn(&str) -> bool, devices: &[DeviceFacts]) {
         self.seen.retain(|path, _| keep(path));
+        self.surfaces.retain(|name, s| {
+            devices.iter().any(|d| d.name == *name && d.stable_id == s.stable_id && d.size == s.size)
+        });
+    }
+
+    /// The remembered surface content of `d`, when it is the same device (stable id, size) and
+    /// its write counters (`now`) have not moved since it was read.
+    fn surface_of(&self, d: &DeviceFacts, now: Option<&IoStat>) -> Option<Content> {
+        let s = self.surfaces.get(&d.name)?;
+        let same = s.stable_id == d.stable_id && s.size == d.size && now.is_some_and(|n| unwritten(&s.counters, n));
+        same.then(|| s.content.clone())
+    }
+
+    /// Remembers the surface read of `d` made at `counters`, when it settled something (not a
+    /// device in use or written to during the read, whose content is about to change).
+    fn remember_surface(&mut self, d: &DeviceFacts, counters: IoStat) {
+        let settled = d.probe.in_use.is_none()
+            && d.probe.activity.is_none()
+            && matches!(d.probe.content, Content::Blank | Content::NotBlank(_));
+        if settled {
+            let seen = SurfaceSeen {
+                stable_id: d.stable_id.clone(),
+                size: d.size,
+                counters,
+                content: d.probe.content.clone(),
+            };
+            self.surfaces.insert(d.name.clone(), seen);
+        } else {
+            self.surfaces.remove(&d.name);
+        }
     }
 
     /// What happened on device `name` (the disk of the PV at `path`) since the last pass:
@@ -538,14 +621,14 @@ impl IoBaselines {
         found
     }
 
-    /// How many devices are followed.
+    /// How many devices are followed (unbound PVs' devices and remembered surfaces).
     pub fn len(&self) -> usize {
-        self.seen.len()
+        self.seen.len() + self.surfaces.len()
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
+        self.seen.is_empty() && self.surfaces.is_empty()
     }
 }
 
@@ -802,6 +885,47 @@ mod tests {
         let out = apply(&config, &state, &mut Vec::new(), &[LinkAction::Create(r)]);
         assert!(out[0].1.as_ref().is_err_and(|e| e.contains("no longer in the config")), "{out:?}");
         assert!(std::fs::symlink_metadata(dir.join("wwid-e")).is_err());
+    }
+
+    #[test]
+    fn a_surface_read_is_reused_only_while_nothing_was_written_to_the_same_device() {
+        let mut m = ClaimMemory::default();
+        let mut d = DeviceFacts {
+            name: "sdb".into(),
+            stable_id: Some("wwid:naa.1".into()),
+            size: 1 << 40,
+            kind: Some(DeviceKind::Selectable(DeviceType::Disk)),
+            ..Default::default()
+        };
+        d.probe = Probe { done: true, in_use: None, content: Content::Blank, activity: None };
+        let at = IoStat { writes: 5, write_sectors: 40, in_flight: 0, discards: 0, flushes: 1 };
+        m.remember_surface(&d, at);
+        assert_eq!(m.surface_of(&d, Some(&at)), Some(Content::Blank));
+        // Reads and requests in flight are not writes.
+        assert_eq!(m.surface_of(&d, Some(&IoStat { in_flight: 3, ..at })), Some(Content::Blank));
+        for moved in [
+            IoStat { writes: 6, ..at },
+            IoStat { write_sectors: 41, ..at },
+            IoStat { discards: 1, ..at },
+            IoStat { flushes: 2, ..at },
+        ] {
+            assert_eq!(m.surface_of(&d, Some(&moved)), None, "{moved:?}");
+        }
+        assert_eq!(m.surface_of(&d, None), None, "unreadable counters");
+        let other = DeviceFacts { stable_id: Some("wwid:naa.2".into()), ..d.clone() };
+        assert_eq!(m.surface_of(&other, Some(&at)), None, "another disk under the name");
+        let resized = DeviceFacts { size: 1 << 30, ..d.clone() };
+        assert_eq!(m.surface_of(&resized, Some(&at)), None);
+        // A device in use or written during the read is not remembered.
+        let mut busy = d.clone();
+        busy.probe.activity = Some("someone is using it: 1 writes".into());
+        m.remember_surface(&busy, at);
+        assert_eq!(m.surface_of(&d, Some(&at)), None);
+        // Pruned with the devices.
+        m.remember_surface(&d, at);
+        assert_eq!(m.len(), 1);
+        m.retain(|_| true, &[other]);
+        assert!(m.is_empty());
     }
 
     #[test]
