@@ -305,13 +305,20 @@ fn max_per_node_is_respected_and_removing_the_section_keeps_links_with_pvs() {
     let Some(h) = Harness::new("dc-max") else { return };
     let class = "dc-max";
     let (dir, config) = claim_class(&h, class, 43, "    maxPerNode: 2\n");
-    let devs: Vec<PathBuf> = ["d1", "d2", "d3", "d4"].iter().map(|n| h.lab.loop_dev(n, 43).0).collect();
+    let mut devs: Vec<PathBuf> = ["d1", "d2", "d3", "d4"].iter().map(|n| h.lab.loop_dev(n, 43).0).collect();
+    // Taken in order of stable id (the backing file's filesystem, inode and range), as `disks`
+    // reports them: the inodes a filesystem hands out need not follow the order of creation.
+    let listing = disks_json(&config, &h.lab.path(&format!("state-{}", h.node)));
+    let stable_id = |dev: &PathBuf| {
+        let name = dev.file_name().unwrap().to_str().unwrap();
+        listing.iter().find(|d| d["name"] == name).unwrap()["stableId"].as_str().unwrap().to_string()
+    };
+    devs.sort_by_key(stable_id);
     let _agent = h.agent(&config, &[]);
     wait_until("two devices linked", WAIT, || (links(&dir).len() == 2).then_some(()));
     for l in links(&dir) {
         h.wait_published(&dir.join(&l));
     }
-    // Taken in order of stable id (the backing file's path): d1 and d2.
     assert!(link_to(&dir, &devs[0]).is_some() && link_to(&dir, &devs[1]).is_some(), "{:?}", links(&dir));
     never_for(3, &|| (links(&dir).len() != 2).then(|| format!("{:?}", links(&dir))));
     let listing = disks_json(&config, &h.lab.path(&format!("state-{}", h.node)));
