@@ -95,6 +95,7 @@ fn a_device_open_for_writing_without_o_excl_is_not_claimed_while_the_writer_live
     });
     never_for(3, &|| link_to(&dir, &dev).map(|l| format!("claimed while written to: {l}")));
     drop(writer);
+    // Nothing announces that a writer stopped: the agent looks again on a retry deadline.
     let name = wait_until("claimed once the writer is gone", WAIT, || link_to(&dir, &dev));
     h.wait_published(&dir.join(&name));
     assert_eq!(checksum(&dev), before, "the agent wrote nothing to the device");

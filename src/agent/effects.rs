@@ -7,7 +7,7 @@ use std::fmt::Display;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::core::backoff::{Policy, Retries};
 
@@ -68,6 +68,24 @@ impl Effects {
                 let failures = self.retries.get(key).map_or(1, |r| r.failures);
                 warn!(effect = key, error = %e, failures, retry_in_ms, "failed; will retry");
             }
+        }
+    }
+
+    /// Keeps a condition the agent waits out (a device in use, a held device) on a retry
+    /// deadline that wakes the loop, growing like a failed effect's, so it is looked at again
+    /// without waiting for the resync. Quiet: the condition is reported once per occurrence by
+    /// its caller, not at every look.
+    pub fn wait_out(&mut self, key: &str, why: &str) {
+        if self.due(key) {
+            let now = Instant::now();
+            let random = crate::runtime::random_fraction();
+            let due = self.retries.failed(key, WRITE_RETRY, why.to_string(), None, now, random);
+            debug!(
+                condition = key,
+                why,
+                retry_in_ms = due.saturating_duration_since(now).as_millis() as u64,
+                "looked at again later"
+            );
         }
     }
 

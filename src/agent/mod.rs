@@ -149,7 +149,10 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     if let Err(e) = watch_mounts(raw.clone()) {
         warn!(error = %e, "mount events unavailable; new mounts are found by the periodic resync");
     }
-    if let Err(e) = watch_block_devices(raw.clone()) {
+    // The claimed devices of unbound PVs: the claim pass names them, the watch follows their
+    // write counters.
+    let watched = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    if let Err(e) = watch_block_devices(raw.clone(), watched.clone()) {
         warn!(error = %e, "block device changes unavailable; new disks are claimed at the periodic resync");
     }
     let dir_watcher = match DirWatcher::new(raw.clone()) {
@@ -163,7 +166,8 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     info!(ledger = %ledger.path().display(), "ledger of used disks opened");
     // A full read (verify: full) that progresses or ends wakes a pass, like a host change.
     let wake = raw.clone();
-    let real = RealHost::new(ledger, opts.kubelet.clone()).on_full_read_change(move || wake.notify_one());
+    let real =
+        RealHost::new(ledger, opts.kubelet.clone()).watching(watched).on_full_read_change(move || wake.notify_one());
     let host: Arc<dyn HostAccess> = Arc::new(real);
     let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
     let parts = Parts { cluster, host, cleaner, metrics, readiness, node, pv_store, sc_store };

@@ -106,6 +106,12 @@ impl Agent {
                 continue;
             }
             *refused.entry((d.class.clone(), reason.code())).or_default() += 1;
+            // A writer may stop at any time, and nothing announces it (an unmount is a mount
+            // table event): looked at again on a retry deadline, so the device is claimed
+            // without waiting for the resync.
+            if let Refusal::Writer(why) = reason {
+                self.effects.wait_out(&format!("claim/in-use/{}/{}", d.class, d.device), why);
+            }
             let note = format!("/dev/{} not claimed for class {}: {reason}", d.device, d.class);
             if self.problems.first_seen(format!("claim/refused/{}/{}/{reason}", d.class, d.device)) {
                 let warning = reason.needs_operator();
@@ -126,10 +132,7 @@ impl Agent {
         for (class, name, what) in &report.plan.held {
             // Held until an operator clears the device: re-checked on a retry deadline, so the
             // clean device is published without waiting for the resync.
-            let key = format!("claim/held/{class}/{name}");
-            if self.effects.due(&key) {
-                self.effects.record(&key, &Err::<(), _>(what.clone()));
-            }
+            self.effects.wait_out(&format!("claim/held/{class}/{name}"), what);
             let note = format!(
                 "the device linked as {name} in class {class} has no PV and is not offered again: {what} (not put there by this agent, or a doubt it cannot settle); clear it (blkdiscard -z) or remove the link"
             );

@@ -223,6 +223,10 @@ pub enum Refusal {
     Held(Vec<String>),
     /// Mounted, or open exclusively (it or a device sharing its data).
     InUse(String),
+    /// Used without a claim: written to over the probe window, or held open by a process
+    /// (core::activity). Counted as `in-use`; unlike a mount, its end raises no event, so the
+    /// agent looks again on a retry deadline.
+    Writer(String),
     /// Another entry or PV already has this disk.
     AlreadyVolume(String),
     /// Another class already claimed it.
@@ -259,7 +263,7 @@ impl Refusal {
             Refusal::Hidden => "hidden",
             Refusal::Partitioned(_) => "partitioned",
             Refusal::Held(_) => "held",
-            Refusal::InUse(_) => "in-use",
+            Refusal::InUse(_) | Refusal::Writer(_) => "in-use",
             Refusal::AlreadyVolume(_) => "already-volume",
             Refusal::ClaimedElsewhere(_) => "claimed-elsewhere",
             Refusal::SameDisk(_) => "same-disk",
@@ -306,7 +310,7 @@ impl fmt::Display for Refusal {
             Refusal::Hidden => write!(f, "it is a hidden NVMe multipath path (use the namespace head)"),
             Refusal::Partitioned(p) => write!(f, "it has partitions ({})", p.join(", ")),
             Refusal::Held(h) => write!(f, "it is held by {} (device-mapper, md, LVM or bcache)", h.join(", ")),
-            Refusal::InUse(why) => write!(f, "it is in use: {why}"),
+            Refusal::InUse(why) | Refusal::Writer(why) => write!(f, "it is in use: {why}"),
             Refusal::AlreadyVolume(what) => write!(f, "it is already a volume: {what}"),
             Refusal::ClaimedElsewhere(class) => write!(f, "class {class} already claimed it"),
             Refusal::SameDisk(other) => write!(
@@ -645,8 +649,10 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
         Some(Refusal::Held(device.holders.clone()))
     } else if !device.probe.done {
         Some(Refusal::NotProbed)
-    } else if let Some(why) = device.probe.in_use.as_ref().or(device.probe.activity.as_ref()) {
+    } else if let Some(why) = &device.probe.in_use {
         Some(Refusal::InUse(why.clone()))
+    } else if let Some(why) = &device.probe.activity {
+        Some(Refusal::Writer(why.clone()))
     } else {
         match &device.probe.content {
             Content::Blank if class.selector.as_ref().is_some_and(|s| s.verify == Verify::Full) => {

@@ -674,6 +674,7 @@ fn refusals_that_need_an_operator_are_the_ones_a_used_host_disk_never_gives() {
     // The OS disk of every node, met by a broad filter: mounted, or partitioned: no Warning.
     for r in [
         Refusal::InUse("mounted at /".into()),
+        Refusal::Writer("a process has it open: postgres (pid 9) has sdb open for writing (fd 7)".into()),
         Refusal::Partitioned(vec!["sda1".into()]),
         Refusal::Held(vec!["dm-0".into()]),
         Refusal::AlreadyVolume("entry x".into()),
@@ -936,7 +937,7 @@ fn a_writer_refuses_a_new_claim_like_a_mount_does() {
     d.probe.activity = Some("someone is using it: 1 writes (4 KiB)".into());
     assert_eq!(
         verdict(&plan(&world(vec![d])), "fast", "sdb"),
-        Verdict::Refused(Refusal::InUse("someone is using it: 1 writes (4 KiB)".into()))
+        Verdict::Refused(Refusal::Writer("someone is using it: 1 writes (4 KiB)".into()))
     );
 }
 

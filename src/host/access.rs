@@ -110,6 +110,8 @@ pub struct RealHost {
     kubelet: KubeletView,
     /// What the claim passes saw, between passes (host::claims::ClaimMemory).
     baselines: Arc<Mutex<ClaimMemory>>,
+    /// The devices of unbound PVs, whose writes the block-device watch turns into a pass.
+    watched: Arc<Mutex<BTreeSet<String>>>,
     /// The full reads of `verify: full` (one at a time, in the background), kept next to the
     /// ledger in the state directory.
     verifier: Verifier,
@@ -119,7 +121,14 @@ impl RealHost {
     /// The host, with the ledger of used disks this agent holds and where kubelet's mounts are.
     pub fn new(ledger: Ledger, kubelet: KubeletView) -> Self {
         let verifier = Verifier::new(ledger.path().parent().unwrap_or(std::path::Path::new(".")));
-        RealHost { ledger, kubelet, baselines: Arc::default(), verifier }
+        RealHost { ledger, kubelet, baselines: Arc::default(), watched: Arc::default(), verifier }
+    }
+
+    /// Shares `watched` with the block-device watch (host::watch::watch_block_devices): after
+    /// each claim pass it holds the devices of unbound PVs.
+    pub fn watching(mut self, watched: Arc<Mutex<BTreeSet<String>>>) -> Self {
+        self.watched = watched;
+        self
     }
 
     /// Calls `wake` as a full read progresses (every 10%) and when it ends, so the agent runs a
@@ -170,6 +179,7 @@ impl RealHost {
                 claims::plan_claims(&ask.config, records.clone(), Some(pvs), mounts, Some(&mut baselines), verifier);
             applied.extend(claims::apply(&ask.config, &state_dir, &mut records, &plan.actions));
         }
+        *self.watched.lock().unwrap_or_else(|e| e.into_inner()) = baselines.watched_names();
         Some(ClaimReport { devices, plan, applied, failed: None, records, full_reads: self.verifier.figures() })
     }
 }

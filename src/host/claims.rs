@@ -9,8 +9,6 @@
 //! symlink could redirect.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::io::Write as _;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -31,6 +29,7 @@ use crate::host::blockdev::{block_device_in_use, device_number, extent, loop_sta
 use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
+use crate::host::state_file;
 use crate::host::verify::{FullReadJob, FullReads, Verifier};
 use crate::host::writers::{self, Wanted};
 
@@ -82,28 +81,12 @@ pub struct ClaimReport {
 
 /// The links this agent made, as recorded in its state directory.
 pub fn read_records(state_dir: &Path) -> Result<Vec<ClaimRecord>, ClaimError> {
-    let path = state_dir.join(CLAIMS_FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| ClaimError::BadRecords { path: path.clone(), message: e.to_string() }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(io("reading", &path, e)),
-    }
+    state_file::read_list(&state_dir.join(CLAIMS_FILE)).map_err(ClaimError::from)
 }
 
-/// Replaces the records durably: a new file written and synced, renamed over the old one,
-/// and the directory synced, so a crash leaves either list whole.
+/// Replaces the records durably: a crash leaves either list whole (host::state_file).
 pub fn write_records(state_dir: &Path, records: &[ClaimRecord]) -> Result<(), ClaimError> {
-    let path = state_dir.join(CLAIMS_FILE);
-    let tmp = state_dir.join(format!("{CLAIMS_FILE}.tmp"));
-    let mut sorted = records.to_vec();
-    sorted.sort();
-    let text = serde_json::to_vec_pretty(&sorted).map_err(|e| io("encoding", &path, std::io::Error::other(e)))?;
-    let mut f = File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
-    f.write_all(&text).map_err(|e| io("writing", &tmp, e))?;
-    f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| io("renaming into place", &path, e))?;
-    File::open(state_dir).and_then(|d| d.sync_all()).map_err(|e| io("syncing", state_dir, e))
+    state_file::write_list(state_dir, &state_dir.join(CLAIMS_FILE), records).map_err(ClaimError::from)
 }
 
 /// Every block device sysfs lists, with the facts that need no opening of the device.
@@ -621,6 +604,12 @@ impl ClaimMemory {
         found
     }
 
+    /// Kernel names of the devices of unbound PVs followed now: a write to one is worth a pass
+    /// at once (host::watch).
+    pub fn watched_names(&self) -> BTreeSet<String> {
+        self.seen.values().map(|(name, _)| name.clone()).collect()
+    }
+
     /// How many devices are followed (unbound PVs' devices and remembered surfaces).
     pub fn len(&self) -> usize {
         self.seen.len() + self.surfaces.len()
@@ -783,6 +772,15 @@ fn link_text(dir: &impl AsFd, name: &str, path: &Path) -> Result<String, ClaimEr
     }
     let text = rustix::fs::readlinkat(dir, name, Vec::new()).map_err(|e| io("reading the link", path, e))?;
     Ok(text.to_string_lossy().into_owned())
+}
+
+impl From<state_file::StateFileError> for ClaimError {
+    fn from(e: state_file::StateFileError) -> Self {
+        match e {
+            state_file::StateFileError::Io { op, path, source } => ClaimError::Io { op, path, source },
+            state_file::StateFileError::Unreadable { path, message } => ClaimError::BadRecords { path, message },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod kubelet;
 pub mod mountinfo;
 pub mod operator_wipe;
 pub mod process;
+pub mod state_file;
 pub mod used_mark;
 pub mod verify;
 pub mod volume;

@@ -16,7 +16,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
-use std::io::Write as _;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +28,7 @@ use tracing::{info, warn};
 use crate::core::activity::{IoStat, written_between};
 use crate::core::surface::{FullRead, VerifiedRecord, first_non_zero, percent_step, recorded};
 use crate::host::blockdev::{device_number, device_size};
+use crate::host::state_file;
 use crate::host::writers;
 
 /// The file in the state directory keeping finished full reads.
@@ -69,27 +69,12 @@ fn io(op: &'static str, path: &Path, e: impl Into<std::io::Error>) -> VerifyErro
 
 /// The finished full reads kept in `state_dir`.
 pub fn read_records(state_dir: &Path) -> Result<Vec<VerifiedRecord>, VerifyError> {
-    let path = state_dir.join(VERIFIED_FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| VerifyError::BadRecords { path: path.clone(), message: e.to_string() }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(io("reading", &path, e)),
-    }
+    state_file::read_list(&state_dir.join(VERIFIED_FILE)).map_err(VerifyError::from)
 }
 
-/// Replaces the records durably: a crash leaves either list whole.
+/// Replaces the records durably: a crash leaves either list whole (host::state_file).
 pub fn write_records(state_dir: &Path, records: &[VerifiedRecord]) -> Result<(), VerifyError> {
-    let path = state_dir.join(VERIFIED_FILE);
-    let tmp = state_dir.join(format!("{VERIFIED_FILE}.tmp"));
-    let mut sorted = records.to_vec();
-    sorted.sort();
-    let text = serde_json::to_vec_pretty(&sorted).map_err(|e| io("encoding", &path, std::io::Error::other(e)))?;
-    let mut f = File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
-    f.write_all(&text).map_err(|e| io("writing", &tmp, e))?;
-    f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| io("renaming into place", &path, e))?;
-    File::open(state_dir).and_then(|d| d.sync_all()).map_err(|e| io("syncing", state_dir, e))
+    state_file::write_list(state_dir, &state_dir.join(VERIFIED_FILE), records).map_err(VerifyError::from)
 }
 
 /// One device to read whole.
@@ -433,6 +418,15 @@ impl ProgressWake<'_> {
                     wake();
                 }
             }
+        }
+    }
+}
+
+impl From<state_file::StateFileError> for VerifyError {
+    fn from(e: state_file::StateFileError) -> Self {
+        match e {
+            state_file::StateFileError::Io { op, path, source } => VerifyError::Io { op, path, source },
+            state_file::StateFileError::Unreadable { path, message } => VerifyError::BadRecords { path, message },
         }
     }
 }

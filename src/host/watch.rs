@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -49,19 +49,31 @@ pub const BLOCK_DEVICE_POLL: Duration = Duration::from_millis(250);
 
 /// Starts a thread that signals `changed` when the node's block devices change: one added or
 /// removed, attached (a loop device), resized, stacked on (a device-mapper or md device made
-/// over it), or a /dev/disk/by-id name added or removed. A class's `devices` section claims
-/// new disks within half a second (this poll, then the settle window). Read every
+/// over it), or a /dev/disk/by-id name added or removed; and when anything is written to one
+/// of the devices in `watched` (the claimed devices of unbound PVs: a write there is someone
+/// else's, and the pass that follows withdraws the PV). A class's `devices` section claims new
+/// disks within half a second (this poll, then the settle window). Read every
 /// [`BLOCK_DEVICE_POLL`]: the kernel's device events (uevents) reach only the host's network
 /// namespace, and udev's links appear after them anyway. One small file read and one
-/// directory listing each time; no device is opened.
-pub fn watch_block_devices(changed: Arc<Notify>) -> Result<(), HostError> {
+/// directory listing each time, plus one `stat` file per watched device; no device is opened.
+pub fn watch_block_devices(changed: Arc<Notify>, watched: Arc<Mutex<BTreeSet<String>>>) -> Result<(), HostError> {
     std::thread::Builder::new()
         .name("block-device-watch".into())
         .spawn(move || {
-            let mut last = block_devices_now();
+            let snapshot = || {
+                let mut now = block_devices_now();
+                // A poisoned lock only means a pass panicked: the names are still names.
+                let names = watched.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                for name in names {
+                    let Some(s) = crate::host::writers::io_stat(&name) else { continue };
+                    now.push(format!("written {name} {} {} {} {}", s.writes, s.write_sectors, s.discards, s.flushes));
+                }
+                now
+            };
+            let mut last = snapshot();
             loop {
                 std::thread::sleep(BLOCK_DEVICE_POLL);
-                let now = block_devices_now();
+                let now = snapshot();
                 if now != last {
                     tracing::trace!("block devices changed");
                     changed.notify_one();
@@ -169,7 +181,7 @@ mod tests {
         let img = tmp.path().join("watched.img");
         std::fs::File::create(&img).unwrap().set_len(8 << 20).unwrap();
         let changed = Arc::new(Notify::new());
-        watch_block_devices(changed.clone()).unwrap();
+        watch_block_devices(changed.clone(), Arc::default()).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             // Let the watcher take its first look before the change.

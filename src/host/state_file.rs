@@ -1,0 +1,74 @@
+//! The small JSON lists the agent keeps in its state directory (`claims.json`,
+//! `verified.json`): read whole, and replaced durably (a new file written and synced beside
+//! the old one, renamed over it, and the directory synced), so a crash leaves either list whole.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A state file that could not be read or written, naming it.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    /// A file operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a list this agent writes.
+    #[error("{path}: {message}")]
+    Unreadable { path: PathBuf, message: String },
+}
+
+fn io(op: &'static str, path: &Path, e: impl Into<std::io::Error>) -> StateFileError {
+    StateFileError::Io { op, path: path.to_path_buf(), source: e.into() }
+}
+
+/// The list in `path`; empty when there is no such file.
+pub fn read_list<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, StateFileError> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| StateFileError::Unreadable { path: path.to_path_buf(), message: e.to_string() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io("reading", path, e)),
+    }
+}
+
+/// Replaces the list in `path` (inside the directory `dir`) durably, sorted.
+pub fn write_list<T: Serialize + Ord + Clone>(dir: &Path, path: &Path, items: &[T]) -> Result<(), StateFileError> {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".tmp");
+    let tmp = dir.join(name);
+    let mut sorted = items.to_vec();
+    sorted.sort();
+    let text = serde_json::to_vec_pretty(&sorted).map_err(|e| io("encoding", path, std::io::Error::other(e)))?;
+    let mut f = File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
+    f.write_all(&text).map_err(|e| io("writing", &tmp, e))?;
+    f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io("renaming into place", path, e))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("syncing", dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_is_written_sorted_and_read_back_and_a_missing_file_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("list.json");
+        assert_eq!(read_list::<u32>(&path).unwrap(), Vec::<u32>::new());
+        write_list(dir.path(), &path, &[3u32, 1, 2]).unwrap();
+        assert_eq!(read_list::<u32>(&path).unwrap(), vec![1, 2, 3]);
+        assert!(!dir.path().join("list.json.tmp").exists());
+        std::fs::write(&path, b"{not json").unwrap();
+        let e = read_list::<u32>(&path).unwrap_err();
+        assert!(matches!(e, StateFileError::Unreadable { .. }), "{e}");
+        assert!(e.to_string().starts_with(&path.display().to_string()), "{e}");
+    }
+}
