@@ -111,7 +111,21 @@ fn made_with(
     Some(lab)
 }
 
+/// Runs a tool on `dev`. The tests of this file run side by side, each probing its own
+/// device with an exclusive open for a moment, and a tool that opens `O_EXCL` (mkfs.xfs) can
+/// meet such a probe of a loop device that was another test's a moment before: a busy device
+/// is asked again a few times.
 fn tool(name: &str, args: &[&str], dev: &Path) {
+    for _ in 0..10 {
+        let out = Command::new(name).args(args).arg(dev).env("LVM_SUPPRESS_FD_WARNINGS", "1").output().unwrap();
+        if out.status.success() {
+            return;
+        }
+        if !String::from_utf8_lossy(&out.stderr).contains("busy") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     run(Command::new(name).args(args).arg(dev).env("LVM_SUPPRESS_FD_WARNINGS", "1"));
 }
 

@@ -157,8 +157,11 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
     };
     let (major, minor) = dev.split_once(':')?;
     let rdev = nix::sys::stat::makedev(major.parse().ok()?, minor.parse().ok()?);
-    // A loop device's id needs its status ioctl: a read-only open, never O_EXCL.
-    let node = matches!(kind, DeviceKind::Selectable(DeviceType::Loop)).then(|| open_device(rdev, None)).flatten();
+    // A loop device's id needs its status ioctl: a read-only open, never O_EXCL. A partition of
+    // one answers it for its disk.
+    let loop_backed =
+        matches!(kind, DeviceKind::Selectable(DeviceType::Loop)) || (is_partition && hw.join("loop").is_dir());
+    let node = loop_backed.then(|| open_device(rdev, None)).flatten();
     let (stable, _) = stable_id(rdev, node.as_ref());
     let flag = |rel: &str| sysfs_attr(&dir, rel).is_some_and(|v| v == "1");
     Some(DeviceFacts {
