@@ -493,7 +493,7 @@ fn judge_current(r: &DiskIdentity, f: &DiskIdentity) -> Verdict {
             let file =
                 |k: &LoopKey| format!("inode {} on {}", k.ino, k.dev.as_deref().unwrap_or("an unknown filesystem"));
             return different(format!(
-                "the loop device shows other data (recorded {a}: {}, found {b}: {})",
+                "the device is another one: a loop device over other data (recorded {a}: {}, found {b}: {})",
                 file(&x),
                 file(&y)
             ));
