@@ -44,11 +44,24 @@ fn link_to(dir: &Path, dev: &Path) -> Option<String> {
 struct Writer(Child);
 
 impl Writer {
+    /// Starts the writer and returns once it has the device open and wrote to it once.
     fn start(dev: &Path) -> Writer {
         let script = "import os, sys, time\n\
             fd = os.open(sys.argv[1], os.O_WRONLY)\n\
-            while True:\n    os.pwrite(fd, bytes(4096), 1 << 20); os.fsync(fd); time.sleep(0.2)\n";
-        Writer(Command::new("python3").args(["-c", script]).arg(dev).spawn().expect("python3"))
+            first = True\n\
+            while True:\n    os.pwrite(fd, bytes(4096), 1 << 20); os.fsync(fd)\n    \
+            if first: print('ready', flush=True); first = False\n    time.sleep(0.2)\n";
+        let mut child = Command::new("python3")
+            .args(["-c", script])
+            .arg(dev)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("piped");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("the writer's first line");
+        assert_eq!(line.trim(), "ready", "the writer could not open {}", dev.display());
+        Writer(child)
     }
 }
 

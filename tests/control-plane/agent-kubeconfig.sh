@@ -12,13 +12,16 @@ component=${3:-agent}
 # shellcheck disable=SC1091
 source "$dir/env"
 k() { "$CONTROL_PLANE_BIN/kubectl" --kubeconfig "$dir/admin.kubeconfig" "$@"; }
-k apply -f "$repo/deploy/base/namespace.yaml" > /dev/null
+# Tests running side by side apply the same objects: a create that loses the race to another
+# (AlreadyExists) is applied again, as an update.
+apply() { k apply -f "$1" > /dev/null 2>&1 || k apply -f "$1" > /dev/null; }
+apply "$repo/deploy/base/namespace.yaml"
 case $component in
   agent)
-    for f in serviceaccount rbac; do k apply -f "$repo/deploy/base/$f.yaml" > /dev/null; done
+    for f in serviceaccount rbac; do apply "$repo/deploy/base/$f.yaml"; done
     sa=local-static-provisioner ;;
   node-cleanup)
-    for f in serviceaccount rbac; do k apply -f "$repo/deploy/node-cleanup/$f.yaml" > /dev/null; done
+    for f in serviceaccount rbac; do apply "$repo/deploy/node-cleanup/$f.yaml"; done
     sa=local-static-provisioner-node-cleanup ;;
   *) echo "unknown component $component (agent or node-cleanup)" >&2; exit 2 ;;
 esac
