@@ -41,7 +41,8 @@ for spec in "100G:102401" "1T:1048577"; do
     "$bin" disks --config-dir "$work/config" --state-dir "$work/state" --output json > "$work/disks.json"
     runs+=("$(elapsed "$t0" "$(now)")")
   done
-  verdict=$(python3 -c "import json,sys; d=[x for x in json.load(open(sys.argv[1])) if x['classes']]; print(list(d[0]['classes'].values())[0].split(':')[0] if d else 'none')" "$work/disks.json")
+  dev=$(basename "${loops[-1]}")
+  verdict=$(python3 -c "import json,sys; d=[x for x in json.load(open(sys.argv[1])) if x['name'] == sys.argv[2]]; print(list(d[0]['classes'].values())[0].split(' ->')[0] if d and d[0]['classes'] else 'none')" "$work/disks.json" "$dev")
   median=$(printf '%s\n' "${runs[@]}" | sort -n | sed -n 2p)
   probe_json+=("{\"figure\":\"probe\",\"size\":\"$label\",\"runs\":[$(IFS=,; echo "${runs[*]}")],\"median_s\":$median,\"verdict\":\"$verdict\"}")
   probe_rows+=("$(printf '%-14s %8s %10s  %s' probe "$label" "$median" "$verdict")")
