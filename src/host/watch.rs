@@ -55,7 +55,7 @@ pub const BLOCK_DEVICE_POLL: Duration = Duration::from_millis(250);
 /// disks within half a second (this poll, then the settle window). Read every
 /// [`BLOCK_DEVICE_POLL`]: the kernel's device events (uevents) reach only the host's network
 /// namespace, and udev's links appear after them anyway. One small file read and one
-/// directory listing each time, plus one `stat` file per watched device; no device is opened.
+/// directory listing each time, plus `/proc/diskstats` while any device is watched; no device is opened.
 pub fn watch_block_devices(changed: Arc<Notify>, watched: Arc<Mutex<BTreeSet<String>>>) -> Result<(), HostError> {
     std::thread::Builder::new()
         .name("block-device-watch".into())
@@ -64,9 +64,8 @@ pub fn watch_block_devices(changed: Arc<Notify>, watched: Arc<Mutex<BTreeSet<Str
                 let mut now = block_devices_now();
                 // A poisoned lock only means a pass panicked: the names are still names.
                 let names = watched.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                for name in names {
-                    let Some(s) = crate::host::writers::io_stat(&name) else { continue };
-                    now.push(format!("written {name} {} {} {} {}", s.writes, s.write_sectors, s.discards, s.flushes));
+                if !names.is_empty() {
+                    now.extend(crate::host::writers::written_counters(&names));
                 }
                 now
             };

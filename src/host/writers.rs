@@ -27,6 +27,24 @@ pub fn io_stat_writes_in_flight(name: &str) -> Option<IoStat> {
     Some(stat)
 }
 
+/// The write counters of the devices in `names` (kernel names), one line each, from one read
+/// of `/proc/diskstats` (cheaper than a `stat` file per device, read four times a second by
+/// the block-device watch): what changes when anything is written, discarded or flushed.
+pub fn written_counters(names: &std::collections::BTreeSet<String>) -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/diskstats").unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let name = fields.nth(2)?;
+            if !names.contains(name) {
+                return None;
+            }
+            let s = IoStat::parse(&fields.collect::<Vec<_>>().join(" "))?;
+            Some(format!("written {name} {} {} {} {}", s.writes, s.write_sectors, s.discards, s.flushes))
+        })
+        .collect()
+}
+
 /// What to look for among the open descriptors: block devices by number, and regular files by
 /// (device, inode) (the backing files of loop devices), each with the name to report.
 #[derive(Debug, Clone, Default)]
@@ -125,6 +143,16 @@ mod tests {
         child.wait().unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!((found[0].pid, found[0].fd, found[0].writable, found[0].what.as_str()), (pid, 7, true, "image"));
+    }
+
+    #[test]
+    fn diskstats_give_the_write_counters_of_the_named_devices_only() {
+        let names: std::collections::BTreeSet<String> = ["loop0".to_string(), "no-such-disk".to_string()].into();
+        let lines = written_counters(&names);
+        // loop0 exists on every Linux with the loop driver loaded; no-such-disk never does.
+        assert!(lines.iter().all(|l| l.starts_with("written loop0 ")), "{lines:?}");
+        assert!(lines.len() <= 1, "{lines:?}");
+        assert!(written_counters(&Default::default()).is_empty());
     }
 
     #[test]
