@@ -82,11 +82,15 @@ print(f'{{"figure":"{sys.argv[3]}","{sys.argv[4]}":{len(lat)},"p50_s":{q(.5):.3f
 PY
 }
 
-# idle_cost SECONDS: the agent's CPU seconds and share of a core over SECONDS, and its RSS in
-# KiB at the end; sets $cpu, $pct and $rss.
+# idle_cost SECONDS: the agent's CPU seconds and share of a core over SECONDS (after 11 s of
+# quiet), and its RSS in KiB at the end; sets $cpu, $pct and $rss.
 idle_cost() {
   local hz t0 t1
   hz=$(getconf CLK_TCK)
+  # The blocking-pool threads of the last passes end after 10 s idle: the kernel's per-process
+  # utime and stime are rescaled when a thread exits, which would put part of the work done
+  # before the window inside it.
+  sleep 11
   t0=$(awk '{print $14 + $15}' "/proc/$agent_pid/stat")
   sleep "$1"
   t1=$(awk '{print $14 + $15}' "/proc/$agent_pid/stat")

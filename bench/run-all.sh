@@ -15,3 +15,4 @@ bash "$here/node-cleanup-nodes.sh"            # node-cleanup idle with 10 and 20
 bash "$here/ledger-lookup.sh" 1000            # figure 9: used-disk ledger lookups of one pass
 bash "$here/config-scale.sh"                  # issue 14: validate-config with 1000..8000 classes
 bash "$here/device-claims.sh" 20                # issue 17: raw devices claimed: attach -> PV, disks, idle
+bash "$here/device-probe.sh" 3                  # figure 14: proving blank: probe 100 GiB / 1 TiB, claim 100 GiB, full read
