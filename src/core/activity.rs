@@ -73,14 +73,17 @@ pub struct Opener {
     pub fd: u32,
     /// Opened for writing (`O_WRONLY` or `O_RDWR` in `/proc/<pid>/fdinfo/<fd>`).
     pub writable: bool,
-    /// What it has open: a device's kernel name, or the backing file of one.
+    /// Kernel name of the device it has open, or whose backing file it has open.
     pub what: String,
+    /// It has the loop device `what`'s backing file open, not the device itself.
+    pub backing_file: bool,
 }
 
 impl fmt::Display for Opener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mode = if self.writable { "for writing" } else { "for reading" };
-        write!(f, "{} (pid {}) has {} open {mode} (fd {})", self.comm, self.pid, self.what, self.fd)
+        let what = if self.backing_file { format!("the backing file of {}", self.what) } else { self.what.clone() };
+        write!(f, "{} (pid {}) has {what} open {mode} (fd {})", self.comm, self.pid, self.fd)
     }
 }
 
@@ -158,7 +161,7 @@ mod tests {
     }
 
     fn opener(pid: u32, writable: bool) -> Opener {
-        Opener { pid, comm: format!("p{pid}"), fd: 3, writable, what: "loop7".into() }
+        Opener { pid, comm: format!("p{pid}"), fd: 3, writable, what: "loop7".into(), backing_file: false }
     }
 
     #[test]
@@ -169,5 +172,10 @@ mod tests {
         let many = opened_by_others(&[opener(1, false), opener(2, true), opener(3, false), opener(4, false)]).unwrap();
         assert!(many.starts_with("a process has it open: p2 (pid 2) has loop7 open for writing"), "{many}");
         assert!(many.ends_with(" and 1 more"), "{many}");
+        let file = Opener { backing_file: true, ..opener(9, true) };
+        assert_eq!(
+            opened_by_others(&[file]).unwrap(),
+            "a process has it open: p9 (pid 9) has the backing file of loop7 open for writing (fd 3)"
+        );
     }
 }

@@ -183,7 +183,7 @@ fn in_use_and_open_devices_are_refused() {
     // Openers of it or of a sharing device; not of other devices.
     for (dev, refused) in [("sda", true), ("sda1", true), ("sda2", true), ("sdb", false), ("loop0", false)] {
         let mut w = world(DISK);
-        let o = Opener { pid: 4242, comm: "qemu".into(), fd: 3, writable: true, what: dev.into() };
+        let o = Opener { pid: 4242, comm: "qemu".into(), fd: 3, writable: true, what: dev.into(), backing_file: false };
         w.openers = vec![o.clone(), o];
         match decide(&w) {
             Err(r) => {
@@ -358,7 +358,8 @@ fn every_rule_that_refuses_is_reported() {
     w.devices[0].read_only = true;
     w.devices[1].holders = vec!["md0".into()];
     w.in_use = Some("it is mounted at /srv".into());
-    w.openers = vec![Opener { pid: 7, comm: "dd".into(), fd: 3, writable: true, what: "sda".into() }];
+    w.openers =
+        vec![Opener { pid: 7, comm: "dd".into(), fd: 3, writable: true, what: "sda".into(), backing_file: false }];
     w.entries = vec![entry("fast", "mine", Some("sda2"), Some("/dev/sda2"))];
     w.unscanned = vec!["slow".into()];
     w.pvs = Err("timed out".into());

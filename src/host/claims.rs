@@ -25,7 +25,7 @@ use crate::core::device_claim::{
 use crate::core::signatures::Content as Found;
 use crate::core::surface::{FullRead, WINDOW, offset_text};
 use crate::core::volume_safety::MountFacts;
-use crate::host::blockdev::{block_device_in_use, device_number, extent, loop_status, sysfs_attr};
+use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_attr};
 use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
@@ -291,14 +291,10 @@ fn probe_once(
     Probe { done: true, in_use: None, content, activity: counted }
 }
 
-/// Whether `o` holds `device` or a device sharing its data (or the backing file of one).
+/// Whether `o` holds `device` or a device sharing its data, or the backing file of one of them
+/// (an opener of a file is named after the first loop device over it, which may be the other).
 fn concerns(device: &DeviceFacts, o: &Opener) -> bool {
-    o.what == device.name || device.sharing.contains(&o.what) || o.what == backing_label(&device.name)
-}
-
-/// How an opener of a loop device's backing file is named.
-fn backing_label(name: &str) -> String {
-    format!("the backing file of {name}")
+    o.what == device.name || device.sharing.contains(&o.what)
 }
 
 /// What to look for in the processes' descriptors for `devices`: each device, the devices
@@ -309,24 +305,7 @@ fn wanted_for<'a>(devices: impl Iterator<Item = &'a DeviceFacts>, all: &[DeviceF
         names.insert(&d.name);
         names.extend(d.sharing.iter().map(String::as_str));
     }
-    let mut wanted = Wanted::default();
-    for d in all.iter().filter(|d| names.contains(d.name.as_str())) {
-        let Some(rdev) = parse_dev(&d.dev) else { continue };
-        wanted.devices.push((rdev, d.name.clone()));
-        if matches!(d.kind, Some(DeviceKind::Selectable(DeviceType::Loop)))
-            && let Some(file) = open_device(rdev, None)
-            && let Ok(status) = loop_status(&file)
-        {
-            wanted.files.push((status.device, status.inode, backing_label(&d.name)));
-        }
-    }
-    wanted
-}
-
-/// `major:minor` as a device number.
-fn parse_dev(dev: &str) -> Option<u64> {
-    let (major, minor) = dev.split_once(':')?;
-    Some(nix::sys::stat::makedev(major.parse().ok()?, minor.parse().ok()?))
+    Wanted::devices(all.iter().filter(|d| names.contains(d.name.as_str())).map(|d| (d.dev.as_str(), d.name.as_str())))
 }
 
 /// The discovery directories that are safe to scan (see discovery::check_roots), by class.
@@ -492,9 +471,7 @@ pub fn plan_claims(
     // A process that holds a device open across two scans uses it; one seen once only opened
     // it for a moment (another probe: the `disks` command, udev's blkid).
     if !openers.is_empty() {
-        std::thread::sleep(OPENER_PAUSE.saturating_sub(scanned.elapsed()));
-        let again = writers::openers(&wanted);
-        let stable: Vec<Opener> = openers.into_iter().filter(|o| again.contains(o)).collect();
+        let stable = writers::still_open(openers, &wanted, scanned, OPENER_PAUSE);
         for d in world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name) && d.probe.activity.is_none()) {
             let mine: Vec<Opener> = stable.iter().filter(|o| concerns(d, o)).cloned().collect();
             d.probe.activity = opened_by_others(&mine);
@@ -611,16 +588,6 @@ impl ClaimMemory {
     /// at once (host::watch).
     pub fn watched_names(&self) -> BTreeSet<String> {
         self.seen.values().map(|(name, _)| name.clone()).collect()
-    }
-
-    /// How many devices are followed (unbound PVs' devices and remembered surfaces).
-    pub fn len(&self) -> usize {
-        self.seen.len() + self.surfaces.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty() && self.surfaces.is_empty()
     }
 }
 
@@ -924,9 +891,10 @@ mod tests {
         assert_eq!(m.surface_of(&d, Some(&at)), None);
         // Pruned with the devices.
         m.remember_surface(&d, at);
-        assert_eq!(m.len(), 1);
+        assert_eq!(m.surface_of(&d, Some(&at)), Some(Content::Blank));
         m.retain(|_| true, &[other]);
-        assert!(m.is_empty());
+        assert_eq!(m.surface_of(&d, Some(&at)), None, "sdb is another disk now: forgotten");
+        assert!(m.surfaces.is_empty());
     }
 
     #[test]

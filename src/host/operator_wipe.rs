@@ -125,31 +125,12 @@ fn devices_by_number(devices: &[DeviceFacts], target: &DeviceFacts) -> BTreeMap<
 
 /// The processes (other than this one) with a descriptor on any of `devices`, seen in two
 /// scans a moment apart: a brief probe (the agent's, `disks`) is not a user.
+/// Every process (other than this one) with a descriptor of one of `devices` (`major:minor` ->
+/// kernel name) or of the backing file of a loop device among them, as host::writers finds
+/// them. Only the processes of this PID namespace are seen (in a pod: hostPID).
 fn stable_openers(devices: &BTreeMap<String, String>) -> Vec<Opener> {
-    let first = openers(devices);
-    if first.is_empty() {
-        return first;
-    }
-    std::thread::sleep(BUSY_PAUSE);
-    let second = openers(devices);
-    first.into_iter().filter(|o| second.iter().any(|s| s.pid == o.pid && s.what == o.what)).collect()
-}
-
-/// Every process (other than this one) with a descriptor whose file is one of `devices`
-/// (`major:minor` -> kernel name), as host::writers finds them. Only the processes of this
-/// PID namespace are seen (in a pod: hostPID).
-pub fn openers(devices: &BTreeMap<String, String>) -> Vec<Opener> {
-    let wanted = Wanted {
-        devices: devices
-            .iter()
-            .filter_map(|(dev, name)| {
-                let (major, minor) = dev.split_once(':')?;
-                Some((nix::sys::stat::makedev(major.parse().ok()?, minor.parse().ok()?), name.clone()))
-            })
-            .collect(),
-        files: Vec::new(),
-    };
-    writers::openers(&wanted)
+    let wanted = Wanted::devices(devices.iter().map(|(dev, name)| (dev.as_str(), name.as_str())));
+    writers::still_open(writers::openers(&wanted), &wanted, Instant::now(), BUSY_PAUSE)
 }
 
 /// What the wipe did.

@@ -9,8 +9,10 @@
 use std::collections::BTreeSet;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::core::activity::{IoStat, Opener};
+use crate::host::blockdev::{loop_status, open_device};
 
 /// The I/O counters of the block device `name` (kernel name), with `in_flight` as `stat`
 /// gives it: every request in flight, reads included. `None` when sysfs has no such device.
@@ -46,19 +48,50 @@ pub fn written_counters(names: &std::collections::BTreeSet<String>) -> Vec<Strin
 }
 
 /// What to look for among the open descriptors: block devices by number, and regular files by
-/// (device, inode) (the backing files of loop devices), each with the name to report.
+/// (device, inode) (the backing files of loop devices), each with the device's kernel name.
 #[derive(Debug, Clone, Default)]
 pub struct Wanted {
     /// Block devices: (rdev, kernel name).
     pub devices: Vec<(u64, String)>,
-    /// Regular files: (st_dev, st_ino, what to call it).
+    /// Backing files of loop devices: (st_dev, st_ino, the loop device's kernel name).
     pub files: Vec<(u64, u64, String)>,
 }
 
 impl Wanted {
+    /// The devices `(major:minor, kernel name)` and the backing file of each loop device among
+    /// them (its status read through a read-only open, never `O_EXCL`).
+    pub fn devices<'a>(devices: impl IntoIterator<Item = (&'a str, &'a str)>) -> Wanted {
+        let mut wanted = Wanted::default();
+        for (dev, name) in devices {
+            let Some((major, minor)) = dev.split_once(':') else { continue };
+            let (Ok(major), Ok(minor)) = (major.parse(), minor.parse()) else { continue };
+            let rdev = nix::sys::stat::makedev(major, minor);
+            wanted.devices.push((rdev, name.to_string()));
+            if Path::new("/sys/dev/block").join(dev).join("loop").is_dir()
+                && let Some(file) = open_device(rdev, None)
+                && let Ok(status) = loop_status(&file)
+            {
+                wanted.files.push((status.device, status.inode, name.to_string()));
+            }
+        }
+        wanted
+    }
+
     fn is_empty(&self) -> bool {
         self.devices.is_empty() && self.files.is_empty()
     }
+}
+
+/// The openers of `first` (a scan of `wanted` made at `scanned`) that a second scan, at least
+/// `pause` after it, finds again (the same process on the same device): a process seen once
+/// only opened the device for a moment (a probe of the `disks` command, udev's blkid).
+pub fn still_open(first: Vec<Opener>, wanted: &Wanted, scanned: Instant, pause: Duration) -> Vec<Opener> {
+    if first.is_empty() {
+        return first;
+    }
+    std::thread::sleep(pause.saturating_sub(scanned.elapsed()));
+    let again = openers(wanted);
+    first.into_iter().filter(|o| again.iter().any(|a| a.pid == o.pid && a.what == o.what)).collect()
 }
 
 /// Every descriptor of another process (not this one, nor its threads) that leads to one of
@@ -81,21 +114,21 @@ pub fn openers(wanted: &Wanted) -> Vec<Opener> {
         for fd in fds.flatten() {
             // stat() follows the magic link to the open file itself, whatever its path.
             let Ok(meta) = std::fs::metadata(fd.path()) else { continue };
-            let what = if meta.file_type().is_block_device() && devices.contains(&meta.rdev()) {
-                wanted.devices.iter().find(|(d, _)| *d == meta.rdev()).map(|(_, n)| n.clone())
+            let found = if meta.file_type().is_block_device() && devices.contains(&meta.rdev()) {
+                wanted.devices.iter().find(|(d, _)| *d == meta.rdev()).map(|(_, n)| (n.clone(), false))
             } else if meta.file_type().is_file() {
                 wanted
                     .files
                     .iter()
                     .find(|(dev, ino, _)| *dev == meta.dev() && *ino == meta.ino())
-                    .map(|(_, _, n)| n.clone())
+                    .map(|(_, _, n)| (n.clone(), true))
             } else {
                 None
             };
-            let Some(what) = what else { continue };
+            let Some((what, backing_file)) = found else { continue };
             let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
             let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default().trim().to_string();
-            out.push(Opener { pid, comm, fd: n, writable: writable(&p.path(), n), what });
+            out.push(Opener { pid, comm, fd: n, writable: writable(&p.path(), n), what, backing_file });
         }
     }
     out.sort();
@@ -142,7 +175,10 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!((found[0].pid, found[0].fd, found[0].writable, found[0].what.as_str()), (pid, 7, true, "image"));
+        assert_eq!(
+            (found[0].pid, found[0].fd, found[0].writable, found[0].what.as_str(), found[0].backing_file),
+            (pid, 7, true, "image", true)
+        );
     }
 
     #[test]
