@@ -78,6 +78,12 @@ fn checksum(dev: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or_default().to_string()
 }
 
+/// The filesystem type blkid finds on `dev`, read by blkid itself.
+fn blkid_type(dev: &Path) -> Option<String> {
+    let out = Command::new("blkid").args(["-p", "-o", "value", "-s", "TYPE"]).arg(dev).output().ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string()).filter(|t| !t.is_empty())
+}
+
 /// The note of an event on PV `pv` with `reason`.
 fn pv_event(h: &Harness, pv: &str, reason: &str) -> Option<String> {
     let events = h.cp.get_json(&["events.events.k8s.io", "-A"])?;
@@ -124,8 +130,17 @@ fn a_claimed_device_formatted_and_mounted_by_the_host_while_available_is_withdra
     let name = wait_until("linked", WAIT, || link_to(&dir, &dev));
     let path = dir.join(&name);
     let pv = h.wait_published(&path);
-    // The host takes the disk for something of its own.
-    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev));
+    // The host takes the disk for something of its own. The agent's brief exclusive probe of
+    // a device with an unbound PV can meet mkfs's exclusive open: mkfs is run again then, as an
+    // operator would.
+    for _ in 0..20 {
+        let out = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev).output().unwrap();
+        if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("busy") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(blkid_type(&dev).as_deref() == Some("ext4"), "mkfs.ext4 made no filesystem on {}", dev.display());
     let mnt = h.lab.dir("hostfs-mnt");
     h.lab.mount_dev(&dev, &mnt);
     std::fs::write(mnt.join("host-file"), b"the host's data").unwrap();
