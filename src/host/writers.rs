@@ -94,7 +94,8 @@ pub fn still_open(first: Vec<Opener>, wanted: &Wanted, scanned: Instant, pause: 
     first.into_iter().filter(|o| again.iter().any(|a| a.pid == o.pid && a.what == o.what)).collect()
 }
 
-/// Every descriptor of another process (not this one, nor its threads) that leads to one of
+/// Every descriptor of another process (not this one, nor its threads, nor another run of this
+/// program) that leads to one of
 /// `wanted`. Processes that exit while they are read are skipped; a `/proc` that cannot be
 /// listed gives nothing (the counters and the exclusive probe still apply).
 pub fn openers(wanted: &Wanted) -> Vec<Opener> {
@@ -103,11 +104,16 @@ pub fn openers(wanted: &Wanted) -> Vec<Opener> {
         return out;
     }
     let me = std::process::id();
+    // Other runs of this very program (the agent and a `disks` or `wipe-disk` run beside it)
+    // only ever open a device briefly to probe it, or hold it `O_EXCL` to wipe it, which the
+    // exclusive probe sees: they are not users.
+    let program = |pid: &str| std::fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| (m.dev(), m.ino()));
+    let own_program = program("self");
     let devices: BTreeSet<u64> = wanted.devices.iter().map(|(d, _)| *d).collect();
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        if pid == me {
+        if pid == me || (own_program.is_some() && program(&pid.to_string()) == own_program) {
             continue;
         }
         let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
