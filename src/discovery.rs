@@ -6,6 +6,8 @@ use std::fmt;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::{ClassConfig, ProvisionerConfig, VolumeMode};
 use crate::core::capacity::round_down_pretty;
@@ -21,6 +23,7 @@ use crate::host::HostError;
 use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
 use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
+use crate::host::ops::{Job, Operations, Subject};
 use crate::host::used_mark::{Ledger, open_volume_root, read_dir_mark};
 use crate::host::volume::{
     EntryKind, block_device_capacity, mount_at, mount_of_fd, mounted_dir_capacity, resolve_entry,
@@ -59,6 +62,9 @@ pub enum SkipReason {
     /// there, or cannot be proven blank (in use, unreadable; see core::device_claim): kept from
     /// tenants until an operator clears it.
     DeviceHeld(String),
+    /// The volume did not answer within its deadline (host::ops): nothing is published for it
+    /// until it answers again.
+    Unresponsive(String),
 }
 
 impl SkipReason {
@@ -78,6 +84,7 @@ impl SkipReason {
             SkipReason::NotDirectoryOrBlockDevice => "not-directory-or-block-device",
             SkipReason::Unreadable(_) => "unreadable",
             SkipReason::DeviceHeld(_) => "device-held",
+            SkipReason::Unresponsive(_) => "unresponsive",
         }
     }
 
@@ -128,6 +135,10 @@ impl fmt::Display for SkipReason {
             SkipReason::ExposesHost(e) => write!(f, "not published: {e}"),
             SkipReason::NotDirectoryOrBlockDevice => write!(f, "neither a directory nor a block device"),
             SkipReason::Unreadable(e) => write!(f, "{e}"),
+            SkipReason::Unresponsive(what) => write!(
+                f,
+                "{what}; the volume is published once it answers again (see docs/troubleshooting.md#a-volume-is-unresponsive)"
+            ),
             SkipReason::DeviceHeld(what) => write!(
                 f,
                 "the device this agent claimed has no PV and is not offered again: {what} (not put there by this agent, or a doubt it cannot settle); clear it (blkdiscard -z) or remove the link"
@@ -170,6 +181,18 @@ pub fn scan_with(config: &ProvisionerConfig, mounts: &MountTable, published: &BT
     scan_with_links(config, mounts, published, &[])
 }
 
+/// How the agent examines entries: each on the pool of per-volume operations, with a deadline
+/// (host::ops), and with the used mark read in the same operation, against the ledger.
+#[derive(Clone)]
+pub struct Examine {
+    /// The executor.
+    pub ops: Operations,
+    /// Each entry's deadline.
+    pub timeout: Duration,
+    /// The ledger the used marks are classified against.
+    pub ledger: Option<Ledger>,
+}
+
 /// [`scan_with`], with links that are not there yet seen as if they were: (class, name,
 /// target). The `discover` dry run shows what the agent's device claims would publish
 /// without making them.
@@ -179,24 +202,36 @@ pub fn scan_with_links(
     published: &BTreeSet<String>,
     links: &[(String, String, PathBuf)],
 ) -> Scan {
+    scan_examined(config, Arc::new(mounts.clone()), published, links, None)
+}
+
+/// [`scan_with_links`] as the agent runs it: every entry examined under its own deadline when
+/// `examine` is given (an unresponsive one is skipped, the others go on), with its used mark.
+pub fn scan_examined(
+    config: &ProvisionerConfig,
+    mounts: Arc<MountTable>,
+    published: &BTreeSet<String>,
+    links: &[(String, String, PathBuf)],
+    examine: Option<&Examine>,
+) -> Scan {
     let mut out = Scan::default();
     let facts = mounts.facts();
     let (roots, problems) = check_roots(config, &facts);
     let host_dirs: Vec<PathBuf> =
         config.storage_class_map.values().map(|c| PathBuf::from(clean_path(&c.host_dir))).collect();
-    let guard = Guard {
+    let guard = Arc::new(GuardFacts {
         places: protected_places(&roots, &facts),
         anchors: anchors(config, &roots),
         host_dirs,
-        published,
-        facts: &facts,
-    };
+        published: published.clone(),
+        mounts: mounts.clone(),
+    });
     for (class, cfg) in &config.storage_class_map {
         match (roots.iter().find(|r| r.class == *class), problems.get(class)) {
             (Some(root), None) => {
                 let extra: BTreeMap<&str, &Path> =
                     links.iter().filter(|l| l.0 == *class).map(|l| (l.1.as_str(), l.2.as_path())).collect();
-                scan_class(class, cfg, &root.resolved, &extra, mounts, &guard, &mut out)
+                scan_class(class, cfg, &root.resolved, &extra, &guard, examine, &mut out)
             }
             (_, Some(reason)) => out.skipped.push(Skipped {
                 class: class.clone(),
@@ -267,13 +302,22 @@ pub fn check_roots(
     (roots, problems)
 }
 
-/// The facts every entry is checked against.
-struct Guard<'a> {
-    facts: &'a [MountFacts<'a>],
+/// The facts every entry is checked against, owned so an entry can be examined on another
+/// thread (host::ops).
+struct GuardFacts {
+    mounts: Arc<MountTable>,
     places: Vec<ProtectedPlace>,
-    published: &'a BTreeSet<String>,
+    published: BTreeSet<String>,
     anchors: Vec<HostAnchor>,
     host_dirs: Vec<PathBuf>,
+}
+
+/// [`GuardFacts`] with the mount table's facts, as one entry's inspection reads them.
+struct Guard<'a> {
+    facts: &'a [MountFacts<'a>],
+    places: &'a [ProtectedPlace],
+    anchors: &'a [HostAnchor],
+    host_dirs: &'a [PathBuf],
 }
 
 /// The host root, the system directories and every discovery root, located in the mount
@@ -318,8 +362,8 @@ fn scan_class(
     cfg: &ClassConfig,
     root: &Path,
     extra: &BTreeMap<&str, &Path>,
-    mounts: &MountTable,
-    guard: &Guard<'_>,
+    guard: &Arc<GuardFacts>,
+    examine: Option<&Examine>,
     out: &mut Scan,
 ) {
     let mount_dir = Path::new(&cfg.mount_dir);
@@ -339,7 +383,8 @@ fn scan_class(
         }
     }
     names.sort();
-    let mut found = Vec::new();
+    // (path under mountDir, entry name, what to examine)
+    let mut entries = Vec::new();
     for name in names {
         let path = mount_dir.join(&name);
         let Some(name) = name.to_str() else {
@@ -351,26 +396,79 @@ fn scan_class(
             continue;
         }
         let entry = extra.get(name).map_or_else(|| root.join(name), |target| target.to_path_buf());
-        let identity = |v: Inspected| {
-            volume_identity_in(&entry, mounts).map_err(|e| SkipReason::Unreadable(e.to_string())).map(|id| (v, id))
-        };
-        let host_path = host_path(&cfg.host_dir, name);
-        let probe = !guard.published.contains(&host_path);
-        match inspect(&entry, cfg.volume_mode, mounts, guard, probe).and_then(identity) {
-            Ok((v, identity)) => found.push(FoundVolume {
-                class: class.to_string(),
-                entry: name.to_string(),
-                host_path,
-                capacity_bytes: round_down_pretty(v.bytes),
-                identity,
-                disk: v.disk,
-                in_use: v.in_use,
-                used: Default::default(),
-            }),
-            Err(reason) => skip(path, reason),
+        entries.push((path, name.to_string(), entry));
+    }
+    let entry_of = |name: &str, entry: PathBuf| EntryJob {
+        class: class.to_string(),
+        entry,
+        name: name.to_string(),
+        host_path: host_path(&cfg.host_dir, name),
+        mode: cfg.volume_mode,
+        mount_dir: PathBuf::from(&cfg.mount_dir),
+    };
+    let results: Vec<Result<FoundVolume, SkipReason>> = match examine {
+        None => entries.iter().map(|(_, name, entry)| entry_of(name, entry.clone()).run(guard, None)).collect(),
+        Some(ex) => {
+            let jobs = entries
+                .iter()
+                .map(|(_, name, entry)| {
+                    let job = entry_of(name, entry.clone());
+                    let subject = Subject::Volume(job.host_path.clone());
+                    let (guard, ledger) = (guard.clone(), ex.ledger.clone());
+                    Job::new(subject, "inspection", ex.timeout, move || job.run(&guard, ledger.as_ref()))
+                })
+                .collect();
+            ex.ops
+                .run_all(jobs)
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|e| Err(SkipReason::Unresponsive(e.to_string()))))
+                .collect()
+        }
+    };
+    for ((path, _, _), result) in entries.into_iter().zip(results) {
+        match result {
+            Ok(v) => out.volumes.push(v),
+            Err(reason) => out.skipped.push(Skipped { class: class.to_string(), path, reason }),
         }
     }
-    out.volumes.extend(found);
+}
+
+/// One entry to examine, owned so it can run on another thread.
+struct EntryJob {
+    class: String,
+    /// The entry (the discovery root joined with its name, or a claim link's target).
+    entry: PathBuf,
+    name: String,
+    host_path: String,
+    mode: VolumeMode,
+    mount_dir: PathBuf,
+}
+
+impl EntryJob {
+    /// Inspects the entry and reads its identity; with a ledger, its used mark too.
+    fn run(self, facts: &GuardFacts, ledger: Option<&Ledger>) -> Result<FoundVolume, SkipReason> {
+        let mount_facts = facts.mounts.facts();
+        let guard =
+            Guard { facts: &mount_facts, places: &facts.places, anchors: &facts.anchors, host_dirs: &facts.host_dirs };
+        let mounts = facts.mounts.as_ref();
+        let probe = !facts.published.contains(&self.host_path);
+        let v = inspect(&self.entry, self.mode, mounts, &guard, probe)?;
+        let identity = volume_identity_in(&self.entry, mounts).map_err(|e| SkipReason::Unreadable(e.to_string()))?;
+        let mut found = FoundVolume {
+            class: self.class,
+            entry: self.name,
+            host_path: self.host_path,
+            capacity_bytes: round_down_pretty(v.bytes),
+            identity,
+            disk: v.disk,
+            in_use: v.in_use,
+            used: Default::default(),
+        };
+        if let Some(ledger) = ledger {
+            found.used = used_mark_of(&found, &self.mount_dir, mounts, Some(ledger));
+        }
+        Ok(found)
+    }
 }
 
 /// Takes the claim links that must not be published (core::device_claim's `held`) out of
@@ -424,29 +522,29 @@ pub fn read_used_marks(
     ledger: Option<&Ledger>,
 ) {
     for v in volumes {
-        let is_block = DiskIdentity::parse(&v.identity).is_some_and(|d| d.kind == Kind::Block);
-        v.used = if is_block {
-            ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, None))
-        } else {
-            let Some(class) = config.storage_class_map.get(&v.class) else {
-                v.used = UsedRead::Unknown(format!("class {} is not in the config", v.class));
-                continue;
-            };
-            let path = Path::new(&class.mount_dir).join(&v.entry);
-            let root = match open_volume_root(&path) {
-                Ok(root) => root,
-                Err(e) => {
-                    v.used = UsedRead::Unknown(e.to_string());
-                    continue;
-                }
-            };
-            let dir = mount_of_fd(root.as_fd(), mounts).map(|m| m.root.display().to_string());
-            match read_dir_mark(root.as_fd(), &path) {
-                Ok(Some(mark)) => ledger.map_or(UsedRead::Marked(mark.clone()), |l| l.classify(mark)),
-                Ok(None) => ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, dir.as_deref())),
-                Err(why) => UsedRead::Unknown(why),
-            }
+        v.used = match config.storage_class_map.get(&v.class) {
+            Some(class) => used_mark_of(v, Path::new(&class.mount_dir), mounts, ledger),
+            None => UsedRead::Unknown(format!("class {} is not in the config", v.class)),
         };
+    }
+}
+
+/// The used mark of one volume found under `mount_dir` (see [`read_used_marks`]).
+fn used_mark_of(v: &FoundVolume, mount_dir: &Path, mounts: &MountTable, ledger: Option<&Ledger>) -> UsedRead {
+    let is_block = DiskIdentity::parse(&v.identity).is_some_and(|d| d.kind == Kind::Block);
+    if is_block {
+        return ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, None));
+    }
+    let path = mount_dir.join(&v.entry);
+    let root = match open_volume_root(&path) {
+        Ok(root) => root,
+        Err(e) => return UsedRead::Unknown(e.to_string()),
+    };
+    let dir = mount_of_fd(root.as_fd(), mounts).map(|m| m.root.display().to_string());
+    match read_dir_mark(root.as_fd(), &path) {
+        Ok(Some(mark)) => ledger.map_or(UsedRead::Marked(mark.clone()), |l| l.classify(mark)),
+        Ok(None) => ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, dir.as_deref())),
+        Err(why) => UsedRead::Unknown(why),
     }
 }
 

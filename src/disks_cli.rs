@@ -35,7 +35,7 @@ pub fn plan_now(
     let mounts = MountTable::read()?;
     // No cluster here: which recorded devices have a PV is unknown, so they are not probed.
     let verifier = state_dir.map(crate::host::verify::Verifier::view);
-    let (devices, plan) = plan_claims(config, records.clone(), None, &mounts, None, verifier.as_ref());
+    let (devices, plan) = plan_claims(config, records.clone(), None, &mounts, None, verifier.as_ref(), None);
     Ok((devices, plan, records))
 }
 
@@ -60,6 +60,7 @@ fn content_text(d: &DeviceFacts) -> String {
         Content::Busy => "open exclusively by someone".into(),
         Content::NotBlank(what) => what.clone(),
         Content::Unreadable(e) => format!("unreadable: {e}"),
+        Content::Unresponsive(e) => format!("unresponsive: {e}"),
     }
 }
 

@@ -57,6 +57,8 @@ pub enum Content {
     NotBlank(String),
     /// The device could not be read.
     Unreadable(String),
+    /// The probe did not return within its deadline (host::ops): nothing is concluded from it.
+    Unresponsive(String),
 }
 
 /// Whether the device is in use, and what its signature areas hold: the two facts that
@@ -238,6 +240,8 @@ pub enum Refusal {
     NotBlank(String),
     /// The probe could not read it.
     Unreadable(String),
+    /// The probe did not return within its deadline (a wedged device).
+    Unresponsive(String),
     /// Its class reads it whole before its first claim (`verify: full`), and that read has
     /// not finished blank yet.
     Verifying(String),
@@ -269,6 +273,7 @@ impl Refusal {
             Refusal::SameDisk(_) => "same-disk",
             Refusal::NotBlank(_) => "not-blank",
             Refusal::Unreadable(_) => "unreadable",
+            Refusal::Unresponsive(_) => "unresponsive",
             Refusal::Verifying(_) => "verifying",
             Refusal::NotProbed => "not-probed",
             Refusal::Unscanned(_) => "unscanned",
@@ -322,6 +327,7 @@ impl fmt::Display for Refusal {
                 "it is not blank: {what} (to offer it, clear it with `blkdiscard -z` or remove its data; `wipefs -a` alone leaves data behind)"
             ),
             Refusal::Unreadable(e) => write!(f, "it could not be read: {e}"),
+            Refusal::Unresponsive(e) => write!(f, "it does not answer: {e}"),
             Refusal::Verifying(what) => write!(f, "it is read whole before its first claim (verify: full): {what}"),
             Refusal::NotProbed => write!(f, "it has not been probed yet"),
             Refusal::Unscanned(classes) => write!(
@@ -668,6 +674,7 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
             Content::Busy => Some(Refusal::InUse("someone opened it exclusively".into())),
             Content::NotBlank(what) => Some(Refusal::NotBlank(what.clone())),
             Content::Unreadable(e) => Some(Refusal::Unreadable(e.clone())),
+            Content::Unresponsive(e) => Some(Refusal::Unresponsive(e.clone())),
             Content::NotProbed => Some(Refusal::NotProbed),
         }
     };
@@ -886,6 +893,7 @@ fn foreign_finding(d: &DeviceFacts) -> Option<String> {
         (None, None, Content::NotBlank(what)) => Some(what.clone()),
         (None, None, Content::Busy) => Some("it is open exclusively by someone".into()),
         (None, None, Content::Unreadable(why)) => Some(format!("it cannot be read ({why})")),
+        (None, None, Content::Unresponsive(why)) => Some(format!("it does not answer ({why})")),
         (None, None, Content::NotProbed) => Some("it was not read".into()),
     }
 }
@@ -925,6 +933,15 @@ fn judge_record(
         out.to_probe.insert(d.name.clone());
         if let Some(why) = &r.held {
             hold(out, why.clone());
+        }
+        return;
+    }
+    // A device that does not answer proves nothing either way: its PV keeps its state and a
+    // hold stays, until it answers again. It is never published meanwhile.
+    if let Content::Unresponsive(why) = &d.probe.content {
+        let why = r.held.clone().unwrap_or_else(|| format!("it does not answer: {why}"));
+        if !has_pv || pv_unbound {
+            hold(out, why);
         }
         return;
     }

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::config::ProvisionerConfig;
 use crate::core::cleanup::PvState;
@@ -15,12 +16,13 @@ use crate::core::device_claim::LinkAction;
 use crate::core::succession::DiskCheck;
 use crate::core::used_mark::{Replace, UsedMark};
 use crate::core::volume_safety::DiskKey;
-use crate::discovery::{self, Scan};
+use crate::discovery::{self, Examine, Scan};
 use crate::host::HostError;
 use crate::host::claims::{self, ClaimMemory, ClaimReport};
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
+use crate::host::ops::{Job, Operations, Stall, Subject};
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::host::verify::Verifier;
 use crate::wiper::{Progress, WipeError, WipeJob, Wiped};
@@ -63,6 +65,8 @@ pub struct Observation {
     pub succession: Vec<(String, DiskCheck)>,
     /// The device claim pass (when a class has a `devices` section or links were recorded).
     pub claims: Option<ClaimReport>,
+    /// The volumes and devices that do not answer (host::ops): each keeps its last known state.
+    pub stalls: Vec<Stall>,
 }
 
 /// One used mark to write (see host::used_mark::mark_volume).
@@ -115,13 +119,36 @@ pub struct RealHost {
     /// The full reads of `verify: full` (one at a time, in the background), kept next to the
     /// ledger in the state directory.
     verifier: Verifier,
+    /// Where every operation on one volume or device runs, under its deadline.
+    ops: Operations,
+    /// That deadline.
+    timeout: Duration,
 }
+
+/// The deadline of one host operation on a volume, unless `--host-op-timeout` says otherwise.
+pub const HOST_OP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RealHost {
     /// The host, with the ledger of used disks this agent holds and where kubelet's mounts are.
     pub fn new(ledger: Ledger, kubelet: KubeletView) -> Self {
         let verifier = Verifier::new(ledger.path().parent().unwrap_or(std::path::Path::new(".")));
-        RealHost { ledger, kubelet, baselines: Arc::default(), watched: Arc::default(), verifier }
+        RealHost {
+            ledger,
+            kubelet,
+            baselines: Arc::default(),
+            watched: Arc::default(),
+            verifier,
+            ops: Operations::new(),
+            timeout: HOST_OP_TIMEOUT,
+        }
+    }
+
+    /// Runs every per-volume operation on `ops` (shared with the agent and the wiper) with
+    /// `timeout` as its deadline.
+    pub fn with_operations(mut self, ops: Operations, timeout: Duration) -> Self {
+        self.ops = ops;
+        self.timeout = timeout;
+        self
     }
 
     /// Shares `watched` with the block-device watch (host::watch::watch_block_devices): after
@@ -168,6 +195,7 @@ impl RealHost {
             mounts,
             Some(&mut baselines),
             verifier,
+            Some((&self.ops, self.timeout)),
         );
         let mut applied = claims::apply(&ask.config, &state_dir, &mut records, &plan.actions);
         // A claim let go or a link removed frees the device (or a maxPerNode place) for a
@@ -175,8 +203,15 @@ impl RealHost {
         let freed =
             applied.iter().any(|(a, r)| r.is_ok() && matches!(a, LinkAction::Forget(_) | LinkAction::Remove(_)));
         if freed {
-            (devices, plan) =
-                claims::plan_claims(&ask.config, records.clone(), Some(pvs), mounts, Some(&mut baselines), verifier);
+            (devices, plan) = claims::plan_claims(
+                &ask.config,
+                records.clone(),
+                Some(pvs),
+                mounts,
+                Some(&mut baselines),
+                verifier,
+                Some((&self.ops, self.timeout)),
+            );
             applied.extend(claims::apply(&ask.config, &state_dir, &mut records, &plan.actions));
         }
         *self.watched.lock().unwrap_or_else(|e| e.into_inner()) = baselines.watched_names();
@@ -186,12 +221,12 @@ impl RealHost {
 
 impl HostAccess for RealHost {
     fn observe(&self, ask: Ask) -> Result<Observation, HostError> {
-        let mounts = MountTable::read()?;
+        let mounts = Arc::new(MountTable::read()?);
         // Claims first, so the links made now are scanned (and held ones kept back) this pass.
         let claims = self.claim_devices(&ask, &mounts);
-        let mut scan = discovery::scan_with(&ask.config, &mounts, &ask.published);
         self.ledger.reload_if_unreadable();
-        discovery::read_used_marks(&mut scan.volumes, &ask.config, &mounts, Some(&self.ledger));
+        let examine = Examine { ops: self.ops.clone(), timeout: self.timeout, ledger: Some(self.ledger.clone()) };
+        let mut scan = discovery::scan_examined(&ask.config, mounts.clone(), &ask.published, &[], Some(&examine));
         if let Some(c) = &claims {
             discovery::hold_back(&mut scan, &ask.config, &c.plan.held);
             // A device changed under its unbound PV is held whatever the ledger says of it:
@@ -200,31 +235,56 @@ impl HostAccess for RealHost {
                 c.plan.tampered.iter().map(|t| (t.class.clone(), t.name.clone(), t.why.clone())).collect();
             discovery::hold_back_always(&mut scan, &ask.config, &tampered);
         }
-        let absent = ask
+        // Each PV's volume is looked at under its own deadline: present, its identity in the
+        // current format, and (when asked) its disk. An unresponsive one is none of these.
+        let with_disks = ask.disks;
+        let jobs = ask
             .pvs
             .iter()
-            .filter(|(pv, path)| !volume_present(path, pv.identity.as_deref(), &mounts))
-            .map(|(pv, _)| pv.uid.clone())
+            .map(|(pv, path)| {
+                let (pv, path, mounts) = (pv.clone(), path.clone(), mounts.clone());
+                Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move || {
+                    let present = volume_present(&path, pv.identity.as_deref(), &mounts);
+                    let recorded = pv.identity.as_deref().filter(|id| crate::core::disk_identity::is_legacy(id));
+                    let upgrade =
+                        recorded.filter(|_| !pv.deleting).and_then(|id| upgraded_identity(&path, id, &mounts));
+                    let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts()) } else { None };
+                    (present, upgrade, disk)
+                })
+            })
             .collect();
-        let upgrades = ask
-            .pvs
+        let checked = self.ops.run_all(jobs);
+        let (mut absent, mut upgrades, mut disks) = (Vec::new(), Vec::new(), Vec::new());
+        for ((pv, _), result) in ask.pvs.iter().zip(checked) {
+            let Ok((present, upgrade, disk)) = result else { continue };
+            if !present {
+                absent.push(pv.uid.clone());
+            }
+            if let Some(id) = upgrade {
+                upgrades.push((pv.uid.clone(), id));
+            }
+            if let Some(d) = disk {
+                disks.push((pv.uid.clone(), d));
+            }
+        }
+        let jobs = ask
+            .predecessors
             .iter()
-            .filter(|(pv, _)| !pv.deleting && pv.identity.as_deref().is_some_and(crate::core::disk_identity::is_legacy))
-            .filter_map(|(pv, path)| Some((pv.uid.clone(), upgraded_identity(path, pv.identity.as_deref()?, &mounts)?)))
+            .map(|(pv, path)| {
+                let (recorded, path, mounts) = (pv.identity.clone(), path.clone(), mounts.clone());
+                Job::new(Subject::Volume(pv.host_path.clone()), "disk check", self.timeout, move || {
+                    check_disk(&path, recorded.as_deref(), &mounts)
+                })
+            })
             .collect();
-        let disks = ask.disks.then(|| {
-            let facts = mounts.facts();
-            ask.pvs
-                .iter()
-                .filter_map(|(pv, path)| Some((pv.uid.clone(), discovery::disk_at(path, &mounts, &facts)?)))
-                .collect()
-        });
         let succession = ask
             .predecessors
             .iter()
-            .map(|(pv, path)| (pv.uid.clone(), check_disk(path, pv.identity.as_deref(), &mounts)))
+            .zip(self.ops.run_all(jobs))
+            .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.ok()?)))
             .collect();
-        Ok(Observation { scan, absent, upgrades, disks, succession, claims })
+        let disks = ask.disks.then_some(disks);
+        Ok(Observation { scan, absent, upgrades, disks, succession, claims, stalls: self.ops.stalls() })
     }
 
     fn mark(&self, jobs: Vec<MarkJob>) -> Result<Vec<Result<MarkOutcome, String>>, HostError> {

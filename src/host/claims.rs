@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
@@ -29,6 +30,7 @@ use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_at
 use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
+use crate::host::ops::{Job, Operations, Subject};
 use crate::host::state_file;
 use crate::host::verify::{FullReadJob, FullReads, Verifier};
 use crate::host::writers::{self, Wanted};
@@ -393,6 +395,7 @@ pub fn plan_claims(
     mounts: &MountTable,
     mut memory: Option<&mut ClaimMemory>,
     verifier: Option<&Verifier>,
+    deadlines: Option<(&Operations, Duration)>,
 ) -> (Vec<DeviceFacts>, ClaimPlan) {
     let facts = mounts.facts();
     let roots = roots(config, &facts);
@@ -441,6 +444,10 @@ pub fn plan_claims(
     }
     let wanted = wanted_for(world.devices.iter().filter(|d| first.to_probe.contains(&d.name)), &world.devices);
     let (openers, scanned) = (writers::openers(&wanted), Instant::now());
+    // Each device is probed under its own deadline (host::ops): a wedged one is refused as
+    // unresponsive and the others are judged as usual.
+    let shared = Arc::new(mounts.clone());
+    let mut prepared = Vec::new();
     for d in world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name)) {
         let ours = d.stable_id.as_ref().is_some_and(|id| world.records.iter().any(|r| r.disk == *id));
         let held =
@@ -459,8 +466,34 @@ pub fn plan_claims(
             (true, Some(m)) => m.surface_of(d, counters.as_ref()),
             _ => None,
         };
-        d.probe = probe(d, mounts, &facts, &reach, cached.as_ref());
-        if let (true, None, Some(m), Some(c)) = (surface, &cached, memory.as_deref_mut(), counters) {
+        prepared.push((d.name.clone(), reach, since_last_pass, surface, counters, cached));
+    }
+    let jobs: Vec<Job<Probe>> = prepared
+        .iter()
+        .filter_map(|(name, reach, _, _, _, cached)| {
+            let d = world.devices.iter().find(|d| d.name == *name)?.clone();
+            let (mounts, reach, cached) = (shared.clone(), reach.clone(), cached.clone());
+            // A rotational disk's surface read takes seconds: its deadline is longer.
+            let timeout =
+                deadlines.map_or(Duration::ZERO, |(_, t)| if d.rotational == Some(true) { t * 6 } else { t * 3 });
+            let subject = Subject::Device(d.name.clone());
+            Some(Job::new(subject, "probe", timeout, move || {
+                probe(&d, &mounts, &mounts.facts(), &reach, cached.as_ref())
+            }))
+        })
+        .collect();
+    let probes: Vec<Result<Probe, String>> = match deadlines {
+        Some((ops, _)) => ops.run_all(jobs).into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+        None => jobs.into_iter().map(|j| Ok((j.work)())).collect(),
+    };
+    for ((name, _, since_last_pass, surface, counters, cached), found) in prepared.into_iter().zip(probes) {
+        let Some(d) = world.devices.iter_mut().find(|d| d.name == name) else { continue };
+        d.probe = match found {
+            Ok(p) => p,
+            Err(why) => Probe { done: true, in_use: None, content: Content::Unresponsive(why), activity: None },
+        };
+        let answered = !matches!(d.probe.content, Content::Unresponsive(_));
+        if let (true, true, None, Some(m), Some(c)) = (answered, surface, &cached, memory.as_deref_mut(), counters) {
             m.remember_surface(d, c);
         }
         d.probe.activity = since_last_pass.or(d.probe.activity.take());

@@ -9,6 +9,7 @@ pub mod identity;
 pub mod kubelet;
 pub mod mountinfo;
 pub mod operator_wipe;
+pub mod ops;
 pub mod process;
 pub mod state_file;
 pub mod used_mark;

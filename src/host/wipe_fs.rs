@@ -12,7 +12,7 @@ use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rustix::fs::{
     AtFlags, CWD, Dir, FileType, IFlags, Mode, OFlags, StatxAttributes, StatxFlags, fchmod, fstat, fstatfs,
@@ -96,7 +96,20 @@ pub fn wipe_filesystem_verified(
     cancel: &AtomicBool,
     verify: &mut dyn FnMut(BorrowedFd<'_>) -> Result<(), String>,
 ) -> Result<FsWipeStats, FsWipeError> {
-    let wiper = Wiper::open(root, mounts, cancel)?;
+    wipe_filesystem_counted(root, mounts, cancel, None, verify)
+}
+
+/// [`wipe_filesystem_verified`], adding the entries it goes through to `beats` as it goes:
+/// the caller tells a wipe that progresses from one stuck in the kernel.
+pub fn wipe_filesystem_counted(
+    root: &Path,
+    mounts: &MountTable,
+    cancel: &AtomicBool,
+    beats: Option<&AtomicU64>,
+    verify: &mut dyn FnMut(BorrowedFd<'_>) -> Result<(), String>,
+) -> Result<FsWipeStats, FsWipeError> {
+    let mut wiper = Wiper::open(root, mounts, cancel)?;
+    wiper.beats = beats;
     verify(wiper.root_fd.as_fd()).map_err(|reason| FsWipeError::NotTheVolume { path: root.to_path_buf(), reason })?;
     wiper.finish()
 }
@@ -244,6 +257,8 @@ struct Wiper<'a> {
     max_open_streams: usize,
     since_cancel_check: u32,
     stats: FsWipeStats,
+    /// Where the entries gone through are counted, if anywhere.
+    beats: Option<&'a AtomicU64>,
 }
 
 impl<'a> Wiper<'a> {
@@ -303,6 +318,7 @@ impl<'a> Wiper<'a> {
             max_open_streams: MAX_OPEN_STREAMS,
             since_cancel_check: 0,
             stats: FsWipeStats::default(),
+            beats: None,
         })
     }
 
@@ -367,6 +383,9 @@ impl<'a> Wiper<'a> {
         self.since_cancel_check += 1;
         if self.since_cancel_check >= CANCEL_EVERY {
             self.since_cancel_check = 0;
+            if let Some(beats) = self.beats {
+                beats.fetch_add(u64::from(CANCEL_EVERY), Ordering::Relaxed);
+            }
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(FsWipeError::Cancelled { path: self.root.to_path_buf() });
             }

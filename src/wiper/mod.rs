@@ -27,6 +27,7 @@ use crate::core::backoff::{Policy, Retries};
 use crate::core::cleanup::{AfterWipe, PvState};
 use crate::core::naming::ANN_IDENTITY_CONFIRMED;
 use crate::host::access::HostAccess;
+use crate::host::ops::Operations;
 use crate::metrics::Metrics;
 
 /// Limits for wipes.
@@ -73,6 +74,10 @@ pub enum WipeError {
     /// The wipe took longer than its size allows.
     #[error("wipe of {path} timed out after {after:?}")]
     TimedOut { path: PathBuf, after: Duration },
+    /// The volume does not answer: an earlier wipe or operation on it is stuck in the kernel
+    /// (host::ops). Retried once it answers again.
+    #[error("{0}")]
+    Unresponsive(String),
     /// The wipe succeeded but the PV could not be finished; it is retried (and wiped again).
     #[error("finishing PV after the wipe: {0}")]
     Api(#[from] crate::api::ApiError),
@@ -154,7 +159,14 @@ pub struct Progress {
     pub total: AtomicU64,
     /// The volume's size, 0 until the check found it: the metrics' `capacity`.
     pub size: AtomicU64,
+    /// Grows as a filesystem wipe removes entries: a wipe whose counters stand still for
+    /// [`WIPE_STALL`] is unresponsive (host::ops).
+    pub beats: AtomicU64,
 }
+
+/// How long a wipe may show no progress before its volume counts as unresponsive: it then
+/// gives its slot back, so other wipes go on (it keeps running until its size-scaled timeout).
+pub const WIPE_STALL: Duration = Duration::from_secs(60);
 
 /// The result of one wipe task, fed back to the reconcile loop.
 #[derive(Debug)]
@@ -198,9 +210,18 @@ pub struct Cleaner {
     retries: Retries,
     done_tx: mpsc::UnboundedSender<WipeOutcome>,
     metrics: Metrics,
+    /// Where the wipes run, one per volume, under their progress deadline (host::ops).
+    ops: Operations,
 }
 
 impl Cleaner {
+    /// Runs the wipes on `ops`, shared with the agent's other host operations: a volume whose
+    /// scan or mark is stuck is not wiped meanwhile, and the other way round.
+    pub fn with_operations(mut self, ops: Operations) -> Self {
+        self.ops = ops;
+        self
+    }
+
     /// A cleaner whose finished wipes are reported on the returned channel.
     pub fn new(
         cluster: Cluster,
@@ -217,6 +238,7 @@ impl Cleaner {
             permits,
             running: BTreeMap::new(),
             retries: Retries::default(),
+            ops: Operations::new(),
             done_tx,
             metrics,
         };
@@ -297,6 +319,7 @@ impl Cleaner {
         let task = task::WipeTask {
             cluster: self.cluster.clone(),
             host: self.host.clone(),
+            ops: self.ops.clone(),
             permits: self.permits.clone(),
             metrics: self.metrics.clone(),
             regarding,
@@ -304,6 +327,7 @@ impl Cleaner {
             after,
             cancel,
             progress: Arc::new(Progress::default()),
+            logged: Default::default(),
         };
         let tx = self.done_tx.clone();
         tokio::spawn(async move {

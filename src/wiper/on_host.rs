@@ -20,7 +20,7 @@ use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity,
 use crate::host::wipe_block::{
     BlockMethod, BlockWipeError, builtin_for_upstream_command, run_cleaner_command, wipe_block_verified,
 };
-use crate::host::wipe_fs::{FsWipeError, wipe_filesystem_verified};
+use crate::host::wipe_fs::{FsWipeError, wipe_filesystem_counted};
 
 /// Checks the disk, waits for kubelet to let go of it, wipes it and clears its used mark.
 /// Blocks; `progress.total` is set as soon as the size is known, so the caller can scale its
@@ -66,7 +66,7 @@ pub fn wipe(
                 proven = Some((fd.try_clone_to_owned().map_err(|e| e.to_string())?, identity));
                 Ok(())
             };
-            let result = wipe_filesystem_verified(&root, &mounts, cancel, &mut verify);
+            let result = wipe_filesystem_counted(&root, &mounts, cancel, Some(&progress.beats), &mut verify);
             let stats = result.map_err(|e| match e {
                 FsWipeError::NotTheVolume { .. } => refusal.take().unwrap_or(WipeError::Refused(e.to_string())),
                 FsWipeError::NestedMount { .. } | FsWipeError::NotMounted { .. } | FsWipeError::Immutable { .. } => {

@@ -3,26 +3,30 @@
 //! the PV only after the wipe succeeded.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
-use super::{Progress, WipeError, WipeJob, Wiped, event_note};
+use super::{Progress, WIPE_STALL, WipeError, WipeJob, Wiped, event_note};
 use crate::api::{AnnotationPatch, Cluster, pv_reference};
 use crate::core::cleanup::AfterWipe;
 use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
 use crate::host::access::HostAccess;
+use crate::host::ops::{Operations, Subject};
 use crate::metrics::{FinishedWipe, Metrics};
 
 /// How often a long wipe logs its progress; every 30th report is also an Event.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// How often the wipe's progress is looked at, to extend its deadline (host::ops).
+const STALL_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 pub(super) struct WipeTask {
     pub cluster: Cluster,
     pub host: Arc<dyn HostAccess>,
+    pub ops: Operations,
     pub permits: Arc<Semaphore>,
     pub metrics: Metrics,
     /// What the wipe's events are about: the PV, or the Node for a wipe-first.
@@ -31,11 +35,13 @@ pub(super) struct WipeTask {
     pub after: AfterWipe,
     pub cancel: Arc<AtomicBool>,
     pub progress: Arc<Progress>,
+    /// Progress reports made so far.
+    pub logged: AtomicU64,
 }
 
 impl WipeTask {
     pub async fn run(self) -> Result<(), WipeError> {
-        let _permit = self.permits.clone().acquire_owned().await.map_err(|e| WipeError::Failed(e.to_string()))?;
+        let permit = self.permits.clone().acquire_owned().await.map_err(|e| WipeError::Failed(e.to_string()))?;
         let _running = self.metrics.wipe_running();
         let name = self.job.pv.name.as_str();
         let path = self.job.target.path.clone();
@@ -44,7 +50,7 @@ impl WipeTask {
         let block = matches!(self.job.target.class.volume_mode, crate::config::VolumeMode::Block);
         let note = format!("Starting cleanup of PV {name:?} at {}, this may take a while", path.display());
         self.cluster.event(&self.regarding, false, "VolumeDelete", "Wipe", note).await;
-        let result = self.wipe().await;
+        let result = self.wipe(permit).await;
         let elapsed = started.elapsed();
         let finished = |mode, ok, bytes_wiped| FinishedWipe {
             mode,
@@ -109,18 +115,25 @@ impl WipeTask {
         Ok(())
     }
 
-    /// Runs the host's wipe on the blocking pool with the size-scaled timeout (cancelling it
-    /// when the time is up), logging progress every 10 seconds and posting an event every
-    /// 5 minutes for long wipes.
-    async fn wipe(&self) -> Result<Wiped, WipeError> {
+    /// Runs the host's wipe on the pool of per-volume operations (host::ops) with the
+    /// size-scaled timeout (cancelling it when the time is up), logging progress every 10
+    /// seconds and posting an event every 5 minutes for long wipes. A wipe that shows no
+    /// progress for [`WIPE_STALL`] makes its volume unresponsive and gives `permit` back, so the
+    /// node's other wipes go on; at its timeout it is given up on without waiting for it.
+    async fn wipe(&self, permit: OwnedSemaphorePermit) -> Result<Wiped, WipeError> {
+        let subject = Subject::Volume(self.job.pv.host_path.clone());
+        let (ticket, _) =
+            self.ops.begin(&subject, "wipe", WIPE_STALL).map_err(|e| WipeError::Unresponsive(e.to_string()))?;
+        let watch = ticket.watch();
         let (host, job, cancel, progress) =
             (self.host.clone(), self.job.clone(), self.cancel.clone(), self.progress.clone());
-        let mut handle = tokio::task::spawn_blocking(move || host.wipe(&job, &cancel, &progress));
+        let mut handle = self.ops.start(ticket, move || host.wipe(&job, &cancel, &progress));
         let path = self.job.target.path.clone();
         let started = Instant::now();
-        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        let mut tick = tokio::time::interval(STALL_CHECK_EVERY);
         tick.tick().await;
-        let mut ticks = 0u64;
+        let mut permit = Some(permit);
+        let (mut last_beat, mut last_log) = (self.beat(), Instant::now());
         let mut timed_out = None;
         loop {
             tokio::select! {
@@ -135,27 +148,59 @@ impl WipeTask {
                     };
                 }
                 _ = tick.tick() => {
-                    ticks += 1;
-                    let size = self.progress.total.load(Ordering::Relaxed);
-                    let done = self.progress.done.load(Ordering::Relaxed);
-                    let pct = if size > 0 && done > 0 {
-                        format!(" ({}%)", done.saturating_mul(100) / size)
-                    } else {
-                        String::new()
-                    };
-                    let elapsed_s = started.elapsed().as_secs();
-                    info!(pv = %self.job.pv.name, path = %path.display(), elapsed_s, "still wiping{pct}");
-                    if ticks.is_multiple_of(30) {
-                        let note = format!("Still wiping {} after {elapsed_s}s{pct}", path.display());
-                        self.cluster.event(&pv_reference(&self.job.pv.name, Some(&self.job.pv.uid)), false, "VolumeWipeProgress", "Wipe", note).await;
+                    let beat = self.beat();
+                    if beat != last_beat {
+                        last_beat = beat;
+                        watch.extend(WIPE_STALL);
                     }
-                    let timeout = self.job.timeout_for(size);
+                    if permit.is_some() && watch.overdue() {
+                        permit = None;
+                        let note = format!(
+                            "the wipe of {} has made no progress for {}s: the disk does not answer (a frozen \
+                             filesystem, a hung device). The other wipes go on; this one is left to finish or \
+                             time out, and is retried once the volume answers again",
+                            path.display(),
+                            WIPE_STALL.as_secs()
+                        );
+                        warn!(pv = %self.job.pv.name, path = %path.display(), "{note}");
+                        self.cluster.event(&self.regarding, true, "VolumeUnresponsive", "Wipe", note).await;
+                    }
+                    if last_log.elapsed() >= PROGRESS_EVERY {
+                        last_log = Instant::now();
+                        self.log_progress(&path, started).await;
+                    }
+                    let timeout = self.job.timeout_for(self.progress.total.load(Ordering::Relaxed));
                     if started.elapsed() >= timeout && timed_out.is_none() {
                         timed_out = Some(timeout);
                         self.cancel.store(true, Ordering::Relaxed);
                     }
+                    // A cancelled wipe stuck in the kernel is not waited for: its volume stays
+                    // unresponsive (no other operation starts on it) until it returns.
+                    if let Some(after) = timed_out.filter(|_| watch.overdue()) {
+                        return Err(WipeError::TimedOut { path, after });
+                    }
                 }
             }
+        }
+    }
+
+    /// The wipe's progress counters, as one number that grows while it works.
+    fn beat(&self) -> u64 {
+        self.progress.done.load(Ordering::Relaxed).wrapping_add(self.progress.beats.load(Ordering::Relaxed))
+    }
+
+    /// Logs how far the wipe is; every 30th time also as an event.
+    async fn log_progress(&self, path: &std::path::Path, started: Instant) {
+        self.logged.fetch_add(1, Ordering::Relaxed);
+        let size = self.progress.total.load(Ordering::Relaxed);
+        let done = self.progress.done.load(Ordering::Relaxed);
+        let pct = if size > 0 && done > 0 { format!(" ({}%)", done.saturating_mul(100) / size) } else { String::new() };
+        let elapsed_s = started.elapsed().as_secs();
+        info!(pv = %self.job.pv.name, path = %path.display(), elapsed_s, "still wiping{pct}");
+        if self.logged.load(Ordering::Relaxed).is_multiple_of(30) {
+            let note = format!("Still wiping {} after {elapsed_s}s{pct}", path.display());
+            let pv = pv_reference(&self.job.pv.name, Some(&self.job.pv.uid));
+            self.cluster.event(&pv, false, "VolumeWipeProgress", "Wipe", note).await;
         }
     }
 }

@@ -1,0 +1,576 @@
+//! Per-volume host operations under deadlines, as kubelet's operation executor runs them: one
+//! disk that stops answering (a frozen filesystem, a hung controller, a FUSE daemon that stopped)
+//! costs the node only that disk, never the pass.
+//!
+//! Every operation names its subject (a volume's path, a device, a discovery directory) and gets
+//! a deadline. The caller waits for it at most until the deadline; an operation that passes it
+//! is *overdue*: its thread is left to the kernel (a syscall stuck in the kernel cannot be
+//! cancelled), its subject is *unresponsive*, and every later operation on that subject is
+//! refused at once, without a thread, until the stuck one returns. So a wedged disk holds at
+//! most one thread per kind of operation, and the pool is bounded ([`MAX_THREADS`]).
+//!
+//! Once the stuck operation returns, the subject is retried with backoff in the background (the
+//! pass does not wait for it): an operation that finishes within its deadline clears the
+//! subject, and the owner's wake-up runs a pass that treats it as any other again. A disk that
+//! answers but too slowly (a failing disk retrying every read) stays unresponsive without
+//! slowing the passes down.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::core::backoff::Policy;
+
+/// Threads the pool runs at most: healthy operations take microseconds, so these are mostly
+/// the threads wedged disks hold. Operations beyond it wait in the queue (and pass their
+/// deadline there, which is reported like any other).
+pub const MAX_THREADS: usize = 64;
+
+/// How long an idle pool thread stays before it exits.
+const IDLE_EXIT: Duration = Duration::from_secs(30);
+
+/// Delays between background retries of an unresponsive subject once its stuck operation
+/// returned: 1 s, doubling to 1 min.
+const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::from_secs(60) };
+
+/// The delay before the `failures`-th background retry.
+fn retry_delay(failures: u32) -> Duration {
+    let doubled = RETRY.initial.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    doubled.min(RETRY.max)
+}
+
+/// What an operation is about: the thing one disk can wedge.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Subject {
+    /// A volume, by its host path (as its PV records it).
+    Volume(String),
+    /// A block device, by its kernel name (a claim probe).
+    Device(String),
+    /// A class's discovery directory, by the path the agent sees.
+    Directory(String),
+}
+
+impl Subject {
+    /// The host path of a volume subject.
+    pub fn volume_path(&self) -> Option<&str> {
+        match self {
+            Subject::Volume(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::Volume(p) => write!(f, "volume {p}"),
+            Subject::Device(d) => write!(f, "device /dev/{d}"),
+            Subject::Directory(d) => write!(f, "discovery directory {d}"),
+        }
+    }
+}
+
+/// Why an operation gave no result: its subject did not answer in time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{subject} is unresponsive: {what}")]
+pub struct Unresponsive {
+    /// What did not answer.
+    pub subject: Subject,
+    /// Which operation, and since when (for the operator).
+    pub what: String,
+}
+
+/// One unresponsive subject, as reported (metrics, readiness, events).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    /// What does not answer.
+    pub subject: Subject,
+    /// The operation that passed its deadline.
+    pub op: &'static str,
+    /// How long ago it started.
+    pub for_: Duration,
+    /// Whether its thread is still stuck (else it returned, too late, and retries run).
+    pub stuck: bool,
+}
+
+/// The executor; cheap to clone (one shared state).
+#[derive(Clone)]
+pub struct Operations {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    pool: Arc<Pool>,
+    /// Called when a stuck operation returns or a background retry ends: the owner runs a pass.
+    wake: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    next_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Operations in flight, by subject.
+    flights: BTreeMap<Subject, Vec<Flight>>,
+    /// Subjects that passed a deadline and have not answered in time since.
+    suspects: BTreeMap<Subject, Suspect>,
+}
+
+#[derive(Debug, Clone)]
+struct Flight {
+    id: u64,
+    op: &'static str,
+    started: Instant,
+    deadline: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct Suspect {
+    op: &'static str,
+    since: Instant,
+    failures: u32,
+    /// When a background retry may start (after the stuck operation returned).
+    retry_at: Option<Instant>,
+}
+
+/// An operation registered on its subject; ends (from the thread that did the work) when
+/// dropped.
+pub struct Ticket {
+    inner: Arc<Inner>,
+    subject: Subject,
+    id: u64,
+    /// A retry of a suspect subject: its timely end clears the subject.
+    retry: bool,
+}
+
+impl Ticket {
+    /// What the subject is, for errors.
+    pub fn subject(&self) -> &Subject {
+        &self.subject
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let wake = {
+            let mut state = self.inner.lock();
+            let flight = state.flights.get_mut(&self.subject).and_then(|v| {
+                let at = v.iter().position(|f| f.id == self.id)?;
+                Some(v.remove(at))
+            });
+            if state.flights.get(&self.subject).is_some_and(Vec::is_empty) {
+                state.flights.remove(&self.subject);
+            }
+            let Some(flight) = flight else { return };
+            let late = flight.deadline <= now;
+            let others = state.flights.contains_key(&self.subject);
+            match (late, state.suspects.get_mut(&self.subject)) {
+                // A timely answer after the subject stalled: it answers again.
+                (false, Some(_)) if self.retry || !others => {
+                    state.suspects.remove(&self.subject);
+                    true
+                }
+                (false, _) => false,
+                (true, suspect) => {
+                    // Too late: the subject stays unresponsive, retried with backoff once
+                    // nothing of it is stuck any more.
+                    let failures = suspect.as_ref().map_or(0, |s| s.failures) + 1;
+                    let since = suspect.as_ref().map_or(flight.started, |s| s.since);
+                    let delay = retry_delay(failures);
+                    let retry_at = Some(now + delay);
+                    state.suspects.insert(self.subject.clone(), Suspect { op: flight.op, since, failures, retry_at });
+                    true
+                }
+            }
+        };
+        if wake {
+            self.inner.wake();
+        }
+    }
+}
+
+/// How a caller wants an operation run.
+pub struct Job<T> {
+    /// What it touches.
+    pub subject: Subject,
+    /// Its name, for reports (`inspect`, `mark`, `probe`...).
+    pub op: &'static str,
+    /// How long it may take.
+    pub deadline: Duration,
+    /// The work.
+    pub work: Box<dyn FnOnce() -> T + Send>,
+}
+
+impl<T> Job<T> {
+    /// A job.
+    pub fn new(
+        subject: Subject,
+        op: &'static str,
+        deadline: Duration,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Self {
+        Job { subject, op, deadline, work: Box::new(work) }
+    }
+}
+
+impl Default for Operations {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Operations {
+    /// An executor with no wake-up (set one with [`Self::on_wake`]).
+    pub fn new() -> Self {
+        Operations {
+            inner: Arc::new(Inner {
+                state: Mutex::default(),
+                pool: Arc::default(),
+                wake: Mutex::new(None),
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Calls `wake` when an unresponsive subject's stuck operation returns or its retry ends.
+    pub fn on_wake(&self, wake: impl Fn() + Send + Sync + 'static) {
+        *self.inner.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(wake));
+    }
+
+    /// Registers an operation on `subject`, refused when the subject is unresponsive: an
+    /// operation of it is stuck, or it stalled and its retry is not due (or is running).
+    /// `Ok((ticket, retry))`: `retry` says the subject is suspect and this is its retry, which
+    /// nobody should wait for.
+    pub fn begin(
+        &self,
+        subject: &Subject,
+        op: &'static str,
+        deadline: Duration,
+    ) -> Result<(Ticket, bool), Unresponsive> {
+        let now = Instant::now();
+        let mut state = self.inner.lock();
+        if let Some(stuck) = state.flights.get(subject).and_then(|v| v.iter().find(|f| f.deadline <= now)).cloned() {
+            let what = format!(
+                "its {} has not returned after {}s (a syscall stuck in the kernel)",
+                stuck.op,
+                now.duration_since(stuck.started).as_secs()
+            );
+            state.suspects.entry(subject.clone()).or_insert(Suspect {
+                op: stuck.op,
+                since: stuck.started,
+                failures: 1,
+                retry_at: None,
+            });
+            return Err(Unresponsive { subject: subject.clone(), what });
+        }
+        let busy = state.flights.contains_key(subject);
+        let retry = match state.suspects.get_mut(subject) {
+            None => false,
+            Some(s) => match s.retry_at {
+                Some(at) if at <= now && !busy => {
+                    s.retry_at = None;
+                    true
+                }
+                _ => {
+                    let what = format!(
+                        "its {} passed its deadline {}s ago; retried in the background",
+                        s.op,
+                        now.duration_since(s.since).as_secs()
+                    );
+                    return Err(Unresponsive { subject: subject.clone(), what });
+                }
+            },
+        };
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        state.flights.entry(subject.clone()).or_default().push(Flight {
+            id,
+            op,
+            started: now,
+            deadline: now + deadline,
+        });
+        drop(state);
+        Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry }, retry))
+    }
+
+    /// Runs one operation on the pool and waits for it until its deadline.
+    pub fn run<T: Send + 'static>(
+        &self,
+        subject: Subject,
+        op: &'static str,
+        deadline: Duration,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Unresponsive> {
+        self.run_all(vec![Job::new(subject, op, deadline, work)]).pop().unwrap_or_else(|| {
+            Err(Unresponsive { subject: Subject::Directory(String::new()), what: "no result".into() })
+        })
+    }
+
+    /// Runs the jobs concurrently on the pool and waits for each until its deadline; one
+    /// result per job, in order. A subject's retry runs in the background and answers
+    /// [`Unresponsive`] now.
+    pub fn run_all<T: Send + 'static>(&self, jobs: Vec<Job<T>>) -> Vec<Result<T, Unresponsive>> {
+        let (tx, rx) = mpsc::channel::<(usize, T)>();
+        let mut out: Vec<Option<Result<T, Unresponsive>>> = Vec::with_capacity(jobs.len());
+        let mut waiting: BTreeMap<usize, (Instant, Subject, &'static str, Instant)> = BTreeMap::new();
+        for (i, job) in jobs.into_iter().enumerate() {
+            match self.begin(&job.subject, job.op, job.deadline) {
+                Err(e) => out.push(Some(Err(e))),
+                Ok((ticket, retry)) => {
+                    let started = Instant::now();
+                    let tx = tx.clone();
+                    let work = job.work;
+                    self.inner.pool.submit(Box::new(move || {
+                        let value = work();
+                        // The ticket ends before the answer is sent, so a caller that got the
+                        // answer sees the subject free.
+                        drop(ticket);
+                        let _ = tx.send((i, value));
+                    }));
+                    if retry {
+                        out.push(Some(Err(Unresponsive {
+                            subject: job.subject,
+                            what: format!("its {} is being retried", job.op),
+                        })));
+                    } else {
+                        out.push(None);
+                        waiting.insert(i, (started + job.deadline, job.subject, job.op, started));
+                    }
+                }
+            }
+        }
+        drop(tx);
+        while let Some(due) = waiting.values().map(|w| w.0).min() {
+            let now = Instant::now();
+            let received = if due > now { rx.recv_timeout(due - now).ok() } else { rx.try_recv().ok() };
+            match received {
+                Some((i, value)) => {
+                    if waiting.remove(&i).is_some() {
+                        out[i] = Some(Ok(value));
+                    }
+                }
+                None => {
+                    // Every job whose deadline passed is given up on.
+                    let now = Instant::now();
+                    let late: Vec<usize> = waiting.iter().filter(|(_, w)| w.0 <= now).map(|(i, _)| *i).collect();
+                    for i in late {
+                        if let Some((_, subject, op, started)) = waiting.remove(&i) {
+                            let what = format!(
+                                "its {op} did not return within {}s",
+                                now.duration_since(started).as_secs_f64().round()
+                            );
+                            self.note_overdue(&subject, op, started);
+                            out[i] = Some(Err(Unresponsive { subject, what }));
+                        }
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Err(Unresponsive { subject: Subject::Directory(String::new()), what: "lost".into() })
+                })
+            })
+            .collect()
+    }
+
+    /// Records that an operation passed its deadline while its caller waited.
+    fn note_overdue(&self, subject: &Subject, op: &'static str, started: Instant) {
+        let mut state = self.inner.lock();
+        state.suspects.entry(subject.clone()).or_insert(Suspect { op, since: started, failures: 1, retry_at: None });
+    }
+
+    /// The unresponsive subjects now, in subject order.
+    pub fn stalls(&self) -> Vec<Stall> {
+        let now = Instant::now();
+        let state = self.inner.lock();
+        state
+            .suspects
+            .iter()
+            .map(|(subject, s)| Stall {
+                subject: subject.clone(),
+                op: s.op,
+                for_: now.duration_since(s.since),
+                stuck: state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.deadline <= now)),
+            })
+            .collect()
+    }
+
+    /// Operations past their deadline whose threads have not returned.
+    pub fn stuck(&self) -> usize {
+        let now = Instant::now();
+        self.inner.lock().flights.values().flatten().filter(|f| f.deadline <= now).count()
+    }
+
+    /// When the next background retry is due, so the owner's loop wakes for it.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.inner.lock().suspects.values().filter_map(|s| s.retry_at).min()
+    }
+
+    /// Forgets unresponsive subjects that are no longer anybody's (a volume removed), unless
+    /// an operation of theirs is still in flight.
+    pub fn retain(&self, keep: impl Fn(&Subject) -> bool) {
+        let mut state = self.inner.lock();
+        let State { flights, suspects } = &mut *state;
+        suspects.retain(|s, _| keep(s) || flights.contains_key(s));
+    }
+
+    /// Threads the pool holds now (busy or idle).
+    pub fn threads(&self) -> usize {
+        self.inner.pool.threads()
+    }
+}
+
+impl Inner {
+    /// A poisoned lock only means a thread panicked mid-update: the records are still usable.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake(&self) {
+        let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(w) = wake {
+            w();
+        }
+    }
+}
+
+type Work = Box<dyn FnOnce() + Send>;
+
+/// The threads operations run on: grown on demand up to [`MAX_THREADS`] (a queued job always
+/// has a thread coming unless the cap is reached), shrunk when idle. Not tokio's blocking pool:
+/// a thread stuck in the kernel there would hold up the runtime's shutdown.
+#[derive(Default)]
+struct Pool {
+    queue: Mutex<PoolState>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    jobs: VecDeque<Work>,
+    idle: usize,
+    threads: usize,
+}
+
+impl Pool {
+    fn submit(self: &Arc<Pool>, job: Work) {
+        let spawn = {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.jobs.push_back(job);
+            let spawn = q.jobs.len() > q.idle && q.threads < MAX_THREADS;
+            if spawn {
+                q.threads += 1;
+            }
+            spawn
+        };
+        if spawn {
+            let pool = self.clone();
+            let started = std::thread::Builder::new().name("host-op".into()).spawn(move || pool.work());
+            if started.is_err() {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                q.threads -= 1;
+            }
+        } else {
+            self.ready.notify_one();
+        }
+    }
+
+    fn work(&self) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = q.jobs.pop_front() {
+                drop(q);
+                job();
+                q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            q.idle += 1;
+            let (next, timeout) = self.ready.wait_timeout(q, IDLE_EXIT).unwrap_or_else(|e| e.into_inner());
+            q = next;
+            q.idle -= 1;
+            if timeout.timed_out() && q.jobs.is_empty() {
+                q.threads -= 1;
+                return;
+            }
+        }
+    }
+
+    fn threads(&self) -> usize {
+        self.queue.lock().map(|q| q.threads).unwrap_or(0)
+    }
+}
+
+/// A handle on a running operation, for its owner to extend or look at while the work (which
+/// holds the [`Ticket`]) runs elsewhere.
+#[derive(Clone)]
+pub struct Watch {
+    inner: Arc<Inner>,
+    subject: Subject,
+    id: u64,
+}
+
+impl Watch {
+    /// Moves the operation's deadline to `deadline` from now (it showed progress).
+    pub fn extend(&self, deadline: Duration) {
+        let mut state = self.inner.lock();
+        if let Some(f) = state.flights.get_mut(&self.subject).and_then(|v| v.iter_mut().find(|f| f.id == self.id)) {
+            f.deadline = Instant::now() + deadline;
+        }
+    }
+
+    /// Whether the operation passed its deadline (and has not returned).
+    pub fn overdue(&self) -> bool {
+        let now = Instant::now();
+        let overdue = {
+            let state = self.inner.lock();
+            state
+                .flights
+                .get(&self.subject)
+                .and_then(|v| v.iter().find(|f| f.id == self.id))
+                .map(|f| (f.deadline <= now, f.op, f.started))
+        };
+        match overdue {
+            Some((true, op, started)) => {
+                let mut state = self.inner.lock();
+                state.suspects.entry(self.subject.clone()).or_insert(Suspect {
+                    op,
+                    since: started,
+                    failures: 1,
+                    retry_at: None,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Ticket {
+    /// A handle on this operation for its owner.
+    pub fn watch(&self) -> Watch {
+        Watch { inner: self.inner.clone(), subject: self.subject.clone(), id: self.id }
+    }
+}
+
+impl Operations {
+    /// Runs `work` for the registered operation `ticket` on the pool without waiting: the
+    /// answer comes on the returned channel. The caller watches the deadline (a long operation
+    /// such as a wipe extends it as it progresses, see [`Ticket::watch`]).
+    pub fn start<T: Send + 'static>(
+        &self,
+        ticket: Ticket,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> tokio::sync::oneshot::Receiver<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inner.pool.submit(Box::new(move || {
+            let value = work();
+            drop(ticket);
+            let _ = tx.send(value);
+        }));
+        rx
+    }
+}
