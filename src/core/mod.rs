@@ -7,6 +7,7 @@ pub mod capacity;
 pub mod cleanup;
 pub mod desired;
 pub mod device_claim;
+pub mod disk_health;
 pub mod disk_identity;
 pub mod lease;
 pub mod naming;

@@ -5,6 +5,7 @@ pub mod access;
 pub mod blockdev;
 pub mod claims;
 pub mod device_content;
+pub mod disk_health;
 pub mod identity;
 pub mod kubelet;
 pub mod mountinfo;

@@ -28,6 +28,12 @@ pub struct MountEntry {
     pub fs_type: String,
     /// Mount source (`/dev/sdb1`, `tmpfs`...).
     pub source: String,
+    /// The filesystem itself is read-only (super options `ro`, or ext4's `emergency_ro` after an
+    /// error), whatever this mount's own options say.
+    pub super_read_only: bool,
+    /// The filesystem is shut down (super option `shutdown`: ext4 after an error or the
+    /// shutdown ioctl; XFS shows none, see host::disk_health).
+    pub super_shut_down: bool,
 }
 
 impl MountEntry {
@@ -141,8 +147,17 @@ fn parse_line(line: &str) -> Option<MountEntry> {
     // Optional fields end at the lone "-" separator.
     fields.by_ref().find(|f| *f == "-")?;
     let fs_type = unescape_text(fields.next()?);
-    let source = unescape_text(fields.next().unwrap_or(""));
-    Some(MountEntry { id, device, root, mount_point, fs_type, source })
+    let source = unescape_text(fields.next()?);
+    // The kernel always ends a line with the super options, starting with `ro` or `rw`.
+    let super_options = fields.next()?;
+    let flag = |name: &str| super_options.split(',').any(|o| o == name);
+    let super_read_only = match super_options.split(',').next() {
+        Some("ro") => true,
+        Some("rw") => flag("emergency_ro"),
+        _ => return None,
+    };
+    let super_shut_down = flag("shutdown");
+    Some(MountEntry { id, device, root, mount_point, fs_type, source, super_read_only, super_shut_down })
 }
 
 /// Decodes the kernel's `\ooo` octal escapes (space, tab, newline, backslash) byte-exactly, so
@@ -217,9 +232,43 @@ mod tests {
 
     #[test]
     fn malformed_lines_are_errors() {
-        for bad in ["garbage", "1 2 3:4 / /x rw", "x 1 0:1 / /y rw - tmpfs t rw"] {
+        for bad in [
+            "garbage",
+            "1 2 3:4 / /x rw",
+            "x 1 0:1 / /y rw - tmpfs t rw",
+            "1 2 0:1 / /y rw - tmpfs t",
+            "1 2 0:1 / /y rw - tmpfs",
+            "1 2 0:1 / /y rw - tmpfs t size=1k",
+            "1 2 0:1 / /y rw - tmpfs t ,rw",
+        ] {
             assert!(MountTable::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn super_options_give_read_only_and_shut_down() {
+        // (super options, read-only, shut down): the filesystem's state, not this mount's.
+        let cases = [
+            ("rw", false, false),
+            ("ro", true, false),
+            ("ro,relatime", true, false),
+            ("rw,errors=remount-ro", false, false),
+            ("rw,errors=remount-ro,emergency_ro", true, false),
+            ("rw,errors=remount-ro,shutdown", false, true),
+            ("rw,emergency_ro,shutdown", true, true),
+            ("ro,shutdown", true, true),
+            ("rw,noemergency_ro,shutdowns,xro", false, false),
+        ];
+        for (opts, ro, shut) in cases {
+            let t = MountTable::parse(&format!("40 22 7:0 / /mnt/v ro,relatime - ext4 /dev/loop0 {opts}\n")).unwrap();
+            let e = t.get(Path::new("/mnt/v")).unwrap();
+            assert_eq!((e.super_read_only, e.super_shut_down), (ro, shut), "{opts}");
+        }
+        // A read-only mount of a read-write filesystem (mount options `ro`) is not read-only.
+        let bind = MountTable::parse("40 22 7:0 / /mnt/v ro,relatime - ext4 /dev/loop0 rw\n").unwrap();
+        assert!(!bind.get(Path::new("/mnt/v")).unwrap().super_read_only);
+        let t = MountTable::parse(SAMPLE).unwrap();
+        assert!(t.get(Path::new("/mnt/disks/vol1")).is_some_and(|e| !e.super_read_only && !e.super_shut_down));
     }
 
     #[test]
