@@ -231,6 +231,10 @@ struct RunArgs {
     /// UID) must stay missing or different before that PV is withdrawn or marked stale.
     #[arg(long, env = "SUCCESSION_SETTLE", default_value = "1m", value_parser = parse_settle)]
     succession_settle: Duration,
+    /// How long one host operation on a volume or device (a stat, a used-mark write, a probe)
+    /// may take before the volume counts as unresponsive and the agent goes on without it.
+    #[arg(long, env = "HOST_OP_TIMEOUT", default_value = "10s", value_parser = parse_settle)]
+    host_op_timeout: Duration,
     /// Node-local directory (a hostPath that outlives the pod) for the ledger of used disks
     /// that cannot carry their own mark: block volumes (see docs/data-safety.md).
     #[arg(long, env = "STATE_DIR", default_value = "/var/lib/local-static-provisioner")]
@@ -706,6 +710,7 @@ fn run_agent(args: RunArgs) -> ExitCode {
         discovery_period: args.discovery_period,
         settle: args.settle,
         succession_settle: args.succession_settle,
+        host_op_timeout: args.host_op_timeout,
         state_dir: args.state_dir,
         // kubelet sets KUBERNETES_SERVICE_HOST in every container: in a pod, a missing kubelet
         // directory is a missing hostPath, not a host without kubelet.

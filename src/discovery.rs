@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::config::{ClassConfig, ProvisionerConfig, VolumeMode};
 use crate::core::capacity::round_down_pretty;
+use crate::core::disk_health::Signs;
 use crate::core::disk_identity::{DiskIdentity, Kind};
 use crate::core::pattern::NamePattern;
 use crate::core::pv::{FoundVolume, clean_path, host_path};
@@ -21,6 +22,7 @@ use crate::core::volume_safety::{
 };
 use crate::host::HostError;
 use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
+use crate::host::disk_health::read_signs;
 use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
 use crate::host::ops::{Job, Operations, Subject};
@@ -65,6 +67,8 @@ pub enum SkipReason {
     /// The volume did not answer within its deadline (host::ops): nothing is published for it
     /// until it answers again.
     Unresponsive(String),
+    /// The disk shows signs of failing (core::disk_health): not offered to a tenant.
+    DiskFailing(String),
 }
 
 impl SkipReason {
@@ -85,6 +89,7 @@ impl SkipReason {
             SkipReason::Unreadable(_) => "unreadable",
             SkipReason::DeviceHeld(_) => "device-held",
             SkipReason::Unresponsive(_) => "unresponsive",
+            SkipReason::DiskFailing(_) => "disk-failing",
         }
     }
 
@@ -109,6 +114,8 @@ impl SkipReason {
                 | SkipReason::Symlink(_)
                 | SkipReason::ExposesHost(_)
                 | SkipReason::DeviceHeld(_)
+                | SkipReason::DiskFailing(_)
+                | SkipReason::Unresponsive(_)
         )
     }
 }
@@ -135,6 +142,10 @@ impl fmt::Display for SkipReason {
             SkipReason::ExposesHost(e) => write!(f, "not published: {e}"),
             SkipReason::NotDirectoryOrBlockDevice => write!(f, "neither a directory nor a block device"),
             SkipReason::Unreadable(e) => write!(f, "{e}"),
+            SkipReason::DiskFailing(what) => write!(
+                f,
+                "its disk is failing ({what}); published once the signs clear (see docs/troubleshooting.md#a-pv-or-pvc-shows-diskfailing)"
+            ),
             SkipReason::Unresponsive(what) => write!(
                 f,
                 "{what}; the volume is published once it answers again (see docs/troubleshooting.md#a-volume-is-unresponsive)"
@@ -165,6 +176,9 @@ pub struct Scan {
     pub volumes: Vec<FoundVolume>,
     /// Entries not published, with reasons.
     pub skipped: Vec<Skipped>,
+    /// What the kernel shows of each examined entry's disk (host path, signs): read by the
+    /// agent only (core::disk_health judges them).
+    pub signs: Vec<(String, Signs)>,
 }
 
 /// Scans all classes against the current mount table. `published` holds the host paths that
@@ -406,7 +420,7 @@ fn scan_class(
         mode: cfg.volume_mode,
         mount_dir: PathBuf::from(&cfg.mount_dir),
     };
-    let results: Vec<Result<FoundVolume, SkipReason>> = match examine {
+    let results: Vec<Examined> = match examine {
         None => entries.iter().map(|(_, name, entry)| entry_of(name, entry.clone()).run(guard, None)).collect(),
         Some(ex) => {
             let jobs = entries
@@ -421,11 +435,14 @@ fn scan_class(
             ex.ops
                 .run_all(jobs)
                 .into_iter()
-                .map(|r| r.unwrap_or_else(|e| Err(SkipReason::Unresponsive(e.to_string()))))
+                .map(|r| r.unwrap_or_else(|e| (Err(SkipReason::Unresponsive(e.to_string())), None)))
                 .collect()
         }
     };
-    for ((path, _, _), result) in entries.into_iter().zip(results) {
+    for ((path, name, _), (result, signs)) in entries.into_iter().zip(results) {
+        if let Some(signs) = signs {
+            out.signs.push((host_path(&cfg.host_dir, &name), signs));
+        }
         match result {
             Ok(v) => out.volumes.push(v),
             Err(reason) => out.skipped.push(Skipped { class: class.to_string(), path, reason }),
@@ -444,9 +461,29 @@ struct EntryJob {
     mount_dir: PathBuf,
 }
 
+/// What examining one entry found: the volume or why not, and (for the agent) its disk's signs.
+type Examined = (Result<FoundVolume, SkipReason>, Option<Signs>);
+
 impl EntryJob {
+    /// Examines the entry: with a ledger (the agent), reads its used mark and its disk's
+    /// failing signs too.
+    fn run(self, facts: &GuardFacts, ledger: Option<&Ledger>) -> Examined {
+        let entry = self.entry.clone();
+        let found = self.found(facts, ledger);
+        let signs = ledger.map(|_| {
+            // The volume's mount, or the block device it is.
+            let mount = facts.mounts.get(&entry);
+            let device = match mount {
+                Some(m) => m.device.clone(),
+                None => block_device_number(&entry).unwrap_or_default(),
+            };
+            read_signs(&entry, mount, &device)
+        });
+        (found, signs)
+    }
+
     /// Inspects the entry and reads its identity; with a ledger, its used mark too.
-    fn run(self, facts: &GuardFacts, ledger: Option<&Ledger>) -> Result<FoundVolume, SkipReason> {
+    fn found(self, facts: &GuardFacts, ledger: Option<&Ledger>) -> Result<FoundVolume, SkipReason> {
         let mount_facts = facts.mounts.facts();
         let guard =
             Guard { facts: &mount_facts, places: &facts.places, anchors: &facts.anchors, host_dirs: &facts.host_dirs };
@@ -705,7 +742,7 @@ mod tests {
                 found("fast", "d", UsedRead::Marked(UsedMark { claimed: false, ..mark })),
                 found("other", "a", UsedRead::Unmarked),
             ],
-            skipped: Vec::new(),
+            ..Default::default()
         };
         let held = vec![
             ("fast".to_string(), "a".to_string(), "ext4 superblock at 1080".to_string()),

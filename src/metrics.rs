@@ -112,6 +112,9 @@ struct Inner {
     api_duration: Family<MethodLabels, Histogram>,
     succession: Family<OutcomeLabels, Counter>,
     unpublished: Family<ReasonLabels, Gauge>,
+    unresponsive: Family<StallLabels, Gauge>,
+    operations_stuck: Gauge,
+    failing: Family<FailingLabels, Gauge>,
     cleanup_actions: Family<ActionLabels, Counter>,
     cleanup_failures: Family<ActionLabels, Counter>,
     gone_nodes: Gauge,
@@ -127,6 +130,22 @@ struct Inner {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: String,
+}
+
+/// A volume (or device, or discovery directory) that does not answer, and the operation that
+/// passed its deadline.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StallLabels {
+    path: String,
+    operation: String,
+}
+
+/// A volume whose disk shows a sign of failing, its PV (if any) and the sign.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailingLabels {
+    path: String,
+    pv: String,
+    reason: String,
 }
 
 /// Why entries of the discovery directories are not published.
@@ -370,6 +389,24 @@ impl Metrics {
             "Entries of the discovery directories not published in the last pass, by reason (symlink, exposes-host, same-disk, device-in-use, ...)",
             unpublished.clone(),
         );
+        let unresponsive = Family::<StallLabels, Gauge>::default();
+        agent_registry.register(
+            "local_static_provisioner_volume_unresponsive",
+            "1 for each volume, device or discovery directory whose host operation passed its deadline and has not answered in time since (it keeps its last known state)",
+            unresponsive.clone(),
+        );
+        let operations_stuck = Gauge::default();
+        agent_registry.register(
+            "local_static_provisioner_host_operations_stuck",
+            "Host operations past their deadline whose threads have not returned (threads wedged disks hold; at most one per volume and kind of operation)",
+            operations_stuck.clone(),
+        );
+        let failing = Family::<FailingLabels, Gauge>::default();
+        agent_registry.register(
+            "local_static_provisioner_volume_failing",
+            "1 for each volume and sign of a failing disk (unresponsive, read-only, filesystem-errors, shut-down, io-errors, io-failure)",
+            failing.clone(),
+        );
         let cleanup_actions = Family::<ActionLabels, Counter>::default();
         let cleanup_failures = Family::<ActionLabels, Counter>::default();
         let gone_nodes = Gauge::default();
@@ -452,6 +489,9 @@ impl Metrics {
                 api_duration,
                 succession,
                 unpublished,
+                unresponsive,
+                operations_stuck,
+                failing,
                 cleanup_actions,
                 cleanup_failures,
                 gone_nodes,
@@ -585,6 +625,25 @@ impl Metrics {
         self.inner.unpublished.clear();
         for (reason, n) in by_reason {
             self.inner.unpublished.get_or_create(&ReasonLabels { reason: reason.to_string() }).set(*n);
+        }
+    }
+
+    /// The unresponsive subjects (path, operation) and the operations stuck now.
+    pub fn set_unresponsive(&self, stalls: &[(String, String)], stuck: usize) {
+        self.inner.unresponsive.clear();
+        for (path, operation) in stalls {
+            let labels = StallLabels { path: path.clone(), operation: operation.clone() };
+            self.inner.unresponsive.get_or_create(&labels).set(1);
+        }
+        self.inner.operations_stuck.set(stuck as i64);
+    }
+
+    /// The failing signs of this node's volumes: (path, PV name or "", reason code).
+    pub fn set_failing(&self, failing: &[(String, String, String)]) {
+        self.inner.failing.clear();
+        for (path, pv, reason) in failing {
+            let labels = FailingLabels { path: path.clone(), pv: pv.clone(), reason: reason.clone() };
+            self.inner.failing.get_or_create(&labels).set(1);
         }
     }
 

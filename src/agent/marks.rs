@@ -9,6 +9,7 @@ use crate::core::cleanup::PvState;
 use crate::core::planner::DesiredPv;
 use crate::core::used_mark::{Replace, UsedMark, UsedRead};
 use crate::host::access::MarkJob;
+use crate::host::ops::{Job, Subject};
 use crate::host::used_mark::{Accept, MarkOutcome};
 use crate::wiper::{target_at, target_for};
 
@@ -55,7 +56,7 @@ impl Agent {
             pvs.push(d);
         }
         let marks: Vec<UsedMark> = jobs.iter().map(|j| j.mark.clone()).collect();
-        let outcomes = match self.on_host(move |host| host.mark(jobs)).await {
+        let outcomes = match self.write_marks(jobs).await {
             Some(Ok(outcomes)) => outcomes,
             Some(Err(e)) => {
                 warn!(error = %e, "cannot read the mount table to mark new volumes; nothing is published this pass");
@@ -165,7 +166,7 @@ impl Agent {
         if jobs.is_empty() {
             return;
         }
-        let outcomes = match self.on_host(move |host| host.mark(jobs)).await {
+        let outcomes = match self.write_marks(jobs).await {
             Some(Ok(outcomes)) => outcomes,
             Some(Err(e)) => {
                 for pv in &pvs {
@@ -192,6 +193,31 @@ impl Agent {
             }
             self.effects.record(&key, &outcome.map_err(|e| format!("keeping the used mark of PV {}: {e}", pv.name)));
         }
+    }
+
+    /// Writes the used marks, each on the pool of per-volume operations under the host
+    /// operation deadline (a frozen filesystem blocks a write: that volume is unresponsive and
+    /// the others go on), then records those written in the ledger in one durable write. One
+    /// outcome per job, in order; `Err` when the mount table cannot be read.
+    async fn write_marks(&self, jobs: Vec<MarkJob>) -> Option<Result<Vec<Result<MarkOutcome, String>>, String>> {
+        let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
+        self.on_host(move |host| {
+            let mounts = host.mount_table().map_err(|e| e.to_string())?;
+            let jobs = jobs
+                .into_iter()
+                .map(|job| {
+                    let (host, mounts) = (shared.clone(), mounts.clone());
+                    Job::new(Subject::Volume(job.mark.path.clone()), "used mark write", timeout, move || {
+                        host.mark_one(&job, &mounts)
+                    })
+                })
+                .collect();
+            let mut outcomes: Vec<Result<MarkOutcome, String>> =
+                ops.run_all(jobs).into_iter().map(|r| r.map_err(|e| e.to_string()).and_then(|o| o)).collect();
+            host.record_marks(&mut outcomes);
+            Ok(outcomes)
+        })
+        .await
     }
 
     /// Records in the ledger that this PV was let go while no claim was on it (a precondition

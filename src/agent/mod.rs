@@ -11,6 +11,7 @@
 
 mod config;
 mod effects;
+mod health;
 mod marks;
 mod node;
 mod observe;
@@ -37,6 +38,7 @@ use crate::admin::{Readiness, parse_listen_address, serve};
 use crate::api::{ApiError, ClientOptions, Cluster};
 use crate::config::ProvisionerConfig;
 use crate::core::cleanup::PvState;
+use crate::core::disk_health::HealthMemory;
 use crate::core::naming::LABEL_NODE;
 use crate::core::occurrence::Occurrences;
 use crate::core::planner::{Identity, ObservedPv};
@@ -45,6 +47,7 @@ use crate::core::pv_facts::PvFacts;
 use crate::core::settle::Settler;
 use crate::host::access::{HostAccess, RealHost};
 use crate::host::kubelet::KubeletView;
+use crate::host::ops::Operations;
 use crate::host::used_mark::Ledger;
 use crate::host::watch::{DirWatcher, watch_block_devices, watch_mounts};
 use crate::metrics::Metrics;
@@ -81,6 +84,8 @@ pub struct AgentOptions {
     pub listen_address: String,
     /// Path of the metrics endpoint.
     pub metrics_path: String,
+    /// The deadline of one host operation on a volume (host::ops).
+    pub host_op_timeout: Duration,
 }
 
 /// Why the agent stopped.
@@ -166,11 +171,18 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     info!(ledger = %ledger.path().display(), "ledger of used disks opened");
     // A full read (verify: full) that progresses or ends wakes a pass, like a host change.
     let wake = raw.clone();
-    let real =
-        RealHost::new(ledger, opts.kubelet.clone()).watching(watched).on_full_read_change(move || wake.notify_one());
+    // A stuck operation that returns (a disk that answers again) wakes a pass too.
+    let ops = Operations::new();
+    let answered = raw.clone();
+    ops.on_wake(move || answered.notify_one());
+    let real = RealHost::new(ledger, opts.kubelet.clone())
+        .watching(watched)
+        .on_full_read_change(move || wake.notify_one())
+        .with_operations(ops.clone(), opts.host_op_timeout);
     let host: Arc<dyn HostAccess> = Arc::new(real);
     let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
-    let parts = Parts { cluster, host, cleaner, metrics, readiness, node, pv_store, sc_store };
+    let cleaner = cleaner.with_operations(ops.clone());
+    let parts = Parts { cluster, host, ops, cleaner, metrics, readiness, node, pv_store, sc_store };
     let mut agent = Agent::new(parts, &opts, config, config_problem, source)?;
     agent.left_out_classes = left_out_classes;
     agent.say_readiness();
@@ -183,6 +195,8 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
 pub(crate) struct Parts {
     pub cluster: Cluster,
     pub host: Arc<dyn HostAccess>,
+    /// The pool of per-volume operations, shared by the host, the cleaner and the agent.
+    pub ops: Operations,
     pub cleaner: Cleaner,
     pub metrics: Metrics,
     pub readiness: Readiness,
@@ -195,6 +209,12 @@ pub(crate) struct Parts {
 pub(crate) struct Agent {
     cluster: Cluster,
     host: Arc<dyn HostAccess>,
+    /// Where per-volume host operations run under their deadline (host::ops).
+    ops: Operations,
+    /// That deadline.
+    host_timeout: Duration,
+    /// What the failing-disk judge remembers between passes (I/O error counters).
+    health: HealthMemory,
     cleaner: Cleaner,
     metrics: Metrics,
     readiness: Readiness,
@@ -258,6 +278,9 @@ impl Agent {
         Ok(Agent {
             cluster: parts.cluster,
             host: parts.host,
+            ops: parts.ops,
+            host_timeout: opts.host_op_timeout,
+            health: HealthMemory::default(),
             cleaner: parts.cleaner,
             metrics: parts.metrics,
             readiness: parts.readiness,
@@ -334,7 +357,10 @@ impl Agent {
 
     /// The earliest settle or retry deadline: the loop wakes for it, whatever else happens.
     fn next_wake(&self) -> Option<Instant> {
-        [self.cleaner.next_retry(), self.next_settle, self.effects.next_due()].into_iter().flatten().min()
+        [self.cleaner.next_retry(), self.next_settle, self.effects.next_due(), self.ops.next_retry()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Wipes in flight are abandoned safely: their PVs keep our finalizer and are wiped again
@@ -354,6 +380,12 @@ impl Agent {
     /// One pass. `revealed`: when the latest change event arrived (new volumes settle from
     /// there).
     async fn reconcile(&mut self, revealed: Option<Instant>) {
+        self.readiness.pass_started(self.config.min_resync_period * 2);
+        self.reconcile_once(revealed).await;
+        self.readiness.pass_ended();
+    }
+
+    async fn reconcile_once(&mut self, revealed: Option<Instant>) {
         let started = Instant::now();
         self.reload_config().await;
         self.watch_dirs();
@@ -376,6 +408,19 @@ impl Agent {
             }
         }
         let Some(mut observation) = self.observe(&states, &predecessors).await else { return };
+        let signs = std::mem::take(&mut observation.scan.signs);
+        let unresponsive_entries: Vec<String> = observation
+            .scan
+            .skipped
+            .iter()
+            .filter(|s| matches!(s.reason, crate::discovery::SkipReason::Unresponsive(_)))
+            .filter_map(|s| {
+                let class = self.config.storage_class_map.get(&s.class)?;
+                Some(crate::core::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))
+            })
+            .collect();
+        let failing = self.judge_disks(&signs, &observation.stalls);
+        self.keep_failing_back(&mut observation.scan, &failing);
         let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
         self.report_claims(observation.claims.take().as_ref()).await;
         self.withdraw_tampered(&states, &tampered).await;
@@ -391,6 +436,12 @@ impl Agent {
         self.upgrade_identities(&states, &observation.upgrades).await;
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
+        self.follow_health(&states, &failing).await;
+        // A volume is remembered as unresponsive while it has a PV or an entry.
+        let mut subjects: std::collections::BTreeSet<String> = states.iter().map(|s| s.host_path.clone()).collect();
+        subjects.extend(signs.into_iter().map(|(p, _)| p));
+        subjects.extend(unresponsive_entries);
+        self.ops.retain(|s| s.volume_path().is_none_or(|p| subjects.contains(p)));
         self.effects.end_pass();
         // Wipe failures of PVs that are gone, and of used disks no longer found, are forgotten.
         let live: std::collections::BTreeSet<String> = states

@@ -28,6 +28,7 @@ use crate::core::volume_safety::DiskKey;
 use crate::discovery::{Scan, SkipReason, Skipped};
 use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
+use crate::host::mountinfo::MountTable;
 use crate::host::used_mark::MarkOutcome;
 use crate::metrics::Metrics;
 use crate::wiper::{Cleaner, CleanerOptions, Progress, WipeError, WipeJob, WipeOutcome, Wiped, target_for};
@@ -45,6 +46,8 @@ struct FakeHost {
     wipes: AtomicUsize,
     /// Claim holds recorded: (host path, why).
     holds: Mutex<Vec<(String, String)>>,
+    /// Host paths whose used-mark writes (and wipes) block, as on a frozen filesystem.
+    frozen: Mutex<Vec<String>>,
 }
 
 impl HostAccess for FakeHost {
@@ -54,9 +57,19 @@ impl HostAccess for FakeHost {
         Ok(Observation { scan, absent, disks: Some(Vec::new()), ..Default::default() })
     }
 
-    fn mark(&self, jobs: Vec<MarkJob>) -> Result<Vec<Result<MarkOutcome, String>>, HostError> {
-        Ok(jobs.into_iter().map(|j| Ok(MarkOutcome::Written(j.mark))).collect())
+    fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
+        Ok(Arc::default())
     }
+
+    fn mark_one(&self, job: &MarkJob, _mounts: &MountTable) -> Result<MarkOutcome, String> {
+        // A frozen filesystem: the write blocks until it is thawed.
+        while self.frozen.lock().unwrap().contains(&job.mark.path) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(MarkOutcome::Written(job.mark.clone()))
+    }
+
+    fn record_marks(&self, _outcomes: &mut [Result<MarkOutcome, String>]) {}
 
     fn record_withdrawn(&self, _uids: &[String]) -> Result<(), String> {
         Ok(())
@@ -207,9 +220,12 @@ async fn lab() -> Lab {
     }))
     .unwrap();
     classes.apply_watcher_event(&watcher::Event::Apply(class));
+    let ops = crate::host::ops::Operations::new();
+    let cleaner = cleaner.with_operations(ops.clone());
     let parts = Parts {
         cluster,
         host: host.clone(),
+        ops,
         cleaner,
         metrics,
         readiness: Readiness::new("test"),
@@ -230,6 +246,7 @@ async fn lab() -> Lab {
         cleaner: cleaner_opts,
         listen_address: "127.0.0.1:0".into(),
         metrics_path: "/metrics".into(),
+        host_op_timeout: Duration::from_millis(300),
     };
     let agent = Agent::new(parts, &opts, Some(config), None, source).unwrap();
     Lab { agent, api, host, pvs, wipes_done, _config: config_dir }
@@ -287,7 +304,7 @@ impl Lab {
 #[tokio::test]
 async fn a_refused_create_is_retried_at_its_deadline_with_growing_delays_until_it_succeeds() {
     let mut lab = lab().await;
-    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1")], skipped: Vec::new() };
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1")], ..Default::default() };
     lab.api.script("POST /api/v1/persistentvolumes", &[403, 403, 500]);
     lab.pass().await;
     assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
@@ -346,7 +363,7 @@ async fn problems_are_reported_once_per_occurrence_and_again_when_they_come_back
     let mut lab = lab().await;
     let refused =
         Skipped { class: CLASS.into(), path: "/mnt/disks/link".into(), reason: SkipReason::Symlink("/etc".into()) };
-    let with = Scan { volumes: Vec::new(), skipped: vec![refused] };
+    let with = Scan { skipped: vec![refused], ..Default::default() };
     *lab.host.scan.lock().unwrap() = with.clone();
     lab.pass().await;
     let first = lab.api.events();

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use super::naming::{
-    ANN_CLEANUP, ANN_CLEANUP_REQUESTED_AT, ANN_CLEANUP_RESULT, ANN_IDENTITY_CONFIRMED, ANN_VOLUME_IDENTITY,
-    ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, CLEANUP_REQUESTED, FINALIZER_WIPE,
+    ANN_CLEANUP, ANN_CLEANUP_REQUESTED_AT, ANN_CLEANUP_RESULT, ANN_DISK_FAILING, ANN_IDENTITY_CONFIRMED,
+    ANN_VOLUME_IDENTITY, ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, CLEANUP_REQUESTED, FINALIZER_WIPE,
 };
 use super::pv_facts::PvFacts;
 
@@ -51,6 +51,10 @@ pub struct PvState {
     pub flagged_stale: bool,
     /// Where on this node its disk was last found when not at its path (volume-moved-to).
     pub moved_to: Option<String>,
+    /// Why its disk is failing, as the agent last annotated it (core::disk_health).
+    pub disk_failing: Option<String>,
+    /// The claim bound to it: (namespace, name, UID), to tell its owner about its disk.
+    pub claim: Option<(String, String, String)>,
 }
 
 impl PvState {
@@ -84,6 +88,11 @@ impl PvState {
             flagged_missing: ann(ANN_VOLUME_MISSING).is_some(),
             flagged_stale: ann(ANN_VOLUME_STALE).is_some(),
             moved_to: ann(ANN_VOLUME_MOVED_TO),
+            disk_failing: ann(ANN_DISK_FAILING),
+            claim: spec.claim_ref.as_ref().map(|c| {
+                let part = |v: &Option<String>| v.clone().unwrap_or_default();
+                (part(&c.namespace), part(&c.name), part(&c.uid))
+            }),
         }
     }
 }

@@ -35,6 +35,8 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         flagged_missing: false,
         flagged_stale: false,
         moved_to: None,
+        disk_failing: None,
+        claim: None,
     }
 }
 
@@ -757,6 +759,8 @@ fn from_pv_extracts_every_field() {
             flagged_missing: false,
             flagged_stale: false,
             moved_to: None,
+            disk_failing: None,
+            claim: Some(("db".into(), "data-0".into(), "c-1".into())),
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

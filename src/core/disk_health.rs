@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+use crate::core::cleanup::PvState;
 use std::time::{Duration, Instant};
 
 /// How long a rise of the I/O error counter keeps a disk failing after the last rise.
@@ -45,6 +47,8 @@ pub enum Failing {
     IoErrors { new: u64 },
     /// An I/O error met while reading the volume's facts.
     IoFailure(String),
+    /// An operation on the volume passed its deadline (host::ops): the disk does not answer.
+    Unresponsive(String),
 }
 
 impl Failing {
@@ -56,6 +60,7 @@ impl Failing {
             Failing::ShutDown => "shut-down",
             Failing::IoErrors { .. } => "io-errors",
             Failing::IoFailure(_) => "io-failure",
+            Failing::Unresponsive(_) => "unresponsive",
         }
     }
 }
@@ -81,6 +86,7 @@ impl fmt::Display for Failing {
                 plural(*new)
             ),
             Failing::IoFailure(what) => write!(f, "an I/O error while reading the volume: {what}"),
+            Failing::Unresponsive(what) => write!(f, "the disk does not answer: {what}"),
         }
     }
 }
@@ -191,6 +197,57 @@ impl HealthMemory {
     pub fn is_empty(&self) -> bool {
         self.counters.is_empty()
     }
+}
+
+/// The annotation value for a volume's failing signs: each reason's code and sentence.
+pub fn annotation_value(failing: &[Failing]) -> String {
+    failing.iter().map(|f| format!("{}: {f}", f.code())).collect::<Vec<_>>().join("; ")
+}
+
+/// What the agent does about one PV of this node given its disk's signs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthAction {
+    /// Annotate the PV with `value` (and tell the PV and its claim): its disk is failing or
+    /// does not answer. Never changes anything else of the PV.
+    Flag { name: String, value: String },
+    /// The disk's signs cleared: remove the annotation (and tell the PV and its claim).
+    Unflag { name: String },
+    /// An unbound PV on a failing disk: deleted with its resourceVersion as a precondition, so
+    /// a claim bound meanwhile keeps it. A disk that only does not answer is not a reason (a
+    /// backup tool freezes filesystems too).
+    Withdraw { name: String, uid: String, resource_version: String, why: String },
+}
+
+/// Plans what to do about each PV given the failing signs of the volumes by host path. Pure:
+/// a Bound, Released or deleting PV is only ever annotated; an unbound one on a failing disk
+/// is withdrawn; the annotation follows the signs, so it clears when they do.
+pub fn plan_health(pvs: &[PvState], failing: &BTreeMap<String, Vec<Failing>>) -> Vec<HealthAction> {
+    let mut out = Vec::new();
+    for pv in pvs {
+        let signs = failing.get(&pv.host_path).filter(|f| !f.is_empty());
+        match signs {
+            Some(f) => {
+                let failing_disk = f.iter().any(|f| !matches!(f, Failing::Unresponsive(_)));
+                let unbound = !pv.deleting && !pv.claimed && matches!(pv.phase.as_str(), "Available" | "Pending");
+                if failing_disk && unbound {
+                    out.push(HealthAction::Withdraw {
+                        name: pv.name.clone(),
+                        uid: pv.uid.clone(),
+                        resource_version: pv.resource_version.clone(),
+                        why: annotation_value(f),
+                    });
+                    continue;
+                }
+                let value = annotation_value(f);
+                if pv.disk_failing.as_deref() != Some(value.as_str()) {
+                    out.push(HealthAction::Flag { name: pv.name.clone(), value });
+                }
+            }
+            None if pv.disk_failing.is_some() => out.push(HealthAction::Unflag { name: pv.name.clone() }),
+            None => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -37,6 +37,9 @@ pub const ANN_VOLUME_STALE: &str = "local-static-provisioner.io/volume-stale";
 /// disk is at another entry of the same node now (moved, or swapped with another): the host
 /// path where it is. Node-cleanup never releases such a PV: its data is on a live node.
 pub const ANN_VOLUME_MOVED_TO: &str = "local-static-provisioner.io/volume-moved-to";
+/// Set on a PV while its disk shows signs of failing or does not answer (core::disk_health):
+/// the reasons. Removed when they clear.
+pub const ANN_DISK_FAILING: &str = "local-static-provisioner.io/disk-failing";
 /// Prefix of upstream's provisioner name.
 pub const PROVISIONER_PREFIX: &str = "local-volume-provisioner-";
 

@@ -91,9 +91,14 @@ pub trait HostAccess: Send + Sync + 'static {
     /// Scans the discovery directories and checks the asked PVs' volumes, against one read of
     /// the mount table. Fails only when the mount table cannot be read.
     fn observe(&self, ask: Ask) -> Result<Observation, HostError>;
-    /// Writes used marks, then records them in the ledger in one durable write; one outcome
-    /// per job, in order. Fails only when the mount table cannot be read.
-    fn mark(&self, jobs: Vec<MarkJob>) -> Result<Vec<Result<MarkOutcome, String>>, HostError>;
+    /// The mount table the used marks of one batch are written against.
+    fn mount_table(&self) -> Result<Arc<MountTable>, HostError>;
+    /// Writes one used mark (on the agent's pool of per-volume operations, under a deadline:
+    /// a frozen filesystem blocks the write).
+    fn mark_one(&self, job: &MarkJob, mounts: &MountTable) -> Result<MarkOutcome, String>;
+    /// Records the marks written in the ledger, in one durable write; a failed write turns
+    /// their outcomes into errors.
+    fn record_marks(&self, outcomes: &mut [Result<MarkOutcome, String>]);
     /// Records PVs let go while no claim was on them (see host::used_mark::Ledger).
     fn record_withdrawn(&self, uids: &[String]) -> Result<(), String>;
     /// The identity of the volume at `path`, in the current format.
@@ -287,28 +292,27 @@ impl HostAccess for RealHost {
         Ok(Observation { scan, absent, upgrades, disks, succession, claims, stalls: self.ops.stalls() })
     }
 
-    fn mark(&self, jobs: Vec<MarkJob>) -> Result<Vec<Result<MarkOutcome, String>>, HostError> {
-        let mounts = MountTable::read()?;
-        let mut outcomes: Vec<Result<MarkOutcome, String>> = jobs
-            .iter()
-            .map(|job| {
-                let there_ok = |there: Option<&UsedMark>| job.replace.allows(&job.mark, there);
-                mark_volume(
-                    &job.path,
-                    &job.recorded,
-                    job.confirmed.as_deref(),
-                    job.accept,
-                    &job.mark,
-                    &self.ledger,
-                    &mounts,
-                    there_ok,
-                )
-                .map_err(|e| e.to_string())
-            })
-            .collect();
-        // One durable ledger write for the whole batch.
+    fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
+        Ok(Arc::new(MountTable::read()?))
+    }
+
+    fn mark_one(&self, job: &MarkJob, mounts: &MountTable) -> Result<MarkOutcome, String> {
+        let there_ok = |there: Option<&UsedMark>| job.replace.allows(&job.mark, there);
+        mark_volume(
+            &job.path,
+            &job.recorded,
+            job.confirmed.as_deref(),
+            job.accept,
+            &job.mark,
+            &self.ledger,
+            mounts,
+            there_ok,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn record_marks(&self, outcomes: &mut [Result<MarkOutcome, String>]) {
         self.ledger.record_outcomes(outcomes.iter_mut());
-        Ok(outcomes)
     }
 
     fn record_withdrawn(&self, uids: &[String]) -> Result<(), String> {

@@ -1,0 +1,145 @@
+//! Failing and wedged disks (core::disk_health): the signs the scan read and the volumes that
+//! do not answer (host::ops) are judged per volume; a new volume on a failing disk is not
+//! published, an unbound PV on one is withdrawn, and every other PV on one is annotated and
+//! its claim's owner told, until the signs clear.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use tracing::{info, warn};
+
+use super::Agent;
+use crate::api::{AnnotationPatch, claim_reference, pv_reference};
+use crate::core::cleanup::PvState;
+use crate::core::disk_health::Signs;
+use crate::core::disk_health::{Failing, HealthAction, annotation_value, plan_health};
+use crate::core::naming::ANN_DISK_FAILING;
+use crate::discovery::{Scan, SkipReason, Skipped};
+use crate::host::ops::{Stall, Subject};
+
+impl Agent {
+    /// The failing signs of every volume examined this pass, by host path, with the volumes
+    /// that do not answer. Reports the stalls (metrics, readiness) on the way.
+    pub(super) fn judge_disks(
+        &mut self,
+        signs: &[(String, Signs)],
+        stalls: &[Stall],
+    ) -> BTreeMap<String, Vec<Failing>> {
+        let now = Instant::now();
+        let mut failing: BTreeMap<String, Vec<Failing>> = BTreeMap::new();
+        for (path, s) in signs {
+            let found = self.health.judge(path, s, now);
+            if !found.is_empty() {
+                failing.insert(path.clone(), found);
+            }
+        }
+        self.health.retain(|key| signs.iter().any(|(p, _)| p == key));
+        for stall in stalls {
+            if let Subject::Volume(path) = &stall.subject {
+                let what = format!("its {} has not answered in time for {}s", stall.op, stall.for_.as_secs());
+                failing.entry(path.clone()).or_default().push(Failing::Unresponsive(what));
+            }
+        }
+        let named: Vec<(String, String)> = stalls.iter().map(|s| (stall_path(&s.subject), s.op.to_string())).collect();
+        self.metrics.set_unresponsive(&named, self.ops.stuck());
+        let text: Vec<String> =
+            stalls.iter().map(|s| format!("{} ({}, {}s)", stall_path(&s.subject), s.op, s.for_.as_secs())).collect();
+        self.readiness.set_unresponsive((!text.is_empty()).then(|| text.join(", ")));
+        failing
+    }
+
+    /// Takes the volumes on a failing disk out of the volumes found: none is published (or
+    /// offered again) while its disk fails. Volumes that only do not answer were skipped by the
+    /// scan already.
+    pub(super) fn keep_failing_back(&self, scan: &mut Scan, failing: &BTreeMap<String, Vec<Failing>>) {
+        let is_failing =
+            |path: &str| failing.get(path).filter(|f| f.iter().any(|f| !matches!(f, Failing::Unresponsive(_))));
+        let (held, kept): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut scan.volumes).into_iter().partition(|v| is_failing(&v.host_path).is_some());
+        scan.volumes = kept;
+        for v in held {
+            let why = is_failing(&v.host_path).map(|f| annotation_value(f)).unwrap_or_default();
+            let dir = self.config.storage_class_map.get(&v.class).map(|c| c.mount_dir.clone()).unwrap_or_default();
+            scan.skipped.push(Skipped {
+                class: v.class.clone(),
+                path: std::path::Path::new(&dir).join(&v.entry),
+                reason: SkipReason::DiskFailing(why),
+            });
+        }
+    }
+
+    /// Annotates, withdraws and unflags this node's PVs as their disks' signs say
+    /// (core::disk_health::plan_health), telling the PV and its claim.
+    pub(super) async fn follow_health(&mut self, states: &[PvState], failing: &BTreeMap<String, Vec<Failing>>) {
+        let mut labels = Vec::new();
+        for (path, reasons) in failing {
+            let pv = states.iter().find(|s| s.host_path == *path).map(|s| s.name.clone()).unwrap_or_default();
+            labels.extend(reasons.iter().map(|r| (path.clone(), pv.clone(), r.code().to_string())));
+        }
+        self.metrics.set_failing(&labels);
+        for action in plan_health(states, failing) {
+            match action {
+                HealthAction::Withdraw { name, uid, resource_version, why } => {
+                    let key = format!("withdraw-failing/{name}");
+                    let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
+                    if let Some(Ok(())) = self.effects.run(&key, deleted).await {
+                        self.note_withdrawn(&uid).await;
+                        let note = format!(
+                            "the disk of unbound PV {name} is failing ({why}); the PV is withdrawn so no claim gets \
+                             it, and its volume is published again once the disk is healthy"
+                        );
+                        warn!(pv = %name, "{note}");
+                        let pv = pv_reference(&name, Some(&uid));
+                        self.cluster.event(&pv, true, "VolumeWithdrawn", "Monitor", note).await;
+                    }
+                }
+                HealthAction::Flag { name, value } => {
+                    let Some(pv) = states.iter().find(|s| s.name == name) else { continue };
+                    let patch = AnnotationPatch::new().set(ANN_DISK_FAILING, value.clone());
+                    let patched = self.cluster.patch_annotations(&name, None, &patch);
+                    if let Some(Ok(())) = self.effects.run(&format!("flag-failing/{name}"), patched).await {
+                        let note = format!(
+                            "the disk of PV {name} at {} on node {} is failing or does not answer: {value}. Its data may \
+                             be at risk: back it up or move the workload (see the agent's docs/troubleshooting.md)",
+                            pv.host_path, self.identity.node
+                        );
+                        warn!(pv = %name, "{note}");
+                        self.tell(pv, true, "DiskFailing", note).await;
+                    }
+                }
+                HealthAction::Unflag { name } => {
+                    let Some(pv) = states.iter().find(|s| s.name == name) else { continue };
+                    let patch = AnnotationPatch::new().remove(ANN_DISK_FAILING);
+                    let patched = self.cluster.patch_annotations(&name, None, &patch);
+                    if let Some(Ok(())) = self.effects.run(&format!("unflag-failing/{name}"), patched).await {
+                        let note = format!(
+                            "the disk of PV {name} at {} answers and shows no sign of failing again",
+                            pv.host_path
+                        );
+                        info!(pv = %name, "{note}");
+                        self.tell(pv, false, "DiskRecovered", note).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// An event on the PV and on its bound claim, so `kubectl describe pvc` shows it to the
+    /// application's owner.
+    async fn tell(&self, pv: &PvState, warning: bool, reason: &str, note: String) {
+        let pv_ref = pv_reference(&pv.name, Some(&pv.uid));
+        self.cluster.event(&pv_ref, warning, reason, "Monitor", note.clone()).await;
+        if let Some((namespace, name, uid)) = &pv.claim {
+            let claim = claim_reference(namespace, name, uid);
+            self.cluster.event_related(&claim, Some(pv_ref), warning, reason, "Monitor", note).await;
+        }
+    }
+}
+
+/// How a stalled subject is named in metrics and readiness.
+fn stall_path(subject: &Subject) -> String {
+    match subject {
+        Subject::Volume(p) | Subject::Directory(p) => p.clone(),
+        Subject::Device(d) => format!("/dev/{d}"),
+    }
+}
