@@ -609,13 +609,13 @@ fn inspect(
             // The entry itself must be the root of the mount visible there, at its unresolved
             // name (by the kernel's mount ID: covered and stacked mounts are not it).
             let mount = mount_at(&entry, mounts).map_err(unreadable)?.ok_or(SkipReason::NotMountPoint)?;
-            if let Some(problem) = exposure(&mount.facts(), &guard.places, &guard.anchors, &guard.host_dirs) {
+            if let Some(problem) = exposure(&mount.facts(), guard.places, guard.anchors, guard.host_dirs) {
                 return Err(SkipReason::ExposesHost(problem));
             }
             // A mount inside the volume is judged the same way: a pod whose volume is bound in
             // recursively would see it.
             for nested in mounts.mounts_below(&entry) {
-                if let Some(problem) = exposure(&nested.facts(), &guard.places, &guard.anchors, &guard.host_dirs) {
+                if let Some(problem) = exposure(&nested.facts(), guard.places, guard.anchors, guard.host_dirs) {
                     let at = nested.mount_point.display();
                     return Err(SkipReason::ExposesHost(format!("the mount inside it at {at}: {problem}")));
                 }

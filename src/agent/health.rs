@@ -20,11 +20,8 @@ use crate::host::ops::{Stall, Subject};
 impl Agent {
     /// The failing signs of every volume examined this pass, by host path, with the volumes
     /// that do not answer. Reports the stalls (metrics, readiness) on the way.
-    pub(super) fn judge_disks(
-        &mut self,
-        signs: &[(String, Signs)],
-        stalls: &[Stall],
-    ) -> BTreeMap<String, Vec<Failing>> {
+    pub(super) fn judge_disks(&mut self, signs: &[(String, Signs)]) -> BTreeMap<String, Vec<Failing>> {
+        let stalls = self.ops.stalls();
         let now = Instant::now();
         let mut failing: BTreeMap<String, Vec<Failing>> = BTreeMap::new();
         for (path, s) in signs {
@@ -34,18 +31,23 @@ impl Agent {
             }
         }
         self.health.retain(|key| signs.iter().any(|(p, _)| p == key));
-        for stall in stalls {
+        for stall in &stalls {
             if let Subject::Volume(path) = &stall.subject {
                 let what = format!("its {} has not answered in time for {}s", stall.op, stall.for_.as_secs());
                 failing.entry(path.clone()).or_default().push(Failing::Unresponsive(what));
             }
         }
+        self.report_stalls(&stalls);
+        failing
+    }
+
+    /// Names the subjects that do not answer in the metrics and in /readyz.
+    pub(super) fn report_stalls(&self, stalls: &[Stall]) {
         let named: Vec<(String, String)> = stalls.iter().map(|s| (stall_path(&s.subject), s.op.to_string())).collect();
         self.metrics.set_unresponsive(&named, self.ops.stuck());
         let text: Vec<String> =
             stalls.iter().map(|s| format!("{} ({}, {}s)", stall_path(&s.subject), s.op, s.for_.as_secs())).collect();
         self.readiness.set_unresponsive((!text.is_empty()).then(|| text.join(", ")));
-        failing
     }
 
     /// Takes the volumes on a failing disk out of the volumes found: none is published (or

@@ -207,7 +207,7 @@ impl Agent {
                 .into_iter()
                 .map(|job| {
                     let (host, mounts) = (shared.clone(), mounts.clone());
-                    Job::new(Subject::Volume(job.mark.path.clone()), "used mark write", timeout, move || {
+                    Job::effect(Subject::Volume(job.mark.path.clone()), "used mark write", timeout, move || {
                         host.mark_one(&job, &mounts)
                     })
                 })

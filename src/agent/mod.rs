@@ -419,7 +419,7 @@ impl Agent {
                 Some(crate::core::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))
             })
             .collect();
-        let failing = self.judge_disks(&signs, &observation.stalls);
+        let failing = self.judge_disks(&signs);
         self.keep_failing_back(&mut observation.scan, &failing);
         let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
         self.report_claims(observation.claims.take().as_ref()).await;
@@ -437,6 +437,8 @@ impl Agent {
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
         self.follow_health(&states, &failing).await;
+        // Stalls met in this pass's own operations (a used-mark write) are named at once.
+        self.report_stalls(&self.ops.stalls());
         // A volume is remembered as unresponsive while it has a PV or an entry.
         let mut subjects: std::collections::BTreeSet<String> = states.iter().map(|s| s.host_path.clone()).collect();
         subjects.extend(signs.into_iter().map(|(p, _)| p));

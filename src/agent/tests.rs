@@ -562,3 +562,47 @@ async fn a_pv_bound_meanwhile_fails_the_precondition_and_its_device_is_not_held(
     assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/a"), 1);
     assert!(lab.host.holds.lock().unwrap().is_empty(), "nothing is held for a PV that was not withdrawn");
 }
+
+#[tokio::test]
+async fn a_used_mark_write_that_never_returns_costs_its_volume_only() {
+    let mut lab = lab().await;
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1"), found("2")], ..Default::default() };
+    lab.host.frozen.lock().unwrap().push("/mnt/disks/2".into());
+    let started = std::time::Instant::now();
+    lab.pass().await;
+    assert!(started.elapsed() < Duration::from_secs(2), "the pass waits at most the deadline: {:?}", started.elapsed());
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1, "the healthy volume is published");
+    assert_eq!(lab.agent.ops.stuck(), 1);
+    assert!(lab.agent.ops.stalls().iter().any(|s| s.subject.volume_path() == Some("/mnt/disks/2")));
+    let metrics = lab.agent.metrics.encode();
+    assert!(
+        metrics.contains(
+            "local_static_provisioner_volume_unresponsive{path=\"/mnt/disks/2\",operation=\"used mark write\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("local_static_provisioner_host_operations_stuck 1"));
+
+    // Later passes do not wait for it at all.
+    let started = std::time::Instant::now();
+    lab.pass().await;
+    assert!(started.elapsed() < Duration::from_millis(250), "{:?}", started.elapsed());
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
+    let waiting = |lab: &Lab| lab.agent.effects.failure_keys().into_iter().filter(|k| k.starts_with("create/")).count();
+    assert_eq!(waiting(&lab), 1, "the frozen volume's create waits for a retry");
+
+    // It answers again: retried in the background, then published.
+    lab.host.frozen.lock().unwrap().clear();
+    let before = lab.api.count("POST", "/api/v1/persistentvolumes");
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        lab.deadlines_pass();
+        lab.pass().await;
+        if waiting(&lab) == 0 && lab.agent.ops.stalls().is_empty() {
+            break;
+        }
+    }
+    assert_eq!(waiting(&lab), 0, "published once it answers");
+    assert!(lab.api.count("POST", "/api/v1/persistentvolumes") > before);
+    assert!(lab.agent.ops.stalls().is_empty());
+}

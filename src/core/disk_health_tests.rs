@@ -262,3 +262,85 @@ fn codes_are_stable_kebab_case_and_sentences_read() {
     assert!(all[5].to_string().contains("30 new I/O errors"));
     assert!(all[6].to_string().ends_with("statx /mnt/disks/v1: Input/output error (os error 5)"));
 }
+
+// --- plan_health: every PV state against every kind of sign ---
+
+fn pv_state(phase: &str, claimed: bool, deleting: bool, annotated: Option<&str>) -> crate::core::cleanup::PvState {
+    crate::core::cleanup::PvState {
+        name: "pv".into(),
+        uid: "u".into(),
+        resource_version: "7".into(),
+        phase: phase.into(),
+        claimed,
+        deleting,
+        host_path: "/mnt/disks/a".into(),
+        disk_failing: annotated.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn plan_health_withdraws_only_unbound_pvs_on_failing_disks_and_annotates_the_rest() {
+    let kinds: Vec<Vec<Failing>> = vec![
+        vec![],
+        vec![Failing::Unresponsive("its used mark write has not answered".into())],
+        vec![Failing::ReadOnly],
+        vec![Failing::FilesystemErrors { count: 2 }, Failing::Unresponsive("x".into())],
+        vec![Failing::ShutDown],
+        vec![Failing::IoErrors { new: 1 }],
+        vec![Failing::IoFailure("EIO".into())],
+    ];
+    for phase in ["Available", "Pending", "Bound", "Released", "Failed", ""] {
+        for claimed in [false, true] {
+            for deleting in [false, true] {
+                for annotated in [None, Some("read-only: old")] {
+                    for signs in &kinds {
+                        let pv = pv_state(phase, claimed, deleting, annotated);
+                        let failing: BTreeMap<String, Vec<Failing>> = if signs.is_empty() {
+                            BTreeMap::new()
+                        } else {
+                            BTreeMap::from([("/mnt/disks/a".to_string(), signs.clone())])
+                        };
+                        let actions = plan_health(std::slice::from_ref(&pv), &failing);
+                        let case = format!("{phase} claimed={claimed} deleting={deleting} ann={annotated:?} {signs:?}");
+                        let unbound = !claimed && !deleting && matches!(phase, "Available" | "Pending");
+                        let really_failing = signs.iter().any(|f| !matches!(f, Failing::Unresponsive(_)));
+                        let withdrawn = actions.iter().any(|a| matches!(a, HealthAction::Withdraw { .. }));
+                        // Only an unbound PV on a disk with a real failing sign is ever deleted.
+                        assert_eq!(withdrawn, unbound && really_failing, "{case}");
+                        if let Some(HealthAction::Withdraw { resource_version, .. }) = actions.first() {
+                            assert_eq!(resource_version, "7", "withdrawn under its resourceVersion: {case}");
+                        }
+                        if signs.is_empty() {
+                            let unflagged = actions == vec![HealthAction::Unflag { name: "pv".into() }];
+                            assert_eq!(unflagged, annotated.is_some(), "{case}");
+                            assert!(annotated.is_some() || actions.is_empty(), "{case}");
+                        } else if !withdrawn {
+                            assert_eq!(
+                                actions,
+                                vec![HealthAction::Flag { name: "pv".into(), value: annotation_value(signs) }],
+                                "{case}"
+                            );
+                        }
+                        assert!(actions.len() <= 1, "{case}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn plan_health_does_not_repeat_an_annotation_already_there_and_ignores_other_volumes() {
+    let signs = vec![Failing::ReadOnly];
+    let value = annotation_value(&signs);
+    let pv = pv_state("Bound", true, false, Some(&value));
+    let failing = BTreeMap::from([("/mnt/disks/a".to_string(), signs)]);
+    assert!(plan_health(std::slice::from_ref(&pv), &failing).is_empty());
+    let elsewhere = BTreeMap::from([("/mnt/disks/b".to_string(), vec![Failing::ShutDown])]);
+    let fresh = pv_state("Bound", true, false, None);
+    assert!(plan_health(&[fresh], &elsewhere).is_empty());
+    assert!(value.starts_with("read-only: "));
+    let two = annotation_value(&[Failing::ReadOnly, Failing::FilesystemErrors { count: 1 }]);
+    assert!(two.contains("; filesystem-errors: "), "{two}");
+}

@@ -22,7 +22,7 @@ use crate::host::claims::{self, ClaimMemory, ClaimReport};
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
-use crate::host::ops::{Job, Operations, Stall, Subject};
+use crate::host::ops::{Job, Operations, Subject};
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::host::verify::Verifier;
 use crate::wiper::{Progress, WipeError, WipeJob, Wiped};
@@ -65,8 +65,6 @@ pub struct Observation {
     pub succession: Vec<(String, DiskCheck)>,
     /// The device claim pass (when a class has a `devices` section or links were recorded).
     pub claims: Option<ClaimReport>,
-    /// The volumes and devices that do not answer (host::ops): each keeps its last known state.
-    pub stalls: Vec<Stall>,
 }
 
 /// One used mark to write (see host::used_mark::mark_volume).
@@ -289,7 +287,7 @@ impl HostAccess for RealHost {
             .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.ok()?)))
             .collect();
         let disks = ask.disks.then_some(disks);
-        Ok(Observation { scan, absent, upgrades, disks, succession, claims, stalls: self.ops.stalls() })
+        Ok(Observation { scan, absent, upgrades, disks, succession, claims })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {

@@ -202,6 +202,10 @@ pub struct Job<T> {
     pub deadline: Duration,
     /// The work.
     pub work: Box<dyn FnOnce() -> T + Send>,
+    /// Whether it may serve as an unresponsive subject's background retry: a read may; an
+    /// effect (a used-mark write) waits until a read proved the subject answers, since nobody
+    /// would see its result.
+    pub may_retry: bool,
 }
 
 impl<T> Job<T> {
@@ -212,7 +216,17 @@ impl<T> Job<T> {
         deadline: Duration,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Self {
-        Job { subject, op, deadline, work: Box::new(work) }
+        Job { subject, op, deadline, work: Box::new(work), may_retry: true }
+    }
+
+    /// A job with an effect: never run as a background retry (see [`Job::may_retry`]).
+    pub fn effect(
+        subject: Subject,
+        op: &'static str,
+        deadline: Duration,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Self {
+        Job { may_retry: false, ..Job::new(subject, op, deadline, work) }
     }
 }
 
@@ -250,6 +264,17 @@ impl Operations {
         op: &'static str,
         deadline: Duration,
     ) -> Result<(Ticket, bool), Unresponsive> {
+        self.begin_as(subject, op, deadline, true)
+    }
+
+    /// [`Self::begin`]; `may_retry` false: refused rather than run as the subject's retry.
+    fn begin_as(
+        &self,
+        subject: &Subject,
+        op: &'static str,
+        deadline: Duration,
+        may_retry: bool,
+    ) -> Result<(Ticket, bool), Unresponsive> {
         let now = Instant::now();
         let mut state = self.inner.lock();
         if let Some(stuck) = state.flights.get(subject).and_then(|v| v.iter().find(|f| f.deadline <= now)).cloned() {
@@ -270,7 +295,7 @@ impl Operations {
         let retry = match state.suspects.get_mut(subject) {
             None => false,
             Some(s) => match s.retry_at {
-                Some(at) if at <= now && !busy => {
+                Some(at) if at <= now && !busy && may_retry => {
                     s.retry_at = None;
                     true
                 }
@@ -316,7 +341,7 @@ impl Operations {
         let mut out: Vec<Option<Result<T, Unresponsive>>> = Vec::with_capacity(jobs.len());
         let mut waiting: BTreeMap<usize, (Instant, Subject, &'static str, Instant)> = BTreeMap::new();
         for (i, job) in jobs.into_iter().enumerate() {
-            match self.begin(&job.subject, job.op, job.deadline) {
+            match self.begin_as(&job.subject, job.op, job.deadline, job.may_retry) {
                 Err(e) => out.push(Some(Err(e))),
                 Ok((ticket, retry)) => {
                     let started = Instant::now();
@@ -572,5 +597,148 @@ impl Operations {
             let _ = tx.send(value);
         }));
         rx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// A host call that never returns until released: a syscall stuck on a frozen filesystem.
+    #[derive(Clone, Default)]
+    struct Wedge(Arc<AtomicBool>);
+
+    impl Wedge {
+        fn hold(&self) {
+            while !self.0.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        fn release(&self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn vol(p: &str) -> Subject {
+        Subject::Volume(p.to_string())
+    }
+
+    const SHORT: Duration = Duration::from_millis(150);
+
+    #[test]
+    fn a_wedged_subject_costs_its_deadline_once_and_never_the_others() {
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let w = wedge.clone();
+        let jobs = vec![
+            Job::new(vol("/a"), "inspection", SHORT, || 1),
+            Job::new(vol("/wedged"), "inspection", SHORT, move || {
+                w.hold();
+                2
+            }),
+            Job::new(vol("/b"), "inspection", SHORT, || 3),
+        ];
+        let started = Instant::now();
+        let out = ops.run_all(jobs);
+        assert!(started.elapsed() >= SHORT && started.elapsed() < SHORT * 4);
+        assert_eq!(out[0], Ok(1));
+        assert!(matches!(&out[1], Err(e) if e.subject == vol("/wedged") && e.what.contains("did not return")));
+        assert_eq!(out[2], Ok(3));
+        assert_eq!(ops.stuck(), 1);
+        // The next pass: refused at once, without a thread, for every kind of operation.
+        let threads = ops.threads();
+        let started = Instant::now();
+        let again = ops.run(vol("/wedged"), "used mark write", SHORT, || 9);
+        assert!(started.elapsed() < SHORT / 2, "no wait for a subject known to be stuck");
+        assert!(matches!(&again, Err(e) if e.what.contains("has not returned")));
+        assert!(ops.threads() <= threads, "no new thread for a stuck subject");
+        assert_eq!(ops.run(vol("/a"), "inspection", SHORT, || 4), Ok(4));
+        let stalls = ops.stalls();
+        assert_eq!(stalls.len(), 1);
+        assert!(stalls[0].stuck && stalls[0].op == "inspection");
+        wedge.release();
+    }
+
+    #[test]
+    fn a_subject_that_answers_again_is_retried_in_the_background_then_cleared() {
+        let ops = Operations::new();
+        let woken = Arc::new(AtomicU64::new(0));
+        let count = woken.clone();
+        ops.on_wake(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        });
+        let wedge = Wedge::default();
+        let w = wedge.clone();
+        assert!(ops.run(vol("/v"), "inspection", SHORT, move || w.hold()).is_err());
+        wedge.release();
+        // The stuck call returns (too late): the owner is woken and a retry is due after 1 s.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while ops.stuck() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(ops.stuck(), 0);
+        assert!(woken.load(Ordering::SeqCst) >= 1, "a returning stuck call wakes the owner");
+        let retry_at = ops.next_retry().expect("a retry is scheduled");
+        assert!(ops.run(vol("/v"), "inspection", SHORT, || ()).is_err(), "before its retry: still refused");
+        std::thread::sleep(retry_at.saturating_duration_since(Instant::now()));
+        // The retry runs in the background (nobody waits for it) and clears the subject.
+        assert!(matches!(ops.run(vol("/v"), "inspection", SHORT, || ()), Err(e) if e.what.contains("retried")));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ops.stalls().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(ops.stalls().is_empty(), "a timely answer clears the subject");
+        assert_eq!(ops.run(vol("/v"), "inspection", SHORT, || 7), Ok(7));
+    }
+
+    #[test]
+    fn a_slow_subject_stays_unresponsive_with_growing_delays() {
+        let ops = Operations::new();
+        assert!(
+            ops.run(vol("/slow"), "probe", Duration::from_millis(20), || std::thread::sleep(Duration::from_millis(60)))
+                .is_err()
+        );
+        std::thread::sleep(Duration::from_millis(80));
+        let first = ops.next_retry().expect("retry scheduled");
+        std::thread::sleep(first.saturating_duration_since(Instant::now()));
+        // The retry is as slow: it ends late, and the next delay is longer.
+        let _ =
+            ops.run(vol("/slow"), "probe", Duration::from_millis(20), || std::thread::sleep(Duration::from_millis(60)));
+        std::thread::sleep(Duration::from_millis(100));
+        let second = ops.next_retry().expect("retry scheduled again");
+        assert!(second.saturating_duration_since(Instant::now()) > Duration::from_millis(1500));
+        assert_eq!(ops.stalls().len(), 1);
+        ops.retain(|_| false);
+        assert!(ops.stalls().is_empty(), "a subject nobody has any more is forgotten");
+    }
+
+    #[test]
+    fn the_pool_is_bounded_and_a_long_operation_extends_its_deadline() {
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let jobs: Vec<Job<()>> = (0..MAX_THREADS + 8)
+            .map(|i| {
+                let w = wedge.clone();
+                Job::new(vol(&format!("/v{i}")), "inspection", Duration::from_millis(100), move || w.hold())
+            })
+            .collect();
+        let out = ops.run_all(jobs);
+        assert!(out.iter().all(Result::is_err));
+        assert!(ops.threads() <= MAX_THREADS, "{} threads", ops.threads());
+        wedge.release();
+        // A wipe's deadline moves while it progresses.
+        let (ticket, retry) = ops.begin(&vol("/w"), "wipe", Duration::from_millis(50)).unwrap();
+        assert!(!retry);
+        let watch = ticket.watch();
+        std::thread::sleep(Duration::from_millis(30));
+        watch.extend(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!watch.overdue());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(watch.overdue());
+        assert!(ops.begin(&vol("/w"), "inspection", SHORT).is_err(), "a stuck wipe keeps others off its volume");
+        drop(ticket);
+        assert_eq!(ops.stuck(), 0);
     }
 }
