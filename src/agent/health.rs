@@ -33,7 +33,7 @@ impl Agent {
         self.health.retain(|key| signs.iter().any(|(p, _)| p == key));
         for stall in &stalls {
             if let Subject::Volume(path) = &stall.subject {
-                let what = format!("its {} has not answered in time for {}s", stall.op, stall.for_.as_secs());
+                let what = format!("its {} did not answer within its deadline", stall.op);
                 failing.entry(path.clone()).or_default().push(Failing::Unresponsive(what));
             }
         }

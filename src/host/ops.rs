@@ -42,6 +42,13 @@ fn retry_delay(failures: u32) -> Duration {
     doubled.min(RETRY.max)
 }
 
+/// Why an unresponsive subject's operations give no result: one text per episode (named after
+/// the operation that first stalled), so events and annotations built from it are not repeated
+/// on every pass.
+fn stalled_text(op: &str) -> String {
+    format!("its {op} did not answer within its deadline (a call stuck in the kernel, or a disk too slow)")
+}
+
 /// What an operation is about: the thing one disk can wedge.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Subject {
@@ -278,11 +285,7 @@ impl Operations {
         let now = Instant::now();
         let mut state = self.inner.lock();
         if let Some(stuck) = state.flights.get(subject).and_then(|v| v.iter().find(|f| f.deadline <= now)).cloned() {
-            let what = format!(
-                "its {} has not returned after {}s (a syscall stuck in the kernel)",
-                stuck.op,
-                now.duration_since(stuck.started).as_secs()
-            );
+            let what = stalled_text(state.suspects.get(subject).map_or(stuck.op, |s| s.op));
             state.suspects.entry(subject.clone()).or_insert(Suspect {
                 op: stuck.op,
                 since: stuck.started,
@@ -300,11 +303,7 @@ impl Operations {
                     true
                 }
                 _ => {
-                    let what = format!(
-                        "its {} passed its deadline {}s ago; retried in the background",
-                        s.op,
-                        now.duration_since(s.since).as_secs()
-                    );
+                    let what = stalled_text(s.op);
                     return Err(Unresponsive { subject: subject.clone(), what });
                 }
             },
@@ -355,10 +354,8 @@ impl Operations {
                         let _ = tx.send((i, value));
                     }));
                     if retry {
-                        out.push(Some(Err(Unresponsive {
-                            subject: job.subject,
-                            what: format!("its {} is being retried", job.op),
-                        })));
+                        let what = stalled_text(self.stalled_op(&job.subject).unwrap_or(job.op));
+                        out.push(Some(Err(Unresponsive { subject: job.subject, what })));
                     } else {
                         out.push(None);
                         waiting.insert(i, (started + job.deadline, job.subject, job.op, started));
@@ -382,11 +379,8 @@ impl Operations {
                     let late: Vec<usize> = waiting.iter().filter(|(_, w)| w.0 <= now).map(|(i, _)| *i).collect();
                     for i in late {
                         if let Some((_, subject, op, started)) = waiting.remove(&i) {
-                            let what = format!(
-                                "its {op} did not return within {}s",
-                                now.duration_since(started).as_secs_f64().round()
-                            );
                             self.note_overdue(&subject, op, started);
+                            let what = stalled_text(self.stalled_op(&subject).unwrap_or(op));
                             out[i] = Some(Err(Unresponsive { subject, what }));
                         }
                     }
@@ -400,6 +394,11 @@ impl Operations {
                 })
             })
             .collect()
+    }
+
+    /// The operation that first passed its deadline on `subject`, while it is unresponsive.
+    fn stalled_op(&self, subject: &Subject) -> Option<&'static str> {
+        self.inner.lock().suspects.get(subject).map(|s| s.op)
     }
 
     /// Records that an operation passed its deadline while its caller waited.
@@ -643,7 +642,9 @@ mod tests {
         let out = ops.run_all(jobs);
         assert!(started.elapsed() >= SHORT && started.elapsed() < SHORT * 4);
         assert_eq!(out[0], Ok(1));
-        assert!(matches!(&out[1], Err(e) if e.subject == vol("/wedged") && e.what.contains("did not return")));
+        assert!(
+            matches!(&out[1], Err(e) if e.subject == vol("/wedged") && e.what.contains("did not answer within its deadline"))
+        );
         assert_eq!(out[2], Ok(3));
         assert_eq!(ops.stuck(), 1);
         // The next pass: refused at once, without a thread, for every kind of operation.
@@ -651,7 +652,10 @@ mod tests {
         let started = Instant::now();
         let again = ops.run(vol("/wedged"), "used mark write", SHORT, || 9);
         assert!(started.elapsed() < SHORT / 2, "no wait for a subject known to be stuck");
-        assert!(matches!(&again, Err(e) if e.what.contains("has not returned")));
+        assert!(
+            matches!(&again, Err(e) if e.what.contains("its inspection did not answer")),
+            "named after the first stalled operation"
+        );
         assert!(ops.threads() <= threads, "no new thread for a stuck subject");
         assert_eq!(ops.run(vol("/a"), "inspection", SHORT, || 4), Ok(4));
         let stalls = ops.stalls();
@@ -683,7 +687,7 @@ mod tests {
         assert!(ops.run(vol("/v"), "inspection", SHORT, || ()).is_err(), "before its retry: still refused");
         std::thread::sleep(retry_at.saturating_duration_since(Instant::now()));
         // The retry runs in the background (nobody waits for it) and clears the subject.
-        assert!(matches!(ops.run(vol("/v"), "inspection", SHORT, || ()), Err(e) if e.what.contains("retried")));
+        assert!(matches!(ops.run(vol("/v"), "inspection", SHORT, || ()), Err(e) if e.what.contains("did not answer")));
         let deadline = Instant::now() + Duration::from_secs(5);
         while !ops.stalls().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
