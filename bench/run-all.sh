@@ -16,3 +16,4 @@ bash "$here/ledger-lookup.sh" 1000            # figure 9: used-disk ledger looku
 bash "$here/config-scale.sh"                  # issue 14: validate-config with 1000..8000 classes
 bash "$here/device-claims.sh" 20                # issue 17: raw devices claimed: attach -> PV, disks, idle
 bash "$here/device-probe.sh" 3                  # figure 14: proving blank: probe 100 GiB / 1 TiB, claim 100 GiB, full read
+bash "$here/wedged-volume.sh" 50                 # issue 27: 50 mounts, then again beside a frozen ext4 volume; its thaw
