@@ -512,6 +512,8 @@ fn exported_metric_names() -> BTreeSet<String> {
     agent.set_volumes(&BTreeMap::from([("Bound".to_string(), 1)]));
     agent.set_flagged(1, 1, 1);
     agent.set_unpublished(&BTreeMap::from([("symlink", 1)]));
+    agent.set_unresponsive(&[("/mnt/disks/v".into(), "inspection".into())], 1);
+    agent.set_failing(&[("/mnt/disks/v".into(), "local-pv-1".into(), "read-only".into())]);
     agent.api_request("create", false, Duration::from_millis(1));
     agent.set_config_valid(true);
     agent.succession("flagged_stale");
