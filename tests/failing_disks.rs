@@ -1,0 +1,509 @@
+//! Issue 27 end to end: failing and wedged disks under the real agent (its own process, with the
+//! RBAC from deploy/) and the real control plane. A frozen filesystem (`fsfreeze -f`) is a disk
+//! that stops answering: it must cost the node only that volume, never the pass, and come back by
+//! itself once thawed. A read-only remount and recorded ext4 errors are failing disks: an
+//! Available PV on one is withdrawn until the disk is healthy, a Bound one is flagged and its
+//! claim's owner told. Needs root (real loop devices, ext4, tmpfs).
+//!
+//! Every test owns a [`Lab`]: its scratch directory, mounts, loop devices, frozen filesystems and
+//! agent. Dropping it (also after a failed assertion) thaws first (a frozen filesystem can neither
+//! be unmounted cleanly nor let the agent's stuck threads, and so the agent, exit), then stops the
+//! agent, unmounts, and detaches the loop devices.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use local_static_provisioner::core::naming::{ANN_DISK_FAILING, pv_name};
+use serde_json::Value;
+use support::{
+    AgentProcess, ControlPlane, quiet, remove_scratch_dir, require_root, run, umount_when_idle, wait_recycled,
+    wait_until, write_config,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+/// The per-operation deadline the agents here run with (the default is 10 s).
+const HOST_OP_TIMEOUT: &str = "2s";
+
+/// A test's scratch directory, what it mounted, attached and froze there, and its agent.
+struct Lab {
+    root: PathBuf,
+    loops: Vec<PathBuf>,
+    frozen: Vec<PathBuf>,
+    agent: Option<AgentProcess>,
+}
+
+impl Lab {
+    fn new(label: &str) -> Self {
+        let root = tempfile::Builder::new().prefix(&format!("lsp-{label}-")).tempdir().unwrap().keep();
+        std::fs::create_dir_all(root.join("images")).unwrap();
+        Lab { root, loops: Vec::new(), frozen: Vec::new(), agent: None }
+    }
+
+    /// A loop device over a sparse image of `mib` MiB, formatted ext4 and mounted at `point`
+    /// with `options`. Returns the device.
+    fn ext4(&mut self, point: &Path, mib: u64, options: &str) -> PathBuf {
+        let img = self.root.join("images").join(point.file_name().unwrap());
+        run(Command::new("truncate").arg("-s").arg(format!("{mib}M")).arg(&img));
+        let out = run(Command::new("losetup").args(["--find", "--show"]).arg(&img));
+        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        self.loops.push(dev.clone());
+        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev));
+        mount_ext4(&dev, point, options);
+        dev
+    }
+
+    /// A tmpfs of `mib` MiB mounted at `point`.
+    fn tmpfs(&self, point: &Path, mib: u64) {
+        std::fs::create_dir_all(point).unwrap();
+        run(Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"]).arg(point));
+    }
+
+    /// Freezes the filesystem mounted at `point`: every write to it blocks until [`Self::thaw`].
+    fn freeze(&mut self, point: &Path) {
+        self.frozen.push(point.to_path_buf());
+        run(Command::new("fsfreeze").arg("-f").arg(point));
+    }
+
+    fn thaw(&mut self, point: &Path) {
+        self.frozen.retain(|p| p != point);
+        run(Command::new("fsfreeze").arg("-u").arg(point));
+    }
+
+    /// Starts the agent for `node` with this class map and `--host-op-timeout 2s`.
+    fn start_agent(&mut self, cp: &ControlPlane, node: &str, class_map: &str) -> &AgentProcess {
+        self.start_agent_with(cp, node, class_map, &[])
+    }
+
+    /// [`Self::start_agent`] with `extra` flags.
+    fn start_agent_with(&mut self, cp: &ControlPlane, node: &str, class_map: &str, extra: &[&str]) -> &AgentProcess {
+        let config = self.root.join("config");
+        write_config(&config, &[("storageClassMap", class_map)]);
+        let kubeconfig = cp.agent_kubeconfig(&self.root);
+        let log = self.root.join("agent.log");
+        let mut flags = vec!["--host-op-timeout", HOST_OP_TIMEOUT];
+        flags.extend_from_slice(extra);
+        let agent = AgentProcess::start_with(&config, node, &kubeconfig, &log, &flags);
+        self.agent.insert(agent)
+    }
+
+    fn agent(&self) -> &AgentProcess {
+        self.agent.as_ref().expect("agent started")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // Thaw first: the agent's threads stuck on a frozen filesystem (and so the agent) cannot
+        // exit before, and an unmount would leave it frozen for good.
+        for p in std::mem::take(&mut self.frozen) {
+            quiet(Command::new("fsfreeze").arg("-u").arg(&p));
+        }
+        if let Some(agent) = self.agent.take() {
+            if std::thread::panicking() {
+                let kept = std::env::temp_dir()
+                    .join(format!("failing_disks-{}.log", self.root.file_name().unwrap_or_default().to_string_lossy()));
+                let _ = std::fs::copy(&agent.log, &kept);
+                eprintln!("agent log kept at {}", kept.display());
+            }
+            drop(agent);
+        }
+        for p in support::mounts_under(&self.root) {
+            quiet(Command::new("umount").arg(&p));
+        }
+        for dev in self.loops.iter().rev() {
+            quiet(Command::new("losetup").arg("-d").arg(dev));
+        }
+        remove_scratch_dir(&self.root, "failing_disks");
+    }
+}
+
+fn mount_ext4(dev: &Path, point: &Path, options: &str) {
+    std::fs::create_dir_all(point).unwrap();
+    run(Command::new("mount").args(["-t", "ext4", "-o", options]).arg(dev).arg(point));
+}
+
+fn class_map(class: &str, dir: &Path) -> String {
+    format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = dir.display())
+}
+
+/// A name unique to this run (`base-<pid>`), for nodes, classes and claims: a rerun against the
+/// same control plane never meets (or binds) the PVs and claims an earlier run left.
+fn unique(base: &str) -> String {
+    format!("{base}-{}", std::process::id())
+}
+
+/// The UID of PV `name` once it exists and is Available.
+fn available(cp: &ControlPlane, name: &str) -> Option<String> {
+    cp.pv_state(name).and_then(|(uid, phase)| (phase == "Available").then_some(uid))
+}
+
+/// The lines of a /metrics answer of `metric` whose labels include every one of `labels`.
+fn metric_lines<'a>(metrics: &'a str, metric: &str, labels: &[String]) -> Vec<&'a str> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")) && labels.iter().all(|want| l.contains(want.as_str())))
+        .collect()
+}
+
+/// The value of an unlabelled gauge in a /metrics answer.
+fn gauge(metrics: &str, metric: &str) -> Option<i64> {
+    metrics.lines().find_map(|l| l.strip_prefix(&format!("{metric} "))?.trim().parse().ok())
+}
+
+/// The events.k8s.io Events about the object `kind`/`name` with `reason`.
+fn events_about(cp: &ControlPlane, kind: &str, name: &str, reason: &str) -> Vec<Value> {
+    let selector = format!("regarding.kind={kind},regarding.name={name},reason={reason}");
+    let list = cp.get_json(&["events.events.k8s.io", "-A", "--field-selector", &selector]).unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn frozen_new_volume_does_not_stop_the_healthy_ones() {
+    if !require_root("frozen_new_volume_does_not_stop_the_healthy_ones") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let (node, class) = (&unique("fd-frozen-new-node"), &unique("fd-frozen-new"));
+    cp.create_node(node);
+    cp.create_storage_class(class, "Delete");
+    let mut lab = Lab::new("fd-frozen-new");
+    let fs_dir = lab.root.join("fs");
+    let frozen = fs_dir.join("frozen");
+    lab.ext4(&frozen, 64, "defaults");
+    lab.tmpfs(&fs_dir.join("a"), 16);
+    lab.tmpfs(&fs_dir.join("b"), 16);
+    lab.freeze(&frozen);
+
+    let started = Instant::now();
+    lab.start_agent(&cp, node, &class_map(class, &fs_dir));
+    let (a, b, f) = (pv_name("a", node, class), pv_name("b", node, class), pv_name("frozen", node, class));
+    wait_until("the 2 healthy PVs", WAIT, || {
+        (available(&cp, &a).is_some() && available(&cp, &b).is_some()).then_some(())
+    });
+    let healthy_after = started.elapsed();
+    eprintln!("healthy PVs Available {healthy_after:?} after the agent started (a frozen volume beside them)");
+    assert!(healthy_after < Duration::from_secs(10), "the healthy volumes took {healthy_after:?}");
+    assert!(cp.pv_state(&f).is_none(), "the frozen volume was published");
+
+    // It is reported as unresponsive; the agent stays live.
+    let path = frozen.display().to_string();
+    let label = format!("path=\"{path}\"");
+    let metrics = wait_until("the frozen volume in the unresponsive metric", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        (metric_lines(&m, "local_static_provisioner_volume_unresponsive", std::slice::from_ref(&label))
+            .iter()
+            .any(|l| l.ends_with(" 1")))
+        .then_some(m)
+    });
+    eprintln!(
+        "{:?}",
+        metric_lines(&metrics, "local_static_provisioner_volume_unresponsive", std::slice::from_ref(&label))
+    );
+    let stuck = gauge(&metrics, "local_static_provisioner_host_operations_stuck");
+    assert!(stuck.is_some_and(|n| n >= 1), "operations stuck: {stuck:?}");
+    let ready = lab.agent().admin_get("/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert!(ready.contains(&format!("unresponsive: {path} (")), "/readyz does not name the frozen volume: {ready}");
+    let health = lab.agent().admin_get("/healthz");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+
+    // A volume mounted meanwhile is published at once: nothing waits for the frozen one.
+    let mounted = Instant::now();
+    lab.tmpfs(&fs_dir.join("c"), 16);
+    let c = pv_name("c", node, class);
+    wait_until("the later volume's PV", WAIT, || available(&cp, &c));
+    let latency = mounted.elapsed();
+    eprintln!("a tmpfs mounted while a volume is frozen: its PV Available after {latency:?}");
+    assert!(latency < Duration::from_secs(5), "the later volume took {latency:?}");
+    assert!(cp.pv_state(&f).is_none(), "the frozen volume was published");
+
+    // Thawed: it answers again and is published by itself (no resync, no new event of ours).
+    let thawed = Instant::now();
+    lab.thaw(&frozen);
+    wait_until("the thawed volume's PV", Duration::from_secs(20), || available(&cp, &f));
+    eprintln!("the thawed volume's PV Available {:?} after the thaw", thawed.elapsed());
+    wait_until("the unresponsive metric and readiness cleared", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        let r = lab.agent().admin_get("/readyz");
+        (metric_lines(&m, "local_static_provisioner_volume_unresponsive", std::slice::from_ref(&label)).is_empty()
+            && gauge(&m, "local_static_provisioner_host_operations_stuck") == Some(0)
+            && r.starts_with("HTTP/1.1 200")
+            && !r.contains("unresponsive"))
+        .then_some(())
+    });
+    assert_eq!(cp.pvs_under(&fs_dir.display().to_string()).len(), 4);
+}
+
+#[test]
+fn frozen_released_volume_wipe_hangs_others_recycle() {
+    if !require_root("frozen_released_volume_wipe_hangs_others_recycle") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let (node, class) = (&unique("fd-frozen-wipe-node"), &unique("fd-frozen-wipe"));
+    cp.create_node(node);
+    cp.create_storage_class(class, "Delete");
+    let mut lab = Lab::new("fd-frozen-wipe");
+    let fs_dir = lab.root.join("fs");
+    let (healthy, wedged) = (fs_dir.join("healthy"), fs_dir.join("wedged"));
+    lab.tmpfs(&healthy, 32);
+    lab.ext4(&wedged, 64, "defaults");
+    lab.start_agent(&cp, node, &class_map(class, &fs_dir));
+    let (h, w) = (pv_name("healthy", node, class), pv_name("wedged", node, class));
+    wait_until("both PVs Available", WAIT, || {
+        (available(&cp, &h).is_some() && available(&cp, &w).is_some()).then_some(())
+    });
+
+    let (claim1, claim2) = (unique("fd-wipe-1"), unique("fd-wipe-2"));
+    let mut bound = [cp.bind_claim(&claim1, class, false), cp.bind_claim(&claim2, class, false)];
+    bound.sort();
+    let mut both = [h.clone(), w.clone()];
+    both.sort();
+    assert_eq!(bound, both, "each claim bound one of the two PVs");
+    let (h_uid, _) = cp.pv_state(&h).unwrap();
+    let (w_uid, _) = cp.pv_state(&w).unwrap();
+    std::fs::write(healthy.join("tenant-data"), vec![7u8; 1 << 20]).unwrap();
+    std::fs::write(wedged.join("tenant-data"), vec![7u8; 1 << 20]).unwrap();
+    std::fs::create_dir_all(wedged.join("dir/sub")).unwrap();
+    std::fs::write(wedged.join("dir/sub/more"), b"x").unwrap();
+    lab.freeze(&wedged);
+
+    cp.release_claim(&claim1);
+    cp.release_claim(&claim2);
+    let released = Instant::now();
+    wait_recycled(&cp, &h, &h_uid, Some(&healthy), WAIT);
+    eprintln!("the healthy volume recycled {:?} after the release (the other one frozen)", released.elapsed());
+
+    let mounted = Instant::now();
+    lab.tmpfs(&fs_dir.join("late"), 16);
+    let late = pv_name("late", node, class);
+    wait_until("the later volume's PV", WAIT, || available(&cp, &late));
+    let latency = mounted.elapsed();
+    eprintln!("a tmpfs mounted while a released volume is frozen: its PV Available after {latency:?}");
+    assert!(latency < Duration::from_secs(5), "the later volume took {latency:?}");
+
+    // The frozen one is neither offered nor deleted: its PV waits, Released, with its data.
+    std::thread::sleep(Duration::from_secs(3));
+    let (uid, phase) = cp.pv_state(&w).expect("the frozen volume's PV must stay");
+    assert_eq!((uid.as_str(), phase.as_str()), (w_uid.as_str(), "Released"), "the frozen volume's PV");
+    assert!(
+        lab.agent().log_text().contains(&format!("starting wipe pv={w} ")),
+        "the frozen volume's wipe was never started"
+    );
+
+    let thawed = Instant::now();
+    lab.thaw(&wedged);
+    wait_recycled(&cp, &w, &w_uid, Some(&wedged), WAIT);
+    eprintln!("the thawed volume wiped and recycled {:?} after the thaw", thawed.elapsed());
+    assert!(std::fs::read_dir(&wedged).unwrap().next().is_none(), "the recycled volume is empty");
+    wait_until("the unresponsive metric cleared", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        metric_lines(&m, "local_static_provisioner_volume_unresponsive", &[]).is_empty().then_some(())
+    });
+}
+
+#[test]
+fn read_only_remount_withdraws_the_available_pv_and_returns_it() {
+    if !require_root("read_only_remount_withdraws_the_available_pv_and_returns_it") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let (node, class) = (&unique("fd-ro-node"), &unique("fd-ro"));
+    cp.create_node(node);
+    cp.create_storage_class(class, "Delete");
+    let mut lab = Lab::new("fd-ro");
+    let fs_dir = lab.root.join("fs");
+    let vol = fs_dir.join("vol");
+    lab.tmpfs(&vol, 16);
+    lab.start_agent(&cp, node, &class_map(class, &fs_dir));
+    let name = pv_name("vol", node, class);
+    let first_uid = wait_until("PV published", WAIT, || available(&cp, &name));
+
+    run(Command::new("mount").args(["-o", "remount,ro"]).arg(&vol));
+    let remounted = Instant::now();
+    wait_until("the PV withdrawn", Duration::from_secs(10), || cp.pv_state(&name).is_none().then_some(()));
+    eprintln!("the Available PV withdrawn {:?} after the read-only remount", remounted.elapsed());
+    wait_until("VolumeWithdrawn event", WAIT, || cp.has_event(&name, "VolumeWithdrawn", "read-only").then_some(()));
+    let path = vol.display().to_string();
+    let failing = wait_until("the read-only sign in the metrics", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        let lines = metric_lines(
+            &m,
+            "local_static_provisioner_volume_failing",
+            &[format!("path=\"{path}\""), "reason=\"read-only\"".to_string()],
+        )
+        .iter()
+        .map(|l| l.to_string())
+        .collect::<Vec<_>>();
+        (!lines.is_empty()).then_some(lines)
+    });
+    eprintln!("{failing:?}");
+    // Not offered again while read-only.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(cp.pv_state(&name).is_none(), "a read-only volume was published again");
+
+    run(Command::new("mount").args(["-o", "remount,rw"]).arg(&vol));
+    let back = Instant::now();
+    let uid = wait_until("the PV published again", WAIT, || available(&cp, &name));
+    eprintln!("published again {:?} after the read-write remount", back.elapsed());
+    assert_ne!(uid, first_uid, "a new PV");
+    wait_until("the failing metric cleared", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        metric_lines(&m, "local_static_provisioner_volume_failing", &[format!("path=\"{path}\"")])
+            .is_empty()
+            .then_some(())
+    });
+}
+
+#[test]
+fn ext4_errors_on_a_bound_volume_tell_the_claim() {
+    if !require_root("ext4_errors_on_a_bound_volume_tell_the_claim") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let (node, class, claim) = (&unique("fd-errors-node"), &unique("fd-errors"), &unique("fd-errors-claim"));
+    cp.create_node(node);
+    cp.create_storage_class(class, "Delete");
+    let mut lab = Lab::new("fd-errors");
+    let fs_dir = lab.root.join("fs");
+    let vol = fs_dir.join("vol");
+    let dev = lab.ext4(&vol, 64, "errors=continue");
+    lab.start_agent(&cp, node, &class_map(class, &fs_dir));
+    let name = pv_name("vol", node, class);
+    let uid = wait_until("PV published", WAIT, || available(&cp, &name));
+    assert_eq!(cp.bind_claim(claim, class, false), name);
+    std::fs::write(vol.join("tenant-data"), b"tenant").unwrap();
+
+    let dev_name = dev.file_name().unwrap().to_string_lossy().into_owned();
+    let trigger = PathBuf::from(format!("/sys/fs/ext4/{dev_name}/trigger_fs_error"));
+    assert!(trigger.exists(), "{} missing (kernel without ext4 sysfs trigger)", trigger.display());
+    std::fs::write(&trigger, "failing_disks test").unwrap();
+    let errors = std::fs::read_to_string(format!("/sys/fs/ext4/{dev_name}/errors_count")).unwrap();
+    assert_ne!(errors.trim(), "0", "the trigger recorded no error");
+    let triggered = Instant::now();
+
+    let value = wait_until("the disk-failing annotation", Duration::from_secs(10), || {
+        let pv = cp.get_json(&["pv", &name])?;
+        pv["metadata"]["annotations"][ANN_DISK_FAILING].as_str().map(str::to_string)
+    });
+    eprintln!("annotated {:?} after the error: {value}", triggered.elapsed());
+    assert!(value.contains("filesystem-errors"), "{value}");
+    wait_until("Warning DiskFailing on the PV", Duration::from_secs(10), || {
+        events_about(&cp, "PersistentVolume", &name, "DiskFailing").iter().any(|e| e["type"] == "Warning").then_some(())
+    });
+    let on_claim = wait_until("Warning DiskFailing on the claim", Duration::from_secs(10), || {
+        let found = events_about(&cp, "PersistentVolumeClaim", claim, "DiskFailing");
+        found.into_iter().find(|e| e["type"] == "Warning")
+    });
+    assert_eq!(on_claim["regarding"]["namespace"], "default", "{on_claim:#}");
+    assert_eq!(on_claim["related"]["kind"], "PersistentVolume", "{on_claim:#}");
+    assert_eq!(on_claim["related"]["name"], name.as_str(), "{on_claim:#}");
+    assert!(on_claim["note"].as_str().is_some_and(|n| n.contains("filesystem-errors")), "{on_claim:#}");
+    let path = vol.display().to_string();
+    let metrics = lab.agent().admin_get("/metrics");
+    let failing = metric_lines(
+        &metrics,
+        "local_static_provisioner_volume_failing",
+        &[format!("path=\"{path}\""), format!("pv=\"{name}\""), "reason=\"filesystem-errors\"".to_string()],
+    );
+    assert_eq!(failing.len(), 1, "{metrics}");
+    // A bound PV is never deleted for it.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(cp.pv_state(&name), Some((uid.clone(), "Bound".to_string())), "the bound PV must stay");
+
+    // Repaired: unmounted, e2fsck, mounted again at the same path.
+    umount_when_idle(&vol);
+    let out = Command::new("e2fsck").arg("-fy").arg(&dev).output().unwrap();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "e2fsck: {out:?}");
+    mount_ext4(&dev, &vol, "errors=continue");
+    let repaired = Instant::now();
+    wait_until("the annotation removed", Duration::from_secs(15), || {
+        let pv = cp.get_json(&["pv", &name])?;
+        pv["metadata"]["annotations"][ANN_DISK_FAILING].is_null().then_some(())
+    });
+    wait_until("DiskRecovered on the claim", Duration::from_secs(15), || {
+        let found = events_about(&cp, "PersistentVolumeClaim", claim, "DiskRecovered");
+        found.iter().any(|e| e["type"] == "Normal").then_some(())
+    });
+    eprintln!("unflagged and the claim told {:?} after the repaired volume was mounted", repaired.elapsed());
+    assert!(!events_about(&cp, "PersistentVolume", &name, "DiskRecovered").is_empty());
+    assert_eq!(cp.pv_state(&name), Some((uid, "Bound".to_string())), "the bound PV must stay");
+    assert_eq!(std::fs::read(vol.join("tenant-data")).unwrap(), b"tenant", "the tenant's data is untouched");
+}
+
+#[test]
+fn stalled_wipe_gives_its_slot_back() {
+    if !require_root("stalled_wipe_gives_its_slot_back") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let (node, class) = (&unique("fd-stall-node"), &unique("fd-stall"));
+    cp.create_node(node);
+    cp.create_storage_class(class, "Delete");
+    let mut lab = Lab::new("fd-stall");
+    let fs_dir = lab.root.join("fs");
+    let (healthy, wedged) = (fs_dir.join("healthy"), fs_dir.join("wedged"));
+    lab.tmpfs(&healthy, 32);
+    lab.ext4(&wedged, 64, "defaults");
+    // One wipe slot: the healthy volume's wipe can only run once the frozen one gives it back.
+    lab.start_agent_with(&cp, node, &class_map(class, &fs_dir), &["--wipe-concurrency", "1"]);
+    let (h, w) = (pv_name("healthy", node, class), pv_name("wedged", node, class));
+    wait_until("both PVs Available", WAIT, || {
+        (available(&cp, &h).is_some() && available(&cp, &w).is_some()).then_some(())
+    });
+    let (claim1, claim2) = (unique("fd-stall-1"), unique("fd-stall-2"));
+    let first = cp.bind_claim(&claim1, class, false);
+    let second = cp.bind_claim(&claim2, class, false);
+    let (w_claim, h_claim) = if first == w { (&claim1, &claim2) } else { (&claim2, &claim1) };
+    assert_eq!([first.as_str(), second.as_str()].iter().filter(|n| **n == w.as_str()).count(), 1);
+    let (h_uid, _) = cp.pv_state(&h).unwrap();
+    let (w_uid, _) = cp.pv_state(&w).unwrap();
+    std::fs::write(healthy.join("tenant-data"), b"tenant").unwrap();
+    std::fs::write(wedged.join("tenant-data"), b"tenant").unwrap();
+    lab.freeze(&wedged);
+
+    // The frozen volume's wipe takes the only slot, then the healthy one is released.
+    cp.release_claim(w_claim);
+    wait_until("the frozen volume's wipe started", WAIT, || {
+        lab.agent().log_text().contains(&format!("starting wipe pv={w} ")).then_some(())
+    });
+    let stalled_from = Instant::now();
+    cp.release_claim(h_claim);
+    wait_until("VolumeUnresponsive on the frozen volume's PV", Duration::from_secs(90), || {
+        cp.has_event(&w, "VolumeUnresponsive", "no progress").then_some(())
+    });
+    eprintln!("VolumeUnresponsive {:?} after the frozen volume's wipe started", stalled_from.elapsed());
+    wait_recycled(&cp, &h, &h_uid, Some(&healthy), Duration::from_secs(30));
+    let took = stalled_from.elapsed();
+    eprintln!("the healthy volume recycled {took:?} after its release (one slot, held by a stalled wipe)");
+
+    // The stalled one is unresponsive (metrics, readiness) and its PV waits, Released.
+    let path = wedged.display().to_string();
+    let label = format!("path=\"{path}\"");
+    let stalls = wait_until("the frozen volume in the unresponsive metric", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        let lines: Vec<String> =
+            metric_lines(&m, "local_static_provisioner_volume_unresponsive", std::slice::from_ref(&label))
+                .iter()
+                .map(|l| l.to_string())
+                .collect();
+        (!lines.is_empty()).then_some(lines)
+    });
+    eprintln!("{stalls:?}");
+    let ready = lab.agent().admin_get("/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200") && ready.contains(&format!("unresponsive: {path} (")), "{ready}");
+    assert!(lab.agent().admin_get("/healthz").starts_with("HTTP/1.1 200"));
+    assert_eq!(cp.pv_state(&w), Some((w_uid.clone(), "Released".to_string())), "the frozen volume's PV");
+
+    let thawed = Instant::now();
+    lab.thaw(&wedged);
+    wait_recycled(&cp, &w, &w_uid, Some(&wedged), WAIT);
+    eprintln!("the thawed volume wiped and recycled {:?} after the thaw", thawed.elapsed());
+    wait_until("the unresponsive metric cleared", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        metric_lines(&m, "local_static_provisioner_volume_unresponsive", &[]).is_empty().then_some(())
+    });
+}
