@@ -590,7 +590,10 @@ impl Operations {
         work: impl FnOnce() -> T + Send + 'static,
     ) -> tokio::sync::oneshot::Receiver<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // The work may drive a child process on the caller's runtime (a wipe's cleaner command).
+        let runtime = tokio::runtime::Handle::try_current().ok();
         self.inner.pool.submit(Box::new(move || {
+            let _entered = runtime.as_ref().map(|r| r.enter());
             let value = work();
             drop(ticket);
             let _ = tx.send(value);
