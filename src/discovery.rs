@@ -25,7 +25,7 @@ use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
 use crate::host::disk_health::read_signs;
 use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
-use crate::host::ops::{Job, Operations, Subject};
+use crate::host::ops::{Answer, Job, Operations, Subject};
 use crate::host::used_mark::{Ledger, open_volume_root, read_dir_mark};
 use crate::host::volume::{
     EntryKind, block_device_capacity, mount_at, mount_of_fd, mounted_dir_capacity, resolve_entry,
@@ -420,8 +420,10 @@ fn scan_class(
         mode: cfg.volume_mode,
         mount_dir: PathBuf::from(&cfg.mount_dir),
     };
-    let results: Vec<Examined> = match examine {
-        None => entries.iter().map(|(_, name, entry)| entry_of(name, entry.clone()).run(guard, None)).collect(),
+    // None: still being examined (host::ops's grace passed): neither published nor skipped
+    // this pass; its answer is kept for the next one.
+    let results: Vec<Option<Examined>> = match examine {
+        None => entries.iter().map(|(_, name, entry)| Some(entry_of(name, entry.clone()).run(guard, None))).collect(),
         Some(ex) => {
             let jobs = entries
                 .iter()
@@ -435,11 +437,16 @@ fn scan_class(
             ex.ops
                 .run_all(jobs)
                 .into_iter()
-                .map(|r| r.unwrap_or_else(|e| (Err(SkipReason::Unresponsive(e.to_string())), None)))
+                .map(|r| match r {
+                    Answer::Done(v) => Some(v),
+                    Answer::Pending => None,
+                    Answer::Unresponsive(e) => Some((Err(SkipReason::Unresponsive(e.to_string())), None)),
+                })
                 .collect()
         }
     };
-    for ((path, name, _), (result, signs)) in entries.into_iter().zip(results) {
+    for ((path, name, _), examined) in entries.into_iter().zip(results) {
+        let Some((result, signs)) = examined else { continue };
         if let Some(signs) = signs {
             out.signs.push((host_path(&cfg.host_dir, &name), signs));
         }

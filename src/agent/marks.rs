@@ -9,7 +9,7 @@ use crate::core::cleanup::PvState;
 use crate::core::planner::DesiredPv;
 use crate::core::used_mark::{Replace, UsedMark, UsedRead};
 use crate::host::access::MarkJob;
-use crate::host::ops::{Job, Subject};
+use crate::host::ops::{Answer, Job, Subject};
 use crate::host::used_mark::{Accept, MarkOutcome};
 use crate::wiper::{target_at, target_for};
 
@@ -207,13 +207,23 @@ impl Agent {
                 .into_iter()
                 .map(|job| {
                     let (host, mounts) = (shared.clone(), mounts.clone());
-                    Job::effect(Subject::Volume(job.mark.path.clone()), "used mark write", timeout, move || {
-                        host.mark_one(&job, &mounts)
-                    })
+                    let m = &job.mark;
+                    let tag = format!("{}|{}|{:?}|{}", m.pv, m.identity, m.uid, m.claimed);
+                    let subject = Subject::Volume(m.path.clone());
+                    Job::effect(subject, "used mark write", timeout, move || host.mark_one(&job, &mounts)).tagged(tag)
                 })
                 .collect();
-            let mut outcomes: Vec<Result<MarkOutcome, String>> =
-                ops.run_all(jobs).into_iter().map(|r| r.map_err(|e| e.to_string()).and_then(|o| o)).collect();
+            let mut outcomes: Vec<Result<MarkOutcome, String>> = ops
+                .run_all(jobs)
+                .into_iter()
+                .map(|r| match r {
+                    Answer::Done(outcome) => outcome,
+                    Answer::Pending => Err("its used mark is still being written (a slow disk); looked at again when \
+                                            the write ends"
+                        .to_string()),
+                    Answer::Unresponsive(e) => Err(e.to_string()),
+                })
+                .collect();
             host.record_marks(&mut outcomes);
             Ok(outcomes)
         })

@@ -259,7 +259,7 @@ impl HostAccess for RealHost {
         let checked = self.ops.run_all(jobs);
         let (mut absent, mut upgrades, mut disks) = (Vec::new(), Vec::new(), Vec::new());
         for ((pv, _), result) in ask.pvs.iter().zip(checked) {
-            let Ok((present, upgrade, disk)) = result else { continue };
+            let Some((present, upgrade, disk)) = result.done() else { continue };
             if !present {
                 absent.push(pv.uid.clone());
             }
@@ -284,7 +284,7 @@ impl HostAccess for RealHost {
             .predecessors
             .iter()
             .zip(self.ops.run_all(jobs))
-            .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.ok()?)))
+            .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.done()?)))
             .collect();
         let disks = ask.disks.then_some(disks);
         Ok(Observation { scan, absent, upgrades, disks, succession, claims })

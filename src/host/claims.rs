@@ -30,7 +30,7 @@ use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_at
 use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
-use crate::host::ops::{Job, Operations, Subject};
+use crate::host::ops::{Answer, Job, Operations, Subject};
 use crate::host::state_file;
 use crate::host::verify::{FullReadJob, FullReads, Verifier};
 use crate::host::writers::{self, Wanted};
@@ -482,15 +482,19 @@ pub fn plan_claims(
             }))
         })
         .collect();
-    let probes: Vec<Result<Probe, String>> = match deadlines {
-        Some((ops, _)) => ops.run_all(jobs).into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
-        None => jobs.into_iter().map(|j| Ok((j.work)())).collect(),
+    let probes: Vec<Answer<Probe>> = match deadlines {
+        Some((ops, _)) => ops.run_all(jobs),
+        None => jobs.into_iter().map(|j| Answer::Done((j.work)())).collect(),
     };
     for ((name, _, since_last_pass, surface, counters, cached), found) in prepared.into_iter().zip(probes) {
         let Some(d) = world.devices.iter_mut().find(|d| d.name == name) else { continue };
         d.probe = match found {
-            Ok(p) => p,
-            Err(why) => Probe { done: true, in_use: None, content: Content::Unresponsive(why), activity: None },
+            Answer::Done(p) => p,
+            // Still reading (a rotational disk's surface): not probed yet, its answer is kept.
+            Answer::Pending => Probe::default(),
+            Answer::Unresponsive(e) => {
+                Probe { done: true, in_use: None, content: Content::Unresponsive(e.to_string()), activity: None }
+            }
         };
         let answered = !matches!(d.probe.content, Content::Unresponsive(_));
         if let (true, true, None, Some(m), Some(c)) = (answered, surface, &cached, memory.as_deref_mut(), counters) {

@@ -49,6 +49,43 @@ fn stalled_text(op: &str) -> String {
     format!("its {op} did not answer within its deadline (a call stuck in the kernel, or a disk too slow)")
 }
 
+/// How long a caller waits for an operation before going on without it (its answer is then
+/// kept for the next pass): a pass meeting a newly wedged volume is held up this long, once.
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// How long an answer nobody waited for is kept for the next pass.
+const KEPT_FOR: Duration = Duration::from_secs(5);
+
+/// What a caller gets for one operation.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer<T> {
+    /// It finished: its result.
+    Done(T),
+    /// Still running within its deadline: nothing is concluded this pass; its answer is kept
+    /// and its end wakes the owner.
+    Pending,
+    /// The subject does not answer: an operation on it passed its deadline.
+    Unresponsive(Unresponsive),
+}
+
+impl<T> Answer<T> {
+    /// The result, if it finished.
+    pub fn done(self) -> Option<T> {
+        match self {
+            Answer::Done(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// An answer nobody waited for, kept for the next call.
+struct Kept {
+    op: &'static str,
+    tag: String,
+    at: Instant,
+    value: Box<dyn std::any::Any + Send>,
+}
+
 /// What an operation is about: the thing one disk can wedge.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Subject {
@@ -123,6 +160,8 @@ struct State {
     flights: BTreeMap<Subject, Vec<Flight>>,
     /// Subjects that passed a deadline and have not answered in time since.
     suspects: BTreeMap<Subject, Suspect>,
+    /// Answers of operations whose callers went on without them, by subject.
+    kept: BTreeMap<Subject, Kept>,
 }
 
 #[derive(Debug, Clone)]
@@ -156,6 +195,27 @@ impl Ticket {
     /// What the subject is, for errors.
     pub fn subject(&self) -> &Subject {
         &self.subject
+    }
+
+    /// Keeps the answer of this operation, which its caller did not wait for, for the next
+    /// call, when it came within the deadline; wakes the owner either way (the ticket ends
+    /// right after).
+    fn keep(self, op: &'static str, tag: String, value: Box<dyn std::any::Any + Send>) {
+        let now = Instant::now();
+        {
+            let mut state = self.inner.lock();
+            let in_time = state
+                .flights
+                .get(&self.subject)
+                .and_then(|v| v.iter().find(|f| f.id == self.id))
+                .is_some_and(|f| f.deadline > now);
+            if in_time {
+                state.kept.insert(self.subject.clone(), Kept { op, tag, at: now, value });
+            }
+        }
+        let inner = self.inner.clone();
+        drop(self);
+        inner.wake();
     }
 }
 
@@ -213,6 +273,9 @@ pub struct Job<T> {
     /// effect (a used-mark write) waits until a read proved the subject answers, since nobody
     /// would see its result.
     pub may_retry: bool,
+    /// What the work is, beyond its subject and operation (a used mark's PV and identity): a
+    /// kept answer is only given to a job with the same tag.
+    pub tag: String,
 }
 
 impl<T> Job<T> {
@@ -223,7 +286,13 @@ impl<T> Job<T> {
         deadline: Duration,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Self {
-        Job { subject, op, deadline, work: Box::new(work), may_retry: true }
+        Job { subject, op, deadline, work: Box::new(work), may_retry: true, tag: String::new() }
+    }
+
+    /// This job with `tag` (see [`Job::tag`]).
+    pub fn tagged(mut self, tag: String) -> Self {
+        self.tag = tag;
+        self
     }
 
     /// A job with an effect: never run as a background retry (see [`Job::may_retry`]).
@@ -319,46 +388,57 @@ impl Operations {
         Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry }, retry))
     }
 
-    /// Runs one operation on the pool and waits for it until its deadline.
+    /// Runs one operation on the pool and waits for it (see [`Self::run_all`]).
     pub fn run<T: Send + 'static>(
         &self,
         subject: Subject,
         op: &'static str,
         deadline: Duration,
         work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, Unresponsive> {
-        self.run_all(vec![Job::new(subject, op, deadline, work)]).pop().unwrap_or_else(|| {
-            Err(Unresponsive { subject: Subject::Directory(String::new()), what: "no result".into() })
-        })
+    ) -> Answer<T> {
+        self.run_all(vec![Job::new(subject, op, deadline, work)]).pop().unwrap_or(Answer::Pending)
     }
 
-    /// Runs the jobs concurrently on the pool and waits for each until its deadline; one
-    /// result per job, in order. A subject's retry runs in the background and answers
-    /// [`Unresponsive`] now.
-    pub fn run_all<T: Send + 'static>(&self, jobs: Vec<Job<T>>) -> Vec<Result<T, Unresponsive>> {
+    /// Runs the jobs concurrently on the pool; one answer per job, in order. Each is waited
+    /// for at most [`GRACE`] (or its deadline, when shorter): one still running then is
+    /// [`Answer::Pending`], keeps running under its deadline, and its answer is kept for the
+    /// next call with the same subject, operation and tag (its end wakes the owner). An
+    /// operation of the same kind still running answers `Pending` without a second thread. A
+    /// subject's background retry answers [`Answer::Unresponsive`] now.
+    pub fn run_all<T: Send + 'static>(&self, jobs: Vec<Job<T>>) -> Vec<Answer<T>> {
         let (tx, rx) = mpsc::channel::<(usize, T)>();
-        let mut out: Vec<Option<Result<T, Unresponsive>>> = Vec::with_capacity(jobs.len());
-        let mut waiting: BTreeMap<usize, (Instant, Subject, &'static str, Instant)> = BTreeMap::new();
+        let mut out: Vec<Option<Answer<T>>> = Vec::with_capacity(jobs.len());
+        // index -> (wait until, subject, op, started, deadline)
+        let mut waiting: BTreeMap<usize, (Instant, Subject, &'static str, Instant, Instant)> = BTreeMap::new();
         for (i, job) in jobs.into_iter().enumerate() {
+            if let Some(value) = self.take_kept::<T>(&job.subject, job.op, &job.tag) {
+                out.push(Some(Answer::Done(value)));
+                continue;
+            }
+            if self.running(&job.subject, job.op) {
+                out.push(Some(Answer::Pending));
+                continue;
+            }
             match self.begin_as(&job.subject, job.op, job.deadline, job.may_retry) {
-                Err(e) => out.push(Some(Err(e))),
+                Err(e) => out.push(Some(Answer::Unresponsive(e))),
                 Ok((ticket, retry)) => {
                     let started = Instant::now();
                     let tx = tx.clone();
-                    let work = job.work;
+                    let (work, op, tag) = (job.work, job.op, job.tag.clone());
                     self.inner.pool.submit(Box::new(move || {
                         let value = work();
-                        // The ticket ends before the answer is sent, so a caller that got the
-                        // answer sees the subject free.
-                        drop(ticket);
-                        let _ = tx.send((i, value));
+                        // An answer nobody waits for any more is kept for the next pass.
+                        if let Err(mpsc::SendError((_, value))) = tx.send((i, value)) {
+                            ticket.keep(op, tag, Box::new(value));
+                        }
                     }));
                     if retry {
                         let what = stalled_text(self.stalled_op(&job.subject).unwrap_or(job.op));
-                        out.push(Some(Err(Unresponsive { subject: job.subject, what })));
+                        out.push(Some(Answer::Unresponsive(Unresponsive { subject: job.subject, what })));
                     } else {
                         out.push(None);
-                        waiting.insert(i, (started + job.deadline, job.subject, job.op, started));
+                        let until = started + job.deadline.min(GRACE);
+                        waiting.insert(i, (until, job.subject, job.op, started, started + job.deadline));
                     }
                 }
             }
@@ -370,30 +450,51 @@ impl Operations {
             match received {
                 Some((i, value)) => {
                     if waiting.remove(&i).is_some() {
-                        out[i] = Some(Ok(value));
+                        out[i] = Some(Answer::Done(value));
                     }
                 }
                 None => {
-                    // Every job whose deadline passed is given up on.
+                    // Every job whose wait is over is given up on for now.
                     let now = Instant::now();
-                    let late: Vec<usize> = waiting.iter().filter(|(_, w)| w.0 <= now).map(|(i, _)| *i).collect();
-                    for i in late {
-                        if let Some((_, subject, op, started)) = waiting.remove(&i) {
+                    let over: Vec<usize> = waiting.iter().filter(|(_, w)| w.0 <= now).map(|(i, _)| *i).collect();
+                    for i in over {
+                        let Some((_, subject, op, started, deadline)) = waiting.remove(&i) else { continue };
+                        out[i] = Some(if deadline <= now {
                             self.note_overdue(&subject, op, started);
                             let what = stalled_text(self.stalled_op(&subject).unwrap_or(op));
-                            out[i] = Some(Err(Unresponsive { subject, what }));
-                        }
+                            Answer::Unresponsive(Unresponsive { subject, what })
+                        } else {
+                            Answer::Pending
+                        });
                     }
                 }
             }
         }
-        out.into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    Err(Unresponsive { subject: Subject::Directory(String::new()), what: "lost".into() })
-                })
-            })
-            .collect()
+        // Answers that came in meanwhile are used now rather than kept.
+        while let Ok((i, value)) = rx.try_recv() {
+            if matches!(out.get(i), Some(Some(Answer::Pending))) {
+                out[i] = Some(Answer::Done(value));
+            }
+        }
+        out.into_iter().map(|o| o.unwrap_or(Answer::Pending)).collect()
+    }
+
+    /// Whether an operation `op` on `subject` is in flight within its deadline.
+    fn running(&self, subject: &Subject, op: &'static str) -> bool {
+        let now = Instant::now();
+        let state = self.inner.lock();
+        state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.op == op && f.deadline > now))
+    }
+
+    /// The answer kept for (`subject`, `op`, `tag`), taken; answers older than [`KEPT_FOR`]
+    /// are dropped on the way.
+    fn take_kept<T: 'static>(&self, subject: &Subject, op: &'static str, tag: &str) -> Option<T> {
+        let now = Instant::now();
+        let mut state = self.inner.lock();
+        state.kept.retain(|_, k| now.duration_since(k.at) < KEPT_FOR);
+        state.kept.get(subject).filter(|k| k.op == op && k.tag == tag)?;
+        let kept = state.kept.remove(subject)?;
+        kept.value.downcast::<T>().ok().map(|v| *v)
     }
 
     /// The operation that first passed its deadline on `subject`, while it is unresponsive.
@@ -410,7 +511,21 @@ impl Operations {
     /// The unresponsive subjects now, in subject order.
     pub fn stalls(&self) -> Vec<Stall> {
         let now = Instant::now();
-        let state = self.inner.lock();
+        let mut state = self.inner.lock();
+        // An operation its caller went on without may have passed its deadline since.
+        let overdue: Vec<(Subject, Flight)> = state
+            .flights
+            .iter()
+            .flat_map(|(s, v)| v.iter().filter(|f| f.deadline <= now).map(move |f| (s.clone(), f.clone())))
+            .collect();
+        for (subject, f) in overdue {
+            state.suspects.entry(subject).or_insert(Suspect {
+                op: f.op,
+                since: f.started,
+                failures: 1,
+                retry_at: None,
+            });
+        }
         state
             .suspects
             .iter()
@@ -429,17 +544,22 @@ impl Operations {
         self.inner.lock().flights.values().flatten().filter(|f| f.deadline <= now).count()
     }
 
-    /// When the next background retry is due, so the owner's loop wakes for it.
+    /// When the next background retry is due, or the next operation in flight passes its
+    /// deadline (its subject is then reported), so the owner's loop wakes for it.
     pub fn next_retry(&self) -> Option<Instant> {
-        self.inner.lock().suspects.values().filter_map(|s| s.retry_at).min()
+        let now = Instant::now();
+        let state = self.inner.lock();
+        let deadlines = state.flights.values().flatten().map(|f| f.deadline).filter(|d| *d > now);
+        state.suspects.values().filter_map(|s| s.retry_at).chain(deadlines).min()
     }
 
     /// Forgets unresponsive subjects that are no longer anybody's (a volume removed), unless
     /// an operation of theirs is still in flight.
     pub fn retain(&self, keep: impl Fn(&Subject) -> bool) {
         let mut state = self.inner.lock();
-        let State { flights, suspects } = &mut *state;
+        let State { flights, suspects, kept } = &mut *state;
         suspects.retain(|s, _| keep(s) || flights.contains_key(s));
+        kept.retain(|s, _| keep(s));
     }
 
     /// Threads the pool holds now (busy or idle).
@@ -644,11 +764,11 @@ mod tests {
         let started = Instant::now();
         let out = ops.run_all(jobs);
         assert!(started.elapsed() >= SHORT && started.elapsed() < SHORT * 4);
-        assert_eq!(out[0], Ok(1));
+        assert_eq!(out[0], Answer::Done(1));
         assert!(
-            matches!(&out[1], Err(e) if e.subject == vol("/wedged") && e.what.contains("did not answer within its deadline"))
+            matches!(&out[1], Answer::Unresponsive(e) if e.subject == vol("/wedged") && e.what.contains("did not answer within its deadline"))
         );
-        assert_eq!(out[2], Ok(3));
+        assert_eq!(out[2], Answer::Done(3));
         assert_eq!(ops.stuck(), 1);
         // The next pass: refused at once, without a thread, for every kind of operation.
         let threads = ops.threads();
@@ -656,11 +776,11 @@ mod tests {
         let again = ops.run(vol("/wedged"), "used mark write", SHORT, || 9);
         assert!(started.elapsed() < SHORT / 2, "no wait for a subject known to be stuck");
         assert!(
-            matches!(&again, Err(e) if e.what.contains("its inspection did not answer")),
+            matches!(&again, Answer::Unresponsive(e) if e.what.contains("its inspection did not answer")),
             "named after the first stalled operation"
         );
         assert!(ops.threads() <= threads, "no new thread for a stuck subject");
-        assert_eq!(ops.run(vol("/a"), "inspection", SHORT, || 4), Ok(4));
+        assert_eq!(ops.run(vol("/a"), "inspection", SHORT, || 4), Answer::Done(4));
         let stalls = ops.stalls();
         assert_eq!(stalls.len(), 1);
         assert!(stalls[0].stuck && stalls[0].op == "inspection");
@@ -677,7 +797,7 @@ mod tests {
         });
         let wedge = Wedge::default();
         let w = wedge.clone();
-        assert!(ops.run(vol("/v"), "inspection", SHORT, move || w.hold()).is_err());
+        assert!(ops.run(vol("/v"), "inspection", SHORT, move || w.hold()).done().is_none());
         wedge.release();
         // The stuck call returns (too late): the owner is woken and a retry is due after 1 s.
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -687,16 +807,18 @@ mod tests {
         assert_eq!(ops.stuck(), 0);
         assert!(woken.load(Ordering::SeqCst) >= 1, "a returning stuck call wakes the owner");
         let retry_at = ops.next_retry().expect("a retry is scheduled");
-        assert!(ops.run(vol("/v"), "inspection", SHORT, || ()).is_err(), "before its retry: still refused");
+        assert!(ops.run(vol("/v"), "inspection", SHORT, || ()).done().is_none(), "before its retry: still refused");
         std::thread::sleep(retry_at.saturating_duration_since(Instant::now()));
         // The retry runs in the background (nobody waits for it) and clears the subject.
-        assert!(matches!(ops.run(vol("/v"), "inspection", SHORT, || ()), Err(e) if e.what.contains("did not answer")));
+        assert!(
+            matches!(ops.run(vol("/v"), "inspection", SHORT, || ()), Answer::Unresponsive(e) if e.what.contains("did not answer"))
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while !ops.stalls().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(ops.stalls().is_empty(), "a timely answer clears the subject");
-        assert_eq!(ops.run(vol("/v"), "inspection", SHORT, || 7), Ok(7));
+        assert_eq!(ops.run(vol("/v"), "inspection", SHORT, || 7), Answer::Done(7));
     }
 
     #[test]
@@ -704,7 +826,8 @@ mod tests {
         let ops = Operations::new();
         assert!(
             ops.run(vol("/slow"), "probe", Duration::from_millis(20), || std::thread::sleep(Duration::from_millis(60)))
-                .is_err()
+                .done()
+                .is_none()
         );
         std::thread::sleep(Duration::from_millis(80));
         let first = ops.next_retry().expect("retry scheduled");
@@ -731,7 +854,7 @@ mod tests {
             })
             .collect();
         let out = ops.run_all(jobs);
-        assert!(out.iter().all(Result::is_err));
+        assert!(out.iter().all(|a| !matches!(a, Answer::Done(_))));
         assert!(ops.threads() <= MAX_THREADS, "{} threads", ops.threads());
         wedge.release();
         // A wipe's deadline moves while it progresses.
@@ -747,5 +870,47 @@ mod tests {
         assert!(ops.begin(&vol("/w"), "inspection", SHORT).is_err(), "a stuck wipe keeps others off its volume");
         drop(ticket);
         assert_eq!(ops.stuck(), 0);
+    }
+
+    #[test]
+    fn a_slow_answer_is_not_waited_for_past_the_grace_and_is_kept_for_the_next_pass() {
+        let ops = Operations::new();
+        let woken = Arc::new(AtomicU64::new(0));
+        let count = woken.clone();
+        ops.on_wake(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        });
+        let ran = Arc::new(AtomicU64::new(0));
+        let slow = |ran: Arc<AtomicU64>| {
+            move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(GRACE + Duration::from_millis(300));
+                "surface read"
+            }
+        };
+        let deadline = GRACE * 5;
+        let started = Instant::now();
+        let jobs = vec![
+            Job::new(vol("/hdd"), "probe", deadline, slow(ran.clone())),
+            Job::new(vol("/ssd"), "probe", deadline, || "fast"),
+        ];
+        let out = ops.run_all(jobs);
+        assert!(started.elapsed() < GRACE + Duration::from_millis(200), "waited only the grace");
+        assert_eq!(out, vec![Answer::Pending, Answer::Done("fast")]);
+        // Asked again while it runs: pending, no second read.
+        assert_eq!(ops.run(vol("/hdd"), "probe", deadline, slow(ran.clone())), Answer::Pending);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(woken.load(Ordering::SeqCst) >= 1, "its end wakes the owner");
+        // The next pass gets the kept answer at once, without reading again.
+        let started = Instant::now();
+        assert_eq!(ops.run(vol("/hdd"), "probe", deadline, slow(ran.clone())), Answer::Done("surface read"));
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert!(ops.stalls().is_empty(), "slow but within its deadline: not unresponsive");
+        // A kept answer goes only to the same work (tag).
+        let _ = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, slow(ran.clone())).tagged("pv-1".into())]);
+        std::thread::sleep(Duration::from_millis(500));
+        let other = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, || "fresh").tagged("pv-2".into())]);
+        assert_eq!(other, vec![Answer::Done("fresh")]);
     }
 }
