@@ -125,6 +125,31 @@ fn mount_ext4(dev: &Path, point: &Path, options: &str) {
     run(Command::new("mount").args(["-t", "ext4", "-o", options]).arg(dev).arg(point));
 }
 
+/// Makes ext4 on `dev` record an error, as a real one would (`trigger_fs_error`): the error
+/// count rises (returns once it did); with `errors=remount-ro` the kernel also makes the filesystem read-only.
+fn trigger_ext4_error(dev: &Path) {
+    let name = dev.file_name().unwrap().to_string_lossy().into_owned();
+    let trigger = PathBuf::from(format!("/sys/fs/ext4/{name}/trigger_fs_error"));
+    assert!(trigger.exists(), "{} missing (kernel without the ext4 sysfs trigger)", trigger.display());
+    std::fs::write(&trigger, "failing_disks test").unwrap();
+    // The count lives in the superblock, which ext4 updates from a work item, a moment later.
+    let count = PathBuf::from(format!("/sys/fs/ext4/{name}/errors_count"));
+    wait_until("ext4's error count to rise", Duration::from_secs(10), || {
+        std::fs::read_to_string(&count).ok().filter(|n| n.trim() != "0").map(|_| ())
+    });
+}
+
+/// Waits until the agent ran no pass for 3 s: nothing (an API watch event, a settle deadline)
+/// would run one soon by chance.
+fn wait_idle(agent: &AgentProcess) {
+    let passes = || agent.log_text().matches("pass done").count();
+    wait_until("the agent idle", WAIT, || {
+        let before = passes();
+        std::thread::sleep(Duration::from_secs(3));
+        (passes() == before).then_some(())
+    });
+}
+
 fn class_map(class: &str, dir: &Path) -> String {
     format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = dir.display())
 }
@@ -371,18 +396,16 @@ fn ext4_errors_on_a_bound_volume_tell_the_claim() {
     let fs_dir = lab.root.join("fs");
     let vol = fs_dir.join("vol");
     let dev = lab.ext4(&vol, 64, "errors=continue");
-    lab.start_agent(&cp, node, &class_map(class, &fs_dir));
+    // An ext4 error that does not remount changes nothing the agent watches: it is seen at the
+    // next pass (see ext4_errors_on_an_idle_node_are_seen_without_a_resync). This test is about
+    // what the agent does then, so its agent runs a pass every 5 s.
+    lab.start_agent_with(&cp, node, &class_map(class, &fs_dir), &["--discovery-period", "5s"]);
     let name = pv_name("vol", node, class);
     let uid = wait_until("PV published", WAIT, || available(&cp, &name));
     assert_eq!(cp.bind_claim(claim, class, false), name);
     std::fs::write(vol.join("tenant-data"), b"tenant").unwrap();
 
-    let dev_name = dev.file_name().unwrap().to_string_lossy().into_owned();
-    let trigger = PathBuf::from(format!("/sys/fs/ext4/{dev_name}/trigger_fs_error"));
-    assert!(trigger.exists(), "{} missing (kernel without ext4 sysfs trigger)", trigger.display());
-    std::fs::write(&trigger, "failing_disks test").unwrap();
-    let errors = std::fs::read_to_string(format!("/sys/fs/ext4/{dev_name}/errors_count")).unwrap();
-    assert_ne!(errors.trim(), "0", "the trigger recorded no error");
+    trigger_ext4_error(&dev);
     let triggered = Instant::now();
 
     let value = wait_until("the disk-failing annotation", Duration::from_secs(10), || {
@@ -506,4 +529,48 @@ fn stalled_wipe_gives_its_slot_back() {
         let m = lab.agent().admin_get("/metrics");
         metric_lines(&m, "local_static_provisioner_volume_unresponsive", &[]).is_empty().then_some(())
     });
+}
+
+/// An ext4 error on an idle node, the two ways ext4 reacts to one: `errors=continue` (mkfs's
+/// default) only counts it; `errors=remount-ro` also makes the superblock read-only, a change
+/// the kernel makes itself and does not announce in the mount table. Neither wakes the agent:
+/// on a quiet node both are seen at the next periodic resync (minResyncPeriod, 5 to 10 min), so
+/// this fails there and is ignored until the agent looks at the signs between passes. On a busy
+/// host it may pass by chance: any mount or loop device anyone makes on the host wakes a pass.
+#[test]
+#[ignore = "an ext4 error on an idle node is seen only at the next periodic resync (5-10 min)"]
+fn ext4_errors_on_an_idle_node_are_seen_without_a_resync() {
+    if !require_root("ext4_errors_on_an_idle_node_are_seen_without_a_resync") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let (node, class) = (&unique("fd-idle-node"), &unique("fd-idle"));
+    cp.create_node(node);
+    cp.create_storage_class(class, "Delete");
+    let mut lab = Lab::new("fd-idle");
+    let fs_dir = lab.root.join("fs");
+    let counting = lab.ext4(&fs_dir.join("counting"), 64, "errors=continue");
+    let remounting = lab.ext4(&fs_dir.join("remounting"), 64, "errors=remount-ro");
+    lab.start_agent(&cp, node, &class_map(class, &fs_dir));
+    let names = [pv_name("counting", node, class), pv_name("remounting", node, class)];
+    wait_until("both PVs Available", WAIT, || names.iter().all(|n| available(&cp, n).is_some()).then_some(()));
+    wait_idle(lab.agent());
+
+    trigger_ext4_error(&counting);
+    trigger_ext4_error(&remounting);
+    let triggered = Instant::now();
+    let deadline = Duration::from_secs(15);
+    while triggered.elapsed() < deadline && names.iter().any(|n| cp.pv_state(n).is_some()) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let left: Vec<&String> = names.iter().filter(|n| cp.pv_state(n).is_some()).collect();
+    let log = lab.agent().log_text();
+    let resync = log.lines().rfind(|l| l.contains("periodic resync")).unwrap_or("no resync line");
+    assert!(
+        left.is_empty(),
+        "{deadline:?} after ext4 errors on an idle node, the Available PVs {left:?} are still offered \
+         (counting: {}, remounting: {}); the agent's last resync line: {resync}",
+        names[0],
+        names[1]
+    );
 }
