@@ -396,10 +396,9 @@ fn ext4_errors_on_a_bound_volume_tell_the_claim() {
     let fs_dir = lab.root.join("fs");
     let vol = fs_dir.join("vol");
     let dev = lab.ext4(&vol, 64, "errors=continue");
-    // An ext4 error that does not remount changes nothing the agent watches: it is seen at the
-    // next pass (see ext4_errors_on_an_idle_node_are_seen_without_a_resync). This test is about
-    // what the agent does then, so its agent runs a pass every 5 s.
-    lab.start_agent_with(&cp, node, &class_map(class, &fs_dir), &["--discovery-period", "5s"]);
+    // An ext4 error that does not remount changes no mount and no device: the agent's watch of
+    // the failing signs (every 2 s) wakes the pass (see ext4_errors_on_an_idle_node_are_seen_without_a_resync).
+    lab.start_agent(&cp, node, &class_map(class, &fs_dir));
     let name = pv_name("vol", node, class);
     let uid = wait_until("PV published", WAIT, || available(&cp, &name));
     assert_eq!(cp.bind_claim(claim, class, false), name);
@@ -533,12 +532,12 @@ fn stalled_wipe_gives_its_slot_back() {
 
 /// An ext4 error on an idle node, the two ways ext4 reacts to one: `errors=continue` (mkfs's
 /// default) only counts it; `errors=remount-ro` also makes the superblock read-only, a change
-/// the kernel makes itself and does not announce in the mount table. Neither wakes the agent:
-/// on a quiet node both are seen at the next periodic resync (minResyncPeriod, 5 to 10 min), so
-/// this fails there and is ignored until the agent looks at the signs between passes. On a busy
-/// host it may pass by chance: any mount or loop device anyone makes on the host wakes a pass.
+/// the kernel makes itself and does not announce in the mount table. Neither changes a mount or
+/// a device: the agent's watch of the failing signs (every 2 s, host::watch) wakes a pass, so
+/// both Available PVs are withdrawn within seconds, not at the next resync (5 to 10 min). On a
+/// busy host it could pass by chance (any mount anywhere wakes a pass); on an idle one it failed
+/// before that watch.
 #[test]
-#[ignore = "an ext4 error on an idle node is seen only at the next periodic resync (5-10 min)"]
 fn ext4_errors_on_an_idle_node_are_seen_without_a_resync() {
     if !require_root("ext4_errors_on_an_idle_node_are_seen_without_a_resync") {
         return;

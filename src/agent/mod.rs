@@ -47,7 +47,7 @@ use crate::core::pv_facts::PvFacts;
 use crate::core::settle::Settler;
 use crate::host::access::{HostAccess, RealHost};
 use crate::host::kubelet::KubeletView;
-use crate::host::ops::Operations;
+use crate::host::ops::{Answer, Operations, Subject};
 use crate::host::used_mark::Ledger;
 use crate::host::watch::{DirWatcher, watch_block_devices, watch_mounts};
 use crate::metrics::Metrics;
@@ -472,6 +472,20 @@ impl Agent {
             count(|pv| pv.moved_to.is_some()),
         );
         self.metrics.pass_done(started.elapsed(), discovery_time);
+    }
+
+    /// The identity of the volume at `path` (its PV's `host_path`), read on the pool of
+    /// per-volume operations under the deadline: a wedged disk answers an error, not a hang.
+    async fn volume_identity(&self, host_path: &str, path: PathBuf) -> Result<String, String> {
+        let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
+        let subject = Subject::Volume(host_path.to_string());
+        let read =
+            self.on_host(move |_| match ops.run(subject, "identity read", timeout, move || shared.identity(&path)) {
+                Answer::Done(identity) => identity,
+                Answer::Pending => Err("the identity read is still running (a slow disk); tried again later".into()),
+                Answer::Unresponsive(e) => Err(e.to_string()),
+            });
+        read.await.unwrap_or_else(|| Err("host task failed".into()))
     }
 
     /// Runs blocking host work on the blocking pool; `None` when the task itself failed.

@@ -250,11 +250,9 @@ impl Agent {
         if state.identity.is_none()
             && let Ok(target) = target_for(&state, self.config.storage_class_map.get(&state.class))
         {
-            let path = target.path;
-            match self.on_host(move |host| host.identity(&path)).await {
-                Some(Ok(id)) => annotations = annotations.set(ANN_VOLUME_IDENTITY, id),
-                Some(Err(e)) => warn!(pv = %name, error = %e, "cannot record the volume identity of an adopted PV"),
-                None => {}
+            match self.volume_identity(&state.host_path, target.path).await {
+                Ok(id) => annotations = annotations.set(ANN_VOLUME_IDENTITY, id),
+                Err(e) => warn!(pv = %name, error = %e, "cannot record the volume identity of an adopted PV"),
             }
         }
         let patch = TakeOver {

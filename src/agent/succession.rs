@@ -82,14 +82,12 @@ impl Agent {
                     patch = patch.remove(ANN_VOLUME_MOVED_TO);
                 }
                 if record_identity {
-                    let at = path.clone();
-                    match self.on_host(move |host| host.identity(&at)).await {
-                        Some(Ok(id)) => patch = patch.set(ANN_VOLUME_IDENTITY, id),
-                        Some(Err(e)) => {
+                    match self.volume_identity(&pv.host_path, path.clone()).await {
+                        Ok(id) => patch = patch.set(ANN_VOLUME_IDENTITY, id),
+                        Err(e) => {
                             let e = format!("cannot read the disk identity: {e}");
                             return self.effects.record::<(), _>(&key, &Err(e));
                         }
-                        None => return,
                     }
                 }
                 let result = self.cluster.patch_annotations(&name, Some(&resource_version), &patch).await;

@@ -238,6 +238,10 @@ pub fn plan_health(pvs: &[PvState], failing: &BTreeMap<String, Vec<Failing>>) ->
                     });
                     continue;
                 }
+                // An unbound PV being deleted (withdrawn) is about to go: nobody to tell.
+                if pv.deleting && !pv.claimed {
+                    continue;
+                }
                 let value = annotation_value(f);
                 if pv.disk_failing.as_deref() != Some(value.as_str()) {
                     out.push(HealthAction::Flag { name: pv.name.clone(), value });

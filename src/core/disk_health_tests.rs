@@ -315,6 +315,8 @@ fn plan_health_withdraws_only_unbound_pvs_on_failing_disks_and_annotates_the_res
                             let unflagged = actions == vec![HealthAction::Unflag { name: "pv".into() }];
                             assert_eq!(unflagged, annotated.is_some(), "{case}");
                             assert!(annotated.is_some() || actions.is_empty(), "{case}");
+                        } else if deleting && !claimed {
+                            assert!(actions.is_empty(), "a PV being withdrawn is left to go: {case}");
                         } else if !withdrawn {
                             assert_eq!(
                                 actions,

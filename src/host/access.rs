@@ -179,7 +179,8 @@ impl RealHost {
             Err(e) => {
                 let paths: Vec<String> = ask.pv_identities.iter().map(|(path, _)| path.clone()).collect();
                 let why = "the agent's claim records are unreadable";
-                let held = claims::hold_unknown_links(&ask.config, &paths, mounts, why);
+                let held =
+                    claims::hold_unknown_links(&ask.config, &paths, mounts, why, Some((&self.ops, self.timeout)));
                 let plan = crate::core::device_claim::ClaimPlan { held, ..Default::default() };
                 return Some(ClaimReport { failed: Some(e.to_string()), plan, ..Default::default() });
             }

@@ -317,22 +317,61 @@ pub(crate) fn roots(config: &ProvisionerConfig, facts: &[MountFacts<'_>]) -> BTr
 }
 
 /// Every entry of every scannable discovery directory, with what block device it leads to.
-pub(crate) fn entries(roots: &BTreeMap<String, PathBuf>) -> Vec<DirEntry> {
+/// With `deadlines`, each entry is looked at on the pool of per-volume operations (a mount
+/// point of a hung filesystem blocks even `lstat`): one that does not answer keeps its name
+/// (taken) and leads to no device. That is exact, not a guess: `lstat` of a symlink or a device
+/// node never reaches a disk, so only a mount point can hang, and a mounted disk is in use.
+pub(crate) fn entries(
+    roots: &BTreeMap<String, PathBuf>,
+    config: &ProvisionerConfig,
+    deadlines: Option<(&Operations, Duration)>,
+) -> Vec<DirEntry> {
     let mut out = Vec::new();
     for (class, root) in roots {
-        for name in list_dir(root) {
-            let path = root.join(&name);
-            let Ok(lmeta) = std::fs::symlink_metadata(&path) else { continue };
-            let link = lmeta
-                .file_type()
-                .is_symlink()
-                .then(|| std::fs::read_link(&path).map(|t| t.to_string_lossy().into_owned()).unwrap_or_default());
-            let device = std::fs::metadata(&path)
-                .ok()
-                .filter(|m| m.file_type().is_block_device())
-                .and_then(|m| kernel_name(m.rdev()));
-            out.push(DirEntry { class: class.clone(), name, link, device });
-        }
+        let names = list_dir(root);
+        let look = |name: &String| {
+            let (path, class, name) = (root.join(name), class.clone(), name.clone());
+            move || {
+                let Ok(lmeta) = std::fs::symlink_metadata(&path) else { return None };
+                let link = lmeta
+                    .file_type()
+                    .is_symlink()
+                    .then(|| std::fs::read_link(&path).map(|t| t.to_string_lossy().into_owned()).unwrap_or_default());
+                let device = std::fs::metadata(&path)
+                    .ok()
+                    .filter(|m| m.file_type().is_block_device())
+                    .and_then(|m| kernel_name(m.rdev()));
+                Some(DirEntry { class, name, link, device })
+            }
+        };
+        let found: Vec<Option<DirEntry>> = match deadlines {
+            None => names.iter().map(|n| look(n)()).collect(),
+            Some((ops, timeout)) => {
+                let host_dir = config.storage_class_map.get(class).map(|c| c.host_dir.clone()).unwrap_or_default();
+                let jobs = names
+                    .iter()
+                    .map(|n| {
+                        Job::new(
+                            Subject::Volume(crate::core::pv::host_path(&host_dir, n)),
+                            "inspection",
+                            timeout,
+                            look(n),
+                        )
+                    })
+                    .collect();
+                ops.run_all(jobs)
+                    .into_iter()
+                    .zip(&names)
+                    .map(|(answer, name)| match answer {
+                        Answer::Done(entry) => entry,
+                        Answer::Pending | Answer::Unresponsive(_) => {
+                            Some(DirEntry { class: class.clone(), name: name.clone(), link: None, device: None })
+                        }
+                    })
+                    .collect()
+            }
+        };
+        out.extend(found.into_iter().flatten());
     }
     out
 }
@@ -402,7 +441,7 @@ pub fn plan_claims(
     let mut world = World {
         classes: claim_classes(config).into_iter().filter(|c| roots.contains_key(&c.class)).collect(),
         devices: inventory(&facts),
-        entries: entries(&roots),
+        entries: entries(&roots, config, deadlines),
         records,
         pvs_known: pvs.is_some(),
         pvs: pvs.unwrap_or_default(),
@@ -648,11 +687,12 @@ pub fn hold_unknown_links(
     pv_paths: &[String],
     mounts: &MountTable,
     why: &str,
+    deadlines: Option<(&Operations, Duration)>,
 ) -> Vec<(String, String, String)> {
     let facts = mounts.facts();
     let mut roots = roots(config, &facts);
     roots.retain(|class, _| config.storage_class_map.get(class).is_some_and(|c| c.devices.is_some()));
-    entries(&roots)
+    entries(&roots, config, deadlines)
         .into_iter()
         .filter(|e| e.link.is_some())
         .filter(|e| {

@@ -32,6 +32,37 @@ const SYS: &str = "/sys";
 /// How deep to follow `slaves/` (dm over md over partitions...) before giving up.
 const MAX_STACK_DEPTH: usize = 8;
 
+/// Everything the node's failing-disk signs are read from that changes without a mount or a
+/// device changing, in one comparable list, for the block-device watch (host::watch): each
+/// mount's superblock options (read-only, `emergency_ro`, `shutdown`), every ext4 error count
+/// and every SCSI I/O error counter. Only procfs and sysfs are read; no disk is touched, so a
+/// wedged one cannot stop the watch. (An XFS shutdown shows only to a stat of the volume, so it
+/// is seen at the next pass, not by this.)
+pub fn signs_fingerprint() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let id = left.split(' ').next()?;
+            let options = right.split(' ').nth(2)?;
+            Some(format!("sb {id} {options}"))
+        })
+        .collect();
+    let counters = |dir: &str, file: &str| -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+        rd.flatten()
+            .filter_map(|e| {
+                let value = std::fs::read_to_string(e.path().join(file)).ok()?;
+                Some(format!("{dir}/{} {}", e.file_name().to_string_lossy(), value.trim()))
+            })
+            .collect()
+    };
+    out.extend(counters("/sys/fs/ext4", "errors_count"));
+    out.extend(counters("/sys/block", "device/ioerr_cnt"));
+    out
+}
+
 /// Reads the signs of one volume: `volume` is its path inside the container, `mount` its mount
 /// (None for a block volume), `device` the `major:minor` of the filesystem's device or of the
 /// block volume. Only sysfs reads and, for a filesystem volume, one `statx` of `volume`.

@@ -77,7 +77,7 @@ pub fn gather(
     });
     let mut world = WipeWorld {
         id: id.to_string(),
-        entries: entries(&roots),
+        entries: entries(&roots, config, None),
         unscanned,
         records,
         pvs: Ok(Vec::new()),

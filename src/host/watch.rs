@@ -50,6 +50,10 @@ pub const BLOCK_DEVICE_POLL: Duration = Duration::from_millis(250);
 /// The watched devices' write counters are read every this many polls (once a second).
 const WRITES_EVERY: u64 = 4;
 
+/// The kernel's failing-disk signs are read every this many polls (every 2 s): an ext4 error
+/// or a shut-down filesystem changes no mount and no device, so nothing else would wake a pass.
+const HEALTH_EVERY: u64 = 8;
+
 /// Starts a thread that signals `changed` when the node's block devices change: one added or
 /// removed, attached (a loop device), resized, stacked on (a device-mapper or md device made
 /// over it), or a /dev/disk/by-id name added or removed; and when anything is written to one
@@ -66,6 +70,7 @@ pub fn watch_block_devices(changed: Arc<Notify>, watched: Arc<Mutex<BTreeSet<Str
             // The write counters cost the kernel a sum over every CPU per device: read once a
             // second (every WRITES_EVERY polls), which is soon enough for a PV no tenant has.
             let mut written: Vec<String> = Vec::new();
+            let mut health: Vec<String> = Vec::new();
             let mut snapshot = |tick: u64| {
                 let mut now = block_devices_now();
                 if tick.is_multiple_of(WRITES_EVERY) {
@@ -74,7 +79,11 @@ pub fn watch_block_devices(changed: Arc<Notify>, watched: Arc<Mutex<BTreeSet<Str
                     written =
                         if names.is_empty() { Vec::new() } else { crate::host::writers::written_counters(&names) };
                 }
+                if tick.is_multiple_of(HEALTH_EVERY) {
+                    health = crate::host::disk_health::signs_fingerprint();
+                }
                 now.extend(written.iter().cloned());
+                now.extend(health.iter().cloned());
                 now
             };
             let mut last = snapshot(0);
