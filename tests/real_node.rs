@@ -340,3 +340,52 @@ fn real_node_the_agents_pod_bound_token_reaches_only_its_nodes_pvs() {
     drop(mount);
     wait_until("own PV withdrawn", WAIT, || node.cp.pv_state(&own).is_none().then_some(()));
 }
+
+/// An ext4 volume in use by a pod starts recording errors (the kernel's `trigger_fs_error`, as a
+/// failing disk's read errors would): the app owner sees it on the claim (`kubectl describe
+/// pvc`), the PV carries the reasons, and nothing of the tenant's is touched. After the claim is
+/// let go, the volume is wiped but not offered again while its filesystem records errors.
+#[test]
+fn real_node_a_failing_disk_is_shown_on_the_claim() {
+    let Some(node) = RealNode::get("real_node_a_failing_disk_is_shown_on_the_claim") else { return };
+    node.deploy();
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = LoopDevice::new(&tmp.path().join("e2e-failing.img"), 64);
+    support::run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&disk.device));
+    let entry = unique("e2e-failing");
+    let vol = Path::new("/mnt/fast-disks").join(&entry);
+    std::fs::create_dir_all(&vol).unwrap();
+    support::run(Command::new("mount").args(["-o", "errors=continue"]).arg(&disk.device).arg(&vol));
+    let mounted = Mount { path: vol.clone() };
+    let pv = pv_name(&entry, &node.name, "fast-disks");
+    wait_until("PV of the ext4 volume", WAIT, || node.cp.pv_state(&pv).map(|(u, _)| u));
+
+    let claim = unique("e2e-failing-claim");
+    node.claim(&claim, "fast-disks", false, "40Mi");
+    let pod = unique("e2e-failing-app");
+    node.workload(&pod, &claim, false, "echo mine > /data/f && sync && trap 'exit 0' TERM; sleep 3600 & wait", 30);
+    node.wait_phase(&pod, &["Running"]);
+    let bound = node.cp.get_json(&["pvc", &claim, "-n", "default"]).unwrap();
+    assert_eq!(bound["spec"]["volumeName"], pv.as_str(), "the claim took the test's volume");
+
+    let name = disk.device.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::write(format!("/sys/fs/ext4/{name}/trigger_fs_error"), "1").unwrap();
+    let described = wait_until("DiskFailing on the claim", WAIT, || {
+        let out = node.cp.kubectl_ok(&["describe", "pvc", &claim, "-n", "default"]);
+        out.contains("DiskFailing").then_some(out)
+    });
+    assert!(described.contains("filesystem-errors"), "{described}");
+    let failing = node.cp.get_json(&["pv", &pv]).unwrap();
+    let annotation = failing["metadata"]["annotations"]["local-static-provisioner.io/disk-failing"].as_str();
+    assert!(annotation.is_some_and(|a| a.contains("filesystem-errors")), "{failing}");
+    assert_eq!(failing["status"]["phase"], "Bound", "a bound PV on a failing disk is never withdrawn");
+    assert!(node.cp.has_event(&pv, "DiskFailing", "filesystem-errors"), "the PV is told too");
+    assert_eq!(std::fs::read_to_string(vol.join("f")).unwrap(), "mine\n", "the tenant's data is untouched");
+
+    // Let go: wiped and deleted as usual, then not offered again while the errors stay.
+    release(&node, &[&pod], &[&claim]);
+    wait_until("the released PV wiped and deleted", WAIT, || node.cp.pv_state(&pv).is_none().then_some(()));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(node.cp.pv_state(&pv).is_none(), "a disk recording errors is not offered to a new tenant");
+    drop(mounted);
+}
