@@ -4,12 +4,14 @@
 # it prints nothing when nothing is missing. The demo and tests/run.sh call it themselves.
 set -euo pipefail
 need=()
-# tests/device_content.rs makes each on-disk signature with its real tool (mkswap ... mksquashfs).
+# tests/device_content.rs makes each on-disk signature with its real tool (mkswap ... mksquashfs);
+# tests/failing_disks.rs wedges volumes (fsfreeze, a FUSE mount whose daemon is stopped: bindfs).
 for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fsprogs chattr:e2fsprogs mkfs.xfs:xfsprogs \
             blkid:util-linux wipefs:util-linux partx:util-linux sfdisk:fdisk flock:util-linux setsid:util-linux \
             python3:python3 truncate:coreutils readelf:binutils mkswap:util-linux \
             mkfs.btrfs:btrfs-progs mkfs.vfat:dosfstools pvcreate:lvm2 cryptsetup:cryptsetup-bin \
-            make-bcache:bcache-tools mkfs.f2fs:f2fs-tools mkfs.ntfs:ntfs-3g mksquashfs:squashfs-tools; do
+            make-bcache:bcache-tools mkfs.f2fs:f2fs-tools mkfs.ntfs:ntfs-3g mksquashfs:squashfs-tools \
+            fsfreeze:util-linux debugfs:e2fsprogs xfs_io:xfsprogs bindfs:bindfs; do
   command -v "${tool%%:*}" > /dev/null || need+=("${tool#*:}")
 done
 # The real test node (tests/node/): runc's seccomp support links libseccomp; the workload and

@@ -32,6 +32,8 @@ struct Lab {
     root: PathBuf,
     loops: Vec<PathBuf>,
     frozen: Vec<PathBuf>,
+    /// FUSE daemons (bindfs) serving volumes here, and whether each is stopped (SIGSTOP).
+    fuse: Vec<(std::process::Child, bool)>,
     agent: Option<AgentProcess>,
 }
 
@@ -39,7 +41,7 @@ impl Lab {
     fn new(label: &str) -> Self {
         let root = tempfile::Builder::new().prefix(&format!("lsp-{label}-")).tempdir().unwrap().keep();
         std::fs::create_dir_all(root.join("images")).unwrap();
-        Lab { root, loops: Vec::new(), frozen: Vec::new(), agent: None }
+        Lab { root, loops: Vec::new(), frozen: Vec::new(), fuse: Vec::new(), agent: None }
     }
 
     /// A loop device over a sparse image of `mib` MiB, formatted ext4 and mounted at `point`
@@ -65,6 +67,28 @@ impl Lab {
     fn freeze(&mut self, point: &Path) {
         self.frozen.push(point.to_path_buf());
         run(Command::new("fsfreeze").arg("-f").arg(point));
+    }
+
+    /// A FUSE volume at `point` (bindfs of a fresh directory, in the foreground, so its PID is
+    /// ours). Returns its index for [`Self::stop_fuse`].
+    fn fuse(&mut self, point: &Path) -> usize {
+        let source = self.root.join(format!("fuse-src-{}", self.fuse.len()));
+        std::fs::create_dir_all(&source).unwrap();
+        std::fs::create_dir_all(point).unwrap();
+        let child = Command::new("bindfs").arg("-f").arg(&source).arg(point).spawn().expect("bindfs runs");
+        self.fuse.push((child, false));
+        wait_until("the FUSE mount", Duration::from_secs(10), || {
+            support::mounts_under(&self.root).iter().any(|m| m == point).then_some(())
+        });
+        self.fuse.len() - 1
+    }
+
+    /// Stops (or continues) FUSE daemon `i`: every access to its volume blocks while stopped, as
+    /// with a hung network filesystem or a crashed storage daemon.
+    fn stop_fuse(&mut self, i: usize, stop: bool) {
+        let signal = if stop { "-STOP" } else { "-CONT" };
+        run(Command::new("kill").arg(signal).arg(self.fuse[i].0.id().to_string()));
+        self.fuse[i].1 = stop;
     }
 
     fn thaw(&mut self, point: &Path) {
@@ -101,6 +125,11 @@ impl Drop for Lab {
         for p in std::mem::take(&mut self.frozen) {
             quiet(Command::new("fsfreeze").arg("-u").arg(&p));
         }
+        for (child, stopped) in &self.fuse {
+            if *stopped {
+                quiet(Command::new("kill").arg("-CONT").arg(child.id().to_string()));
+            }
+        }
         if let Some(agent) = self.agent.take() {
             if std::thread::panicking() {
                 let kept = std::env::temp_dir()
@@ -112,6 +141,13 @@ impl Drop for Lab {
         }
         for p in support::mounts_under(&self.root) {
             quiet(Command::new("umount").arg(&p));
+        }
+        // Unmounted, a FUSE daemon exits; one that does not is stopped by its own PID.
+        for (mut child, _) in std::mem::take(&mut self.fuse) {
+            if !matches!(child.try_wait(), Ok(Some(_))) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
         }
         for dev in self.loops.iter().rev() {
             quiet(Command::new("losetup").arg("-d").arg(dev));
@@ -572,4 +608,71 @@ fn ext4_errors_on_an_idle_node_are_seen_without_a_resync() {
         names[0],
         names[1]
     );
+}
+
+/// A volume whose every access blocks, even `stat` and `statfs` (a FUSE daemon stopped: a hung
+/// NFS server or storage daemon looks the same): discovery, the presence check and every pass
+/// go on without it; a volume mounted meanwhile is published at once; its PV (if it had one)
+/// is kept; once the daemon runs again it is seen again.
+#[test]
+fn a_volume_whose_every_access_blocks_costs_only_itself() {
+    if !require_root("a_volume_whose_every_access_blocks_costs_only_itself") {
+        return;
+    }
+    if !support::quiet(Command::new("bindfs").arg("--version")) {
+        return support::cannot_run("a_volume_whose_every_access_blocks_costs_only_itself", "bindfs is not installed");
+    }
+    let cp = ControlPlane::get();
+    let (node, class) = (&unique("fd-fuse-node"), &unique("fd-fuse"));
+    cp.create_node(node);
+    cp.create_storage_class(class, "Delete");
+    let mut lab = Lab::new("fd-fuse");
+    let fs_dir = lab.root.join("fs");
+    lab.tmpfs(&fs_dir.join("a"), 16);
+    let hung = lab.fuse(&fs_dir.join("hung"));
+    lab.start_agent(&cp, node, &class_map(class, &fs_dir));
+    let (a, b, h) = (pv_name("a", node, class), pv_name("b", node, class), pv_name("hung", node, class));
+    wait_until("the healthy PV", WAIT, || available(&cp, &a));
+    wait_idle(lab.agent());
+    let hung_pv = cp.pv_state(&h);
+    eprintln!("the FUSE volume's PV before its daemon stops: {hung_pv:?}");
+
+    lab.stop_fuse(hung, true);
+    let stopped = Instant::now();
+    lab.tmpfs(&fs_dir.join("b"), 16);
+    wait_until("a volume mounted while another hangs", WAIT, || available(&cp, &b));
+    let latency = stopped.elapsed();
+    eprintln!("a tmpfs mounted while a FUSE volume hangs: its PV Available after {latency:?}");
+    assert!(latency < Duration::from_secs(5), "the later volume took {latency:?}");
+    let label = format!("path=\"{}\"", fs_dir.join("hung").display());
+    wait_until("the hung volume reported unresponsive", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        (!metric_lines(&m, "local_static_provisioner_volume_unresponsive", std::slice::from_ref(&label)).is_empty())
+            .then_some(())
+    });
+    let health = lab.agent().admin_get("/healthz");
+    assert!(health.starts_with("HTTP/1.1 200"), "a hung volume never fails the liveness probe: {health}");
+    let stuck = gauge(&lab.agent().admin_get("/metrics"), "local_static_provisioner_host_operations_stuck");
+    assert!(stuck.is_some_and(|n| (1..=4).contains(&n)), "a bounded number of stuck threads: {stuck:?}");
+    // Passes go on (the tmpfs above, and one more), and do not add stuck threads.
+    lab.tmpfs(&fs_dir.join("c"), 16);
+    wait_until("another volume", WAIT, || available(&cp, &pv_name("c", node, class)));
+    let again = gauge(&lab.agent().admin_get("/metrics"), "local_static_provisioner_host_operations_stuck");
+    assert_eq!(again, stuck, "later passes start no new operation on the hung volume");
+    if let Some((uid, _)) = &hung_pv {
+        let kept = cp.pv_state(&h).expect("the hung volume's PV is kept");
+        assert_eq!(&kept.0, uid, "and not replaced");
+        let pv = cp.get_json(&["pv", &h]).unwrap();
+        assert!(
+            pv["metadata"]["annotations"]["local-static-provisioner.io/volume-missing"].is_null(),
+            "nor flagged missing"
+        );
+    }
+
+    lab.stop_fuse(hung, false);
+    wait_until("the unresponsive metric cleared", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        metric_lines(&m, "local_static_provisioner_volume_unresponsive", &[]).is_empty().then_some(())
+    });
+    assert_eq!(cp.pv_state(&h).map(|(u, _)| u), hung_pv.map(|(u, _)| u), "its PV as it was");
 }

@@ -215,6 +215,9 @@ pub(crate) struct Agent {
     host_timeout: Duration,
     /// What the failing-disk judge remembers between passes (I/O error counters).
     health: HealthMemory,
+    /// The resync period the flag sets (`None`: the config's minResyncPeriod, jittered up to
+    /// twice): the longest the loop may wait between passes, for /healthz.
+    discovery_period: Option<Duration>,
     cleaner: Cleaner,
     metrics: Metrics,
     readiness: Readiness,
@@ -281,6 +284,7 @@ impl Agent {
             ops: parts.ops,
             host_timeout: opts.host_op_timeout,
             health: HealthMemory::default(),
+            discovery_period: opts.discovery_period,
             cleaner: parts.cleaner,
             metrics: parts.metrics,
             readiness: parts.readiness,
@@ -380,7 +384,8 @@ impl Agent {
     /// One pass. `revealed`: when the latest change event arrived (new volumes settle from
     /// there).
     async fn reconcile(&mut self, revealed: Option<Instant>) {
-        self.readiness.pass_started(self.config.min_resync_period * 2);
+        // The resync timer fires within twice its period (jitter): a pass at least that often.
+        self.readiness.pass_started(self.discovery_period.unwrap_or(self.config.min_resync_period) * 2);
         self.reconcile_once(revealed).await;
         self.readiness.pass_ended();
     }
@@ -408,6 +413,9 @@ impl Agent {
             }
         }
         let Some(mut observation) = self.observe(&states, &predecessors).await else { return };
+        // The node's block devices now: an unresponsive device that is gone is forgotten.
+        let devices: std::collections::BTreeSet<String> =
+            observation.claims.iter().flat_map(|c| c.devices.iter().map(|d| d.name.clone())).collect();
         let signs = std::mem::take(&mut observation.scan.signs);
         let unresponsive_entries: Vec<String> = observation
             .scan
@@ -443,7 +451,11 @@ impl Agent {
         let mut subjects: std::collections::BTreeSet<String> = states.iter().map(|s| s.host_path.clone()).collect();
         subjects.extend(signs.into_iter().map(|(p, _)| p));
         subjects.extend(unresponsive_entries);
-        self.ops.retain(|s| s.volume_path().is_none_or(|p| subjects.contains(p)));
+        self.ops.retain(|s| match s {
+            Subject::Volume(p) => subjects.contains(p),
+            Subject::Device(d) => devices.contains(d),
+            Subject::Directory(_) => true,
+        });
         self.effects.end_pass();
         // Wipe failures of PVs that are gone, and of used disks no longer found, are forgotten.
         let live: std::collections::BTreeSet<String> = states

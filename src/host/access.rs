@@ -4,7 +4,7 @@
 //! touches the machine stays in `host/`. Every method blocks: callers run them on the blocking
 //! pool, never on the runtime's workers.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -22,7 +22,7 @@ use crate::host::claims::{self, ClaimMemory, ClaimReport};
 use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
-use crate::host::ops::{Job, Operations, Subject};
+use crate::host::ops::{Answer, Job, Operations, Subject};
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::host::verify::Verifier;
 use crate::wiper::{Progress, WipeError, WipeJob, Wiped};
@@ -172,7 +172,36 @@ impl RealHost {
 impl RealHost {
     /// The device claim pass (see host::claims): skipped while no class has a `devices`
     /// section and no link of ours is recorded.
-    fn claim_devices(&self, ask: &Ask, mounts: &MountTable) -> Option<ClaimReport> {
+    /// The classes whose discovery directory does not answer (a hung network or FUSE
+    /// filesystem under it): each is looked at on the pool of per-volume operations, and one
+    /// that does not answer in time is left out of this pass, with why.
+    fn wedged_directories(&self, config: &ProvisionerConfig) -> BTreeMap<String, (String, String)> {
+        let jobs = config
+            .storage_class_map
+            .values()
+            .map(|c| {
+                let dir = std::path::PathBuf::from(&c.mount_dir);
+                Job::new(Subject::Directory(c.mount_dir.clone()), "directory check", self.timeout, move || {
+                    // What the scan does first: resolve the directory and list it.
+                    let _ = std::fs::canonicalize(&dir).and_then(std::fs::read_dir).map(|rd| rd.count());
+                })
+            })
+            .collect();
+        config
+            .storage_class_map
+            .iter()
+            .zip(self.ops.run_all(jobs))
+            .filter_map(|((class, c), answer)| match answer {
+                Answer::Done(()) => None,
+                Answer::Pending => {
+                    Some((class.clone(), (c.mount_dir.clone(), "it is still being listed (a slow filesystem)".into())))
+                }
+                Answer::Unresponsive(e) => Some((class.clone(), (c.mount_dir.clone(), e.to_string()))),
+            })
+            .collect()
+    }
+
+    fn claim_devices(&self, ask: &Ask, mounts: &MountTable, wedged: &[String]) -> Option<ClaimReport> {
         let state_dir = self.ledger.path().parent()?.to_path_buf();
         let mut records = match claims::read_records(&state_dir) {
             Ok(r) => r,
@@ -199,7 +228,7 @@ impl RealHost {
             mounts,
             Some(&mut baselines),
             verifier,
-            Some((&self.ops, self.timeout)),
+            Some(claims::Deadlines { ops: &self.ops, timeout: self.timeout, unanswered: wedged }),
         );
         let mut applied = claims::apply(&ask.config, &state_dir, &mut records, &plan.actions);
         // A claim let go or a link removed frees the device (or a maxPerNode place) for a
@@ -214,7 +243,7 @@ impl RealHost {
                 mounts,
                 Some(&mut baselines),
                 verifier,
-                Some((&self.ops, self.timeout)),
+                Some(claims::Deadlines { ops: &self.ops, timeout: self.timeout, unanswered: wedged }),
             );
             applied.extend(claims::apply(&ask.config, &state_dir, &mut records, &plan.actions));
         }
@@ -226,11 +255,22 @@ impl RealHost {
 impl HostAccess for RealHost {
     fn observe(&self, ask: Ask) -> Result<Observation, HostError> {
         let mounts = Arc::new(MountTable::read()?);
+        // A class whose discovery directory does not answer sits this pass out (its PVs keep
+        // their state: their own checks do not answer either); no device is claimed meanwhile,
+        // since one may already be a volume there.
+        let wedged = self.wedged_directories(&ask.config);
+        let mut ask = ask;
+        ask.config.storage_class_map.retain(|class, _| !wedged.contains_key(class));
+        let wedged_classes: Vec<String> = wedged.keys().cloned().collect();
         // Claims first, so the links made now are scanned (and held ones kept back) this pass.
-        let claims = self.claim_devices(&ask, &mounts);
+        let claims = self.claim_devices(&ask, &mounts, &wedged_classes);
         self.ledger.reload_if_unreadable();
         let examine = Examine { ops: self.ops.clone(), timeout: self.timeout, ledger: Some(self.ledger.clone()) };
         let mut scan = discovery::scan_examined(&ask.config, mounts.clone(), &ask.published, &[], Some(&examine));
+        for (class, (dir, why)) in wedged {
+            let reason = discovery::SkipReason::UnreadableDirectory(format!("{dir}: {why}"));
+            scan.skipped.push(discovery::Skipped { class, path: std::path::PathBuf::from(dir), reason });
+        }
         if let Some(c) = &claims {
             discovery::hold_back(&mut scan, &ask.config, &c.plan.held);
             // A device changed under its unbound PV is held whatever the ledger says of it:

@@ -310,6 +310,18 @@ fn wanted_for<'a>(devices: impl Iterator<Item = &'a DeviceFacts>, all: &[DeviceF
     Wanted::devices(all.iter().filter(|d| names.contains(d.name.as_str())).map(|d| (d.dev.as_str(), d.name.as_str())))
 }
 
+/// How the agent runs the claim pass's host operations (host::ops), and the classes whose
+/// discovery directory did not answer this pass (not scanned: no device is claimed meanwhile).
+#[derive(Clone, Copy)]
+pub struct Deadlines<'a> {
+    /// The pool of per-volume operations.
+    pub ops: &'a Operations,
+    /// Each operation's deadline.
+    pub timeout: Duration,
+    /// Classes left out of this pass.
+    pub unanswered: &'a [String],
+}
+
 /// The discovery directories that are safe to scan (see discovery::check_roots), by class.
 pub(crate) fn roots(config: &ProvisionerConfig, facts: &[MountFacts<'_>]) -> BTreeMap<String, PathBuf> {
     let (roots, _) = crate::discovery::check_roots(config, facts);
@@ -434,8 +446,10 @@ pub fn plan_claims(
     mounts: &MountTable,
     mut memory: Option<&mut ClaimMemory>,
     verifier: Option<&Verifier>,
-    deadlines: Option<(&Operations, Duration)>,
+    deadlines: Option<Deadlines<'_>>,
 ) -> (Vec<DeviceFacts>, ClaimPlan) {
+    let unanswered = deadlines.map_or(&[][..], |d| d.unanswered);
+    let deadlines = deadlines.map(|d| (d.ops, d.timeout));
     let facts = mounts.facts();
     let roots = roots(config, &facts);
     let mut world = World {
@@ -445,7 +459,13 @@ pub fn plan_claims(
         records,
         pvs_known: pvs.is_some(),
         pvs: pvs.unwrap_or_default(),
-        unscanned: config.storage_class_map.keys().filter(|c| !roots.contains_key(*c)).cloned().collect(),
+        unscanned: config
+            .storage_class_map
+            .keys()
+            .filter(|c| !roots.contains_key(*c))
+            .chain(unanswered)
+            .cloned()
+            .collect(),
     };
     // Loop ids recorded by earlier versions (by path) as the devices report them now, so an
     // old record or PV still finds its device.

@@ -29,8 +29,13 @@ use crate::core::backoff::Policy;
 /// deadline there, which is reported like any other).
 pub const MAX_THREADS: usize = 64;
 
-/// How long an idle pool thread stays before it exits.
-const IDLE_EXIT: Duration = Duration::from_secs(30);
+/// Threads for operations that answer: the host calls take microseconds to milliseconds, so
+/// a few run a thousand volumes' inspections in a pass; more would only cost memory (each
+/// thread's stack), as measured with bench/bulk-publish.sh 1000.
+const WORKERS: usize = 4;
+
+/// How long an idle pool thread stays before it exits (as tokio's blocking pool).
+const IDLE_EXIT: Duration = Duration::from_secs(10);
 
 /// Delays between background retries of an unresponsive subject once its stuck operation
 /// returned: 1 s, doubling to 1 min.
@@ -51,7 +56,7 @@ fn stalled_text(op: &str) -> String {
 
 /// How long a caller waits for an operation before going on without it (its answer is then
 /// kept for the next pass): a pass meeting a newly wedged volume is held up this long, once.
-pub const GRACE: Duration = Duration::from_secs(1);
+pub const GRACE: Duration = Duration::from_millis(500);
 
 /// How long an answer nobody waited for is kept for the next pass.
 const KEPT_FOR: Duration = Duration::from_secs(5);
@@ -170,6 +175,9 @@ struct Flight {
     op: &'static str,
     started: Instant,
     deadline: Instant,
+    /// Its caller went on without it (pending): until it ends, the subject gets no other
+    /// operation, so a volume that stopped answering costs one grace, not one per operation.
+    abandoned: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -197,25 +205,36 @@ impl Ticket {
         &self.subject
     }
 
-    /// Keeps the answer of this operation, which its caller did not wait for, for the next
-    /// call, when it came within the deadline; wakes the owner either way (the ticket ends
-    /// right after).
-    fn keep(self, op: &'static str, tag: String, value: Box<dyn std::any::Any + Send>) {
+    /// Hands the answer to its caller, or, when the caller went on without it (or is gone),
+    /// keeps it for the next call if it came within the deadline and wakes the owner. Decided
+    /// under the lock the caller gives up under, so no answer falls between the two.
+    fn answer<T: Send + 'static>(
+        self,
+        op: &'static str,
+        tag: String,
+        index: usize,
+        value: T,
+        to: &mpsc::Sender<(usize, T)>,
+    ) {
         let now = Instant::now();
-        {
+        let kept = {
             let mut state = self.inner.lock();
-            let in_time = state
-                .flights
-                .get(&self.subject)
-                .and_then(|v| v.iter().find(|f| f.id == self.id))
-                .is_some_and(|f| f.deadline > now);
-            if in_time {
-                state.kept.insert(self.subject.clone(), Kept { op, tag, at: now, value });
+            let flight = state.flights.get(&self.subject).and_then(|v| v.iter().find(|f| f.id == self.id));
+            let (abandoned, in_time) = flight.map_or((true, false), |f| (f.abandoned, f.deadline > now));
+            let unheard = if abandoned { Some(value) } else { to.send((index, value)).err().map(|e| e.0.1) };
+            match unheard {
+                Some(value) if in_time => {
+                    state.kept.insert(self.subject.clone(), Kept { op, tag, at: now, value: Box::new(value) });
+                    true
+                }
+                _ => false,
             }
-        }
+        };
         let inner = self.inner.clone();
         drop(self);
-        inner.wake();
+        if kept {
+            inner.wake();
+        }
     }
 }
 
@@ -383,6 +402,7 @@ impl Operations {
             op,
             started: now,
             deadline: now + deadline,
+            abandoned: false,
         });
         drop(state);
         Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry }, retry))
@@ -409,7 +429,7 @@ impl Operations {
         let (tx, rx) = mpsc::channel::<(usize, T)>();
         let mut out: Vec<Option<Answer<T>>> = Vec::with_capacity(jobs.len());
         // index -> (wait until, subject, op, started, deadline)
-        let mut waiting: BTreeMap<usize, (Instant, Subject, &'static str, Instant, Instant)> = BTreeMap::new();
+        let mut waiting: BTreeMap<usize, (Instant, Subject, &'static str, Instant, Instant, u64)> = BTreeMap::new();
         for (i, job) in jobs.into_iter().enumerate() {
             if let Some(value) = self.take_kept::<T>(&job.subject, job.op, &job.tag) {
                 out.push(Some(Answer::Done(value)));
@@ -423,22 +443,26 @@ impl Operations {
                 Err(e) => out.push(Some(Answer::Unresponsive(e))),
                 Ok((ticket, retry)) => {
                     let started = Instant::now();
+                    let id = ticket.id;
                     let tx = tx.clone();
                     let (work, op, tag) = (job.work, job.op, job.tag.clone());
-                    self.inner.pool.submit(Box::new(move || {
-                        let value = work();
-                        // An answer nobody waits for any more is kept for the next pass.
-                        if let Err(mpsc::SendError((_, value))) = tx.send((i, value)) {
-                            ticket.keep(op, tag, Box::new(value));
-                        }
-                    }));
+                    self.inner.pool.submit(
+                        self.occupied(),
+                        Box::new(move || {
+                            let value = work();
+                            // An answer nobody waits for any more is kept for the next pass.
+                            ticket.answer(op, tag, i, value, &tx);
+                        }),
+                    );
                     if retry {
+                        // Nobody waits for a retry: its answer is kept for the next pass.
+                        self.abandon(&job.subject, id);
                         let what = stalled_text(self.stalled_op(&job.subject).unwrap_or(job.op));
                         out.push(Some(Answer::Unresponsive(Unresponsive { subject: job.subject, what })));
                     } else {
                         out.push(None);
                         let until = started + job.deadline.min(GRACE);
-                        waiting.insert(i, (until, job.subject, job.op, started, started + job.deadline));
+                        waiting.insert(i, (until, job.subject, job.op, started, started + job.deadline, id));
                     }
                 }
             }
@@ -458,15 +482,19 @@ impl Operations {
                     let now = Instant::now();
                     let over: Vec<usize> = waiting.iter().filter(|(_, w)| w.0 <= now).map(|(i, _)| *i).collect();
                     for i in over {
-                        let Some((_, subject, op, started, deadline)) = waiting.remove(&i) else { continue };
+                        let Some((_, subject, op, started, deadline, id)) = waiting.remove(&i) else { continue };
                         out[i] = Some(if deadline <= now {
                             self.note_overdue(&subject, op, started);
                             let what = stalled_text(self.stalled_op(&subject).unwrap_or(op));
                             Answer::Unresponsive(Unresponsive { subject, what })
                         } else {
+                            self.abandon(&subject, id);
                             Answer::Pending
                         });
                     }
+                    // Jobs queued behind threads held by what was just given up on get threads
+                    // of their own.
+                    self.inner.pool.grow(self.occupied());
                 }
             }
         }
@@ -479,11 +507,20 @@ impl Operations {
         out.into_iter().map(|o| o.unwrap_or(Answer::Pending)).collect()
     }
 
-    /// Whether an operation `op` on `subject` is in flight within its deadline.
+    /// Whether an operation `op` on `subject`, or one its caller went on without, is in
+    /// flight within its deadline: then no other starts.
     fn running(&self, subject: &Subject, op: &'static str) -> bool {
         let now = Instant::now();
         let state = self.inner.lock();
-        state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.op == op && f.deadline > now))
+        state.flights.get(subject).is_some_and(|v| v.iter().any(|f| (f.op == op || f.abandoned) && f.deadline > now))
+    }
+
+    /// Notes that the caller of operation `id` on `subject` went on without it.
+    fn abandon(&self, subject: &Subject, id: u64) {
+        let mut state = self.inner.lock();
+        if let Some(f) = state.flights.get_mut(subject).and_then(|v| v.iter_mut().find(|f| f.id == id)) {
+            f.abandoned = true;
+        }
     }
 
     /// The answer kept for (`subject`, `op`, `tag`), taken; answers older than [`KEPT_FOR`]
@@ -538,6 +575,13 @@ impl Operations {
             .collect()
     }
 
+    /// Threads held by operations past their deadline or whose callers went on without them:
+    /// the pool adds as many threads for the others (see [`Pool::submit`]).
+    fn occupied(&self) -> usize {
+        let now = Instant::now();
+        self.inner.lock().flights.values().flatten().filter(|f| f.deadline <= now || f.abandoned).count()
+    }
+
     /// Operations past their deadline whose threads have not returned.
     pub fn stuck(&self) -> usize {
         let now = Instant::now();
@@ -545,12 +589,14 @@ impl Operations {
     }
 
     /// When the next background retry is due, or the next operation in flight passes its
-    /// deadline (its subject is then reported), so the owner's loop wakes for it.
+    /// deadline (its subject is then reported), so the owner's loop wakes for it. Only instants
+    /// to come: a retry already due runs with the next pass that asks about its subject, and
+    /// must not make the loop spin meanwhile.
     pub fn next_retry(&self) -> Option<Instant> {
         let now = Instant::now();
         let state = self.inner.lock();
-        let deadlines = state.flights.values().flatten().map(|f| f.deadline).filter(|d| *d > now);
-        state.suspects.values().filter_map(|s| s.retry_at).chain(deadlines).min()
+        let deadlines = state.flights.values().flatten().map(|f| f.deadline);
+        state.suspects.values().filter_map(|s| s.retry_at).chain(deadlines).filter(|d| *d > now).min()
     }
 
     /// Forgets unresponsive subjects that are no longer anybody's (a volume removed), unless
@@ -601,11 +647,15 @@ struct PoolState {
 }
 
 impl Pool {
-    fn submit(self: &Arc<Pool>, job: Work) {
+    /// Queues `job`; a thread is added when none is free, up to [`WORKERS`] for answering
+    /// work plus one for each of the `occupied` threads a wedged or slow disk holds, and never
+    /// beyond [`MAX_THREADS`].
+    fn submit(self: &Arc<Pool>, occupied: usize, job: Work) {
         let spawn = {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.jobs.push_back(job);
-            let spawn = q.jobs.len() > q.idle && q.threads < MAX_THREADS;
+            let cap = (WORKERS + occupied).min(MAX_THREADS);
+            let spawn = q.jobs.len() > q.idle && q.threads < cap;
             if spawn {
                 q.threads += 1;
             }
@@ -620,6 +670,29 @@ impl Pool {
             }
         } else {
             self.ready.notify_one();
+        }
+    }
+
+    /// Adds threads while jobs wait and no thread is free, within the cap of [`Self::submit`].
+    fn grow(self: &Arc<Pool>, occupied: usize) {
+        loop {
+            let spawn = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                let spawn = q.jobs.len() > q.idle && q.threads < (WORKERS + occupied).min(MAX_THREADS);
+                if spawn {
+                    q.threads += 1;
+                }
+                spawn
+            };
+            if !spawn {
+                return;
+            }
+            let pool = self.clone();
+            if std::thread::Builder::new().name("host-op".into()).spawn(move || pool.work()).is_err() {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                q.threads -= 1;
+                return;
+            }
         }
     }
 
@@ -712,12 +785,15 @@ impl Operations {
         let (tx, rx) = tokio::sync::oneshot::channel();
         // The work may drive a child process on the caller's runtime (a wipe's cleaner command).
         let runtime = tokio::runtime::Handle::try_current().ok();
-        self.inner.pool.submit(Box::new(move || {
-            let _entered = runtime.as_ref().map(|r| r.enter());
-            let value = work();
-            drop(ticket);
-            let _ = tx.send(value);
-        }));
+        self.inner.pool.submit(
+            self.occupied(),
+            Box::new(move || {
+                let _entered = runtime.as_ref().map(|r| r.enter());
+                let value = work();
+                drop(ticket);
+                let _ = tx.send(value);
+            }),
+        );
         rx
     }
 }
@@ -912,5 +988,35 @@ mod tests {
         std::thread::sleep(Duration::from_millis(500));
         let other = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, || "fresh").tagged("pv-2".into())]);
         assert_eq!(other, vec![Answer::Done("fresh")]);
+    }
+
+    #[test]
+    fn jobs_queued_behind_wedged_threads_get_threads_of_their_own() {
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let deadline = Duration::from_secs(30);
+        let mut jobs: Vec<Job<u32>> = (0..WORKERS)
+            .map(|i| {
+                let w = wedge.clone();
+                Job::new(vol(&format!("/wedged{i}")), "inspection", deadline, move || {
+                    w.hold();
+                    0
+                })
+            })
+            .collect();
+        jobs.extend((0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, move || i + 1)));
+        let first = ops.run_all(jobs);
+        assert!(first.iter().take(WORKERS).all(|a| *a == Answer::Pending));
+        std::thread::sleep(Duration::from_millis(300));
+        let again: Vec<Job<u32>> =
+            (0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, || 99)).collect();
+        let answers = ops.run_all(again);
+        // Each healthy job answered in the first call, or later and was kept for the second.
+        for (i, (a, b)) in first.iter().skip(WORKERS).zip(&answers).enumerate() {
+            let want = i as u32 + 1;
+            assert!(*a == Answer::Done(want) || *b == Answer::Done(want), "job {want}: {a:?} then {b:?}");
+        }
+        assert!(ops.stalls().is_empty(), "nothing healthy counts as unresponsive");
+        wedge.release();
     }
 }
