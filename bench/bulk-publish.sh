@@ -15,7 +15,10 @@ hwm=$(awk '/VmHWM/ {print $2}' "/proc/$agent_pid/status")
 # Idle means idle: wait until the PV controller has set every PV Available (its status updates
 # are throttled to 20/s in kube-controller-manager and each one wakes the agent).
 until [[ $(k get pv --no-headers | awk '$5 == "Available"' | wc -l) -ge $n ]]; do sleep 0.5; done
-sleep 2
+# And 11 s of quiet: the threads of the last passes (tokio's blocking pool, the host operation
+# pool) end after 10 s idle, and the kernel rescales a process's user and system time when a
+# thread exits, which would put part of the work done before the window inside it.
+sleep 11
 requests=$(grep -o '"auditID":"[^"]*"' "$work/cp/logs/audit.log" | sort -u | wc -l)
 idle=${IDLE_SECONDS:-60}
 ticks() { awk '{print $14 + $15}' "/proc/$agent_pid/stat"; }

@@ -148,7 +148,7 @@ impl fmt::Display for SkipReason {
             ),
             SkipReason::Unresponsive(what) => write!(
                 f,
-                "{what}; the volume is published once it answers again (see docs/troubleshooting.md#a-volume-is-unresponsive)"
+                "{what}; the volume is published once it answers again (see docs/troubleshooting.md#a-volume-is-not-published-and-the-skip-says-unresponsive)"
             ),
             SkipReason::DeviceHeld(what) => write!(
                 f,

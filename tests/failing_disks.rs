@@ -676,3 +676,53 @@ fn a_volume_whose_every_access_blocks_costs_only_itself() {
     });
     assert_eq!(cp.pv_state(&h).map(|(u, _)| u), hung_pv.map(|(u, _)| u), "its PV as it was");
 }
+
+/// A class whose discovery directory itself hangs (a FUSE filesystem mounted there whose daemon
+/// stopped: a hung NFS export looks the same) sits the passes out; the other class's volumes are
+/// published as usual, and the liveness probe stays green.
+#[test]
+fn a_discovery_directory_that_hangs_costs_only_its_class() {
+    if !require_root("a_discovery_directory_that_hangs_costs_only_its_class") {
+        return;
+    }
+    if !support::quiet(Command::new("bindfs").arg("--version")) {
+        return support::cannot_run("a_discovery_directory_that_hangs_costs_only_its_class", "bindfs is not installed");
+    }
+    let cp = ControlPlane::get();
+    let (node, good, hung) = (&unique("fd-dir-node"), &unique("fd-dir-good"), &unique("fd-dir-hung"));
+    cp.create_node(node);
+    cp.create_storage_class(good, "Delete");
+    cp.create_storage_class(hung, "Delete");
+    let mut lab = Lab::new("fd-dir");
+    let (good_dir, hung_dir) = (lab.root.join("good"), lab.root.join("hung"));
+    lab.tmpfs(&good_dir.join("a"), 16);
+    let daemon = lab.fuse(&hung_dir);
+    let map = format!("{}{}", class_map(good, &good_dir), class_map(hung, &hung_dir));
+    lab.start_agent(&cp, node, &map);
+    wait_until("the good class's PV", WAIT, || available(&cp, &pv_name("a", node, good)));
+    wait_idle(lab.agent());
+
+    lab.stop_fuse(daemon, true);
+    let stopped = Instant::now();
+    lab.tmpfs(&good_dir.join("b"), 16);
+    wait_until("a volume of the good class mounted meanwhile", WAIT, || available(&cp, &pv_name("b", node, good)));
+    let latency = stopped.elapsed();
+    eprintln!("a tmpfs mounted while another class's directory hangs: its PV Available after {latency:?}");
+    assert!(latency < Duration::from_secs(5), "the later volume took {latency:?}");
+    let label = format!("path=\"{}\"", hung_dir.display());
+    wait_until("the hung directory reported unresponsive", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        (!metric_lines(&m, "local_static_provisioner_volume_unresponsive", std::slice::from_ref(&label)).is_empty())
+            .then_some(())
+    });
+    let health = lab.agent().admin_get("/healthz");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    lab.tmpfs(&good_dir.join("c"), 16);
+    wait_until("passes go on", WAIT, || available(&cp, &pv_name("c", node, good)));
+
+    lab.stop_fuse(daemon, false);
+    wait_until("the unresponsive metric cleared", WAIT, || {
+        let m = lab.agent().admin_get("/metrics");
+        metric_lines(&m, "local_static_provisioner_volume_unresponsive", &[]).is_empty().then_some(())
+    });
+}
