@@ -425,17 +425,14 @@ fn scan_class(
     let results: Vec<Option<Examined>> = match examine {
         None => entries.iter().map(|(_, name, entry)| Some(entry_of(name, entry.clone()).run(guard, None))).collect(),
         Some(ex) => {
-            let jobs = entries
-                .iter()
-                .map(|(_, name, entry)| {
-                    let job = entry_of(name, entry.clone());
-                    let subject = Subject::Volume(job.host_path.clone());
-                    let (guard, ledger) = (guard.clone(), ex.ledger.clone());
-                    Job::new(subject, "inspection", ex.timeout, move || job.run(&guard, ledger.as_ref()))
-                })
-                .collect();
+            let jobs = entries.iter().map(|(_, name, entry)| {
+                let job = entry_of(name, entry.clone());
+                let subject = Subject::Volume(job.host_path.clone());
+                let (guard, ledger) = (guard.clone(), ex.ledger.clone());
+                Job::new(subject, "inspection", ex.timeout, move || job.run(&guard, ledger.as_ref()))
+            });
             ex.ops
-                .run_all(jobs)
+                .run_each(jobs)
                 .into_iter()
                 .map(|r| match r {
                     Answer::Done(v) => Some(v),

@@ -282,22 +282,19 @@ impl HostAccess for RealHost {
         // Each PV's volume is looked at under its own deadline: present, its identity in the
         // current format, and (when asked) its disk. An unresponsive one is none of these.
         let with_disks = ask.disks;
-        let jobs = ask
-            .pvs
-            .iter()
-            .map(|(pv, path)| {
-                let (pv, path, mounts) = (pv.clone(), path.clone(), mounts.clone());
-                Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move || {
-                    let present = volume_present(&path, pv.identity.as_deref(), &mounts);
-                    let recorded = pv.identity.as_deref().filter(|id| crate::core::disk_identity::is_legacy(id));
-                    let upgrade =
-                        recorded.filter(|_| !pv.deleting).and_then(|id| upgraded_identity(&path, id, &mounts));
-                    let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts()) } else { None };
-                    (present, upgrade, disk)
-                })
+        let jobs = ask.pvs.iter().map(|(pv, path)| {
+            // Only what the check reads: a thousand PVs' whole states would be copied per pass.
+            let (identity, deleting) = (pv.identity.clone(), pv.deleting);
+            let (path, mounts) = (path.clone(), mounts.clone());
+            Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move || {
+                let present = volume_present(&path, identity.as_deref(), &mounts);
+                let recorded = identity.as_deref().filter(|id| crate::core::disk_identity::is_legacy(id));
+                let upgrade = recorded.filter(|_| !deleting).and_then(|id| upgraded_identity(&path, id, &mounts));
+                let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts()) } else { None };
+                (present, upgrade, disk)
             })
-            .collect();
-        let checked = self.ops.run_all(jobs);
+        });
+        let checked = self.ops.run_each(jobs);
         let (mut absent, mut upgrades, mut disks) = (Vec::new(), Vec::new(), Vec::new());
         for ((pv, _), result) in ask.pvs.iter().zip(checked) {
             let Some((present, upgrade, disk)) = result.done() else { continue };

@@ -30,9 +30,10 @@ use crate::core::backoff::Policy;
 pub const MAX_THREADS: usize = 64;
 
 /// Threads for operations that answer: the host calls take microseconds to milliseconds, so
-/// a few run a thousand volumes' inspections in a pass; more would only cost memory (each
-/// thread's stack), as measured with bench/bulk-publish.sh 1000.
-const WORKERS: usize = 4;
+/// one runs a thousand volumes' inspections in a pass as fast as the single blocking call before
+/// did (bench/bulk-publish.sh 1000: 8.8 s with 1, 2 or 4 threads), and each more costs its
+/// stack (about 0.25 MiB resident). Threads held by wedged or slow disks do not count.
+const WORKERS: usize = 1;
 
 /// How long an idle pool thread stays before it exits (as tokio's blocking pool).
 const IDLE_EXIT: Duration = Duration::from_secs(10);
@@ -57,6 +58,12 @@ fn stalled_text(op: &str) -> String {
 /// How long a caller waits for an operation before going on without it (its answer is then
 /// kept for the next pass): a pass meeting a newly wedged volume is held up this long, once.
 pub const GRACE: Duration = Duration::from_millis(500);
+
+/// How often a caller looks at jobs still queued (to grow the pool for them).
+const QUEUE_LOOK: Duration = Duration::from_millis(20);
+
+/// Jobs [`Operations::run_each`] runs at once.
+const BATCH: usize = 128;
 
 /// How long an answer nobody waited for is kept for the next pass.
 const KEPT_FOR: Duration = Duration::from_secs(5);
@@ -178,6 +185,11 @@ struct Flight {
     /// Its caller went on without it (pending): until it ends, the subject gets no other
     /// operation, so a volume that stopped answering costs one grace, not one per operation.
     abandoned: bool,
+    /// Whether a thread took it up: its deadline counts from then (a job waiting in the queue
+    /// behind a wedged disk's thread is not that disk's, nor its own, fault).
+    running: bool,
+    /// How long it may take once running.
+    allowed: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +212,17 @@ pub struct Ticket {
 }
 
 impl Ticket {
+    /// A thread took the operation up: its deadline counts from now.
+    fn start(&self) {
+        let now = Instant::now();
+        let mut state = self.inner.lock();
+        if let Some(f) = state.flights.get_mut(&self.subject).and_then(|v| v.iter_mut().find(|f| f.id == self.id)) {
+            f.running = true;
+            f.started = now;
+            f.deadline = now + f.allowed;
+        }
+    }
+
     /// What the subject is, for errors.
     pub fn subject(&self) -> &Subject {
         &self.subject
@@ -372,7 +395,9 @@ impl Operations {
     ) -> Result<(Ticket, bool), Unresponsive> {
         let now = Instant::now();
         let mut state = self.inner.lock();
-        if let Some(stuck) = state.flights.get(subject).and_then(|v| v.iter().find(|f| f.deadline <= now)).cloned() {
+        if let Some(stuck) =
+            state.flights.get(subject).and_then(|v| v.iter().find(|f| f.running && f.deadline <= now)).cloned()
+        {
             let what = stalled_text(state.suspects.get(subject).map_or(stuck.op, |s| s.op));
             state.suspects.entry(subject.clone()).or_insert(Suspect {
                 op: stuck.op,
@@ -403,6 +428,8 @@ impl Operations {
             started: now,
             deadline: now + deadline,
             abandoned: false,
+            running: false,
+            allowed: deadline,
         });
         drop(state);
         Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry }, retry))
@@ -428,8 +455,8 @@ impl Operations {
     pub fn run_all<T: Send + 'static>(&self, jobs: Vec<Job<T>>) -> Vec<Answer<T>> {
         let (tx, rx) = mpsc::channel::<(usize, T)>();
         let mut out: Vec<Option<Answer<T>>> = Vec::with_capacity(jobs.len());
-        // index -> (wait until, subject, op, started, deadline)
-        let mut waiting: BTreeMap<usize, (Instant, Subject, &'static str, Instant, Instant, u64)> = BTreeMap::new();
+        // index -> (subject, op, queued at, deadline, flight id)
+        let mut waiting: BTreeMap<usize, (Subject, &'static str, Instant, Duration, u64)> = BTreeMap::new();
         for (i, job) in jobs.into_iter().enumerate() {
             if let Some(value) = self.take_kept::<T>(&job.subject, job.op, &job.tag) {
                 out.push(Some(Answer::Done(value)));
@@ -449,6 +476,7 @@ impl Operations {
                     self.inner.pool.submit(
                         self.occupied(),
                         Box::new(move || {
+                            ticket.start();
                             let value = work();
                             // An answer nobody waits for any more is kept for the next pass.
                             ticket.answer(op, tag, i, value, &tx);
@@ -461,42 +489,53 @@ impl Operations {
                         out.push(Some(Answer::Unresponsive(Unresponsive { subject: job.subject, what })));
                     } else {
                         out.push(None);
-                        let until = started + job.deadline.min(GRACE);
-                        waiting.insert(i, (until, job.subject, job.op, started, started + job.deadline, id));
+                        waiting.insert(i, (job.subject, job.op, started, job.deadline, id));
                     }
                 }
             }
         }
         drop(tx);
-        while let Some(due) = waiting.values().map(|w| w.0).min() {
+        // A job is waited for up to the grace (or its deadline, when shorter) from when a thread
+        // took it up; one still queued (behind threads held by slow or wedged disks) one grace
+        // longer from when it was queued, while the pool grows for it.
+        while !waiting.is_empty() {
             let now = Instant::now();
+            let flights = self.flights_of(waiting.values().map(|w| (&w.0, w.4)));
+            let until = |w: &(Subject, &'static str, Instant, Duration, u64)| match flights.get(&w.4) {
+                Some(f) if f.running => f.started + w.3.min(GRACE),
+                // Queued: one more grace, in which the pool grows past the threads held.
+                _ => w.2 + w.3.min(GRACE) + GRACE,
+            };
+            // Unstarted jobs are looked at again soon, so the pool grows for them in time.
+            let queued = waiting.values().any(|w| !flights.get(&w.4).is_some_and(|f| f.running));
+            let next = waiting.values().map(until).min().unwrap_or(now);
+            let due = if queued { next.min(now + QUEUE_LOOK) } else { next };
             let received = if due > now { rx.recv_timeout(due - now).ok() } else { rx.try_recv().ok() };
-            match received {
-                Some((i, value)) => {
-                    if waiting.remove(&i).is_some() {
-                        out[i] = Some(Answer::Done(value));
-                    }
+            if let Some((i, value)) = received {
+                if waiting.remove(&i).is_some() {
+                    out[i] = Some(Answer::Done(value));
                 }
-                None => {
-                    // Every job whose wait is over is given up on for now.
-                    let now = Instant::now();
-                    let over: Vec<usize> = waiting.iter().filter(|(_, w)| w.0 <= now).map(|(i, _)| *i).collect();
-                    for i in over {
-                        let Some((_, subject, op, started, deadline, id)) = waiting.remove(&i) else { continue };
-                        out[i] = Some(if deadline <= now {
-                            self.note_overdue(&subject, op, started);
-                            let what = stalled_text(self.stalled_op(&subject).unwrap_or(op));
-                            Answer::Unresponsive(Unresponsive { subject, what })
-                        } else {
-                            self.abandon(&subject, id);
-                            Answer::Pending
-                        });
-                    }
-                    // Jobs queued behind threads held by what was just given up on get threads
-                    // of their own.
-                    self.inner.pool.grow(self.occupied());
-                }
+                continue;
             }
+            let now = Instant::now();
+            let over: Vec<usize> = waiting.iter().filter(|(_, w)| until(w) <= now).map(|(i, _)| *i).collect();
+            for i in over {
+                let Some((subject, op, _, _, id)) = waiting.remove(&i) else { continue };
+                let flight = flights.get(&id);
+                out[i] = Some(match flight {
+                    Some(f) if f.running && f.deadline <= now => {
+                        self.note_overdue(&subject, op, f.started);
+                        let what = stalled_text(self.stalled_op(&subject).unwrap_or(op));
+                        Answer::Unresponsive(Unresponsive { subject, what })
+                    }
+                    _ => {
+                        self.abandon(&subject, id);
+                        Answer::Pending
+                    }
+                });
+            }
+            // Jobs queued behind threads held by slow or wedged disks get threads of their own.
+            self.inner.pool.grow(self.occupied());
         }
         // Answers that came in meanwhile are used now rather than kept.
         while let Ok((i, value)) = rx.try_recv() {
@@ -505,6 +544,17 @@ impl Operations {
             }
         }
         out.into_iter().map(|o| o.unwrap_or(Answer::Pending)).collect()
+    }
+
+    /// [`Self::run_all`] over `jobs` made as they are needed, [`BATCH`] at a time: a pass over
+    /// a thousand volumes holds one batch's work and answers at once, not a thousand's.
+    pub fn run_each<T: Send + 'static>(&self, jobs: impl IntoIterator<Item = Job<T>>) -> Vec<Answer<T>> {
+        let mut jobs = jobs.into_iter().peekable();
+        let mut out = Vec::new();
+        while jobs.peek().is_some() {
+            out.extend(self.run_all(jobs.by_ref().take(BATCH).collect()));
+        }
+        out
     }
 
     /// Whether an operation `op` on `subject`, or one its caller went on without, is in
@@ -553,7 +603,7 @@ impl Operations {
         let overdue: Vec<(Subject, Flight)> = state
             .flights
             .iter()
-            .flat_map(|(s, v)| v.iter().filter(|f| f.deadline <= now).map(move |f| (s.clone(), f.clone())))
+            .flat_map(|(s, v)| v.iter().filter(|f| f.running && f.deadline <= now).map(move |f| (s.clone(), f.clone())))
             .collect();
         for (subject, f) in overdue {
             state.suspects.entry(subject).or_insert(Suspect {
@@ -570,7 +620,7 @@ impl Operations {
                 subject: subject.clone(),
                 op: s.op,
                 for_: now.duration_since(s.since),
-                stuck: state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.deadline <= now)),
+                stuck: state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.running && f.deadline <= now)),
             })
             .collect()
     }
@@ -579,13 +629,26 @@ impl Operations {
     /// the pool adds as many threads for the others (see [`Pool::submit`]).
     fn occupied(&self) -> usize {
         let now = Instant::now();
-        self.inner.lock().flights.values().flatten().filter(|f| f.deadline <= now || f.abandoned).count()
+        let held = |f: &&Flight| {
+            f.running && (f.deadline <= now || f.abandoned || now.duration_since(f.started) >= GRACE.min(f.allowed))
+        };
+        self.inner.lock().flights.values().flatten().filter(held).count()
+    }
+
+    /// The flights with these ids (on these subjects), as they are now.
+    fn flights_of<'a>(&self, ids: impl Iterator<Item = (&'a Subject, u64)>) -> BTreeMap<u64, Flight> {
+        let state = self.inner.lock();
+        ids.filter_map(|(subject, id)| {
+            let f = state.flights.get(subject)?.iter().find(|f| f.id == id)?;
+            Some((id, f.clone()))
+        })
+        .collect()
     }
 
     /// Operations past their deadline whose threads have not returned.
     pub fn stuck(&self) -> usize {
         let now = Instant::now();
-        self.inner.lock().flights.values().flatten().filter(|f| f.deadline <= now).count()
+        self.inner.lock().flights.values().flatten().filter(|f| f.running && f.deadline <= now).count()
     }
 
     /// When the next background retry is due, or the next operation in flight passes its
@@ -748,7 +811,7 @@ impl Watch {
                 .flights
                 .get(&self.subject)
                 .and_then(|v| v.iter().find(|f| f.id == self.id))
-                .map(|f| (f.deadline <= now, f.op, f.started))
+                .map(|f| (f.running && f.deadline <= now, f.op, f.started))
         };
         match overdue {
             Some((true, op, started)) => {
@@ -788,6 +851,7 @@ impl Operations {
         self.inner.pool.submit(
             self.occupied(),
             Box::new(move || {
+                ticket.start();
                 let _entered = runtime.as_ref().map(|r| r.enter());
                 let value = work();
                 drop(ticket);
@@ -936,6 +1000,7 @@ mod tests {
         // A wipe's deadline moves while it progresses.
         let (ticket, retry) = ops.begin(&vol("/w"), "wipe", Duration::from_millis(50)).unwrap();
         assert!(!retry);
+        ticket.start();
         let watch = ticket.watch();
         std::thread::sleep(Duration::from_millis(30));
         watch.extend(Duration::from_millis(50));
