@@ -31,7 +31,7 @@ pub const MAX_THREADS: usize = 64;
 
 /// Threads for operations that answer: the host calls take microseconds to milliseconds, so
 /// one runs a thousand volumes' inspections in a pass as fast as the single blocking call before
-/// did (bench/bulk-publish.sh 1000: 8.8 s with 1, 2 or 4 threads), and each more costs its
+/// did (bench/bulk-publish.sh 1000: 8.7 to 9.0 s with 1, 2 or 4 threads), and each more costs its
 /// stack (about 0.25 MiB resident). Threads held by wedged or slow disks do not count.
 const WORKERS: usize = 1;
 
@@ -714,26 +714,12 @@ impl Pool {
     /// work plus one for each of the `occupied` threads a wedged or slow disk holds, and never
     /// beyond [`MAX_THREADS`].
     fn submit(self: &Arc<Pool>, occupied: usize, job: Work) {
-        let spawn = {
+        {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.jobs.push_back(job);
-            let cap = (WORKERS + occupied).min(MAX_THREADS);
-            let spawn = q.jobs.len() > q.idle && q.threads < cap;
-            if spawn {
-                q.threads += 1;
-            }
-            spawn
-        };
-        if spawn {
-            let pool = self.clone();
-            let started = std::thread::Builder::new().name("host-op".into()).spawn(move || pool.work());
-            if started.is_err() {
-                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                q.threads -= 1;
-            }
-        } else {
-            self.ready.notify_one();
         }
+        self.ready.notify_one();
+        self.grow(occupied);
     }
 
     /// Adds threads while jobs wait and no thread is free, within the cap of [`Self::submit`].
