@@ -105,16 +105,17 @@ run() {
     mount "$loop" "$frozen"
     fsfreeze -f "$frozen"
     t_freeze=$(now)
-    # The steady state "one volume wedged": the agent has met the frozen volume (its used-mark
-    # write passed its deadline, once) before the healthy volumes are mounted. How long that
-    # first meeting took is printed; an agent before issue 27 never gets there (30 s cap).
+    # The steady state "one volume wedged": the agent reports the frozen volume unresponsive
+    # (its used-mark write passed its deadline, --host-op-timeout) before the healthy volumes
+    # are mounted. How long that took is printed; an agent before issue 27 never gets there
+    # (30 s cap).
     addr=$(admin_addr)
     local met_deadline=$((SECONDS + 30))
     until curl -s --max-time 2 "http://$addr/metrics" | grep -q "^local_static_provisioner_volume_unresponsive{path=\"[^\"]*frozen\""; do
       ((SECONDS < met_deadline)) || break
       sleep 0.1
     done
-    echo "{\"figure\":\"wedged_volume_first_meeting\",\"seconds\":$(elapsed "$t_freeze" "$(now)")}"
+    echo "{\"figure\":\"wedged_volume_reported_unresponsive\",\"seconds\":$(elapsed "$t_freeze" "$(now)")}"
   fi
   : > "$work/mounts-$label.log"
   for i in $(seq 1 "$n"); do
