@@ -30,7 +30,8 @@ impl Agent {
                 failing.insert(path.clone(), found);
             }
         }
-        self.health.retain(|key| signs.iter().any(|(p, _)| p == key));
+        let seen: std::collections::BTreeSet<&str> = signs.iter().map(|(p, _)| p.as_str()).collect();
+        self.health.retain(|key| seen.contains(key));
         for stall in &stalls {
             if let Subject::Volume(path) = &stall.subject {
                 let what = format!("its {} did not answer within its deadline", stall.op);

@@ -3,11 +3,12 @@
 //! costs the node only that disk, never the pass.
 //!
 //! Every operation names its subject (a volume's path, a device, a discovery directory) and gets
-//! a deadline. The caller waits for it at most until the deadline; an operation that passes it
-//! is *overdue*: its thread is left to the kernel (a syscall stuck in the kernel cannot be
-//! cancelled), its subject is *unresponsive*, and every later operation on that subject is
-//! refused at once, without a thread, until the stuck one returns. So a wedged disk holds at
-//! most one thread per kind of operation, and the pool is bounded ([`MAX_THREADS`]).
+//! a deadline, counted from when a thread takes it up. The caller waits for it at most [`GRACE`]:
+//! one still running then is pending, and its answer is kept for the next pass. An operation
+//! that passes its deadline is *overdue*: its thread is left to the kernel (a syscall stuck in
+//! the kernel cannot be cancelled), its subject is *unresponsive*, and every later operation on
+//! that subject is refused at once, without a thread, until the stuck one returns. So a wedged
+//! disk holds at most one thread per kind of operation, and the pool is bounded ([`MAX_THREADS`]).
 //!
 //! Once the stuck operation returns, the subject is retried with backoff in the background (the
 //! pass does not wait for it): an operation that finishes within its deadline clears the
@@ -25,8 +26,8 @@ use std::time::{Duration, Instant};
 use crate::core::backoff::Policy;
 
 /// Threads the pool runs at most: healthy operations take microseconds, so these are mostly
-/// the threads wedged disks hold. Operations beyond it wait in the queue (and pass their
-/// deadline there, which is reported like any other).
+/// the threads wedged disks hold. Operations beyond it wait in the queue (pending to their
+/// callers; their deadlines count only once they run).
 pub const MAX_THREADS: usize = 64;
 
 /// Threads for operations that answer: the host calls take microseconds to milliseconds, so
@@ -176,6 +177,23 @@ struct State {
     kept: BTreeMap<Subject, Kept>,
 }
 
+impl State {
+    /// Flight `id` of `subject`.
+    fn flight(&self, subject: &Subject, id: u64) -> Option<&Flight> {
+        self.flights.get(subject)?.iter().find(|f| f.id == id)
+    }
+
+    fn flight_mut(&mut self, subject: &Subject, id: u64) -> Option<&mut Flight> {
+        self.flights.get_mut(subject)?.iter_mut().find(|f| f.id == id)
+    }
+
+    /// Notes `subject` as unresponsive since `since`, its operation `op` past its deadline (a
+    /// subject already noted keeps its first record).
+    fn suspect(&mut self, subject: &Subject, op: &'static str, since: Instant) {
+        self.suspects.entry(subject.clone()).or_insert(Suspect { op, since, failures: 1, retry_at: None });
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Flight {
     id: u64,
@@ -216,16 +234,16 @@ impl Ticket {
     fn start(&self) {
         let now = Instant::now();
         let mut state = self.inner.lock();
-        if let Some(f) = state.flights.get_mut(&self.subject).and_then(|v| v.iter_mut().find(|f| f.id == self.id)) {
+        if let Some(f) = state.flight_mut(&self.subject, self.id) {
             f.running = true;
             f.started = now;
             f.deadline = now + f.allowed;
         }
     }
 
-    /// What the subject is, for errors.
-    pub fn subject(&self) -> &Subject {
-        &self.subject
+    /// A handle on this operation for its owner.
+    pub fn watch(&self) -> Watch {
+        Watch { inner: self.inner.clone(), subject: self.subject.clone(), id: self.id }
     }
 
     /// Hands the answer to its caller, or, when the caller went on without it (or is gone),
@@ -242,7 +260,7 @@ impl Ticket {
         let now = Instant::now();
         let kept = {
             let mut state = self.inner.lock();
-            let flight = state.flights.get(&self.subject).and_then(|v| v.iter().find(|f| f.id == self.id));
+            let flight = state.flight(&self.subject, self.id);
             let (abandoned, in_time) = flight.map_or((true, false), |f| (f.abandoned, f.deadline > now));
             let unheard = if abandoned { Some(value) } else { to.send((index, value)).err().map(|e| e.0.1) };
             match unheard {
@@ -399,12 +417,7 @@ impl Operations {
             state.flights.get(subject).and_then(|v| v.iter().find(|f| f.running && f.deadline <= now)).cloned()
         {
             let what = stalled_text(state.suspects.get(subject).map_or(stuck.op, |s| s.op));
-            state.suspects.entry(subject.clone()).or_insert(Suspect {
-                op: stuck.op,
-                since: stuck.started,
-                failures: 1,
-                retry_at: None,
-            });
+            state.suspect(subject, stuck.op, stuck.started);
             return Err(Unresponsive { subject: subject.clone(), what });
         }
         let busy = state.flights.contains_key(subject);
@@ -433,6 +446,30 @@ impl Operations {
         });
         drop(state);
         Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry }, retry))
+    }
+
+    /// Runs `work` for the registered operation `ticket` on the pool without waiting: the
+    /// answer comes on the returned channel. The caller watches the deadline (a long operation
+    /// such as a wipe extends it as it progresses, see [`Ticket::watch`]).
+    pub fn start<T: Send + 'static>(
+        &self,
+        ticket: Ticket,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> tokio::sync::oneshot::Receiver<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // The work may drive a child process on the caller's runtime (a wipe's cleaner command).
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        self.inner.pool.submit(
+            self.occupied(),
+            Box::new(move || {
+                ticket.start();
+                let _entered = runtime.as_ref().map(|r| r.enter());
+                let value = work();
+                drop(ticket);
+                let _ = tx.send(value);
+            }),
+        );
+        rx
     }
 
     /// Runs one operation on the pool and waits for it (see [`Self::run_all`]).
@@ -567,8 +604,7 @@ impl Operations {
 
     /// Notes that the caller of operation `id` on `subject` went on without it.
     fn abandon(&self, subject: &Subject, id: u64) {
-        let mut state = self.inner.lock();
-        if let Some(f) = state.flights.get_mut(subject).and_then(|v| v.iter_mut().find(|f| f.id == id)) {
+        if let Some(f) = self.inner.lock().flight_mut(subject, id) {
             f.abandoned = true;
         }
     }
@@ -591,8 +627,7 @@ impl Operations {
 
     /// Records that an operation passed its deadline while its caller waited.
     fn note_overdue(&self, subject: &Subject, op: &'static str, started: Instant) {
-        let mut state = self.inner.lock();
-        state.suspects.entry(subject.clone()).or_insert(Suspect { op, since: started, failures: 1, retry_at: None });
+        self.inner.lock().suspect(subject, op, started);
     }
 
     /// The unresponsive subjects now, in subject order.
@@ -606,12 +641,7 @@ impl Operations {
             .flat_map(|(s, v)| v.iter().filter(|f| f.running && f.deadline <= now).map(move |f| (s.clone(), f.clone())))
             .collect();
         for (subject, f) in overdue {
-            state.suspects.entry(subject).or_insert(Suspect {
-                op: f.op,
-                since: f.started,
-                failures: 1,
-                retry_at: None,
-            });
+            state.suspect(&subject, f.op, f.started);
         }
         state
             .suspects
@@ -638,11 +668,7 @@ impl Operations {
     /// The flights with these ids (on these subjects), as they are now.
     fn flights_of<'a>(&self, ids: impl Iterator<Item = (&'a Subject, u64)>) -> BTreeMap<u64, Flight> {
         let state = self.inner.lock();
-        ids.filter_map(|(subject, id)| {
-            let f = state.flights.get(subject)?.iter().find(|f| f.id == id)?;
-            Some((id, f.clone()))
-        })
-        .collect()
+        ids.filter_map(|(subject, id)| Some((id, state.flight(subject, id)?.clone()))).collect()
     }
 
     /// Operations past their deadline whose threads have not returned.
@@ -693,9 +719,10 @@ impl Inner {
 
 type Work = Box<dyn FnOnce() + Send>;
 
-/// The threads operations run on: grown on demand up to [`MAX_THREADS`] (a queued job always
-/// has a thread coming unless the cap is reached), shrunk when idle. Not tokio's blocking pool:
-/// a thread stuck in the kernel there would hold up the runtime's shutdown.
+/// The threads operations run on: [`WORKERS`] for answering work plus one for each thread a
+/// slow or wedged disk holds, at most [`MAX_THREADS`], grown when a job waits and shrunk when
+/// idle. Not tokio's blocking pool: a thread stuck in the kernel there would hold up the
+/// runtime's shutdown.
 #[derive(Default)]
 struct Pool {
     queue: Mutex<PoolState>,
@@ -782,8 +809,7 @@ pub struct Watch {
 impl Watch {
     /// Moves the operation's deadline to `deadline` from now (it showed progress).
     pub fn extend(&self, deadline: Duration) {
-        let mut state = self.inner.lock();
-        if let Some(f) = state.flights.get_mut(&self.subject).and_then(|v| v.iter_mut().find(|f| f.id == self.id)) {
+        if let Some(f) = self.inner.lock().flight_mut(&self.subject, self.id) {
             f.deadline = Instant::now() + deadline;
         }
     }
@@ -791,60 +817,11 @@ impl Watch {
     /// Whether the operation passed its deadline (and has not returned).
     pub fn overdue(&self) -> bool {
         let now = Instant::now();
-        let overdue = {
-            let state = self.inner.lock();
-            state
-                .flights
-                .get(&self.subject)
-                .and_then(|v| v.iter().find(|f| f.id == self.id))
-                .map(|f| (f.running && f.deadline <= now, f.op, f.started))
-        };
-        match overdue {
-            Some((true, op, started)) => {
-                let mut state = self.inner.lock();
-                state.suspects.entry(self.subject.clone()).or_insert(Suspect {
-                    op,
-                    since: started,
-                    failures: 1,
-                    retry_at: None,
-                });
-                true
-            }
-            _ => false,
-        }
-    }
-}
-
-impl Ticket {
-    /// A handle on this operation for its owner.
-    pub fn watch(&self) -> Watch {
-        Watch { inner: self.inner.clone(), subject: self.subject.clone(), id: self.id }
-    }
-}
-
-impl Operations {
-    /// Runs `work` for the registered operation `ticket` on the pool without waiting: the
-    /// answer comes on the returned channel. The caller watches the deadline (a long operation
-    /// such as a wipe extends it as it progresses, see [`Ticket::watch`]).
-    pub fn start<T: Send + 'static>(
-        &self,
-        ticket: Ticket,
-        work: impl FnOnce() -> T + Send + 'static,
-    ) -> tokio::sync::oneshot::Receiver<T> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        // The work may drive a child process on the caller's runtime (a wipe's cleaner command).
-        let runtime = tokio::runtime::Handle::try_current().ok();
-        self.inner.pool.submit(
-            self.occupied(),
-            Box::new(move || {
-                ticket.start();
-                let _entered = runtime.as_ref().map(|r| r.enter());
-                let value = work();
-                drop(ticket);
-                let _ = tx.send(value);
-            }),
-        );
-        rx
+        let mut state = self.inner.lock();
+        let overdue = state.flight(&self.subject, self.id).filter(|f| f.running && f.deadline <= now);
+        let Some((op, since)) = overdue.map(|f| (f.op, f.started)) else { return false };
+        state.suspect(&self.subject, op, since);
+        true
     }
 }
 

@@ -327,7 +327,6 @@ impl Cleaner {
             after,
             cancel,
             progress: Arc::new(Progress::default()),
-            logged: Default::default(),
         };
         let tx = self.done_tx.clone();
         tokio::spawn(async move {

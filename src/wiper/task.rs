@@ -3,7 +3,7 @@
 //! the PV only after the wipe succeeded.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -35,8 +35,6 @@ pub(super) struct WipeTask {
     pub after: AfterWipe,
     pub cancel: Arc<AtomicBool>,
     pub progress: Arc<Progress>,
-    /// Progress reports made so far.
-    pub logged: AtomicU64,
 }
 
 impl WipeTask {
@@ -133,7 +131,7 @@ impl WipeTask {
         let mut tick = tokio::time::interval(STALL_CHECK_EVERY);
         tick.tick().await;
         let mut permit = Some(permit);
-        let (mut last_beat, mut last_log) = (self.beat(), Instant::now());
+        let (mut last_beat, mut last_log, mut logged) = (self.beat(), Instant::now(), 0u64);
         let mut timed_out = None;
         loop {
             tokio::select! {
@@ -167,7 +165,8 @@ impl WipeTask {
                     }
                     if last_log.elapsed() >= PROGRESS_EVERY {
                         last_log = Instant::now();
-                        self.log_progress(&path, started).await;
+                        logged += 1;
+                        self.log_progress(&path, started, logged).await;
                     }
                     let timeout = self.job.timeout_for(self.progress.total.load(Ordering::Relaxed));
                     if started.elapsed() >= timeout && timed_out.is_none() {
@@ -189,15 +188,14 @@ impl WipeTask {
         self.progress.done.load(Ordering::Relaxed).wrapping_add(self.progress.beats.load(Ordering::Relaxed))
     }
 
-    /// Logs how far the wipe is; every 30th time also as an event.
-    async fn log_progress(&self, path: &std::path::Path, started: Instant) {
-        self.logged.fetch_add(1, Ordering::Relaxed);
+    /// Logs how far the wipe is; the `n`th report, every 30th also as an event.
+    async fn log_progress(&self, path: &std::path::Path, started: Instant, n: u64) {
         let size = self.progress.total.load(Ordering::Relaxed);
         let done = self.progress.done.load(Ordering::Relaxed);
         let pct = if size > 0 && done > 0 { format!(" ({}%)", done.saturating_mul(100) / size) } else { String::new() };
         let elapsed_s = started.elapsed().as_secs();
         info!(pv = %self.job.pv.name, path = %path.display(), elapsed_s, "still wiping{pct}");
-        if self.logged.load(Ordering::Relaxed).is_multiple_of(30) {
+        if n.is_multiple_of(30) {
             let note = format!("Still wiping {} after {elapsed_s}s{pct}", path.display());
             let pv = pv_reference(&self.job.pv.name, Some(&self.job.pv.uid));
             self.cluster.event(&pv, false, "VolumeWipeProgress", "Wipe", note).await;
