@@ -115,6 +115,7 @@ struct Inner {
     unresponsive: Family<StallLabels, Gauge>,
     operations_stuck: Gauge,
     failing: Family<FailingLabels, Gauge>,
+    fenced: Family<FenceLabels, Gauge>,
     cleanup_actions: Family<ActionLabels, Counter>,
     cleanup_failures: Family<ActionLabels, Counter>,
     gone_nodes: Gauge,
@@ -138,6 +139,13 @@ struct OutcomeLabels {
 struct StallLabels {
     path: String,
     operation: String,
+}
+
+/// A PV whose volume is fenced (core::fence) and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FenceLabels {
+    pv: String,
+    reason: String,
 }
 
 /// A volume whose disk shows a sign of failing, its PV (if any) and the sign.
@@ -402,6 +410,12 @@ impl Metrics {
             operations_stuck.clone(),
         );
         let failing = Family::<FailingLabels, Gauge>::default();
+        let fenced = Family::<FenceLabels, Gauge>::default();
+        agent_registry.register(
+            "local_static_provisioner_fenced_volumes",
+            "1 for each PV of this node no pod may newly mount, and why: not-its-disk (its path holds another disk), disk-missing (nothing at its path), unverified (its disk has not answered since the agent started)",
+            fenced.clone(),
+        );
         agent_registry.register(
             "local_static_provisioner_volume_failing",
             "1 for each volume and sign of a failing disk (unresponsive, read-only, filesystem-errors, shut-down, io-errors, io-failure)",
@@ -492,6 +506,7 @@ impl Metrics {
                 unresponsive,
                 operations_stuck,
                 failing,
+                fenced,
                 cleanup_actions,
                 cleanup_failures,
                 gone_nodes,
@@ -636,6 +651,14 @@ impl Metrics {
             self.inner.unresponsive.get_or_create(&labels).set(1);
         }
         self.inner.operations_stuck.set(stuck as i64);
+    }
+
+    /// The fences in force on this node: (PV name, reason).
+    pub fn set_fenced(&self, fenced: &[(String, &'static str)]) {
+        self.inner.fenced.clear();
+        for (pv, reason) in fenced {
+            self.inner.fenced.get_or_create(&FenceLabels { pv: pv.clone(), reason: reason.to_string() }).set(1);
+        }
     }
 
     /// The failing signs of this node's volumes: (path, PV name or "", reason code).

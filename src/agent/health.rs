@@ -129,7 +129,7 @@ impl Agent {
 
     /// An event on the PV and on its bound claim, so `kubectl describe pvc` shows it to the
     /// application's owner.
-    async fn tell(&self, pv: &PvState, warning: bool, reason: &str, note: String) {
+    pub(super) async fn tell(&self, pv: &PvState, warning: bool, reason: &str, note: String) {
         let pv_ref = pv_reference(&pv.name, Some(&pv.uid));
         self.cluster.event(&pv_ref, warning, reason, "Monitor", note.clone()).await;
         if let Some((namespace, name, uid)) = &pv.claim {

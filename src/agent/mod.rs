@@ -6,11 +6,13 @@
 //!
 //! Layout: `node` (the Node and this agent's identity), `config` (reloads), `observe` (the
 //! host, once per pass), `publish` (new PVs, adoption), `marks` (used marks), `presence`
-//! (vanished volumes), `succession` (PVs of an earlier Node incarnation), `reclaim` (wipes),
-//! `effects` (retries) and `report` (events once per occurrence).
+//! (vanished volumes), `fence` (no pod mounts a path that holds another disk), `succession`
+//! (PVs of an earlier Node incarnation), `reclaim` (wipes), `health` (failing disks), `effects`
+//! (retries) and `report` (events once per occurrence).
 
 mod config;
 mod effects;
+mod fence;
 mod health;
 mod marks;
 mod node;
@@ -371,6 +373,7 @@ impl Agent {
     /// from the start after the restart. Waits up to 10 s for them to stop.
     async fn shut_down(&mut self, wipes_done: &mut mpsc::UnboundedReceiver<WipeOutcome>) {
         let running = self.cleaner.cancel_all();
+        self.fence_on_stop().await;
         info!(running_wipes = running, "shutting down");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while self.cleaner.running() > 0 {
@@ -441,6 +444,7 @@ impl Agent {
         let next_stale = self.succeed(&predecessors, &observation.succession).await;
         let (missing, next_missing) = self.missing_volumes(&observation.absent);
         self.follow_presence(&states, &missing).await;
+        self.follow_fences(&states, &predecessors, &observation.checks, &observation.succession).await;
         self.upgrade_identities(&states, &observation.upgrades).await;
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;

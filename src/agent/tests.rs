@@ -24,6 +24,7 @@ use crate::config::{ConfigSource, ProvisionerConfig};
 use crate::core::cleanup::{AfterWipe, PvState};
 use crate::core::pv::FoundVolume;
 use crate::core::pv_facts::PvFacts;
+use crate::core::succession::DiskCheck;
 use crate::core::volume_safety::DiskKey;
 use crate::discovery::{Scan, SkipReason, Skipped};
 use crate::host::HostError;
@@ -48,13 +49,16 @@ struct FakeHost {
     holds: Mutex<Vec<(String, String)>>,
     /// Host paths whose used-mark writes (and wipes) block, as on a frozen filesystem.
     frozen: Mutex<Vec<String>>,
+    /// What the presence checks find at each PV's path, by UID (absent: no answer).
+    checks: Mutex<Vec<(String, DiskCheck)>>,
 }
 
 impl HostAccess for FakeHost {
     fn observe(&self, _ask: Ask) -> Result<Observation, HostError> {
         let scan = self.scan.lock().unwrap().clone();
         let absent = self.absent.lock().unwrap().clone();
-        Ok(Observation { scan, absent, disks: Some(Vec::new()), ..Default::default() })
+        let checks = self.checks.lock().unwrap().clone();
+        Ok(Observation { scan, absent, checks, disks: Some(Vec::new()), ..Default::default() })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
@@ -110,6 +114,9 @@ struct MockApi {
     seen: Arc<Mutex<Vec<(String, String)>>>,
     /// Status codes to answer, by "METHOD path-prefix", consumed in order; 200/201 otherwise.
     scripted: Arc<Mutex<BTreeMap<String, Vec<u16>>>>,
+    /// The labels of Node n1 as merge patches left them, and the patches.
+    node_labels: Arc<Mutex<BTreeMap<String, String>>>,
+    node_patches: Arc<Mutex<Vec<serde_json::Value>>>,
 }
 
 impl MockApi {
@@ -164,6 +171,21 @@ impl MockApi {
                 (200, pv.to_string())
             }
             "GET" if path == "/api/v1/nodes/n1" => (200, serde_json::to_string(&node()).unwrap_or_default()),
+            // A merge patch of the Node's labels: applied, and the Node answered as it is now.
+            "PATCH" if path == "/api/v1/nodes/n1" => {
+                let patch: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+                let mut labels = self.node_labels.lock().unwrap();
+                for (k, v) in patch["metadata"]["labels"].as_object().into_iter().flatten() {
+                    match v.as_str() {
+                        Some(v) => labels.insert(k.clone(), v.to_string()),
+                        None => labels.remove(k),
+                    };
+                }
+                self.node_patches.lock().unwrap().push(patch);
+                let mut node = node();
+                node.metadata.labels.get_or_insert_default().extend(labels.clone());
+                (200, serde_json::to_string(&node).unwrap_or_default())
+            }
             "GET" if path == "/api/v1/persistentvolumes" => {
                 (200, r#"{"kind":"PersistentVolumeList","apiVersion":"v1","metadata":{},"items":[]}"#.into())
             }
@@ -605,4 +627,113 @@ async fn a_used_mark_write_that_never_returns_costs_its_volume_only() {
     assert_eq!(waiting(&lab), 0, "published once it answers");
     assert!(lab.api.count("POST", "/api/v1/persistentvolumes") > before);
     assert!(lab.agent.ops.stalls().is_empty());
+}
+
+/// A Bound PV made with fence requirements in its node affinity, claimed by default/data-0.
+fn fenced_pv(name: &str) -> PvFacts {
+    let mut pv = own_pv(name, "Bound", serde_json::json!({}));
+    let mut expressions = vec![k8s_openapi::api::core::v1::NodeSelectorRequirement {
+        key: "kubernetes.io/hostname".into(),
+        operator: "In".into(),
+        values: Some(vec!["n1".into()]),
+    }];
+    expressions.extend(crate::core::fence::fence_requirements(name));
+    pv.spec.node_affinity = Some(k8s_openapi::api::core::v1::VolumeNodeAffinity {
+        required: Some(k8s_openapi::api::core::v1::NodeSelector {
+            node_selector_terms: vec![k8s_openapi::api::core::v1::NodeSelectorTerm {
+                match_expressions: Some(expressions),
+                match_fields: None,
+            }],
+        }),
+    });
+    pv.spec.claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
+        namespace: Some("default".into()),
+        name: Some("data-0".into()),
+        uid: Some("claim-uid".into()),
+        ..Default::default()
+    });
+    pv
+}
+
+fn fence_label(lab: &Lab) -> Option<String> {
+    lab.api.node_labels.lock().unwrap().get("fence.local-static-provisioner.io/pv-a").cloned()
+}
+
+#[tokio::test]
+async fn a_swapped_disk_is_fenced_on_the_node_until_its_own_disk_is_back_and_a_failed_write_is_retried() {
+    let mut lab = lab().await;
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(fenced_pv("pv-a")));
+    *lab.host.checks.lock().unwrap() = vec![("uid-pv-a".into(), DiskCheck::Different)];
+    // The first write fails: nobody is told, the failure waits for its deadline.
+    lab.api.script("PATCH /api/v1/nodes/n1", &[500]);
+    let events = lab.api.events();
+    lab.pass().await;
+    assert_eq!(fence_label(&lab), None);
+    assert_eq!(lab.api.events(), events, "no event before the fence is up");
+    assert!(lab.agent.effects.failure_keys().iter().any(|k| k.starts_with("fences/")));
+
+    lab.deadlines_pass();
+    lab.pass().await;
+    assert_eq!(fence_label(&lab).as_deref(), Some("not-its-disk"));
+    assert_eq!(lab.api.events(), events + 2, "VolumeFenced on the PV and on its claim");
+    let metrics = lab.agent.metrics.encode();
+    assert!(
+        metrics.contains("local_static_provisioner_fenced_volumes{pv=\"pv-a\",reason=\"not-its-disk\"} 1"),
+        "{metrics}"
+    );
+
+    // Level-triggered: nothing more is written while nothing changes.
+    let patches = lab.api.count("PATCH", "/api/v1/nodes/n1");
+    lab.pass().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/nodes/n1"), patches);
+
+    // No answer from the disk: the fence stays.
+    lab.host.checks.lock().unwrap().clear();
+    lab.pass().await;
+    assert_eq!(fence_label(&lab).as_deref(), Some("not-its-disk"));
+
+    // Its own disk is back: lifted, and both are told.
+    *lab.host.checks.lock().unwrap() = vec![("uid-pv-a".into(), DiskCheck::Same)];
+    lab.pass().await;
+    assert_eq!(fence_label(&lab), None);
+    assert_eq!(lab.api.events(), events + 4, "VolumeUnfenced on the PV and on its claim");
+    assert!(!lab.agent.metrics.encode().contains("fenced_volumes{"));
+}
+
+#[tokio::test]
+async fn a_stopping_agent_fences_its_node_and_the_next_one_checks_every_disk_before_lifting_it() {
+    let mut lab = lab().await;
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(fenced_pv("pv-a")));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(fenced_pv("pv-b")));
+    lab.agent.fence_on_stop().await;
+    let node_wide =
+        |lab: &Lab| lab.api.node_labels.lock().unwrap().get("local-static-provisioner.io/volumes-unverified").cloned();
+    assert_eq!(node_wide(&lab).as_deref(), Some("agent-stopped"));
+
+    // The next agent: pv-a's disk is its own, pv-b's does not answer yet. One write lifts the
+    // node-wide fence and fences pv-b alone.
+    lab.agent.node.metadata.labels.get_or_insert_default().extend(lab.api.node_labels.lock().unwrap().clone());
+    *lab.host.checks.lock().unwrap() = vec![("uid-pv-a".into(), DiskCheck::Same)];
+    let patches = lab.api.count("PATCH", "/api/v1/nodes/n1");
+    lab.pass().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/nodes/n1"), patches + 1);
+    assert_eq!(node_wide(&lab), None);
+    let labels = lab.api.node_labels.lock().unwrap().clone();
+    assert_eq!(labels.get("fence.local-static-provisioner.io/pv-b").map(String::as_str), Some("unverified"));
+    assert!(!labels.contains_key("fence.local-static-provisioner.io/pv-a"));
+
+    // pv-b answers with its own disk: lifted.
+    *lab.host.checks.lock().unwrap() = vec![("uid-pv-a".into(), DiskCheck::Same), ("uid-pv-b".into(), DiskCheck::Same)];
+    lab.pass().await;
+    assert!(!lab.api.node_labels.lock().unwrap().keys().any(|k| k.starts_with("fence.")));
+}
+
+#[tokio::test]
+async fn a_pv_made_before_fences_never_gets_a_fence_label_and_an_agent_without_such_pvs_stops_without_one() {
+    let mut lab = lab().await;
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("pv-old", "Bound", serde_json::json!({}))));
+    *lab.host.checks.lock().unwrap() = vec![("uid-pv-old".into(), DiskCheck::Different)];
+    lab.pass().await;
+    lab.agent.fence_on_stop().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/nodes/n1"), 0, "nothing to fence: its affinity cannot honour it");
 }

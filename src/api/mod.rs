@@ -353,6 +353,20 @@ impl Cluster {
         self.call("get", api.get(name)).await.map_err(ApiError::request("get node", name))
     }
 
+    /// Sets (`Some`) or removes (`None`) labels of a Node, nothing else, with a merge patch:
+    /// the agent's volume fences on its own Node (core::fence). Returns the Node as it is now.
+    pub async fn patch_node_labels(
+        &self,
+        name: &str,
+        labels: &std::collections::BTreeMap<String, Option<String>>,
+    ) -> Result<Node, ApiError> {
+        let patch = serde_json::json!({ "metadata": { "labels": labels } });
+        let api = Api::<Node>::all(self.client.clone());
+        self.send("patch", "patch node labels", name, api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+            .await?
+            .map_err(ApiError::request("patch node labels", name))
+    }
+
     /// Lists in pages of `LIST_PAGE` objects, following continue tokens to the end, and keeps
     /// only what `keep` keeps, page by page: each page is dropped before the next is asked for,
     /// so memory follows the objects kept and one page, never the size of the cluster.

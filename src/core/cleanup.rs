@@ -55,6 +55,8 @@ pub struct PvState {
     pub disk_failing: Option<String>,
     /// The claim bound to it: (namespace, name, UID), to tell its owner about its disk.
     pub claim: Option<(String, String, String)>,
+    /// Its node affinity honours its volume fence (core::fence::honours_fence).
+    pub honours_fence: bool,
 }
 
 impl PvState {
@@ -93,6 +95,10 @@ impl PvState {
                 let part = |v: &Option<String>| v.clone().unwrap_or_default();
                 (part(&c.namespace), part(&c.name), part(&c.uid))
             }),
+            honours_fence: super::fence::honours_fence(
+                meta.name.as_deref().unwrap_or_default(),
+                spec.node_affinity.as_ref(),
+            ),
         }
     }
 }

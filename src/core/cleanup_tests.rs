@@ -37,6 +37,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         moved_to: None,
         disk_failing: None,
         claim: None,
+        honours_fence: true,
     }
 }
 
@@ -761,6 +762,8 @@ fn from_pv_extracts_every_field() {
             moved_to: None,
             disk_failing: None,
             claim: Some(("db".into(), "data-0".into(), "c-1".into())),
+            // Made before fences: its affinity does not require the fence label's absence.
+            honours_fence: false,
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::capacity::binary_si_quantity;
+use super::fence::fence_requirements;
 use super::naming::{
     ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
     node_label_value,
@@ -134,8 +135,9 @@ impl PvContext<'_> {
             (ANN_PROVISIONED_BY.to_string(), self.provisioner_name.to_string()),
             (ANN_VOLUME_IDENTITY.to_string(), volume.identity.to_string()),
         ]);
-        let affinity = self.node_affinity(class);
         let node_affinity = if self.config.use_alpha_api {
+            // Upstream's form, unfenced: no current kubelet or scheduler reads the annotation.
+            let affinity = self.node_affinity(None, class);
             // Serializing plain k8s-openapi structs to JSON cannot fail.
             let json = serde_json::to_string(&affinity.required).unwrap_or_default();
             annotations.insert(
@@ -144,7 +146,7 @@ impl PvContext<'_> {
             );
             None
         } else {
-            Some(affinity)
+            Some(self.node_affinity(Some(name), class))
         };
         let owner_references = self.config.set_pv_owner_ref.then(|| {
             vec![OwnerReference {
@@ -196,17 +198,23 @@ impl PvContext<'_> {
     }
 
     /// The node's own hostname term first, then the class's selector terms as separate (ORed)
-    /// terms, as upstream does for shared filesystems.
-    fn node_affinity(&self, class: &ClassConfig) -> VolumeNodeAffinity {
-        let mut terms = vec![NodeSelectorTerm {
-            match_expressions: Some(vec![NodeSelectorRequirement {
-                key: LABEL_HOSTNAME.into(),
-                operator: "In".into(),
-                values: Some(vec![self.node.hostname().to_string()]),
-            }]),
-            match_fields: None,
-        }];
-        terms.extend(class.selector.iter().cloned());
+    /// terms, as upstream does for shared filesystems. Every term also requires the volume's
+    /// fence labels to be absent from the node (core::fence), so no pod mounts the volume while
+    /// its path holds another disk, wherever the term would place it (`fenced`: the PV name).
+    fn node_affinity(&self, fenced: Option<&str>, class: &ClassConfig) -> VolumeNodeAffinity {
+        let hostname = NodeSelectorRequirement {
+            key: LABEL_HOSTNAME.into(),
+            operator: "In".into(),
+            values: Some(vec![self.node.hostname().to_string()]),
+        };
+        let fences = fenced.map(fence_requirements).unwrap_or_default();
+        let terms = std::iter::once(NodeSelectorTerm { match_expressions: Some(vec![hostname]), match_fields: None })
+            .chain(class.selector.iter().cloned())
+            .map(|mut term| {
+                term.match_expressions.get_or_insert_with(Vec::new).extend(fences.iter().cloned());
+                term
+            })
+            .collect();
         VolumeNodeAffinity { required: Some(NodeSelector { node_selector_terms: terms }) }
     }
 }

@@ -171,8 +171,8 @@ fn whole_pv_serializes_like_upstream() {
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
-                        { "matchExpressions": [{ "key": "kubernetes.io/hostname", "operator": "In", "values": ["test-node-hostname"] }] },
-                        { "matchExpressions": [{ "key": "pool", "operator": "In", "values": ["shared"] }] }
+                        { "matchExpressions": [{ "key": "kubernetes.io/hostname", "operator": "In", "values": ["test-node-hostname"] }, { "key": "fence.local-static-provisioner.io/local-pv-aaaafef5", "operator": "DoesNotExist" }, { "key": "local-static-provisioner.io/volumes-unverified", "operator": "DoesNotExist" }] },
+                        { "matchExpressions": [{ "key": "pool", "operator": "In", "values": ["shared"] }, { "key": "fence.local-static-provisioner.io/local-pv-aaaafef5", "operator": "DoesNotExist" }, { "key": "local-static-provisioner.io/volumes-unverified", "operator": "DoesNotExist" }] }
                     ]
                 }
             }
@@ -208,7 +208,7 @@ fn minimal_pv_serializes_without_optional_fields() {
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
-                        { "matchExpressions": [{ "key": "kubernetes.io/hostname", "operator": "In", "values": ["test-node-hostname"] }] }
+                        { "matchExpressions": [{ "key": "kubernetes.io/hostname", "operator": "In", "values": ["test-node-hostname"] }, { "key": "fence.local-static-provisioner.io/local-pv-aaaafef5", "operator": "DoesNotExist" }, { "key": "local-static-provisioner.io/volumes-unverified", "operator": "DoesNotExist" }] }
                     ]
                 }
             }
@@ -339,7 +339,7 @@ fn class_policy_default_is_delete_without_mount_options() {
 #[test]
 fn node_affinity_uses_hostname_label_value_not_node_name() {
     let pv = build(&config_with(&[("sc1", class("/mnt/disks"))]));
-    assert_eq!(terms(&pv), vec![hostname_term("test-node-hostname")]);
+    assert_eq!(terms(&pv), vec![fenced(hostname_term("test-node-hostname"))]);
 }
 
 #[test]
@@ -348,7 +348,7 @@ fn node_affinity_falls_back_to_node_name_without_hostname_label() {
     n.labels.remove(LABEL_HOSTNAME);
     assert_eq!(n.hostname(), "test-node");
     let pv = build_with(&config_with(&[("sc1", class("/mnt/disks"))]), &n, &ClassPolicy::default(), GIB);
-    assert_eq!(terms(&pv), vec![hostname_term("test-node")]);
+    assert_eq!(terms(&pv), vec![fenced(hostname_term("test-node"))]);
 }
 
 #[test]
@@ -372,8 +372,18 @@ fn class_selector_terms_follow_as_separate_terms() {
     let mut c = class("/mnt/shared");
     c.selector = vec![sel_a.clone(), sel_b.clone()];
     let pv = build(&config_with(&[("sc1", c)]));
-    // ORed terms, hostname first; the hostname term is not merged with the selector.
-    assert_eq!(terms(&pv), vec![hostname_term("test-node-hostname"), sel_a, sel_b]);
+    // ORed terms, hostname first; the hostname term is not merged with the selector. Each term
+    // requires the volume's fence labels to be absent: no term lets a pod past a fence.
+    assert_eq!(terms(&pv), vec![fenced(hostname_term("test-node-hostname")), fenced(sel_a), fenced(sel_b)]);
+    assert!(crate::core::fence::honours_fence("local-pv-aaaafef5", spec(&pv).node_affinity.as_ref()));
+}
+
+/// `term` with the fence requirements of the test's PV appended.
+fn fenced(mut term: NodeSelectorTerm) -> NodeSelectorTerm {
+    term.match_expressions
+        .get_or_insert_with(Vec::new)
+        .extend(crate::core::fence::fence_requirements("local-pv-aaaafef5"));
+    term
 }
 
 #[test]

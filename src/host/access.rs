@@ -19,7 +19,7 @@ use crate::core::volume_safety::DiskKey;
 use crate::discovery::{self, Examine, Scan};
 use crate::host::HostError;
 use crate::host::claims::{self, ClaimMemory, ClaimReport};
-use crate::host::identity::{check_disk, upgraded_identity, volume_identity_in, volume_present};
+use crate::host::identity::{check_disk, presence_and_check, upgraded_identity, volume_identity_in};
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
 use crate::host::ops::{Answer, Job, Operations, Subject};
@@ -56,6 +56,9 @@ pub struct Observation {
     pub scan: Scan,
     /// UIDs of the asked PVs whose volume is not at its path.
     pub absent: Vec<String>,
+    /// What is at each asked PV's path compared with its recorded disk, by UID (the fences
+    /// need to tell another disk from nothing). PVs whose check did not answer are left out.
+    pub checks: Vec<(String, DiskCheck)>,
     /// For each asked PV, its volume's identity in the current format when it recorded one in
     /// an old format and the disk proves to be the same (see host::identity::upgraded_identity).
     pub upgrades: Vec<(String, String)>,
@@ -287,20 +290,21 @@ impl HostAccess for RealHost {
             let (identity, deleting) = (pv.identity.clone(), pv.deleting);
             let (path, mounts) = (path.clone(), mounts.clone());
             Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move || {
-                let present = volume_present(&path, identity.as_deref(), &mounts);
+                let (present, check) = presence_and_check(&path, identity.as_deref(), &mounts);
                 let recorded = identity.as_deref().filter(|id| crate::core::disk_identity::is_legacy(id));
                 let upgrade = recorded.filter(|_| !deleting).and_then(|id| upgraded_identity(&path, id, &mounts));
                 let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts()) } else { None };
-                (present, upgrade, disk)
+                (present, check, upgrade, disk)
             })
         });
         let checked = self.ops.run_each(jobs);
-        let (mut absent, mut upgrades, mut disks) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut absent, mut checks, mut upgrades, mut disks) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for ((pv, _), result) in ask.pvs.iter().zip(checked) {
-            let Some((present, upgrade, disk)) = result.done() else { continue };
+            let Some((present, check, upgrade, disk)) = result.done() else { continue };
             if !present {
                 absent.push(pv.uid.clone());
             }
+            checks.push((pv.uid.clone(), check));
             if let Some(id) = upgrade {
                 upgrades.push((pv.uid.clone(), id));
             }
@@ -325,7 +329,7 @@ impl HostAccess for RealHost {
             .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.done()?)))
             .collect();
         let disks = ask.disks.then_some(disks);
-        Ok(Observation { scan, absent, upgrades, disks, succession, claims })
+        Ok(Observation { scan, absent, checks, upgrades, disks, succession, claims })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {

@@ -66,6 +66,28 @@ pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) 
     here && recorded.is_none_or(|r| found_identity(path, Some(mounts)).is_ok_and(|found| is_present(r, &found)))
 }
 
+/// Whether the volume recorded as `recorded` is still at `path` (as `volume_present`) and what
+/// is there compared with the recorded disk (as `check_disk`), from one read of the identity:
+/// the presence check of every PV in every pass, which the fences (core::fence) need too.
+pub fn presence_and_check(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> (bool, DiskCheck) {
+    if !volume_present(path, None, mounts) {
+        return (false, DiskCheck::Missing);
+    }
+    let Some(recorded) = recorded else { return (true, DiskCheck::Unrecorded) };
+    let Ok(found) = found_identity(path, Some(mounts)) else { return (false, DiskCheck::Unverified) };
+    (is_present(recorded, &found), judged(recorded, &found))
+}
+
+/// A recorded identity against the one found, as a disk check.
+fn judged(recorded: &str, found: &Found) -> DiskCheck {
+    match judge(recorded, found, None) {
+        Verdict::Same(_) => DiskCheck::Same,
+        Verdict::Different(_) => DiskCheck::Different,
+        Verdict::Unproven { plausible: true, .. } => DiskCheck::Plausible,
+        Verdict::Unproven { plausible: false, .. } => DiskCheck::Unverified,
+    }
+}
+
 /// What is at a predecessor PV's path compared with the disk it recorded (see core::succession):
 /// `Different` only when proven; `Plausible` when nothing proves either way but everything
 /// that can be compared matches; `Unverified` when the identity cannot tell.
@@ -75,12 +97,7 @@ pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> D
     }
     let Some(recorded) = recorded else { return DiskCheck::Unrecorded };
     let Ok(found) = found_identity(path, Some(mounts)) else { return DiskCheck::Unverified };
-    match judge(recorded, &found, None) {
-        Verdict::Same(_) => DiskCheck::Same,
-        Verdict::Different(_) => DiskCheck::Different,
-        Verdict::Unproven { plausible: true, .. } => DiskCheck::Plausible,
-        Verdict::Unproven { plausible: false, .. } => DiskCheck::Unverified,
-    }
+    judged(recorded, &found)
 }
 
 /// The current-format identity to record for a PV whose old-format record still proves the

@@ -1,0 +1,138 @@
+//! Volume fences (core::fence): the labels on this node that keep pods from mounting a PV
+//! whose path does not hold its own disk, set and lifted from what each pass found at every
+//! PV's path, the node-wide one set when the agent stops, and the PV's and claim's owners told.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::Agent;
+use crate::core::cleanup::PvState;
+use crate::core::disk_identity::may_share_disk;
+use crate::core::fence::{FenceInput, FenceReason, Seen, fence_key, plan_fences, stop_label};
+use crate::core::presence::where_moved;
+use crate::core::succession::DiskCheck;
+
+/// How long a stopping agent tries to set the node-wide fence: kubelet's grace period is 30 s
+/// and wipes still have to be stopped after it.
+const STOP_FENCE_DEADLINE: Duration = Duration::from_secs(5);
+
+impl Agent {
+    /// Sets and lifts this node's fence labels from what this pass found at each PV's path
+    /// (`checks` for this node's PVs, `succession` for an earlier incarnation's), telling each
+    /// PV and its claim. A failed write is retried with backoff; nobody is told before the
+    /// labels are written.
+    pub(super) async fn follow_fences(
+        &mut self,
+        states: &[PvState],
+        predecessors: &[PvState],
+        checks: &[(String, DiskCheck)],
+        succession: &[(String, DiskCheck)],
+    ) {
+        let seen: BTreeMap<&str, DiskCheck> =
+            checks.iter().chain(succession).map(|(uid, check)| (uid.as_str(), *check)).collect();
+        let all: Vec<&PvState> = states.iter().chain(predecessors).collect();
+        let inputs: Vec<FenceInput> = all
+            .iter()
+            .map(|pv| FenceInput {
+                name: pv.name.clone(),
+                honours: pv.honours_fence,
+                seen: seen.get(pv.uid.as_str()).map_or(Seen::NoAnswer, |c| Seen::from(*c)),
+            })
+            .collect();
+        let labels = self.node.metadata.labels.clone().unwrap_or_default();
+        let plan = plan_fences(&inputs, &labels);
+        if !plan.labels.is_empty() {
+            // Keyed by the change itself: a different change is due at once, the same one
+            // after a failure waits for its retry deadline.
+            let change: Vec<String> =
+                plan.labels.iter().map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("-"))).collect();
+            let key = format!("fences/{}", change.join(","));
+            let patched = self.cluster.patch_node_labels(&self.identity.node, &plan.labels);
+            let Some(Ok(node)) = self.effects.run(&key, patched).await else { return };
+            self.node = node;
+        }
+        let in_force: Vec<(String, &'static str)> =
+            plan.in_force.iter().map(|(pv, reason)| (pv.clone(), reason.label_value())).collect();
+        self.metrics.set_fenced(&in_force);
+        for (name, reason) in &plan.fenced {
+            let Some(pv) = all.iter().find(|pv| pv.name == *name) else { continue };
+            let note = self.fence_note(pv, *reason, &all);
+            warn!(pv = %name, reason = reason.label_value(), "{note}");
+            self.tell(pv, true, "VolumeFenced", note).await;
+        }
+        for name in &plan.lifted {
+            let Some(pv) = all.iter().find(|pv| pv.name == *name) else { continue };
+            let note = format!(
+                "the fence of PV {name} is lifted: its own disk is at {} on node {} again (or nothing proves \
+                 otherwise). Pods may mount it again; kubelet retries the ones waiting for it",
+                pv.host_path, self.identity.node
+            );
+            info!(pv = %name, "{note}");
+            self.tell(pv, false, "VolumeUnfenced", note).await;
+        }
+    }
+
+    /// What the owner of a fenced PV is told: why, what is at its path and where its own disk
+    /// is when this node shows it, and what to do.
+    fn fence_note(&self, pv: &PvState, reason: FenceReason, all: &[&PvState]) -> String {
+        let key = fence_key(&pv.name).unwrap_or_default();
+        let mut note = format!(
+            "no pod may newly mount PV {} at {} on node {}: {}. kubelet and the scheduler refuse it by its node \
+             affinity (node label {key}={}); pods already running keep their mount.",
+            pv.name,
+            pv.host_path,
+            self.identity.node,
+            reason.describe(),
+            reason.label_value()
+        );
+        if reason == FenceReason::NotItsDisk {
+            let here = self.found_disks.iter().find(|(path, _)| *path == pv.host_path).map(|(_, id)| id.as_str());
+            let owner = here.and_then(|id| {
+                all.iter().find(|other| {
+                    other.name != pv.name && other.identity.as_deref().is_some_and(|r| may_share_disk(r, id))
+                })
+            });
+            if let Some(other) = owner {
+                note.push_str(&format!(" The disk there is the disk of PV {}", other.name));
+                if let Some((ns, claim, _)) = &other.claim {
+                    note.push_str(&format!(" (claim {ns}/{claim})"));
+                }
+                note.push('.');
+            }
+            if let Some(to) = where_moved(pv, &self.found_disks) {
+                note.push_str(&format!(" Its own disk is at {to} on this node now."));
+            }
+        }
+        note.push_str(
+            " Put each disk back at its own path (`local-static-provisioner disks` on the node and the PV's \
+             volume-identity annotation tell which is whose; mount by UUID or by-id so a reboot cannot reorder \
+             them): the fence is lifted at once, see docs/troubleshooting.md, \"A volume is fenced\"",
+        );
+        note
+    }
+
+    /// When the agent stops: the node-wide fence, so that no pod newly mounts a volume of this
+    /// node until the next agent has checked its disk (a reboot may reorder the disks, or an
+    /// operator swap them, while no agent runs). Best effort within a few seconds: an agent that
+    /// cannot reach the API cannot fence, and says so.
+    pub(super) async fn fence_on_stop(&self) {
+        // The store holds this node's PVs only (its watch is scoped by our node label).
+        let inputs: Vec<FenceInput> = self
+            .pv_store
+            .state()
+            .iter()
+            .map(|pv| PvState::from_pv(pv))
+            .map(|pv| FenceInput { name: pv.name, honours: pv.honours_fence, seen: Seen::NoAnswer })
+            .collect();
+        let Some((key, value)) = stop_label(&inputs) else { return };
+        let labels = BTreeMap::from([(key, Some(value))]);
+        let patched = self.cluster.patch_node_labels(&self.identity.node, &labels);
+        match tokio::time::timeout(STOP_FENCE_DEADLINE, patched).await {
+            Ok(Ok(_)) => info!("node-wide volume fence set until the next agent has checked the disks"),
+            Ok(Err(e)) => warn!(error = %e, "could not set the node-wide volume fence on stopping"),
+            Err(_) => warn!("could not set the node-wide volume fence on stopping: the API did not answer in time"),
+        }
+    }
+}

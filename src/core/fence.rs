@@ -1,0 +1,222 @@
+//! The volume fence: while a PV's path provably does not hold its own disk, no pod may get that
+//! path mounted. Disks mounted by kernel name (`/dev/sdb1` in fstab) come back in another order
+//! after a reboot, and each mount point then holds another tenant's disk; kubelet bind-mounts
+//! whatever is there.
+//!
+//! The fence is a label on this node that the PV's own node affinity forbids: every PV the
+//! agent makes requires `fence.local-static-provisioner.io/<pv>` and
+//! `local-static-provisioner.io/volumes-unverified` to be absent from its node, in every term.
+//! kubelet checks a PV's node affinity against its node's labels right before each mount or
+//! block mapping, and the scheduler before placing a pod, so a fenced volume is mounted by no
+//! new pod, on its node or any other. A label is kept by the API server: it holds across
+//! reboots and while the agent is down, and an agent that stops sets the node-wide one so that
+//! nothing newly mounts the node's volumes until the next agent has checked their disks.
+//! Pods already running keep the mount they have (kubelet checks only when it mounts).
+//!
+//! Pure: the agent feeds what it found at each path and the node's labels, and applies the
+//! label changes and events returned.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, VolumeNodeAffinity};
+
+use super::succession::DiskCheck;
+
+/// Prefix of the per-PV fence label: `fence.local-static-provisioner.io/<pv name>`.
+pub const FENCE_PREFIX: &str = "fence.local-static-provisioner.io/";
+/// The node-wide fence: set when the agent stops, removed by the next agent's first pass.
+pub const LABEL_VOLUMES_UNVERIFIED: &str = "local-static-provisioner.io/volumes-unverified";
+/// Value of the node-wide fence.
+pub const AGENT_STOPPED: &str = "agent-stopped";
+
+/// Why a PV is fenced; the value of its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FenceReason {
+    /// Its path holds a disk that is provably not the one it recorded (swapped, replaced).
+    NotItsDisk,
+    /// Nothing is mounted (no device) at its path: kubelet would mount the bare directory on
+    /// the root filesystem, and the claim's writes would land there.
+    DiskMissing,
+    /// Its disk did not answer the first pass after the agent started: not checked yet.
+    Unverified,
+}
+
+impl FenceReason {
+    /// The label value.
+    pub fn label_value(self) -> &'static str {
+        match self {
+            FenceReason::NotItsDisk => "not-its-disk",
+            FenceReason::DiskMissing => "disk-missing",
+            FenceReason::Unverified => "unverified",
+        }
+    }
+
+    /// The reason a label value names (an unknown value counts as unverified: it fences all
+    /// the same, and the next check replaces it).
+    pub fn from_label_value(value: &str) -> FenceReason {
+        match value {
+            "not-its-disk" => FenceReason::NotItsDisk,
+            "disk-missing" => FenceReason::DiskMissing,
+            _ => FenceReason::Unverified,
+        }
+    }
+
+    /// What an operator or the claim's owner reads in the event.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FenceReason::NotItsDisk => "its path holds a disk that is not the PV's own (disks swapped or replaced)",
+            FenceReason::DiskMissing => "nothing is mounted at its path (its disk is missing)",
+            FenceReason::Unverified => "its disk has not answered since the agent started",
+        }
+    }
+}
+
+/// The per-PV fence label key, or `None` when the PV's name cannot be a label name (over 63
+/// characters, or other characters): such a PV is made without a fence requirement.
+pub fn fence_key(pv_name: &str) -> Option<String> {
+    let bytes = pv_name.as_bytes();
+    let edge_ok = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+    let valid = !bytes.is_empty()
+        && bytes.len() <= 63
+        && edge_ok(bytes.first())
+        && edge_ok(bytes.last())
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    valid.then(|| format!("{FENCE_PREFIX}{pv_name}"))
+}
+
+/// The requirements every node-selector term of a new PV gets: its own fence label and the
+/// node-wide one must be absent.
+pub fn fence_requirements(pv_name: &str) -> Vec<NodeSelectorRequirement> {
+    let absent = |key: String| NodeSelectorRequirement { key, operator: "DoesNotExist".into(), values: None };
+    fence_key(pv_name).into_iter().map(absent).chain([absent(LABEL_VOLUMES_UNVERIFIED.to_string())]).collect()
+}
+
+/// Whether a PV's node affinity honours its fence: every term requires its fence label to be
+/// absent (a term without it would let kubelet mount the volume all the same). PVs made before
+/// fences existed, and upstream's, do not: node affinity cannot be changed after creation.
+pub fn honours_fence(pv_name: &str, affinity: Option<&VolumeNodeAffinity>) -> bool {
+    let Some(key) = fence_key(pv_name) else { return false };
+    let terms = affinity.and_then(|a| a.required.as_ref()).map(|r| r.node_selector_terms.as_slice()).unwrap_or(&[]);
+    !terms.is_empty()
+        && terms.iter().all(|t| {
+            t.match_expressions
+                .iter()
+                .flatten()
+                .any(|e| e.key == key && e.operator == "DoesNotExist" && e.values.as_ref().is_none_or(Vec::is_empty))
+        })
+}
+
+/// What the pass found at a PV's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Its own disk, or one nothing proves is another (no stable ID, unrecorded identity).
+    Own,
+    /// A disk that is provably not its own.
+    NotItsDisk,
+    /// Nothing mounted, no device.
+    Missing,
+    /// The check did not answer (an unresponsive or slow disk) or was not made this pass.
+    NoAnswer,
+}
+
+impl From<DiskCheck> for Seen {
+    fn from(check: DiskCheck) -> Seen {
+        match check {
+            DiskCheck::Same | DiskCheck::Plausible | DiskCheck::Unrecorded | DiskCheck::Unverified => Seen::Own,
+            DiskCheck::Different | DiskCheck::Moved => Seen::NotItsDisk,
+            DiskCheck::Missing => Seen::Missing,
+        }
+    }
+}
+
+/// One PV of this node, as the fence planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceInput {
+    /// PV name.
+    pub name: String,
+    /// Whether its node affinity honours its fence label (see `honours_fence`).
+    pub honours: bool,
+    /// What this pass found at its path.
+    pub seen: Seen,
+}
+
+/// What to change on the node, and whom to tell.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FencePlan {
+    /// Label changes on this node: a value to set, or `None` to remove the label.
+    pub labels: BTreeMap<String, Option<String>>,
+    /// PVs fenced by this plan, or fenced for another reason than before.
+    pub fenced: Vec<(String, FenceReason)>,
+    /// PVs whose fence this plan lifts.
+    pub lifted: Vec<String>,
+    /// Every PV fenced once the plan is applied, with why.
+    pub in_force: BTreeMap<String, FenceReason>,
+}
+
+/// Plans the fences of one pass from what it found at every PV's path (this node's and an
+/// earlier incarnation's) and the node's labels. Level-triggered: the labels it asks for depend
+/// only on these inputs, so a label removed by hand, or a change missed, is put right by the
+/// next pass.
+///
+/// - A PV whose path provably holds another disk, or nothing, is fenced; one whose own disk is
+///   there (or nothing proves otherwise) is not.
+/// - A PV whose disk did not answer keeps its fence, or its absence, except while the node-wide
+///   fence is up: then it gets its own `unverified` fence, since nobody has checked it since
+///   the agent started.
+/// - The node-wide fence is lifted by the first pass that gets here: every PV then has the
+///   fence it needs of its own.
+/// - Fence labels of PVs that no longer exist, or whose affinity cannot honour them, are removed:
+///   nothing is left on the node to grow.
+pub fn plan_fences(pvs: &[FenceInput], node_labels: &BTreeMap<String, String>) -> FencePlan {
+    let node_wide = node_labels.contains_key(LABEL_VOLUMES_UNVERIFIED);
+    let mut plan = FencePlan::default();
+    let mut kept_keys = BTreeSet::new();
+    let mut sorted: Vec<&FenceInput> = pvs.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    for pv in sorted {
+        let Some(key) = fence_key(&pv.name).filter(|_| pv.honours) else { continue };
+        let current = node_labels.get(&key).map(|v| FenceReason::from_label_value(v));
+        let wanted = match pv.seen {
+            Seen::Own => None,
+            Seen::NotItsDisk => Some(FenceReason::NotItsDisk),
+            Seen::Missing => Some(FenceReason::DiskMissing),
+            Seen::NoAnswer if node_wide => current.or(Some(FenceReason::Unverified)),
+            Seen::NoAnswer => current,
+        };
+        match (current, wanted) {
+            (None, None) => {}
+            (Some(_), None) => {
+                plan.labels.insert(key.clone(), None);
+                plan.lifted.push(pv.name.clone());
+            }
+            (current, Some(reason)) => {
+                if node_labels.get(&key).map(String::as_str) != Some(reason.label_value()) {
+                    plan.labels.insert(key.clone(), Some(reason.label_value().to_string()));
+                }
+                if current != Some(reason) {
+                    plan.fenced.push((pv.name.clone(), reason));
+                }
+                plan.in_force.insert(pv.name.clone(), reason);
+            }
+        }
+        kept_keys.insert(key);
+    }
+    for key in node_labels.keys().filter(|k| k.starts_with(FENCE_PREFIX)) {
+        if !kept_keys.contains(key) {
+            plan.labels.insert(key.clone(), None);
+        }
+    }
+    if node_wide {
+        plan.labels.insert(LABEL_VOLUMES_UNVERIFIED.to_string(), None);
+    }
+    plan
+}
+
+/// The label an agent sets on its node when it stops, when any of its PVs honours it.
+pub fn stop_label(pvs: &[FenceInput]) -> Option<(String, String)> {
+    pvs.iter().any(|pv| pv.honours).then(|| (LABEL_VOLUMES_UNVERIFIED.to_string(), AGENT_STOPPED.to_string()))
+}
+
+#[cfg(test)]
+#[path = "fence_tests.rs"]
+mod tests;

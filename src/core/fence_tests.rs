@@ -1,0 +1,197 @@
+use super::*;
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
+
+const SEEN: [Seen; 4] = [Seen::Own, Seen::NotItsDisk, Seen::Missing, Seen::NoAnswer];
+/// Label values a PV's key may have on the node before the pass (None: absent; "odd": a value
+/// set by hand).
+const BEFORE: [Option<&str>; 5] = [None, Some("not-its-disk"), Some("disk-missing"), Some("unverified"), Some("odd")];
+
+fn apply(labels: &BTreeMap<String, String>, plan: &FencePlan) -> BTreeMap<String, String> {
+    let mut out = labels.clone();
+    for (k, v) in &plan.labels {
+        match v {
+            Some(v) => out.insert(k.clone(), v.clone()),
+            None => out.remove(k),
+        };
+    }
+    out
+}
+
+fn key(name: &str) -> String {
+    fence_key(name).unwrap()
+}
+
+/// Every combination for two PVs (each: honours or not, what was seen, its label before) and
+/// the node-wide label up or not, plus a stray fence label of a PV that is gone and a label
+/// that is not ours: the labels after the plan are exactly what the rule says, events match
+/// the changes, and a second plan on the result changes nothing.
+#[test]
+fn every_combination_ends_in_exactly_the_fences_the_rule_asks_for() {
+    let mut cases = 0;
+    for node_wide in [false, true] {
+        for honours in [[true, true], [true, false]] {
+            for seen_a in SEEN {
+                for seen_b in SEEN {
+                    for before_a in BEFORE {
+                        for before_b in BEFORE {
+                            let pvs = [("pv-a", honours[0], seen_a, before_a), ("pv-b", honours[1], seen_b, before_b)];
+                            let mut labels = BTreeMap::from([
+                                ("kubernetes.io/hostname".to_string(), "n1".to_string()),
+                                (key("pv-gone"), "not-its-disk".to_string()),
+                            ]);
+                            if node_wide {
+                                labels.insert(LABEL_VOLUMES_UNVERIFIED.into(), AGENT_STOPPED.into());
+                            }
+                            for (name, _, _, before) in pvs {
+                                if let Some(v) = before {
+                                    labels.insert(key(name), v.to_string());
+                                }
+                            }
+                            let inputs: Vec<FenceInput> = pvs
+                                .iter()
+                                .map(|(name, honours, seen, _)| FenceInput {
+                                    name: name.to_string(),
+                                    honours: *honours,
+                                    seen: *seen,
+                                })
+                                .collect();
+                            let plan = plan_fences(&inputs, &labels);
+                            let after = apply(&labels, &plan);
+                            let ctx = format!("{pvs:?} node_wide={node_wide}");
+                            assert_eq!(after.get("kubernetes.io/hostname").map(String::as_str), Some("n1"), "{ctx}");
+                            assert!(!after.contains_key(LABEL_VOLUMES_UNVERIFIED), "node-wide fence lifted: {ctx}");
+                            assert!(!after.contains_key(&key("pv-gone")), "stray fence removed: {ctx}");
+                            for (name, honours, seen, before) in pvs {
+                                let want = match (honours, seen) {
+                                    (false, _) => None,
+                                    (true, Seen::Own) => None,
+                                    (true, Seen::NotItsDisk) => Some("not-its-disk"),
+                                    (true, Seen::Missing) => Some("disk-missing"),
+                                    (true, Seen::NoAnswer) => match before {
+                                        Some("odd") => Some("unverified"),
+                                        Some(v) => Some(v),
+                                        None if node_wide => Some("unverified"),
+                                        None => None,
+                                    },
+                                };
+                                assert_eq!(after.get(&key(name)).map(String::as_str), want, "{name}: {ctx}");
+                                let reason_before = before.map(FenceReason::from_label_value);
+                                let reason_after = want.map(FenceReason::from_label_value);
+                                let fenced = plan.fenced.iter().any(|(n, _)| n == name);
+                                assert_eq!(
+                                    fenced,
+                                    reason_after.is_some() && reason_after != reason_before,
+                                    "fenced event for {name}: {ctx}"
+                                );
+                                let lifted = plan.lifted.iter().any(|n| n == name);
+                                assert_eq!(
+                                    lifted,
+                                    honours && before.is_some() && want.is_none(),
+                                    "lifted {name}: {ctx}"
+                                );
+                                assert_eq!(plan.in_force.get(name).copied(), reason_after, "in force {name}: {ctx}");
+                            }
+                            // Level-triggered: the same inputs on the labels it produced change nothing.
+                            let again = plan_fences(&inputs, &after);
+                            assert!(
+                                again.labels.is_empty() && again.fenced.is_empty() && again.lifted.is_empty(),
+                                "{ctx}"
+                            );
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 2 * 2 * 4 * 4 * 5 * 5);
+}
+
+#[test]
+fn only_what_changes_is_written() {
+    let labels = BTreeMap::from([(key("a"), "not-its-disk".to_string())]);
+    let still = [FenceInput { name: "a".into(), honours: true, seen: Seen::NotItsDisk }];
+    assert_eq!(
+        plan_fences(&still, &labels),
+        FencePlan { in_force: BTreeMap::from([("a".to_string(), FenceReason::NotItsDisk)]), ..Default::default() }
+    );
+    assert_eq!(plan_fences(&[], &BTreeMap::new()), FencePlan::default());
+}
+
+#[test]
+fn fence_keys_are_label_names_or_nothing() {
+    assert_eq!(fence_key("local-pv-aaaafef5").as_deref(), Some("fence.local-static-provisioner.io/local-pv-aaaafef5"));
+    assert_eq!(fence_key(&"a".repeat(63)).map(|k| k.len()), Some(FENCE_PREFIX.len() + 63));
+    for bad in ["", "-a", "a-", "a/b", "a b", "é", &"a".repeat(64)] {
+        assert_eq!(fence_key(bad), None, "{bad:?}");
+    }
+}
+
+fn affinity(terms: Vec<Vec<NodeSelectorRequirement>>) -> VolumeNodeAffinity {
+    VolumeNodeAffinity {
+        required: Some(NodeSelector {
+            node_selector_terms: terms
+                .into_iter()
+                .map(|e| NodeSelectorTerm { match_expressions: Some(e), match_fields: None })
+                .collect(),
+        }),
+    }
+}
+
+#[test]
+fn a_pv_honours_its_fence_only_when_every_term_requires_it() {
+    let host = NodeSelectorRequirement {
+        key: "kubernetes.io/hostname".into(),
+        operator: "In".into(),
+        values: Some(vec!["n1".into()]),
+    };
+    let with = |mut e: Vec<NodeSelectorRequirement>| {
+        e.extend(fence_requirements("pv-a"));
+        e
+    };
+    assert!(honours_fence("pv-a", Some(&affinity(vec![with(vec![host.clone()])]))));
+    assert!(honours_fence("pv-a", Some(&affinity(vec![with(vec![host.clone()]), with(vec![])]))));
+    // A term without it (a class selector term of an older PV) lets pods mount it anyway.
+    assert!(!honours_fence("pv-a", Some(&affinity(vec![with(vec![host.clone()]), vec![host.clone()]]))));
+    // Another PV's fence, or none at all (upstream's PVs), is not this one's.
+    assert!(!honours_fence("pv-b", Some(&affinity(vec![with(vec![host.clone()])]))));
+    assert!(!honours_fence("pv-a", Some(&affinity(vec![vec![host.clone()]]))));
+    assert!(!honours_fence("pv-a", Some(&affinity(vec![]))));
+    assert!(!honours_fence("pv-a", None));
+    // Exists (the opposite) does not count.
+    let exists = NodeSelectorRequirement { key: key("pv-a"), operator: "Exists".into(), values: None };
+    assert!(!honours_fence("pv-a", Some(&affinity(vec![vec![host, exists]]))));
+}
+
+#[test]
+fn the_requirements_name_both_labels() {
+    let keys: Vec<String> = fence_requirements("pv-a").into_iter().map(|r| r.key).collect();
+    assert_eq!(keys, vec![key("pv-a"), LABEL_VOLUMES_UNVERIFIED.to_string()]);
+    // A name that cannot be a label still gets the node-wide one.
+    let keys: Vec<String> = fence_requirements(&"x".repeat(70)).into_iter().map(|r| r.key).collect();
+    assert_eq!(keys, vec![LABEL_VOLUMES_UNVERIFIED.to_string()]);
+}
+
+#[test]
+fn an_agent_stops_with_the_node_wide_fence_only_when_a_pv_honours_it() {
+    let pv = |honours| FenceInput { name: "a".into(), honours, seen: Seen::Own };
+    assert_eq!(stop_label(&[pv(false), pv(true)]), Some((LABEL_VOLUMES_UNVERIFIED.into(), AGENT_STOPPED.into())));
+    assert_eq!(stop_label(&[pv(false)]), None);
+    assert_eq!(stop_label(&[]), None);
+}
+
+#[test]
+fn disk_checks_map_to_what_was_seen() {
+    use DiskCheck::*;
+    for (check, seen) in [
+        (Same, Seen::Own),
+        (Plausible, Seen::Own),
+        (Unrecorded, Seen::Own),
+        (Unverified, Seen::Own),
+        (Different, Seen::NotItsDisk),
+        (Moved, Seen::NotItsDisk),
+        (Missing, Seen::Missing),
+    ] {
+        assert_eq!(Seen::from(check), seen, "{check:?}");
+    }
+}
