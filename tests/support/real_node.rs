@@ -112,11 +112,33 @@ impl RealNode {
         ));
     }
 
+    /// A claim of `class` bound to PV `volume` by name (`spec.volumeName`: the PV controller
+    /// binds it at once, whatever the class's binding mode), so that each tenant of a test gets
+    /// the volume the test made for it.
+    pub fn claim_volume(&self, name: &str, class: &str, block: bool, size: &str, volume: &str) {
+        let mode = if block { "Block" } else { "Filesystem" };
+        self.made.borrow_mut().push(("pvc", name.to_string()));
+        self.cp.apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: {mode}\n  storageClassName: {class}\n  volumeName: {volume}\n  resources: {{requests: {{storage: {size}}}}}\n"
+        ));
+    }
+
     /// A workload pod of the shell image running `script` with the claim at /data
     /// (Filesystem) or as the device /dev/xvda (Block). It never restarts; `grace` is its
     /// termination grace period. Host network: the node runs only the CNI loopback plugin.
     pub fn workload(&self, name: &str, claim: &str, block: bool, script: &str, grace: u32) {
+        self.workload_at(name, claim, block, script, grace, None);
+    }
+
+    /// [`RealNode::workload`] already placed on this node (`spec.nodeName`): the scheduler never
+    /// sees it, and kubelet alone decides whether its volume may be mounted.
+    pub fn workload_placed(&self, name: &str, claim: &str, block: bool, script: &str, grace: u32) {
+        self.workload_at(name, claim, block, script, grace, Some(&self.name));
+    }
+
+    fn workload_at(&self, name: &str, claim: &str, block: bool, script: &str, grace: u32, node: Option<&str>) {
         let image = self.var("SHELL_IMAGE");
+        let placed = node.map(|n| format!("  nodeName: {n}\n")).unwrap_or_default();
         let attach = if block {
             "volumeDevices: [{name: data, devicePath: /dev/xvda}]"
         } else {
@@ -125,14 +147,19 @@ impl RealNode {
         let script = serde_json::to_string(script).unwrap();
         self.made.borrow_mut().push(("pod", name.to_string()));
         self.cp.apply(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  restartPolicy: Never\n  hostNetwork: true\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: main\n    image: {image}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {script}]\n    {attach}\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n{placed}  restartPolicy: Never\n  hostNetwork: true\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: main\n    image: {image}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {script}]\n    {attach}\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]\n"
         ));
     }
 
     /// Waits until pod `name` is in one of `phases`; returns the phase. On timeout, panics
     /// with what the pod, its claim's scheduling and the agent said.
     pub fn wait_phase(&self, name: &str, phases: &[&str]) -> String {
-        let deadline = std::time::Instant::now() + WAIT;
+        self.wait_phase_within(name, phases, WAIT)
+    }
+
+    /// [`RealNode::wait_phase`] for up to `wait`.
+    pub fn wait_phase_within(&self, name: &str, phases: &[&str], wait: Duration) -> String {
+        let deadline = std::time::Instant::now() + wait;
         loop {
             let phase = self
                 .cp
@@ -145,7 +172,7 @@ impl RealNode {
                 let describe = self.cp.kubectl(&["describe", "pod", name, "-n", "default"]);
                 let pvs = self.cp.kubectl(&["get", "pv,pvc", "-A"]);
                 panic!(
-                    "pod {name} not in {phases:?} after {WAIT:?}:\n{}\n{}\nagent:\n{}",
+                    "pod {name} not in {phases:?} after {wait:?}:\n{}\n{}\nagent:\n{}",
                     String::from_utf8_lossy(&describe.stdout),
                     String::from_utf8_lossy(&pvs.stdout),
                     self.agent_log_tail(40)
@@ -196,6 +223,58 @@ impl RealNode {
         self.cp.kubectl_ok(&["delete", "pvc", name, "-n", "default", "--wait=false", "--ignore-not-found"]);
     }
 
+    /// This Node's labels.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        let node = self.cp.get_json(&["node", &self.name]).expect("the real node's Node");
+        serde_json::from_value(node["metadata"]["labels"].clone()).unwrap_or_default()
+    }
+
+    /// The reason and text of every event about pod `name` (namespace default), kubelet's and the
+    /// scheduler's.
+    pub fn pod_events(&self, name: &str) -> Vec<(String, String)> {
+        let Some(events) = self.cp.get_json(&["events.events.k8s.io", "-n", "default"]) else { return Vec::new() };
+        let items = events["items"].as_array().cloned().unwrap_or_default();
+        items
+            .iter()
+            .filter(|e| e["regarding"]["kind"] == "Pod" && e["regarding"]["name"] == name)
+            .map(|e| {
+                let text = e["note"].as_str().unwrap_or_default().to_string();
+                (e["reason"].as_str().unwrap_or_default().to_string(), text)
+            })
+            .collect()
+    }
+
+    /// Keeps the agent off this node until the returned guard is dropped or
+    /// [`AgentAway::come_back`] is called: the DaemonSet's pods get a node selector no node has,
+    /// so the DaemonSet controller deletes the agent's pod and kubelet stops it gracefully
+    /// (SIGTERM and the grace period), as a drain, an upgrade or a shutdown does. Returns once
+    /// no agent pod is left on this node.
+    pub fn keep_agent_away(&self) -> AgentAway<'_> {
+        let away = AgentAway { node: self, back: false };
+        self.cp.kubectl_ok(&[
+            "patch",
+            "daemonset",
+            "local-static-provisioner",
+            "-n",
+            "local-static-provisioner",
+            "--type=strategic",
+            "-p",
+            &away.selector_patch("\"nowhere\""),
+        ]);
+        wait_until("the agent's pod gone from the node", WAIT, || {
+            let pods = self.cp.get_json(&[
+                "pods",
+                "-n",
+                "local-static-provisioner",
+                "-l",
+                "app.kubernetes.io/name=local-static-provisioner",
+            ])?;
+            let items = pods["items"].as_array()?;
+            (!items.iter().any(|p| p["spec"]["nodeName"] == self.name.as_str())).then_some(())
+        });
+        away
+    }
+
     /// Whether kubelet has any mount for PV `pv` (a pod's volume or a mapped device).
     pub fn kubelet_holds(&self, pv: &str) -> bool {
         let kubelet = self.var("KUBELET_ROOT");
@@ -204,6 +283,52 @@ impl RealNode {
             .lines()
             .filter_map(|l| l.split(' ').nth(4))
             .any(|point| point.starts_with(kubelet) && point.contains(pv))
+    }
+}
+
+/// The agent kept off the real node (see [`RealNode::keep_agent_away`]); the DaemonSet is put
+/// back as deployed when this is dropped, passed or not.
+pub struct AgentAway<'a> {
+    node: &'a RealNode,
+    back: bool,
+}
+
+impl AgentAway<'_> {
+    /// The node-selector label that no node has.
+    const LABEL: &'static str = "e2e.local-static-provisioner.io/agent-away";
+
+    /// A strategic merge patch setting (or, with `null`, removing) the selector's label.
+    fn selector_patch(&self, value: &str) -> String {
+        format!(r#"{{"spec":{{"template":{{"spec":{{"nodeSelector":{{"{}":{value}}}}}}}}}}}"#, Self::LABEL)
+    }
+
+    fn restore(&self) -> std::process::Output {
+        self.node.cp.kubectl(&[
+            "patch",
+            "daemonset",
+            "local-static-provisioner",
+            "-n",
+            "local-static-provisioner",
+            "--type=strategic",
+            "-p",
+            &self.selector_patch("null"),
+        ])
+    }
+
+    /// Lets the agent back (the DaemonSet as deployed) and waits until its pod is Ready; returns it.
+    pub fn come_back(mut self) -> Value {
+        let out = self.restore();
+        assert!(out.status.success(), "restoring the DaemonSet: {}", String::from_utf8_lossy(&out.stderr));
+        self.back = true;
+        self.node.deploy()
+    }
+}
+
+impl Drop for AgentAway<'_> {
+    fn drop(&mut self) {
+        if !self.back {
+            let _ = self.restore();
+        }
     }
 }
 
