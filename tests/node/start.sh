@@ -193,6 +193,15 @@ syncFrequency: 10s
 fileCheckFrequency: 5s
 volumeStatsAggPeriod: 0s
 YAML
+# The boot fence of deploy/host/10-local-volume-fence.conf, as systemd would run it before
+# kubelet: once the agent has put its binary on this host, a node (re)started here sets the
+# node-wide volume fence before kubelet starts any pod.
+fence_bin=/var/lib/local-static-provisioner/bin/local-static-provisioner
+if [[ -x $fence_bin ]]; then
+  rc=0
+  "$fence_bin" fence-node --node "$NODE_NAME" --kubeconfig "$dir/kubelet.kubeconfig" --wait 60s >&2 || rc=$?
+  (( rc != 2 )) || fail "the boot fence was refused (see above)"
+fi
 launch kubelet "$CONTROL_PLANE_BIN/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
   --hostname-override "$NODE_NAME" --node-ip 127.0.0.1 --root-dir "$KUBELET_ROOT" --cert-dir "$dir/kubelet-pki" -v 2
 
