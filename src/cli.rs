@@ -1,5 +1,5 @@
 //! The command line: `run`, `discover`, `disks`, `wipe-disk`, `validate-config`, `cleanup`,
-//! `node-cleanup` and `version`.
+//! `fence-node`, `node-cleanup` and `version`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -73,6 +73,11 @@ enum Command {
     /// A Released PV is wiped whatever its reclaim policy; an Available PV is withdrawn first
     /// so it cannot be bound during the wipe; a Bound PV is refused.
     Cleanup(CleanupArgs),
+    /// Set the node-wide volume fence on this node (kubelet's ExecStartPre while the node
+    /// boots, with kubelet's kubeconfig: deploy/host/): no pod newly mounts a volume of the
+    /// node until its agent has checked every disk, so disks a reboot brought back in another
+    /// order never reach another tenant's pod.
+    FenceNode(FenceNodeArgs),
     /// Release local PVs and claims of deleted Nodes (and stale PVs of re-created ones) for
     /// opted-in StorageClasses; run as a Deployment, one replica acting at a time (Lease).
     NodeCleanup(NodeCleanupArgs),
@@ -239,6 +244,10 @@ struct RunArgs {
     /// that cannot carry their own mark: block volumes (see docs/data-safety.md).
     #[arg(long, env = "STATE_DIR", default_value = "/var/lib/local-static-provisioner")]
     state_dir: std::path::PathBuf,
+    /// Keep a copy of this binary at <state-dir>/bin/local-static-provisioner, for the boot
+    /// fence kubelet runs before it starts pods (`fence-node`, deploy/host/). On in deploy/.
+    #[arg(long, env = "INSTALL_BOOT_FENCE")]
+    install_boot_fence: bool,
     /// kubelet's root directory (its --root-dir), mounted at the same path in the agent's
     /// container with mountPropagation HostToContainer: no wipe starts while kubelet still has
     /// the volume mounted for a pod. In a pod, wipes are refused when it is not visible.
@@ -278,6 +287,20 @@ struct CleanupArgs {
     /// How long --wait follows a request (Go duration).
     #[arg(long, env = "CLEANUP_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
     timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+struct FenceNodeArgs {
+    /// This node's name as registered (kubelet's --hostname-override); default: the host name
+    /// in lower case, as kubelet does.
+    #[arg(long, env = "FENCE_NODE_NAME")]
+    node: Option<String>,
+    /// Kubelet's kubeconfig (its credentials may label their own Node).
+    #[arg(long, env = "KUBECONFIG", default_value = "/etc/kubernetes/kubelet.conf")]
+    kubeconfig: PathBuf,
+    /// How long to retry an API server that cannot be reached yet (Go duration).
+    #[arg(long, env = "FENCE_WAIT", default_value = "5m", value_parser = parse_duration)]
+    wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -401,6 +424,19 @@ pub fn main(cli: Cli) -> ExitCode {
         }),
         Command::Run(args) => run_agent(args),
         Command::NodeCleanup(args) => run_node_cleanup(args),
+        Command::FenceNode(args) => {
+            let Some(node) = args.node.or_else(crate::fence_node_cli::default_node_name) else {
+                eprintln!("error: no --node given and the host name cannot be read");
+                return ExitCode::FAILURE;
+            };
+            match runtime() {
+                Ok(rt) => {
+                    let client = ClientOptions { kubeconfig: Some(args.kubeconfig), qps: 5, burst: 5 };
+                    rt.block_on(crate::fence_node_cli::run(node, client, args.wait))
+                }
+                Err(code) => code,
+            }
+        }
         Command::Cleanup(args) => match runtime() {
             Ok(rt) => rt.block_on(crate::cleanup_cli::run(
                 args.pvs,
@@ -711,6 +747,7 @@ fn run_agent(args: RunArgs) -> ExitCode {
         settle: args.settle,
         succession_settle: args.succession_settle,
         host_op_timeout: args.host_op_timeout,
+        install_boot_fence: args.install_boot_fence,
         state_dir: args.state_dir,
         // kubelet sets KUBERNETES_SERVICE_HOST in every container: in a pod, a missing kubelet
         // directory is a missing hostPath, not a host without kubelet.

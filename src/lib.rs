@@ -16,6 +16,7 @@ pub mod config;
 pub mod core;
 pub mod discovery;
 pub mod disks_cli;
+pub mod fence_node_cli;
 pub mod host;
 pub mod memory;
 pub mod metrics;

@@ -514,6 +514,7 @@ fn exported_metric_names() -> BTreeSet<String> {
     agent.set_unpublished(&BTreeMap::from([("symlink", 1)]));
     agent.set_unresponsive(&[("/mnt/disks/v".into(), "inspection".into())], 1);
     agent.set_failing(&[("/mnt/disks/v".into(), "local-pv-1".into(), "read-only".into())]);
+    agent.set_fenced(&[("local-pv-1".into(), "not-its-disk")]);
     agent.api_request("create", false, Duration::from_millis(1));
     agent.set_config_valid(true);
     agent.succession("flagged_stale");

@@ -88,6 +88,8 @@ pub struct AgentOptions {
     pub metrics_path: String,
     /// The deadline of one host operation on a volume (host::ops).
     pub host_op_timeout: Duration,
+    /// Keep this binary in the state directory for the boot fence (host::boot_fence).
+    pub install_boot_fence: bool,
 }
 
 /// Why the agent stopped.
@@ -171,6 +173,16 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     };
     let ledger = Ledger::open(&opts.state_dir)?;
     info!(ledger = %ledger.path().display(), "ledger of used disks opened");
+    // The boot fence's binary on the host (deploy/host/): this agent's version.
+    let own = std::path::Path::new("/proc/self/exe");
+    let installed = opts.install_boot_fence.then(|| crate::host::boot_fence::install_binary(own, &opts.state_dir));
+    match installed.unwrap_or(Ok(false)) {
+        Ok(true) => {
+            info!(path = %crate::host::boot_fence::installed_path(&opts.state_dir).display(), "boot fence binary installed")
+        }
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "could not install the boot fence's binary on the host (deploy/host/)"),
+    }
     // A full read (verify: full) that progresses or ends wakes a pass, like a host change.
     let wake = raw.clone();
     // A stuck operation that returns (a disk that answers again) wakes a pass too.

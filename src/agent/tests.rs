@@ -269,6 +269,7 @@ async fn lab() -> Lab {
         listen_address: "127.0.0.1:0".into(),
         metrics_path: "/metrics".into(),
         host_op_timeout: Duration::from_millis(300),
+        install_boot_fence: false,
     };
     let agent = Agent::new(parts, &opts, Some(config), None, source).unwrap();
     Lab { agent, api, host, pvs, wipes_done, _config: config_dir }

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod blockdev;
+pub mod boot_fence;
 pub mod claims;
 pub mod device_content;
 pub mod disk_health;

@@ -37,6 +37,7 @@ grep -qw overlay /proc/filesystems || modprobe overlay 2> /dev/null || cannot "n
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 mkdir -p "$dir/logs" "$dir/pki" "$dir/cni" "$dir/images"
+echo "$cp_dir" > "$dir/control-plane-dir"
 : > "$dir/pids"
 # shellcheck disable=SC1091
 source "$cp_dir/env"
@@ -137,9 +138,9 @@ TOML
 # the host's network.
 echo '{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}' \
   > "$dir/cni/10-loopback.conflist"
-PATH=$bin:$PATH launch containerd "$bin/containerd" --config "$dir/containerd.toml"
-ctr() { "$bin/ctr" --address "$sock" --namespace k8s.io "$@"; }
-wait_for "containerd not answering" 30 ctr version
+# shellcheck source=tests/node/boot.sh
+source "$here/boot.sh"
+start_containerd
 
 # ---- images, assembled by our own script and imported (no registry) ----
 PAUSE_IMAGE=$PAUSE_IMAGE SHELL_IMAGE=$SHELL_IMAGE AGENT_IMAGE=$AGENT_IMAGE bash "$here/images/build.sh" "$dir/images" 2> "$dir/logs/images.log" \
@@ -193,16 +194,8 @@ syncFrequency: 10s
 fileCheckFrequency: 5s
 volumeStatsAggPeriod: 0s
 YAML
-launch kubelet "$CONTROL_PLANE_BIN/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
-  --hostname-override "$NODE_NAME" --node-ip 127.0.0.1 --root-dir "$KUBELET_ROOT" --cert-dir "$dir/kubelet-pki" -v 2
-
-node_ready() {
-  [[ $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
-}
-wait_for "node $NODE_NAME not Ready" 90 node_ready
-# The node-lifecycle controller is off in the test control plane: nothing else lifts the taint
-# kubelet registers with.
-kubectl taint node "$NODE_NAME" node.kubernetes.io/not-ready:NoSchedule- > /dev/null 2>&1 || true
+boot_fence
+start_kubelet
 
 cat > "$dir/env" <<ENV
 export NODE_NAME=$NODE_NAME

@@ -1,0 +1,74 @@
+//! The agent's own binary, kept on the host for the boot fence: kubelet's `ExecStartPre` runs
+//! `<state dir>/bin/local-static-provisioner fence-node` (deploy/host/) before any pod of a
+//! booting node is started, when no agent runs yet. The DaemonSet puts it there, as CNI plugins
+//! put theirs in /opt/cni/bin, so it is always the version of the agent that runs on the node.
+
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use crate::host::HostError;
+
+/// Where the binary goes, under the agent's state directory.
+pub fn installed_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("bin").join("local-static-provisioner")
+}
+
+/// Copies `binary` (the running agent's, `/proc/self/exe`) to `installed_path(state_dir)`
+/// unless an identical copy is there: written beside it, synced, renamed over it, so a crash
+/// or a kubelet reading it meanwhile sees the old binary or the new one, never half of one.
+/// Returns whether it was written.
+pub fn install_binary(binary: &Path, state_dir: &Path) -> Result<bool, HostError> {
+    let target = installed_path(state_dir);
+    let dir = target.parent().unwrap_or(state_dir).to_path_buf();
+    let ours = std::fs::read(binary).map_err(|e| HostError::io("reading", binary, e))?;
+    if same_content(&target, &ours) {
+        return Ok(false);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
+    let tmp = dir.join(".local-static-provisioner.tmp");
+    let mut f = File::create(&tmp).map_err(|e| HostError::io("creating", &tmp, e))?;
+    f.write_all(&ours).map_err(|e| HostError::io("writing", &tmp, e))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o755)).map_err(|e| HostError::io("chmod", &tmp, e))?;
+    f.sync_all().map_err(|e| HostError::io("syncing", &tmp, e))?;
+    std::fs::rename(&tmp, &target).map_err(|e| HostError::io("renaming into place", &target, e))?;
+    File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| HostError::io("syncing", &dir, e))?;
+    Ok(true)
+}
+
+/// Whether the file at `path` holds exactly `content` (a missing or unreadable file does not).
+fn same_content(path: &Path, content: &[u8]) -> bool {
+    let Ok(mut f) = File::open(path) else { return false };
+    if f.metadata().map(|m| m.len()).ok() != Some(content.len() as u64) {
+        return false;
+    }
+    let mut there = Vec::with_capacity(content.len());
+    f.read_to_end(&mut there).is_ok() && there == content
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_binary_is_copied_once_replaced_when_it_changes_and_executable() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("exe");
+        std::fs::write(&src, b"version one").unwrap();
+        let state = dir.path().join("state");
+        assert!(install_binary(&src, &state).unwrap(), "first install writes");
+        let installed = installed_path(&state);
+        assert_eq!(std::fs::read(&installed).unwrap(), b"version one");
+        assert_eq!(std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777, 0o755);
+        assert!(!install_binary(&src, &state).unwrap(), "an identical copy is left alone");
+        // Same length, other bytes: replaced.
+        std::fs::write(&src, b"version two").unwrap();
+        assert!(install_binary(&src, &state).unwrap());
+        assert_eq!(std::fs::read(&installed).unwrap(), b"version two");
+        assert!(!dir.path().join("state/bin/.local-static-provisioner.tmp").exists());
+        // A binary that cannot be read says which.
+        let err = install_binary(&dir.path().join("missing"), &state).unwrap_err().to_string();
+        assert!(err.contains("missing"), "{err}");
+    }
+}
