@@ -872,12 +872,16 @@ fn real_node_a_swap_while_the_agent_is_down_is_fenced_before_any_pod_mounts() {
     // The agent comes back: its first pass fences both PVs before it lifts the node-wide fence.
     away.come_back();
     lab.wait_fenced(&node, "the node-wide fence replaced by both PVs' own", || {
-        let wide = node_wide();
-        let fences = lab.fences(&node);
-        if wide.is_some() {
+        // One read of the labels: the agent lifts the node-wide fence in the same write that
+        // sets each PV's own (the reason may first be `unverified`, if a disk is slow to answer).
+        let labels = node.labels();
+        if labels.contains_key("local-static-provisioner.io/volumes-unverified") {
             return None;
         }
-        assert_eq!(fences, [0, 1].map(|_| Some("not-its-disk".to_string())), "lifted before both PVs were fenced");
+        for t in &lab.tenants {
+            let own = format!("fence.local-static-provisioner.io/{}", t.pv);
+            assert!(labels.contains_key(&own), "the node-wide fence was lifted before {own} was set: {labels:?}");
+        }
         Some(())
     });
     lab.wait_swap_fenced(&node);
