@@ -3,6 +3,8 @@
 //! carrying A's node name, may create only local PVs at <root>/<entry> whose node affinity pins
 //! A, change only the metadata of A's PVs (adopting upstream's), and delete only A's PVs;
 //! node-cleanup may only delete local PVs and drop the wipe finalizer of those being deleted.
+//! On Nodes, the same agent may only add, change or remove the fence labels of its own Node
+//! (with the values the agent writes), and nothing else of it.
 //! Every refusal is tried in more than one form; the real agent and node-cleanup run under the
 //! policies; a kustomize overlay with `namespace:` keeps the agent bound.
 //!
@@ -35,6 +37,10 @@ const AGENT_MATCH: &str = ":local-static-provisioner$'";
 const CLEANUP_MATCH: &str = ":local-static-provisioner-node-cleanup$'";
 const AGENT_POLICY: &str = "local-static-provisioner-node-scope";
 const CLEANUP_POLICY: &str = "local-static-provisioner-node-cleanup-scope";
+const FENCE_POLICY: &str = "local-static-provisioner-node-fence";
+/// The fence labels of a Node (issue 28): one per PV, and the node-wide one.
+const FENCE_PREFIX: &str = "fence.local-static-provisioner.io/";
+const UNVERIFIED: &str = "local-static-provisioner.io/volumes-unverified";
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(repo_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -136,7 +142,8 @@ fn set_source(pv: &mut Value, key: &str, source: Value) {
 fn policies_for(yaml: &str, test: &str, agent_sa: Option<&str>, cleanup_sa: Option<&str>) -> String {
     let mut yaml = yaml
         .replace(CLEANUP_POLICY, &format!("{test}-node-cleanup-scope"))
-        .replace(AGENT_POLICY, &format!("{test}-node-scope"));
+        .replace(AGENT_POLICY, &format!("{test}-node-scope"))
+        .replace(FENCE_POLICY, &format!("{test}-node-fence"));
     if let Some(sa) = cleanup_sa {
         assert!(yaml.contains(CLEANUP_MATCH));
         yaml = yaml.replace(CLEANUP_MATCH, &format!(":{sa}$'"));
@@ -328,6 +335,22 @@ fn base_policy_roots_are_the_configmap_host_dirs() {
         "the roots variable of {AGENT_POLICY} must list the hostDirs of deploy/base/configmap.yaml"
     );
     assert_eq!(policy_roots, [ROOT], "the tests below assume the shipped root");
+}
+
+#[test]
+fn base_fence_policy_matches_the_agent_as_the_pv_policy_does() {
+    let docs = documents(&read("deploy/base/admission-policy.yaml"));
+    let pv_policy = find(&docs, "ValidatingAdmissionPolicy", AGENT_POLICY);
+    let fence_policy = find(&docs, "ValidatingAdmissionPolicy", FENCE_POLICY);
+    assert_eq!(fence_policy["spec"]["matchConditions"], pv_policy["spec"]["matchConditions"]);
+    assert_eq!(variable(fence_policy, "node"), variable(pv_policy, "node"), "the node-name claim");
+    assert_eq!(find(&docs, "ValidatingAdmissionPolicyBinding", FENCE_POLICY)["spec"]["policyName"], FENCE_POLICY);
+    // The agent's writes to Nodes are patches (UPDATE); it may not create or delete Nodes (RBAC).
+    let rules = &fence_policy["spec"]["matchConstraints"]["resourceRules"];
+    assert_eq!(
+        rules,
+        &json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}])
+    );
 }
 
 #[test]
@@ -614,6 +637,173 @@ fn agent_changes_only_the_metadata_of_its_own_pvs() {
         &merge_patch(&cp, &agent, own, &json!({"metadata": {"finalizers": null}})),
         "releasing its finalizers",
     );
+}
+
+fn patch_node(cp: &ControlPlane, kubeconfig: &Path, node: &str, patch: &Value) -> Output {
+    as_user(cp, kubeconfig, &["patch", "node", node, "--type=merge", "-p", &patch.to_string()], None)
+}
+
+/// A merge patch of a Node's labels (a `null` value removes the label), as the agent sends it.
+fn labels(pairs: &[(&str, Option<&str>)]) -> Value {
+    let map: serde_json::Map<String, Value> = pairs.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    json!({"metadata": {"labels": map}})
+}
+
+fn fence(pv: &str) -> String {
+    format!("{FENCE_PREFIX}{pv}")
+}
+
+/// The labels of a Node, as the admin sees them.
+fn node_labels(cp: &ControlPlane, node: &str) -> Value {
+    cp.get_json(&["node", node]).unwrap()["metadata"]["labels"].clone()
+}
+
+#[test]
+fn agent_changes_only_the_fence_labels_of_its_own_node() {
+    let cp = ControlPlane::get();
+    let test = "vap-fence";
+    let (ns, sa) = ("vap-fence", "vap-fence-agent");
+    let (a, b) = ("vap-fence-a", "vap-fence-b");
+    cp.create_node(a);
+    cp.create_node(b);
+    cp.apply(&read("deploy/base/rbac.yaml"));
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
+    let no_node = plain_kubeconfig(&cp, tmp.path(), ns, sa);
+    let pv1 = fence("local-pv-0000fe01");
+    let pv2 = fence("local-pv-0000fe02");
+
+    // Enforced once the agent's fence on B is refused (one that got through before is removed).
+    let other = format!("the agent of node {a} may only change its own Node, not {b}");
+    wait_until("the policy to be enforced", WAIT, || {
+        let out = patch_node(&cp, &agent, b, &labels(&[(&pv1, Some("not-its-disk"))]));
+        if out.status.success() {
+            cp.kubectl_ok(&["label", "node", b, &format!("{pv1}-")]);
+            return None;
+        }
+        stderr(&out).contains(&other).then_some(())
+    });
+    assert!(node_labels(&cp, b).get(&pv1).is_none(), "B carries A's fence");
+
+    // Allowed on its own Node: a PV's fence added, changed through every value and removed; the
+    // node-wide label set and removed; several in one patch, as the agent's passes send them.
+    for value in ["not-its-disk", "disk-missing", "unverified", "not-its-disk"] {
+        assert_allowed(&patch_node(&cp, &agent, a, &labels(&[(&pv1, Some(value))])), &format!("{pv1}={value}"));
+        assert_eq!(node_labels(&cp, a)[&pv1], value);
+    }
+    assert_allowed(&patch_node(&cp, &agent, a, &labels(&[(UNVERIFIED, Some("agent-stopped"))])), "the node-wide label");
+    assert_eq!(node_labels(&cp, a)[UNVERIFIED], "agent-stopped");
+    assert_allowed(
+        &patch_node(&cp, &agent, a, &labels(&[(&pv2, Some("unverified")), (UNVERIFIED, None), (&pv1, None)])),
+        "a fence added, the node-wide label and another fence removed",
+    );
+    let now = node_labels(&cp, a);
+    assert_eq!(now[&pv2], "unverified");
+    assert!(now.get(UNVERIFIED).is_none() && now.get(&pv1).is_none(), "{now}");
+    assert_allowed(&patch_node(&cp, &agent, a, &labels(&[(&pv2, None)])), "the last fence removed");
+    // The status on the Node itself: not refused, and not written either (the API server keeps
+    // the old status; the status subresource is not the agent's to patch).
+    let status = json!({"metadata": {"labels": {&pv1: "disk-missing"}}, "status": {"capacity": {"cpu": "99"}}});
+    assert_allowed(&patch_node(&cp, &agent, a, &status), "a fence with a status change");
+    let node = cp.get_json(&["node", a]).unwrap();
+    assert_eq!(node["metadata"]["labels"][&pv1], "disk-missing");
+    assert_eq!(node["status"]["capacity"]["cpu"], "4", "the status was written through the Node");
+    let out = as_user(
+        &cp,
+        &agent,
+        &["patch", "node", a, "--subresource=status", "--type=merge", "-p", &status.to_string()],
+        None,
+    );
+    assert_denied(&out, "patching the status subresource", "resource \"nodes/status\"");
+
+    // Refused: another Node, any other label or value, and every other change; each leaves the
+    // Node as it was.
+    let before = cp.get_json(&["node", a]).unwrap();
+    let fence_ok = (pv2.as_str(), Some("not-its-disk"));
+    assert_denied(&patch_node(&cp, &agent, b, &labels(&[fence_ok])), "a fence on B", &other);
+    assert_denied(&patch_node(&cp, &agent, b, &labels(&[(UNVERIFIED, Some("agent-stopped"))])), "B node-wide", &other);
+    let only = format!(
+        "the agent of node {a} may only change the labels {FENCE_PREFIX}<pv-name> and {UNVERIFIED} of its Node, not "
+    );
+    for (what, patch, named) in [
+        ("a foreign label", labels(&[("example.com/pool", Some("x"))]), "example.com/pool"),
+        ("a fence and a foreign label", labels(&[fence_ok, ("example.com/pool", Some("x"))]), "example.com/pool"),
+        ("the hostname label changed", labels(&[("kubernetes.io/hostname", Some(b))]), "kubernetes.io/hostname"),
+        ("a label removed", labels(&[("topology.kubernetes.io/zone", None)]), "topology.kubernetes.io/zone"),
+        ("our PV label", labels(&[(LABEL, Some(a))]), LABEL),
+        (
+            "a look-alike prefix",
+            labels(&[("fence.local-static-provisioner.io.example.com/x", Some("unverified"))]),
+            "fence.local-static-provisioner.io.example.com/x",
+        ),
+        (
+            "a look-alike node-wide label",
+            labels(&[("local-static-provisioner.io/volumes-unverified-x", Some("agent-stopped"))]),
+            "local-static-provisioner.io/volumes-unverified-x",
+        ),
+    ] {
+        assert_denied(&patch_node(&cp, &agent, a, &patch), what, &format!("{only}{named}"));
+    }
+    let values = format!(
+        "the agent of node {a} may set {FENCE_PREFIX}<pv-name> only to not-its-disk, disk-missing or unverified, and {UNVERIFIED} only to agent-stopped, not "
+    );
+    for (key, value) in [
+        (pv2.as_str(), "yes"),
+        (pv2.as_str(), ""),
+        (pv2.as_str(), "agent-stopped"),
+        (pv1.as_str(), "Not-Its-Disk"),
+        (UNVERIFIED, "not-its-disk"),
+        (UNVERIFIED, "true"),
+        (UNVERIFIED, ""),
+    ] {
+        let what = format!("{key}={value}");
+        assert_denied(&patch_node(&cp, &agent, a, &labels(&[(key, Some(value))])), &what, &format!("{values}{what}"));
+    }
+    let rest = format!("the agent of node {a} may change only fence labels of its Node, not ");
+    let owner = json!([{"apiVersion": "v1", "kind": "Node", "name": b, "uid": "0f0e1d2c-3b4a-5968-7786-95a4b3c2d1e0"}]);
+    for (what, patch, named) in [
+        ("an annotation", json!({"metadata": {"annotations": {"example.com/x": "y"}}}), "metadata.annotations"),
+        ("a finalizer", json!({"metadata": {"finalizers": ["example.com/hold"]}}), "metadata.finalizers"),
+        ("an owner", json!({"metadata": {"ownerReferences": owner}}), "metadata.ownerReferences"),
+        ("a taint", json!({"spec": {"taints": [{"key": "example.com/t", "effect": "NoSchedule"}]}}), "spec"),
+        ("unschedulable", json!({"spec": {"unschedulable": true}}), "spec"),
+        ("a pod CIDR", json!({"spec": {"podCIDR": "10.244.7.0/24"}}), "spec"),
+        ("a provider ID", json!({"spec": {"providerID": "example://vap-fence-a"}}), "spec"),
+        (
+            "a fence with a taint",
+            json!({"metadata": {"labels": {&pv2: "unverified"}}, "spec": {"taints": [{"key": "x", "effect": "NoExecute"}]}}),
+            "spec",
+        ),
+        (
+            "a fence with an annotation",
+            json!({"metadata": {"labels": {&pv2: "unverified"}, "annotations": {"example.com/x": "y"}}}),
+            "metadata.annotations",
+        ),
+    ] {
+        assert_denied(&patch_node(&cp, &agent, a, &patch), what, &format!("{rest}{named}"));
+    }
+    let after = cp.get_json(&["node", a]).unwrap();
+    assert_eq!(after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"], "A changed: {after}");
+    assert!(node_labels(&cp, b).get(&pv2).is_none(), "B carries A's fence");
+
+    // A token without a node name can do nothing.
+    assert_denied(&patch_node(&cp, &no_node, a, &labels(&[fence_ok])), "a token without node", "no node name");
+
+    // Other users are not under this policy: another ServiceAccount with the same ClusterRole
+    // (its name only extends the agent's), pod-bound on A, changes B's labels and spec.
+    let (other_ns, other_sa) = ("vap-fence-other", format!("{sa}-other"));
+    service_account(&cp, other_ns, &other_sa, "local-static-provisioner");
+    let bystander = pod_bound_kubeconfig(&cp, tmp.path(), other_ns, &other_sa, a);
+    let taint = json!({"metadata": {"labels": {"example.com/pool": "x"}}, "spec": {"unschedulable": true}});
+    wait_until("the other ServiceAccount's RBAC", WAIT, || {
+        patch_node(&cp, &bystander, b, &taint).status.success().then_some(())
+    });
+    let node = cp.get_json(&["node", b]).unwrap();
+    assert_eq!(node["metadata"]["labels"]["example.com/pool"], "x");
+    assert_eq!(node["spec"]["unschedulable"], true);
 }
 
 #[test]
@@ -913,8 +1103,24 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
     };
     assert_eq!(strip(policy), strip(find(&base, "ValidatingAdmissionPolicy", AGENT_POLICY)));
     assert_eq!(strip(cleanup), strip(find(&base, "ValidatingAdmissionPolicy", CLEANUP_POLICY)));
+    // The fence policy: the same agent, its own name.
+    let fence_policy = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-local-static-provisioner-node-fence");
+    assert_eq!(matched_user(fence_policy), matched_user(policy));
+    assert_eq!(
+        find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-local-static-provisioner-node-fence")["spec"]["policyName"],
+        "vaphelm-local-static-provisioner-node-fence"
+    );
+    assert_eq!(strip(fence_policy), strip(find(&base, "ValidatingAdmissionPolicy", FENCE_POLICY)));
+    // What the policies narrow is what the chart grants: the base's ClusterRole (nodes patch
+    // included).
+    let base_rbac = documents(&read("deploy/base/rbac.yaml"));
+    assert_eq!(
+        find(&docs, "ClusterRole", "vaphelm-local-static-provisioner-node-clusterrole")["rules"],
+        find(&base_rbac, "ClusterRole", "local-static-provisioner")["rules"],
+        "templates/rbac.yaml grants other than deploy/base/rbac.yaml"
+    );
     let plain = helm_template(ns, &[]);
-    assert_eq!(plain.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmission")).count(), 2);
+    assert_eq!(plain.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmission")).count(), 4);
     assert!(
         helm_template(ns, &["admissionPolicy.enabled=false".into()])
             .iter()
