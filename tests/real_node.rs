@@ -413,17 +413,20 @@ struct Tenant {
 /// at the other's entry, as a reboot that renames disks does to an fstab (or links) by kernel
 /// name; `place(false)` puts them back. Dropped, passed or not: unmounted or unlinked, entries
 /// removed, loop devices detached.
-struct SwapLab {
+struct SwapLab<'a> {
+    node: &'a RealNode,
     block: bool,
     entries: [std::path::PathBuf; 2],
     devices: [LoopDevice; 2],
     tenants: [Tenant; 2],
     _images: tempfile::TempDir,
+    /// When the disks last moved (see [`SwapLab::note`]).
+    moved: std::cell::Cell<std::time::Instant>,
 }
 
-impl SwapLab {
+impl<'a> SwapLab<'a> {
     /// The disks (ext4 when `!block`), each at its own entry, and their PVs published.
-    fn new(node: &RealNode, block: bool, stem: &str) -> SwapLab {
+    fn new(node: &'a RealNode, block: bool, stem: &str) -> SwapLab<'a> {
         let images = tempfile::tempdir().unwrap();
         let (dir, class) = if block { ("/mnt/block-disks", "block-disks") } else { ("/mnt/fast-disks", "fast-disks") };
         let devices = ["a", "b"].map(|tag| {
@@ -446,7 +449,15 @@ impl SwapLab {
                 file: format!("tenant-{tag}"),
             }
         });
-        let lab = SwapLab { block, entries, devices, tenants, _images: images };
+        let lab = SwapLab {
+            node,
+            block,
+            entries,
+            devices,
+            tenants,
+            _images: images,
+            moved: std::time::Instant::now().into(),
+        };
         if !block {
             lab.entries.iter().for_each(|e| std::fs::create_dir_all(e).unwrap());
         }
@@ -461,6 +472,7 @@ impl SwapLab {
     /// unmounted first (kubelet must have let go of them), then mounted; links: both removed,
     /// then made again.
     fn place(&self, crosswise: bool) {
+        self.moved.set(std::time::Instant::now());
         for entry in &self.entries {
             if self.block {
                 let _ = std::fs::remove_file(entry);
@@ -476,6 +488,12 @@ impl SwapLab {
                 support::run(Command::new("mount").arg(device).arg(entry));
             }
         }
+    }
+
+    /// Says on stderr what happened how long after the disks last moved (the figures of the
+    /// report: how soon a fence is set and lifted, how soon a pod starts after the put-back).
+    fn note(&self, what: &str) {
+        eprintln!("[swap] {:>5.1} s after the disks moved: {what}", self.moved.get().elapsed().as_secs_f64());
     }
 
     /// The tenant files in the filesystem at entry `i` now, by name, with their contents.
@@ -503,7 +521,7 @@ impl SwapLab {
     }
 }
 
-impl Drop for SwapLab {
+impl Drop for SwapLab<'_> {
     fn drop(&mut self) {
         for entry in &self.entries {
             if self.block {
@@ -518,10 +536,27 @@ impl Drop for SwapLab {
                 let _ = std::fs::remove_dir(entry);
             }
         }
+        if std::thread::panicking() {
+            // A failed test's PVs would stay Released for good (their disks gone: never wiped),
+            // recording the identities of loop devices over deleted images, whose inodes a later
+            // test's images may get again: that disk would then be refused as one already
+            // published (seen). They are the test's own: deleted, finalizers and all.
+            for t in &self.tenants {
+                let _ = self.node.cp.kubectl(&[
+                    "patch",
+                    "pv",
+                    &t.pv,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ]);
+                let _ = self.node.cp.kubectl(&["delete", "pv", &t.pv, "--ignore-not-found", "--wait=false"]);
+            }
+        }
     }
 }
 
-impl SwapLab {
+impl<'a> SwapLab<'a> {
     fn class(&self) -> &'static str {
         if self.block { "block-disks" } else { "fast-disks" }
     }
@@ -529,15 +564,15 @@ impl SwapLab {
     /// Each tenant's claim, bound to its own PV, and its writer pod: it writes its secret (a file
     /// in its filesystem, or the first sector of its device) and stays Running. Returns once both
     /// secrets are on their own disks.
-    fn write_secrets(&self, node: &RealNode) {
+    fn write_secrets(&self) {
         for t in &self.tenants {
-            node.claim_volume(&t.claim, self.class(), self.block, "16Mi", &t.pv);
+            self.node.claim_volume(&t.claim, self.class(), self.block, "16Mi", &t.pv);
             let write = if self.block {
                 format!("echo {} | dd of=/dev/xvda bs=512 count=1 conv=sync,fsync", t.secret)
             } else {
                 format!("echo {} > /data/{} && sync", t.secret, t.file)
             };
-            node.workload(
+            self.node.workload(
                 &t.writer,
                 &t.claim,
                 self.block,
@@ -546,8 +581,8 @@ impl SwapLab {
             );
         }
         for (i, t) in self.tenants.iter().enumerate() {
-            node.wait_phase(&t.writer, &["Running"]);
-            let bound = node.cp.get_json(&["pvc", &t.claim, "-n", "default"]).unwrap();
+            self.node.wait_phase(&t.writer, &["Running"]);
+            let bound = self.node.cp.get_json(&["pvc", &t.claim, "-n", "default"]).unwrap();
             assert_eq!(bound["spec"]["volumeName"], t.pv.as_str(), "claim {} took its own volume", t.claim);
             wait_until(&format!("tenant {i}'s secret on its disk"), WAIT, || {
                 let written = if self.block {
@@ -557,19 +592,19 @@ impl SwapLab {
                 };
                 written.then_some(())
             });
-            assert!(node.kubelet_holds(&t.pv), "kubelet mounted (or mapped) PV {} for its pod", t.pv);
+            assert!(self.node.kubelet_holds(&t.pv), "kubelet mounted (or mapped) PV {} for its pod", t.pv);
         }
     }
 
     /// Deletes the writer pods and waits until kubelet has let go of both volumes.
-    fn stop_writers(&self, node: &RealNode) {
+    fn stop_writers(&self) {
         for t in &self.tenants {
-            node.delete_pod(&t.writer, false);
+            self.node.delete_pod(&t.writer, false);
         }
         for t in &self.tenants {
             wait_until(&format!("pod {} gone and its volume let go", t.writer), WAIT, || {
-                let gone = node.cp.get_json(&["pod", &t.writer, "-n", "default"]).is_none();
-                (gone && !node.kubelet_holds(&t.pv)).then_some(())
+                let gone = self.node.cp.get_json(&["pod", &t.writer, "-n", "default"]).is_none();
+                (gone && !self.node.kubelet_holds(&t.pv)).then_some(())
             });
         }
     }
@@ -577,7 +612,7 @@ impl SwapLab {
     /// Each tenant's reader pod: it prints what it finds of any tenant's (the files, or the
     /// first sector) and `read-done`, then stays Running. `placed`: already on the node
     /// (spec.nodeName), so that only kubelet stands between it and the volume.
-    fn start_readers(&self, node: &RealNode, placed: bool) {
+    fn start_readers(&self, placed: bool) {
         let read = if self.block {
             "echo \"saw: $(dd if=/dev/xvda bs=512 count=1 2>/dev/null | tr -d '\\000')\""
         } else {
@@ -586,33 +621,33 @@ impl SwapLab {
         let script = format!("{read}; echo read-done; trap 'exit 0' TERM; sleep 3600 & wait");
         for t in &self.tenants {
             if placed {
-                node.workload_placed(&t.reader, &t.claim, self.block, &script, 5);
+                self.node.workload_placed(&t.reader, &t.claim, self.block, &script, 5);
             } else {
-                node.workload(&t.reader, &t.claim, self.block, &script, 5);
+                self.node.workload(&t.reader, &t.claim, self.block, &script, 5);
             }
         }
     }
 
     /// The fence labels on the node of both PVs (None: no label).
-    fn fences(&self, node: &RealNode) -> [Option<String>; 2] {
-        let labels = node.labels();
+    fn fences(&self) -> [Option<String>; 2] {
+        let labels = self.node.labels();
         [0, 1].map(|i| labels.get(&format!("fence.local-static-provisioner.io/{}", self.tenants[i].pv)).cloned())
     }
 
     /// Panics if any reader pod got the other tenant's disk: what it printed, and what kubelet
     /// set up for it on the host. While `fenced`, also if it got a disk at all: Running (or run),
     /// a kubelet mount or mapping of either PV, or a volume set up in its pod directory.
-    fn assert_nothing_leaked(&self, node: &RealNode, fenced: bool) {
+    fn assert_nothing_leaked(&self, fenced: bool) {
         for (i, t) in self.tenants.iter().enumerate() {
             let other = &self.tenants[1 - i];
-            let log = node.pod_log(&t.reader);
+            let log = self.node.pod_log(&t.reader);
             assert!(
                 !log.contains(&other.secret) && !log.contains(&format!("/data/{}", other.file)),
                 "pod {} saw the other tenant's data:\n{log}",
                 t.reader
             );
-            let Some(pod) = node.cp.get_json(&["pod", &t.reader, "-n", "default"]) else { continue };
-            let kubelet_dir = Path::new(node.var("KUBELET_ROOT")).join("pods");
+            let Some(pod) = self.node.cp.get_json(&["pod", &t.reader, "-n", "default"]) else { continue };
+            let kubelet_dir = Path::new(self.node.var("KUBELET_ROOT")).join("pods");
             let pod_dir = kubelet_dir.join(pod["metadata"]["uid"].as_str().unwrap_or("?"));
             let volume = pod_dir.join("volumes/kubernetes.io~local-volume").join(&t.pv);
             let seen: Vec<String> = std::fs::read_dir(&volume)
@@ -634,7 +669,7 @@ impl SwapLab {
             assert_eq!(phase, "Pending", "pod {} started while its volume is fenced:\n{log}", t.reader);
             assert!(log.is_empty(), "pod {} ran while its volume is fenced:\n{log}", t.reader);
             for pv in [&t.pv, &other.pv] {
-                assert!(!node.kubelet_holds(pv), "kubelet mounted PV {pv} while it is fenced");
+                assert!(!self.node.kubelet_holds(pv), "kubelet mounted PV {pv} while it is fenced");
             }
             assert!(seen.is_empty(), "pod {}'s volume on the host holds {seen:?} while fenced", t.reader);
             let mapped = pod_dir.join("volumeDevices/kubernetes.io~local-volume").join(&t.pv);
@@ -648,36 +683,37 @@ impl SwapLab {
 
     /// Polls `f` like [`wait_until`], checking at every look that nothing leaked (see
     /// [`SwapLab::assert_nothing_leaked`]).
-    fn wait_fenced<T>(&self, node: &RealNode, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    fn wait_fenced<T>(&self, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         wait_until(what, WAIT, || {
-            self.assert_nothing_leaked(node, true);
+            self.assert_nothing_leaked(true);
             f()
         })
     }
 
     /// Keeps checking for `secs` seconds that nothing leaked while fenced.
-    fn stay_fenced(&self, node: &RealNode, secs: u64) {
+    fn stay_fenced(&self, secs: u64) {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
         while std::time::Instant::now() < until {
-            self.assert_nothing_leaked(node, true);
+            self.assert_nothing_leaked(true);
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     }
 
     /// Waits for both PVs' fences (`not-its-disk`) and the VolumeFenced event on both claims
     /// and PVs, each naming the disk there as the other tenant's.
-    fn wait_swap_fenced(&self, node: &RealNode) {
-        self.wait_fenced(node, "both PVs fenced as not-its-disk", || {
-            (self.fences(node) == [0, 1].map(|_| Some("not-its-disk".to_string()))).then_some(())
+    fn wait_swap_fenced(&self) {
+        self.wait_fenced("both PVs fenced as not-its-disk", || {
+            (self.fences() == [0, 1].map(|_| Some("not-its-disk".to_string()))).then_some(())
         });
+        self.note("both PVs fenced (not-its-disk)");
         for (i, t) in self.tenants.iter().enumerate() {
             let other = &self.tenants[1 - i];
-            self.wait_fenced(node, &format!("VolumeFenced on claim {} and PV {}", t.claim, t.pv), || {
-                let told = |name: &str| node.cp.has_event(name, "VolumeFenced", "not the PV's own");
+            self.wait_fenced(&format!("VolumeFenced on claim {} and PV {}", t.claim, t.pv), || {
+                let told = |name: &str| self.node.cp.has_event(name, "VolumeFenced", "not the PV's own");
                 (told(&t.claim) && told(&t.pv)).then_some(())
             });
             assert!(
-                node.cp.has_event(&t.claim, "VolumeFenced", &format!("the disk of PV {}", other.pv)),
+                self.node.cp.has_event(&t.claim, "VolumeFenced", &format!("the disk of PV {}", other.pv)),
                 "the claim's owner is told whose disk is at its path"
             );
         }
@@ -686,28 +722,30 @@ impl SwapLab {
     /// Puts the disks back and waits until both fences are lifted (VolumeUnfenced on both
     /// claims), both readers are Running and each printed its own secret; then checks on the
     /// host that each disk holds only its own tenant's data.
-    fn put_back_and_read(&self, node: &RealNode) {
+    fn put_back_and_read(&self) {
         self.place(false);
         wait_until("both fences lifted", WAIT, || {
-            self.assert_nothing_leaked(node, false);
-            (self.fences(node) == [None, None]).then_some(())
+            self.assert_nothing_leaked(false);
+            (self.fences() == [None, None]).then_some(())
         });
+        self.note("put back: both fences lifted");
         for t in &self.tenants {
             wait_until(&format!("VolumeUnfenced on claim {}", t.claim), WAIT, || {
-                node.cp.has_event(&t.claim, "VolumeUnfenced", "lifted").then_some(())
+                self.node.cp.has_event(&t.claim, "VolumeUnfenced", "lifted").then_some(())
             });
         }
         for t in &self.tenants {
-            node.wait_phase_within(&t.reader, &["Running"], AFTER_PUT_BACK);
+            self.node.wait_phase_within(&t.reader, &["Running"], AFTER_PUT_BACK);
+            self.note(&format!("pod {} Running", t.reader));
         }
         for (i, t) in self.tenants.iter().enumerate() {
             let log = wait_until(&format!("pod {} read its volume", t.reader), WAIT, || {
-                self.assert_nothing_leaked(node, false);
-                let log = node.pod_log(&t.reader);
+                self.assert_nothing_leaked(false);
+                let log = self.node.pod_log(&t.reader);
                 log.contains("read-done").then_some(log)
             });
             assert!(log.contains(&t.secret), "pod {} reads its own data after the put-back:\n{log}", t.reader);
-            assert!(node.kubelet_holds(&t.pv), "kubelet mounted PV {} for its pod", t.pv);
+            assert!(self.node.kubelet_holds(&t.pv), "kubelet mounted PV {} for its pod", t.pv);
             if self.block {
                 assert_eq!(self.sector_of(i), t.secret, "disk {i} holds its own tenant's secret");
             } else {
@@ -718,26 +756,42 @@ impl SwapLab {
                 );
             }
         }
-        self.assert_nothing_leaked(node, false);
+        self.assert_nothing_leaked(false);
     }
 
     /// Releases both tenants and waits until both volumes are wiped and Available again, then
     /// takes the disks away and waits until their PVs are withdrawn.
-    fn finish(self, node: &RealNode) {
-        let uids = self.tenants.each_ref().map(|t| node.cp.pv_state(&t.pv).unwrap().0);
+    fn finish(self) {
+        let uids = self.tenants.each_ref().map(|t| self.node.cp.pv_state(&t.pv).unwrap().0);
         let pods: Vec<&str> = self.tenants.iter().map(|t| t.reader.as_str()).collect();
         let claims: Vec<&str> = self.tenants.iter().map(|t| t.claim.as_str()).collect();
-        release(node, &pods, &claims);
+        release(self.node, &pods, &claims);
         for (i, t) in self.tenants.iter().enumerate() {
             let volume = (!self.block).then(|| self.entries[i].as_path());
-            wait_recycled(node, &t.pv, &uids[i], volume);
+            wait_recycled(self.node, &t.pv, &uids[i], volume);
         }
-        let pvs: Vec<String> = self.tenants.iter().map(|t| t.pv.clone()).collect();
+        let (node, pvs) = (self.node, self.tenants.each_ref().map(|t| t.pv.clone()));
         drop(self);
         for pv in pvs {
             wait_until(&format!("PV {pv} withdrawn"), WAIT, || node.cp.pv_state(&pv).is_none().then_some(()));
         }
     }
+}
+
+/// Whether the scheduler found no node for pod `name` because of its PV's node affinity (the
+/// PodScheduled condition's message; its words differ between releases).
+fn refused_by_scheduler(node: &RealNode, name: &str) -> bool {
+    let Some(pod) = node.cp.get_json(&["pod", name, "-n", "default"]) else { return false };
+    pod["status"]["conditions"].as_array().is_some_and(|conditions| {
+        conditions.iter().any(|c| {
+            c["type"] == "PodScheduled"
+                && c["status"] == "False"
+                && c["message"].as_str().is_some_and(|m| {
+                    m.contains("didn't match PersistentVolume's node affinity")
+                        || m.contains("volume node affinity conflict")
+                })
+        })
+    })
 }
 
 /// Every node-selector term of a PV requires its own fence label and the node-wide one to be
@@ -760,6 +814,32 @@ fn assert_honours_fences(node: &RealNode, pv: &str) {
     }
 }
 
+/// Tests 1 and 2: two tenants write their secrets, their pods go, the disks come back swapped
+/// (both fenced), their new pods are refused by the scheduler while nothing reaches either,
+/// and after the put-back each pod reads its own secret.
+fn swap_and_put_back(node: &RealNode, block: bool, stem: &str) {
+    node.deploy();
+    let lab = SwapLab::new(node, block, stem);
+    lab.tenants.iter().for_each(|t| assert_honours_fences(node, &t.pv));
+    lab.write_secrets();
+    assert_eq!(lab.fences(), [None, None], "nothing fenced while each disk is at its own entry");
+
+    lab.stop_writers();
+    lab.place(true);
+    lab.wait_swap_fenced();
+    lab.start_readers(false);
+    for t in &lab.tenants {
+        lab.wait_fenced(&format!("pod {} refused a node for its volume", t.reader), || {
+            refused_by_scheduler(node, &t.reader).then_some(())
+        });
+    }
+    lab.note("both new pods refused by the scheduler");
+    lab.stay_fenced(10);
+
+    lab.put_back_and_read();
+    lab.finish();
+}
+
 /// Two tenants on filesystem disks mounted by name: after the disks come back swapped, each
 /// path holds the other tenant's disk. The agent fences both PVs (node labels their affinity
 /// forbids), so the scheduler places neither tenant's new pod; nothing is mounted and nobody
@@ -769,34 +849,7 @@ fn real_node_swapped_filesystem_disks_are_never_mounted_for_the_other_tenant() {
     let Some(node) = RealNode::get("real_node_swapped_filesystem_disks_are_never_mounted_for_the_other_tenant") else {
         return;
     };
-    node.deploy();
-    let lab = SwapLab::new(&node, false, "e2e-swapfs");
-    lab.tenants.iter().for_each(|t| assert_honours_fences(&node, &t.pv));
-    lab.write_secrets(&node);
-    assert_eq!(lab.fences(&node), [None, None], "nothing fenced while each disk is at its own path");
-
-    lab.stop_writers(&node);
-    lab.place(true);
-    lab.wait_swap_fenced(&node);
-    lab.start_readers(&node, false);
-    for t in &lab.tenants {
-        lab.wait_fenced(&node, &format!("pod {} refused a node for its volume", t.reader), || {
-            let pod = node.cp.get_json(&["pod", &t.reader, "-n", "default"])?;
-            let conditions = pod["status"]["conditions"].as_array()?;
-            conditions
-                .iter()
-                .any(|c| {
-                    c["type"] == "PodScheduled"
-                        && c["status"] == "False"
-                        && c["message"].as_str().is_some_and(|m| m.contains("volume node affinity conflict"))
-                })
-                .then_some(())
-        });
-    }
-    lab.stay_fenced(&node, 10);
-
-    lab.put_back_and_read(&node);
-    lab.finish(&node);
+    swap_and_put_back(&node, false, "e2e-swapfs");
 }
 
 /// The same with block volumes: the two links in the block discovery directory are pointed at
@@ -807,34 +860,7 @@ fn real_node_swapped_block_links_are_never_mapped_for_the_other_tenant() {
     let Some(node) = RealNode::get("real_node_swapped_block_links_are_never_mapped_for_the_other_tenant") else {
         return;
     };
-    node.deploy();
-    let lab = SwapLab::new(&node, true, "e2e-swapblk");
-    lab.tenants.iter().for_each(|t| assert_honours_fences(&node, &t.pv));
-    lab.write_secrets(&node);
-    assert_eq!(lab.fences(&node), [None, None], "nothing fenced while each link points at its own disk");
-
-    lab.stop_writers(&node);
-    lab.place(true);
-    lab.wait_swap_fenced(&node);
-    lab.start_readers(&node, false);
-    for t in &lab.tenants {
-        lab.wait_fenced(&node, &format!("pod {} refused a node for its volume", t.reader), || {
-            let pod = node.cp.get_json(&["pod", &t.reader, "-n", "default"])?;
-            let conditions = pod["status"]["conditions"].as_array()?;
-            conditions
-                .iter()
-                .any(|c| {
-                    c["type"] == "PodScheduled"
-                        && c["status"] == "False"
-                        && c["message"].as_str().is_some_and(|m| m.contains("volume node affinity conflict"))
-                })
-                .then_some(())
-        });
-    }
-    lab.stay_fenced(&node, 10);
-
-    lab.put_back_and_read(&node);
-    lab.finish(&node);
+    swap_and_put_back(&node, true, "e2e-swapblk");
 }
 
 /// The disks are swapped while no agent runs (stopped gracefully: it sets the node-wide fence
@@ -850,28 +876,29 @@ fn real_node_a_swap_while_the_agent_is_down_is_fenced_before_any_pod_mounts() {
     node.deploy();
     let lab = SwapLab::new(&node, false, "e2e-swapdown");
     lab.tenants.iter().for_each(|t| assert_honours_fences(&node, &t.pv));
-    lab.write_secrets(&node);
+    lab.write_secrets();
 
     let away = node.keep_agent_away();
     let node_wide = || node.labels().get("local-static-provisioner.io/volumes-unverified").cloned();
     assert_eq!(node_wide().as_deref(), Some("agent-stopped"), "the stopping agent fenced the node's volumes");
-    lab.stop_writers(&node);
+    lab.stop_writers();
     lab.place(true);
-    lab.start_readers(&node, true);
+    lab.start_readers(true);
     for t in &lab.tenants {
-        lab.wait_fenced(&node, &format!("kubelet refuses pod {}'s volume", t.reader), || {
+        lab.wait_fenced(&format!("kubelet refuses pod {}'s volume", t.reader), || {
             node.pod_events(&t.reader)
                 .iter()
                 .any(|(reason, text)| reason == "FailedMount" && text.contains("NodeAffinity check failed"))
                 .then_some(())
         });
     }
-    assert_eq!(lab.fences(&node), [None, None], "no agent, no per-volume fence yet");
-    lab.stay_fenced(&node, 5);
+    lab.note("kubelet refuses both pods' mounts (NodeAffinity check failed)");
+    assert_eq!(lab.fences(), [None, None], "no agent, no per-volume fence yet");
+    lab.stay_fenced(5);
 
     // The agent comes back: its first pass fences both PVs before it lifts the node-wide fence.
     away.come_back();
-    lab.wait_fenced(&node, "the node-wide fence replaced by both PVs' own", || {
+    lab.wait_fenced("the node-wide fence replaced by both PVs' own", || {
         // One read of the labels: the agent lifts the node-wide fence in the same write that
         // sets each PV's own (the reason may first be `unverified`, if a disk is slow to answer).
         let labels = node.labels();
@@ -884,9 +911,9 @@ fn real_node_a_swap_while_the_agent_is_down_is_fenced_before_any_pod_mounts() {
         }
         Some(())
     });
-    lab.wait_swap_fenced(&node);
-    lab.stay_fenced(&node, 10);
+    lab.wait_swap_fenced();
+    lab.stay_fenced(10);
 
-    lab.put_back_and_read(&node);
-    lab.finish(&node);
+    lab.put_back_and_read();
+    lab.finish();
 }
