@@ -93,22 +93,31 @@ fn swapped_disks_are_fenced_on_the_node_and_an_agent_stop_fences_all_until_the_n
         return;
     }
     let cp = ControlPlane::get();
-    let node = "fence-node-swap";
+    // Named per process, like the class and the entries: what an earlier run on this control
+    // plane left (Released PVs whose loop devices' backing files had the same inode numbers)
+    // belongs to another node.
+    let node = &format!("fence-swap-{}", std::process::id());
     cp.create_node(node);
-    cp.create_storage_class("fence-fs", "Retain");
+    // A class per process: claims bind only to this run's PVs, never to ones an earlier run on
+    // this control plane left Available.
+    let class = format!("fence-fs-{}", std::process::id());
+    cp.create_storage_class(&class, "Retain");
     let scratch = tempfile::tempdir().unwrap();
     let disks = scratch.path().join("disks");
     std::fs::create_dir_all(&disks).unwrap();
-    let (path_a, path_b) = (disks.join("a"), disks.join("b"));
+    // Entries named per process: PVs an earlier run on this control plane left Released keep
+    // their names.
+    let (entry_a, entry_b) = (format!("a-{}", std::process::id()), format!("b-{}", std::process::id()));
+    let (path_a, path_b) = (disks.join(&entry_a), disks.join(&entry_b));
     let mut a = Disk::new(scratch.path(), "a", &path_a);
     let mut b = Disk::new(scratch.path(), "b", &path_b);
     let config = scratch.path().join("config");
-    let map = format!("fence-fs:\n  hostDir: {d}\n  mountDir: {d}\n", d = disks.display());
+    let map = format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = disks.display());
     write_config(&config, &[("storageClassMap", &map)]);
     let kubeconfig = cp.agent_kubeconfig(scratch.path());
     let log = scratch.path().join("agent.log");
     let agent = AgentProcess::start(&config, node, &kubeconfig, &log);
-    let (pv_a, pv_b) = (pv_name("a", node, "fence-fs"), pv_name("b", node, "fence-fs"));
+    let (pv_a, pv_b) = (pv_name(&entry_a, node, &class), pv_name(&entry_b, node, &class));
     for pv in [&pv_a, &pv_b] {
         wait_until(&format!("PV {pv}"), WAIT, || cp.pv_state(pv));
         // Its affinity honours the fence: every term requires both labels to be absent.
@@ -119,9 +128,11 @@ fn swapped_disks_are_fenced_on_the_node_and_an_agent_stop_fences_all_until_the_n
     // Bound to two tenants (no kubelet here: the pods stay Pending, the PVs Bound).
     let claims: Vec<(String, String)> = ["tenant-a", "tenant-b"]
         .iter()
-        .map(|c| (c.to_string(), cp.bind_claim(&format!("{node}-{c}"), "fence-fs", false)))
+        .map(|c| (c.to_string(), cp.bind_claim(&format!("fence-{}-{c}", std::process::id()), &class, false)))
         .collect();
-    let claim_of = |pv: &str| claims.iter().find(|(_, v)| v == pv).map(|(c, _)| format!("{node}-{c}")).unwrap();
+    let claim_of = |pv: &str| {
+        claims.iter().find(|(_, v)| v == pv).map(|(c, _)| format!("fence-{}-{c}", std::process::id())).unwrap()
+    };
     assert!(label(&cp, node, &fence_of(&pv_a)).is_none() && label(&cp, node, &fence_of(&pv_b)).is_none());
 
     // The disks swap places: both PVs fenced within about a second, their claims told why.
@@ -133,17 +144,17 @@ fn swapped_disks_are_fenced_on_the_node_and_an_agent_stop_fences_all_until_the_n
         });
     }
     let fenced_in = swapped.elapsed();
+    eprintln!("both PVs fenced {} ms after the swap", fenced_in.as_millis());
     assert!(fenced_in < Duration::from_secs(10), "fenced after {fenced_in:?}");
     for pv in [&pv_a, &pv_b] {
         let claim = claim_of(pv);
-        let notes = wait_until(&format!("VolumeFenced on {claim}"), WAIT, || {
-            Some(claim_events(&cp, &claim, "VolumeFenced")).filter(|n| !n.is_empty())
-        });
+        // The note names the PV and whose disk is there.
         let other = if *pv == pv_a { &pv_b } else { &pv_a };
-        assert!(
-            notes[0].contains(pv.as_str()) && notes[0].contains(&format!("the disk of PV {other}")),
-            "the note names the PV and whose disk is there: {notes:?}"
-        );
+        let whose = format!("The disk there is the disk of PV {other}");
+        wait_until(&format!("VolumeFenced on {claim} naming {other}"), WAIT, || {
+            let notes = claim_events(&cp, &claim, "VolumeFenced");
+            notes.iter().any(|n| n.contains(pv.as_str()) && n.contains(&whose)).then_some(())
+        });
     }
     let metrics = agent.admin_get("/metrics");
     assert!(
@@ -193,7 +204,7 @@ fn swapped_disks_are_fenced_on_the_node_and_an_agent_stop_fences_all_until_the_n
     }
     drop(agent);
     for (c, _) in &claims {
-        cp.release_claim(&format!("{node}-{c}"));
+        cp.release_claim(&format!("fence-{}-{c}", std::process::id()));
     }
 }
 

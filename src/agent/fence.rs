@@ -2,7 +2,7 @@
 //! whose path does not hold its own disk, set and lifted from what each pass found at every
 //! PV's path, the node-wide one set when the agent stops, and the PV's and claim's owners told.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tracing::{info, warn};
@@ -18,17 +18,28 @@ use crate::core::succession::DiskCheck;
 /// and wipes still have to be stopped after it.
 const STOP_FENCE_DEADLINE: Duration = Duration::from_secs(5);
 
+/// The event action of a fence, per reason (see `follow_fences`).
+fn fence_action(reason: FenceReason) -> &'static str {
+    match reason {
+        FenceReason::NotItsDisk => "FenceNotItsDisk",
+        FenceReason::DiskMissing => "FenceDiskMissing",
+        FenceReason::Unverified => "FenceUnverified",
+    }
+}
+
 impl Agent {
     /// Sets and lifts this node's fence labels from what this pass found at each PV's path
     /// (`checks` for this node's PVs, `succession` for an earlier incarnation's), telling each
-    /// PV and its claim. A failed write is retried with backoff; nobody is told before the
-    /// labels are written.
+    /// PV and its claim. Another disk at a path fences it at once; an empty path only once it
+    /// has stayed empty for the settle window (`missing`), as a swap passes through it. A failed
+    /// write is retried with backoff; nobody is told before the labels are written.
     pub(super) async fn follow_fences(
         &mut self,
         states: &[PvState],
         predecessors: &[PvState],
         checks: &[(String, DiskCheck)],
         succession: &[(String, DiskCheck)],
+        missing: &BTreeSet<String>,
     ) {
         let seen: BTreeMap<&str, DiskCheck> =
             checks.iter().chain(succession).map(|(uid, check)| (uid.as_str(), *check)).collect();
@@ -38,7 +49,11 @@ impl Agent {
             .map(|pv| FenceInput {
                 name: pv.name.clone(),
                 honours: pv.honours_fence,
-                seen: seen.get(pv.uid.as_str()).map_or(Seen::NoAnswer, |c| Seen::from(*c)),
+                seen: match seen.get(pv.uid.as_str()).map(|c| Seen::from(*c)) {
+                    Some(Seen::Missing) if !missing.contains(&pv.uid) => Seen::NoAnswer,
+                    Some(seen) => seen,
+                    None => Seen::NoAnswer,
+                },
             })
             .collect();
         let labels = self.node.metadata.labels.clone().unwrap_or_default();
@@ -60,7 +75,9 @@ impl Agent {
             let Some(pv) = all.iter().find(|pv| pv.name == *name) else { continue };
             let note = self.fence_note(pv, *reason, &all);
             warn!(pv = %name, reason = reason.label_value(), "{note}");
-            self.tell(pv, true, "VolumeFenced", note).await;
+            // One action per reason: events with the same reason, object and action fold into
+            // one series that keeps its first note, and a fence that changes reason must say so.
+            self.tell_as(pv, true, "VolumeFenced", fence_action(*reason), note).await;
         }
         for name in &plan.lifted {
             let Some(pv) = all.iter().find(|pv| pv.name == *name) else { continue };
@@ -70,7 +87,7 @@ impl Agent {
                 pv.host_path, self.identity.node
             );
             info!(pv = %name, "{note}");
-            self.tell(pv, false, "VolumeUnfenced", note).await;
+            self.tell_as(pv, false, "VolumeUnfenced", "Unfence", note).await;
         }
     }
 

@@ -129,12 +129,17 @@ impl Agent {
 
     /// An event on the PV and on its bound claim, so `kubectl describe pvc` shows it to the
     /// application's owner.
-    pub(super) async fn tell(&self, pv: &PvState, warning: bool, reason: &str, note: String) {
+    async fn tell(&self, pv: &PvState, warning: bool, reason: &str, note: String) {
+        self.tell_as(pv, warning, reason, "Monitor", note).await;
+    }
+
+    /// As `tell`, with the event's action.
+    pub(super) async fn tell_as(&self, pv: &PvState, warning: bool, reason: &str, action: &str, note: String) {
         let pv_ref = pv_reference(&pv.name, Some(&pv.uid));
-        self.cluster.event(&pv_ref, warning, reason, "Monitor", note.clone()).await;
+        self.cluster.event(&pv_ref, warning, reason, action, note.clone()).await;
         if let Some((namespace, name, uid)) = &pv.claim {
             let claim = claim_reference(namespace, name, uid);
-            self.cluster.event_related(&claim, Some(pv_ref), warning, reason, "Monitor", note).await;
+            self.cluster.event_related(&claim, Some(pv_ref), warning, reason, action, note).await;
         }
     }
 }

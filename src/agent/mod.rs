@@ -456,7 +456,7 @@ impl Agent {
         let next_stale = self.succeed(&predecessors, &observation.succession).await;
         let (missing, next_missing) = self.missing_volumes(&observation.absent);
         self.follow_presence(&states, &missing).await;
-        self.follow_fences(&states, &predecessors, &observation.checks, &observation.succession).await;
+        self.follow_fences(&states, &predecessors, &observation.checks, &observation.succession, &missing).await;
         self.upgrade_identities(&states, &observation.upgrades).await;
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
