@@ -455,8 +455,10 @@ impl Agent {
         let (desired, planned) = self.publish(observation.scan, revealed, &predecessors).await;
         let next_stale = self.succeed(&predecessors, &observation.succession).await;
         let (missing, next_missing) = self.missing_volumes(&observation.absent);
-        self.follow_presence(&states, &missing).await;
-        self.follow_fences(&states, &predecessors, &observation.checks, &observation.succession, &missing).await;
+        let withdrawn = self.follow_presence(&states, &missing).await;
+        // A PV withdrawn just now is gone: fencing it would only tell its end as a fence.
+        let kept: Vec<PvState> = states.iter().filter(|pv| !withdrawn.contains(&pv.uid)).cloned().collect();
+        self.follow_fences(&kept, &predecessors, &observation.checks, &observation.succession, &missing).await;
         self.upgrade_identities(&states, &observation.upgrades).await;
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;

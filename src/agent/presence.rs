@@ -21,7 +21,9 @@ impl Agent {
     }
 
     /// Withdraws unbound PVs whose volume vanished, flags bound ones, unflags returned ones.
-    pub(super) async fn follow_presence(&mut self, states: &[PvState], missing: &BTreeSet<String>) {
+    /// Returns the UIDs of the PVs withdrawn.
+    pub(super) async fn follow_presence(&mut self, states: &[PvState], missing: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut withdrawn = BTreeSet::new();
         let moved: BTreeMap<String, String> = states
             .iter()
             .filter(|pv| missing.contains(&pv.uid))
@@ -34,6 +36,7 @@ impl Agent {
                     let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
                     if let Some(Ok(())) = self.effects.run(&key, deleted).await {
                         self.note_withdrawn(&uid).await;
+                        withdrawn.insert(uid.clone());
                         info!(pv = %name, "volume vanished; unbound PV withdrawn");
                         let note = format!("volume of PV {name} is gone from the node; the unbound PV is withdrawn");
                         self.cluster
@@ -73,6 +76,7 @@ impl Agent {
                 }
             }
         }
+        withdrawn
     }
 
     /// Withdraws the unbound PVs whose claimed device changed under them (resourceVersion

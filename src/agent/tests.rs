@@ -738,3 +738,26 @@ async fn a_pv_made_before_fences_never_gets_a_fence_label_and_an_agent_without_s
     lab.agent.fence_on_stop().await;
     assert_eq!(lab.api.count("PATCH", "/api/v1/nodes/n1"), 0, "nothing to fence: its affinity cannot honour it");
 }
+
+#[tokio::test]
+async fn an_unbound_pv_withdrawn_because_its_disk_is_gone_is_not_fenced_on_its_way_out() {
+    let mut lab = lab().await;
+    let unbound = |name: &str| {
+        let mut pv = fenced_pv(name);
+        pv.spec.claim_ref = None;
+        pv.status.phase = Some("Available".into());
+        pv
+    };
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(unbound("pv-a")));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(unbound("pv-b")));
+    *lab.host.absent.lock().unwrap() = vec!["uid-pv-a".into(), "uid-pv-b".into()];
+    *lab.host.checks.lock().unwrap() =
+        vec![("uid-pv-a".into(), DiskCheck::Missing), ("uid-pv-b".into(), DiskCheck::Missing)];
+    // pv-a is withdrawn; pv-b's withdrawal fails, so it stays, and stays fenced meanwhile.
+    lab.api.script("DELETE /api/v1/persistentvolumes/pv-b", &[500]);
+    lab.pass().await;
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/pv-a"), 1);
+    let labels = lab.api.node_labels.lock().unwrap().clone();
+    assert_eq!(fence_label(&lab), None, "a PV withdrawn in this pass is not fenced: {labels:?}");
+    assert_eq!(labels.get("fence.local-static-provisioner.io/pv-b").map(String::as_str), Some("disk-missing"));
+}
