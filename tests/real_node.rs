@@ -760,7 +760,7 @@ impl<'a> SwapLab<'a> {
     }
 
     /// Releases both tenants and waits until both volumes are wiped and Available again, then
-    /// takes the disks away and waits until their PVs are withdrawn.
+    /// takes the disks away and waits until their PVs are withdrawn (and not fenced for it).
     fn finish(self) {
         let uids = self.tenants.each_ref().map(|t| self.node.cp.pv_state(&t.pv).unwrap().0);
         let pods: Vec<&str> = self.tenants.iter().map(|t| t.reader.as_str()).collect();
@@ -772,8 +772,16 @@ impl<'a> SwapLab<'a> {
         }
         let (node, pvs) = (self.node, self.tenants.each_ref().map(|t| t.pv.clone()));
         drop(self);
-        for pv in pvs {
-            wait_until(&format!("PV {pv} withdrawn"), WAIT, || node.cp.pv_state(&pv).is_none().then_some(()));
+        for pv in &pvs {
+            wait_until(&format!("PV {pv} withdrawn"), WAIT, || node.cp.pv_state(pv).is_none().then_some(()));
+        }
+        // Withdrawn, not fenced on its way out (the agent posts its events right after its writes).
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        for pv in &pvs {
+            assert!(
+                !node.cp.has_event(pv, "VolumeFenced", "nothing is mounted at its path"),
+                "PV {pv} was fenced as its disk went away, on its way out"
+            );
         }
     }
 }
