@@ -43,7 +43,10 @@ impl Agent {
     ) {
         let seen: BTreeMap<&str, DiskCheck> =
             checks.iter().chain(succession).map(|(uid, check)| (uid.as_str(), *check)).collect();
-        let all: Vec<&PvState> = states.iter().chain(predecessors).collect();
+        // A PV being deleted that no claim ever used can no longer be bound (the PV controller
+        // refuses terminating PVs): nothing can mount it, and fencing it would only tell its end.
+        let all: Vec<&PvState> =
+            states.iter().chain(predecessors).filter(|pv| !pv.deleting || pv.used_by_a_claim()).collect();
         let inputs: Vec<FenceInput> = all
             .iter()
             .map(|pv| FenceInput {

@@ -760,4 +760,12 @@ async fn an_unbound_pv_withdrawn_because_its_disk_is_gone_is_not_fenced_on_its_w
     let labels = lab.api.node_labels.lock().unwrap().clone();
     assert_eq!(fence_label(&lab), None, "a PV withdrawn in this pass is not fenced: {labels:?}");
     assert_eq!(labels.get("fence.local-static-provisioner.io/pv-b").map(String::as_str), Some("disk-missing"));
+
+    // The next pass sees pv-a being deleted (our finalizer holds it a moment): still not fenced.
+    let mut deleting = unbound("pv-a");
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T00:00:00Z".parse().unwrap()));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(deleting));
+    lab.pass().await;
+    assert_eq!(fence_label(&lab), None, "a terminating PV no claim used is not fenced");
 }
