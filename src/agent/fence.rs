@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::Agent;
 use crate::core::cleanup::PvState;
 use crate::core::disk_identity::may_share_disk;
-use crate::core::fence::{FenceInput, FenceReason, Seen, fence_key, plan_fences, stop_label};
+use crate::core::fence::{FenceInput, FenceReason, Seen, fence_key, may_be_mounted, plan_fences, stop_label};
 use crate::core::presence::where_moved;
 use crate::core::succession::DiskCheck;
 
@@ -43,10 +43,7 @@ impl Agent {
     ) {
         let seen: BTreeMap<&str, DiskCheck> =
             checks.iter().chain(succession).map(|(uid, check)| (uid.as_str(), *check)).collect();
-        // A PV being deleted that no claim ever used can no longer be bound (the PV controller
-        // refuses terminating PVs): nothing can mount it, and fencing it would only tell its end.
-        let all: Vec<&PvState> =
-            states.iter().chain(predecessors).filter(|pv| !pv.deleting || pv.used_by_a_claim()).collect();
+        let all: Vec<&PvState> = states.iter().chain(predecessors).filter(|pv| may_be_mounted(pv)).collect();
         let inputs: Vec<FenceInput> = all
             .iter()
             .map(|pv| FenceInput {

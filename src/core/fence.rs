@@ -106,6 +106,13 @@ pub fn honours_fence(pv_name: &str, affinity: Option<&VolumeNodeAffinity>) -> bo
         })
 }
 
+/// Whether a pod could still get the PV mounted, so its fence matters: not one being deleted
+/// that no claim ever used (the PV controller never binds a terminating PV; a withdrawn PV
+/// lingers a moment under our finalizer, and fencing it would only tell its end as a fence).
+pub fn may_be_mounted(pv: &super::cleanup::PvState) -> bool {
+    !pv.deleting || pv.used_by_a_claim()
+}
+
 /// What the pass found at a PV's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {

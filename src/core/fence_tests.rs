@@ -195,3 +195,22 @@ fn disk_checks_map_to_what_was_seen() {
         assert_eq!(Seen::from(check), seen, "{check:?}");
     }
 }
+
+#[test]
+fn only_a_terminating_pv_no_claim_ever_used_is_beyond_mounting() {
+    use crate::core::cleanup::PvState;
+    for (phase, claimed, deleting, want) in [
+        ("Available", false, false, true),
+        ("Available", false, true, false),
+        ("Pending", false, true, false),
+        // Being bound right now (a claimRef), or used: a pod may still get it.
+        ("Available", true, true, true),
+        ("Bound", true, true, true),
+        ("Released", true, true, true),
+        ("Released", false, true, true),
+        ("Bound", true, false, true),
+    ] {
+        let pv = PvState { phase: phase.into(), claimed, deleting, ..Default::default() };
+        assert_eq!(may_be_mounted(&pv), want, "{phase} claimed={claimed} deleting={deleting}");
+    }
+}
