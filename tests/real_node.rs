@@ -925,3 +925,67 @@ fn real_node_a_swap_while_the_agent_is_down_is_fenced_before_any_pod_mounts() {
     lab.put_back_and_read();
     lab.finish();
 }
+
+/// Power-cycles the real node (tests/node/restart.sh): `down` kills kubelet, every container and
+/// containerd with SIGKILL and drops the mounts a power loss takes; `up` boots it again (the boot
+/// fence, then kubelet). Returns what the script said.
+fn power(node: &RealNode, step: &str) -> String {
+    let out = Command::new("bash")
+        .arg(support::repo_root().join("tests/node/restart.sh"))
+        .arg(&node.dir)
+        .arg(step)
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "restart.sh {step} failed:\n{said}");
+    said
+}
+
+/// A crash (nothing stops gracefully, so no agent fences the node on its way out) and a reboot
+/// that brings the disks back swapped, with the tenants' pods already placed on the node: the
+/// boot fence sets the node-wide fence before kubelet starts, so kubelet refuses their mounts
+/// until the agent's first pass has fenced both PVs on their own. Put back, both read their
+/// own data.
+#[test]
+fn real_node_a_crash_and_a_reboot_that_swaps_the_disks_reach_no_other_tenant() {
+    let Some(node) = RealNode::get("real_node_a_crash_and_a_reboot_that_swaps_the_disks_reach_no_other_tenant") else {
+        return;
+    };
+    node.deploy();
+    // The DaemonSet keeps the boot fence's binary on the host (--install-boot-fence).
+    let boot_fence = Path::new("/var/lib/local-static-provisioner/bin/local-static-provisioner");
+    wait_until("the boot fence's binary on the host", WAIT, || boot_fence.exists().then_some(()));
+    let lab = SwapLab::new(&node, false, "e2e-reboot");
+    lab.write_secrets();
+    lab.stop_writers();
+
+    // The crash: nothing gets a SIGTERM, so nothing fences the node on its way down.
+    power(&node, "down");
+    let node_wide = || node.labels().get("local-static-provisioner.io/volumes-unverified").cloned();
+    assert_eq!(node_wide(), None, "a crashed agent sets no fence");
+    // While it is off, the disks come back swapped (fstab by kernel name), and the tenants'
+    // pods are already bound to the node, waiting for it.
+    lab.place(true);
+    lab.start_readers(true);
+
+    // The boot: the fence before kubelet, then kubelet starts the pods.
+    let said = power(&node, "up");
+    assert!(said.contains("node-wide volume fence set"), "the boot fence ran before kubelet:\n{said}");
+    lab.note("node up again");
+    for t in &lab.tenants {
+        lab.wait_fenced(&format!("kubelet refuses pod {}'s volume", t.reader), || {
+            node.pod_events(&t.reader)
+                .iter()
+                .any(|(reason, text)| reason == "FailedMount" && text.contains("NodeAffinity check failed"))
+                .then_some(())
+        });
+    }
+    lab.note("kubelet refuses both pods' mounts (NodeAffinity check failed)");
+    node.deploy();
+    lab.wait_swap_fenced();
+    assert_eq!(node_wide(), None, "the agent's first pass replaced the node-wide fence by each PV's own");
+    lab.stay_fenced(5);
+
+    lab.put_back_and_read();
+    lab.finish();
+}

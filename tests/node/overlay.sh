@@ -68,7 +68,8 @@ spec:
       dnsPolicy: ClusterFirstWithHostNet
       containers:
         - name: provisioner
-          args: ["run", "--listen-address", "127.0.0.1:$agent_port"]
+          # As deploy/ has them, on the host network's loopback.
+          args: ["run", "--listen-address", "127.0.0.1:$agent_port", "--install-boot-fence"]
           env:
             - {name: KUBERNETES_SERVICE_HOST, value: "$api_host"}
             - {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}

@@ -47,13 +47,17 @@ case $step in
   down)
     # shellcheck disable=SC2046
     kill_now $(awk '$2 == "kubelet" {print $1}' "$dir/pids")
-    # Containers are the shims' children: the shims and their children first, then containerd.
-    for f in "$dir"/containerd/state/io.containerd.runtime.v2.task/*/*/shim.pid; do
-      [[ -f $f ]] || continue
-      shim=$(cat "$f")
-      # shellcheck disable=SC2046
-      kill_now $(pgrep -P "$shim" 2> /dev/null) "$shim"
+    # Every container of our runtime by the PID it reports, then its shim (the container's
+    # parent), then containerd.
+    tasks=$(ctr tasks ls 2> /dev/null | awk 'NR > 1 {print $2}')
+    shims=""
+    for pid in $tasks; do
+      shims+=" $(awk '{print $4}' "/proc/$pid/stat" 2> /dev/null)"
     done
+    # shellcheck disable=SC2086
+    kill_now $tasks
+    # shellcheck disable=SC2086
+    kill_now $(printf '%s\n' $shims | sort -u)
     # shellcheck disable=SC2046
     kill_now $(awk '$2 == "containerd" {print $1}' "$dir/pids")
     awk '$2 != "kubelet" && $2 != "containerd"' "$dir/pids" > "$dir/pids.tmp" && mv "$dir/pids.tmp" "$dir/pids"
