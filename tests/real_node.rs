@@ -690,6 +690,21 @@ impl<'a> SwapLab<'a> {
         })
     }
 
+    /// Waits until kubelet has refused both reader pods' volumes by the PVs' node affinity (its
+    /// FailedMount "NodeAffinity check failed"), checking meanwhile that nothing leaked.
+    fn wait_kubelet_refuses(&self) {
+        for t in &self.tenants {
+            self.wait_fenced(&format!("kubelet refuses pod {}'s volume", t.reader), || {
+                self.node
+                    .pod_events(&t.reader)
+                    .iter()
+                    .any(|(reason, text)| reason == "FailedMount" && text.contains("NodeAffinity check failed"))
+                    .then_some(())
+            });
+        }
+        self.note("kubelet refuses both pods' mounts (NodeAffinity check failed)");
+    }
+
     /// Keeps checking for `secs` seconds that nothing leaked while fenced.
     fn stay_fenced(&self, secs: u64) {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
@@ -892,15 +907,7 @@ fn real_node_a_swap_while_the_agent_is_down_is_fenced_before_any_pod_mounts() {
     lab.stop_writers();
     lab.place(true);
     lab.start_readers(true);
-    for t in &lab.tenants {
-        lab.wait_fenced(&format!("kubelet refuses pod {}'s volume", t.reader), || {
-            node.pod_events(&t.reader)
-                .iter()
-                .any(|(reason, text)| reason == "FailedMount" && text.contains("NodeAffinity check failed"))
-                .then_some(())
-        });
-    }
-    lab.note("kubelet refuses both pods' mounts (NodeAffinity check failed)");
+    lab.wait_kubelet_refuses();
     assert_eq!(lab.fences(), [None, None], "no agent, no per-volume fence yet");
     lab.stay_fenced(5);
 
@@ -972,15 +979,7 @@ fn real_node_a_crash_and_a_reboot_that_swaps_the_disks_reach_no_other_tenant() {
     let said = power(&node, "up");
     assert!(said.contains("node-wide volume fence set"), "the boot fence ran before kubelet:\n{said}");
     lab.note("node up again");
-    for t in &lab.tenants {
-        lab.wait_fenced(&format!("kubelet refuses pod {}'s volume", t.reader), || {
-            node.pod_events(&t.reader)
-                .iter()
-                .any(|(reason, text)| reason == "FailedMount" && text.contains("NodeAffinity check failed"))
-                .then_some(())
-        });
-    }
-    lab.note("kubelet refuses both pods' mounts (NodeAffinity check failed)");
+    lab.wait_kubelet_refuses();
     node.deploy();
     lab.wait_swap_fenced();
     assert_eq!(node_wide(), None, "the agent's first pass replaced the node-wide fence by each PV's own");

@@ -251,16 +251,8 @@ impl RealNode {
     /// no agent pod is left on this node.
     pub fn keep_agent_away(&self) -> AgentAway<'_> {
         let away = AgentAway { node: self, back: false };
-        self.cp.kubectl_ok(&[
-            "patch",
-            "daemonset",
-            "local-static-provisioner",
-            "-n",
-            "local-static-provisioner",
-            "--type=strategic",
-            "-p",
-            &away.selector_patch("\"nowhere\""),
-        ]);
+        let out = away.set_selector("\"nowhere\"");
+        assert!(out.status.success(), "keeping the agent away: {}", String::from_utf8_lossy(&out.stderr));
         wait_until("the agent's pod gone from the node", WAIT, || {
             let pods = self.cp.get_json(&[
                 "pods",
@@ -302,7 +294,8 @@ impl AgentAway<'_> {
         format!(r#"{{"spec":{{"template":{{"spec":{{"nodeSelector":{{"{}":{value}}}}}}}}}}}"#, Self::LABEL)
     }
 
-    fn restore(&self) -> std::process::Output {
+    /// Patches the DaemonSet's node selector label to `value` (JSON; `null` removes it).
+    fn set_selector(&self, value: &str) -> std::process::Output {
         self.node.cp.kubectl(&[
             "patch",
             "daemonset",
@@ -311,8 +304,12 @@ impl AgentAway<'_> {
             "local-static-provisioner",
             "--type=strategic",
             "-p",
-            &self.selector_patch("null"),
+            &self.selector_patch(value),
         ])
+    }
+
+    fn restore(&self) -> std::process::Output {
+        self.set_selector("null")
     }
 
     /// Lets the agent back (the DaemonSet as deployed) and waits until its pod is Ready; returns it.
