@@ -647,6 +647,10 @@ fn fenced_pv(name: &str) -> PvFacts {
             }],
         }),
     });
+    // As the store keeps it (core::pv_facts): whether it honours its fence.
+    pv.fence_honoured = crate::core::fence::honours_fence(name, pv.spec.node_affinity.as_ref());
+    crate::core::fence::strip_fence_requirements(&mut pv.spec.node_affinity);
+    assert!(pv.fence_honoured);
     pv.spec.claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
         namespace: Some("default".into()),
         name: Some("data-0".into()),

@@ -95,10 +95,7 @@ impl PvState {
                 let part = |v: &Option<String>| v.clone().unwrap_or_default();
                 (part(&c.namespace), part(&c.name), part(&c.uid))
             }),
-            honours_fence: super::fence::honours_fence(
-                meta.name.as_deref().unwrap_or_default(),
-                spec.node_affinity.as_ref(),
-            ),
+            honours_fence: pv.fence_honoured,
         }
     }
 }

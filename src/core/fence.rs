@@ -106,6 +106,21 @@ pub fn honours_fence(pv_name: &str, affinity: Option<&VolumeNodeAffinity>) -> bo
         })
 }
 
+/// Removes the fence requirements from every term of a PV's node affinity (as it is stored:
+/// see core::pv_facts, which keeps whether they were there).
+pub fn strip_fence_requirements(affinity: &mut Option<VolumeNodeAffinity>) {
+    let terms = affinity.as_mut().and_then(|a| a.required.as_mut()).map(|r| r.node_selector_terms.iter_mut());
+    for term in terms.into_iter().flatten() {
+        if let Some(expressions) = term.match_expressions.as_mut() {
+            expressions.retain(|e| {
+                !(e.operator == "DoesNotExist"
+                    && (e.key.starts_with(FENCE_PREFIX) || e.key == LABEL_VOLUMES_UNVERIFIED))
+            });
+            expressions.shrink_to_fit();
+        }
+    }
+}
+
 /// Whether a pod could still get the PV mounted, so its fence matters: not one being deleted
 /// that no claim ever used (the PV controller never binds a terminating PV; a withdrawn PV
 /// lingers a moment under our finalizer, and fencing it would only tell its end as a fence).

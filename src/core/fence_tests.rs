@@ -214,3 +214,27 @@ fn only_a_terminating_pv_no_claim_ever_used_is_beyond_mounting() {
         assert_eq!(may_be_mounted(&pv), want, "{phase} claimed={claimed} deleting={deleting}");
     }
 }
+
+#[test]
+fn a_stored_pv_keeps_whether_it_honours_its_fence_not_the_requirements() {
+    let pv = |requirements: Vec<NodeSelectorRequirement>| {
+        let json = serde_json::json!({
+            "metadata": { "name": "pv-a" },
+            "spec": { "nodeAffinity": affinity(vec![requirements]) },
+        });
+        serde_json::from_value::<crate::core::pv_facts::PvFacts>(json).unwrap()
+    };
+    let host = NodeSelectorRequirement {
+        key: "kubernetes.io/hostname".into(),
+        operator: "In".into(),
+        values: Some(vec!["n1".into()]),
+    };
+    let mut fenced = vec![host.clone()];
+    fenced.extend(fence_requirements("pv-a"));
+    let stored = pv(fenced);
+    assert!(stored.fence_honoured);
+    assert_eq!(stored.spec.node_affinity, Some(affinity(vec![vec![host.clone()]])), "only the hostname term is kept");
+    let old = pv(vec![host.clone()]);
+    assert!(!old.fence_honoured);
+    assert_eq!(old.spec.node_affinity, Some(affinity(vec![vec![host]])));
+}

@@ -27,6 +27,9 @@ pub struct PvFacts {
     labels: Box<[(String, String)]>,
     /// The annotations a decision reads (see `read_by_us`).
     annotations: Box<[(String, String)]>,
+    /// Its node affinity honours its volume fence (core::fence::honours_fence). The fence
+    /// requirements themselves are not kept: two per term of every stored PV, read by nothing.
+    pub fence_honoured: bool,
 }
 
 /// A PV as it is decoded, before its labels and annotations are sorted out.
@@ -48,7 +51,11 @@ impl From<RawPvFacts> for PvFacts {
         };
         let labels = keep(metadata.labels.take());
         let annotations = keep(metadata.annotations.take());
-        PvFacts { metadata, spec: raw.spec, status: raw.status, labels, annotations }
+        let mut spec = raw.spec;
+        let name = metadata.name.as_deref().unwrap_or_default();
+        let fence_honoured = super::fence::honours_fence(name, spec.node_affinity.as_ref());
+        super::fence::strip_fence_requirements(&mut spec.node_affinity);
+        PvFacts { metadata, spec, status: raw.status, labels, annotations, fence_honoured }
     }
 }
 
