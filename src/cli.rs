@@ -301,6 +301,10 @@ struct FenceNodeArgs {
     /// How long to retry an API server that cannot be reached yet (Go duration).
     #[arg(long, env = "FENCE_WAIT", default_value = "5m", value_parser = parse_duration)]
     wait: Duration,
+    /// Where it notes that this boot is fenced: a kubelet restarted within the boot does not
+    /// fence again. Under /run, which every boot empties.
+    #[arg(long, env = "FENCE_BOOT_MARKER", default_value = crate::host::boot_fence::BOOT_MARKER)]
+    boot_marker: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -432,7 +436,7 @@ pub fn main(cli: Cli) -> ExitCode {
             match runtime() {
                 Ok(rt) => {
                     let client = ClientOptions { kubeconfig: Some(args.kubeconfig), qps: 5, burst: 5 };
-                    rt.block_on(crate::fence_node_cli::run(node, client, args.wait))
+                    rt.block_on(crate::fence_node_cli::run(node, client, args.wait, &args.boot_marker))
                 }
                 Err(code) => code,
             }

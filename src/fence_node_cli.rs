@@ -8,12 +8,14 @@
 //! allows keys outside kubernetes.io and k8s.io).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::api::{ClientOptions, Cluster};
 use crate::core::backoff::Backoff;
 use crate::core::fence::LABEL_VOLUMES_UNVERIFIED;
+use crate::host::boot_fence::{fenced_this_boot, note_fenced};
 
 /// The node-wide fence's value when the boot hook set it.
 pub const NODE_BOOTED: &str = "node-booted";
@@ -22,9 +24,18 @@ pub const NODE_BOOTED: &str = "node-booted";
 const REFUSED: u8 = 2;
 
 /// Sets the node-wide fence on `node`, retrying an API server that cannot be reached (a node
-/// boots before its network or the control plane is up) for up to `wait`. Exit codes: 0 set
-/// (or no such Node: nothing of it to fence), 1 the API did not answer in time, 2 refused.
-pub async fn run(node: String, client: ClientOptions, wait: Duration) -> ExitCode {
+/// boots before its network or the control plane is up) for up to `wait`, once per boot (see
+/// host::boot_fence::BOOT_MARKER). Exit codes: 0 set, or set earlier in this boot, or no such
+/// Node (nothing of it to fence); 1 the API did not answer in time; 2 refused.
+pub async fn run(node: String, client: ClientOptions, wait: Duration, marker: &Path) -> ExitCode {
+    if fenced_this_boot(marker) {
+        println!(
+            "{node}: fenced earlier in this boot ({} exists): a kubelet restarted within a boot finds its disks \
+             as they were, and the running agent lifts no fence it does not see set",
+            marker.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     let deadline = Instant::now() + wait;
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
     let labels = BTreeMap::from([(LABEL_VOLUMES_UNVERIFIED.to_string(), Some(NODE_BOOTED.to_string()))]);
@@ -36,6 +47,9 @@ pub async fn run(node: String, client: ClientOptions, wait: Duration) -> ExitCod
         };
         match attempt.await {
             Ok(_) => {
+                if let Err(e) = note_fenced(marker) {
+                    eprintln!("{node}: could not note the fence for this boot ({e}); a kubelet restart fences again");
+                }
                 println!(
                     "{node}: node-wide volume fence set ({LABEL_VOLUMES_UNVERIFIED}={NODE_BOOTED}); the agent lifts it \
                      once it has checked every volume's disk"

@@ -248,10 +248,13 @@ fn cert_kubeconfig(cp: &ControlPlane, dir: &Path, user: &str, group: &str) -> Pa
     path
 }
 
-fn fence_node(node: &str, kubeconfig: &Path, wait: &str) -> (i32, String) {
+/// `fence-node` with this test's own boot marker (the host's, under /run, is the real node's).
+fn fence_node(node: &str, kubeconfig: &Path, wait: &str, marker: &Path) -> (i32, String) {
     let out = Command::new(binary())
         .args(["fence-node", "--node", node, "--wait", wait, "--kubeconfig"])
         .arg(kubeconfig)
+        .arg("--boot-marker")
+        .arg(marker)
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -270,18 +273,34 @@ fn the_boot_hook_sets_the_node_wide_fence_with_the_nodes_own_credentials_and_say
     cp.apply(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: lsp-test-system-nodes}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:node}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:nodes}]\n",
     );
-    let (code, text) = fence_node(node, &creds, "30s");
+    let marker = scratch.path().join("run/boot-fenced");
+    let (code, text) = fence_node(node, &creds, "30s", &marker);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref(), Some("node-booted"), "{text}");
+    assert!(marker.exists(), "the boot is noted as fenced");
+    cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}-")]);
+
+    // kubelet restarted within the same boot: the disks are as they were and the running agent
+    // would not see a new label until it next reads its Node, so nothing is set again.
+    let (code, text) = fence_node(node, &creds, "30s", &marker);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("fenced earlier in this boot"), "{text}");
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED), None);
+    // The next boot (an empty /run) fences again.
+    std::fs::remove_file(&marker).unwrap();
+    let (code, text) = fence_node(node, &creds, "30s", &marker);
     assert_eq!(code, 0, "{text}");
     assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref(), Some("node-booted"), "{text}");
     cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}-")]);
+    std::fs::remove_file(&marker).unwrap();
 
     // A node never registered (first boot): nothing to fence, kubelet may start.
-    let (code, text) = fence_node("fence-node-never-registered", &creds, "30s");
+    let (code, text) = fence_node("fence-node-never-registered", &creds, "30s", &marker);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("no such Node"), "{text}");
 
     // Credentials that may not label the Node: refused at once, exit 2, saying what to use.
-    let (code, text) = fence_node(node, &cp.token_kubeconfig(scratch.path(), "nobody", "not-a-token"), "30s");
+    let (code, text) = fence_node(node, &cp.token_kubeconfig(scratch.path(), "nobody", "not-a-token"), "30s", &marker);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("kubelet's kubeconfig"), "{text}");
 
@@ -291,7 +310,7 @@ fn the_boot_hook_sets_the_node_wide_fence_with_the_nodes_own_credentials_and_say
     let text = std::fs::read_to_string(&creds).unwrap().replace(&cp.api_url, "https://127.0.0.1:1");
     std::fs::write(&unreachable, text).unwrap();
     let started = Instant::now();
-    let (code, text) = fence_node(node, &unreachable, "2s");
+    let (code, text) = fence_node(node, &unreachable, "2s", &marker);
     assert_eq!(code, 1, "{text}");
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     assert!(text.contains("did not answer within 2s"), "{text}");

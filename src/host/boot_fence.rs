@@ -37,6 +37,24 @@ pub fn install_binary(binary: &Path, state_dir: &Path) -> Result<bool, HostError
     Ok(true)
 }
 
+/// Where `fence-node` notes that it fenced this boot: under /run, which every boot empties, so
+/// a kubelet restarted within a boot (its disks unchanged, the agent running and not looking
+/// for the label) does not fence the node again.
+pub const BOOT_MARKER: &str = "/run/local-static-provisioner/boot-fenced";
+
+/// Whether `marker` says this boot was fenced already.
+pub fn fenced_this_boot(marker: &Path) -> bool {
+    marker.exists()
+}
+
+/// Notes in `marker` that this boot was fenced.
+pub fn note_fenced(marker: &Path) -> Result<(), HostError> {
+    if let Some(dir) = marker.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| HostError::io("creating", dir, e))?;
+    }
+    std::fs::write(marker, b"").map_err(|e| HostError::io("writing", marker, e))
+}
+
 /// Whether the file at `path` holds exactly `content` (a missing or unreadable file does not).
 fn same_content(path: &Path, content: &[u8]) -> bool {
     let Ok(mut f) = File::open(path) else { return false };
@@ -50,6 +68,15 @@ fn same_content(path: &Path, content: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_boot_is_noted_once_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("run/local-static-provisioner/boot-fenced");
+        assert!(!fenced_this_boot(&marker));
+        note_fenced(&marker).unwrap();
+        assert!(fenced_this_boot(&marker));
+    }
 
     #[test]
     fn the_binary_is_copied_once_replaced_when_it_changes_and_executable() {

@@ -65,7 +65,7 @@ case $step in
     # (/run on a real host).
     unmount_under "$KUBELET_ROOT"
     unmount_under "$dir/containerd"
-    rm -rf "$dir/containerd/state"
+    rm -rf "$dir/containerd/state" /run/local-static-provisioner/boot-fenced
     echo "real node $NODE_NAME: down (killed, mounts gone)" >&2
     ;;
   up)

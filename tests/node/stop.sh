@@ -64,6 +64,10 @@ if [[ -f $state ]]; then
   for d in $(awk '$1 == "bound" {print $2}' "$state"); do unmount_under "$d"; done
 fi
 
+# The boot fence's note that this boot is fenced (restart.sh up, start.sh): ours, under /run.
+rm -f /run/local-static-provisioner/boot-fenced
+rmdir /run/local-static-provisioner 2> /dev/null || true
+
 [[ -f $state ]] || exit 0
 while read -r kind what value; do
   case $kind in
