@@ -32,18 +32,25 @@ impl Lab {
         Lab { device: lo.device.clone(), _lo: lo, dir }
     }
 
-    fn size(&self) -> u64 {
-        match probe_content(&self.device).unwrap() {
-            Probe::Read { size, .. } => size,
-            Probe::Busy => panic!("{} is busy", self.device.display()),
+    /// The probe of this lab's own device, which nothing of the test holds. As in `tool`: a
+    /// loop device that was another test's a moment before can still be held by that test's
+    /// last exclusive open for a moment, so a busy answer is asked again a few times.
+    fn read(&self) -> (u64, Content) {
+        for _ in 0..20 {
+            match probe_content(&self.device).unwrap() {
+                Probe::Read { size, content } => return (size, content),
+                Probe::Busy => std::thread::sleep(std::time::Duration::from_millis(100)),
+            }
         }
+        panic!("{} is busy", self.device.display())
+    }
+
+    fn size(&self) -> u64 {
+        self.read().0
     }
 
     fn content(&self) -> Content {
-        match probe_content(&self.device).unwrap() {
-            Probe::Read { content, .. } => content,
-            Probe::Busy => panic!("{} is busy", self.device.display()),
-        }
+        self.read().1
     }
 
     /// The signatures the probe names, as "kind at offset".
