@@ -140,8 +140,11 @@ impl Agent {
             .pv_store
             .state()
             .iter()
-            .map(|pv| PvState::from_pv(pv))
-            .map(|pv| FenceInput { name: pv.name, honours: pv.honours_fence, seen: Seen::NoAnswer })
+            .map(|pv| FenceInput {
+                name: pv.metadata.name.clone().unwrap_or_default(),
+                honours: pv.fence_honoured,
+                seen: Seen::NoAnswer,
+            })
             .collect();
         let Some((key, value)) = stop_label(&inputs) else { return };
         let labels = BTreeMap::from([(key, Some(value))]);

@@ -4,11 +4,22 @@
 //! put theirs in /opt/cni/bin, so it is always the version of the agent that runs on the node.
 
 use std::fs::File;
-use std::io::{Read as _, Write as _};
-use std::os::unix::fs::PermissionsExt as _;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use crate::host::HostError;
+use crate::host::state_file::{StateFileError, replace_durably};
+
+/// Why the binary could not be installed, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum BootFenceError {
+    /// Reading our binary or making the directory failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// Writing the copy failed.
+    #[error(transparent)]
+    Write(#[from] StateFileError),
+}
 
 /// Where the binary goes, under the agent's state directory.
 pub fn installed_path(state_dir: &Path) -> PathBuf {
@@ -19,21 +30,15 @@ pub fn installed_path(state_dir: &Path) -> PathBuf {
 /// unless an identical copy is there: written beside it, synced, renamed over it, so a crash
 /// or a kubelet reading it meanwhile sees the old binary or the new one, never half of one.
 /// Returns whether it was written.
-pub fn install_binary(binary: &Path, state_dir: &Path) -> Result<bool, HostError> {
+pub fn install_binary(binary: &Path, state_dir: &Path) -> Result<bool, BootFenceError> {
     let target = installed_path(state_dir);
     let dir = target.parent().unwrap_or(state_dir).to_path_buf();
-    let ours = std::fs::read(binary).map_err(|e| HostError::io("reading", binary, e))?;
+    let ours = std::fs::read(binary).map_err(|e| BootFenceError::Host(HostError::io("reading", binary, e)))?;
     if same_content(&target, &ours) {
         return Ok(false);
     }
-    std::fs::create_dir_all(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
-    let tmp = dir.join(".local-static-provisioner.tmp");
-    let mut f = File::create(&tmp).map_err(|e| HostError::io("creating", &tmp, e))?;
-    f.write_all(&ours).map_err(|e| HostError::io("writing", &tmp, e))?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o755)).map_err(|e| HostError::io("chmod", &tmp, e))?;
-    f.sync_all().map_err(|e| HostError::io("syncing", &tmp, e))?;
-    std::fs::rename(&tmp, &target).map_err(|e| HostError::io("renaming into place", &target, e))?;
-    File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| HostError::io("syncing", &dir, e))?;
+    std::fs::create_dir_all(&dir).map_err(|e| BootFenceError::Host(HostError::io("creating", &dir, e)))?;
+    replace_durably(&dir, &target, &ours, Some(0o755))?;
     Ok(true)
 }
 
@@ -68,6 +73,7 @@ fn same_content(path: &Path, content: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
 
     #[test]
     fn a_boot_is_noted_once_fenced() {
@@ -93,7 +99,7 @@ mod tests {
         std::fs::write(&src, b"version two").unwrap();
         assert!(install_binary(&src, &state).unwrap());
         assert_eq!(std::fs::read(&installed).unwrap(), b"version two");
-        assert!(!dir.path().join("state/bin/.local-static-provisioner.tmp").exists());
+        assert!(!dir.path().join("state/bin/local-static-provisioner.tmp").exists());
         // A binary that cannot be read says which.
         let err = install_binary(&dir.path().join("missing"), &state).unwrap_err().to_string();
         assert!(err.contains("missing"), "{err}");

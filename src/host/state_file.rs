@@ -41,14 +41,25 @@ pub fn read_list<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, StateFileEr
 
 /// Replaces the list in `path` (inside the directory `dir`) durably, sorted.
 pub fn write_list<T: Serialize + Ord + Clone>(dir: &Path, path: &Path, items: &[T]) -> Result<(), StateFileError> {
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".tmp");
-    let tmp = dir.join(name);
     let mut sorted = items.to_vec();
     sorted.sort();
     let text = serde_json::to_vec_pretty(&sorted).map_err(|e| io("encoding", path, std::io::Error::other(e)))?;
+    replace_durably(dir, path, &text, None)
+}
+
+/// Replaces the file `path` (inside the directory `dir`) with `bytes` durably: a new file
+/// written and synced beside it (with permission bits `mode` when given), renamed over it, and
+/// the directory synced, so a crash, or a reader meanwhile, sees the old file or the new one.
+pub fn replace_durably(dir: &Path, path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), StateFileError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".tmp");
+    let tmp = dir.join(name);
     let mut f = File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
-    f.write_all(&text).map_err(|e| io("writing", &tmp, e))?;
+    f.write_all(bytes).map_err(|e| io("writing", &tmp, e))?;
+    if let Some(mode) = mode {
+        f.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(|e| io("chmod", &tmp, e))?;
+    }
     f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| io("renaming into place", path, e))?;
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("syncing", dir, e))
