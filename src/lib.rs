@@ -4,23 +4,19 @@
 //! Layout: `config` (the ConfigMap), `core` (pure naming, PV construction, planner),
 //! `host` (mount table and devices), `discovery` (host scan), `api` (Kubernetes access),
 //! `agent` (the reconcile loop), `wiper` (wipes), `node_cleanup` (the cluster-wide Deployment
-//! for deleted Nodes, with its `leader` election), `metrics` and `admin` (HTTP), `cli` (commands), `wipe_disk_cli` (an operator's wipe of one disk).
+//! for deleted Nodes, with its `leader` election), `metrics` and `admin` (HTTP), `cli` (the commands, one file each).
 
 pub mod admin;
 pub mod agent;
 pub mod api;
 pub mod build_info;
-pub mod cleanup_cli;
 pub mod cli;
 pub mod config;
 pub mod core;
 pub mod discovery;
-pub mod disks_cli;
-pub mod fence_node_cli;
 pub mod host;
 pub mod memory;
 pub mod metrics;
 pub mod node_cleanup;
 pub mod runtime;
-pub mod wipe_disk_cli;
 pub mod wiper;

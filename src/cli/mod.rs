@@ -1,5 +1,11 @@
 //! The command line: `run`, `discover`, `disks`, `wipe-disk`, `validate-config`, `cleanup`,
-//! `fence-node`, `node-cleanup` and `version`.
+//! `fence-node`, `node-cleanup` and `version`: the clap definitions and the dispatch here, each
+//! subcommand in its own file.
+
+pub mod cleanup;
+pub mod disks;
+pub mod fence_node;
+pub mod wipe_disk;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -411,7 +417,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::ValidateConfig(args) => validate_config(&args),
         Command::Discover(args) => discover(&args),
         Command::Disks(args) => disks(&args),
-        Command::WipeDisk(args) => crate::wipe_disk_cli::run(crate::wipe_disk_cli::WipeDiskOptions {
+        Command::WipeDisk(args) => wipe_disk::run(wipe_disk::WipeDiskOptions {
             config: load_dir(&args.config.config_dir)
                 .map(|l| (l.config, l.failed_classes.into_keys().collect()))
                 .map_err(|e| e.to_string()),
@@ -429,20 +435,20 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Run(args) => run_agent(args),
         Command::NodeCleanup(args) => run_node_cleanup(args),
         Command::FenceNode(args) => {
-            let Some(node) = args.node.or_else(crate::fence_node_cli::default_node_name) else {
+            let Some(node) = args.node.or_else(fence_node::default_node_name) else {
                 eprintln!("error: no --node given and the host name cannot be read");
                 return ExitCode::FAILURE;
             };
             match runtime() {
                 Ok(rt) => {
                     let client = ClientOptions { kubeconfig: Some(args.kubeconfig), qps: 5, burst: 5 };
-                    rt.block_on(crate::fence_node_cli::run(node, client, args.wait, &args.boot_marker))
+                    rt.block_on(fence_node::run(node, client, args.wait, &args.boot_marker))
                 }
                 Err(code) => code,
             }
         }
         Command::Cleanup(args) => match runtime() {
-            Ok(rt) => rt.block_on(crate::cleanup_cli::run(
+            Ok(rt) => rt.block_on(cleanup::run(
                 args.pvs,
                 ClientOptions {
                     kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
@@ -567,14 +573,14 @@ fn disks(args: &DisksArgs) -> ExitCode {
     let Some((LoadedConfig { config, .. }, failed_classes)) = load_or_report(&args.config) else {
         return ExitCode::FAILURE;
     };
-    let (devices, plan, _) = match crate::disks_cli::plan_now(&config, Some(&args.state_dir)) {
+    let (devices, plan, _) = match disks::plan_now(&config, Some(&args.state_dir)) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = crate::disks_cli::print(&devices, &plan, matches!(args.output, DisksOutput::Json)) {
+    if let Err(e) = disks::print(&devices, &plan, matches!(args.output, DisksOutput::Json)) {
         eprintln!("error: writing the listing: {e}");
         return ExitCode::FAILURE;
     }
@@ -606,7 +612,7 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
     };
     // Device claims are planned as the agent would and their links scanned as if made.
     let claims = if config.storage_class_map.values().any(|c| c.devices.is_some()) || args.state_dir.is_some() {
-        match crate::disks_cli::plan_now(&config, args.state_dir.as_deref()) {
+        match disks::plan_now(&config, args.state_dir.as_deref()) {
             Ok((_, plan, _)) => Some(plan),
             Err(e) => {
                 eprintln!("error: {e}");
