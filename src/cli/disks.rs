@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
+use std::process::ExitCode;
 
-use crate::config::ProvisionerConfig;
+use crate::config::{LoadedConfig, ProvisionerConfig};
 use crate::core::device_claim::{ClaimPlan, ClaimRecord, Content, DeviceFacts, DeviceKind, Verdict};
 use crate::host::claims::{plan_claims, read_records};
 use crate::host::mountinfo::MountTable;
@@ -133,4 +134,23 @@ pub fn print(devices: &[DeviceFacts], plan: &ClaimPlan, json: bool) -> std::io::
         writeln!(out, "kept: class {class} link {name}: {why}")?;
     }
     Ok(())
+}
+
+/// The `disks` command: lists the devices and what each class makes of them.
+pub(super) fn command(args: &super::DisksArgs) -> ExitCode {
+    let Some((LoadedConfig { config, .. }, failed_classes)) = super::load_or_report(&args.config) else {
+        return ExitCode::FAILURE;
+    };
+    let (devices, plan, _) = match plan_now(&config, Some(&args.state_dir)) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = print(&devices, &plan, matches!(args.output, super::DisksOutput::Json)) {
+        eprintln!("error: writing the listing: {e}");
+        return ExitCode::FAILURE;
+    }
+    if failed_classes > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }

@@ -3,12 +3,14 @@
 //! subcommand in its own file.
 
 pub mod cleanup;
+mod discover;
 pub mod disks;
 pub mod fence_node;
+mod node_cleanup;
+mod run;
+mod validate_config;
 pub mod wipe_disk;
 
-use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -16,17 +18,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
-use crate::agent::{AgentOptions, run};
 use crate::api::ClientOptions;
 use crate::config::{ConfigError, DEFAULT_CONFIG_DIR, LoadedConfig, load_dir};
-use crate::core::desired::{class_policy, desired_pvs};
-use crate::core::naming::provisioner_name;
-use crate::core::pv::{NodeInfo, PvContext};
-use crate::discovery;
-use crate::host::kubelet::KubeletView;
-use crate::node_cleanup::NodeCleanupOptions;
-use crate::node_cleanup::leader::LeaseOptions;
-use crate::wiper::CleanerOptions;
 
 /// Placeholder for the node UID in the provisioned-by annotation of dry runs; obviously not a
 /// real UID, so it is not applied by accident without being noticed. It never goes into an
@@ -414,9 +407,9 @@ pub fn main(cli: Cli) -> ExitCode {
             println!("local-static-provisioner {}", crate::build_info::long_version());
             ExitCode::SUCCESS
         }
-        Command::ValidateConfig(args) => validate_config(&args),
-        Command::Discover(args) => discover(&args),
-        Command::Disks(args) => disks(&args),
+        Command::ValidateConfig(args) => validate_config::run(&args),
+        Command::Discover(args) => discover::run(&args),
+        Command::Disks(args) => disks::command(&args),
         Command::WipeDisk(args) => wipe_disk::run(wipe_disk::WipeDiskOptions {
             config: load_dir(&args.config.config_dir)
                 .map(|l| (l.config, l.failed_classes.into_keys().collect()))
@@ -432,8 +425,8 @@ pub fn main(cli: Cli) -> ExitCode {
             },
             state_dir: args.state_dir,
         }),
-        Command::Run(args) => run_agent(args),
-        Command::NodeCleanup(args) => run_node_cleanup(args),
+        Command::Run(args) => run::agent(args),
+        Command::NodeCleanup(args) => node_cleanup::run(args),
         Command::FenceNode(args) => {
             let Some(node) = args.node.or_else(fence_node::default_node_name) else {
                 eprintln!("error: no --node given and the host name cannot be read");
@@ -482,24 +475,6 @@ fn load_or_report(args: &ConfigArgs) -> Option<(LoadedConfig, usize)> {
     }
 }
 
-/// Reads the config `validate-config` checks: the manifest given with -f, else the directory.
-fn load_for_validation(args: &ValidateArgs) -> Result<LoadedConfig, String> {
-    let Some(file) = &args.file else { return load_dir(&args.config.config_dir).map_err(|e| report_refused(&e)) };
-    let (name, text) = if file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| format!("error: reading standard input: {e}"))?;
-        ("(standard input)".to_string(), text)
-    } else {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("error: reading {}: {e}", file.display()))?;
-        (file.display().to_string(), text)
-    };
-    crate::config::load_manifest(&name, &text).map_err(|e| match e {
-        crate::config::ManifestError::Config(e) => report_refused(&e),
-        other => format!("error: {other}"),
-    })
-}
-
 /// The warnings of a refused config, then the error, as the lines to print.
 fn report_refused(e: &ConfigError) -> String {
     let mut out = String::new();
@@ -510,329 +485,6 @@ fn report_refused(e: &ConfigError) -> String {
     }
     out.push_str(&format!("error: {e}"));
     out
-}
-
-fn validate_config(args: &ValidateArgs) -> ExitCode {
-    let loaded = match load_for_validation(args) {
-        Ok(loaded) => loaded,
-        Err(lines) => {
-            eprintln!("{lines}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let eff = crate::config::effective(&loaded, None);
-    let mut failed = false;
-    for w in loaded.warnings.iter().chain(&crate::host::wipe_block::cleaner_warnings_here(&eff.config)) {
-        eprintln!("warning: {w}");
-    }
-    for (class, problems) in &eff.left_out {
-        failed = true;
-        eprintln!("error: class {class:?} is invalid and will not be used (the other classes are):");
-        for p in problems {
-            eprintln!("  - {p}");
-        }
-    }
-    if eff.config.storage_class_map.is_empty() {
-        if eff.left_out.is_empty() {
-            eprintln!(
-                "warning: no storage classes are configured (storageClassMap is empty or missing): nothing will be published"
-            );
-        } else {
-            eprintln!("error: every storage class is invalid: nothing will be published");
-        }
-    }
-    // The discovery directories that exist on this machine are also checked as they resolve
-    // here (symlinks, bind mounts), as the agent checks them on every pass.
-    let mounts = match crate::host::mountinfo::MountTable::read() {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let (_, problems) = discovery::check_roots(&eff.config, &mounts.facts());
-    let unsafe_roots: Vec<_> = problems.iter().filter(|(_, r)| r.is_safety_refusal()).collect();
-    for (class, reason) in &unsafe_roots {
-        eprintln!("storageClassMap.{class}.mountDir: {reason}");
-    }
-    if !unsafe_roots.is_empty() {
-        eprintln!("error: {} class(es) would not be scanned; fix their discovery directories", unsafe_roots.len());
-        failed = true;
-    }
-    match serde_saphyr::to_string(&eff.config) {
-        Ok(text) => print!("{text}"),
-        Err(e) => {
-            eprintln!("error: printing the effective config: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
-}
-
-fn disks(args: &DisksArgs) -> ExitCode {
-    let Some((LoadedConfig { config, .. }, failed_classes)) = load_or_report(&args.config) else {
-        return ExitCode::FAILURE;
-    };
-    let (devices, plan, _) = match disks::plan_now(&config, Some(&args.state_dir)) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if let Err(e) = disks::print(&devices, &plan, matches!(args.output, DisksOutput::Json)) {
-        eprintln!("error: writing the listing: {e}");
-        return ExitCode::FAILURE;
-    }
-    if failed_classes > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
-}
-
-fn discover(args: &DiscoverArgs) -> ExitCode {
-    let Some((LoadedConfig { mut config, .. }, failed_classes)) = load_or_report(&args.config) else {
-        return ExitCode::FAILURE;
-    };
-    // An owner reference needs the Node's real UID: with a made-up one the garbage collector
-    // finds no owner and deletes the PV, and our finalizer then leaves it Terminating for good.
-    // Without --node-uid the PVs are printed without one (as with setPVOwnerRef: false), so
-    // applying them is safe; the agent adds nothing later, so the warning says how to get it.
-    if args.node_uid.is_none() && config.set_pv_owner_ref {
-        config.set_pv_owner_ref = false;
-        eprintln!("{}", missing_owner_warning(&args.node_name));
-    }
-    // The dry run reads the volumes' own used marks, and the agent's ledger when given.
-    let ledger = match &args.state_dir {
-        Some(dir) => match crate::host::used_mark::Ledger::read_only(dir) {
-            Ok(ledger) => Some(ledger),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        None => None,
-    };
-    // Device claims are planned as the agent would and their links scanned as if made.
-    let claims = if config.storage_class_map.values().any(|c| c.devices.is_some()) || args.state_dir.is_some() {
-        match disks::plan_now(&config, args.state_dir.as_deref()) {
-            Ok((_, plan, _)) => Some(plan),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        None
-    };
-    let mut links = Vec::new();
-    for action in claims.iter().flat_map(|p| &p.actions) {
-        if let crate::core::device_claim::LinkAction::Create(r) = action {
-            eprintln!("claim: class {} would link {} -> {} (disk {})", r.class, r.host_path, r.target, r.disk);
-            links.push((r.class.clone(), r.name.clone(), PathBuf::from(&r.target)));
-        }
-    }
-    for d in claims.iter().flat_map(|p| &p.decisions) {
-        if let crate::core::device_claim::Verdict::Refused(r) = &d.verdict {
-            eprintln!("claim: class {} refuses /dev/{} ({}): {r}", d.class, d.device, r.code());
-        }
-    }
-    let scan = match crate::host::mountinfo::MountTable::read() {
-        Ok(mounts) => {
-            let mut scan = discovery::scan_with_links(&config, &mounts, &Default::default(), &links);
-            discovery::read_used_marks(&mut scan.volumes, &config, &mounts, ledger.as_ref());
-            if let Some(plan) = &claims {
-                discovery::hold_back(&mut scan, &config, &plan.held);
-            }
-            scan
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let uid = args.node_uid.clone().unwrap_or_else(|| PLACEHOLDER_NODE_UID.to_string());
-    let node =
-        NodeInfo { name: args.node_name.clone(), uid: uid.clone(), labels: args.node_labels.iter().cloned().collect() };
-    let provisioner = provisioner_name(&node.name, &uid, config.use_node_name_only);
-    let ctx = PvContext { config: &config, node: &node, provisioner_name: &provisioner };
-    let mut policies = BTreeMap::new();
-    for class in config.storage_class_map.keys() {
-        policies.insert(class.clone(), class_policy(class, Some(&args.reclaim_policy), Some(&args.mount_options)));
-    }
-    let (desired, problems) = desired_pvs(&ctx, &scan.volumes, &policies);
-    let mut stderr = std::io::stderr().lock();
-    for s in &scan.skipped {
-        let _ = writeln!(
-            stderr,
-            "skipped {} (class {}, reason {}): {}",
-            s.path.display(),
-            s.class,
-            s.reason.code(),
-            s.reason
-        );
-    }
-    for p in &problems {
-        let _ = writeln!(stderr, "class {}: {}", p.class, p.message);
-    }
-    // Two entries with the same host path or PV name are reported, as the agent would refuse them.
-    let identity = crate::core::planner::Identity {
-        node: node.name.clone(),
-        provisioner: provisioner.clone(),
-        node_label: crate::core::naming::node_label_value(&node.name),
-        use_node_name_only: config.use_node_name_only,
-    };
-    let mut pvs = Vec::new();
-    for action in crate::core::planner::plan(&identity, &desired, &[], &BTreeMap::new()) {
-        match action {
-            crate::core::planner::Action::Create { name, host_path } => {
-                pvs.extend(
-                    crate::core::planner::desired_named(&desired, &name, &host_path).and_then(|d| ctx.pv_for(d)),
-                );
-            }
-            crate::core::planner::Action::Refuse { name, host_path, reason } => {
-                let _ = writeln!(stderr, "skipped {host_path} ({name}, reason {}): {reason}", reason.code());
-            }
-            crate::core::planner::Action::WipeFirst { name, host_path, mark, .. } => {
-                let _ = writeln!(
-                    stderr,
-                    "skipped {host_path} ({name}, reason used): it held the data of PV {} and is wiped before it is published",
-                    mark.pv
-                );
-            }
-        }
-    }
-    if args.node_uid.is_none() {
-        let _ = writeln!(
-            stderr,
-            "note: node UID unknown, provisioned-by uses the placeholder {PLACEHOLDER_NODE_UID} (pass --node-uid)"
-        );
-    }
-    let text = match args.output {
-        Output::Json => {
-            serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pvs}))
-                .map(|s| s + "\n")
-                .map_err(|e| e.to_string())
-        }
-        Output::Yaml => pvs.iter().try_fold(String::new(), |mut acc, pv| {
-            acc.push_str("---\n");
-            acc.push_str(&serde_saphyr::to_string(pv).map_err(|e| e.to_string())?);
-            if !acc.ends_with('\n') {
-                acc.push('\n');
-            }
-            Ok(acc)
-        }),
-    };
-    match text {
-        // The valid classes' PVs are printed; an invalid class (reported above) still fails the
-        // command, so that a script applying the output notices the class left out.
-        Ok(text) => {
-            print!("{text}");
-            if failed_classes > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
-        }
-        Err(e) => {
-            eprintln!("error: printing PVs: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// The warning `discover` prints when setPVOwnerRef is on and the Node's UID is unknown.
-fn missing_owner_warning(node: &str) -> String {
-    format!(
-        "warning: setPVOwnerRef is true but --node-uid is not given: the PVs are printed WITHOUT their \
-         ownerReference to Node {node:?} (a made-up UID would let the garbage collector delete them). To include it, \
-         pass --node-uid \"$(kubectl get node {node} -o jsonpath='{{.metadata.uid}}')\""
-    )
-}
-
-fn run_agent(args: RunArgs) -> ExitCode {
-    init_logging(args.log_json);
-    let opts = AgentOptions {
-        config_dir: args.config.config_dir,
-        node_name: args.node_name,
-        client: ClientOptions {
-            kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
-            qps: args.kube_api_qps,
-            burst: args.kube_api_burst,
-        },
-        discovery_period: args.discovery_period,
-        settle: args.settle,
-        succession_settle: args.succession_settle,
-        host_op_timeout: args.host_op_timeout,
-        install_boot_fence: args.install_boot_fence,
-        state_dir: args.state_dir,
-        // kubelet sets KUBERNETES_SERVICE_HOST in every container: in a pod, a missing kubelet
-        // directory is a missing hostPath, not a host without kubelet.
-        kubelet: KubeletView { dir: args.kubelet_dir, required: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() },
-        create_concurrency: args.create_concurrency,
-        cleaner: CleanerOptions {
-            concurrency: args.wipe_concurrency,
-            timeout_base: args.wipe_timeout_base,
-            min_rate: args.wipe_min_rate_mib.max(1) * 1024 * 1024,
-        },
-        listen_address: args.listen_address,
-        metrics_path: args.metrics_path,
-    };
-    let runtime = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    match runtime.block_on(run(opts)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "agent stopped");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run_node_cleanup(args: NodeCleanupArgs) -> ExitCode {
-    init_logging(args.log_json);
-    let identity = args.identity.filter(|s| !s.is_empty()).unwrap_or_else(default_identity);
-    let lease = LeaseOptions {
-        namespace: args.lease_namespace,
-        name: args.lease_name,
-        identity,
-        lease_duration: args.lease_duration,
-        renew_deadline: args.renew_deadline,
-        retry_period: args.retry_period,
-    };
-    // The fence on every write relies on these: see leader::LeaseOptions::request_deadline.
-    if let Err(e) = lease.validate() {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
-    let opts = NodeCleanupOptions {
-        classes: args.storage_classes.into_iter().map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect(),
-        grace: args.grace_period,
-        resync: args.resync_period,
-        lease,
-        client: ClientOptions {
-            kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
-            qps: args.kube_api_qps,
-            burst: args.kube_api_burst,
-        },
-        listen_address: args.listen_address,
-        metrics_path: args.metrics_path,
-    };
-    let runtime = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    match runtime.block_on(crate::node_cleanup::run(opts)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "node-cleanup stopped");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Hostname plus PID: unique per process even when two run on one machine (tests, or a pod
-/// name that is not passed in).
-fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into());
-    format!("{host}-{}", std::process::id())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -970,12 +622,5 @@ mod tests {
             assert!(err.contains("kubectl get node NODE -o jsonpath='{.metadata.uid}'"), "{err}");
         }
         assert!(parse_node_uid(PLACEHOLDER_NODE_UID).is_err(), "the placeholder can never reach an owner reference");
-    }
-
-    #[test]
-    fn owner_warning_says_how_to_include_it() {
-        let text = missing_owner_warning("node-1");
-        assert!(text.contains("WITHOUT their ownerReference"), "{text}");
-        assert!(text.contains("--node-uid \"$(kubectl get node node-1 -o jsonpath='{.metadata.uid}')\""), "{text}");
     }
 }
