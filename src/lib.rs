@@ -13,7 +13,6 @@ pub mod build_info;
 pub mod cli;
 pub mod config;
 pub mod core;
-pub mod discovery;
 pub mod host;
 pub mod memory;
 pub mod metrics;

@@ -14,7 +14,7 @@ use crate::core::cleanup::PvState;
 use crate::core::disk_health::Signs;
 use crate::core::disk_health::{Failing, HealthAction, annotation_value, plan_health};
 use crate::core::naming::ANN_DISK_FAILING;
-use crate::discovery::{Scan, SkipReason, Skipped};
+use crate::host::discovery::{Scan, SkipReason, Skipped};
 use crate::host::ops::{Stall, Subject};
 
 impl Agent {

@@ -436,7 +436,7 @@ impl Agent {
             .scan
             .skipped
             .iter()
-            .filter(|s| matches!(s.reason, crate::discovery::SkipReason::Unresponsive(_)))
+            .filter(|s| matches!(s.reason, crate::host::discovery::SkipReason::Unresponsive(_)))
             .filter_map(|s| {
                 let class = self.config.storage_class_map.get(&s.class)?;
                 Some(crate::core::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))

@@ -19,7 +19,7 @@ use crate::core::planner::{
 use crate::core::pv::{ClassPolicy, PvContext};
 use crate::core::pv_facts::PvFacts;
 use crate::core::used_mark::{UsedMark, UsedRead};
-use crate::discovery::Scan;
+use crate::host::discovery::Scan;
 use crate::wiper::{target_at, target_for};
 
 /// Volumes published (or their used marks checked) together. A node that comes up with

@@ -10,8 +10,8 @@ use super::Agent;
 use crate::api::{class_reference, node_reference, pv_reference};
 use crate::core::device_claim::{LinkAction, Refusal, Verdict, link_name};
 use crate::core::naming::pv_name;
-use crate::discovery::Scan;
 use crate::host::claims::ClaimReport;
+use crate::host::discovery::Scan;
 
 impl Agent {
     /// Logs each skipped entry once per occurrence; skips that protect data (symlinks, mounts

@@ -11,7 +11,7 @@ use crate::config::LoadedConfig;
 use crate::core::desired::{class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;
 use crate::core::pv::{NodeInfo, PvContext};
-use crate::discovery;
+use crate::host::discovery;
 
 pub(super) fn run(args: &DiscoverArgs) -> ExitCode {
     let Some((LoadedConfig { mut config, .. }, failed_classes)) = load_or_report(&args.config) else {

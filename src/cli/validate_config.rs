@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use super::{ValidateArgs, report_refused};
 use crate::config::{LoadedConfig, load_dir};
-use crate::discovery;
+use crate::host::discovery;
 
 /// Reads the config `validate-config` checks: the manifest given with -f, else the directory.
 fn load_for_validation(args: &ValidateArgs) -> Result<LoadedConfig, String> {

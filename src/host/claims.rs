@@ -324,7 +324,7 @@ pub struct Deadlines<'a> {
 
 /// The discovery directories that are safe to scan (see discovery::check_roots), by class.
 pub(crate) fn roots(config: &ProvisionerConfig, facts: &[MountFacts<'_>]) -> BTreeMap<String, PathBuf> {
-    let (roots, _) = crate::discovery::check_roots(config, facts);
+    let (roots, _) = crate::host::discovery::check_roots(config, facts);
     roots.into_iter().map(|r| (r.class, r.resolved)).collect()
 }
 

@@ -6,6 +6,7 @@ pub mod blockdev;
 pub mod boot_fence;
 pub mod claims;
 pub mod device_content;
+pub mod discovery;
 pub mod disk_health;
 pub mod identity;
 pub mod kubelet;

@@ -11,7 +11,7 @@ use super::{Progress, WipeError, WipeJob, Wiped};
 use crate::config::BlockCleanMethod;
 use crate::core::cleanup::PvState;
 use crate::core::disk_identity::{Found, Proof, Verdict, judge};
-use crate::discovery::wipe_exposure;
+use crate::host::discovery::wipe_exposure;
 use crate::host::identity::{device_identity, directory_identity, found_identity};
 use crate::host::kubelet::{KubeletError, KubeletView, Subject};
 use crate::host::mountinfo::MountTable;

@@ -1,5 +1,6 @@
 //! Discovery: which first-level entries of each class's discovery directory are volumes this
-//! node can publish, and why every other entry is not. Reads the host through `host` only.
+//! node can publish, and why every other entry is not. Host scanning, so it lives in `host`:
+//! it reads the host through the other `host` modules and decides with `core`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
