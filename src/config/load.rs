@@ -7,12 +7,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::duration::parse_go_duration;
 use super::upstream_yaml::{Conversion, upstream_labels};
 use super::{
     BlockCleanMethod, ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, DeviceSelector, DeviceType, LoadedConfig,
     Problem, ProvisionerConfig, Verify, VolumeMode, parse_quantity, validate,
 };
+use crate::core::go_duration::parse_go_duration;
 use crate::core::pattern::NamePattern;
 
 /// Reads every key file of a mounted ConfigMap (skipping kubelet's `..data` machinery and

@@ -4,8 +4,6 @@
 //! wrong directory.
 
 mod cleaners;
-mod devices;
-pub mod duration;
 mod effective;
 mod load;
 mod manifest;
@@ -21,8 +19,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
 use serde::Serialize;
 
+pub use crate::core::device_selector::{DeviceSelector, DeviceType, Verify, any_glob_matches, parse_quantity};
+pub use crate::core::go_duration as duration;
 pub use cleaners::cleaner_warnings;
-pub use devices::{DeviceSelector, DeviceType, Verify, any_glob_matches, parse_quantity};
 pub use effective::{Effective, effective};
 pub use load::{load_dir, parse_entries};
 pub use manifest::{ManifestError, load_manifest};

@@ -1,6 +1,7 @@
 //! The optional `devices` section of a class: which raw block devices the agent may claim for
 //! it (see core::device_claim for the rules and host::claims for the links). Upstream ignores
-//! the key, so a ConfigMap that uses it still works when switching back.
+//! the key, so a ConfigMap that uses it still works when switching back. The types are pure
+//! data, so they live in `core` where the claim rules read them; `config` parses them.
 
 use std::fmt;
 

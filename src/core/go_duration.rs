@@ -1,5 +1,6 @@
 //! Go `time.Duration` strings (`5m0s`, `1h30m`, `1.5s`), because upstream's `minResyncPeriod`
-//! is written in that syntax and drop-in ConfigMaps must keep working unchanged.
+//! is written in that syntax and drop-in ConfigMaps must keep working unchanged. Pure, so in
+//! `core`: the config types print with it, `config` and the command line parse with it.
 
 use std::time::Duration;
 
