@@ -2,8 +2,9 @@ use super::*;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
