@@ -14,7 +14,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{DeviceSelector, DeviceType, Verify, any_glob_matches};
+use super::device_selector::{DeviceSelector, DeviceType, Verify, any_glob_matches};
 use crate::core::disk_identity::LoopKey;
 use crate::core::naming::fnv1a32;
 use crate::core::pattern::NamePattern;

@@ -232,53 +232,6 @@ mod tests {
         }
     }
 
-    /// The devices section of class `fast` read from `yaml`, or the problems of that class.
-    fn read(yaml: &str) -> Result<DeviceSelector, Vec<String>> {
-        let map = format!("fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  devices:\n    {yaml}\n");
-        match crate::config::parse_entries("t", &[("storageClassMap".into(), map)]) {
-            Ok(loaded) if !loaded.failed_classes.contains_key("fast") => {
-                Ok(loaded.config.storage_class_map["fast"].devices.clone().unwrap_or_default())
-            }
-            Ok(loaded) => {
-                Err(loaded.failed_classes["fast"].iter().map(|p| format!("{}: {}", p.location, p.message)).collect())
-            }
-            Err(e) => Err(vec![e.to_string()]),
-        }
-    }
-
-    #[test]
-    fn verify_is_sample_unless_full_is_asked_for() {
-        assert_eq!(read("types: [disk]").unwrap().verify, Verify::Sample);
-        assert_eq!(read("verify: sample").unwrap().verify, Verify::Sample);
-        assert_eq!(read("verify: full").unwrap().verify, Verify::Full);
-        assert_eq!(read("verify:").unwrap().verify, Verify::Sample, "null is left out");
-        assert_eq!(DeviceSelector::default().verify, Verify::Sample);
-        // Only full is written out (the effective config shows what differs).
-        let full = DeviceSelector { verify: Verify::Full, ..Default::default() };
-        assert_eq!(serde_json::to_value(&full).unwrap()["verify"], "full");
-        assert!(serde_json::to_value(DeviceSelector::default()).unwrap().get("verify").is_none());
-    }
-
-    #[test]
-    fn a_bad_verify_value_names_the_key_and_the_choices() {
-        for (yaml, message) in [
-            ("verify: Full", "\"Full\" is not a verify mode (use sample, the default, or full"),
-            ("verify: always", "\"always\" is not a verify mode"),
-            ("verify: yes", "expected a string, got a boolean"),
-            ("verify: 1", "\"1\" is not a verify mode"),
-            ("verify: [full]", "expected a string"),
-            ("verfy: full", "unknown key \"verfy\""),
-        ] {
-            let problems = read(yaml).expect_err(yaml);
-            let location = if yaml.starts_with("verfy") {
-                "storageClassMap.fast.devices: "
-            } else {
-                "storageClassMap.fast.devices.verify: "
-            };
-            assert!(problems.iter().any(|p| p.starts_with(location) && p.contains(message)), "{yaml}: {problems:?}");
-        }
-    }
-
     #[test]
     fn globs_match_any_name() {
         let globs = vec!["sd?".to_string(), "wwn-0x5000*".to_string()];

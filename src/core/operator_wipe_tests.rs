@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::DeviceType;
+use crate::core::device_selector::DeviceType;
 
 const DISK: &str = "wwid:naa.5000c500a0b1c2d3";
 const PART1: &str = "wwid:naa.5000c500a0b1c2d3/part1@2048";

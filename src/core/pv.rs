@@ -17,8 +17,8 @@ use super::naming::{
     node_label_value,
 };
 use super::planner::DesiredPv;
+use super::settings::{ClassConfig, ProvisionerConfig};
 use super::volume_safety::DiskKey;
-use crate::config::{ClassConfig, ProvisionerConfig};
 
 /// What the PV needs to know about this node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,9 +2,9 @@ use super::*;
 
 use serde_json::json;
 
-use crate::config::VolumeMode;
 use crate::core::desired::{ClassProblem, class_policy, desired_pvs};
 use crate::core::naming::provisioner_name;
+use crate::core::settings::VolumeMode;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

@@ -198,10 +198,10 @@ fn a_record_counts_for_the_same_disk_and_size_and_stale_data_is_read_again() {
 
 mod claim_rules {
     //! How core::device_claim's judge uses a device's full read.
-    use crate::config::{DeviceSelector, DeviceType, Verify};
     use crate::core::device_claim::{
         ClassClaims, Content, DeviceFacts, DeviceKind, Probe, Refusal, Verdict, World, plan,
     };
+    use crate::core::device_selector::{DeviceSelector, DeviceType, Verify};
     use crate::core::surface::FullRead;
 
     fn device(content: Content, full_read: FullRead) -> DeviceFacts {
