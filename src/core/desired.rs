@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::naming::pv_name;
-use super::planner::DesiredPv;
-use super::pv::{ClassPolicy, FoundVolume, PvContext};
+use super::pv::{FoundVolume, PvContext};
+use super::pv_inputs::{ClassPolicy, DesiredPv};
 
 /// A class whose volumes cannot be published in this pass, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

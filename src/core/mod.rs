@@ -22,6 +22,7 @@ pub mod planner;
 pub mod presence;
 pub mod pv;
 pub mod pv_facts;
+pub mod pv_inputs;
 pub mod settings;
 pub mod settle;
 pub mod signatures;

@@ -5,72 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::disk_identity::{DiskIdentity, may_share_disk};
-use super::naming::{
-    ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, is_provisioned_for_node, provisioned_by_uid,
-};
-use super::pv::ClassPolicy;
-use super::pv_facts::PvFacts;
+use super::naming::{is_provisioned_for_node, provisioned_by_uid};
+pub use super::pv_inputs::{DesiredPv, ObservedPv};
 use super::used_mark::{UsedMark, UsedRead, UsedVerdict, used_verdict};
-use super::volume_safety::DiskKey;
-
-/// A volume discovery wants published, with what its PV would be made of. The PV object itself
-/// is built only when the planner decides to create it (`PvContext::pv_for`): a node with a
-/// thousand published volumes would otherwise build a thousand 3.5 KiB objects on every pass.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DesiredPv {
-    /// PV name (upstream's hash).
-    pub name: String,
-    /// Host path of the volume.
-    pub host_path: String,
-    /// StorageClass name (key of storageClassMap).
-    pub class: String,
-    /// What the class's StorageClass says to copy onto the PV.
-    pub policy: ClassPolicy,
-    /// Rounded capacity in bytes (for metrics).
-    pub capacity_bytes: u64,
-    /// The disk fingerprint recorded on the PV.
-    pub identity: String,
-    /// What the volume occupies (one disk, at most one PV).
-    pub disk: DiskKey,
-    /// Why the host uses this block device, if it does (not published unless already).
-    pub in_use: Option<String>,
-    /// What the disk's used mark says (see core::used_mark).
-    pub used: UsedRead,
-    /// The PV its mark names, read from the API when it is not one of this node's PVs (a disk
-    /// moved here from another node): it still holds that PV's data if it records this disk.
-    pub mark_holder: Option<ObservedPv>,
-}
-
-/// What the planner needs to know about an existing PV.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedPv {
-    /// PV name.
-    pub name: String,
-    /// `spec.local.path`, if it is a local PV.
-    pub host_path: Option<String>,
-    /// `pv.kubernetes.io/provisioned-by`.
-    pub provisioned_by: Option<String>,
-    /// The `kubernetes.io/hostname` label (used by useNodeNameOnly adoption).
-    pub hostname_label: Option<String>,
-    /// Our node label.
-    pub node_label: Option<String>,
-    /// The disk fingerprint recorded on the PV, if any.
-    pub identity: Option<String>,
-}
-
-impl ObservedPv {
-    /// Extracts the fields the planner looks at.
-    pub fn from_pv(pv: &PvFacts) -> Self {
-        ObservedPv {
-            name: pv.metadata.name.clone().unwrap_or_default(),
-            host_path: pv.local_path().map(str::to_string),
-            provisioned_by: pv.annotation(ANN_PROVISIONED_BY).cloned(),
-            hostname_label: pv.label(LABEL_HOSTNAME).cloned(),
-            node_label: pv.label(LABEL_NODE).cloned(),
-            identity: pv.annotation(ANN_VOLUME_IDENTITY).cloned(),
-        }
-    }
-}
 
 /// Who this agent is, for ownership decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]

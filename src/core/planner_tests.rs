@@ -1,7 +1,9 @@
 use super::*;
 
-use crate::core::naming::{node_label_value, provisioner_name};
+use crate::core::naming::{ANN_PROVISIONED_BY, LABEL_HOSTNAME, LABEL_NODE, node_label_value, provisioner_name};
 use crate::core::pv_facts::PvFacts;
+use crate::core::pv_inputs::ClassPolicy;
+use crate::core::volume_safety::DiskKey;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

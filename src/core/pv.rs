@@ -16,7 +16,8 @@ use super::naming::{
     ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
     node_label_value,
 };
-use super::planner::DesiredPv;
+pub use super::pv_inputs::ClassPolicy;
+use super::pv_inputs::DesiredPv;
 use super::settings::{ClassConfig, ProvisionerConfig};
 use super::volume_safety::DiskKey;
 
@@ -35,22 +36,6 @@ impl NodeInfo {
     /// The value pods are scheduled by; the node name when the label is absent (dry runs).
     pub fn hostname(&self) -> &str {
         self.labels.get(LABEL_HOSTNAME).map_or(self.name.as_str(), String::as_str)
-    }
-}
-
-/// The StorageClass settings that upstream copies onto each PV.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClassPolicy {
-    /// `Delete` or `Retain`.
-    pub reclaim_policy: String,
-    /// Mount options kubelet will use.
-    pub mount_options: Vec<String>,
-}
-
-impl Default for ClassPolicy {
-    /// Upstream's behaviour for a class object without these fields.
-    fn default() -> Self {
-        ClassPolicy { reclaim_policy: "Delete".into(), mount_options: Vec::new() }
     }
 }
 
