@@ -1,5 +1,5 @@
 use super::*;
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, VolumeNodeAffinity};
 
 const SEEN: [Seen; 4] = [Seen::Own, Seen::NotItsDisk, Seen::Missing, Seen::NoAnswer];
 /// Label values a PV's key may have on the node before the pass (None: absent; "odd": a value

@@ -11,6 +11,7 @@ pub mod device_selector;
 pub mod disk_health;
 pub mod disk_identity;
 pub mod fence;
+pub mod fence_label;
 pub mod go_duration;
 pub mod lease;
 pub mod naming;

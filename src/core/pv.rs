@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::capacity::binary_si_quantity;
-use super::fence::fence_requirements;
+use super::fence_label::fence_requirements;
 use super::naming::{
     ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
     node_label_value,

@@ -53,8 +53,8 @@ impl From<RawPvFacts> for PvFacts {
         let annotations = keep(metadata.annotations.take());
         let mut spec = raw.spec;
         let name = metadata.name.as_deref().unwrap_or_default();
-        let fence_honoured = super::fence::honours_fence(name, spec.node_affinity.as_ref());
-        super::fence::strip_fence_requirements(&mut spec.node_affinity);
+        let fence_honoured = super::fence_label::honours_fence(name, spec.node_affinity.as_ref());
+        super::fence_label::strip_fence_requirements(&mut spec.node_affinity);
         PvFacts { metadata, spec, status: raw.status, labels, annotations, fence_honoured }
     }
 }
