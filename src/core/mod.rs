@@ -31,3 +31,4 @@ pub mod succession;
 pub mod surface;
 pub mod used_mark;
 pub mod volume_safety;
+pub mod wipe_job;

@@ -16,6 +16,7 @@ use crate::core::device_claim::LinkAction;
 use crate::core::succession::DiskCheck;
 use crate::core::used_mark::{Replace, UsedMark};
 use crate::core::volume_safety::DiskKey;
+use crate::core::wipe_job::{Progress, WipeError, WipeJob, Wiped};
 use crate::host::HostError;
 use crate::host::claims::{self, ClaimMemory, ClaimReport};
 use crate::host::discovery::{self, Examine, Scan};
@@ -25,7 +26,6 @@ use crate::host::mountinfo::MountTable;
 use crate::host::ops::{Answer, Job, Operations, Subject};
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::host::verify::Verifier;
-use crate::wiper::{Progress, WipeError, WipeJob, Wiped};
 
 /// What one pass wants to know about the host, beyond the scan of the discovery directories.
 #[derive(Debug, Clone, Default)]
@@ -365,7 +365,7 @@ impl HostAccess for RealHost {
     }
 
     fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError> {
-        crate::wiper::on_host::wipe(&self.ledger, &self.kubelet, job, cancel, progress)
+        super::wipe::wipe(&self.ledger, &self.kubelet, job, cancel, progress)
     }
 
     fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String> {

@@ -19,6 +19,7 @@ pub mod used_mark;
 pub mod verify;
 pub mod volume;
 pub mod watch;
+pub mod wipe;
 pub mod wipe_block;
 pub mod wipe_fs;
 pub mod writers;

@@ -9,13 +9,11 @@
 //! retry after 10 s, doubling to 30 min; refusals (an operator must act) after 5 min. A new
 //! cleanup request or identity confirmation on the PV retries at once.
 
-pub mod on_host;
 mod task;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -25,10 +23,17 @@ use crate::api::{Cluster, pv_reference};
 use crate::config::ClassConfig;
 use crate::core::backoff::{Policy, Retries};
 use crate::core::cleanup::{AfterWipe, PvState};
-use crate::core::naming::ANN_IDENTITY_CONFIRMED;
 use crate::host::access::HostAccess;
 use crate::host::ops::Operations;
 use crate::metrics::Metrics;
+
+pub use crate::core::wipe_job::{Progress, WIPE_STALL, WipeError, WipeJob, WipeTarget, Wiped};
+
+impl From<crate::api::ApiError> for WipeError {
+    fn from(e: crate::api::ApiError) -> Self {
+        WipeError::Api(Box::new(e))
+    }
+}
 
 /// Limits for wipes.
 #[derive(Debug, Clone)]
@@ -39,70 +44,6 @@ pub struct CleanerOptions {
     pub timeout_base: Duration,
     /// Slowest rate (bytes per second) a wipe is allowed before it times out.
     pub min_rate: u64,
-}
-
-/// Why a wipe did not complete.
-#[derive(Debug, thiserror::Error)]
-pub enum WipeError {
-    /// The disk at the path is provably not the one that was published: never wipe it.
-    #[error(
-        "volume identity mismatch at {path}: {reason}. PV recorded {recorded:?}, found {found:?}; a different disk sits at this path and is not wiped. Put the PV's own disk back at this path to have it wiped"
-    )]
-    IdentityMismatch { path: PathBuf, recorded: String, found: String, reason: String },
-    /// Nothing proves that the disk at the path is the one that was published (no stable
-    /// device ID, or an identity recorded in the old format that cannot tell): not wiped until
-    /// an operator confirms exactly the identity found.
-    #[error(
-        "volume identity unproven at {host_path}: {reason}. If the disk there is the one PV {pv} used (check on the node with `lsblk -o NAME,SERIAL,WWN,UUID,MOUNTPOINTS` and its files), allow the wipe with: kubectl annotate pv {pv} --overwrite {ANN_IDENTITY_CONFIRMED}='{found}' (recorded: {recorded:?})"
-    )]
-    IdentityUnproven { host_path: String, pv: String, recorded: String, found: String, reason: String },
-    /// The PV cannot be mapped to a path this agent sees.
-    #[error("{0}")]
-    Unmapped(String),
-    /// kubelet still has the volume mounted for a pod (its claim can be gone before the pod's
-    /// containers are): wiping now would let what they still write reach the next tenant.
-    /// Retried with the failure backoff until kubelet has unmounted it.
-    #[error("{path} is still mounted for a pod at {by}; the wipe waits until kubelet has unmounted it")]
-    InUse { path: PathBuf, by: PathBuf },
-    /// The wipe itself failed (I/O error, tree changed, cancelled); retried soon.
-    #[error("{0}")]
-    Failed(String),
-    /// The volume is in a state only an operator can fix (nested mount, not mounted,
-    /// immutable file, wrong entry type, missing cleaner): retried rarely.
-    #[error("{0}")]
-    Refused(String),
-    /// The wipe took longer than its size allows.
-    #[error("wipe of {path} timed out after {after:?}")]
-    TimedOut { path: PathBuf, after: Duration },
-    /// The volume does not answer: an earlier wipe or operation on it is stuck in the kernel
-    /// (host::ops). Retried once it answers again.
-    #[error("{0}")]
-    Unresponsive(String),
-    /// The wipe succeeded but the PV could not be finished; it is retried (and wiped again).
-    #[error("finishing PV after the wipe: {0}")]
-    Api(#[from] crate::api::ApiError),
-}
-
-impl WipeError {
-    /// Refusals that will not go away by retrying soon: they wait for an operator.
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            WipeError::IdentityMismatch { .. }
-                | WipeError::IdentityUnproven { .. }
-                | WipeError::Unmapped(_)
-                | WipeError::Refused(_)
-        )
-    }
-}
-
-/// Where a PV's volume is, as this agent sees it, and how its class wants it wiped.
-#[derive(Debug, Clone)]
-pub struct WipeTarget {
-    /// Path under the class's mountDir.
-    pub path: PathBuf,
-    /// The class settings (block method or command).
-    pub class: ClassConfig,
 }
 
 /// Locates a PV's volume inside this container through its class (core::pv::container_path).
@@ -118,55 +59,6 @@ pub fn target_at(host_path: &str, class_name: &str, class: Option<&ClassConfig>)
     let path = crate::core::pv::container_path(host_path, &class.host_dir, &class.mount_dir)?;
     Ok(WipeTarget { path, class: class.clone() })
 }
-
-/// A wipe for the host to do: the PV (its recorded identity, an operator's confirmation) and
-/// where its volume is.
-#[derive(Debug, Clone)]
-pub struct WipeJob {
-    /// The PV whose disk is wiped (for a wipe-first, a stand-in named after the PV to come).
-    pub pv: PvState,
-    /// Where the volume is and how its class wipes.
-    pub target: WipeTarget,
-    /// Time every wipe gets regardless of size.
-    pub timeout_base: Duration,
-    /// Slowest rate (bytes per second) a wipe is allowed.
-    pub min_rate: u64,
-}
-
-impl WipeJob {
-    /// How long a wipe of `size` bytes may take.
-    pub fn timeout_for(&self, size: u64) -> Duration {
-        self.timeout_base + Duration::from_secs(size / self.min_rate.max(1))
-    }
-}
-
-/// What a completed wipe removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wiped {
-    /// "fs" or "block", for the metrics.
-    pub mode: &'static str,
-    /// Bytes freed (filesystem) or overwritten (block device).
-    pub bytes: u64,
-}
-
-/// A wipe's progress, shared with the host side: the size once known, and bytes done.
-#[derive(Debug, Default)]
-pub struct Progress {
-    /// Bytes done so far (block wipes).
-    pub done: AtomicU64,
-    /// Bytes the wipe writes in all (the size once per pass of a multi-pass method), 0 until
-    /// the check found the size: progress and the timeout scale with it.
-    pub total: AtomicU64,
-    /// The volume's size, 0 until the check found it: the metrics' `capacity`.
-    pub size: AtomicU64,
-    /// Grows as a filesystem wipe removes entries: a wipe whose counters stand still for
-    /// [`WIPE_STALL`] is unresponsive (host::ops).
-    pub beats: AtomicU64,
-}
-
-/// How long a wipe may show no progress before its volume counts as unresponsive: it then
-/// gives its slot back, so other wipes go on (it keeps running until its size-scaled timeout).
-pub const WIPE_STALL: Duration = Duration::from_secs(60);
 
 /// The result of one wipe task, fed back to the reconcile loop.
 #[derive(Debug)]

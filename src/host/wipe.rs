@@ -1,16 +1,17 @@
 //! The blocking half of a wipe, run on the host through [`crate::host::access::HostAccess`]:
 //! what the entry is, whether the disk there is the one published (proven again on the very
 //! descriptor the wipe writes through), the wipe itself, and clearing the disk's used mark.
+//! Host work, so it lives in `host` (it was wiper/on_host.rs); the wiper schedules it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::warn;
 
-use super::{Progress, WipeError, WipeJob, Wiped};
 use crate::config::BlockCleanMethod;
 use crate::core::cleanup::PvState;
 use crate::core::disk_identity::{Found, Proof, Verdict, judge};
+use crate::core::wipe_job::{Progress, WipeError, WipeJob, Wiped};
 use crate::host::discovery::wipe_exposure;
 use crate::host::identity::{device_identity, directory_identity, found_identity};
 use crate::host::kubelet::{KubeletError, KubeletView, Subject};
