@@ -49,8 +49,7 @@ pub enum WipeError {
     #[error("{0}")]
     Unresponsive(String),
     /// The wipe succeeded but the PV could not be finished; it is retried (and wiped again).
-    /// The API's error (crate::api::ApiError, which the wiper converts), boxed: this module
-    /// sits below the API client.
+    /// The API client's error (the wiper converts it), boxed: this module sits below the client.
     #[error("finishing PV after the wipe: {0}")]
     Api(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
