@@ -1,10 +1,13 @@
 //! local-static-provisioner: publishes the disks mounted on a Kubernetes node as local
 //! PersistentVolumes, compatible with the upstream Go provisioner.
 //!
-//! Layout: `config` (the ConfigMap), `core` (pure naming, PV construction, planner),
-//! `host` (mount table and devices), `discovery` (host scan), `api` (Kubernetes access),
-//! `agent` (the reconcile loop), `wiper` (wipes), `node_cleanup` (the cluster-wide Deployment
-//! for deleted Nodes, with its `leader` election), `metrics` and `admin` (HTTP), `cli` (the commands, one file each).
+//! Layout, one module per role, each importing only the ones listed after it (tests/layout.rs
+//! checks it): `cli` (the commands, one file each); `agent` (the reconcile loop) and
+//! `node_cleanup` (the cluster-wide Deployment for deleted Nodes, with its `leader` election);
+//! `wiper` (wipes in the background); `runtime` (loop helpers); `api` (Kubernetes access) and
+//! `admin` (HTTP); `metrics`; `host` (mount table, devices, discovery, the wipes themselves);
+//! `config` (reading the ConfigMap); `core` (pure: naming, config types, PV construction,
+//! planners), `build_info` and `memory`.
 
 pub mod admin;
 pub mod agent;
