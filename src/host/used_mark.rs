@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::disk_identity::{Found, Verdict, judge};
 use crate::core::used_mark::{
     LedgerIndex, Relation, UsedMark, UsedRead, XATTR_NAME, is_offered, ledger_lookup_indexed, note_filesystem_wiped,
-    offered_or_marked, relate, wiped_by,
+    offered_or_marked, prune_withdrawn, relate, wiped_by,
 };
 
 /// File name of the ledger inside the state directory.
@@ -207,7 +207,9 @@ pub fn mark_volume(
 struct LedgerData {
     /// Marks of used disks.
     used: Vec<UsedMark>,
-    /// UIDs of PVs this agent withdrew while no claim had been seen on them.
+    /// UIDs of PVs this agent withdrew while no claim had been seen on them, only while an
+    /// unclaimed entry of `used` names them (core::used_mark::prune_withdrawn): bounded by
+    /// `used`, which a wipe empties.
     #[serde(default)]
     withdrawn: Vec<String>,
     /// `used` by what may relate a volume to them (not stored; rebuilt on load and change).
@@ -356,19 +358,19 @@ impl Ledger {
     }
 
     /// Forgets what the completed wipe of the volume found as `identity` (at `root`) removed
-    /// (see core::used_mark::wiped_by); anything it did not wipe stays.
+    /// (see core::used_mark::wiped_by), and the withdrawals of the marks it removed; anything
+    /// it did not wipe stays.
     pub fn clear(&self, identity: &str, root: Option<&str>) -> Result<(), MarkError> {
         self.update(|data| {
-            let gone: Vec<String> =
-                data.used.iter().filter(|e| wiped_by(e, identity, root)).filter_map(|e| e.uid.clone()).collect();
             data.used.retain(|e| !wiped_by(e, identity, root));
-            data.withdrawn.retain(|uid| !gone.contains(uid));
             for e in data.used.iter_mut() {
                 note_filesystem_wiped(e, identity, root);
             }
         })
     }
 
+    /// Applies `change` and writes the ledger when it changed; the withdrawals no entry needs
+    /// any more go in the same write.
     fn update(&self, change: impl FnOnce(&mut LedgerData)) -> Result<(), MarkError> {
         if !self.writable {
             return Err(MarkError::Corrupt { path: self.path.clone(), why: "opened read-only".into() });
@@ -380,6 +382,7 @@ impl Ledger {
         let data = guard.as_mut().map_err(|why| MarkError::Corrupt { path: self.path.clone(), why: why.clone() })?;
         let mut next = data.clone();
         change(&mut next);
+        prune_withdrawn(&next.used, &mut next.withdrawn);
         if next == *data {
             return Ok(());
         }
