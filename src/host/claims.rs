@@ -914,7 +914,9 @@ fn remove(dir: &ClassDir, r: &ClaimRecord) -> Result<Swapped, ClaimError> {
         rustix::fs::unlinkat(&dir.fd, private.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &at, e))?;
         return Ok(Swapped::Done);
     }
-    put_back(dir, r)?;
+    // Put back (unless an operator's new link took the name meanwhile: that one is kept, and
+    // the error says where the moved one is).
+    settle_private(dir, r)?;
     Ok(Swapped::NotOurs(format!(
         "{} was swapped in meanwhile, which this agent did not write; left in place",
         shown(moved)
@@ -948,12 +950,6 @@ fn retarget(dir: &ClassDir, r: &ClaimRecord) -> Result<Swapped, ClaimError> {
     )))
 }
 
-/// Moves what [`remove`] moved aside back to its name (the name is free: nothing else moves
-/// into it but an operator's new link, which is then kept and the moved one left for them).
-fn put_back(dir: &ClassDir, r: &ClaimRecord) -> Result<(), ClaimError> {
-    settle_private(dir, r)
-}
-
 /// A moved entry as an error message shows it.
 fn shown(at: At) -> String {
     match at {
@@ -963,11 +959,13 @@ fn shown(at: At) -> String {
     }
 }
 
+/// What a test does to a link's path between its check and its change (an operator's swap).
+#[cfg(test)]
+type Swap = Box<dyn FnMut(&Path)>;
+
 #[cfg(test)]
 thread_local! {
-    /// What a test does between a link's check and its change (an operator's swap).
-    static BETWEEN_CHECK_AND_CHANGE: std::cell::RefCell<Option<Box<dyn FnMut(&Path)>>> =
-        const { std::cell::RefCell::new(None) };
+    static BETWEEN_CHECK_AND_CHANGE: std::cell::RefCell<Option<Swap>> = const { std::cell::RefCell::new(None) };
 }
 
 /// The point between a link's check and its change, where a test may swap the link.
