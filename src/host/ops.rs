@@ -794,6 +794,7 @@ impl Pool {
         }
     }
 
+    #[cfg(test)]
     fn threads(&self) -> usize {
         self.queue.lock().map(|q| q.threads).unwrap_or(0)
     }
