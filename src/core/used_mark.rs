@@ -10,7 +10,9 @@
 //!   does not see it in the volume; and it moves, is copied and is cloned with the filesystem).
 //!   A block device cannot carry anything outside the tenant's own bytes, so block volumes (and
 //!   filesystems with a device under them, which could later be exposed as a block volume) are
-//!   also recorded in a node-local ledger keyed by disk identity (`host::used_mark`).
+//!   also recorded in a node-local ledger keyed by disk identity (`host::used_mark`). So is a
+//!   filesystem that cannot hold the attribute (vfat, exFAT, NFS, a read-only mount): its mark
+//!   is node-local only, and the agent says so (a `UsedMarkNodeLocal` event).
 //! - When: written before the PV that publishes the disk is created (no create without it),
 //!   and put on PVs made by upstream or older versions once a claim uses them.
 //! - Cleared: only by a completed wipe of that very disk (the PV's wipe or a wipe-first).
