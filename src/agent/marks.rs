@@ -10,7 +10,7 @@ use crate::core::planner::DesiredPv;
 use crate::core::used_mark::{Replace, UsedMark, UsedRead};
 use crate::host::access::MarkJob;
 use crate::host::ops::{Answer, Job, Subject};
-use crate::host::used_mark::{Accept, MarkOutcome};
+use crate::host::used_mark::{Accept, Carrier, MarkOutcome};
 use crate::wiper::{target_at, target_for};
 
 impl Agent {
@@ -71,7 +71,8 @@ impl Agent {
         for ((pv, mark), outcome) in pvs.into_iter().zip(marks).zip(outcomes) {
             let key = format!("create/{}", mark.pv);
             let not_yet = match outcome {
-                Ok(MarkOutcome::Written(_)) => {
+                Ok(MarkOutcome::Written(_, carrier)) => {
+                    self.report_node_local(&mark, &carrier).await;
                     ready.push(pv);
                     continue;
                 }
@@ -179,8 +180,9 @@ impl Agent {
         for (pv, outcome) in pvs.into_iter().zip(outcomes) {
             let key = format!("mark/{}", pv.uid);
             match &outcome {
-                Ok(MarkOutcome::Written(m)) => {
+                Ok(MarkOutcome::Written(m, carrier)) => {
                     debug!(pv = %pv.name, claimed = m.claimed, "used mark written");
+                    self.report_node_local(m, carrier).await;
                     self.marked.insert(pv.uid.clone(), m.claimed);
                 }
                 Ok(MarkOutcome::Kept(Some(m))) if m.pv == pv.name && m.uid.as_deref() == Some(pv.uid.as_str()) => {
@@ -193,6 +195,24 @@ impl Agent {
             }
             self.effects.record(&key, &outcome.map_err(|e| format!("keeping the used mark of PV {}: {e}", pv.name)));
         }
+    }
+
+    /// A volume whose filesystem cannot carry its used mark (vfat, exFAT, NFS, a read-only
+    /// mount) is protected by this node's ledger only: a Warning event on the Node, related to
+    /// the PV, the first time its mark is written so (not again for its UID or claim, nor
+    /// after a restart, which writes nothing new).
+    async fn report_node_local(&self, mark: &UsedMark, carrier: &Carrier) {
+        let Carrier::LedgerOnly { why, first: true } = carrier else { return };
+        warn!(pv = %mark.pv, path = %mark.path, "the used mark is kept in this node's ledger only: {why}");
+        let note = format!(
+            "The used mark of the volume at {} (PV {}) is kept in this node's ledger only: {why}. It does not \
+             travel with the disk: here it is wiped before it is offered again as usual, but moved to another \
+             node (or with this node's state directory lost) it is not known as used there and can be published \
+             with its data. Use a filesystem that holds trusted.* extended attributes (ext4, XFS, btrfs) to have \
+             the mark travel.",
+            mark.path, mark.pv
+        );
+        self.node_event(Some(self.pv_ref(&mark.pv)), "UsedMarkNodeLocal", "Publish", note).await;
     }
 
     /// Writes the used marks, each on the pool of per-volume operations under the host

@@ -70,7 +70,7 @@ impl HostAccess for FakeHost {
         while self.frozen.lock().unwrap().contains(&job.mark.path) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(MarkOutcome::Written(job.mark.clone()))
+        Ok(MarkOutcome::Written(job.mark.clone(), crate::host::used_mark::Carrier::Attribute))
     }
 
     fn record_marks(&self, _outcomes: &mut [Result<MarkOutcome, String>]) {}

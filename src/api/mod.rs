@@ -748,18 +748,24 @@ pub fn node_reference(node: &Node) -> ObjectReference {
     }
 }
 
-/// Longest Event note sent: the API refuses a note over 1 KiB, and the event would be lost.
-pub const EVENT_NOTE_MAX: usize = 1000;
+/// Longest Event note the API accepts (events.k8s.io/v1 validation, `NoteLengthLimit`): a
+/// longer one is refused, and the event lost.
+pub const EVENT_NOTE_MAX: usize = 1024;
 
-/// `note` cut to [`EVENT_NOTE_MAX`] bytes at a character boundary: every event goes through
-/// here, so a long path or a list of signatures never costs the event itself.
+/// What ends a note that was cut, so a reader knows there was more.
+pub const EVENT_NOTE_CUT: &str = " [...]";
+
+/// `note` cut once, at [`EVENT_NOTE_MAX`] bytes, ending with [`EVENT_NOTE_CUT`] at a character
+/// boundary: every event goes through here (and nowhere else cuts), so a long path or a list of
+/// signatures never costs the event itself, and a cut note always says it was cut.
 pub fn event_note(mut note: String) -> String {
     if note.len() > EVENT_NOTE_MAX {
-        let mut end = EVENT_NOTE_MAX;
+        let mut end = EVENT_NOTE_MAX - EVENT_NOTE_CUT.len();
         while !note.is_char_boundary(end) {
             end -= 1;
         }
         note.truncate(end);
+        note.push_str(EVENT_NOTE_CUT);
     }
     note
 }
@@ -965,16 +971,31 @@ mod tests {
     }
 
     #[test]
-    fn event_notes_are_cut_to_what_the_api_accepts_at_a_character_boundary() {
+    fn event_notes_are_cut_once_at_the_api_limit_keeping_the_marker() {
         assert_eq!(event_note("short".into()), "short");
-        let ascii = "x".repeat(5000);
-        assert_eq!(event_note(ascii).len(), EVENT_NOTE_MAX);
-        // A three-byte character straddling the limit is left out whole.
-        let wide = format!("{}€€", "x".repeat(EVENT_NOTE_MAX - 1));
-        let cut = event_note(wide);
-        assert_eq!(cut.len(), EVENT_NOTE_MAX - 1);
-        assert!(cut.chars().all(|c| c == 'x'));
+        // Up to the limit: sent whole, no marker.
         let exact = "y".repeat(EVENT_NOTE_MAX);
         assert_eq!(event_note(exact.clone()), exact);
+        let cases = [
+            "x".repeat(EVENT_NOTE_MAX + 1),
+            "x".repeat(5000),
+            // A three-byte character straddling the cut is left out whole.
+            format!("{}€€€", "x".repeat(EVENT_NOTE_MAX - EVENT_NOTE_CUT.len() - 1)),
+            "é".repeat(EVENT_NOTE_MAX),
+            "€".repeat(EVENT_NOTE_MAX),
+        ];
+        for long in cases {
+            let cut = event_note(long.clone());
+            assert!(
+                cut.len() <= EVENT_NOTE_MAX && cut.len() > EVENT_NOTE_MAX - EVENT_NOTE_CUT.len() - 4,
+                "{}",
+                cut.len()
+            );
+            assert!(cut.ends_with(EVENT_NOTE_CUT), "{cut}");
+            assert!(long.starts_with(cut.strip_suffix(EVENT_NOTE_CUT).unwrap()), "a prefix of the note");
+            // One cut: a note already cut is what the API accepts, and cutting it again
+            // changes nothing (the marker is never cut off).
+            assert_eq!(event_note(cut.clone()), cut);
+        }
     }
 }

@@ -133,6 +133,7 @@ impl ConfigSource {
     }
 
     /// How many times the files were read, so an idle pass can be shown to cost no reads.
+    #[cfg(test)]
     pub fn reads(&self) -> u64 {
         self.reads
     }

@@ -114,11 +114,6 @@ impl Retries {
         self.records.remove(key);
     }
 
-    /// Drops the record, whatever its deadline (an operator asked again).
-    pub fn reset(&mut self, key: &str) {
-        self.records.remove(key);
-    }
-
     /// Keeps only the records `wanted` still says yes to: an effect no pass asks for any more
     /// (its PV is gone, the problem was solved another way) needs no retry.
     pub fn retain(&mut self, mut wanted: impl FnMut(&str) -> bool) {
@@ -149,6 +144,7 @@ impl Retries {
     }
 
     /// Records kept.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.records.len()
     }
@@ -228,8 +224,9 @@ mod tests {
         assert!(r.may_try("wipe/u", now, Some("req-2")), "a new cleanup request is acted on at once");
         let due = r.failed("wipe/u", p, "still immutable", Some("req-2"), now, 0.0);
         assert_eq!(due - now, Duration::from_secs(300));
-        r.reset("wipe/u");
+        r.succeeded("wipe/u");
         assert!(r.may_try("wipe/u", now, Some("req-2")));
+        assert!(r.get("wipe/u").is_none(), "the delays start over");
     }
 
     #[test]

@@ -179,6 +179,7 @@ impl HealthMemory {
 
     /// When the I/O error episode of `key` ends if its count does not rise again (a deadline
     /// for the next look); None when there is no episode.
+    #[cfg(test)]
     pub fn clears_at(&self, key: &str) -> Option<Instant> {
         self.counters.get(key)?.rose_at.map(|at| at + IO_ERROR_HOLD)
     }

@@ -63,6 +63,7 @@ pub struct FoundVolume {
 
 impl FoundVolume {
     /// The facts of this volume that go into its PV.
+    #[cfg(test)]
     pub fn source(&self) -> PvSource<'_> {
         PvSource {
             class: &self.class,

@@ -10,7 +10,9 @@
 //!   does not see it in the volume; and it moves, is copied and is cloned with the filesystem).
 //!   A block device cannot carry anything outside the tenant's own bytes, so block volumes (and
 //!   filesystems with a device under them, which could later be exposed as a block volume) are
-//!   also recorded in a node-local ledger keyed by disk identity (`host::used_mark`).
+//!   also recorded in a node-local ledger keyed by disk identity (`host::used_mark`). So is a
+//!   filesystem that cannot hold the attribute (vfat, exFAT, NFS, a read-only mount): its mark
+//!   is node-local only, and the agent says so (a `UsedMarkNodeLocal` event).
 //! - When: written before the PV that publishes the disk is created (no create without it),
 //!   and put on PVs made by upstream or older versions once a claim uses them.
 //! - Cleared: only by a completed wipe of that very disk (the PV's wipe or a wipe-first).
@@ -352,6 +354,21 @@ pub fn is_offered(mark: &UsedMark, withdrawn: &[String]) -> bool {
     mark.uid.as_ref().is_some_and(|uid| !mark.claimed && withdrawn.contains(uid))
 }
 
+/// Keeps of a ledger's `withdrawn` UIDs only those that can still make a mark read as offered:
+/// the UIDs of its entries that never saw a claim, each once. The others (a mark superseded
+/// when the disk was published again, wiped, or claimed since; a PV that had no mark) only grow
+/// the file and every lookup. Forgetting one can only turn "offered" into "used", which costs a
+/// wipe-first, never a disk offered unwiped: the bound errs on the safe side for marks read
+/// from a disk whose ledger entry went another way. Returns whether anything was dropped.
+pub fn prune_withdrawn(entries: &[UsedMark], withdrawn: &mut Vec<String>) -> bool {
+    let live: std::collections::HashSet<&str> =
+        entries.iter().filter(|e| !e.claimed).filter_map(|e| e.uid.as_deref()).collect();
+    let mut seen = std::collections::HashSet::new();
+    let before = withdrawn.len();
+    withdrawn.retain(|uid| live.contains(uid.as_str()) && seen.insert(uid.clone()));
+    withdrawn.len() != before
+}
+
 /// Which mark already on a disk a new mark may replace: the rule for each writer of marks,
 /// kept here (pure) so it is tested apart from the I/O that applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -618,6 +635,32 @@ mod tests {
             assert_eq!(keep.allows(&ours, Some(&mark("a", Some("u1"), false))), used, "adds the claim");
             assert_eq!(keep.allows(&ours, Some(&mark("a", Some("u9"), true))), used, "another incarnation's");
             assert_eq!(keep.allows(&ours, Some(&mark("z", Some("u1"), true))), used);
+        }
+    }
+
+    #[test]
+    fn withdrawn_uids_are_kept_only_while_an_unclaimed_mark_names_them() {
+        let entry = |uid: Option<&str>, claimed: bool| UsedMark { uid: uid.map(str::to_string), claimed, ..mark() };
+        let s = |v: &[&str]| v.iter().map(|u| u.to_string()).collect::<Vec<String>>();
+        let cases: &[(&[UsedMark], &[&str], &[&str])] = &[
+            (&[], &[], &[]),
+            (&[], &["u1"], &[]),
+            (&[entry(Some("u1"), false)], &["u1"], &["u1"]),
+            (&[entry(Some("u1"), false)], &["u1", "u1"], &["u1"]),
+            (&[entry(Some("u1"), true)], &["u1"], &[]),
+            (&[entry(None, false)], &["u1"], &[]),
+            (&[entry(Some("u2"), false)], &["u1", "u2", "u3"], &["u2"]),
+            (&[entry(Some("u3"), false), entry(Some("u1"), false)], &["u1", "u2", "u3"], &["u1", "u3"]),
+        ];
+        for (entries, before, after) in cases {
+            let mut withdrawn = s(before);
+            let dropped = prune_withdrawn(entries, &mut withdrawn);
+            assert_eq!(withdrawn, s(after), "{before:?}");
+            assert_eq!(dropped, before.len() != after.len(), "{before:?}");
+            // Every mark reads as it did before: offered stays offered.
+            for e in entries.iter() {
+                assert_eq!(is_offered(e, &withdrawn), is_offered(e, &s(before)), "{e:?}");
+            }
         }
     }
 

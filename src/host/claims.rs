@@ -745,6 +745,18 @@ fn apply_one(
     records: &mut Vec<ClaimRecord>,
     action: &LinkAction,
 ) -> Result<(), ClaimError> {
+    // A change of this link that a crash interrupted is settled first (see settle_private).
+    match action {
+        LinkAction::Release(_) => {}
+        LinkAction::Forget(r) => {
+            if let Ok(dir) = class_dir(config, &r.class) {
+                settle_private(&dir, r)?;
+            }
+        }
+        LinkAction::Create(r) | LinkAction::Relink(r) | LinkAction::Retarget(r) | LinkAction::Remove(r) => {
+            settle_private(&class_dir(config, &r.class)?, r)?;
+        }
+    }
     match action {
         LinkAction::Forget(r) => forget(state_dir, records, r),
         LinkAction::Release(r) => keep(state_dir, records, r.clone()),
@@ -772,10 +784,13 @@ fn apply_one(
             // The record first, naming both targets: a crash before the new link is in place
             // leaves a link the record still calls ours.
             keep(state_dir, records, r.clone())?;
-            rustix::fs::unlinkat(&dir.fd, r.name.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &path, e))?;
-            rustix::fs::symlinkat(r.target.as_str(), &dir.fd, r.name.as_str())
-                .map_err(|e| io("creating the link", &path, e))?;
-            keep(state_dir, records, ClaimRecord { previous: None, ..r.clone() })
+            match retarget(&dir, r)? {
+                Swapped::Done => keep(state_dir, records, ClaimRecord { previous: None, ..r.clone() }),
+                Swapped::NotOurs(message) => {
+                    forget(state_dir, records, r)?;
+                    Err(ClaimError::NotOurs { path, message })
+                }
+            }
         }
         LinkAction::Remove(r) => {
             let dir = class_dir(config, &r.class)?;
@@ -789,10 +804,180 @@ fn apply_one(
                     message: format!("points at {now:?}, not {:?} as recorded; left in place", r.target),
                 });
             }
-            rustix::fs::unlinkat(&dir.fd, r.name.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &path, e))?;
-            forget(state_dir, records, r)
+            match remove(&dir, r)? {
+                Swapped::Done => forget(state_dir, records, r),
+                Swapped::NotOurs(message) => {
+                    forget(state_dir, records, r)?;
+                    Err(ClaimError::NotOurs { path, message })
+                }
+            }
         }
     }
+}
+
+// Checking a link and then changing it by its name would change whatever is at the name by
+// then: an operator's link swapped in between would be removed or replaced. So the link is
+// first moved, atomically, to a name private to this agent in the same directory (a rename
+// within one directory moves exactly the entry there at that instant), and what was moved is
+// checked there, where no one else changes it: ours, it goes; not ours, it is put back. A new
+// link replaces the old one by an atomic exchange (RENAME_EXCHANGE), so the name never goes
+// missing for kubelet; what the exchange took out is checked the same way, and swapped back
+// when it is not ours. A crash midway leaves the private name, which the next change of that
+// link settles first (see [`settle_private`]).
+
+/// What moving a link out of the way found.
+enum Swapped {
+    /// It was ours, and the change is made.
+    Done,
+    /// It was not ours: put back where it was, and why.
+    NotOurs(String),
+}
+
+/// The private name of the link `name` while it is changed: a dot first, so never a name the
+/// claim rules give out, and always the same for one link, so a crash leaves it where the next
+/// change of that link finds it.
+fn private_name(name: &str) -> String {
+    // FNV-1a: stable across builds and short whatever the link's name.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!(".lsp-claim-{hash:016x}")
+}
+
+/// What is at a name of a class directory (not followed).
+#[derive(Debug, PartialEq, Eq)]
+enum At {
+    Nothing,
+    Link(String),
+    /// A directory, a file, a device node...
+    Other,
+}
+
+fn what_is(dir: &ClassDir, name: &str) -> Result<At, ClaimError> {
+    let path = dir.path.join(name);
+    match rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(rustix::io::Errno::NOENT) => Ok(At::Nothing),
+        Err(e) => Err(io("stat", &path, e)),
+        Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink => {
+            let text =
+                rustix::fs::readlinkat(&dir.fd, name, Vec::new()).map_err(|e| io("reading the link", &path, e))?;
+            Ok(At::Link(text.to_string_lossy().into_owned()))
+        }
+        Ok(_) => Ok(At::Other),
+    }
+}
+
+/// Whether `at` is the link the record `r` says this agent wrote (to its target, or to the
+/// one it had before a re-pointing).
+fn recorded(r: &ClaimRecord, at: &At) -> bool {
+    matches!(at, At::Link(t) if *t == r.target || Some(t.as_str()) == r.previous.as_deref())
+}
+
+fn rename(dir: &ClassDir, from: &str, to: &str, flags: rustix::fs::RenameFlags) -> rustix::io::Result<()> {
+    rustix::fs::renameat_with(&dir.fd, from, &dir.fd, to, flags)
+}
+
+/// A private name left by a change that did not finish (a crash) is settled before the link
+/// is changed again: this agent's own link there is removed; anything else was moved out of
+/// the link's name and is put back, unless the name is taken again (then it is left, and the
+/// link not changed, for an operator to look at).
+fn settle_private(dir: &ClassDir, r: &ClaimRecord) -> Result<(), ClaimError> {
+    let private = private_name(&r.name);
+    let at = dir.path.join(&private);
+    let found = what_is(dir, &private)?;
+    if found == At::Nothing {
+        return Ok(());
+    }
+    if recorded(r, &found) {
+        return rustix::fs::unlinkat(&dir.fd, private.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &at, e));
+    }
+    match rename(dir, &private, &r.name, rustix::fs::RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(ClaimError::NotOurs {
+            path: at,
+            message: format!(
+                "was moved out of {} by a link change that did not finish, and cannot be put back ({e}); \
+                 move it back or remove it",
+                r.name
+            ),
+        }),
+    }
+}
+
+/// Removes the link `r` names, only if what is at its name at the instant it is moved is ours
+/// (the private name is free: [`apply_one`] settled it).
+fn remove(dir: &ClassDir, r: &ClaimRecord) -> Result<Swapped, ClaimError> {
+    let (path, private) = (dir.path.join(&r.name), private_name(&r.name));
+    between_check_and_change(&path);
+    rename(dir, &r.name, &private, rustix::fs::RenameFlags::NOREPLACE).map_err(|e| io("moving aside", &path, e))?;
+    let moved = what_is(dir, &private)?;
+    if recorded(r, &moved) {
+        let at = dir.path.join(&private);
+        rustix::fs::unlinkat(&dir.fd, private.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &at, e))?;
+        return Ok(Swapped::Done);
+    }
+    // Put back (unless an operator's new link took the name meanwhile: that one is kept, and
+    // the error says where the moved one is).
+    settle_private(dir, r)?;
+    Ok(Swapped::NotOurs(format!(
+        "{} was swapped in meanwhile, which this agent did not write; left in place",
+        shown(moved)
+    )))
+}
+
+/// Points the link `r` names at its new target, only if what the new link replaces at the
+/// instant of the exchange is ours (the private name is free: [`apply_one`] settled it).
+fn retarget(dir: &ClassDir, r: &ClaimRecord) -> Result<Swapped, ClaimError> {
+    use rustix::fs::RenameFlags;
+    let (path, private) = (dir.path.join(&r.name), private_name(&r.name));
+    let at = dir.path.join(&private);
+    rustix::fs::symlinkat(r.target.as_str(), &dir.fd, private.as_str()).map_err(|e| io("creating the link", &at, e))?;
+    between_check_and_change(&path);
+    if let Err(e) = rename(dir, &private, &r.name, RenameFlags::EXCHANGE) {
+        // Nothing was exchanged: the new link goes, and the name is as it was.
+        let _ = rustix::fs::unlinkat(&dir.fd, private.as_str(), AtFlags::empty());
+        return Err(io("exchanging the new link with", &path, e));
+    }
+    let replaced = what_is(dir, &private)?;
+    if recorded(r, &replaced) {
+        rustix::fs::unlinkat(&dir.fd, private.as_str(), AtFlags::empty()).map_err(|e| io("unlinking", &at, e))?;
+        return Ok(Swapped::Done);
+    }
+    // Not ours: exchanged back, so it is at its name again and the new link at the private one.
+    rename(dir, &private, &r.name, RenameFlags::EXCHANGE).map_err(|e| io("exchanging back", &path, e))?;
+    settle_private(dir, r)?;
+    Ok(Swapped::NotOurs(format!(
+        "{} was swapped in meanwhile, which this agent did not write; left in place",
+        shown(replaced)
+    )))
+}
+
+/// A moved entry as an error message shows it.
+fn shown(at: At) -> String {
+    match at {
+        At::Link(t) => format!("a link to {t:?}"),
+        At::Other => "something that is not a symlink".into(),
+        At::Nothing => "nothing".into(),
+    }
+}
+
+/// What a test does to a link's path between its check and its change (an operator's swap).
+#[cfg(test)]
+type Swap = Box<dyn FnMut(&Path)>;
+
+#[cfg(test)]
+thread_local! {
+    static BETWEEN_CHECK_AND_CHANGE: std::cell::RefCell<Option<Swap>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The point between a link's check and its change, where a test may swap the link.
+fn between_check_and_change(path: &Path) {
+    #[cfg(test)]
+    BETWEEN_CHECK_AND_CHANGE.with(|hook| {
+        if let Some(f) = hook.borrow_mut().as_mut() {
+            f(path)
+        }
+    });
+    #[cfg(not(test))]
+    let _ = path;
 }
 
 /// Records `r` (in place of any record of the same link) and writes the records.
@@ -903,6 +1088,7 @@ mod tests {
         assert!(out[0].1.is_ok(), "{out:?}");
         assert!(std::fs::symlink_metadata(dir.join("wwid-a")).is_err());
         assert_eq!(read_records(&state).unwrap(), Vec::new());
+        assert_eq!(list_dir(&dir), Vec::<String>::new(), "no private name is left");
     }
 
     #[test]
@@ -929,6 +1115,90 @@ mod tests {
         let out = apply(&config, &state, &mut Vec::new(), &[LinkAction::Create(d)]);
         assert!(out[0].1.is_err(), "{out:?}");
         assert_eq!(std::fs::read(dir.join("wwid-d")).unwrap(), b"someone's file");
+        assert_eq!(read_records(&state).unwrap(), Vec::new());
+    }
+
+    /// Runs `f` with `swap` done between each link's check and its change.
+    fn with_swap<T>(swap: impl FnMut(&Path) + 'static, f: impl FnOnce() -> T) -> T {
+        BETWEEN_CHECK_AND_CHANGE.with(|h| *h.borrow_mut() = Some(Box::new(swap)));
+        let out = f();
+        BETWEEN_CHECK_AND_CHANGE.with(|h| *h.borrow_mut() = None);
+        out
+    }
+
+    /// An operator's link swapped in after the check, before the change: kept, and no
+    /// longer recorded as ours.
+    #[test]
+    fn a_link_swapped_in_between_the_check_and_the_change_is_left_in_place() {
+        let (_tmp, config, dir, state) = setup();
+        let operator = |target: &'static str| {
+            move |path: &Path| {
+                std::fs::remove_file(path).unwrap();
+                std::os::unix::fs::symlink(target, path).unwrap();
+            }
+        };
+        let r = record(&dir, "wwid-s", "/dev/loop1");
+        std::os::unix::fs::symlink("/dev/loop1", dir.join("wwid-s")).unwrap();
+        let out = with_swap(operator("/dev/sdop"), || {
+            apply(&config, &state, &mut vec![r.clone()], &[LinkAction::Remove(r.clone())])
+        });
+        assert!(out[0].1.as_ref().is_err_and(|e| e.contains("left in place")), "{out:?}");
+        assert_eq!(std::fs::read_link(dir.join("wwid-s")).unwrap(), Path::new("/dev/sdop"), "the operator's link");
+        assert_eq!(read_records(&state).unwrap(), Vec::new());
+
+        let t = record(&dir, "wwid-t", "/dev/loop3");
+        let moved = ClaimRecord { target: "/dev/loop3".into(), previous: Some("/dev/loop2".into()), ..t };
+        std::os::unix::fs::symlink("/dev/loop2", dir.join("wwid-t")).unwrap();
+        let out = with_swap(operator("/dev/sdop2"), || {
+            apply(&config, &state, &mut vec![moved.clone()], &[LinkAction::Retarget(moved.clone())])
+        });
+        assert!(out[0].1.as_ref().is_err_and(|e| e.contains("left in place")), "{out:?}");
+        assert_eq!(std::fs::read_link(dir.join("wwid-t")).unwrap(), Path::new("/dev/sdop2"), "the operator's link");
+        assert_eq!(read_records(&state).unwrap(), Vec::new());
+        // A directory swapped in (a mount point, say): exchanged back, whole.
+        let u = ClaimRecord { name: "wwid-u".into(), ..moved.clone() };
+        std::os::unix::fs::symlink("/dev/loop2", dir.join("wwid-u")).unwrap();
+        let out = with_swap(
+            |path: &Path| {
+                std::fs::remove_file(path).unwrap();
+                std::fs::create_dir(path).unwrap();
+                std::fs::write(path.join("data"), b"theirs").unwrap();
+            },
+            || apply(&config, &state, &mut vec![u.clone()], &[LinkAction::Retarget(u.clone())]),
+        );
+        assert!(out[0].1.as_ref().is_err_and(|e| e.contains("not a symlink")), "{out:?}");
+        assert_eq!(std::fs::read(dir.join("wwid-u/data")).unwrap(), b"theirs");
+        // Nothing else is left in the directory.
+        assert_eq!(list_dir(&dir), ["wwid-s", "wwid-t", "wwid-u"].map(String::from));
+    }
+
+    /// A change a crash interrupted leaves the link at its private name: the next change of
+    /// that link removes it when it is ours and puts it back when it is not.
+    #[test]
+    fn a_link_change_interrupted_by_a_crash_is_settled_by_the_next_one() {
+        let (_tmp, config, dir, state) = setup();
+        let private = |name: &str| dir.join(private_name(name));
+        // Ours, moved aside before its removal: removed, the record forgotten.
+        let a = record(&dir, "wwid-a", "/dev/loop1");
+        std::os::unix::fs::symlink("/dev/loop1", private("wwid-a")).unwrap();
+        let out = apply(&config, &state, &mut vec![a.clone()], &[LinkAction::Forget(a.clone())]);
+        assert!(out[0].1.is_ok(), "{out:?}");
+        // Theirs, swapped in and moved aside: put back, and the name is theirs.
+        let b = record(&dir, "wwid-b", "/dev/loop2");
+        std::os::unix::fs::symlink("/dev/sdop", private("wwid-b")).unwrap();
+        let out = apply(&config, &state, &mut vec![b.clone()], &[LinkAction::Relink(b.clone())]);
+        assert!(out[0].1.is_err(), "{out:?}");
+        assert_eq!(std::fs::read_link(dir.join("wwid-b")).unwrap(), Path::new("/dev/sdop"));
+        // Theirs, while the name is taken again: nothing is changed, and the error says where.
+        let c = record(&dir, "wwid-c", "/dev/loop3");
+        std::os::unix::fs::symlink("/dev/sdop3", private("wwid-c")).unwrap();
+        std::os::unix::fs::symlink("/dev/loop3", dir.join("wwid-c")).unwrap();
+        let out = apply(&config, &state, &mut vec![c.clone()], &[LinkAction::Remove(c.clone())]);
+        assert!(out[0].1.as_ref().is_err_and(|e| e.contains("cannot be put back")), "{out:?}");
+        assert_eq!(std::fs::read_link(dir.join("wwid-c")).unwrap(), Path::new("/dev/loop3"));
+        assert_eq!(std::fs::read_link(private("wwid-c")).unwrap(), Path::new("/dev/sdop3"));
+        std::fs::remove_file(private("wwid-c")).unwrap();
+        assert_eq!(list_dir(&dir), ["wwid-b", "wwid-c"].map(String::from));
         assert_eq!(read_records(&state).unwrap(), Vec::new());
     }
 

@@ -93,6 +93,7 @@ impl MountTable {
     }
 
     /// Whether `path` is exactly a mount point.
+    #[cfg(test)]
     pub fn is_mount_point(&self, path: &Path) -> bool {
         self.by_point.contains_key(path)
     }

@@ -112,6 +112,7 @@ pub enum Subject {
 
 impl Subject {
     /// The host path of a volume subject.
+    #[cfg(test)]
     pub fn volume_path(&self) -> Option<&str> {
         match self {
             Subject::Volume(p) => Some(p),
@@ -698,6 +699,7 @@ impl Operations {
     }
 
     /// Threads the pool holds now (busy or idle).
+    #[cfg(test)]
     pub fn threads(&self) -> usize {
         self.inner.pool.threads()
     }
@@ -792,6 +794,7 @@ impl Pool {
         }
     }
 
+    #[cfg(test)]
     fn threads(&self) -> usize {
         self.queue.lock().map(|q| q.threads).unwrap_or(0)
     }

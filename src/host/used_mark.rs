@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::disk_identity::{Found, Verdict, judge};
 use crate::core::used_mark::{
     LedgerIndex, Relation, UsedMark, UsedRead, XATTR_NAME, is_offered, ledger_lookup_indexed, note_filesystem_wiped,
-    offered_or_marked, relate, wiped_by,
+    offered_or_marked, prune_withdrawn, relate, wiped_by,
 };
 
 /// File name of the ledger inside the state directory.
@@ -75,16 +75,45 @@ pub fn read_dir_mark(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<UsedMark>
     }
 }
 
-/// Puts the mark on a directory and flushes it to the disk. Returns `false` when the
-/// filesystem cannot carry attributes (the ledger then has to).
-pub fn write_dir_mark(fd: BorrowedFd<'_>, path: &Path, mark: &UsedMark) -> Result<bool, MarkError> {
-    match rustix::fs::fsetxattr(fd, XATTR_NAME, mark.to_json().as_bytes(), rustix::fs::XattrFlags::empty()) {
-        Ok(()) => {}
-        Err(e) if unsupported(e) || e == Errno::ROFS => return Ok(false),
+/// Where a written mark is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carrier {
+    /// On the filesystem itself (the attribute), and in the ledger: it travels with the disk.
+    Attribute,
+    /// A block device: in the ledger only, as for every block device.
+    Ledger,
+    /// A filesystem that cannot hold the attribute (vfat, exFAT, NFS, a read-only mount):
+    /// in this node's ledger only, so it does not travel with the disk.
+    LedgerOnly {
+        /// Why the filesystem does not carry it.
+        why: String,
+        /// The ledger held no mark of this PV on this disk before: the first time its
+        /// volume's mark is kept node-local only (what is reported, once; its later writes,
+        /// the UID and the claim, are not).
+        first: bool,
+    },
+}
+
+/// Puts the mark on a directory and flushes it to the disk. `fs_type` names the filesystem in
+/// what is returned when it cannot hold the attribute (the ledger then has to).
+pub fn write_dir_mark(
+    fd: BorrowedFd<'_>,
+    path: &Path,
+    fs_type: Option<&str>,
+    mark: &UsedMark,
+) -> Result<Carrier, MarkError> {
+    let fs = fs_type.map_or_else(|| "its filesystem".to_string(), |t| format!("its filesystem ({t})"));
+    let why = match rustix::fs::fsetxattr(fd, XATTR_NAME, mark.to_json().as_bytes(), rustix::fs::XattrFlags::empty()) {
+        Ok(()) => None,
+        Err(e) if unsupported(e) => Some(format!("{fs} cannot hold the extended attribute {XATTR_NAME}")),
+        Err(Errno::ROFS) => Some(format!("{fs} is mounted read-only")),
         Err(e) => return Err(MarkError::io("setting the used mark on", path, e)),
+    };
+    if let Some(why) = why {
+        return Ok(Carrier::LedgerOnly { why, first: true });
     }
     rustix::fs::fsync(fd).map_err(|e| MarkError::io("fsync", path, e))?;
-    Ok(true)
+    Ok(Carrier::Attribute)
 }
 
 /// Removes the mark from a directory (after its wipe), flushed to the disk.
@@ -114,8 +143,9 @@ pub enum Accept {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MarkOutcome {
     /// The attribute (on a directory that can carry it) is written and flushed; the mark
-    /// still has to go into the ledger, in one batch, before the PV is created.
-    Written(UsedMark),
+    /// still has to go into the ledger, in one batch, before the PV is created. The carrier
+    /// says whether the disk itself carries it.
+    Written(UsedMark, Carrier),
     /// `write` said no to the mark that is there (none, or another).
     Kept(Option<UsedMark>),
     /// The volume at the path is not proven to be the recorded disk: nothing was written.
@@ -160,7 +190,8 @@ pub fn mark_volume(
             if let Some(why) = proven(&found) {
                 return Ok(MarkOutcome::NotTheDisk(why));
             }
-            let dir = mount_of_fd(root.as_fd(), mounts).map(|m| m.root.display().to_string());
+            let mount = mount_of_fd(root.as_fd(), mounts);
+            let dir = mount.map(|m| m.root.display().to_string());
             let there = match read_dir_mark(root.as_fd(), &resolved) {
                 Ok(Some(m)) => Some(m),
                 Ok(None) => match ledger.lookup(&found.identity, dir.as_deref()) {
@@ -175,9 +206,14 @@ pub fn mark_volume(
             mark.identity = found.identity;
             mark.root = dir;
             // A filesystem that cannot carry the attribute (or is mounted read-only) has only
-            // the ledger's entry, which every mark gets anyway.
-            write_dir_mark(root.as_fd(), &resolved, &mark)?;
-            Ok(MarkOutcome::Written(mark))
+            // the ledger's entry, which every mark gets anyway: the caller says so.
+            let carrier = match write_dir_mark(root.as_fd(), &resolved, mount.map(|m| m.fs_type.as_str()), &mark)? {
+                Carrier::LedgerOnly { why, .. } => {
+                    Carrier::LedgerOnly { why, first: !ledger.has_mark_of(&mark.pv, &mark.identity) }
+                }
+                carrier => carrier,
+            };
+            Ok(MarkOutcome::Written(mark, carrier))
         }
         EntryKind::BlockDevice => {
             let file = File::open(&resolved).map_err(|e| MarkError::io("opening", &resolved, e))?;
@@ -194,7 +230,7 @@ pub fn mark_volume(
             }
             mark.identity = found.identity;
             mark.root = None;
-            Ok(MarkOutcome::Written(mark))
+            Ok(MarkOutcome::Written(mark, Carrier::Ledger))
         }
         EntryKind::Symlink | EntryKind::Other => {
             Ok(MarkOutcome::NotTheDisk("neither a directory nor a block device".into()))
@@ -207,7 +243,9 @@ pub fn mark_volume(
 struct LedgerData {
     /// Marks of used disks.
     used: Vec<UsedMark>,
-    /// UIDs of PVs this agent withdrew while no claim had been seen on them.
+    /// UIDs of PVs this agent withdrew while no claim had been seen on them, only while an
+    /// unclaimed entry of `used` names them (core::used_mark::prune_withdrawn): bounded by
+    /// `used`, which a wipe empties.
     #[serde(default)]
     withdrawn: Vec<String>,
     /// `used` by what may relate a volume to them (not stored; rebuilt on load and change).
@@ -290,6 +328,16 @@ impl Ledger {
         }
     }
 
+    /// Whether the ledger holds a mark of PV `pv` on a disk that may be the one found as
+    /// `identity` (what names it, not whether that proves it: a disk with no stable name is
+    /// still found by its device number). `false` when the ledger cannot be read.
+    pub fn has_mark_of(&self, pv: &str, identity: &str) -> bool {
+        match self.state.lock().as_deref() {
+            Ok(Ok(data)) => data.index.candidates(&data.used, identity).iter().any(|m| m.pv == pv),
+            _ => false,
+        }
+    }
+
     /// Whether the mark (from a disk's attribute) belongs to a PV this agent withdrew while
     /// it was unclaimed.
     pub fn classify(&self, mark: UsedMark) -> UsedRead {
@@ -328,10 +376,10 @@ impl Ledger {
     /// mark is not complete without its ledger entry).
     pub fn record_outcomes<'a>(&self, outcomes: impl Iterator<Item = &'a mut Result<MarkOutcome, String>>) {
         let mut written: Vec<&'a mut Result<MarkOutcome, String>> =
-            outcomes.filter(|o| matches!(o, Ok(MarkOutcome::Written(_)))).collect();
+            outcomes.filter(|o| matches!(o, Ok(MarkOutcome::Written(..)))).collect();
         let marks: Vec<UsedMark> = written
             .iter()
-            .filter_map(|o| if let Ok(MarkOutcome::Written(m)) = &**o { Some(m.clone()) } else { None })
+            .filter_map(|o| if let Ok(MarkOutcome::Written(m, _)) = &**o { Some(m.clone()) } else { None })
             .collect();
         if let Err(e) = self.record(&marks) {
             for outcome in written.iter_mut() {
@@ -356,19 +404,19 @@ impl Ledger {
     }
 
     /// Forgets what the completed wipe of the volume found as `identity` (at `root`) removed
-    /// (see core::used_mark::wiped_by); anything it did not wipe stays.
+    /// (see core::used_mark::wiped_by), and the withdrawals of the marks it removed; anything
+    /// it did not wipe stays.
     pub fn clear(&self, identity: &str, root: Option<&str>) -> Result<(), MarkError> {
         self.update(|data| {
-            let gone: Vec<String> =
-                data.used.iter().filter(|e| wiped_by(e, identity, root)).filter_map(|e| e.uid.clone()).collect();
             data.used.retain(|e| !wiped_by(e, identity, root));
-            data.withdrawn.retain(|uid| !gone.contains(uid));
             for e in data.used.iter_mut() {
                 note_filesystem_wiped(e, identity, root);
             }
         })
     }
 
+    /// Applies `change` and writes the ledger when it changed; the withdrawals no entry needs
+    /// any more go in the same write.
     fn update(&self, change: impl FnOnce(&mut LedgerData)) -> Result<(), MarkError> {
         if !self.writable {
             return Err(MarkError::Corrupt { path: self.path.clone(), why: "opened read-only".into() });
@@ -380,6 +428,7 @@ impl Ledger {
         let data = guard.as_mut().map_err(|why| MarkError::Corrupt { path: self.path.clone(), why: why.clone() })?;
         let mut next = data.clone();
         change(&mut next);
+        prune_withdrawn(&next.used, &mut next.withdrawn);
         if next == *data {
             return Ok(());
         }
@@ -451,9 +500,9 @@ mod tests {
         let tmpfs = UsedMark { root: Some("/".into()), ..mark(TMPFS, "u3") };
         ledger.record(&[mark(BLK, "u1"), mark(OTHER, "u2"), tmpfs]).unwrap();
         ledger.record_withdrawn(&["u2".into()]).unwrap();
-        let mut outcomes = [Ok(MarkOutcome::Written(UsedMark { claimed: true, ..mark(BLK, "u1") }))];
+        let mut outcomes = [Ok(MarkOutcome::Written(UsedMark { claimed: true, ..mark(BLK, "u1") }, Carrier::Ledger))];
         ledger.record_outcomes(outcomes.iter_mut());
-        assert!(matches!(outcomes[0], Ok(MarkOutcome::Written(_))));
+        assert!(matches!(outcomes[0], Ok(MarkOutcome::Written(..))));
         // One agent per state directory; a read-only view (the dry run) next to it is fine.
         assert!(Ledger::open(dir.path()).is_err());
         // Offered, withdrawn unclaimed, then published again and used: the offered-only entry
@@ -492,7 +541,7 @@ mod tests {
         assert!(matches!(corrupt.lookup(TMPFS, Some("/")), UsedRead::Unknown(_)));
         assert!(corrupt.record(&[mark(BLK, "u1")]).is_err());
         // A batch whose ledger entries cannot be written is not marked.
-        let mut outcomes = [Ok(MarkOutcome::Written(mark(BLK, "u1"))), Ok(MarkOutcome::Kept(None))];
+        let mut outcomes = [Ok(MarkOutcome::Written(mark(BLK, "u1"), Carrier::Ledger)), Ok(MarkOutcome::Kept(None))];
         corrupt.record_outcomes(outcomes.iter_mut());
         assert!(outcomes[0].is_err() && outcomes[1] == Ok(MarkOutcome::Kept(None)), "{outcomes:?}");
         assert_eq!(std::fs::read(dir.path().join(LEDGER_FILE)).unwrap(), b"{not json", "never reset");

@@ -26,11 +26,6 @@ pub enum EntryKind {
     Other,
 }
 
-/// Classifies `path` (see [`resolve_entry`]).
-pub fn entry_kind(path: &Path) -> Result<EntryKind, HostError> {
-    resolve_entry(path).map(|(kind, _)| kind)
-}
-
 /// Classifies the entry at `path` and returns the path to use for it: for a directory, the
 /// canonical parent joined with the entry's own name (the entry itself is never resolved, so
 /// the mount-table lookup is of the path kubelet will use); for a block device, the path as

@@ -269,35 +269,9 @@ impl Cleaner {
     }
 }
 
-/// The API refuses an Event whose note is over 1 KiB, and the event would be lost: longer notes
-/// are cut (the full text is in the PV's cleanup-result annotation).
-fn event_note(mut note: String) -> String {
-    const LIMIT: usize = 1024;
-    const CUT: &str = " [...]";
-    if note.len() > LIMIT {
-        let mut end = LIMIT - CUT.len();
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str(CUT);
-    }
-    note
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn event_notes_fit_the_api_limit() {
-        assert_eq!(event_note("short".into()), "short");
-        let exact = "x".repeat(1024);
-        assert_eq!(event_note(exact.clone()), exact);
-        let long = format!("{}\u{e9}{}", "a".repeat(1017), "b".repeat(100));
-        let cut = event_note(long);
-        assert!(cut.len() <= 1024 && cut.ends_with(" [...]"), "{}", cut.len());
-    }
 
     #[test]
     fn unproven_refusals_say_what_to_check_and_the_command() {

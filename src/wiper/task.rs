@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
-use super::{Progress, WIPE_STALL, WipeError, WipeJob, Wiped, event_note};
+use super::{Progress, WIPE_STALL, WipeError, WipeJob, Wiped};
 use crate::api::{AnnotationPatch, Cluster, pv_reference};
 use crate::core::cleanup::AfterWipe;
 use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
@@ -76,7 +76,7 @@ impl WipeTask {
             Err(e @ WipeError::InUse { .. }) => {
                 // Not a failed wipe (no metric, no failure annotation): a wait, said once per try.
                 info!(pv = name, path = %path.display(), reason = %e, "wipe waits for kubelet to unmount the volume");
-                let note = event_note(format!("Not wiped yet: {e}"));
+                let note = format!("Not wiped yet: {e}");
                 self.cluster.event(&self.regarding, false, "VolumeStillMounted", "Wipe", note).await;
             }
             Err(e) => {
@@ -84,12 +84,12 @@ impl WipeTask {
                 self.metrics.wipe_finished(&finished(if block { "block" } else { "fs" }, false, 0));
                 warn!(pv = name, path = %path.display(), error = %e, "wipe failed; the PV is left as it is");
                 let note = if orphan {
-                    event_note(format!(
+                    format!(
                         "Error wiping the used volume at {} (to be published as {name:?}); it is not published: {e}",
                         path.display()
-                    ))
+                    )
                 } else {
-                    event_note(format!("Error cleaning PV {name:?}: {e}"))
+                    format!("Error cleaning PV {name:?}: {e}")
                 };
                 self.cluster.event(&self.regarding, true, "VolumeFailedDelete", "Wipe", note).await;
                 if !orphan {
