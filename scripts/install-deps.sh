@@ -5,13 +5,14 @@
 set -euo pipefail
 need=()
 # tests/device_content.rs makes each on-disk signature with its real tool (mkswap ... mksquashfs);
-# tests/failing_disks.rs wedges volumes (fsfreeze, a FUSE mount whose daemon is stopped: bindfs).
+# tests/failing_disks.rs wedges volumes (fsfreeze, a FUSE mount whose daemon is stopped: bindfs);
+# tests/host_defects.rs mounts a vfat volume through fusefat where the kernel has no vfat driver.
 for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fsprogs chattr:e2fsprogs mkfs.xfs:xfsprogs \
             blkid:util-linux wipefs:util-linux partx:util-linux sfdisk:fdisk flock:util-linux setsid:util-linux \
             python3:python3 truncate:coreutils readelf:binutils mkswap:util-linux \
             mkfs.btrfs:btrfs-progs mkfs.vfat:dosfstools pvcreate:lvm2 cryptsetup:cryptsetup-bin \
             make-bcache:bcache-tools mkfs.f2fs:f2fs-tools mkfs.ntfs:ntfs-3g mksquashfs:squashfs-tools \
-            fsfreeze:util-linux debugfs:e2fsprogs xfs_io:xfsprogs bindfs:bindfs; do
+            fsfreeze:util-linux debugfs:e2fsprogs xfs_io:xfsprogs bindfs:bindfs fusefat:fusefat; do
   command -v "${tool%%:*}" > /dev/null || need+=("${tool#*:}")
 done
 # The real test node (tests/node/): runc's seccomp support links libseccomp; the workload and
