@@ -271,6 +271,8 @@ fn a_released_filesystem_pv_costs_at_most_three_requests() {
     }
     let cp = ControlPlane::get();
     let node = "wipe-req-node";
+    let name = pv_name("vol1", node, "wipe-req");
+    leave_nothing(&cp, &name, node, "wipe-req-claim");
     cp.create_node(node);
     cp.create_storage_class("wipe-req", "Delete");
     let tmp = tempfile::tempdir().unwrap();
@@ -284,7 +286,6 @@ fn a_released_filesystem_pv_costs_at_most_three_requests() {
     );
     let kubeconfig = cp.agent_kubeconfig(tmp.path());
     let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
-    let name = pv_name("vol1", node, "wipe-req");
     let uid = wait_until("PV published", WAIT, || cp.pv_state(&name).map(|(u, _)| u));
     assert_eq!(cp.bind_claim("wipe-req-claim", "wipe-req", false), name);
     std::fs::write(vol.join("data"), b"tenant data").unwrap();
@@ -300,7 +301,22 @@ fn a_released_filesystem_pv_costs_at_most_three_requests() {
     assert!(requests.len() <= 3, "{} requests for one released PV: {requests:?}", requests.len());
     assert_eq!(requests, ["delete persistentvolumes", "patch persistentvolumes", "create persistentvolumes"]);
     drop(agent);
+    leave_nothing(&cp, &name, node, "wipe-req-claim");
 }
+
+/// Deletes PV `name` and the Node (forgetting our finalizer): a run on the same control plane
+/// (or after a failed one) starts from nothing.
+fn leave_nothing(cp: &ControlPlane, name: &str, node: &str, claim: &str) {
+    cp.kubectl(&["delete", "pod", claim, "-n", "default", "--grace-period=0", "--force", "--ignore-not-found"]);
+    cp.kubectl(&["delete", "pvc", claim, "-n", "default", "--wait=false", "--ignore-not-found"]);
+    cp.kubectl(&["patch", "pvc", claim, "-n", "default", "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    cp.kubectl(&["patch", "pv", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    cp.kubectl(&["delete", "pv", name, "--wait=false", "--ignore-not-found"]);
+    cp.kubectl(&["delete", "node", node, "--ignore-not-found"]);
+}
+
+/// The name of the policy of [`hold_deletion`].
+const HOLD_POLICY: &str = "wipe-recovery-hold";
 
 /// A ValidatingAdmissionPolicy that refuses the deletion of PV `pv`, in force once this returns.
 fn hold_deletion(cp: &ControlPlane, policy: &str, pv: &str) {
@@ -313,6 +329,13 @@ fn hold_deletion(cp: &ControlPlane, policy: &str, pv: &str) {
     });
 }
 
+/// Removes the policy of [`hold_deletion`].
+fn release_deletion(cp: &ControlPlane) {
+    for kind in ["validatingadmissionpolicybinding", "validatingadmissionpolicy"] {
+        cp.kubectl(&["delete", kind, HOLD_POLICY, "--ignore-not-found"]);
+    }
+}
+
 #[test]
 fn a_wipe_whose_pv_could_not_be_finished_is_not_done_again() {
     if !require_root("a_wipe_whose_pv_could_not_be_finished_is_not_done_again") {
@@ -320,6 +343,9 @@ fn a_wipe_whose_pv_could_not_be_finished_is_not_done_again() {
     }
     let cp = ControlPlane::get();
     let node = "wipe-finish-node";
+    let name = pv_name("vol1", node, "wipe-finish");
+    release_deletion(&cp);
+    leave_nothing(&cp, &name, node, "wipe-finish-claim");
     cp.create_node(node);
     cp.create_storage_class("wipe-finish", "Delete");
     let tmp = tempfile::tempdir().unwrap();
@@ -334,16 +360,14 @@ fn a_wipe_whose_pv_could_not_be_finished_is_not_done_again() {
     let kubeconfig = cp.agent_kubeconfig(tmp.path());
     let log = tmp.path().join("agent.log");
     let agent = AgentProcess::start(&config, node, &kubeconfig, &log);
-    let name = pv_name("vol1", node, "wipe-finish");
     let uid = wait_until("PV published", WAIT, || cp.pv_state(&name).map(|(u, _)| u));
     assert_eq!(cp.bind_claim("wipe-finish-claim", "wipe-finish", false), name);
     std::fs::write(vol.join("data"), b"tenant data").unwrap();
 
-    let policy = "wipe-recovery-hold";
-    hold_deletion(&cp, policy, &name);
+    hold_deletion(&cp, HOLD_POLICY, &name);
     cp.release_claim("wipe-finish-claim");
     let wiped = |n: usize| move |log: &str| (log.matches("volume wiped").count() >= n).then_some(());
-    let failed_finishes = |log: &str| log.matches("finishing PV after the wipe").count();
+    let failed_finishes = |log: &str| log.matches("wiped, but the PV could not be finished").count();
     wait_until("the wipe done and its PV's finish refused", WAIT, || {
         let log = agent.log_text();
         wiped(1)(&log)?;
@@ -364,11 +388,11 @@ fn a_wipe_whose_pv_could_not_be_finished_is_not_done_again() {
     assert_eq!(entries(&vol), 0);
 
     // The API lets go: the next retry proves the disk unchanged and only finishes the PV.
-    cp.kubectl_ok(&["delete", "validatingadmissionpolicybinding", policy]);
-    cp.kubectl_ok(&["delete", "validatingadmissionpolicy", policy]);
+    release_deletion(&cp);
     wait_recycled(&cp, &name, &uid, Some(&vol), WAIT);
     let log = agent.stop();
     assert_eq!(log.matches("volume wiped").count(), 2, "not wiped a third time:\n{log}");
     assert!(log.contains("wiped before and unchanged since (recorded); not wiped again"), "{log}");
     assert!(record::read(&state).unwrap().is_empty(), "the record goes once the PV is finished");
+    leave_nothing(&cp, &name, node, "wipe-finish-claim");
 }

@@ -79,7 +79,8 @@ pub enum WipeError {
     /// (host::ops). Retried once it answers again.
     #[error("{0}")]
     Unresponsive(String),
-    /// The wipe succeeded but the PV could not be finished; it is retried (and wiped again).
+    /// The wipe succeeded but the PV could not be finished; it is retried (not wiped again
+    /// while the wipe's record holds, see wiper::record).
     #[error("finishing PV after the wipe: {0}")]
     Api(#[from] crate::api::ApiError),
 }
@@ -422,7 +423,7 @@ impl Cleaner {
                 let due =
                     self.retries.failed(&outcome.uid, policy, e.to_string(), ask.as_deref(), Instant::now(), random);
                 let in_s = due.saturating_duration_since(Instant::now()).as_secs();
-                tracing::info!(pv = %outcome.name, retry_in_s = in_s, "wipe will be retried");
+                tracing::info!(pv = %outcome.name, retry_in_s = in_s, error = %e, "wipe will be retried");
             }
         }
     }

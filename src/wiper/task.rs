@@ -131,10 +131,13 @@ impl WipeTask {
             return Ok(());
         }
         let uid = self.job.pv.uid.as_str();
-        if self.after == AfterWipe::DeletePv {
-            self.cluster.delete_pv(name, uid, None).await?;
+        if let Err(e) = self.finish(name, uid).await {
+            let e = WipeError::from(e);
+            warn!(pv = name, error = %e, "wiped, but the PV could not be finished; retried without wiping again");
+            let note = event_note(format!("Error cleaning PV {name:?}: the volume is wiped, but {e}"));
+            self.cluster.event(&self.regarding, true, "VolumeFailedDelete", "Wipe", note).await;
+            return Err(e);
         }
-        self.cluster.remove_finalizer_seen(name, uid, FINALIZER_WIPE, &self.finalizers).await?;
         info!(pv = name, "PV finished after wipe; discovery publishes the clean volume again");
         // The record of the completed wipe has served its purpose.
         let (host, key) = (self.host.clone(), uid.to_string());
@@ -143,6 +146,14 @@ impl WipeTask {
             warn!(pv = name, error = %e, "could not drop the completed wipe's record; dropped at the next start");
         }
         Ok(())
+    }
+
+    /// Deletes the PV (when asked) and drops our finalizer.
+    async fn finish(&self, name: &str, uid: &str) -> Result<(), crate::api::ApiError> {
+        if self.after == AfterWipe::DeletePv {
+            self.cluster.delete_pv(name, uid, None).await?;
+        }
+        self.cluster.remove_finalizer_seen(name, uid, FINALIZER_WIPE, &self.finalizers).await
     }
 
     /// Tells, once, that the wipe started (a long one, or a wipe-first).
