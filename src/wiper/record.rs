@@ -199,7 +199,8 @@ mod tests {
         let empty = Now::Filesystem { entries: 0 };
         let same = Now::Block { written: Some(written("b1", 10, 800, 1, 2)) };
         // Every field that can differ, alone, for both kinds: (record, uid, claim, identity, now, honoured).
-        let cases: Vec<(&WipedRecord, &str, Option<&str>, &str, Now, bool)> = vec![
+        type Case<'a> = (&'a WipedRecord, &'a str, Option<&'a str>, &'a str, Now, bool);
+        let cases: Vec<Case> = vec![
             (&fs, "u1", Some("c1"), &fs.identity, empty.clone(), true),
             (&fs, "u2", Some("c1"), &fs.identity, empty.clone(), false),
             (&fs, "u1", Some("c2"), &fs.identity, empty.clone(), false),
