@@ -396,3 +396,56 @@ fn a_wipe_whose_pv_could_not_be_finished_is_not_done_again() {
     assert!(record::read(&state).unwrap().is_empty(), "the record goes once the PV is finished");
     leave_nothing(&cp, &name, node, "wipe-finish-claim");
 }
+
+#[test]
+fn a_stopping_agent_kills_the_cleaner_command_of_its_running_wipe() {
+    if !require_root("a_stopping_agent_kills_the_cleaner_command_of_its_running_wipe") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = "wipe-stop-node";
+    let name = pv_name("disk1", node, "wipe-stop");
+    leave_nothing(&cp, &name, node, "wipe-stop-claim");
+    cp.create_node(node);
+    cp.create_storage_class("wipe-stop", "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("blk");
+    std::fs::create_dir_all(&dir).unwrap();
+    let disk = LoopDevice::new(&tmp.path().join("disk.img"), 16);
+    symlink(&disk.device, dir.join("disk1")).unwrap();
+    let pids = tmp.path().join("pids");
+    let script = tmp.path().join("slow-cleaner.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nsleep 300 &\necho \"$$ $!\" > {p}.tmp\nmv {p}.tmp {p}\nsleep 300\n", p = pids.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = tmp.path().join("config");
+    let map = format!(
+        "wipe-stop:\n  hostDir: {d}\n  mountDir: {d}\n  volumeMode: Block\n  blockCleanerCommand: [\"{s}\"]\n",
+        d = dir.display(),
+        s = script.display()
+    );
+    write_config(&config, &[("storageClassMap", &map)]);
+    let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+    let uid = wait_until("PV published", WAIT, || cp.pv_state(&name).map(|(u, _)| u));
+    assert_eq!(cp.bind_claim("wipe-stop-claim", "wipe-stop", true), name);
+    cp.release_claim("wipe-stop-claim");
+    let started: Vec<i32> = wait_until("the cleaner running", WAIT, || {
+        let text = std::fs::read_to_string(&pids).ok()?;
+        let all: Vec<i32> = text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        (all.len() == 2).then_some(all)
+    });
+    let stopping = Instant::now();
+    let log = agent.stop(); // SIGTERM: a rolling update, a drain.
+    let took = stopping.elapsed();
+    for pid in started {
+        wait_until(&format!("cleaner process {pid} gone"), Duration::from_secs(5), || gone(pid).then_some(()));
+    }
+    assert!(took < Duration::from_secs(8), "the agent took {took:?} to stop:\n{log}");
+    assert!(log.contains("cancelled"), "{log}");
+    assert_eq!(cp.pv_state(&name), Some((uid, "Released".to_string())), "the PV stays for the next agent");
+    leave_nothing(&cp, &name, node, "wipe-stop-claim");
+}
