@@ -133,7 +133,7 @@ impl WipeTask {
         let uid = self.job.pv.uid.as_str();
         if let Err(e) = self.finish(name, uid).await {
             let e = WipeError::from(e);
-            warn!(pv = name, error = %e, "wiped, but the PV could not be finished; retried without wiping again");
+            warn!(pv = name, error = %e, "wiped, but the PV could not be finished; retried (not wiped again while its record holds)");
             let note = event_note(format!("Error cleaning PV {name:?}: the volume is wiped, but {e}"));
             self.cluster.event(&self.regarding, true, "VolumeFailedDelete", "Wipe", note).await;
             return Err(e);
