@@ -498,6 +498,41 @@ impl Cluster {
             .map_err(ApiError::request("remove finalizer from pv", name))
     }
 
+    /// As `remove_finalizer`, with the PV's finalizers as a watch's store showed them (`seen`),
+    /// so no read goes first. The patch tests the UID and the finalizer's position as
+    /// `remove_finalizer` does; when the store was stale (the test fails: 422), or shows no such
+    /// finalizer, the PV is read and the removal done as `remove_finalizer` does. Gone counts
+    /// as done.
+    pub async fn remove_finalizer_seen(
+        &self,
+        name: &str,
+        uid: &str,
+        finalizer: &str,
+        seen: &[String],
+    ) -> Result<(), ApiError> {
+        let Some(index) = seen.iter().position(|f| f == finalizer) else {
+            return self.remove_finalizer(name, uid, finalizer).await;
+        };
+        let ops = serde_json::json!([
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
+            {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+        ]);
+        let patch: json_patch::Patch = serde_json::from_value(ops)
+            .map_err(|e| ApiError::Config { source_name: "finalizer patch".into(), message: e.to_string() })?;
+        let pvs = self.pvs();
+        let patched = Patch::<()>::Json(patch);
+        match self
+            .send("patch", "remove finalizer from pv", name, pvs.patch(name, &PatchParams::default(), &patched))
+            .await?
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 422 => self.remove_finalizer(name, uid, finalizer).await,
+            Err(e) => Err(ApiError::request("remove finalizer from pv", name)(e)),
+        }
+    }
+
     /// Whether a Node named `key`, or labelled `kubernetes.io/hostname=key`, exists now: asked
     /// right before node-cleanup acts, so a Node that registered again meanwhile is not taken
     /// for gone.

@@ -48,7 +48,8 @@ pub enum WipeError {
     /// (host::ops). Retried once it answers again.
     #[error("{0}")]
     Unresponsive(String),
-    /// The wipe succeeded but the PV could not be finished; it is retried (and wiped again).
+    /// The wipe succeeded but the PV could not be finished; it is retried (not wiped again
+    /// while the wipe's record holds, see host::wipe_record).
     /// The API client's error (the wiper converts it), boxed: this module sits below the client.
     #[error("finishing PV after the wipe: {0}")]
     Api(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -88,6 +89,9 @@ pub struct WipeJob {
     pub timeout_base: Duration,
     /// Slowest rate (bytes per second) a wipe is allowed.
     pub min_rate: u64,
+    /// Whether a PV is finished after the wipe: the completed wipe is then recorded durably
+    /// (host::wipe_record), so a retry after a failed finish does not wipe again.
+    pub resumable: bool,
 }
 
 impl WipeJob {
@@ -104,6 +108,8 @@ pub struct Wiped {
     pub mode: &'static str,
     /// Bytes freed (filesystem) or overwritten (block device).
     pub bytes: u64,
+    /// Not wiped now: an earlier wipe of this PV completed, and its record still holds.
+    pub resumed: bool,
 }
 
 /// A wipe's progress, shared with the host side: the size once known, and bytes done.

@@ -111,6 +111,11 @@ pub trait HostAccess: Send + Sync + 'static {
     /// Marks the claim record of the link at `host_path` held for `why`, durably: its
     /// unbound PV was withdrawn because its device changed under it.
     fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String>;
+    /// Drops the records of completed wipes (host::wipe_record) whose PV UID `keep` rejects;
+    /// returns the UIDs still recorded. A host that keeps none has none.
+    fn forget_wipes(&self, _keep: &(dyn Fn(&str) -> bool + Sync)) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
 }
 
 /// The real host: the mount table, the volumes, the node-local ledger, kubelet's mounts.
@@ -371,5 +376,10 @@ impl HostAccess for RealHost {
     fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String> {
         let state_dir = self.ledger.path().parent().ok_or("the ledger has no state directory")?;
         claims::hold_record(state_dir, host_path, why).map_err(|e| e.to_string())
+    }
+
+    fn forget_wipes(&self, keep: &(dyn Fn(&str) -> bool + Sync)) -> Result<Vec<String>, String> {
+        let state_dir = self.ledger.path().parent().ok_or("the ledger has no state directory")?;
+        crate::host::wipe_record::retain(state_dir, keep).map_err(|e| e.to_string())
     }
 }

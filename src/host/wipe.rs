@@ -3,12 +3,15 @@
 //! descriptor the wipe writes through), the wipe itself, and clearing the disk's used mark.
 //! Host work, so it lives in `host` (it was wiper/on_host.rs); the wiper schedules it.
 
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tracing::warn;
+use tracing::{info, warn};
 
+use super::wipe_record::{self as record, Now, WipedRecord, Written};
 use crate::config::BlockCleanMethod;
+use crate::core::activity::IoStat;
 use crate::core::cleanup::PvState;
 use crate::core::disk_identity::{Found, Proof, Verdict, judge};
 use crate::core::wipe_job::{Progress, WipeError, WipeJob, Wiped};
@@ -16,16 +19,17 @@ use crate::host::discovery::wipe_exposure;
 use crate::host::identity::{device_identity, directory_identity, found_identity};
 use crate::host::kubelet::{KubeletError, KubeletView, Subject};
 use crate::host::mountinfo::MountTable;
-use crate::host::used_mark::{Ledger, clear_dir_mark};
+use crate::host::used_mark::{Ledger, clear_dir_mark, open_volume_root};
 use crate::host::volume::{EntryKind, block_device_capacity, filesystem_capacity, mount_of_fd, resolve_entry};
 use crate::host::wipe_block::{
-    BlockMethod, BlockWipeError, builtin_for_upstream_command, run_cleaner_command, wipe_block_verified,
+    BlockMethod, BlockWipeError, builtin_for_upstream_command, run_cleaner_command_until, wipe_block_verified,
 };
 use crate::host::wipe_fs::{FsWipeError, wipe_filesystem_counted};
 
 /// Checks the disk, waits for kubelet to let go of it, wipes it and clears its used mark.
 /// Blocks; `progress.total` is set as soon as the size is known, so the caller can scale its
-/// timeout.
+/// timeout. A wipe whose PV is finished afterwards (`job.resumable`) is recorded durably
+/// (host::wipe_record) once complete; when such a record holds, the disk is not wiped again.
 pub fn wipe(
     ledger: &Ledger,
     kubelet: &KubeletView,
@@ -33,6 +37,128 @@ pub fn wipe(
     cancel: &AtomicBool,
     progress: &Progress,
 ) -> Result<Wiped, WipeError> {
+    let state_dir = ledger.path().parent().map(Path::to_path_buf);
+    let state_dir = state_dir.filter(|_| job.resumable);
+    if let Some(dir) = &state_dir
+        && let Some(done) = resume(ledger, kubelet, job, dir)?
+    {
+        return Ok(done);
+    }
+    let (wiped, identity) = wipe_volume(ledger, kubelet, job, cancel, progress)?;
+    if let Some(dir) = &state_dir {
+        let written = if wiped.mode == "block" { device_written(&job.target.path) } else { None };
+        let record = WipedRecord {
+            uid: job.pv.uid.clone(),
+            claim: claim_uid(job),
+            identity,
+            mode: wiped.mode.to_string(),
+            written,
+        };
+        // Only saves a second wipe: without the record a retry wipes again, as before.
+        match record::keep(dir, record) {
+            Ok(()) => info!(pv = %job.pv.name, "completed wipe recorded; a retry only finishes the PV"),
+            Err(e) => warn!(pv = %job.pv.name, error = %e, "could not record the completed wipe"),
+        }
+    }
+    Ok(wiped)
+}
+
+/// The UID of the claim the job's PV was released by.
+fn claim_uid(job: &WipeJob) -> Option<String> {
+    job.pv.claim.as_ref().map(|(_, _, uid)| uid.clone())
+}
+
+/// The boot and the write counters of the block device at `path` (followed to the device).
+fn device_written(path: &Path) -> Option<Written> {
+    let rdev = std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(path).ok()?);
+    let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    let stat = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(Written::from_stat(boot.trim(), &IoStat::parse(&stat)?))
+}
+
+/// A wipe of this PV completed before (its record in `state_dir`) and its PV was not
+/// finished: when the record still holds (host::wipe_record::honoured, proven on a descriptor
+/// of the disk), the used marks are cleared again (a pass may have written them since) and
+/// the wipe is not done again. A record that does not hold is dropped.
+fn resume(ledger: &Ledger, kubelet: &KubeletView, job: &WipeJob, state_dir: &Path) -> Result<Option<Wiped>, WipeError> {
+    let records = match record::read(state_dir) {
+        Ok(records) => records,
+        Err(e) => {
+            warn!(pv = %job.pv.name, error = %e, "completed wipes cannot be read; wiping");
+            return Ok(None);
+        }
+    };
+    let Some(recorded) = records.into_iter().find(|r| r.uid == job.pv.uid) else { return Ok(None) };
+    let path = job.target.path.clone();
+    let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
+    let checked = check_volume(&job.pv, &path)?;
+    let mounts = MountTable::read().map_err(|e| failed(&e))?;
+    not_held_by_kubelet(kubelet, &path, &checked, &mounts)?;
+    let claim = claim_uid(job);
+    let (verdict, identity, root) = match &checked {
+        Checked::Filesystem { root, .. } => {
+            let dir = open_volume_root(root).map_err(|e| failed(&e))?;
+            let fd = std::os::fd::AsFd::as_fd(&dir);
+            if let Some(why) = mount_of_fd(fd, &mounts).and_then(|m| wipe_exposure(m, &mounts, &job.target.class)) {
+                return Err(WipeError::Refused(format!("{} is not wiped: {why}", root.display())));
+            }
+            let found = directory_identity(fd, root, Some(&mounts)).map_err(|e| failed(&e))?;
+            let identity = found.identity.clone();
+            prove_identity(&job.pv, root, found)?;
+            let entries = rustix::fs::Dir::read_from(fd)
+                .map_err(|e| failed(&format!("reading {}: {e}", root.display())))?
+                .filter(|e| e.as_ref().map_or(true, |e| ![&b"."[..], b".."].contains(&e.file_name().to_bytes())))
+                .count();
+            let now = Now::Filesystem { entries };
+            (record::honoured(&recorded, &job.pv.uid, claim.as_deref(), &identity, &now), identity, Some((dir, root)))
+        }
+        Checked::Block { .. } => {
+            // Exclusively, as the wipe would: nobody has mounted or claimed it since.
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_EXCL.bits())
+                .open(&path)
+                .map_err(|e| failed(&format!("opening {} exclusively: {e}", path.display())))?;
+            let found = device_identity(&file, &path).map_err(|e| failed(&e))?;
+            let identity = found.identity.clone();
+            prove_identity(&job.pv, &path, found)?;
+            let now = Now::Block { written: device_written(&path) };
+            (record::honoured(&recorded, &job.pv.uid, claim.as_deref(), &identity, &now), identity, None)
+        }
+    };
+    if let Err(why) = verdict {
+        info!(pv = %job.pv.name, path = %path.display(), %why, "the recorded wipe does not hold; wiping again");
+        let uid = job.pv.uid.as_str();
+        if let Err(e) = record::retain(state_dir, &|u| u != uid) {
+            warn!(pv = %job.pv.name, error = %e, "could not drop the completed wipe's record");
+        }
+        return Ok(None);
+    }
+    let mode = match root {
+        Some((dir, root)) => {
+            let fd = std::os::fd::AsFd::as_fd(&dir);
+            let dir = mount_of_fd(fd, &mounts).map(|m| m.root.display().to_string());
+            clear_marks(ledger, Some(fd), root, &identity, dir.as_deref())?;
+            "fs"
+        }
+        None => {
+            clear_marks(ledger, None, &path, &identity, None)?;
+            "block"
+        }
+    };
+    info!(pv = %job.pv.name, path = %path.display(), "wiped before and unchanged since (recorded); not wiped again");
+    Ok(Some(Wiped { mode, bytes: 0, resumed: true }))
+}
+
+/// The wipe itself; returns what it wiped and the identity it proved.
+fn wipe_volume(
+    ledger: &Ledger,
+    kubelet: &KubeletView,
+    job: &WipeJob,
+    cancel: &AtomicBool,
+    progress: &Progress,
+) -> Result<(Wiped, String), WipeError> {
     let path = job.target.path.clone();
     let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
     let checked = check_volume(&job.pv, &path)?;
@@ -81,7 +207,7 @@ pub fn wipe(
             let fd = std::os::fd::AsFd::as_fd(&fd);
             let dir = mount_of_fd(fd, &mounts).map(|m| m.root.display().to_string());
             clear_marks(ledger, Some(fd), &root, &identity, dir.as_deref())?;
-            Ok(Wiped { mode: "fs", bytes: stats.bytes_freed })
+            Ok((Wiped { mode: "fs", bytes: stats.bytes_freed, resumed: false }, identity))
         }
         Checked::Block { size, found } => {
             progress.size.store(size, Ordering::Relaxed);
@@ -89,11 +215,12 @@ pub fn wipe(
             match block_method(job)? {
                 Err(cmd) => {
                     let timeout = job.timeout_for(size);
-                    let run = run_cleaner_command(&cmd, &path, &job.pv.name, timeout);
+                    let run = run_cleaner_command_until(&cmd, &path, &job.pv.name, timeout, cancel);
                     // The upstream-style cleaner script runs as a child process, awaited from
                     // this blocking thread on the runtime it belongs to.
                     tokio::runtime::Handle::current().block_on(run).map_err(|e| failed(&e))?;
                     clear_marks(ledger, None, &path, &found, None)?;
+                    Ok((Wiped { mode: "block", bytes: size, resumed: false }, found))
                 }
                 Ok(method) => {
                     // Multi-pass methods write the device several times: progress and the
@@ -123,9 +250,9 @@ pub fn wipe(
                     })?;
                     let identity = proven.unwrap_or(found);
                     clear_marks(ledger, None, &path, &identity, None)?;
+                    Ok((Wiped { mode: "block", bytes: size, resumed: false }, identity))
                 }
             }
-            Ok(Wiped { mode: "block", bytes: size })
         }
     }
 }

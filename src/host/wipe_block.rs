@@ -447,6 +447,22 @@ pub async fn run_cleaner_command(
     pv_name: &str,
     timeout: Duration,
 ) -> Result<(), BlockWipeError> {
+    run_cleaner_command_until(argv, device, pv_name, timeout, &AtomicBool::new(false)).await
+}
+
+/// How often a running cleaner command looks at its cancel flag.
+const CANCEL_CHECK: Duration = Duration::from_millis(100);
+
+/// As [`run_cleaner_command`], and stopped as soon as `cancel` is set (the agent's shutdown,
+/// the wiper's own size-scaled timeout): its process group is killed and the command reaped,
+/// so no cleaner outlives the wipe it was started for, or the agent.
+pub async fn run_cleaner_command_until(
+    argv: &[String],
+    device: &Path,
+    pv_name: &str,
+    timeout: Duration,
+    cancel: &AtomicBool,
+) -> Result<(), BlockWipeError> {
     let command = argv.join(" ");
     let fail =
         |detail: String| BlockWipeError::Command { command: command.clone(), path: device.to_path_buf(), detail };
@@ -474,13 +490,15 @@ pub async fn run_cleaner_command(
         };
         let mut readers = std::pin::pin!(readers);
         let mut readers_done = false;
+        let mut check = tokio::time::interval(CANCEL_CHECK);
         let status = loop {
             tokio::select! {
-                status = child.wait() => break status,
+                status = child.wait() => break Some(status),
                 _ = &mut readers, if !readers_done => readers_done = true,
+                _ = check.tick() => if cancel.load(Ordering::Relaxed) { break None },
             }
         };
-        if !readers_done {
+        if !readers_done && status.is_some() {
             // Both pipes normally close with the command; a leftover background child may
             // keep them open, which must not hold the wipe.
             let _ = tokio::time::timeout(OUTPUT_GRACE, &mut readers).await;
@@ -490,15 +508,14 @@ pub async fn run_cleaner_command(
     .await;
 
     let status = match outcome {
-        Ok(Ok(status)) => status,
-        Ok(Err(e)) => return Err(fail(format!("waiting for it: {e}"))),
+        Ok(Some(Ok(status))) => status,
+        Ok(Some(Err(e))) => return Err(fail(format!("waiting for it: {e}"))),
+        Ok(None) => {
+            kill_group(&mut child).await;
+            return Err(fail("cancelled (the agent stops, or the wipe ran out of time); killed".to_string()));
+        }
         Err(_) => {
-            if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
-                // The child is not reaped yet, so its PID (and group id) cannot have been reused.
-                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-            }
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+            kill_group(&mut child).await;
             return Err(fail(format!("timed out after {timeout:?}; killed")));
         }
     };
@@ -517,6 +534,17 @@ pub async fn run_cleaner_command(
     };
     let detail = if lines.is_empty() { how } else { format!("{how}; stderr: {}", lines.join(" | ")) };
     Err(fail(detail))
+}
+
+/// Kills the process group of a cleaner command (its own PID, which leads the group it was
+/// started in) and reaps the command.
+async fn kill_group(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        // The child is not reaped yet, so its PID (and group id) cannot have been reused.
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
 }
 
 /// Logs every line read from `reader` until end of file, keeping the last lines in `tail`.

@@ -104,6 +104,12 @@ pub struct Cleaner {
     metrics: Metrics,
     /// Where the wipes run, one per volume, under their progress deadline (host::ops).
     ops: Operations,
+    /// PV UIDs that may have a completed-wipe record (host::wipe_record): pruned once their PV is
+    /// gone or needs no wipe.
+    recorded: BTreeSet<String>,
+    /// A test's injected fault: the next wipe task panics after its wipe.
+    #[cfg(test)]
+    pub(crate) panic_next: AtomicBool,
 }
 
 impl Cleaner {
@@ -123,6 +129,14 @@ impl Cleaner {
     ) -> (Self, mpsc::UnboundedReceiver<WipeOutcome>) {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
+        // Read once at start (a small file); pruned by `retain` from the first pass on.
+        let recorded = match host.forget_wipes(&|_| true) {
+            Ok(uids) => uids.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "completed wipes cannot be read; their PVs are wiped again");
+                BTreeSet::new()
+            }
+        };
         let cleaner = Cleaner {
             cluster,
             host,
@@ -133,6 +147,9 @@ impl Cleaner {
             ops: Operations::new(),
             done_tx,
             metrics,
+            recorded,
+            #[cfg(test)]
+            panic_next: AtomicBool::new(false),
         };
         (cleaner, done_rx)
     }
@@ -164,12 +181,30 @@ impl Cleaner {
     /// records do not outlive what they were about.
     pub fn retain(&mut self, wanted: impl Fn(&str) -> bool) {
         self.retries.retain(|k| wanted(k));
+        let stale: BTreeSet<String> =
+            self.recorded.iter().filter(|k| !wanted(k) && !self.running.contains_key(*k)).cloned().collect();
+        if stale.is_empty() {
+            return;
+        }
+        self.recorded.retain(|k| !stale.contains(k));
+        let host = self.host.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = host.forget_wipes(&|uid| !stale.contains(uid)) {
+                tracing::warn!(error = %e, "could not prune the records of completed wipes");
+            }
+        });
     }
 
     /// Starts wiping a PV's volume in the background.
     pub fn start(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget) {
+        self.start_seen(pv, after, target, Vec::new());
+    }
+
+    /// As `start`, with the PV's finalizers as the store shows them: our finalizer is then
+    /// removed without reading the PV again.
+    pub fn start_seen(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget, finalizers: Vec<String>) {
         let regarding = pv_reference(&pv.name, Some(&pv.uid));
-        self.spawn(pv, after, target, regarding);
+        self.spawn(pv, after, target, regarding, finalizers);
     }
 
     /// Wipes a used disk that no PV names any more (its used mark is set, its PV is gone),
@@ -195,10 +230,17 @@ impl Cleaner {
             identity_confirmed: Some(identity.to_string()),
             ..Default::default()
         };
-        self.spawn(pv, AfterWipe::Nothing, target, node);
+        self.spawn(pv, AfterWipe::Nothing, target, node, Vec::new());
     }
 
-    fn spawn(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget, regarding: ObjectReference) {
+    fn spawn(
+        &mut self,
+        pv: PvState,
+        after: AfterWipe,
+        target: WipeTarget,
+        regarding: ObjectReference,
+        finalizers: Vec<String>,
+    ) {
         if self.running.contains_key(&pv.uid) {
             return;
         }
@@ -207,7 +249,8 @@ impl Cleaner {
         }
         let cancel = Arc::new(AtomicBool::new(false));
         self.running.insert(pv.uid.clone(), (cancel.clone(), ask_of(&pv)));
-        let job = WipeJob { pv, target, timeout_base: self.opts.timeout_base, min_rate: self.opts.min_rate };
+        let resumable = after != AfterWipe::Nothing;
+        let job = WipeJob { pv, target, timeout_base: self.opts.timeout_base, min_rate: self.opts.min_rate, resumable };
         let task = task::WipeTask {
             cluster: self.cluster.clone(),
             host: self.host.clone(),
@@ -219,11 +262,27 @@ impl Cleaner {
             after,
             cancel,
             progress: Arc::new(Progress::default()),
+            finalizers,
+            announced: AtomicBool::new(false),
+            #[cfg(test)]
+            panic_after_wipe: self.panic_next.swap(false, Ordering::Relaxed),
         };
         let tx = self.done_tx.clone();
         tokio::spawn(async move {
             let (uid, name) = (task.job.pv.uid.clone(), task.job.pv.name.clone());
-            let result = task.run().await;
+            let (cluster, regarding) = (task.cluster.clone(), task.regarding.clone());
+            // The wipe runs as a task of its own, so a panic in it still ends in an outcome:
+            // the failure is kept with its backoff and retried, never left "running" for ever.
+            let result = match tokio::spawn(task.run()).await {
+                Ok(result) => result,
+                Err(e) => {
+                    let e = WipeError::Failed(format!("the wipe task {}", join_failure(e)));
+                    tracing::error!(pv = %name, error = %e, "wipe task ended without a result; retried later");
+                    let note = format!("Error cleaning PV {name:?}: {e}");
+                    cluster.event(&regarding, true, "VolumeFailedDelete", "Wipe", note).await;
+                    Err(e)
+                }
+            };
             let _ = tx.send(WipeOutcome { uid, name, result });
         });
     }
@@ -233,8 +292,13 @@ impl Cleaner {
     pub fn finished(&mut self, outcome: &WipeOutcome) {
         let ask = self.running.remove(&outcome.uid).map(|(_, ask)| ask);
         match &outcome.result {
-            Ok(()) => self.retries.succeeded(&outcome.uid),
+            Ok(()) => {
+                self.retries.succeeded(&outcome.uid);
+                self.recorded.remove(&outcome.uid);
+            }
             Err(e) => {
+                // The wipe may have completed and been recorded before what failed.
+                self.recorded.insert(outcome.uid.clone());
                 let policy = match e {
                     WipeError::InUse { .. } => IN_USE,
                     e if e.is_refusal() => REFUSED,
@@ -244,7 +308,7 @@ impl Cleaner {
                 let due =
                     self.retries.failed(&outcome.uid, policy, e.to_string(), ask.as_deref(), Instant::now(), random);
                 let in_s = due.saturating_duration_since(Instant::now()).as_secs();
-                tracing::info!(pv = %outcome.name, retry_in_s = in_s, "wipe will be retried");
+                tracing::info!(pv = %outcome.name, retry_in_s = in_s, error = %e, "wipe will be retried");
             }
         }
     }
@@ -269,6 +333,21 @@ impl Cleaner {
     }
 }
 
+/// What a wipe task that ended without a result did: panicked (with its message), or was
+/// cancelled by the runtime shutting down.
+fn join_failure(e: tokio::task::JoinError) -> String {
+    if !e.is_panic() {
+        return format!("was cancelled: {e}");
+    }
+    let payload = e.into_panic();
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string());
+    format!("panicked: {text}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,3 +367,7 @@ mod tests {
         assert!(e.is_refusal());
     }
 }
+
+#[cfg(test)]
+#[path = "cleaner_tests.rs"]
+mod cleaner_tests;

@@ -1,6 +1,13 @@
 //! One wipe in the background: waits for a permit, has the host wipe the volume (on the
 //! blocking pool, under a timeout that scales with the size), reports progress, and finishes
 //! the PV only after the wipe succeeded.
+//!
+//! Requests per released PV are kept to what a decision or an operator needs: the PV's
+//! delete and the removal of our finalizer (its position read from the watch's store, not
+//! asked again), then discovery's create of the clean volume. A wipe that ends within
+//! [`PROGRESS_EVERY`] is told in the log and the metrics only; a longer one is announced with
+//! an Event when it passes that time, and its end with another, so whoever saw it start sees it
+//! end. Failures are always Events (and the PV's cleanup-result annotation).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +42,13 @@ pub(super) struct WipeTask {
     pub after: AfterWipe,
     pub cancel: Arc<AtomicBool>,
     pub progress: Arc<Progress>,
+    /// The PV's finalizers as the store showed them when the wipe was planned.
+    pub finalizers: Vec<String>,
+    /// Whether the wipe was announced with an Event (a long one, or a wipe-first).
+    pub announced: AtomicBool,
+    /// A test's injected fault: the task panics once the wipe is done.
+    #[cfg(test)]
+    pub panic_after_wipe: bool,
 }
 
 impl WipeTask {
@@ -46,9 +60,15 @@ impl WipeTask {
         let orphan = self.after == AfterWipe::Nothing;
         let started = Instant::now();
         let block = matches!(self.job.target.class.volume_mode, crate::config::VolumeMode::Block);
-        let note = format!("Starting cleanup of PV {name:?} at {}, this may take a while", path.display());
-        self.cluster.event(&self.regarding, false, "VolumeDelete", "Wipe", note).await;
+        if orphan {
+            // About the Node, and not per released PV: a used disk found with no PV.
+            self.announce().await;
+        }
         let result = self.wipe(permit).await;
+        #[cfg(test)]
+        if self.panic_after_wipe && result.is_ok() {
+            panic!("injected by a test after the wipe of {name}");
+        }
         let elapsed = started.elapsed();
         let finished = |mode, ok, bytes_wiped| FinishedWipe {
             mode,
@@ -59,7 +79,10 @@ impl WipeTask {
             cleanup_command: self.job.target.class.block_cleaner_command.first().map_or("", String::as_str),
         };
         match &result {
-            Ok(Wiped { mode, bytes }) => {
+            Ok(Wiped { resumed: true, .. }) => {
+                info!(pv = name, path = %path.display(), "wiped before, unchanged since: finishing the PV");
+            }
+            Ok(Wiped { mode, bytes, .. }) => {
                 self.metrics.wipe_finished(&finished(mode, true, *bytes));
                 info!(pv = name, path = %path.display(), mode, bytes, elapsed_ms = elapsed.as_millis() as u64, "volume wiped");
                 let secs = elapsed.as_secs_f64();
@@ -71,7 +94,9 @@ impl WipeTask {
                 } else {
                     format!("Volume at {} wiped ({bytes} bytes, {secs:.1}s)", path.display())
                 };
-                self.cluster.event(&self.regarding, false, "VolumeCleaned", "Wipe", note).await;
+                if self.announced.load(Ordering::Relaxed) {
+                    self.cluster.event(&self.regarding, false, "VolumeCleaned", "Wipe", note).await;
+                }
             }
             Err(e @ WipeError::InUse { .. }) => {
                 // Not a failed wipe (no metric, no failure annotation): a wait, said once per try.
@@ -105,12 +130,41 @@ impl WipeTask {
             info!(pv = name, path = %path.display(), "used volume wiped; discovery publishes it clean");
             return Ok(());
         }
-        if self.after == AfterWipe::DeletePv {
-            self.cluster.delete_pv(name, &self.job.pv.uid, None).await?;
+        let uid = self.job.pv.uid.as_str();
+        if let Err(e) = self.finish(name, uid).await {
+            let e = WipeError::from(e);
+            warn!(pv = name, error = %e, "wiped, but the PV could not be finished; retried (not wiped again while its record holds)");
+            let note = format!("Error cleaning PV {name:?}: the volume is wiped, but {e}");
+            self.cluster.event(&self.regarding, true, "VolumeFailedDelete", "Wipe", note).await;
+            return Err(e);
         }
-        self.cluster.remove_finalizer(name, &self.job.pv.uid, FINALIZER_WIPE).await?;
         info!(pv = name, "PV finished after wipe; discovery publishes the clean volume again");
+        // The record of the completed wipe has served its purpose.
+        let (host, key) = (self.host.clone(), uid.to_string());
+        let forgot = tokio::task::spawn_blocking(move || host.forget_wipes(&|u| u != key)).await;
+        if let Ok(Err(e)) = forgot {
+            warn!(pv = name, error = %e, "could not drop the completed wipe's record; dropped at the next start");
+        }
         Ok(())
+    }
+
+    /// Deletes the PV (when asked) and drops our finalizer.
+    async fn finish(&self, name: &str, uid: &str) -> Result<(), crate::api::ApiError> {
+        if self.after == AfterWipe::DeletePv {
+            self.cluster.delete_pv(name, uid, None).await?;
+        }
+        self.cluster.remove_finalizer_seen(name, uid, FINALIZER_WIPE, &self.finalizers).await
+    }
+
+    /// Tells, once, that the wipe started (a long one, or a wipe-first).
+    async fn announce(&self) {
+        if self.announced.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let name = self.job.pv.name.as_str();
+        let path = self.job.target.path.display();
+        let note = format!("Starting cleanup of PV {name:?} at {path}, this may take a while");
+        self.cluster.event(&self.regarding, false, "VolumeDelete", "Wipe", note).await;
     }
 
     /// Runs the host's wipe on the pool of per-volume operations (host::ops) with the
@@ -195,6 +249,7 @@ impl WipeTask {
         let pct = if size > 0 && done > 0 { format!(" ({}%)", done.saturating_mul(100) / size) } else { String::new() };
         let elapsed_s = started.elapsed().as_secs();
         info!(pv = %self.job.pv.name, path = %path.display(), elapsed_s, "still wiping{pct}");
+        self.announce().await;
         if n.is_multiple_of(30) {
             let note = format!("Still wiping {} after {elapsed_s}s{pct}", path.display());
             let pv = pv_reference(&self.job.pv.name, Some(&self.job.pv.uid));

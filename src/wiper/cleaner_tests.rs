@@ -1,0 +1,171 @@
+//! The cleaner's shell without a cluster or a host: kube's client over a `tower-test` mock
+//! that answers every request and keeps what it saw, and a fake host whose wipes succeed at
+//! once. What a released PV costs in requests, and a wipe task that panics.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::client::Body;
+use tokio::sync::mpsc;
+
+use super::{Cleaner, CleanerOptions, Progress, WipeError, WipeJob, WipeOutcome, WipeTarget, Wiped};
+use crate::api::{ClientOptions, Cluster};
+use crate::config::ClassConfig;
+use crate::core::cleanup::{AfterWipe, PvState};
+use crate::core::naming::FINALIZER_WIPE;
+use crate::host::HostError;
+use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
+use crate::host::mountinfo::MountTable;
+use crate::host::used_mark::MarkOutcome;
+use crate::metrics::Metrics;
+
+/// A host whose wipes succeed at once.
+#[derive(Default)]
+struct QuickHost {
+    wipes: AtomicUsize,
+}
+
+impl HostAccess for QuickHost {
+    fn observe(&self, _ask: Ask) -> Result<Observation, HostError> {
+        Ok(Observation::default())
+    }
+    fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
+        Ok(Arc::default())
+    }
+    fn mark_one(&self, job: &MarkJob, _mounts: &MountTable) -> Result<MarkOutcome, String> {
+        Ok(MarkOutcome::Written(job.mark.clone(), crate::host::used_mark::Carrier::Attribute))
+    }
+    fn record_marks(&self, _outcomes: &mut [Result<MarkOutcome, String>]) {}
+    fn record_withdrawn(&self, _uids: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+    fn identity(&self, path: &std::path::Path) -> Result<String, String> {
+        Ok(format!("id-of-{}", path.display()))
+    }
+    fn wipe(
+        &self,
+        _job: &WipeJob,
+        _cancel: &std::sync::atomic::AtomicBool,
+        _progress: &Progress,
+    ) -> Result<Wiped, WipeError> {
+        self.wipes.fetch_add(1, Ordering::SeqCst);
+        Ok(Wiped { mode: "fs", bytes: 4096, resumed: false })
+    }
+    fn hold_claim(&self, _host_path: &str, _why: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Every request seen, as "METHOD path".
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A client whose every request succeeds (creates echo their body with a UID).
+fn mock_client(seen: Seen) -> kube::Client {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let line = format!("{} {}", request.method(), request.uri().path());
+            let method = request.method().clone();
+            let body = request.into_body().collect_bytes().await.unwrap_or_default();
+            seen.lock().unwrap().push(line);
+            let (status, reply) = if method == http::Method::POST {
+                let mut obj: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                obj["metadata"]["uid"] = serde_json::json!("uid-e");
+                (201, obj.to_string())
+            } else {
+                let pv = serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "v"}});
+                (200, pv.to_string())
+            };
+            send.send_response(Response::builder().status(status).body(Body::from(reply.into_bytes())).unwrap());
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+fn cleaner() -> (Cleaner, mpsc::UnboundedReceiver<WipeOutcome>, Seen, Arc<QuickHost>) {
+    let seen = Seen::default();
+    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
+    let cluster = Cluster::from_client(mock_client(seen.clone()), &opts, "n1");
+    let host = Arc::new(QuickHost::default());
+    let cleaner_opts = CleanerOptions { concurrency: 2, timeout_base: Duration::from_secs(60), min_rate: 1 << 20 };
+    let (cleaner, done) = Cleaner::new(cluster, host.clone(), cleaner_opts, Metrics::new());
+    (cleaner, done, seen, host)
+}
+
+fn released() -> (PvState, WipeTarget) {
+    let pv = PvState {
+        name: "v".into(),
+        uid: "uid-v".into(),
+        phase: "Released".into(),
+        host_path: "/mnt/disks/v".into(),
+        class: "local".into(),
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("storageClassMap"), "local:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n")
+        .unwrap();
+    let config = crate::config::ConfigSource::new(dir.path()).load().unwrap().config;
+    let class: Option<&ClassConfig> = config.storage_class_map.get("local");
+    let target = super::target_for(&pv, class).unwrap();
+    (pv, target)
+}
+
+#[tokio::test]
+async fn a_quick_wipe_of_a_released_pv_costs_its_delete_and_the_finalizer_removal_only() {
+    let (mut cleaner, mut done, seen, _host) = cleaner();
+    let (pv, target) = released();
+    let finalizers = vec!["kubernetes.io/pv-protection".to_string(), FINALIZER_WIPE.to_string()];
+    cleaner.start_seen(pv, AfterWipe::DeletePv, target, finalizers);
+    let outcome = done.recv().await.unwrap();
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        ["DELETE /api/v1/persistentvolumes/v", "PATCH /api/v1/persistentvolumes/v"],
+        "no event for a quick wipe, and no read before the finalizer's removal"
+    );
+}
+
+#[tokio::test]
+async fn without_the_stores_finalizers_the_pv_is_read_first() {
+    let (mut cleaner, mut done, seen, _host) = cleaner();
+    let (pv, target) = released();
+    cleaner.start(pv, AfterWipe::RemoveFinalizer, target);
+    assert!(done.recv().await.unwrap().result.is_ok());
+    // The mock's PV has no finalizer: nothing left to remove after the read.
+    assert_eq!(seen.lock().unwrap().clone(), ["GET /api/v1/persistentvolumes/v"]);
+}
+
+#[tokio::test]
+async fn a_panicking_wipe_task_ends_in_a_failure_that_is_evented_and_retried() {
+    let (mut cleaner, mut done, seen, host) = cleaner();
+    let (pv, target) = released();
+    cleaner.panic_next.store(true, Ordering::Relaxed);
+    cleaner.start(pv.clone(), AfterWipe::DeletePv, target.clone());
+    let outcome = tokio::time::timeout(Duration::from_secs(10), done.recv())
+        .await
+        .expect("a panicking wipe task still reports its outcome")
+        .unwrap();
+    let err = outcome.result.as_ref().unwrap_err();
+    assert!(matches!(err, WipeError::Failed(_)) && err.to_string().contains("panicked"), "{err}");
+    assert!(err.to_string().contains("injected by a test"), "{err}");
+    cleaner.finished(&outcome);
+    assert_eq!(cleaner.running(), 0, "not left running");
+    assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid), "backing off");
+    assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(10));
+    assert!(
+        seen.lock().unwrap().iter().any(|r| r.starts_with("POST") && r.contains("/events")),
+        "the failure is an event: {:?}",
+        seen.lock().unwrap()
+    );
+    assert!(!seen.lock().unwrap().iter().any(|r| r.starts_with("DELETE")), "the PV is not finished");
+    // Retried: this time it goes through.
+    cleaner.start(pv.clone(), AfterWipe::DeletePv, target);
+    let outcome = done.recv().await.unwrap();
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    cleaner.finished(&outcome);
+    assert!(cleaner.failure(&pv.uid).is_none());
+    assert_eq!(host.wipes.load(Ordering::SeqCst), 2);
+}
