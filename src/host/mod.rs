@@ -20,9 +20,9 @@ pub mod verify;
 pub mod volume;
 pub mod watch;
 pub mod wipe;
-pub mod wipe_record;
 pub mod wipe_block;
 pub mod wipe_fs;
+pub mod wipe_record;
 pub mod writers;
 
 use std::path::PathBuf;
