@@ -9,6 +9,7 @@ pub mod desired;
 pub mod device_claim;
 pub mod disk_health;
 pub mod disk_identity;
+pub mod expectations;
 pub mod fence;
 pub mod lease;
 pub mod naming;

@@ -1,0 +1,161 @@
+//! Expectations of the agent's own creates (client-go's ControllerExpectations): a PV the agent
+//! has just created may not be in its store yet, since the watch lags the API (seconds in a
+//! fleet of busy agents). Until the store shows it, the next passes would see the disk's used
+//! mark name a PV the store does not have, read it back and refuse the disk as already
+//! published, or create it again. An expectation records what was created (PV name, UID, host
+//! path and disk identity, when); while it is pending, the planner neither refuses nor creates
+//! that volume. It is met when the store shows the PV, and expires after a bound, so the
+//! records never only grow and a PV deleted before the watch showed it is not waited for long.
+//!
+//! Data safety: an expectation excuses only the volume the agent created, at the same path
+//! with the same disk identity; a different disk found there is judged as usual.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How long a create is expected to show in the store before the agent judges the disk by
+/// the store again (client-go's ExpectationsTimeout).
+pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// A PV this agent created and its store does not show yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// The PV's name.
+    pub name: String,
+    /// The UID the API gave it.
+    pub uid: String,
+    /// Its volume's host path.
+    pub host_path: String,
+    /// The disk identity recorded on it.
+    pub identity: String,
+    /// When it was created.
+    pub at: Instant,
+}
+
+impl Expected {
+    /// Whether the found volume (PV name, host path, identity) is this created one.
+    pub fn is(&self, name: &str, host_path: &str, identity: &str) -> bool {
+        self.name == name && self.host_path == host_path && self.identity == identity
+    }
+}
+
+/// The pending expectations, by PV name.
+#[derive(Debug, Clone, Default)]
+pub struct Expectations {
+    created: BTreeMap<String, Expected>,
+}
+
+impl Expectations {
+    /// Notes a PV the agent created (replacing an earlier expectation of the same name).
+    pub fn created(&mut self, expected: Expected) {
+        self.created.insert(expected.name.clone(), expected);
+    }
+
+    /// Drops the expectations the store meets (`uid_in_store` gives the UID the store holds
+    /// under a name) and those older than `EXPECTATION_TIMEOUT`. A PV of the same name with
+    /// another UID (an older one still being deleted) does not meet it.
+    pub fn observe(&mut self, uid_in_store: impl Fn(&str) -> Option<String>, now: Instant) {
+        self.created.retain(|name, e| {
+            let met = uid_in_store(name).is_some_and(|uid| uid == e.uid);
+            let expired = now.saturating_duration_since(e.at) >= EXPECTATION_TIMEOUT;
+            !met && !expired
+        });
+    }
+
+    /// The pending expectations, sorted by name.
+    pub fn pending(&self) -> Vec<Expected> {
+        self.created.values().cloned().collect()
+    }
+
+    /// The pending expectation of the found volume, if it is one the agent created.
+    pub fn pending_for(&self, name: &str, host_path: &str, identity: &str) -> Option<&Expected> {
+        self.created.get(name).filter(|e| e.is(name, host_path, identity))
+    }
+
+    /// When the oldest expectation expires, so the loop can look again then.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.created.values().map(|e| e.at + EXPECTATION_TIMEOUT).min()
+    }
+
+    /// Expectations pending.
+    pub fn len(&self) -> usize {
+        self.created.len()
+    }
+
+    /// Whether none is pending.
+    pub fn is_empty(&self) -> bool {
+        self.created.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expected(name: &str, uid: &str, at: Instant) -> Expected {
+        Expected {
+            name: name.into(),
+            uid: uid.into(),
+            host_path: format!("/mnt/disks/{name}"),
+            identity: format!("id-{name}"),
+            at,
+        }
+    }
+
+    #[test]
+    fn an_expectation_excuses_only_the_same_name_path_and_identity() {
+        let now = Instant::now();
+        let mut x = Expectations::default();
+        x.created(expected("a", "u1", now));
+        assert!(x.pending_for("a", "/mnt/disks/a", "id-a").is_some());
+        // Each part that differs is another volume: judged as usual.
+        for (name, path, id) in [
+            ("b", "/mnt/disks/a", "id-a"),
+            ("a", "/mnt/disks/b", "id-a"),
+            ("a", "/mnt/disks/a", "id-b"),
+            ("a", "/mnt/disks/a", ""),
+            ("a", "/mnt/disks/a", "id-a "),
+        ] {
+            assert!(x.pending_for(name, path, id).is_none(), "{name} {path} {id:?} excused");
+        }
+    }
+
+    #[test]
+    fn met_when_the_store_shows_the_same_uid_and_expired_after_the_bound() {
+        let t0 = Instant::now();
+        let mut x = Expectations::default();
+        x.created(expected("a", "u1", t0));
+        x.created(expected("b", "u2", t0 + Duration::from_secs(60)));
+        x.created(expected("c", "u3", t0));
+        // The store: a with its UID (met), b not yet, c under an older UID (not met).
+        let store = |name: &str| match name {
+            "a" => Some("u1".to_string()),
+            "c" => Some("old".to_string()),
+            _ => None,
+        };
+        x.observe(store, t0 + Duration::from_secs(1));
+        let names: Vec<String> = x.pending().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, ["b", "c"]);
+        assert_eq!(x.next_expiry(), Some(t0 + EXPECTATION_TIMEOUT));
+        x.observe(|_| None, t0 + EXPECTATION_TIMEOUT - Duration::from_millis(1));
+        assert_eq!(x.len(), 2, "not expired before the bound");
+        x.observe(|_| None, t0 + EXPECTATION_TIMEOUT);
+        assert_eq!(x.pending().into_iter().map(|e| e.name).collect::<Vec<_>>(), ["b"], "c expired");
+        x.observe(|_| None, t0 + Duration::from_secs(60) + EXPECTATION_TIMEOUT);
+        assert!(x.is_empty(), "nothing only grows");
+        assert_eq!(x.next_expiry(), None);
+    }
+
+    #[test]
+    fn a_new_create_of_a_name_replaces_its_expectation() {
+        let t0 = Instant::now();
+        let mut x = Expectations::default();
+        x.created(expected("a", "u1", t0));
+        x.created(expected("a", "u2", t0 + Duration::from_secs(10)));
+        assert_eq!(x.len(), 1);
+        x.observe(|_| Some("u1".into()), t0 + Duration::from_secs(11));
+        assert_eq!(x.len(), 1, "the store shows the old PV, not the new one");
+        x.observe(|_| Some("u2".into()), t0 + Duration::from_secs(12));
+        assert!(x.is_empty());
+    }
+}
