@@ -120,6 +120,25 @@ impl SkipReason {
     }
 }
 
+impl SkipReason {
+    /// Whether the agent tells the skip in a Warning event (once per occurrence): the safety
+    /// refusals, and the set-ups an operator must fix (an unreadable discovery directory, a bad
+    /// namePattern, an entry of a kind that is never a volume). A held device is told by its
+    /// claim report (`DeviceHeld`) instead; ordinary skips (not a mount point, not matching
+    /// namePattern, unreadable) only in a log line.
+    pub fn is_evented(&self) -> bool {
+        let refused = matches!(
+            self,
+            SkipReason::UnreadableDirectory(_)
+                | SkipReason::BadPattern(_)
+                | SkipReason::NotUtf8
+                | SkipReason::DirectoryInBlockClass
+                | SkipReason::NotDirectoryOrBlockDevice
+        );
+        refused || (self.is_safety_refusal() && !matches!(self, SkipReason::DeviceHeld(_)))
+    }
+}
+
 impl fmt::Display for SkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

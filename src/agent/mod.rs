@@ -41,6 +41,7 @@ use crate::api::{ApiError, ClientOptions, Cluster};
 use crate::config::ProvisionerConfig;
 use crate::core::cleanup::PvState;
 use crate::core::disk_health::HealthMemory;
+use crate::core::expectations::Expectations;
 use crate::core::naming::LABEL_NODE;
 use crate::core::occurrence::Occurrences;
 use crate::core::planner::{Identity, ObservedPv};
@@ -264,8 +265,11 @@ pub(crate) struct Agent {
     sc_store: Store<StorageClass>,
     concurrency: usize,
     adopted: bool,
-    /// PV names found (through AlreadyExists) to belong to another volume.
+    /// PV names found (through AlreadyExists) to belong to another volume, tried again with
+    /// backoff (effect `collision/<name>`) and forgotten once free or no longer wanted.
     foreign: BTreeMap<String, String>,
+    /// PVs this agent created that its store does not show yet (core::expectations).
+    expectations: Expectations,
     /// UIDs of PVs whose disk was found carrying their complete used mark, and whether it
     /// records a claim: not read again until a claim shows up on an unclaimed one.
     marked: BTreeMap<String, bool>,
@@ -322,6 +326,7 @@ impl Agent {
             concurrency: opts.create_concurrency.max(1),
             adopted: false,
             foreign: BTreeMap::new(),
+            expectations: Expectations::default(),
             marked: BTreeMap::new(),
             found_disks: Vec::new(),
             effects: Effects::default(),
@@ -375,7 +380,10 @@ impl Agent {
 
     /// The earliest settle or retry deadline: the loop wakes for it, whatever else happens.
     fn next_wake(&self) -> Option<Instant> {
-        [self.cleaner.next_retry(), self.next_settle, self.effects.next_due(), self.ops.next_retry()]
+        // An expectation that expires lets the store judge its disk again (a past one waits for
+        // the next pass: a pass that stops early must not wake the loop at once for it).
+        let expiry = self.expectations.next_expiry().filter(|at| *at > Instant::now());
+        [self.cleaner.next_retry(), self.next_settle, self.effects.next_due(), self.ops.next_retry(), expiry]
             .into_iter()
             .flatten()
             .min()
