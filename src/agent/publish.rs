@@ -69,12 +69,6 @@ impl Agent {
         // decide (re-adopt or withdraw) instead of being reported as taken.
         desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
         // The PVs this agent created that the store does not show yet (core::expectations).
-        let store = &self.pv_store;
-        let uid_in_store = |name: &str| {
-            let pv = store.get(&kube::runtime::reflector::ObjectRef::new(name));
-            pv.and_then(|pv| pv.metadata.uid.clone())
-        };
-        self.expectations.observe(uid_in_store, Instant::now());
         let expected = self.expectations.pending();
         self.find_mark_holders(&mut desired, &expected).await;
         let waiting = self.waiting_collisions(&desired);

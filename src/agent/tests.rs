@@ -963,3 +963,25 @@ async fn every_refused_entry_is_evented_once_per_occurrence() {
     assert_eq!(lab.api.events(), 5, "each once: {:?}", lab.api.reasons());
     assert!(lab.api.reasons().iter().all(|r| r == "VolumeNotPublished"));
 }
+
+#[tokio::test]
+async fn a_withdrawn_pv_is_not_withdrawn_again_while_the_watch_catches_up() {
+    let mut lab = lab().await;
+    let gone = own_pv("gone", "Available", serde_json::json!({}));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(gone.clone()));
+    *lab.host.absent.lock().unwrap() = vec!["uid-gone".into()];
+    lab.pass().await;
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/gone"), 1);
+    assert_eq!(lab.api.reasons(), ["VolumeWithdrawn"]);
+    // The store still shows it as it was, pass after pass.
+    for _ in 0..4 {
+        lab.deadlines_pass();
+        lab.pass().await;
+    }
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/gone"), 1, "not deleted again");
+    assert_eq!(lab.api.reasons(), ["VolumeWithdrawn"], "not told again");
+    // The watch shows it gone: nothing more is expected.
+    lab.pvs.apply_watcher_event(&watcher::Event::Delete(gone));
+    lab.pass().await;
+    assert!(lab.agent.expectations.is_empty());
+}

@@ -7,8 +7,13 @@
 //! that volume. It is met when the store shows the PV, and expires after a bound, so the
 //! records never only grow and a PV deleted before the watch showed it is not waited for long.
 //!
+//! Deletes lag the same way: a PV the agent withdrew (its delete accepted) still shows in the
+//! store as it was, and the next passes would withdraw it again and tell it again. Until the
+//! store shows it being deleted, or gone, it is taken as being deleted.
+//!
 //! Data safety: an expectation excuses only the volume the agent created, at the same path
-//! with the same disk identity; a different disk found there is judged as usual.
+//! with the same disk identity; a different disk found there is judged as usual. A delete
+//! expectation only says what the API already answered: the PV with that UID is being deleted.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -39,11 +44,15 @@ impl Expected {
     }
 }
 
-/// The pending expectations, by PV name.
+/// The pending expectations: creates by PV name, deletes by UID (with when).
 #[derive(Debug, Clone, Default)]
 pub struct Expectations {
     created: BTreeMap<String, Expected>,
+    deleted: BTreeMap<String, Instant>,
 }
+
+/// One PV as the store shows it: name, UID, and whether it is being deleted.
+pub type Shown<'a> = (&'a str, &'a str, bool);
 
 impl Expectations {
     /// Notes a PV the agent created (replacing an earlier expectation of the same name).
@@ -51,15 +60,34 @@ impl Expectations {
         self.created.insert(expected.name.clone(), expected);
     }
 
-    /// Drops the expectations the store meets (`uid_in_store` gives the UID the store holds
-    /// under a name) and those older than `EXPECTATION_TIMEOUT`. A PV of the same name with
-    /// another UID (an older one still being deleted) does not meet it.
-    pub fn observe(&mut self, uid_in_store: impl Fn(&str) -> Option<String>, now: Instant) {
-        self.created.retain(|name, e| {
-            let met = uid_in_store(name).is_some_and(|uid| uid == e.uid);
-            let expired = now.saturating_duration_since(e.at) >= EXPECTATION_TIMEOUT;
-            !met && !expired
-        });
+    /// Notes a PV (by UID) whose delete the API accepted.
+    pub fn deleted(&mut self, uid: &str, now: Instant) {
+        self.deleted.insert(uid.to_string(), now);
+    }
+
+    /// Whether the PV with this UID was deleted by this agent and the store does not show it
+    /// being deleted yet.
+    pub fn is_deleted(&self, uid: &str) -> bool {
+        self.deleted.contains_key(uid)
+    }
+
+    /// Drops the expectations the store meets and those older than `EXPECTATION_TIMEOUT`. A
+    /// create is met when the store shows its name with its UID (a PV of the same name with
+    /// another UID, an older one still being deleted, does not meet it); a delete when the
+    /// store shows its UID being deleted, or no longer shows it.
+    pub fn observe<'a>(&mut self, store: impl IntoIterator<Item = Shown<'a>>, now: Instant) {
+        let mut still_there = std::collections::BTreeSet::new();
+        for (name, uid, deleting) in store {
+            if self.created.get(name).is_some_and(|e| e.uid == uid) {
+                self.created.remove(name);
+            }
+            if !deleting && self.deleted.contains_key(uid) {
+                still_there.insert(uid.to_string());
+            }
+        }
+        let live = |at: &Instant| now.saturating_duration_since(*at) < EXPECTATION_TIMEOUT;
+        self.created.retain(|_, e| live(&e.at));
+        self.deleted.retain(|uid, at| still_there.contains(uid) && live(at));
     }
 
     /// The pending expectations, sorted by name.
@@ -74,17 +102,18 @@ impl Expectations {
 
     /// When the oldest expectation expires, so the loop can look again then.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.created.values().map(|e| e.at + EXPECTATION_TIMEOUT).min()
+        let created = self.created.values().map(|e| e.at);
+        created.chain(self.deleted.values().copied()).min().map(|at| at + EXPECTATION_TIMEOUT)
     }
 
-    /// Expectations pending.
+    /// Expectations pending (creates and deletes).
     pub fn len(&self) -> usize {
-        self.created.len()
+        self.created.len() + self.deleted.len()
     }
 
     /// Whether none is pending.
     pub fn is_empty(&self) -> bool {
-        self.created.is_empty()
+        self.created.is_empty() && self.deleted.is_empty()
     }
 }
 
@@ -128,20 +157,15 @@ mod tests {
         x.created(expected("b", "u2", t0 + Duration::from_secs(60)));
         x.created(expected("c", "u3", t0));
         // The store: a with its UID (met), b not yet, c under an older UID (not met).
-        let store = |name: &str| match name {
-            "a" => Some("u1".to_string()),
-            "c" => Some("old".to_string()),
-            _ => None,
-        };
-        x.observe(store, t0 + Duration::from_secs(1));
+        x.observe([("a", "u1", false), ("c", "old", false)], t0 + Duration::from_secs(1));
         let names: Vec<String> = x.pending().into_iter().map(|e| e.name).collect();
         assert_eq!(names, ["b", "c"]);
         assert_eq!(x.next_expiry(), Some(t0 + EXPECTATION_TIMEOUT));
-        x.observe(|_| None, t0 + EXPECTATION_TIMEOUT - Duration::from_millis(1));
+        x.observe([], t0 + EXPECTATION_TIMEOUT - Duration::from_millis(1));
         assert_eq!(x.len(), 2, "not expired before the bound");
-        x.observe(|_| None, t0 + EXPECTATION_TIMEOUT);
+        x.observe([], t0 + EXPECTATION_TIMEOUT);
         assert_eq!(x.pending().into_iter().map(|e| e.name).collect::<Vec<_>>(), ["b"], "c expired");
-        x.observe(|_| None, t0 + Duration::from_secs(60) + EXPECTATION_TIMEOUT);
+        x.observe([], t0 + Duration::from_secs(60) + EXPECTATION_TIMEOUT);
         assert!(x.is_empty(), "nothing only grows");
         assert_eq!(x.next_expiry(), None);
     }
@@ -153,9 +177,28 @@ mod tests {
         x.created(expected("a", "u1", t0));
         x.created(expected("a", "u2", t0 + Duration::from_secs(10)));
         assert_eq!(x.len(), 1);
-        x.observe(|_| Some("u1".into()), t0 + Duration::from_secs(11));
+        x.observe([("a", "u1", true)], t0 + Duration::from_secs(11));
         assert_eq!(x.len(), 1, "the store shows the old PV, not the new one");
-        x.observe(|_| Some("u2".into()), t0 + Duration::from_secs(12));
+        x.observe([("a", "u2", false)], t0 + Duration::from_secs(12));
         assert!(x.is_empty());
+    }
+
+    #[test]
+    fn a_delete_is_expected_until_the_store_shows_it_deleting_or_gone() {
+        let t0 = Instant::now();
+        let mut x = Expectations::default();
+        for uid in ["u1", "u2", "u3", "u4"] {
+            x.deleted(uid, t0);
+        }
+        assert!(x.is_deleted("u1") && !x.is_deleted("u9"));
+        // u1 still shown as it was; u2 shown being deleted; u3 gone; u4's name shows another UID.
+        x.observe([("a", "u1", false), ("b", "u2", true), ("d", "u5", false)], t0 + Duration::from_secs(1));
+        assert!(x.is_deleted("u1"), "the store has not caught up");
+        for uid in ["u2", "u3", "u4"] {
+            assert!(!x.is_deleted(uid), "{uid}: the store shows it deleting or gone");
+        }
+        assert_eq!(x.next_expiry(), Some(t0 + EXPECTATION_TIMEOUT));
+        x.observe([("a", "u1", false)], t0 + EXPECTATION_TIMEOUT);
+        assert!(x.is_empty(), "expired: the store is trusted again");
     }
 }
