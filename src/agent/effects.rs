@@ -89,6 +89,30 @@ impl Effects {
         }
     }
 
+    /// Like `wait_out`, with its own delays (a condition that lasts longer than a failed write
+    /// usually does, such as a PV name taken by another volume).
+    pub fn wait_out_for(&mut self, key: &str, why: &str, policy: Policy) {
+        if self.due(key) {
+            let now = Instant::now();
+            let due = self.retries.failed(key, policy, why.to_string(), None, now, crate::runtime::random_fraction());
+            debug!(
+                condition = key,
+                why,
+                retry_in_ms = due.saturating_duration_since(now).as_millis() as u64,
+                "looked at again later"
+            );
+        }
+    }
+
+    /// Forgets `key` altogether: its failures and its recent success. For an effect whose
+    /// success did not do what it was for (a create answered by a PV of another volume), so
+    /// the next attempt is not taken for a repeat.
+    pub fn forget(&mut self, key: &str) {
+        self.retries.succeeded(key);
+        self.done_now.remove(key);
+        self.done_before.remove(key);
+    }
+
     /// Carries out the effect `key` when it is due (the future is not polled otherwise, so
     /// nothing is sent) and records how it went.
     pub async fn run<T, E: Display>(
@@ -161,5 +185,27 @@ mod tests {
         e.begin_pass();
         e.begin_pass();
         assert!(e.due("flag-missing/a"), "planned again later: a new occurrence");
+    }
+
+    #[test]
+    fn a_condition_waited_out_with_its_own_policy_grows_and_is_forgotten_on_request() {
+        let long = Policy { initial: Duration::from_secs(5), max: Duration::from_secs(20) };
+        let mut e = Effects::default();
+        e.begin_pass();
+        e.wait_out_for("collision/a", "taken", long);
+        assert_eq!(e.failure("collision/a").unwrap().delay, Duration::from_secs(5));
+        assert!(!e.due("collision/a"), "waits");
+        e.wait_out_for("collision/a", "taken", long);
+        assert_eq!(e.failure("collision/a").unwrap().delay, Duration::from_secs(5), "not grown before its deadline");
+        for want in [10, 20, 20] {
+            e.expire_for_test();
+            e.wait_out_for("collision/a", "taken", long);
+            assert_eq!(e.failure("collision/a").unwrap().delay, Duration::from_secs(want));
+        }
+        e.record::<(), &str>("create/a", &Ok(()));
+        e.forget("create/a");
+        e.forget("collision/a");
+        assert!(e.failure("collision/a").is_none());
+        assert!(e.due("create/a"), "a forgotten success is not taken for a repeat");
     }
 }

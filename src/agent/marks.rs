@@ -252,8 +252,10 @@ impl Agent {
 
     /// Records in the ledger that this PV was let go while no claim was on it (a precondition
     /// or the PV's own state proved it): its disk's mark then counts as offered, not used, and
-    /// the disk is published again without a wipe. A failure only costs that wipe.
-    pub(super) async fn note_withdrawn(&self, uid: &str) {
+    /// the disk is published again without a wipe. A failure only costs that wipe. Until the
+    /// store shows the PV being deleted, it is taken as such (core::expectations).
+    pub(super) async fn note_withdrawn(&mut self, uid: &str) {
+        self.expectations.deleted(uid, std::time::Instant::now());
         let uids = vec![uid.to_string()];
         if let Some(Err(e)) = self.on_host(move |host| host.record_withdrawn(&uids)).await {
             warn!(uid, error = %e, "cannot record an unclaimed withdrawal; its disk is wiped before it returns");

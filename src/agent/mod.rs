@@ -41,6 +41,7 @@ use crate::api::{ApiError, ClientOptions, Cluster};
 use crate::config::ProvisionerConfig;
 use crate::core::cleanup::PvState;
 use crate::core::disk_health::HealthMemory;
+use crate::core::expectations::Expectations;
 use crate::core::naming::LABEL_NODE;
 use crate::core::occurrence::Occurrences;
 use crate::core::planner::{Identity, ObservedPv};
@@ -264,8 +265,12 @@ pub(crate) struct Agent {
     sc_store: Store<StorageClass>,
     concurrency: usize,
     adopted: bool,
-    /// PV names found (through AlreadyExists) to belong to another volume.
+    /// PV names found (through AlreadyExists) to belong to another volume, tried again with
+    /// backoff (effect `collision/<name>`) and forgotten once free or no longer wanted.
     foreign: BTreeMap<String, String>,
+    /// PVs this agent created, or deleted, that its store does not show so yet
+    /// (core::expectations).
+    expectations: Expectations,
     /// UIDs of PVs whose disk was found carrying their complete used mark, and whether it
     /// records a claim: not read again until a claim shows up on an unclaimed one.
     marked: BTreeMap<String, bool>,
@@ -322,6 +327,7 @@ impl Agent {
             concurrency: opts.create_concurrency.max(1),
             adopted: false,
             foreign: BTreeMap::new(),
+            expectations: Expectations::default(),
             marked: BTreeMap::new(),
             found_disks: Vec::new(),
             effects: Effects::default(),
@@ -375,7 +381,10 @@ impl Agent {
 
     /// The earliest settle or retry deadline: the loop wakes for it, whatever else happens.
     fn next_wake(&self) -> Option<Instant> {
-        [self.cleaner.next_retry(), self.next_settle, self.effects.next_due(), self.ops.next_retry()]
+        // An expectation that expires lets the store judge its disk again (a past one waits for
+        // the next pass: a pass that stops early must not wake the loop at once for it).
+        let expiry = self.expectations.next_expiry().filter(|at| *at > Instant::now());
+        [self.cleaner.next_retry(), self.next_settle, self.effects.next_due(), self.ops.next_retry(), expiry]
             .into_iter()
             .flatten()
             .min()
@@ -417,6 +426,12 @@ impl Agent {
             self.adopt().await;
         }
         let pvs = self.pv_store.state();
+        // What the store shows of the PVs this agent created or deleted (core::expectations).
+        let shown = pvs.iter().map(|pv| {
+            let meta = &pv.metadata;
+            (meta.name.as_deref().unwrap_or(""), meta.uid.as_deref().unwrap_or(""), meta.deletion_timestamp.is_some())
+        });
+        self.expectations.observe(shown, Instant::now());
         // This node's PVs, and those an earlier incarnation of this Node left.
         let (mut states, mut predecessors) = (Vec::new(), Vec::new());
         for pv in &pvs {
@@ -427,6 +442,11 @@ impl Agent {
                 predecessors.push(PvState::from_pv(pv));
             }
         }
+        // The same PVs for the rules that withdraw unbound PVs (vanished, failing, changed
+        // device): one this agent deleted is being deleted, whatever the lagging store still
+        // shows, so it is not withdrawn (nor told) again. Everything else (its wipe or
+        // finalizer, succession) waits for the store, which shows whether a claim came meanwhile.
+        let going = self.deleted_as_deleting(&states);
         let Some(mut observation) = self.observe(&states, &predecessors).await else { return };
         // The node's block devices now: an unresponsive device that is gone is forgotten.
         let devices: std::collections::BTreeSet<String> =
@@ -446,7 +466,7 @@ impl Agent {
         self.keep_failing_back(&mut observation.scan, &failing);
         let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
         self.report_claims(observation.claims.take().as_ref()).await;
-        self.withdraw_tampered(&states, &tampered).await;
+        self.withdraw_tampered(&going, &tampered).await;
         // Only changes since the previous scan can have revealed something it did not see.
         let revealed = revealed.filter(|at| self.last_scan.is_none_or(|last| *at > last)).unwrap_or(started);
         self.last_scan = Some(started);
@@ -455,14 +475,14 @@ impl Agent {
         let (desired, planned) = self.publish(observation.scan, revealed, &predecessors).await;
         let next_stale = self.succeed(&predecessors, &observation.succession).await;
         let (missing, next_missing) = self.missing_volumes(&observation.absent);
-        let withdrawn = self.follow_presence(&states, &missing).await;
+        let withdrawn = self.follow_presence(&going, &missing).await;
         // A PV withdrawn just now is gone: fencing it would only tell its end as a fence.
         let kept: Vec<PvState> = states.iter().filter(|pv| !withdrawn.contains(&pv.uid)).cloned().collect();
         self.follow_fences(&kept, &predecessors, &observation.checks, &observation.succession, &missing).await;
         self.upgrade_identities(&states, &observation.upgrades).await;
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
-        self.follow_health(&states, &failing).await;
+        self.follow_health(&going, &failing).await;
         // Stalls met in this pass's own operations (a used-mark write) are named at once.
         self.report_stalls(&self.ops.stalls());
         // A volume is remembered as unresponsive while it has a PV or an entry.
@@ -502,6 +522,18 @@ impl Agent {
             count(|pv| pv.moved_to.is_some()),
         );
         self.metrics.pass_done(started.elapsed(), discovery_time);
+    }
+
+    /// `pvs` with those this agent deleted (the store not showing it yet) marked as being
+    /// deleted; borrowed when there are none.
+    fn deleted_as_deleting<'a>(&self, pvs: &'a [PvState]) -> std::borrow::Cow<'a, [PvState]> {
+        if !pvs.iter().any(|pv| !pv.deleting && self.expectations.is_deleted(&pv.uid)) {
+            return std::borrow::Cow::Borrowed(pvs);
+        }
+        let marked = pvs
+            .iter()
+            .map(|pv| PvState { deleting: pv.deleting || self.expectations.is_deleted(&pv.uid), ..pv.clone() });
+        std::borrow::Cow::Owned(marked.collect())
     }
 
     /// The identity of the volume at `path` (its PV's `host_path`), read on the pool of

@@ -10,11 +10,14 @@ use tracing::{debug, info, warn};
 use super::Agent;
 use crate::api::{AnnotationPatch, ApiError, Created, TakeOver, node_reference};
 use crate::config::VolumeMode;
+use crate::core::backoff::Policy;
 use crate::core::cleanup::PvState;
 use crate::core::desired::{class_policy, desired_pvs};
+use crate::core::expectations::Expected;
 use crate::core::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
 use crate::core::planner::{
-    Action, DesiredPv, ExistingPv, ObservedPv, classify_existing, desired_named, needs_adoption, plan, plan_adoption,
+    Action, DesiredPv, ExistingPv, ObservedPv, Refusal, classify_existing, desired_named, needs_adoption,
+    plan_adoption, plan_expecting,
 };
 use crate::core::pv::{ClassPolicy, PvContext};
 use crate::core::pv_facts::PvFacts;
@@ -28,6 +31,12 @@ use crate::wiper::{target_at, target_for};
 /// 2 MiB less at the peak), while a batch is still large enough that its one host call and
 /// ledger write cost little.
 pub(super) const PUBLISH_BATCH: usize = 100;
+
+/// Delays before a PV name found taken by another volume is tried again: the other PV may be
+/// deleted at any time (upstream tries again on its next loop), and a name taken for good
+/// costs one create and one read per 5 minutes.
+pub(super) const COLLISION_RETRY: Policy =
+    Policy { initial: std::time::Duration::from_secs(5), max: std::time::Duration::from_secs(300) };
 
 impl Agent {
     /// Plans and carries out this pass's publishing from the scan. Returns the number of
@@ -59,8 +68,11 @@ impl Agent {
         // PVs left by an earlier incarnation of this Node: their names wait for succession to
         // decide (re-adopt or withdraw) instead of being reported as taken.
         desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
-        self.find_mark_holders(&mut desired).await;
-        let actions = plan(&self.identity, &desired, &observed, &self.foreign);
+        // The PVs this agent created that the store does not show yet (core::expectations).
+        let expected = self.expectations.pending();
+        self.find_mark_holders(&mut desired, &expected).await;
+        let waiting = self.waiting_collisions(&desired);
+        let actions = plan_expecting(&self.identity, &desired, &observed, &waiting, &expected);
         for action in &actions {
             match action {
                 Action::Refuse { reason, .. } => *unpublished_by_reason.entry(reason.code()).or_default() += 1,
@@ -72,6 +84,18 @@ impl Agent {
         let planned = actions.len();
         self.execute(actions, &desired).await;
         (desired.len(), planned)
+    }
+
+    /// The PV names found taken by another volume whose retry is not due: the planner refuses
+    /// them without a request. Names no longer wanted are forgotten; a due one is tried again.
+    fn waiting_collisions(&mut self, desired: &[DesiredPv]) -> BTreeMap<String, String> {
+        self.foreign.retain(|name, _| desired.iter().any(|d| d.name == *name));
+        let names: Vec<String> = self.foreign.keys().cloned().collect();
+        names
+            .into_iter()
+            .filter(|name| !self.effects.due(&format!("collision/{name}")))
+            .filter_map(|name| Some((name.clone(), self.foreign.get(&name)?.clone())))
+            .collect()
     }
 
     fn class_policies(&self) -> BTreeMap<String, Result<ClassPolicy, String>> {
@@ -141,7 +165,15 @@ impl Agent {
             match result {
                 Ok(Created::Created { uid }) => {
                     info!(pv = %name, path = %path, "created PV");
+                    self.name_free(&name);
                     if !uid.is_empty() {
+                        self.expectations.created(Expected {
+                            name: name.clone(),
+                            uid: uid.clone(),
+                            host_path: path.clone(),
+                            identity: d.identity.clone(),
+                            at: Instant::now(),
+                        });
                         created.push(PvState {
                             name: name.clone(),
                             uid,
@@ -160,7 +192,11 @@ impl Agent {
                     self.metrics.pv_created(if block { "block" } else { "fs" }, d.capacity_bytes);
                 }
                 Ok(Created::AlreadyExists(existing)) => {
-                    match classify_existing(&self.identity, d, &ObservedPv::from_pv(&existing)) {
+                    let classified = classify_existing(&self.identity, d, &ObservedPv::from_pv(&existing));
+                    if let ExistingPv::Ours { .. } = classified {
+                        self.name_free(&name);
+                    }
+                    match classified {
                         ExistingPv::Ours { needs_label: true } => {
                             let key = format!("adopt/{name}");
                             if self.effects.due(&key) {
@@ -173,9 +209,22 @@ impl Agent {
                         }
                         ExistingPv::Ours { needs_label: false } => debug!(pv = %name, "PV already exists"),
                         ExistingPv::Foreign { owner } => {
-                            warn!(pv = %name, path = %path, "PV name taken by {owner}; not overwriting it");
-                            let note = format!("volume at {path} not published: PV name {name} is taken by {owner}");
-                            self.cluster.event(&self.pv_ref(&name), true, "VolumeNameCollision", "Publish", note).await;
+                            // Tried again with backoff (the other PV may go); reported once per
+                            // occurrence, under the key of the planner's refusal of it meanwhile.
+                            let reason = Refusal::NameTaken { owner: owner.clone() };
+                            if self.problems.first_seen(format!("refuse/{name}/{path}/{reason}")) {
+                                warn!(pv = %name, path = %path, "PV name taken by {owner}; not overwriting it");
+                                let note =
+                                    format!("volume at {path} not published: PV name {name} is taken by {owner}");
+                                self.cluster
+                                    .event(&self.pv_ref(&name), true, "VolumeNameCollision", "Publish", note)
+                                    .await;
+                            } else {
+                                debug!(pv = %name, path = %path, "PV name still taken by {owner}");
+                            }
+                            self.effects.wait_out_for(&format!("collision/{name}"), &owner, COLLISION_RETRY);
+                            // The create was answered, but did not publish: the retry is no repeat.
+                            self.effects.forget(&format!("create/{name}"));
                             self.foreign.insert(name, owner);
                         }
                     }
@@ -192,6 +241,13 @@ impl Agent {
         // The UID goes on the disk's mark at once: from now on the mark alone says the disk was
         // offered, whatever happens to the PV while this agent is down.
         self.mark_pvs(created).await;
+    }
+
+    /// The name `name` is this node's volume's now (created, or found ours): no longer taken.
+    fn name_free(&mut self, name: &str) {
+        if self.foreign.remove(name).is_some() {
+            self.effects.forget(&format!("collision/{name}"));
+        }
     }
 
     /// Labels the PVs upstream (or an older version) made for this node, reading the
@@ -267,12 +323,17 @@ impl Agent {
     /// from another node, or a PV already gone), reads that PV once: the planner holds the disk
     /// back while that PV records it, and wipes it first when no live PV does. A PV that cannot
     /// be read leaves the disk unknown, so it is neither published nor wiped this pass.
-    async fn find_mark_holders(&mut self, desired: &mut [DesiredPv]) {
+    async fn find_mark_holders(&mut self, desired: &mut [DesiredPv], expected: &[Expected]) {
         let store = self.pv_store.state();
         let busy = self.cleaner.busy(&[]);
         let mut fetched: BTreeMap<String, Result<Option<PvFacts>, String>> = BTreeMap::new();
         for d in desired.iter_mut() {
             let (UsedRead::Marked(mark) | UsedRead::Offered(mark)) = &d.used else { continue };
+            // A volume this agent just created: the planner waits for the store to show it,
+            // whatever its mark says, so its PV is not read back.
+            if expected.iter().any(|e| e.is(&d.name, &d.host_path, &d.identity)) {
+                continue;
+            }
             let name = mark.pv.clone();
             // Also when it names the PV this disk would be published as: a PV of that name
             // missing from the label-scoped store (its label removed) still holds the disk.

@@ -4,25 +4,31 @@
 
 use std::collections::BTreeMap;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::Agent;
 use crate::api::{class_reference, node_reference, pv_reference};
 use crate::core::device_claim::{LinkAction, Refusal, Verdict, link_name};
 use crate::core::naming::pv_name;
 use crate::host::claims::ClaimReport;
-use crate::host::discovery::Scan;
+use crate::host::discovery::{Scan, SkipReason};
 
 impl Agent {
-    /// Logs each skipped entry once per occurrence; skips that protect data (symlinks, mounts
-    /// of the host itself, unsafe or shared discovery directories) are also Warning events.
+    /// Logs each skipped entry once per occurrence; refusals (skips that protect data, and
+    /// set-ups an operator must fix: an unreadable directory, a bad namePattern, an entry of the
+    /// wrong kind) are also Warning events. A held device is only logged at debug level here:
+    /// the claim report tells it (`DeviceHeld`), once.
     pub(super) async fn report_skips(&mut self, scan: &Scan) {
         for s in &scan.skipped {
+            if let SkipReason::DeviceHeld(_) = s.reason {
+                debug!(class = %s.class, path = %s.path.display(), "entry held back: {}", s.reason);
+                continue;
+            }
             let key = format!("skip/{}/{}/{}", s.class, s.path.display(), s.reason);
             if !self.problems.first_seen(key) {
                 continue;
             }
-            if s.reason.is_safety_refusal() {
+            if s.reason.is_evented() {
                 warn!(class = %s.class, path = %s.path.display(), reason = s.reason.code(), "entry refused: {}", s.reason);
                 let note = format!("{} (class {}) not published: {}", s.path.display(), s.class, s.reason);
                 // The PV the entry would have become (or the class, for a refused directory)
@@ -136,10 +142,14 @@ impl Agent {
             let note = format!(
                 "the device linked as {name} in class {class} has no PV and is not offered again: {what} (not put there by this agent, or a doubt it cannot settle); clear it (blkdiscard -z) or remove the link"
             );
-            if self.problems.first_seen(format!("claim/held/{class}/{name}/{what}")) {
+            // One occurrence while the link stays held, whatever each look finds on the device
+            // (probed or not, what is on it now): one WARN and one event, then debug lines.
+            if self.problems.first_seen(format!("claim/held/{class}/{name}")) {
                 warn!(class = %class, link = %name, "device held: {what}");
                 let related = self.pv_ref(&pv_name(name, &self.identity.node, class));
                 self.node_event(Some(related), "DeviceHeld", "Claim", note).await;
+            } else {
+                debug!(class = %class, link = %name, "device still held: {what}");
             }
         }
         for (class, name, why) in &report.plan.kept {

@@ -51,6 +51,8 @@ struct FakeHost {
     frozen: Mutex<Vec<String>>,
     /// What the presence checks find at each PV's path, by UID (absent: no answer).
     checks: Mutex<Vec<(String, DiskCheck)>>,
+    /// What the device claim pass reports (none: no class claims devices).
+    claims: Mutex<Option<crate::host::claims::ClaimReport>>,
 }
 
 impl HostAccess for FakeHost {
@@ -58,7 +60,8 @@ impl HostAccess for FakeHost {
         let scan = self.scan.lock().unwrap().clone();
         let absent = self.absent.lock().unwrap().clone();
         let checks = self.checks.lock().unwrap().clone();
-        Ok(Observation { scan, absent, checks, disks: Some(Vec::new()), ..Default::default() })
+        let claims = self.claims.lock().unwrap().clone();
+        Ok(Observation { scan, absent, checks, claims, disks: Some(Vec::new()), ..Default::default() })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
@@ -117,6 +120,10 @@ struct MockApi {
     /// The labels of Node n1 as merge patches left them, and the patches.
     node_labels: Arc<Mutex<BTreeMap<String, String>>>,
     node_patches: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// Objects answered to a GET of their path (a PV the store does not show).
+    objects: Arc<Mutex<BTreeMap<String, serde_json::Value>>>,
+    /// The reasons of the events posted, in order.
+    event_reasons: Arc<Mutex<Vec<String>>>,
 }
 
 impl MockApi {
@@ -156,10 +163,19 @@ impl MockApi {
                 return (code, status.to_string());
             }
         }
+        if method == "GET"
+            && let Some(obj) = self.objects.lock().unwrap().get(path)
+        {
+            return (200, obj.to_string());
+        }
         match method {
             // Creates and event posts echo the object, with a UID.
             "POST" => {
                 let mut obj: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+                if path.contains("/events") {
+                    let reason = obj["reason"].as_str().unwrap_or_default().to_string();
+                    self.event_reasons.lock().unwrap().push(reason);
+                }
                 obj["metadata"]["uid"] = serde_json::json!("uid-1");
                 (201, obj.to_string())
             }
@@ -772,4 +788,200 @@ async fn an_unbound_pv_withdrawn_because_its_disk_is_gone_is_not_fenced_on_its_w
     lab.pvs.apply_watcher_event(&watcher::Event::Apply(deleting));
     lab.pass().await;
     assert_eq!(fence_label(&lab), None, "a terminating PV no claim used is not fenced");
+}
+
+/// The PV name the agent gives the entry `entry` of the test class on n1.
+fn name_of(entry: &str) -> String {
+    crate::core::naming::pv_name(entry, "n1", CLASS)
+}
+
+/// A PV of another node holding the name `name` (a collision of upstream's name hash).
+fn foreign_pv(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {
+            "name": name, "uid": "uid-foreign", "resourceVersion": "3",
+            "annotations": { "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n2-other" },
+            "labels": { "kubernetes.io/hostname": "n2" },
+        },
+        "spec": {
+            "capacity": { "storage": "1Gi" }, "accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
+            "local": { "path": "/mnt/elsewhere/x" },
+        },
+    })
+}
+
+impl MockApi {
+    fn reasons(&self) -> Vec<String> {
+        self.event_reasons.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn a_collided_name_is_retried_with_backoff_and_published_once_the_foreign_pv_is_gone() {
+    let mut lab = lab().await;
+    let name = name_of("1");
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1")], ..Default::default() };
+    lab.api.script("POST /api/v1/persistentvolumes", &[409, 409]);
+    let path = format!("/api/v1/persistentvolumes/{name}");
+    lab.api.objects.lock().unwrap().insert(path.clone(), foreign_pv(&name));
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
+    assert_eq!(lab.api.reasons(), ["VolumeNameCollision"], "reported once");
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1, "not retried before its deadline");
+    // The deadline: tried again, still taken (one report for the whole occurrence).
+    lab.deadlines_pass();
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 2, "retried at its deadline");
+    assert_eq!(lab.api.reasons(), ["VolumeNameCollision"], "still one report");
+    // The foreign PV is deleted: the next retry publishes the volume, and the name is forgotten.
+    lab.api.objects.lock().unwrap().remove(&path);
+    lab.deadlines_pass();
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 3, "published once the name is free");
+    assert!(lab.agent.foreign.is_empty(), "the name no longer collides: forgotten");
+}
+
+#[tokio::test]
+async fn a_pv_just_created_is_neither_refused_nor_created_again_while_the_watch_catches_up() {
+    let mut lab = lab().await;
+    let name = name_of("1");
+    let volume = found("1");
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![volume.clone()], ..Default::default() };
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
+    // The disk now carries the mark of the PV just created (the mock answers UID uid-1), and
+    // the API has it; the agent's store (the watch) does not show it yet.
+    let mark = crate::core::used_mark::UsedMark {
+        pv: name.clone(),
+        node: "n1".into(),
+        path: volume.host_path.clone(),
+        identity: volume.identity.clone(),
+        at: "2026-11-27T00:00:00Z".into(),
+        uid: Some("uid-1".into()),
+        root: Some("/".into()),
+        claimed: false,
+        wiped_filesystems: Default::default(),
+    };
+    let marked = FoundVolume { used: crate::core::used_mark::UsedRead::Marked(mark), ..volume.clone() };
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![marked], ..Default::default() };
+    let created = serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {
+            "name": name, "uid": "uid-1", "resourceVersion": "8",
+            "labels": { "local-static-provisioner.io/node": "n1" },
+            "annotations": {
+                "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-node-uid",
+                "local-static-provisioner.io/volume-identity": volume.identity,
+            },
+            "finalizers": ["local-static-provisioner.io/wipe"],
+        },
+        "spec": {
+            "capacity": { "storage": "1Gi" }, "accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
+            "persistentVolumeReclaimPolicy": "Delete", "local": { "path": volume.host_path },
+        },
+        "status": { "phase": "Available" },
+    });
+    let path = format!("/api/v1/persistentvolumes/{name}");
+    lab.api.objects.lock().unwrap().insert(path.clone(), created.clone());
+    for _ in 0..4 {
+        lab.deadlines_pass();
+        lab.pass().await;
+    }
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1, "not created again");
+    assert_eq!(lab.api.count("GET", &path), 0, "its own PV is not read back");
+    assert!(
+        !lab.api.reasons().iter().any(|r| r == "VolumeNotPublished"),
+        "not refused as already published: {:?}",
+        lab.api.reasons()
+    );
+    // The watch shows it: the expectation is met, nothing more happens.
+    let pv: PvFacts = serde_json::from_value(created).unwrap();
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(pv));
+    lab.deadlines_pass();
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
+    assert!(lab.api.reasons().is_empty(), "{:?}", lab.api.reasons());
+}
+
+#[tokio::test]
+async fn a_held_device_is_one_warning_event_per_occurrence_whatever_its_details_say() {
+    let mut lab = lab().await;
+    let held = |what: &str| {
+        let plan = crate::core::device_claim::ClaimPlan {
+            held: vec![(CLASS.into(), "disk-a".into(), what.to_string())],
+            ..Default::default()
+        };
+        let skipped = Skipped {
+            class: CLASS.into(),
+            path: "/mnt/disks/disk-a".into(),
+            reason: SkipReason::DeviceHeld(what.to_string()),
+        };
+        (
+            crate::host::claims::ClaimReport { plan, ..Default::default() },
+            Scan { skipped: vec![skipped], ..Default::default() },
+        )
+    };
+    // What the claim pass says of it changes from look to look (probed or not, what is now on
+    // it): still one cause.
+    for what in ["ext4 found", "ext4 found; now: ext4 found", "ext4 found", "ext4 found; now: 3 writes"] {
+        let (report, scan) = held(what);
+        *lab.host.claims.lock().unwrap() = Some(report);
+        *lab.host.scan.lock().unwrap() = scan;
+        lab.deadlines_pass();
+        lab.pass().await;
+    }
+    assert_eq!(lab.api.reasons(), ["DeviceHeld"], "one event for one held device");
+    assert_eq!(lab.api.events(), 1, "and no repeat of it in its series");
+    // Cleared, then held again: a new occurrence.
+    *lab.host.claims.lock().unwrap() = None;
+    *lab.host.scan.lock().unwrap() = Scan::default();
+    lab.pass().await;
+    let (report, scan) = held("xfs found");
+    *lab.host.claims.lock().unwrap() = Some(report);
+    *lab.host.scan.lock().unwrap() = scan;
+    lab.pass().await;
+    assert_eq!(lab.api.events(), 2, "a new occurrence, a new event (in the same series)");
+}
+
+#[tokio::test]
+async fn every_refused_entry_is_evented_once_per_occurrence() {
+    let mut lab = lab().await;
+    let skip = |path: &str, reason: SkipReason| Skipped { class: CLASS.into(), path: path.into(), reason };
+    let skipped = vec![
+        skip("/mnt/disks", SkipReason::UnreadableDirectory("permission denied".into())),
+        skip("/mnt/disks", SkipReason::BadPattern("unclosed [".into())),
+        skip("/mnt/disks/\\xff", SkipReason::NotUtf8),
+        skip("/mnt/disks/dir", SkipReason::DirectoryInBlockClass),
+        skip("/mnt/disks/fifo", SkipReason::NotDirectoryOrBlockDevice),
+    ];
+    *lab.host.scan.lock().unwrap() = Scan { skipped, ..Default::default() };
+    lab.pass().await;
+    lab.pass().await;
+    // Two of them are about the class (one series): counted as posts and series updates.
+    assert_eq!(lab.api.events(), 5, "each once: {:?}", lab.api.reasons());
+    assert!(lab.api.reasons().iter().all(|r| r == "VolumeNotPublished"));
+}
+
+#[tokio::test]
+async fn a_withdrawn_pv_is_not_withdrawn_again_while_the_watch_catches_up() {
+    let mut lab = lab().await;
+    let gone = own_pv("gone", "Available", serde_json::json!({}));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(gone.clone()));
+    *lab.host.absent.lock().unwrap() = vec!["uid-gone".into()];
+    lab.pass().await;
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/gone"), 1);
+    assert_eq!(lab.api.reasons(), ["VolumeWithdrawn"]);
+    // The store still shows it as it was, pass after pass.
+    for _ in 0..4 {
+        lab.deadlines_pass();
+        lab.pass().await;
+    }
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/gone"), 1, "not deleted again");
+    assert_eq!(lab.api.reasons(), ["VolumeWithdrawn"], "not told again");
+    // The watch shows it gone: nothing more is expected.
+    lab.pvs.apply_watcher_event(&watcher::Event::Delete(gone));
+    lab.pass().await;
+    assert!(lab.agent.expectations.is_empty());
 }

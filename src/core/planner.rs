@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::disk_identity::{DiskIdentity, may_share_disk};
+use super::expectations::Expected;
 use super::naming::{is_provisioned_for_node, provisioned_by_uid};
 pub use super::pv_inputs::{DesiredPv, ObservedPv};
 use super::used_mark::{UsedMark, UsedRead, UsedVerdict, used_verdict};
@@ -131,6 +132,20 @@ pub fn plan(
     observed: &[ObservedPv],
     foreign: &BTreeMap<String, String>,
 ) -> Vec<Action> {
+    plan_expecting(identity, desired, observed, foreign, &[])
+}
+
+/// `plan`, knowing the PVs this agent created that `observed` (its store) does not show yet
+/// (core::expectations). Such a volume, found at the same path with the same disk identity, is
+/// neither created again nor refused for its own used mark: nothing is done for it. Until the
+/// store shows it, its path counts as published, so no other entry takes its disk.
+pub fn plan_expecting(
+    identity: &Identity,
+    desired: &[DesiredPv],
+    observed: &[ObservedPv],
+    foreign: &BTreeMap<String, String>,
+    expected: &[Expected],
+) -> Vec<Action> {
     let by_name: BTreeMap<&str, &ObservedPv> = observed.iter().map(|o| (o.name.as_str(), o)).collect();
     // Path -> the smallest name of our PVs on it, so the plan does not depend on store order.
     let mut by_path: BTreeMap<&str, &str> = BTreeMap::new();
@@ -138,6 +153,14 @@ pub fn plan(
         if let Some(path) = o.host_path.as_deref() {
             by_path.entry(path).and_modify(|n| *n = (*n).min(o.name.as_str())).or_insert(o.name.as_str());
         }
+    }
+    // Created by this agent, not in the store yet: the same name, path and disk only.
+    let is_expected = |d: &DesiredPv| {
+        !by_name.contains_key(d.name.as_str()) && expected.iter().any(|e| e.is(&d.name, &d.host_path, &d.identity))
+    };
+    let mut published_paths = by_path.clone();
+    for d in desired.iter().filter(|d| is_expected(d)) {
+        published_paths.entry(d.host_path.as_str()).or_insert(d.name.as_str());
     }
     // Within one name, the volume already published under it goes first, so a new entry that
     // collides with it is the one refused, never the volume that is already in use.
@@ -149,7 +172,7 @@ pub fn plan(
         (&a.name, !already_published(a), &a.host_path).cmp(&(&b.name, !already_published(b), &b.host_path))
     });
 
-    let disk_refusals = plan_disks(identity, desired, observed, &by_path);
+    let disk_refusals = plan_disks(identity, desired, observed, &published_paths);
     let mut claimed: BTreeMap<&str, &str> = BTreeMap::new();
     let mut paths_done: BTreeSet<&str> = BTreeSet::new();
     let mut actions = Vec::new();
@@ -163,6 +186,9 @@ pub fn plan(
             actions.push(refuse(Refusal::NameCollisionOnNode { other_path: other.to_string() }));
             continue;
         }
+        if is_expected(d) {
+            continue; // Created: waiting for the store to show it.
+        }
         if let Some(existing) = by_name.get(d.name.as_str()) {
             let same_volume = identity.owns(existing) && existing.host_path.as_deref() == Some(d.host_path.as_str());
             if !same_volume {
@@ -170,7 +196,7 @@ pub fn plan(
             }
             continue;
         }
-        if let Some(pv) = by_path.get(d.host_path.as_str()) {
+        if let Some(pv) = published_paths.get(d.host_path.as_str()) {
             actions.push(refuse(Refusal::PathInUse { pv: pv.to_string() }));
             continue;
         }

@@ -925,3 +925,109 @@ fn used_disks_are_never_created_unwiped_nor_wiped_while_named() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// plan_expecting: the agent's own creates the store does not show yet
+// ---------------------------------------------------------------------------------------------
+
+fn expected_of(d: &DesiredPv) -> Expected {
+    Expected {
+        name: d.name.clone(),
+        uid: "uid-new".into(),
+        host_path: d.host_path.clone(),
+        identity: d.identity.clone(),
+        at: std::time::Instant::now(),
+    }
+}
+
+/// The used mark the agent wrote on `d`'s disk for the PV it created.
+fn own_mark(d: &DesiredPv, uid: Option<&str>) -> UsedMark {
+    UsedMark {
+        pv: d.name.clone(),
+        node: NODE.into(),
+        path: d.host_path.clone(),
+        identity: d.identity.clone(),
+        at: "2026-11-27T00:00:00Z".into(),
+        uid: uid.map(str::to_string),
+        root: None,
+        claimed: false,
+        wiped_filesystems: Vec::new(),
+    }
+}
+
+#[test]
+fn an_expected_volume_is_neither_created_nor_refused_whatever_its_mark_says() {
+    let base = desired("local-pv-a", "/mnt/disks/a");
+    // What the API shows when the mark's PV is read back: the PV just created.
+    let holder = ObservedPv { identity: Some(base.identity.clone()), ..ours("local-pv-a", "/mnt/disks/a") };
+    let reads = [
+        UsedRead::Unmarked,
+        UsedRead::Marked(own_mark(&base, None)),
+        UsedRead::Marked(own_mark(&base, Some("uid-new"))),
+        UsedRead::Offered(own_mark(&base, Some("uid-new"))),
+        UsedRead::Unknown("the ledger cannot be read".into()),
+    ];
+    for used in reads {
+        for mark_holder in [None, Some(holder.clone())] {
+            let d = DesiredPv { used: used.clone(), mark_holder: mark_holder.clone(), ..base.clone() };
+            let without = plan(&me(), std::slice::from_ref(&d), &[], &no_foreign());
+            assert!(!without.is_empty(), "without the expectation something is done ({used:?})");
+            let with = plan_expecting(&me(), std::slice::from_ref(&d), &[], &no_foreign(), &[expected_of(&base)]);
+            assert_eq!(summary(&with), Vec::<String>::new(), "{used:?} holder {:?}", mark_holder.is_some());
+        }
+    }
+}
+
+#[test]
+fn an_expectation_never_excuses_another_volume() {
+    let base = desired("local-pv-a", "/mnt/disks/a");
+    let e = expected_of(&base);
+    let holder = ObservedPv { identity: Some(base.identity.clone()), ..ours("local-pv-a", "/mnt/disks/a") };
+    // Another disk at the path, the same disk at another path, another name: judged as usual,
+    // with and without the mark and its PV read back, and with the store showing the PV.
+    let others = [
+        DesiredPv { identity: "id-of-another-disk".into(), ..base.clone() },
+        DesiredPv { host_path: "/mnt/disks/b".into(), ..base.clone() },
+        DesiredPv { name: "local-pv-b".into(), ..base.clone() },
+    ];
+    let stores = [vec![], vec![ours("local-pv-a", "/mnt/disks/a")], vec![other("local-pv-a", Some("/x"), Some("p"))]];
+    for d in &others {
+        for used in [UsedRead::Unmarked, UsedRead::Marked(own_mark(&base, Some("uid-new")))] {
+            for mark_holder in [None, Some(holder.clone())] {
+                for store in &stores {
+                    let d = DesiredPv { used: used.clone(), mark_holder: mark_holder.clone(), ..d.clone() };
+                    let d = std::slice::from_ref(&d);
+                    assert_eq!(
+                        plan_expecting(&me(), d, store, &no_foreign(), std::slice::from_ref(&e)),
+                        plan(&me(), d, store, &no_foreign()),
+                        "{d:?} store {store:?}"
+                    );
+                }
+            }
+        }
+    }
+    // The store shows the name: the store is what counts (ours: nothing to do; another
+    // node's: refused as taken).
+    for store in &stores[1..] {
+        let d = std::slice::from_ref(&base);
+        assert_eq!(
+            plan_expecting(&me(), d, store, &no_foreign(), std::slice::from_ref(&e)),
+            plan(&me(), d, store, &no_foreign())
+        );
+    }
+}
+
+#[test]
+fn an_expected_volume_keeps_its_disk_from_other_entries() {
+    let a = desired("local-pv-a", "/mnt/disks/a");
+    // Another entry of the same disk: the expected volume has it.
+    let same_disk = DesiredPv { disk: a.disk.clone(), ..desired("local-pv-b", "/mnt/disks/b") };
+    let got = plan_expecting(&me(), &[a.clone(), same_disk], &[], &no_foreign(), &[expected_of(&a)]);
+    assert_eq!(
+        summary(&got),
+        [format!(
+            "refuse local-pv-b /mnt/disks/b: {:?}",
+            Refusal::DiskPublished { pv: "local-pv-a".into(), path: "/mnt/disks/a".into() }
+        )]
+    );
+}

@@ -119,6 +119,23 @@ impl SkipReason {
                 | SkipReason::Unresponsive(_)
         )
     }
+
+    /// Whether the agent tells the skip in a Warning event (once per occurrence): the safety
+    /// refusals, and the set-ups an operator must fix (an unreadable discovery directory, a bad
+    /// namePattern, an entry of a kind that is never a volume). A held device is told by its
+    /// claim report (`DeviceHeld`) instead; ordinary skips (not a mount point, not matching
+    /// namePattern, unreadable) only in a log line.
+    pub fn is_evented(&self) -> bool {
+        let refused = matches!(
+            self,
+            SkipReason::UnreadableDirectory(_)
+                | SkipReason::BadPattern(_)
+                | SkipReason::NotUtf8
+                | SkipReason::DirectoryInBlockClass
+                | SkipReason::NotDirectoryOrBlockDevice
+        );
+        refused || (self.is_safety_refusal() && !matches!(self, SkipReason::DeviceHeld(_)))
+    }
 }
 
 impl fmt::Display for SkipReason {
@@ -713,6 +730,32 @@ mod tests {
             disk: DiskKey::block("8:0"),
             in_use: None,
             used,
+        }
+    }
+
+    #[test]
+    fn refusals_are_evented_and_ordinary_skips_and_held_devices_are_not() {
+        let s = || String::from("x");
+        let table = [
+            (SkipReason::UnreadableDirectory(s()), true),
+            (SkipReason::UnsafeRoot(s()), true),
+            (SkipReason::SharedRoot(s()), true),
+            (SkipReason::BadPattern(s()), true),
+            (SkipReason::PatternMismatch(s()), false),
+            (SkipReason::NotUtf8, true),
+            (SkipReason::NotMountPoint, false),
+            (SkipReason::DirectoryInBlockClass, true),
+            (SkipReason::Symlink(s()), true),
+            (SkipReason::ExposesHost(s()), true),
+            (SkipReason::NotDirectoryOrBlockDevice, true),
+            (SkipReason::Unreadable(s()), false),
+            // Told by its DeviceHeld event, once.
+            (SkipReason::DeviceHeld(s()), false),
+            (SkipReason::Unresponsive(s()), true),
+            (SkipReason::DiskFailing(s()), true),
+        ];
+        for (reason, evented) in table {
+            assert_eq!(reason.is_evented(), evented, "{}", reason.code());
         }
     }
 
