@@ -88,7 +88,11 @@ watch_pid=""
 made_etc=""
 fleet_cleanup() {
   set +e
-  for p in "${pids[@]}" $watch_pid; do kill "$p" 2> /dev/null; done
+  # The watch loop, then its kubectl (a child of that loop).
+  if [[ -n "$watch_pid" ]]; then
+    kill -STOP "$watch_pid"; pkill -P "$watch_pid"; kill "$watch_pid"; kill -CONT "$watch_pid"
+  fi
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done
   for p in "${pids[@]}" $watch_pid; do wait "$p" 2> /dev/null; done
   # Every mount under $work, deepest first (volumes), before lib.sh's cleanup removes $work.
   awk -v w="$work/" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
@@ -142,10 +146,19 @@ YAML
 fi
 
 # ---- a watch of every PV: "<time> EVENT NAME UID PHASE NODE" ----
+# kubectl ends its watch on an error (the API server sheds load while 50 agents start), so
+# it is started again at once: its first answer lists every PV again, as ADDED.
 : > "$work/watch.log"
-"$kubectl" get pv --watch --output-watch-events --no-headers -o \
-  'custom-columns=EVENT:.type,NAME:.object.metadata.name,UID:.object.metadata.uid,PHASE:.object.status.phase,NODE:.object.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]' \
-  > >(while read -r line; do echo "$EPOCHREALTIME $line"; done >> "$work/watch.log") 2> /dev/null &
+pv_watch() {
+  while :; do
+    "$kubectl" get pv --watch --output-watch-events --no-headers -o \
+      'custom-columns=EVENT:.type,NAME:.object.metadata.name,UID:.object.metadata.uid,PHASE:.object.status.phase,NODE:.object.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]' \
+      2>> "$work/watch.err"
+    echo "watch ended ($?), started again" >> "$work/watch.err"
+    sleep 0.2
+  done
+}
+pv_watch > >(while read -r line; do echo "$EPOCHREALTIME $line"; done >> "$work/watch.log") &
 watch_pid=$!
 sleep 1
 count_pvs() { py pvs "$work/watch.log" | python3 -c "import json,sys; print(len(json.load(sys.stdin)))"; }
@@ -299,3 +312,5 @@ for kind in ("released", "deleted") if churn else ():
           f"({c['requests_per_pv_net_of_idle']} net of idle), apiserver {c['apiserver_cpu_s_per_pv']} CPU-s")
     print("    by verb+resource:", ", ".join(f"{k} {n}" for k, n in c["per_pv_by"].items()))
 PY
+restarts=$(grep -c "started again" "$work/watch.err" || true)
+(( restarts == 0 )) || { echo "fleet: the PV watch ended and was started again $restarts times; last errors:"; grep -v "started again" "$work/watch.err" | tail -3; } >&2
