@@ -10,7 +10,8 @@ PHASE AFFINITY_HOST, each line prefixed with the time it was read.
 
 Subcommands (each prints one JSON object):
   requests AUDIT USER T0 T1         requests of USER received in [T0, T1), by verb+resource,
-                                    and how many of them were answered 409 (Conflict)
+                                    how many were answered 409 (Conflict), and the
+                                    answers >= 300 by "verb resource code"
   pvs WATCH                         PVs that exist now: name -> [uid, phase, node]
   published WATCH TOTAL             time of the first sighting of the TOTAL-th distinct PV
   pick WATCH K SKIP                 K existing Available PVs, round-robin over nodes, after
@@ -29,7 +30,7 @@ def ts(s):
 
 
 def requests(audit, user, t0, t1):
-    seen, by, conflicts = set(), {}, 0
+    seen, by, conflicts, failed = set(), {}, 0, {}
     with open(audit) as f:
         for line in f:
             try:
@@ -52,9 +53,13 @@ def requests(audit, user, t0, t1):
                 res += "/" + ref["subresource"]
             key = f'{e.get("verb")} {res}'
             by[key] = by.get(key, 0) + 1
-            if e.get("responseStatus", {}).get("code") == 409:
+            code = e.get("responseStatus", {}).get("code", 0)
+            if code == 409:
                 conflicts += 1
-    return {"total": sum(by.values()), "conflicts": conflicts, "by": dict(sorted(by.items()))}
+            if code >= 300:
+                failed[f"{key} {code}"] = failed.get(f"{key} {code}", 0) + 1
+    return {"total": sum(by.values()), "conflicts": conflicts, "by": dict(sorted(by.items())),
+            "failed": dict(sorted(failed.items()))}
 
 
 def watch_lines(path):
@@ -111,12 +116,14 @@ def renewed(path, names):
 
 
 def refusals(events):
-    n = 0
+    n, volumes = 0, set()
     for e in json.load(open(events)).get("items", []):
         text = (e.get("message") or e.get("note") or "")
         if e.get("type") == "Warning" and "already published" in text:
-            n += max(1, e.get("count") or (e.get("series") or {}).get("count") or 1)
-    return {"already_published_warnings": n}
+            n += 1
+            related = (e.get("related") or {}).get("name")
+            volumes.add(related or text)
+    return {"already_published_warnings": n, "volumes_refused": len(volumes)}
 
 
 def main(argv):

@@ -163,6 +163,11 @@ watch_pid=$!
 sleep 1
 count_pvs() { py pvs "$work/watch.log" | python3 -c "import json,sys; print(len(json.load(sys.stdin)))"; }
 count_phase() { py pvs "$work/watch.log" | python3 -c "import json,sys; print(sum(1 for v in json.load(sys.stdin).values() if v[1] == sys.argv[1]))" "$1"; }
+cpu_each() { # utime+stime of each of the given PIDs, comma-separated
+  local p out=""
+  for p in "$@"; do out+="$(awk '{print $14 + $15}' "/proc/$p/stat" 2> /dev/null || echo 0),"; done
+  echo "${out%,}"
+}
 cpu_ticks() { # sum of utime+stime of the given PIDs
   local p s=0
   for p in "$@"; do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat" 2> /dev/null || echo 0))); done
@@ -208,14 +213,14 @@ pubreq=$(py requests "$work/cp/logs/audit.log" "$user" "$start" "$t_settled")
 creates=$(jget "$pubreq" '["by"].get("create persistentvolumes", 0)')
 conflicts=$(jget "$pubreq" '["conflicts"]')
 k get events -A -o json > "$work/events.json"
-refused=$(jget "$(py refusals "$work/events.json")" '["already_published_warnings"]')
-echo "{\"figure\":\"${figure}_publish\",\"impl\":\"$impl\",\"agents\":$agents,\"volumes_each\":$v,\"pvs\":$total,\"pvs_seen\":$seen,\"seconds_to_all_pvs\":$secs,\"creates_sent\":$creates,\"conflicts_409\":$conflicts,\"already_published_warnings\":$refused,\"requests_until_settled\":$(jget "$pubreq" '["total"]')}"
+refusals=$(py refusals "$work/events.json")
+echo "{\"figure\":\"${figure}_publish\",\"impl\":\"$impl\",\"agents\":$agents,\"volumes_each\":$v,\"pvs\":$total,\"pvs_seen\":$seen,\"seconds_to_all_pvs\":$secs,\"creates_sent\":$creates,\"conflicts_409\":$conflicts,\"already_published_warnings\":$(jget "$refusals" '["already_published_warnings"]'),\"volumes_refused\":$(jget "$refusals" '["volumes_refused"]'),\"requests_until_settled\":$(jget "$pubreq" '["total"]'),\"failed_answers\":$(jget "$pubreq" '["failed"]' | tr "'" '"')}"
 
 # ---- idle ----
 w0=$(watch_events)
-t0=$(now); a0=$(cpu_ticks "${pids[@]}"); s0=$(cpu_ticks "$api_pid")
+t0=$(now); a0=$(cpu_each "${pids[@]}"); s0=$(cpu_ticks "$api_pid")
 sleep "$idle"
-t1=$(now); a1=$(cpu_ticks "${pids[@]}"); s1=$(cpu_ticks "$api_pid")
+t1=$(now); a1=$(cpu_each "${pids[@]}"); s1=$(cpu_ticks "$api_pid")
 w1=$(watch_events)
 idlereq=$(py requests "$work/cp/logs/audit.log" "$user" "$t0" "$t1")
 rss=0; for p in "${pids[@]}"; do rss=$((rss + $(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2> /dev/null || echo 0))); done
@@ -225,9 +230,11 @@ import json, sys
 fig, impl, agents, total, idle, hz, a0, a1, s0, s1, w0, w1, rss, alive = sys.argv[1:15]
 req = json.loads(sys.argv[15]); dur = float(sys.argv[17]) - float(sys.argv[16])
 agents, idle, hz = int(agents), float(idle), float(hz)
-cpu = (int(a1) - int(a0)) / hz
+each = sorted((b - a) / hz for a, b in zip(map(int, a0.split(",")), map(int, a1.split(","))))
+cpu = sum(each)
 print(json.dumps({"figure": fig + "_idle", "impl": impl, "agents": agents, "pvs": int(total), "seconds": idle,
     "agents_cpu_s": round(cpu, 3), "agents_cpu_s_per_min": round(cpu * 60 / idle, 3),
+    "agent_cpu_s_median": round(each[len(each) // 2], 3), "agent_cpu_s_max": round(each[-1], 3),
     "apiserver_cpu_s": round((int(s1) - int(s0)) / hz, 3), "agent_requests": req["total"],
     "agent_requests_per_min": round(req["total"] * 60 / dur, 2), "requests_by": req["by"],
     "pv_watch_events_all_watchers": int(w1) - int(w0), "agents_alive": int(alive),
@@ -264,7 +271,7 @@ print(json.dumps({"figure": f"{fig}_churn_{kind}", "impl": impl, "pvs": k, "rene
     "requests": req["total"], "requests_per_pv": round(req["total"] / k, 2),
     "requests_per_pv_net_of_idle": round((req["total"] - idle["agent_requests"] * scale) / k, 2),
     "per_pv_by": {key: round(n / k, 2) for key, n in req["by"].items()},
-    "per_pv_net_by": net, "conflicts_409": req["conflicts"],
+    "per_pv_net_by": net, "conflicts_409": req["conflicts"], "failed_answers": req["failed"],
     "apiserver_cpu_s": round((int(s1) - int(s0)) / float(hz), 3),
     "apiserver_cpu_s_per_pv": round((int(s1) - int(s0)) / float(hz) / k, 4)}, separators=(",", ":")))
 PY
