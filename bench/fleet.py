@@ -19,9 +19,14 @@ Subcommands (each prints one JSON object):
   renewed WATCH NAMES_JSON          how many of NAMES (name -> old uid) exist again with another
                                     uid and phase Available, and the time the last one did
   refusals EVENTS_JSON              Warning events saying a volume is already published
+  mount-events SECONDS              mount table changes on this host over SECONDS (the
+                                    kernel's POLLPRI on /proc/self/mountinfo, which also wakes
+                                    every agent of ours: other work on the host counts too)
 """
 import json
+import select
 import sys
+import time
 from datetime import datetime
 
 
@@ -126,6 +131,20 @@ def refusals(events):
     return {"already_published_warnings": n, "volumes_refused": len(volumes)}
 
 
+def mount_events(seconds):
+    with open("/proc/self/mountinfo") as f:
+        f.read()
+        p = select.poll()
+        p.register(f, select.POLLPRI | select.POLLERR)
+        n, end = 0, time.time() + seconds
+        while (left := end - time.time()) > 0:
+            if p.poll(left * 1000):
+                n += 1
+                f.seek(0)
+                f.read()
+    return {"mount_events": n}
+
+
 def main(argv):
     cmd = argv[1]
     if cmd == "requests":
@@ -138,6 +157,8 @@ def main(argv):
         out = pick(argv[2], int(argv[3]), int(argv[4]))
     elif cmd == "renewed":
         out = renewed(argv[2], json.loads(argv[3]))
+    elif cmd == "mount-events":
+        out = mount_events(float(argv[2]))
     elif cmd == "refusals":
         out = refusals(argv[2])
     else:

@@ -9,7 +9,9 @@
 #   idle     once every PV is Available, 11 s of quiet (see idle_cost in lib.sh), then
 #            IDLE_SECONDS (default 60): CPU-s of all agents together (/proc/PID/stat), of the
 #            API server, the agents' requests (audit log, by verb+resource), PV watch events
-#            the API server sent (to every watcher: the agents, the PV controller, this script);
+#            the API server sent (to every watcher: the agents, the PV controller, this script;
+#            bookmarks included), and the host's mount table changes in the window (each
+#            wakes every agent of ours for a pass: other work on the same host counts);
 #   churn    CHURN volumes (default 100, at most half the PVs; 0 skips it), round-robin over
 #            the agents: (a) released: a PVC pre-bound to each PV, then deleted (reclaim
 #            Delete): until every PV is Available again under a new UID; (b) deleted:
@@ -218,14 +220,17 @@ echo "{\"figure\":\"${figure}_publish\",\"impl\":\"$impl\",\"agents\":$agents,\"
 
 # ---- idle ----
 w0=$(watch_events)
+py mount-events "$idle" > "$work/mount-events.json" &
+mount_events_pid=$!
 t0=$(now); a0=$(cpu_each "${pids[@]}"); s0=$(cpu_ticks "$api_pid")
 sleep "$idle"
+wait "$mount_events_pid" || echo '{"mount_events":null}' > "$work/mount-events.json"
 t1=$(now); a1=$(cpu_each "${pids[@]}"); s1=$(cpu_ticks "$api_pid")
 w1=$(watch_events)
 idlereq=$(py requests "$work/cp/logs/audit.log" "$user" "$t0" "$t1")
 rss=0; for p in "${pids[@]}"; do rss=$((rss + $(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2> /dev/null || echo 0))); done
 alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && alive=$((alive + 1)); done
-python3 - "$figure" "$impl" "$agents" "$total" "$idle" "$hz" "$a0" "$a1" "$s0" "$s1" "$w0" "$w1" "$rss" "$alive" "$idlereq" "$t0" "$t1" <<'PY' > "$work/idle.json"
+python3 - "$figure" "$impl" "$agents" "$total" "$idle" "$hz" "$a0" "$a1" "$s0" "$s1" "$w0" "$w1" "$rss" "$alive" "$idlereq" "$t0" "$t1" "$(cat "$work/mount-events.json")" <<'PY' > "$work/idle.json"
 import json, sys
 fig, impl, agents, total, idle, hz, a0, a1, s0, s1, w0, w1, rss, alive = sys.argv[1:15]
 req = json.loads(sys.argv[15]); dur = float(sys.argv[17]) - float(sys.argv[16])
@@ -238,6 +243,7 @@ print(json.dumps({"figure": fig + "_idle", "impl": impl, "agents": agents, "pvs"
     "apiserver_cpu_s": round((int(s1) - int(s0)) / hz, 3), "agent_requests": req["total"],
     "agent_requests_per_min": round(req["total"] * 60 / dur, 2), "requests_by": req["by"],
     "pv_watch_events_all_watchers": int(w1) - int(w0), "agents_alive": int(alive),
+    "host_mount_events": json.loads(sys.argv[18])["mount_events"],
     "total_agent_rss_kib": int(rss), "mean_agent_rss_mib": round(int(rss) / agents / 1024, 1)}, separators=(",", ":")))
 PY
 cat "$work/idle.json"
