@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): a fleet of A agents (default 50) against one control plane, each its
-# own Node object, its own hostDir with V tmpfs volumes (default 10) that only it sees, and its
-# own state dir; ours and upstream's v2.9.0 side by side, each on a fresh control plane
-# (IMPL=ours|upstream|both, default both). Phases, the same for both:
+# own Node object, its own hostDir with V tmpfs volumes (default 10) configured for it alone,
+# and its own state dir; ours and upstream's v2.9.0 side by side, each on a fresh control plane
+# (IMPL=ours|upstream|both, default both). Unlike A real nodes, the agents share one host and
+# so one mount table: each sees all A*V mounts (and the host's others) when it reads it.
+# Phases, the same for both:
 #   publish  all A agents started at once: seconds until all A*V PVs exist; creates sent (from
 #            the audit log) vs PVs, and Warning events saying a volume is "already published"
 #            (false refusals: every volume here is its own disk);
@@ -22,7 +24,8 @@
 # logs. Upstream runs as that same ServiceAccount with upstream's own ClusterRole bound to it
 # besides ours (its Helm chart's rules: it GETs StorageClasses and writes core/v1 Events, which
 # ours does not grant), each agent in its own mount namespace (unshare -m, slave propagation)
-# with its config bind-mounted at the fixed /etc/provisioner/config.
+# with its config bind-mounted at the fixed /etc/provisioner/config (an empty directory made on
+# the host for that if missing, removed again at the end).
 # Prints JSON lines and tables; never fails on timing (a phase that times out reports what it
 # saw). Needs root. Usage: fleet.sh [A] [V]; BENCH_BIN as in lib.sh; FIGURE names the figures
 # (default fleet).
