@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every benchmark figure, one after the other (each sets up and tears down its own control
 # plane, volumes and agents). Prints each figure's JSON line and table. Never fails on timing.
-# Needs root; takes about 10 minutes on 2 cores.
+# Needs root; takes about 10 minutes on 2 cores, and about 15 more for the issue-29 side-by-side
+# figures at the end (they build upstream v2.9.0 once, see bench/upstream/build.sh).
 set -uo pipefail
 here=$(dirname "${BASH_SOURCE[0]}")
 bash "$here/discovery-latency.sh" 100        # figures 1 and 6 (idle cost with 100 volumes)
@@ -17,3 +18,5 @@ bash "$here/config-scale.sh"                  # issue 14: validate-config with 1
 bash "$here/device-claims.sh" 20                # issue 17: raw devices claimed: attach -> PV, disks, idle
 bash "$here/device-probe.sh" 3                  # figure 14: proving blank: probe 100 GiB / 1 TiB, claim 100 GiB, full read
 bash "$here/wedged-volume.sh" 50                 # issue 27: 50 mounts, then again beside a frozen ext4 volume; its thaw
+bash "$here/idle-side-by-side.sh" 100            # issue 29: idle, one agent with 100 volumes, ours vs upstream v2.9.0
+bash "$here/fleet.sh" 50 10                      # issue 29: fleet of 50 agents x 10 volumes, ours vs upstream v2.9.0
