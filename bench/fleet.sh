@@ -2,8 +2,11 @@
 # Benchmark (not a test): a fleet of A agents (default 50) against one control plane, each its
 # own Node object, its own hostDir with V tmpfs volumes (default 10) configured for it alone,
 # and its own state dir; ours and upstream's v2.9.0 side by side, each on a fresh control plane
-# (IMPL=ours|upstream|both, default both). Unlike A real nodes, the agents share one host and
-# so one mount table: each sees all A*V mounts (and the host's others) when it reads it.
+# (IMPL=ours|upstream|both, default both). Each agent runs in a mount namespace of its own
+# (unshare -m, private propagation) where its V volumes are mounted, as on A real nodes: its
+# mount table holds the host's mounts as they were at its start and its own volumes, and no
+# other agent's mount, nor any later mount of the host, reaches it. (With one shared table every
+# agent read all A*V mounts on each pass, and each mount anywhere on the host woke every agent.)
 # Phases, the same for both:
 #   publish  all A agents started at once: seconds until all A*V PVs exist; creates sent (from
 #            the audit log) vs PVs, and Warning events saying a volume is "already published"
@@ -23,9 +26,9 @@
 # The agents' requests are those of the agent ServiceAccount, which start.sh's audit policy
 # logs. Upstream runs as that same ServiceAccount with upstream's own ClusterRole bound to it
 # besides ours (its Helm chart's rules: it GETs StorageClasses and writes core/v1 Events, which
-# ours does not grant), each agent in its own mount namespace (unshare -m, slave propagation)
-# with its config bind-mounted at the fixed /etc/provisioner/config (an empty directory made on
-# the host for that if missing, removed again at the end).
+# ours does not grant), with its config bind-mounted in its namespace at the fixed
+# /etc/provisioner/config (an empty directory made on the host for that if missing, removed
+# again at the end).
 # Prints JSON lines and tables; never fails on timing (a phase that times out reports what it
 # saw). Needs root. Usage: fleet.sh [A] [V]; BENCH_BIN as in lib.sh; FIGURE names the figures
 # (default fleet).
@@ -115,10 +118,7 @@ for a in $(seq 1 "$agents"); do
 done | k apply -f - > /dev/null
 for a in $(seq 1 "$agents"); do
   mkdir -p "$work/agent-$a/config" "$work/agent-$a/state" "$work/vols/node-$a"
-  for i in $(seq 1 "$v"); do
-    mkdir -p "$work/vols/node-$a/v$i"
-    mount -t tmpfs -o size=16m tmpfs "$work/vols/node-$a/v$i"
-  done
+  for i in $(seq 1 "$v"); do mkdir -p "$work/vols/node-$a/v$i"; done
   printf 'fast-disks:\n  hostDir: %s\n  mountDir: %s\n' "$work/vols/node-$a" "$work/vols/node-$a" \
     > "$work/agent-$a/config/storageClassMap"
 done
@@ -190,16 +190,26 @@ until_or() {
 }
 
 # ---- publish ----
+# on_node A CMD...: runs CMD (exec'd, so its PID is the one recorded) in a new private mount
+# namespace, after mounting agent A's V tmpfs volumes there and, for upstream, binding its
+# config at /etc/provisioner/config.
+node_sh='d=$1; n=$2; cfg=$3; shift 3
+i=1; while [ "$i" -le "$n" ]; do mount -t tmpfs -o size=16m tmpfs "$d/v$i" || exit 1; i=$((i + 1)); done
+[ -z "$cfg" ] || mount --bind "$cfg" /etc/provisioner/config || exit 1
+exec "$@"'
+on_node() {
+  local a=$1 cfg=$2; shift 2
+  unshare -m --propagation private sh -c "$node_sh" sh "$work/vols/node-$a" "$v" "$cfg" "$@"
+}
 start=$(now)
 for a in $(seq 1 "$agents"); do
   if [[ $impl == ours ]]; then
-    RUST_LOG=warn "$bin" run --listen-address 127.0.0.1:0 --config-dir "$work/agent-$a/config" \
+    RUST_LOG=warn on_node "$a" "" "$bin" run --listen-address 127.0.0.1:0 --config-dir "$work/agent-$a/config" \
       --node-name "node-$a" --kubeconfig "$work/agent.kubeconfig" --state-dir "$work/agent-$a/state" \
       2> "$work/agent-$a.log" &
   else
     MY_NODE_NAME=node-$a MY_NAMESPACE=local-static-provisioner KUBECONFIG=$work/agent.kubeconfig \
-      unshare -m --propagation slave sh -c 'mount --bind "$1" /etc/provisioner/config && exec "$2" --listen-address=127.0.0.1:0' \
-      sh "$work/agent-$a/config" "$up_bin" 2> "$work/agent-$a.log" &
+      on_node "$a" "$work/agent-$a/config" "$up_bin" --listen-address=127.0.0.1:0 2> "$work/agent-$a.log" &
   fi
   pids+=($!)
 done
