@@ -10,6 +10,7 @@ use tracing::{info, warn};
 use super::Agent;
 use crate::core::cleanup::PvState;
 use crate::core::disk_identity::may_share_disk;
+use crate::core::effect_key::EffectKey;
 use crate::core::fence::{FenceInput, FenceReason, Seen, fence_key, may_be_mounted, plan_fences, stop_label};
 use crate::core::presence::where_moved;
 use crate::core::succession::DiskCheck;
@@ -63,7 +64,7 @@ impl Agent {
             // after a failure waits for its retry deadline.
             let change: Vec<String> =
                 plan.labels.iter().map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("-"))).collect();
-            let key = format!("fences/{}", change.join(","));
+            let key = EffectKey::Fences(change.join(","));
             let patched = self.cluster.patch_node_labels(&self.identity.node, &plan.labels);
             let Some(Ok(node)) = self.effects.run(&key, patched).await else { return };
             self.node = node;

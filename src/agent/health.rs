@@ -13,6 +13,7 @@ use crate::api::{AnnotationPatch, claim_reference, pv_reference};
 use crate::core::cleanup::PvState;
 use crate::core::disk_health::Signs;
 use crate::core::disk_health::{Failing, HealthAction, annotation_value, plan_health};
+use crate::core::effect_key::EffectKey;
 use crate::core::naming::ANN_DISK_FAILING;
 use crate::host::discovery::{Scan, SkipReason, Skipped};
 use crate::host::ops::{Stall, Subject};
@@ -83,7 +84,7 @@ impl Agent {
         for action in plan_health(states, failing) {
             match action {
                 HealthAction::Withdraw { name, uid, resource_version, why } => {
-                    let key = format!("withdraw-failing/{name}");
+                    let key = EffectKey::WithdrawFailing(name.clone());
                     let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
                     if let Some(Ok(())) = self.effects.run(&key, deleted).await {
                         self.note_withdrawn(&uid).await;
@@ -100,7 +101,7 @@ impl Agent {
                     let Some(pv) = states.iter().find(|s| s.name == name) else { continue };
                     let patch = AnnotationPatch::new().set(ANN_DISK_FAILING, value.clone());
                     let patched = self.cluster.patch_annotations(&name, None, &patch);
-                    if let Some(Ok(())) = self.effects.run(&format!("flag-failing/{name}"), patched).await {
+                    if let Some(Ok(())) = self.effects.run(&EffectKey::FlagFailing(name.clone()), patched).await {
                         let note = format!(
                             "the disk of PV {name} at {} on node {} is failing or does not answer: {value}. Its data may \
                              be at risk: back it up or move the workload (see the agent's docs/troubleshooting.md)",
@@ -114,7 +115,7 @@ impl Agent {
                     let Some(pv) = states.iter().find(|s| s.name == name) else { continue };
                     let patch = AnnotationPatch::new().remove(ANN_DISK_FAILING);
                     let patched = self.cluster.patch_annotations(&name, None, &patch);
-                    if let Some(Ok(())) = self.effects.run(&format!("unflag-failing/{name}"), patched).await {
+                    if let Some(Ok(())) = self.effects.run(&EffectKey::UnflagFailing(name.clone()), patched).await {
                         let note = format!(
                             "the disk of PV {name} at {} answers and shows no sign of failing again",
                             pv.host_path

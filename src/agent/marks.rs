@@ -6,6 +6,7 @@ use tracing::{debug, warn};
 
 use super::Agent;
 use crate::core::cleanup::PvState;
+use crate::core::effect_key::EffectKey;
 use crate::core::planner::DesiredPv;
 use crate::core::used_mark::{Replace, UsedMark, UsedRead};
 use crate::host::access::MarkJob;
@@ -61,7 +62,7 @@ impl Agent {
             Some(Err(e)) => {
                 warn!(error = %e, "cannot read the mount table to mark new volumes; nothing is published this pass");
                 for m in &marks {
-                    self.effects.record::<(), _>(&format!("create/{}", m.pv), &Err(e.to_string()));
+                    self.effects.record::<(), _>(&EffectKey::Create(m.pv.clone()), &Err(e.to_string()));
                 }
                 return Vec::new();
             }
@@ -69,7 +70,7 @@ impl Agent {
         };
         let mut ready = Vec::new();
         for ((pv, mark), outcome) in pvs.into_iter().zip(marks).zip(outcomes) {
-            let key = format!("create/{}", mark.pv);
+            let key = EffectKey::Create(mark.pv.clone());
             let not_yet = match outcome {
                 Ok(MarkOutcome::Written(_, carrier)) => {
                     self.report_node_local(&mark, &carrier).await;
@@ -111,7 +112,7 @@ impl Agent {
         let busy = self.cleaner.busy(states);
         let candidates: Vec<&PvState> = states
             .iter()
-            .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !busy.contains(&pv.uid))
+            .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !busy.pvs.contains(&pv.uid))
             .filter(|pv| match self.marked.get(&pv.uid) {
                 Some(claimed) => !claimed && pv.used_by_a_claim(),
                 None => true,
@@ -140,7 +141,7 @@ impl Agent {
                 (None, true) => (String::new(), Accept::Anything),
                 (None, false) => continue,
             };
-            if !self.effects.due(&format!("mark/{}", pv.uid)) {
+            if !self.effects.due(&EffectKey::Mark(pv.uid.clone())) {
                 continue;
             }
             let mark = UsedMark {
@@ -171,14 +172,14 @@ impl Agent {
             Some(Ok(outcomes)) => outcomes,
             Some(Err(e)) => {
                 for pv in &pvs {
-                    self.effects.record::<(), _>(&format!("mark/{}", pv.uid), &Err(format!("mount table: {e}")));
+                    self.effects.record::<(), _>(&EffectKey::Mark(pv.uid.clone()), &Err(format!("mount table: {e}")));
                 }
                 return;
             }
             None => return,
         };
         for (pv, outcome) in pvs.into_iter().zip(outcomes) {
-            let key = format!("mark/{}", pv.uid);
+            let key = EffectKey::Mark(pv.uid.clone());
             match &outcome {
                 Ok(MarkOutcome::Written(m, carrier)) => {
                     debug!(pv = %pv.name, claimed = m.claimed, "used mark written");

@@ -11,7 +11,6 @@
 //! (retries) and `report` (events once per occurrence).
 
 mod config;
-mod effects;
 mod fence;
 mod health;
 mod marks;
@@ -57,7 +56,8 @@ use crate::metrics::Metrics;
 use crate::runtime::{EventClock, Shutdown, forward_events_until_synced, jittered, sleep_until_opt};
 use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
 
-use effects::Effects;
+use crate::core::effect_key::EffectKey;
+use crate::runtime::effects::Effects;
 
 /// Settings of `run`.
 #[derive(Debug, Clone)]
@@ -496,12 +496,13 @@ impl Agent {
         });
         self.effects.end_pass();
         // Wipe failures of PVs that are gone, and of used disks no longer found, are forgotten.
-        let live: std::collections::BTreeSet<String> = states
-            .iter()
-            .map(|s| s.uid.clone())
-            .chain(self.found_disks.iter().map(|(path, _)| format!("wipe-first/{path}")))
-            .collect();
-        self.cleaner.retain(|key| live.contains(key));
+        let live_pvs: std::collections::BTreeSet<&str> = states.iter().map(|s| s.uid.as_str()).collect();
+        let found: std::collections::BTreeSet<&str> = self.found_disks.iter().map(|(path, _)| path.as_str()).collect();
+        self.cleaner.retain(|key| match key {
+            EffectKey::Wipe(uid) => live_pvs.contains(uid.as_str()),
+            EffectKey::WipeFirst(path) => found.contains(path.as_str()),
+            _ => false,
+        });
         self.next_settle = [self.next_settle, next_stale, next_missing].into_iter().flatten().min();
         debug!(
             desired = desired,

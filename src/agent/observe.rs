@@ -8,6 +8,7 @@ use tracing::error;
 
 use super::Agent;
 use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
+use crate::core::effect_key::EffectKey;
 use crate::host::access::{Ask, Observation};
 use crate::wiper::target_for;
 
@@ -25,7 +26,7 @@ impl Agent {
         };
         // The disks of all this node's PVs are read only when a wipe may start in this pass.
         let busy = self.cleaner.busy(states);
-        let disks = plan_cleanup(states, &busy).iter().any(|a| matches!(a, CleanupAction::Wipe { .. }));
+        let disks = plan_cleanup(states, &busy.pvs).iter().any(|a| matches!(a, CleanupAction::Wipe { .. }));
         let ask = Ask {
             config: self.config.clone(),
             published: states.iter().map(|pv| pv.host_path.clone()).collect::<BTreeSet<_>>(),
@@ -45,7 +46,7 @@ impl Agent {
         };
         let observed = self.on_host(move |host| host.observe(ask)).await;
         let observed = observed.map(|r| r.map_err(|e| e.to_string())).unwrap_or_else(|| Err("host task failed".into()));
-        self.effects.record("observe", &observed);
+        self.effects.record(&EffectKey::Observe, &observed);
         match observed {
             Ok(observation) => Some(observation),
             Err(e) => {

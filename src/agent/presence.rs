@@ -10,6 +10,7 @@ use super::Agent;
 use crate::api::{AnnotationPatch, pv_reference};
 use crate::core::cleanup::PvState;
 use crate::core::device_claim::{Tampered, tamper_withdrawals};
+use crate::core::effect_key::EffectKey;
 use crate::core::naming::{ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO};
 use crate::core::presence::{PresenceAction, plan_presence, where_moved};
 
@@ -32,7 +33,7 @@ impl Agent {
         for action in plan_presence(states, missing, &moved) {
             match action {
                 PresenceAction::Withdraw { name, uid, resource_version } => {
-                    let key = format!("withdraw/{name}");
+                    let key = EffectKey::Withdraw(name.clone());
                     let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
                     if let Some(Ok(())) = self.effects.run(&key, deleted).await {
                         self.note_withdrawn(&uid).await;
@@ -49,7 +50,7 @@ impl Agent {
                     let patch = AnnotationPatch::new()
                         .set(ANN_VOLUME_MISSING, now)
                         .set_or_remove(ANN_VOLUME_MOVED_TO, moved_to.clone());
-                    let key = format!("flag-missing/{name}");
+                    let key = EffectKey::FlagMissing(name.clone());
                     let patched = self.cluster.patch_annotations(&name, None, &patch);
                     if let Some(Ok(())) = self.effects.run(&key, patched).await {
                         let note = match &moved_to {
@@ -66,7 +67,7 @@ impl Agent {
                 }
                 PresenceAction::Unflag { name } => {
                     let patch = AnnotationPatch::new().remove(ANN_VOLUME_MISSING).remove(ANN_VOLUME_MOVED_TO);
-                    let key = format!("unflag/{name}");
+                    let key = EffectKey::Unflag(name.clone());
                     let patched = self.cluster.patch_annotations(&name, None, &patch);
                     if let Some(Ok(())) = self.effects.run(&key, patched).await {
                         info!(pv = %name, "volume is back");
@@ -86,7 +87,7 @@ impl Agent {
     /// again).
     pub(super) async fn withdraw_tampered(&mut self, states: &[PvState], tampered: &[Tampered]) {
         for (name, uid, resource_version, t) in tamper_withdrawals(states, tampered) {
-            let key = format!("withdraw-tampered/{name}");
+            let key = EffectKey::WithdrawTampered(name.clone());
             let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
             if let Some(Ok(())) = self.effects.run(&key, deleted).await {
                 self.note_withdrawn(&uid).await;

@@ -13,6 +13,7 @@ use crate::config::VolumeMode;
 use crate::core::backoff::Policy;
 use crate::core::cleanup::PvState;
 use crate::core::desired::{class_policy, desired_pvs};
+use crate::core::effect_key::EffectKey;
 use crate::core::expectations::Expected;
 use crate::core::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
 use crate::core::planner::{
@@ -23,7 +24,7 @@ use crate::core::pv::{ClassPolicy, PvContext};
 use crate::core::pv_facts::PvFacts;
 use crate::core::used_mark::{UsedMark, UsedRead};
 use crate::host::discovery::Scan;
-use crate::wiper::{target_at, target_for};
+use crate::wiper::{Busy, target_at, target_for};
 
 /// Volumes published (or their used marks checked) together. A node that comes up with
 /// thousands of volumes publishes them batch after batch in one pass, so the marks, requests and
@@ -93,7 +94,7 @@ impl Agent {
         let names: Vec<String> = self.foreign.keys().cloned().collect();
         names
             .into_iter()
-            .filter(|name| !self.effects.due(&format!("collision/{name}")))
+            .filter(|name| !self.effects.due(&EffectKey::Collision(name.clone())))
             .filter_map(|name| Some((name.clone(), self.foreign.get(&name)?.clone())))
             .collect()
     }
@@ -122,7 +123,7 @@ impl Agent {
             match action {
                 Action::Create { name, host_path } => {
                     let Some(d) = desired_named(desired, &name, &host_path) else { continue };
-                    if self.effects.due(&format!("create/{name}")) {
+                    if self.effects.due(&EffectKey::Create(name.clone())) {
                         creates.push(d);
                     }
                 }
@@ -161,7 +162,7 @@ impl Agent {
             .await;
         for (d, result) in results {
             let (name, path) = (d.name.clone(), d.host_path.clone());
-            self.effects.record(&format!("create/{name}"), &result);
+            self.effects.record(&EffectKey::Create(name.clone()), &result);
             match result {
                 Ok(Created::Created { uid }) => {
                     info!(pv = %name, path = %path, "created PV");
@@ -198,7 +199,7 @@ impl Agent {
                     }
                     match classified {
                         ExistingPv::Ours { needs_label: true } => {
-                            let key = format!("adopt/{name}");
+                            let key = EffectKey::AdoptPv(name.clone());
                             if self.effects.due(&key) {
                                 let result = self.take_over(&existing).await;
                                 self.effects.record(&key, &result);
@@ -222,9 +223,9 @@ impl Agent {
                             } else {
                                 debug!(pv = %name, path = %path, "PV name still taken by {owner}");
                             }
-                            self.effects.wait_out_for(&format!("collision/{name}"), &owner, COLLISION_RETRY);
+                            self.effects.wait_out_for(&EffectKey::Collision(name.clone()), &owner, COLLISION_RETRY);
                             // The create was answered, but did not publish: the retry is no repeat.
-                            self.effects.forget(&format!("create/{name}"));
+                            self.effects.forget(&EffectKey::Create(name.clone()));
                             self.foreign.insert(name, owner);
                         }
                     }
@@ -246,7 +247,7 @@ impl Agent {
     /// The name `name` is this node's volume's now (created, or found ours): no longer taken.
     fn name_free(&mut self, name: &str) {
         if self.foreign.remove(name).is_some() {
-            self.effects.forget(&format!("collision/{name}"));
+            self.effects.forget(&EffectKey::Collision(name.to_string()));
         }
     }
 
@@ -254,7 +255,7 @@ impl Agent {
     /// cluster's PVs page by page and keeping only this node's. Retried with backoff until
     /// one pass completes.
     pub(super) async fn adopt(&mut self) {
-        if !self.effects.due("adopt") {
+        if !self.effects.due(&EffectKey::Adopt) {
             return;
         }
         let identity = self.identity.clone();
@@ -262,7 +263,9 @@ impl Agent {
         let listed = self.cluster.list_pvs_where(|pv| needs_adoption(&identity, &ObservedPv::from_pv(pv))).await;
         let all = match listed {
             Ok(all) => all,
-            Err(e) => return self.effects.record::<(), _>("adopt", &Err(format!("listing PVs for adoption: {e}"))),
+            Err(e) => {
+                return self.effects.record::<(), _>(&EffectKey::Adopt, &Err(format!("listing PVs for adoption: {e}")));
+            }
         };
         let observed: Vec<ObservedPv> = all.iter().map(ObservedPv::from_pv).collect();
         let names = plan_adoption(&identity, &observed);
@@ -289,7 +292,7 @@ impl Agent {
             }
         }
         let result = if ok { Ok(()) } else { Err("some PVs could not be adopted") };
-        self.effects.record("adopt", &result);
+        self.effects.record(&EffectKey::Adopt, &result);
         self.adopted = ok;
     }
 
@@ -341,7 +344,7 @@ impl Agent {
                 continue;
             }
             // Being wiped first (or backing off after a failed wipe-first): decided already.
-            if busy.contains(&format!("wipe-first/{}", d.host_path)) {
+            if busy.paths.contains(&d.host_path) {
                 continue;
             }
             if !fetched.contains_key(&name) {
@@ -362,15 +365,14 @@ impl Agent {
     /// occurrence reported; a failed wipe backs off in the cleaner before it is tried again.
     async fn wipe_first(
         &mut self,
-        busy: &std::collections::BTreeSet<String>,
+        busy: &Busy,
         desired: &[DesiredPv],
         name: String,
         host_path: String,
         identity: String,
         mark: UsedMark,
     ) {
-        let key = format!("wipe-first/{host_path}");
-        if busy.contains(&key) {
+        if busy.paths.contains(&host_path) {
             return;
         }
         let Some(d) = desired_named(desired, &name, &host_path) else { return };
@@ -386,6 +388,6 @@ impl Agent {
             warn!(path = %host_path, pv = %mark.pv, "{note}");
             self.node_event(None, "VolumeUsed", "Wipe", note).await;
         }
-        self.cleaner.start_wipe_first(key, &name, &host_path, &identity, target, node_reference(&self.node));
+        self.cleaner.start_wipe_first(&name, &host_path, &identity, target, node_reference(&self.node));
     }
 }

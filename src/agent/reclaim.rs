@@ -9,6 +9,7 @@ use tracing::info;
 use super::Agent;
 use crate::api::AnnotationPatch;
 use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
+use crate::core::effect_key::EffectKey;
 use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, FINALIZER_WIPE};
 use crate::core::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_pv};
 use crate::wiper::target_for;
@@ -49,7 +50,7 @@ impl Agent {
         disks: Option<Vec<(String, DiskKey)>>,
     ) {
         let busy = self.cleaner.busy(states);
-        let actions = plan_cleanup(states, &busy);
+        let actions = plan_cleanup(states, &busy.pvs);
         let wipes: BTreeSet<String> = actions
             .iter()
             .filter_map(|a| if let CleanupAction::Wipe { pv, .. } = a { Some(pv.uid.clone()) } else { None })
@@ -68,7 +69,7 @@ impl Agent {
         for action in actions {
             match action {
                 CleanupAction::AddFinalizer { name } => {
-                    let key = format!("finalizer/{name}");
+                    let key = EffectKey::Finalizer(name.clone());
                     let pvs = self.pv_store.state();
                     let Some(pv) = pvs.iter().find(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) else {
                         continue;
@@ -116,13 +117,13 @@ impl Agent {
                 CleanupAction::Withdraw { name, resource_version } => {
                     let Some(uid) = states.iter().find(|s| s.name == name).map(|s| s.uid.clone()) else { continue };
                     let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
-                    if let Some(Ok(())) = self.effects.run(&format!("withdraw/{name}"), deleted).await {
+                    if let Some(Ok(())) = self.effects.run(&EffectKey::Withdraw(name.clone()), deleted).await {
                         info!(pv = %name, "withdrew Available PV for the requested cleanup");
                     }
                 }
                 CleanupAction::ReleaseFinalizer { name, uid } => {
                     let released = self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE);
-                    if let Some(Ok(())) = self.effects.run(&format!("release/{name}"), released).await {
+                    if let Some(Ok(())) = self.effects.run(&EffectKey::Release(name.clone()), released).await {
                         self.note_withdrawn(&uid).await;
                         info!(pv = %name, "PV deleted before any claim used it; nothing to wipe")
                     }
@@ -131,7 +132,7 @@ impl Agent {
                     if refusal.answers_request() {
                         let patch = AnnotationPatch::new().set(ANN_CLEANUP_RESULT, refusal.to_string());
                         let patched = self.cluster.patch_annotations(&name, None, &patch);
-                        self.effects.run(&format!("answer/{name}"), patched).await;
+                        self.effects.run(&EffectKey::Answer(name.clone()), patched).await;
                     }
                     self.report_pv_problem(&name, refusal.reason(), refusal.to_string()).await;
                 }
@@ -149,7 +150,7 @@ impl Agent {
             let Some(pv) = states.iter().find(|s| &s.uid == uid) else { continue };
             let patch = AnnotationPatch::new().set(ANN_VOLUME_IDENTITY, identity.clone());
             let patched = self.cluster.patch_annotations(&pv.name, Some(&pv.resource_version), &patch);
-            if let Some(Ok(())) = self.effects.run(&format!("upgrade/{}", pv.name), patched).await {
+            if let Some(Ok(())) = self.effects.run(&EffectKey::Upgrade(pv.name.clone()), patched).await {
                 info!(pv = %pv.name, %identity, "volume identity re-recorded in the current format");
             }
         }

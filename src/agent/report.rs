@@ -9,6 +9,7 @@ use tracing::{debug, info, warn};
 use super::Agent;
 use crate::api::{class_reference, node_reference, pv_reference};
 use crate::core::device_claim::{LinkAction, Refusal, Verdict, link_name};
+use crate::core::effect_key::EffectKey;
 use crate::core::naming::pv_name;
 use crate::host::claims::ClaimReport;
 use crate::host::discovery::{Scan, SkipReason};
@@ -67,8 +68,8 @@ impl Agent {
         };
         if let Some(e) = &report.failed {
             self.metrics.set_device_claims(&BTreeMap::new(), &BTreeMap::new());
-            self.effects.due("claims");
-            self.effects.record("claims", &Err::<(), _>(e.clone()));
+            self.effects.due(&EffectKey::Claims);
+            self.effects.record(&EffectKey::Claims, &Err::<(), _>(e.clone()));
             self.report_node_problem("DeviceClaimFailed", format!("device claims not settled: {e}")).await;
             return;
         }
@@ -84,7 +85,7 @@ impl Agent {
                 LinkAction::Forget(r) => ("forget", r),
                 LinkAction::Release(r) => ("release the hold of", r),
             };
-            let key = format!("claim/{verb}/{}/{}", r.class, r.name);
+            let key = EffectKey::ClaimLink(verb, r.class.clone(), r.name.clone());
             self.effects.due(&key);
             self.effects.record(&key, result);
             match result {
@@ -116,7 +117,7 @@ impl Agent {
             // table event): looked at again on a retry deadline, so the device is claimed
             // without waiting for the resync.
             if let Refusal::Writer(why) = reason {
-                self.effects.wait_out(&format!("claim/in-use/{}/{}", d.class, d.device), why);
+                self.effects.wait_out(&EffectKey::ClaimInUse(d.class.clone(), d.device.clone()), why);
             }
             let note = format!("/dev/{} not claimed for class {}: {reason}", d.device, d.class);
             if self.problems.first_seen(format!("claim/refused/{}/{}/{reason}", d.class, d.device)) {
@@ -138,7 +139,7 @@ impl Agent {
         for (class, name, what) in &report.plan.held {
             // Held until an operator clears the device: re-checked on a retry deadline, so the
             // clean device is published without waiting for the resync.
-            self.effects.wait_out(&format!("claim/held/{class}/{name}"), what);
+            self.effects.wait_out(&EffectKey::ClaimHeld(class.clone(), name.clone()), what);
             let note = format!(
                 "the device linked as {name} in class {class} has no PV and is not offered again: {what} (not put there by this agent, or a doubt it cannot settle); clear it (blkdiscard -z) or remove the link"
             );

@@ -10,6 +10,7 @@ use tracing::{info, warn};
 use super::Agent;
 use crate::api::{AnnotationPatch, pv_reference};
 use crate::core::cleanup::PvState;
+use crate::core::effect_key::EffectKey;
 use crate::core::naming::{
     ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, FINALIZER_WIPE,
 };
@@ -69,7 +70,7 @@ impl Agent {
         let rv = Some(pv.resource_version.as_str());
         match action {
             SuccessionAction::Readopt { name, resource_version, record_identity, unflag } => {
-                let key = format!("readopt/{name}");
+                let key = EffectKey::Readopt(name.clone());
                 if !self.effects.due(&key) {
                     return;
                 }
@@ -105,7 +106,7 @@ impl Agent {
             }
             SuccessionAction::Withdraw { name, uid, resource_version } => {
                 let deleted = self.cluster.delete_pv(&name, &uid, Some(&resource_version));
-                if let Some(Ok(())) = self.effects.run(&format!("withdraw/{name}"), deleted).await {
+                if let Some(Ok(())) = self.effects.run(&EffectKey::Withdraw(name.clone()), deleted).await {
                     self.note_withdrawn(&uid).await;
                     let note =
                         format!("unbound PV of an earlier incarnation of node {node} withdrawn: {}", check.describe());
@@ -116,7 +117,7 @@ impl Agent {
             }
             SuccessionAction::ReleaseFinalizer { name, uid } => {
                 let released = self.cluster.remove_finalizer(&name, &uid, FINALIZER_WIPE);
-                if let Some(Ok(())) = self.effects.run(&format!("release/{name}"), released).await {
+                if let Some(Ok(())) = self.effects.run(&EffectKey::Release(name.clone()), released).await {
                     self.note_withdrawn(&uid).await;
                     info!(pv = %name, "stale PV never used by a claim; our finalizer released")
                 }
@@ -135,7 +136,7 @@ impl Agent {
                 let Some(to) = where_moved(pv, &self.found_disks) else { return };
                 let patch = AnnotationPatch::new().set(ANN_VOLUME_MOVED_TO, to.clone()).remove(ANN_VOLUME_STALE);
                 let patched = self.cluster.patch_annotations(&name, rv, &patch);
-                if let Some(Ok(())) = self.effects.run(&format!("flag-moved/{name}"), patched).await {
+                if let Some(Ok(())) = self.effects.run(&EffectKey::FlagMoved(name.clone()), patched).await {
                     let note = format!(
                         "PV of an earlier incarnation of node {node} is not re-adopted: its disk is at {to} on \
                          this node now, not at its path. A claim uses or used it, so it is kept and never \
@@ -151,7 +152,7 @@ impl Agent {
                 let now = k8s_openapi::jiff::Timestamp::now().to_string();
                 let patch = AnnotationPatch::new().set(ANN_VOLUME_STALE, now).remove(ANN_VOLUME_MOVED_TO);
                 let patched = self.cluster.patch_annotations(&name, rv, &patch);
-                if let Some(Ok(())) = self.effects.run(&format!("flag-stale/{name}"), patched).await {
+                if let Some(Ok(())) = self.effects.run(&EffectKey::FlagStale(name.clone()), patched).await {
                     let note = format!(
                         "PV of an earlier incarnation of node {node} is stale: {}; a claim uses or used it, so it \
                          is kept. Where node-cleanup is enabled for class {}, it releases the claim after its \

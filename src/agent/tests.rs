@@ -22,6 +22,7 @@ use crate::admin::Readiness;
 use crate::api::{ClientOptions, Cluster};
 use crate::config::{ConfigSource, ProvisionerConfig};
 use crate::core::cleanup::{AfterWipe, PvState};
+use crate::core::effect_key::EffectKey;
 use crate::core::pv::FoundVolume;
 use crate::core::pv_facts::PvFacts;
 use crate::core::succession::DiskCheck;
@@ -347,7 +348,8 @@ async fn a_refused_create_is_retried_at_its_deadline_with_growing_delays_until_i
     lab.api.script("POST /api/v1/persistentvolumes", &[403, 403, 500]);
     lab.pass().await;
     assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
-    let key = lab.agent.effects.failure_keys().into_iter().find(|k| k.starts_with("create/")).expect("failure kept");
+    let key =
+        lab.agent.effects.failure_keys().into_iter().find(|k| matches!(k, EffectKey::Create(_))).expect("failure kept");
     let first = lab.agent.effects.failure(&key).unwrap().clone();
     assert_eq!((first.failures, first.delay), (1, Duration::from_millis(500)));
     assert!(lab.agent.next_wake().is_some_and(|at| at <= first.due), "the deadline wakes the loop");
@@ -389,12 +391,12 @@ async fn a_failed_delete_and_a_failed_patch_back_off_apart_and_are_forgotten_onc
     lab.pass().await;
     assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/gone"), 2);
     assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/bound"), 2, "the patch succeeded on its retry");
-    assert_eq!(lab.agent.effects.failure("withdraw/gone").unwrap().delay, Duration::from_secs(1));
-    assert!(lab.agent.effects.failure("flag-missing/bound").is_none());
+    assert_eq!(lab.agent.effects.failure(&EffectKey::Withdraw("gone".into())).unwrap().delay, Duration::from_secs(1));
+    assert!(lab.agent.effects.failure(&EffectKey::FlagMissing("bound".into())).is_none());
     // The PV went away meanwhile: its failure is forgotten, not retried for ever.
     lab.pvs.apply_watcher_event(&watcher::Event::Delete(own_pv("gone", "Available", serde_json::json!({}))));
     lab.pass().await;
-    assert!(lab.agent.effects.failure("withdraw/gone").is_none());
+    assert!(lab.agent.effects.failure(&EffectKey::Withdraw("gone".into())).is_none());
 }
 
 #[tokio::test]
@@ -433,25 +435,25 @@ async fn a_refused_wipe_backs_off_growing_and_a_new_cleanup_request_retries_it_a
     let outcome = lab.wipes_done.recv().await.unwrap();
     assert!(outcome.result.is_err());
     cleaner.finished(&outcome);
-    assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid), "backing off");
-    assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(300));
+    assert!(cleaner.busy(std::slice::from_ref(&pv)).pvs.contains(&pv.uid), "backing off");
+    assert_eq!(cleaner.failure(&EffectKey::Wipe(pv.uid.clone())).unwrap().delay, Duration::from_secs(300));
     assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes"), 0, "a refused wipe deletes nothing");
 
     // Retried at its deadline: the delay doubles.
     cleaner.start(pv.clone(), AfterWipe::DeletePv, target.clone());
     let outcome = lab.wipes_done.recv().await.unwrap();
     cleaner.finished(&outcome);
-    assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(600));
+    assert_eq!(cleaner.failure(&EffectKey::Wipe(pv.uid.clone())).unwrap().delay, Duration::from_secs(600));
 
     // The administrator asks again (`cleanup`): not busy any more, and the delays start over.
     pv.cleanup_requested = true;
     pv.cleanup_requested_at = Some("2026-11-24T09:00:00Z".into());
-    assert!(!cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid), "the trigger resets the backoff");
+    assert!(!cleaner.busy(std::slice::from_ref(&pv)).pvs.contains(&pv.uid), "the trigger resets the backoff");
     cleaner.start(pv.clone(), AfterWipe::DeletePv, target.clone());
     let outcome = lab.wipes_done.recv().await.unwrap();
     cleaner.finished(&outcome);
-    assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(300));
-    assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid));
+    assert_eq!(cleaner.failure(&EffectKey::Wipe(pv.uid.clone())).unwrap().delay, Duration::from_secs(300));
+    assert!(cleaner.busy(std::slice::from_ref(&pv)).pvs.contains(&pv.uid));
     assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 3);
 }
 
@@ -468,8 +470,8 @@ async fn a_wipe_of_a_volume_kubelet_still_holds_is_retried_within_seconds_and_de
         let err = outcome.result.as_ref().unwrap_err().to_string();
         assert!(err.contains("still mounted for a pod") && err.contains("/var/lib/kubelet/pods/u1"), "{err}");
         cleaner.finished(&outcome);
-        assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid), "waits for its deadline");
-        assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(expected));
+        assert!(cleaner.busy(std::slice::from_ref(&pv)).pvs.contains(&pv.uid), "waits for its deadline");
+        assert_eq!(cleaner.failure(&EffectKey::Wipe(pv.uid.clone())).unwrap().delay, Duration::from_secs(expected));
     }
     assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes"), 0, "nothing is deleted while held");
     assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/v"), 0, "a wait is not a failed wipe");
@@ -489,7 +491,7 @@ async fn shutdown_during_a_wipe_cancels_it_and_leaves_the_pv_as_it_is() {
     assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes"), 0, "the PV is not deleted");
     // Only the failed wipe's result annotation is written; the finalizer stays.
     assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/v"), 1);
-    assert!(lab.agent.cleaner.failure(&pv.uid).is_some(), "wiped again from the start later");
+    assert!(lab.agent.cleaner.failure(&EffectKey::Wipe(pv.uid.clone())).is_some(), "wiped again from the start later");
 }
 
 #[tokio::test]
@@ -498,12 +500,12 @@ async fn a_failed_wipe_first_backs_off_like_any_wipe() {
     lab.host.refuse_wipes.store(true, Ordering::SeqCst);
     let located = PvState { host_path: "/mnt/disks/x".into(), class: CLASS.into(), ..Default::default() };
     let target = wipe_target(&lab, &located);
-    let key = "wipe-first//mnt/disks/x".to_string();
+    let key = EffectKey::WipeFirst("/mnt/disks/x".into());
     let node = crate::api::node_reference(&node());
-    lab.agent.cleaner.start_wipe_first(key.clone(), "local-pv-x", "/mnt/disks/x", "id-x", target, node);
+    lab.agent.cleaner.start_wipe_first("local-pv-x", "/mnt/disks/x", "id-x", target, node);
     let outcome = lab.wipes_done.recv().await.unwrap();
     lab.agent.cleaner.finished(&outcome);
-    assert!(lab.agent.cleaner.busy(&[]).contains(&key), "not retried before its deadline");
+    assert!(lab.agent.cleaner.busy(&[]).paths.contains("/mnt/disks/x"), "not retried before its deadline");
     assert_eq!(lab.agent.cleaner.failure(&key).unwrap().delay, Duration::from_secs(300));
 }
 
@@ -627,7 +629,8 @@ async fn a_used_mark_write_that_never_returns_costs_its_volume_only() {
     lab.pass().await;
     assert!(started.elapsed() < Duration::from_millis(250), "{:?}", started.elapsed());
     assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
-    let waiting = |lab: &Lab| lab.agent.effects.failure_keys().into_iter().filter(|k| k.starts_with("create/")).count();
+    let waiting =
+        |lab: &Lab| lab.agent.effects.failure_keys().into_iter().filter(|k| matches!(k, EffectKey::Create(_))).count();
     assert_eq!(waiting(&lab), 1, "the frozen volume's create waits for a retry");
 
     // It answers again: retried in the background, then published.
@@ -691,7 +694,7 @@ async fn a_swapped_disk_is_fenced_on_the_node_until_its_own_disk_is_back_and_a_f
     lab.pass().await;
     assert_eq!(fence_label(&lab), None);
     assert_eq!(lab.api.events(), events, "no event before the fence is up");
-    assert!(lab.agent.effects.failure_keys().iter().any(|k| k.starts_with("fences/")));
+    assert!(lab.agent.effects.failure_keys().iter().any(|k| matches!(k, EffectKey::Fences(_))));
 
     lab.deadlines_pass();
     lab.pass().await;

@@ -70,17 +70,23 @@ pub struct Record {
     pub asked: Option<String>,
 }
 
-/// Retry records by key (`create/<pv>`, `wipe/<uid>`...), kept until the effect succeeds or is
-/// no longer wanted.
-#[derive(Debug, Clone, Default)]
-pub struct Retries {
-    records: BTreeMap<String, Record>,
+/// Retry records by key (core::effect_key::EffectKey in the agent and the wiper), kept until
+/// the effect succeeds or is no longer wanted.
+#[derive(Debug, Clone)]
+pub struct Retries<K = String> {
+    records: BTreeMap<K, Record>,
 }
 
-impl Retries {
+impl<K> Default for Retries<K> {
+    fn default() -> Self {
+        Retries { records: BTreeMap::new() }
+    }
+}
+
+impl<K: Ord + Clone> Retries<K> {
     /// Whether the effect may be tried now: never failed, or its deadline has passed, or it is
     /// asked for anew (`asked` differs from what the failure was recorded with).
-    pub fn may_try(&self, key: &str, now: Instant, asked: Option<&str>) -> bool {
+    pub fn may_try(&self, key: &K, now: Instant, asked: Option<&str>) -> bool {
         match self.records.get(key) {
             None => true,
             Some(r) => r.due <= now || r.asked.as_deref() != asked,
@@ -92,7 +98,7 @@ impl Retries {
     /// delays over.
     pub fn failed(
         &mut self,
-        key: &str,
+        key: &K,
         policy: Policy,
         error: impl Into<String>,
         asked: Option<&str>,
@@ -104,19 +110,19 @@ impl Retries {
         let failures = previous.map_or(1, |r| r.failures.saturating_add(1));
         let due = now + with_jitter(delay, random);
         let record = Record { failures, delay, due, error: error.into(), asked: asked.map(str::to_string) };
-        self.records.insert(key.to_string(), record);
+        self.records.insert(key.clone(), record);
         due
     }
 
     /// The effect succeeded: its record is dropped, so a later failure starts from the
     /// initial delay.
-    pub fn succeeded(&mut self, key: &str) {
+    pub fn succeeded(&mut self, key: &K) {
         self.records.remove(key);
     }
 
     /// Keeps only the records `wanted` still says yes to: an effect no pass asks for any more
     /// (its PV is gone, the problem was solved another way) needs no retry.
-    pub fn retain(&mut self, mut wanted: impl FnMut(&str) -> bool) {
+    pub fn retain(&mut self, mut wanted: impl FnMut(&K) -> bool) {
         self.records.retain(|k, _| wanted(k));
     }
 
@@ -126,13 +132,13 @@ impl Retries {
     }
 
     /// The record of `key`, if a failure is kept for it.
-    pub fn get(&self, key: &str) -> Option<&Record> {
+    pub fn get(&self, key: &K) -> Option<&Record> {
         self.records.get(key)
     }
 
     /// Keys with a record.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.records.keys().map(String::as_str)
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.records.keys()
     }
 
     /// Lets every deadline pass now (tests step through retries without sleeping).
@@ -163,24 +169,24 @@ mod tests {
 
     #[test]
     fn delays_double_up_to_the_cap_and_the_record_stays_until_success() {
-        let mut r = Retries::default();
+        let mut r = Retries::<&str>::default();
         let t0 = Instant::now();
         let mut now = t0;
         let mut delays = Vec::new();
         for _ in 0..8 {
-            assert!(r.may_try("create/a", now, None));
-            let due = r.failed("create/a", P, "refused", None, now, 0.0);
+            assert!(r.may_try(&"create/a", now, None));
+            let due = r.failed(&"create/a", P, "refused", None, now, 0.0);
             delays.push((due - now).as_secs());
-            assert!(!r.may_try("create/a", now, None));
-            assert!(r.get("create/a").is_some_and(|x| x.due > now), "waiting for its deadline");
+            assert!(!r.may_try(&"create/a", now, None));
+            assert!(r.get(&"create/a").is_some_and(|x| x.due > now), "waiting for its deadline");
             assert_eq!(r.next_due(now), Some(due));
             now = due;
         }
         assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
-        assert_eq!(r.get("create/a").map(|x| x.failures), Some(8));
-        r.succeeded("create/a");
+        assert_eq!(r.get(&"create/a").map(|x| x.failures), Some(8));
+        r.succeeded(&"create/a");
         assert!(r.is_empty());
-        let due = r.failed("create/a", P, "again", None, now, 0.0);
+        let due = r.failed(&"create/a", P, "again", None, now, 0.0);
         assert_eq!(due - now, Duration::from_secs(1), "success starts the delays over");
     }
 
@@ -192,22 +198,22 @@ mod tests {
             assert!(d >= Duration::from_secs(10) && d <= Duration::from_secs(12), "{d:?}");
         }
         assert_eq!(with_jitter(Duration::from_secs(10), 7.0), Duration::from_secs(12), "clamped");
-        let mut r = Retries::default();
+        let mut r = Retries::<&str>::default();
         let now = Instant::now();
-        let a = r.failed("a", P, "x", None, now, 0.0);
-        let b = r.failed("b", P, "x", None, now, 0.99);
+        let a = r.failed(&"a", P, "x", None, now, 0.0);
+        let b = r.failed(&"b", P, "x", None, now, 0.99);
         assert!(b > a, "two keys that failed together retry apart");
     }
 
     #[test]
     fn keys_back_off_independently() {
-        let mut r = Retries::default();
+        let mut r = Retries::<&str>::default();
         let now = Instant::now();
-        r.failed("a", P, "x", None, now, 0.0);
-        r.failed("a", P, "x", None, now, 0.0);
-        let b = r.failed("b", P, "x", None, now, 0.0);
+        r.failed(&"a", P, "x", None, now, 0.0);
+        r.failed(&"a", P, "x", None, now, 0.0);
+        let b = r.failed(&"b", P, "x", None, now, 0.0);
         assert_eq!(b - now, Duration::from_secs(1));
-        assert!(r.may_try("c", now, None));
+        assert!(r.may_try(&"c", now, None));
         assert_eq!(r.next_due(now), Some(b));
         assert_eq!(r.next_due(b), Some(now + Duration::from_secs(2)), "deadlines passed are not waited for");
         assert_eq!(r.len(), 2);
@@ -215,29 +221,29 @@ mod tests {
 
     #[test]
     fn a_new_ask_retries_at_once_and_starts_the_delays_over() {
-        let mut r = Retries::default();
+        let mut r = Retries::<&str>::default();
         let now = Instant::now();
         let p = Policy { initial: Duration::from_secs(300), max: Duration::from_secs(1800) };
-        r.failed("wipe/u", p, "immutable file", Some("req-1"), now, 0.0);
-        r.failed("wipe/u", p, "immutable file", Some("req-1"), now, 0.0);
-        assert!(!r.may_try("wipe/u", now, Some("req-1")));
-        assert!(r.may_try("wipe/u", now, Some("req-2")), "a new cleanup request is acted on at once");
-        let due = r.failed("wipe/u", p, "still immutable", Some("req-2"), now, 0.0);
+        r.failed(&"wipe/u", p, "immutable file", Some("req-1"), now, 0.0);
+        r.failed(&"wipe/u", p, "immutable file", Some("req-1"), now, 0.0);
+        assert!(!r.may_try(&"wipe/u", now, Some("req-1")));
+        assert!(r.may_try(&"wipe/u", now, Some("req-2")), "a new cleanup request is acted on at once");
+        let due = r.failed(&"wipe/u", p, "still immutable", Some("req-2"), now, 0.0);
         assert_eq!(due - now, Duration::from_secs(300));
-        r.succeeded("wipe/u");
-        assert!(r.may_try("wipe/u", now, Some("req-2")));
-        assert!(r.get("wipe/u").is_none(), "the delays start over");
+        r.succeeded(&"wipe/u");
+        assert!(r.may_try(&"wipe/u", now, Some("req-2")));
+        assert!(r.get(&"wipe/u").is_none(), "the delays start over");
     }
 
     #[test]
     fn records_of_effects_no_longer_wanted_are_dropped() {
-        let mut r = Retries::default();
+        let mut r = Retries::<&str>::default();
         let now = Instant::now();
         for k in ["create/a", "create/b", "wipe/c"] {
-            r.failed(k, P, "x", None, now, 0.5);
+            r.failed(&k, P, "x", None, now, 0.5);
         }
-        r.retain(|k| k != "create/b");
-        assert_eq!(r.keys().collect::<Vec<_>>(), ["create/a", "wipe/c"]);
+        r.retain(|k| *k != "create/b");
+        assert_eq!(r.keys().copied().collect::<Vec<_>>(), ["create/a", "wipe/c"]);
     }
 
     #[test]

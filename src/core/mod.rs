@@ -10,6 +10,7 @@ pub mod device_claim;
 pub mod device_selector;
 pub mod disk_health;
 pub mod disk_identity;
+pub mod effect_key;
 pub mod expectations;
 pub mod fence;
 pub mod fence_label;

@@ -14,6 +14,7 @@ use super::{Cleaner, CleanerOptions, Progress, WipeError, WipeJob, WipeOutcome, 
 use crate::api::{ClientOptions, Cluster};
 use crate::config::ClassConfig;
 use crate::core::cleanup::{AfterWipe, PvState};
+use crate::core::effect_key::EffectKey;
 use crate::core::naming::FINALIZER_WIPE;
 use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
@@ -153,8 +154,8 @@ async fn a_panicking_wipe_task_ends_in_a_failure_that_is_evented_and_retried() {
     assert!(err.to_string().contains("injected by a test"), "{err}");
     cleaner.finished(&outcome);
     assert_eq!(cleaner.running(), 0, "not left running");
-    assert!(cleaner.busy(std::slice::from_ref(&pv)).contains(&pv.uid), "backing off");
-    assert_eq!(cleaner.failure(&pv.uid).unwrap().delay, Duration::from_secs(10));
+    assert!(cleaner.busy(std::slice::from_ref(&pv)).pvs.contains(&pv.uid), "backing off");
+    assert_eq!(cleaner.failure(&EffectKey::Wipe(pv.uid.clone())).unwrap().delay, Duration::from_secs(10));
     assert!(
         seen.lock().unwrap().iter().any(|r| r.starts_with("POST") && r.contains("/events")),
         "the failure is an event: {:?}",
@@ -166,6 +167,6 @@ async fn a_panicking_wipe_task_ends_in_a_failure_that_is_evented_and_retried() {
     let outcome = done.recv().await.unwrap();
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
     cleaner.finished(&outcome);
-    assert!(cleaner.failure(&pv.uid).is_none());
+    assert!(cleaner.failure(&EffectKey::Wipe(pv.uid.clone())).is_none());
     assert_eq!(host.wipes.load(Ordering::SeqCst), 2);
 }

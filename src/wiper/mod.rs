@@ -21,11 +21,13 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::api::{Cluster, pv_reference};
 use crate::config::ClassConfig;
-use crate::core::backoff::{Policy, Retries};
+use crate::core::backoff::Policy;
 use crate::core::cleanup::{AfterWipe, PvState};
+use crate::core::effect_key::EffectKey;
 use crate::host::access::HostAccess;
 use crate::host::ops::Operations;
 use crate::metrics::Metrics;
+use crate::runtime::effects::Effects;
 
 pub use crate::core::wipe_job::{Progress, WIPE_STALL, WipeError, WipeJob, WipeTarget, Wiped};
 
@@ -63,8 +65,8 @@ pub fn target_at(host_path: &str, class_name: &str, class: Option<&ClassConfig>)
 /// The result of one wipe task, fed back to the reconcile loop.
 #[derive(Debug)]
 pub struct WipeOutcome {
-    /// PV UID (or the wipe-first key).
-    pub uid: String,
+    /// The wipe's key: `Wipe(PV UID)` or `WipeFirst(host path)`.
+    pub key: EffectKey,
     /// PV name.
     pub name: String,
     /// What happened.
@@ -90,6 +92,16 @@ pub fn ask_of(pv: &PvState) -> String {
     )
 }
 
+/// What the planners must leave alone this pass (Cleaner::busy).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Busy {
+    /// UIDs of PVs being wiped, or waiting out a failed wipe's delay.
+    pub pvs: BTreeSet<String>,
+    /// Host paths of used disks being wiped before they are published again (or waiting out a
+    /// failed wipe-first's delay).
+    pub paths: BTreeSet<String>,
+}
+
 /// Tracks running wipes and failures waiting for a retry.
 pub struct Cleaner {
     cluster: Cluster,
@@ -97,9 +109,10 @@ pub struct Cleaner {
     opts: CleanerOptions,
     permits: Arc<Semaphore>,
     /// Wipes in flight: their cancel flag and what they were asked with.
-    running: BTreeMap<String, (Arc<AtomicBool>, String)>,
-    /// Failed wipes, kept until one succeeds or the PV needs none.
-    retries: Retries,
+    running: BTreeMap<EffectKey, (Arc<AtomicBool>, String)>,
+    /// Failed wipes, kept until one succeeds or the PV needs none: the same executor's
+    /// bookkeeping as the agent's other effects.
+    retries: Effects,
     done_tx: mpsc::UnboundedSender<WipeOutcome>,
     metrics: Metrics,
     /// Where the wipes run, one per volume, under their progress deadline (host::ops).
@@ -143,7 +156,7 @@ impl Cleaner {
             opts,
             permits,
             running: BTreeMap::new(),
-            retries: Retries::default(),
+            retries: Effects::default(),
             ops: Operations::new(),
             done_tx,
             metrics,
@@ -154,35 +167,53 @@ impl Cleaner {
         (cleaner, done_rx)
     }
 
-    /// Keys (PV UIDs, wipe-first keys) the planners must leave alone: wiping now, or waiting
-    /// out the delay after a failure that nothing since asks to retry. `pvs` are this node's
-    /// PVs, whose current ask (request, confirmation) is compared with the failure's.
-    pub fn busy(&self, pvs: &[PvState]) -> BTreeSet<String> {
-        let now = Instant::now();
-        let asks: BTreeMap<&str, String> = if self.retries.is_empty() {
+    /// What the planners must leave alone: wiping now, or waiting out the delay after a failure
+    /// that nothing since asks to retry. `pvs` are this node's PVs, whose current ask (request,
+    /// confirmation) is compared with the failure's.
+    pub fn busy(&self, pvs: &[PvState]) -> Busy {
+        let asks: BTreeMap<&str, String> = if self.retries.no_failures() {
             BTreeMap::new()
         } else {
             pvs.iter().map(|pv| (pv.uid.as_str(), ask_of(pv))).collect()
         };
-        // A key that is not one of `pvs` (a wipe-first) has no new ask to compare.
-        let waiting = self.retries.keys().filter(|key| {
-            let ask = asks.get(key).map(String::as_str).or_else(|| self.retries.get(key)?.asked.as_deref());
-            !self.retries.may_try(key, now, ask)
+        // A wipe-first, or a PV not among `pvs`, has no new ask to compare.
+        let waiting = self.retries.failed_keys().filter(|key| {
+            let new_ask = match key {
+                EffectKey::Wipe(uid) => asks.get(uid.as_str()).map(String::as_str),
+                _ => None,
+            };
+            let ask = new_ask.or_else(|| self.retries.failure(key)?.asked.as_deref());
+            !self.retries.may_try(key, ask)
         });
-        self.running.keys().map(String::as_str).chain(waiting).map(str::to_string).collect()
+        let mut busy = Busy::default();
+        for key in self.running.keys().chain(waiting) {
+            match key {
+                EffectKey::Wipe(uid) => busy.pvs.insert(uid.clone()),
+                EffectKey::WipeFirst(path) => busy.paths.insert(path.clone()),
+                _ => false,
+            };
+        }
+        busy
     }
 
     /// When the next failed wipe may be retried, so the loop wakes up for it.
     pub fn next_retry(&self) -> Option<Instant> {
-        self.retries.next_due(Instant::now())
+        self.retries.next_due()
     }
 
     /// Forgets failures of keys no longer wanted (their PV is gone or needs no wipe), so the
     /// records do not outlive what they were about.
-    pub fn retain(&mut self, wanted: impl Fn(&str) -> bool) {
+    pub fn retain(&mut self, wanted: impl Fn(&EffectKey) -> bool) {
         self.retries.retain(|k| wanted(k));
-        let stale: BTreeSet<String> =
-            self.recorded.iter().filter(|k| !wanted(k) && !self.running.contains_key(*k)).cloned().collect();
+        let stale: BTreeSet<String> = self
+            .recorded
+            .iter()
+            .filter(|uid| {
+                let key = EffectKey::Wipe(uid.to_string());
+                !wanted(&key) && !self.running.contains_key(&key)
+            })
+            .cloned()
+            .collect();
         if stale.is_empty() {
             return;
         }
@@ -204,15 +235,15 @@ impl Cleaner {
     /// removed without reading the PV again.
     pub fn start_seen(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget, finalizers: Vec<String>) {
         let regarding = pv_reference(&pv.name, Some(&pv.uid));
-        self.spawn(pv, after, target, regarding, finalizers);
+        self.spawn(EffectKey::Wipe(pv.uid.clone()), pv, after, target, regarding, finalizers);
     }
 
     /// Wipes a used disk that no PV names any more (its used mark is set, its PV is gone),
     /// before discovery publishes it as `name`: the same identity proof on the wipe's own
-    /// descriptor, then the mark is cleared. Events go to `node`. Keyed by `key` in `busy`.
+    /// descriptor, then the mark is cleared. Events go to `node`. Keyed by its host path
+    /// (`Busy::paths`).
     pub fn start_wipe_first(
         &mut self,
-        key: String,
         name: &str,
         host_path: &str,
         identity: &str,
@@ -224,31 +255,34 @@ impl Cleaner {
         // identity alone) counts as confirmed by it.
         let pv = PvState {
             name: name.to_string(),
-            uid: key,
+            // No PV yet: nothing is finished or recorded after this wipe (AfterWipe::Nothing).
+            uid: String::new(),
             host_path: host_path.to_string(),
             identity: Some(identity.to_string()),
             identity_confirmed: Some(identity.to_string()),
             ..Default::default()
         };
-        self.spawn(pv, AfterWipe::Nothing, target, node, Vec::new());
+        let key = EffectKey::WipeFirst(host_path.to_string());
+        self.spawn(key, pv, AfterWipe::Nothing, target, node, Vec::new());
     }
 
     fn spawn(
         &mut self,
+        key: EffectKey,
         pv: PvState,
         after: AfterWipe,
         target: WipeTarget,
         regarding: ObjectReference,
         finalizers: Vec<String>,
     ) {
-        if self.running.contains_key(&pv.uid) {
+        if self.running.contains_key(&key) {
             return;
         }
-        if let Some(failed) = self.retries.get(&pv.uid) {
+        if let Some(failed) = self.retries.failure(&key) {
             tracing::info!(pv = %pv.name, confirmed = ?pv.identity_confirmed, failures = failed.failures, last_error = %failed.error, "retrying the wipe; checking the disk identity again");
         }
         let cancel = Arc::new(AtomicBool::new(false));
-        self.running.insert(pv.uid.clone(), (cancel.clone(), ask_of(&pv)));
+        self.running.insert(key.clone(), (cancel.clone(), ask_of(&pv)));
         let resumable = after != AfterWipe::Nothing;
         let job = WipeJob { pv, target, timeout_base: self.opts.timeout_base, min_rate: self.opts.min_rate, resumable };
         let task = task::WipeTask {
@@ -269,7 +303,7 @@ impl Cleaner {
         };
         let tx = self.done_tx.clone();
         tokio::spawn(async move {
-            let (uid, name) = (task.job.pv.uid.clone(), task.job.pv.name.clone());
+            let name = task.job.pv.name.clone();
             let (cluster, regarding) = (task.cluster.clone(), task.regarding.clone());
             // The wipe runs as a task of its own, so a panic in it still ends in an outcome:
             // the failure is kept with its backoff and retried, never left "running" for ever.
@@ -283,30 +317,36 @@ impl Cleaner {
                     Err(e)
                 }
             };
-            let _ = tx.send(WipeOutcome { uid, name, result });
+            let _ = tx.send(WipeOutcome { key, name, result });
         });
     }
 
     /// Records a finished wipe: a failure is kept with its retry deadline (longer for
     /// refusals), a success forgets earlier failures.
     pub fn finished(&mut self, outcome: &WipeOutcome) {
-        let ask = self.running.remove(&outcome.uid).map(|(_, ask)| ask);
+        let ask = self.running.remove(&outcome.key).map(|(_, ask)| ask);
+        let uid = match &outcome.key {
+            EffectKey::Wipe(uid) => Some(uid),
+            _ => None,
+        };
         match &outcome.result {
             Ok(()) => {
-                self.retries.succeeded(&outcome.uid);
-                self.recorded.remove(&outcome.uid);
+                self.retries.succeeded(&outcome.key);
+                if let Some(uid) = uid {
+                    self.recorded.remove(uid);
+                }
             }
             Err(e) => {
                 // The wipe may have completed and been recorded before what failed.
-                self.recorded.insert(outcome.uid.clone());
+                if let Some(uid) = uid {
+                    self.recorded.insert(uid.clone());
+                }
                 let policy = match e {
                     WipeError::InUse { .. } => IN_USE,
                     e if e.is_refusal() => REFUSED,
                     _ => FAILED,
                 };
-                let random = crate::runtime::random_fraction();
-                let due =
-                    self.retries.failed(&outcome.uid, policy, e.to_string(), ask.as_deref(), Instant::now(), random);
+                let due = self.retries.failed_with(&outcome.key, policy, e.to_string(), ask.as_deref());
                 let in_s = due.saturating_duration_since(Instant::now()).as_secs();
                 tracing::info!(pv = %outcome.name, retry_in_s = in_s, error = %e, "wipe will be retried");
             }
@@ -314,8 +354,8 @@ impl Cleaner {
     }
 
     /// The failure kept for `key`, if any (for tests and logs).
-    pub fn failure(&self, key: &str) -> Option<&crate::core::backoff::Record> {
-        self.retries.get(key)
+    pub fn failure(&self, key: &EffectKey) -> Option<&crate::core::backoff::Record> {
+        self.retries.failure(key)
     }
 
     /// Asks every running wipe to stop (shutdown). The PVs stay as they are; the wipes are

@@ -1,6 +1,7 @@
-//! The executor's bookkeeping for effects (API writes, used marks): each effect has a key
-//! (`create/<pv>`, `flag-missing/<pv>`...), a failed one is kept with its own retry deadline
-//! (core::backoff) that wakes the loop, and problems are reported once per occurrence.
+//! The one executor's bookkeeping for effects, the agent's (API writes, used marks, conditions
+//! waited out) and the wiper's (wipes): each effect has a typed key (core::effect_key), a failed
+//! one is kept with its own retry deadline (core::backoff) that wakes the loop, and the records
+//! of effects no longer wanted are dropped, so nothing only grows.
 
 use std::collections::BTreeSet;
 use std::fmt::Display;
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
-use crate::core::backoff::{Policy, Retries};
+use crate::core::backoff::{Policy, Record, Retries};
+use crate::core::effect_key::EffectKey;
 
 /// Delays after a failed API write or used mark: 0.5 s, doubling to 30 s, so a refusal that is
 /// lifted (an admission policy removed, RBAC fixed) is followed within about half a minute
@@ -19,13 +21,13 @@ pub const WRITE_RETRY: Policy = Policy { initial: Duration::from_millis(500), ma
 /// Retry records and recent successes of the effects one pass plans.
 #[derive(Debug, Default)]
 pub struct Effects {
-    retries: Retries,
+    retries: Retries<EffectKey>,
     /// Keys planned in the pass under way: records of the others are dropped at its end.
-    wanted: BTreeSet<String>,
+    wanted: BTreeSet<EffectKey>,
     /// Keys that succeeded in this pass and in the last one: the watch may not have shown
     /// their result yet, so the same effect planned again is not sent twice.
-    done_now: BTreeSet<String>,
-    done_before: BTreeSet<String>,
+    done_now: BTreeSet<EffectKey>,
+    done_before: BTreeSet<EffectKey>,
 }
 
 impl Effects {
@@ -44,8 +46,8 @@ impl Effects {
 
     /// Notes that the pass plans `key` and says whether to carry it out now: not while its
     /// retry delay runs, nor when it just succeeded.
-    pub fn due(&mut self, key: &str) -> bool {
-        self.wanted.insert(key.to_string());
+    pub fn due(&mut self, key: &EffectKey) -> bool {
+        self.wanted.insert(key.clone());
         if self.done_before.contains(key) || self.done_now.contains(key) {
             return false;
         }
@@ -54,11 +56,11 @@ impl Effects {
 
     /// Records how the effect went: a success forgets its failures; a failure gets the next
     /// retry deadline, logged with its cause.
-    pub fn record<T, E: Display>(&mut self, key: &str, result: &Result<T, E>) {
+    pub fn record<T, E: Display>(&mut self, key: &EffectKey, result: &Result<T, E>) {
         match result {
             Ok(_) => {
                 self.retries.succeeded(key);
-                self.done_now.insert(key.to_string());
+                self.done_now.insert(key.clone());
             }
             Err(e) => {
                 let now = Instant::now();
@@ -66,7 +68,7 @@ impl Effects {
                 let due = self.retries.failed(key, WRITE_RETRY, e.to_string(), None, now, random);
                 let retry_in_ms = due.saturating_duration_since(now).as_millis() as u64;
                 let failures = self.retries.get(key).map_or(1, |r| r.failures);
-                warn!(effect = key, error = %e, failures, retry_in_ms, "failed; will retry");
+                warn!(effect = %key, error = %e, failures, retry_in_ms, "failed; will retry");
             }
         }
     }
@@ -75,13 +77,13 @@ impl Effects {
     /// deadline that wakes the loop, growing like a failed effect's, so it is looked at again
     /// without waiting for the resync. Quiet: the condition is reported once per occurrence by
     /// its caller, not at every look.
-    pub fn wait_out(&mut self, key: &str, why: &str) {
+    pub fn wait_out(&mut self, key: &EffectKey, why: &str) {
         if self.due(key) {
             let now = Instant::now();
             let random = crate::runtime::random_fraction();
             let due = self.retries.failed(key, WRITE_RETRY, why.to_string(), None, now, random);
             debug!(
-                condition = key,
+                condition = %key,
                 why,
                 retry_in_ms = due.saturating_duration_since(now).as_millis() as u64,
                 "looked at again later"
@@ -91,12 +93,12 @@ impl Effects {
 
     /// Like `wait_out`, with its own delays (a condition that lasts longer than a failed write
     /// usually does, such as a PV name taken by another volume).
-    pub fn wait_out_for(&mut self, key: &str, why: &str, policy: Policy) {
+    pub fn wait_out_for(&mut self, key: &EffectKey, why: &str, policy: Policy) {
         if self.due(key) {
             let now = Instant::now();
             let due = self.retries.failed(key, policy, why.to_string(), None, now, crate::runtime::random_fraction());
             debug!(
-                condition = key,
+                condition = %key,
                 why,
                 retry_in_ms = due.saturating_duration_since(now).as_millis() as u64,
                 "looked at again later"
@@ -107,7 +109,7 @@ impl Effects {
     /// Forgets `key` altogether: its failures and its recent success. For an effect whose
     /// success did not do what it was for (a create answered by a PV of another volume), so
     /// the next attempt is not taken for a repeat.
-    pub fn forget(&mut self, key: &str) {
+    pub fn forget(&mut self, key: &EffectKey) {
         self.retries.succeeded(key);
         self.done_now.remove(key);
         self.done_before.remove(key);
@@ -117,7 +119,7 @@ impl Effects {
     /// nothing is sent) and records how it went.
     pub async fn run<T, E: Display>(
         &mut self,
-        key: &str,
+        key: &EffectKey,
         effect: impl Future<Output = Result<T, E>>,
     ) -> Option<Result<T, E>> {
         if !self.due(key) {
@@ -133,6 +135,45 @@ impl Effects {
         self.retries.next_due(Instant::now())
     }
 
+    /// Whether an effect carried out outside a pass (a wipe) may be tried now: never failed,
+    /// its deadline passed, or asked for anew (`asked` differs from what its failure was
+    /// recorded with: a new cleanup request or identity confirmation).
+    pub fn may_try(&self, key: &EffectKey, asked: Option<&str>) -> bool {
+        self.retries.may_try(key, Instant::now(), asked)
+    }
+
+    /// Records a failure of such an effect with its own delays and what it was asked with;
+    /// returns when it may be tried again.
+    pub fn failed_with(&mut self, key: &EffectKey, policy: Policy, error: String, asked: Option<&str>) -> Instant {
+        let random = crate::runtime::random_fraction();
+        self.retries.failed(key, policy, error, asked, Instant::now(), random)
+    }
+
+    /// Such an effect succeeded: its failures are forgotten.
+    pub fn succeeded(&mut self, key: &EffectKey) {
+        self.retries.succeeded(key);
+    }
+
+    /// Keeps only the failures `wanted` says yes to (for effects not planned pass by pass).
+    pub fn retain(&mut self, wanted: impl Fn(&EffectKey) -> bool) {
+        self.retries.retain(|k| wanted(k));
+    }
+
+    /// Keys with a failure kept.
+    pub fn failed_keys(&self) -> impl Iterator<Item = &EffectKey> {
+        self.retries.keys()
+    }
+
+    /// Whether no failure is kept.
+    pub fn no_failures(&self) -> bool {
+        self.retries.is_empty()
+    }
+
+    /// The failure kept for `key`.
+    pub fn failure(&self, key: &EffectKey) -> Option<&Record> {
+        self.retries.get(key)
+    }
+
     /// Lets every retry deadline pass now (tests step through retries without sleeping).
     #[cfg(test)]
     pub fn expire_for_test(&mut self) {
@@ -143,14 +184,8 @@ impl Effects {
 
     /// Keys with a failure kept.
     #[cfg(test)]
-    pub fn failure_keys(&self) -> Vec<String> {
-        self.retries.keys().map(str::to_string).collect()
-    }
-
-    /// The failure kept for `key`.
-    #[cfg(test)]
-    pub fn failure(&self, key: &str) -> Option<&crate::core::backoff::Record> {
-        self.retries.get(key)
+    pub fn failure_keys(&self) -> Vec<EffectKey> {
+        self.retries.keys().cloned().collect()
     }
 }
 
@@ -158,19 +193,23 @@ impl Effects {
 mod tests {
     use super::*;
 
+    fn create(n: &str) -> EffectKey {
+        EffectKey::Create(n.into())
+    }
+
     #[test]
     fn a_failed_effect_waits_for_its_deadline_and_is_forgotten_when_no_longer_planned() {
         let mut e = Effects::default();
         e.begin_pass();
-        assert!(e.due("create/a"));
-        e.record::<(), _>("create/a", &Err("refused"));
-        assert!(!e.due("create/a"), "waits for its deadline");
+        assert!(e.due(&create("a")));
+        e.record::<(), _>(&create("a"), &Err("refused"));
+        assert!(!e.due(&create("a")), "waits for its deadline");
         assert!(e.next_due().is_some());
         e.end_pass();
-        assert!(e.failure("create/a").is_some(), "kept while planned");
+        assert!(e.failure(&create("a")).is_some(), "kept while planned");
         e.begin_pass();
         e.end_pass();
-        assert!(e.failure("create/a").is_none(), "no longer planned: forgotten");
+        assert!(e.failure(&create("a")).is_none(), "no longer planned: forgotten");
         assert!(e.next_due().is_none());
     }
 
@@ -178,13 +217,13 @@ mod tests {
     fn a_success_is_not_repeated_until_the_watch_shows_it() {
         let mut e = Effects::default();
         e.begin_pass();
-        assert!(e.due("flag-missing/a"));
-        e.record::<(), &str>("flag-missing/a", &Ok(()));
+        assert!(e.due(&EffectKey::FlagMissing("a".into())));
+        e.record::<(), &str>(&EffectKey::FlagMissing("a".into()), &Ok(()));
         e.begin_pass();
-        assert!(!e.due("flag-missing/a"), "planned again before the watch showed the result");
+        assert!(!e.due(&EffectKey::FlagMissing("a".into())), "planned again before the watch showed the result");
         e.begin_pass();
         e.begin_pass();
-        assert!(e.due("flag-missing/a"), "planned again later: a new occurrence");
+        assert!(e.due(&EffectKey::FlagMissing("a".into())), "planned again later: a new occurrence");
     }
 
     #[test]
@@ -192,20 +231,24 @@ mod tests {
         let long = Policy { initial: Duration::from_secs(5), max: Duration::from_secs(20) };
         let mut e = Effects::default();
         e.begin_pass();
-        e.wait_out_for("collision/a", "taken", long);
-        assert_eq!(e.failure("collision/a").unwrap().delay, Duration::from_secs(5));
-        assert!(!e.due("collision/a"), "waits");
-        e.wait_out_for("collision/a", "taken", long);
-        assert_eq!(e.failure("collision/a").unwrap().delay, Duration::from_secs(5), "not grown before its deadline");
+        e.wait_out_for(&EffectKey::Collision("a".into()), "taken", long);
+        assert_eq!(e.failure(&EffectKey::Collision("a".into())).unwrap().delay, Duration::from_secs(5));
+        assert!(!e.due(&EffectKey::Collision("a".into())), "waits");
+        e.wait_out_for(&EffectKey::Collision("a".into()), "taken", long);
+        assert_eq!(
+            e.failure(&EffectKey::Collision("a".into())).unwrap().delay,
+            Duration::from_secs(5),
+            "not grown before its deadline"
+        );
         for want in [10, 20, 20] {
             e.expire_for_test();
-            e.wait_out_for("collision/a", "taken", long);
-            assert_eq!(e.failure("collision/a").unwrap().delay, Duration::from_secs(want));
+            e.wait_out_for(&EffectKey::Collision("a".into()), "taken", long);
+            assert_eq!(e.failure(&EffectKey::Collision("a".into())).unwrap().delay, Duration::from_secs(want));
         }
-        e.record::<(), &str>("create/a", &Ok(()));
-        e.forget("create/a");
-        e.forget("collision/a");
-        assert!(e.failure("collision/a").is_none());
-        assert!(e.due("create/a"), "a forgotten success is not taken for a repeat");
+        e.record::<(), &str>(&create("a"), &Ok(()));
+        e.forget(&create("a"));
+        e.forget(&EffectKey::Collision("a".into()));
+        assert!(e.failure(&EffectKey::Collision("a".into())).is_none());
+        assert!(e.due(&create("a")), "a forgotten success is not taken for a repeat");
     }
 }

@@ -1,6 +1,8 @@
 //! Runtime helpers shared by the agent and node-cleanup loops: watch-event forwarding, optional
 //! deadlines in `select!`, shutdown signals and resync jitter. Kept apart so neither loop
-//! imports the other.
+//! imports the other. `effects` is the retry bookkeeping the agent and the wiper share.
+
+pub mod effects;
 
 use std::sync::Arc;
 use std::time::Duration;
