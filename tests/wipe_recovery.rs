@@ -167,6 +167,16 @@ fn a_completed_block_wipe_is_not_done_again_until_the_device_is_written() {
     let mut head = vec![0u8; 4096];
     std::fs::File::open(&disk.device).unwrap().read_exact(&mut head).unwrap();
     assert!(head.iter().all(|&b| b == 0), "wiped again");
+
+    // Someone writes to the loop device's backing file itself: the device's counters do not
+    // move, its backing file's times do: wiped again too.
+    assert!(host.wipe(&first).unwrap().resumed, "nothing written since the last wipe");
+    let counters = write_counters(&disk.device);
+    run(Command::new("dd")
+        .args(["if=/dev/urandom", "bs=4096", "count=1", "conv=notrunc,fsync"])
+        .arg(format!("of={}", tmp.path().join("disk.img").display())));
+    assert_eq!(write_counters(&disk.device), counters, "the device's counters did not see the write");
+    assert!(!host.wipe(&first).unwrap().resumed, "a write to the backing file voids the record");
 }
 
 /// Whether process `pid` is gone (or a zombie nobody waits for).

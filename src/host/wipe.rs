@@ -68,13 +68,44 @@ fn claim_uid(job: &WipeJob) -> Option<String> {
     job.pv.claim.as_ref().map(|(_, _, uid)| uid.clone())
 }
 
-/// The boot and the write counters of the block device at `path` (followed to the device).
+/// The boot and the write counters of the block device at `path` (followed to the device),
+/// and for a loop device its backing file's state (host::wipe_record::Written::backing).
 fn device_written(path: &Path) -> Option<Written> {
     let rdev = std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(path).ok()?);
     let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
-    let stat = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    let sys = format!("/sys/dev/block/{major}:{minor}");
+    let stat = std::fs::read_to_string(format!("{sys}/stat")).ok()?;
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    Some(Written::from_stat(boot.trim(), &IoStat::parse(&stat)?))
+    let backing = match std::fs::read_to_string(format!("{sys}/loop/backing_file")) {
+        // A loop device whose backing file cannot be looked at cannot show it is unchanged.
+        Ok(file) => Some(backing_state(path, file.trim_end_matches('\n'))?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(_) => return None,
+    };
+    Some(Written::from_stat(boot.trim(), &IoStat::parse(&stat)?, backing))
+}
+
+/// The backing file of the loop device at `device` as `dev:ino size mtime ctime` (nanoseconds):
+/// a write to the file moves its times even when the loop device's counters do not. Only when
+/// the file its path names here is the one the loop driver holds (LOOP_GET_STATUS64's device
+/// and inode): in another mount namespace the path may name another file, or none.
+fn backing_state(device: &Path, file: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let status = crate::host::blockdev::loop_status(std::fs::File::open(device).ok()?).ok()?;
+    let m = std::fs::metadata(file.trim_end_matches(" (deleted)")).ok()?;
+    if m.dev() != status.device || m.ino() != status.inode {
+        return None;
+    }
+    Some(format!(
+        "{}:{} {} {}.{:09} {}.{:09}",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
 }
 
 /// A wipe of this PV completed before (its record in `state_dir`) and its PV was not

@@ -8,7 +8,10 @@
 //! while the disk shows that nothing was written since the wipe:
 //! - a filesystem: its root is still empty (the wipe's whole promise: it removes every entry);
 //! - a block device: its kernel write counters (writes, sectors, discards, flushes) are those
-//!   read right after the wipe, in the same boot (counters start again at a boot).
+//!   read right after the wipe, in the same boot (counters start again at a boot); and for a
+//!   loop device, whose backing file can be written without the device (its counters do not
+//!   move then), the backing file is the same one, unchanged (size, modification and change
+//!   times).
 //!
 //! Why nothing else can have written in between: the wipe starts only once kubelet holds no
 //! mount of the volume for a pod, and a Released PV gets no new pod (its claim is gone, and
@@ -51,17 +54,22 @@ pub struct Written {
     pub discards: u64,
     /// Flush requests completed.
     pub flushes: u64,
+    /// For a loop device: its backing file's identity and change times
+    /// (`dev:ino size mtime ctime`), which a write to the file itself moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing: Option<String>,
 }
 
 impl Written {
     /// The counters of `stat`, read in boot `boot`.
-    pub fn from_stat(boot: &str, stat: &IoStat) -> Self {
+    pub fn from_stat(boot: &str, stat: &IoStat, backing: Option<String>) -> Self {
         Written {
             boot: boot.to_string(),
             writes: stat.writes,
             sectors: stat.write_sectors,
             discards: stat.discards,
             flushes: stat.flushes,
+            backing,
         }
     }
 
@@ -125,6 +133,12 @@ pub fn honoured(record: &WipedRecord, uid: &str, claim: Option<&str>, identity: 
             if then.boot != now.boot {
                 return Err("the node booted since (its write counters started again)".into());
             }
+            if then.backing != now.backing {
+                return Err(format!(
+                    "its loop device's backing file changed since ({:?} then, {:?} now)",
+                    then.backing, now.backing
+                ));
+            }
             match written_between(&then.stat(), &now.stat()) {
                 None => Ok(()),
                 Some(what) => Err(format!("it was written since: {what}")),
@@ -170,7 +184,7 @@ mod tests {
     use super::*;
 
     fn written(boot: &str, writes: u64, sectors: u64, discards: u64, flushes: u64) -> Written {
-        Written { boot: boot.into(), writes, sectors, discards, flushes }
+        Written { boot: boot.into(), writes, sectors, discards, flushes, backing: None }
     }
 
     fn fs_record() -> WipedRecord {
@@ -272,6 +286,25 @@ mod tests {
         assert!(honoured(&no_counters, "u1", Some("c1"), &no_counters.identity, &same).is_err());
         let unclaimed = WipedRecord { claim: None, ..fs_record() };
         assert!(honoured(&unclaimed, "u1", None, &unclaimed.identity, &empty).is_ok());
+    }
+
+    #[test]
+    fn a_loop_devices_record_holds_only_while_its_backing_file_is_unchanged() {
+        let backed = |b: Option<&str>| Written { backing: b.map(str::to_string), ..written("b1", 10, 800, 1, 2) };
+        let record = WipedRecord { written: Some(backed(Some("8:1:12 4096 1.0 1.0"))), ..block_record() };
+        let at = |b: Option<&str>| {
+            honoured(&record, "u1", Some("c1"), &record.identity, &Now::Block { written: Some(backed(b)) })
+        };
+        assert!(at(Some("8:1:12 4096 1.0 1.0")).is_ok());
+        // The file written directly (the device's counters unmoved), replaced, grown, or no
+        // longer to be seen: not honoured, wiped again.
+        for now in [Some("8:1:12 4096 2.0 2.0"), Some("8:1:13 4096 1.0 1.0"), Some("8:1:12 8192 1.0 1.0"), None] {
+            assert!(at(now).is_err(), "{now:?}");
+        }
+        // A record of a device that was not a loop device does not hold for one that is.
+        let plain = block_record();
+        let now = Now::Block { written: Some(backed(Some("8:1:12 4096 1.0 1.0"))) };
+        assert!(honoured(&plain, "u1", Some("c1"), &plain.identity, &now).is_err());
     }
 
     #[test]
