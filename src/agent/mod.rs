@@ -175,15 +175,22 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     };
     let ledger = Ledger::open(&opts.state_dir)?;
     info!(ledger = %ledger.path().display(), "ledger of used disks opened");
-    // The boot fence's binary on the host (deploy/host/): this agent's version.
-    let own = std::path::Path::new("/proc/self/exe");
-    let installed = opts.install_boot_fence.then(|| crate::host::boot_fence::install_binary(own, &opts.state_dir));
-    match installed.unwrap_or(Ok(false)) {
-        Ok(true) => {
-            info!(path = %crate::host::boot_fence::installed_path(&opts.state_dir).display(), "boot fence binary installed")
-        }
-        Ok(false) => {}
-        Err(e) => warn!(error = %e, "could not install the boot fence's binary on the host (deploy/host/)"),
+    // The boot fence's binary on the host (deploy/host/): this agent's version. In the
+    // background: it reads this binary and the installed one whole (and writes and syncs it
+    // when they differ), which nothing in the first pass waits for.
+    if opts.install_boot_fence {
+        let state_dir = opts.state_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let own = std::path::Path::new("/proc/self/exe");
+            match crate::host::boot_fence::install_binary(own, &state_dir) {
+                Ok(true) => {
+                    let path = crate::host::boot_fence::installed_path(&state_dir);
+                    info!(path = %path.display(), "boot fence binary installed")
+                }
+                Ok(false) => {}
+                Err(e) => warn!(error = %e, "could not install the boot fence's binary on the host (deploy/host/)"),
+            }
+        });
     }
     // A full read (verify: full) that progresses or ends wakes a pass, like a host change.
     let wake = raw.clone();

@@ -145,6 +145,9 @@ const BY_ID: &str = "/dev/disk/by-id";
 /// failing-disk counters while a volume has them. No device is opened.
 pub fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) -> Result<(), HostError> {
     let (reader, writer) = std::io::pipe().map_err(|e| HostError::io("create a pipe for", DEV, e))?;
+    // A pass never waits on the thread: a full pipe (the thread gone) drops the wake-up.
+    nix::fcntl::fcntl(&writer, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+        .map_err(|e| HostError::io("set non-blocking the pipe for", DEV, std::io::Error::from(e)))?;
     *needs.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(writer);
     let mut devices = DeviceWatch::new().map_err(|e| HostError::io("inotify on", DEV, e))?;
     std::thread::Builder::new()
