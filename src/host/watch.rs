@@ -132,17 +132,18 @@ const DEV: &str = "/dev";
 const BY_ID: &str = "/dev/disk/by-id";
 
 /// Starts a thread that signals `changed` when the node's block devices change: one added or
-/// removed (its node in /dev created or deleted, by devtmpfs or udev), attached or written
-/// through its node (a loop device: `losetup` writes to it; `mkfs`, `wipefs`, a partition
-/// table), its attributes set (udev does on every change event), or a /dev/disk/by-id name
-/// added or removed; and when anything is written to one of the watched devices (the claimed
-/// devices of unbound PVs: a write there is someone else's, and the pass that follows
-/// withdraws the PV). All from inotify on /dev (the directory for names, each block device's
-/// node for writes and attributes) and on /dev/disk/by-id, so nothing is read while nothing
-/// happens; reading a device (every pass does) is not a change. Periodic reads only as `needs`
-/// asks: the safety-net poll of `/proc/partitions` and by-id ([`SAFETY_POLL`]) while a class
-/// claims devices, `/proc/diskstats` once a second while any device is watched, the
-/// failing-disk counters while a volume has them. No device is opened.
+/// removed, attached (a loop device), resized, stacked on (a device-mapper or md device made
+/// over it), or a /dev/disk/by-id name added or removed; and when anything is written to one
+/// of the watched devices (the claimed devices of unbound PVs: a write there is someone
+/// else's, and the pass that follows withdraws the PV). The device list (`/proc/partitions`
+/// and the by-id names) is read when inotify on /dev says something happened there: a node
+/// created or deleted (devtmpfs, udev), a device's node closed after a write (`losetup`
+/// attaching a loop device writes to it) or its attributes set (udev does on every change
+/// event), a by-id name made or removed; a pass follows only when the list changed. Reading a
+/// device (every pass does) is no event. Periodic reads only as `needs` asks: the list as a
+/// safety net ([`SAFETY_POLL`]) while a class claims devices, `/proc/diskstats` once a second
+/// while any device is watched, the failing-disk counters while a volume has them. So an agent
+/// with nothing to watch reads nothing while nothing happens. No device is opened.
 pub fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) -> Result<(), HostError> {
     let (reader, writer) = std::io::pipe().map_err(|e| HostError::io("create a pipe for", DEV, e))?;
     // A pass never waits on the thread: a full pipe (the thread gone) drops the wake-up.
@@ -193,7 +194,11 @@ pub fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) -> Resu
                     use std::io::Read;
                     let _ = reader.read(&mut [0u8; 64]);
                 }
-                let mut change = signalled && devices.changed();
+                // An event on /dev is a reason to look, not a change by itself: a device written
+                // through its node by another program (a `mkfs`, a `dd`) changes nothing a pass
+                // would see, while one attached, added, resized or named does change the list.
+                let events = signalled && devices.changed();
+                let mut change = events && replace_if_differs(&mut listed, block_devices_now());
                 let now = std::time::Instant::now();
                 for i in 0..4 {
                     if !wanted[i] || next[i] > now {
