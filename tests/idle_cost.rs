@@ -1,8 +1,9 @@
-//! What the agent costs the API server (issue 29): the requests of one agent counted in the API
-//! server's audit log (by its User-Agent, which names the node), for a PV deleted by hand while
-//! its volume is still there (the agent re-creates it: upstream sends the one create) and for
-//! a start-up (the Node read once, this node's PVs listed by the watch, one adoption list).
-//! Against the real control plane with real tmpfs volumes; needs root.
+//! What an idle or busy agent costs (issue 29): its requests counted in the API server's audit
+//! log (by its User-Agent, which names the node) for a PV deleted by hand while its volume is
+//! still there (the agent releases its finalizer and re-creates it; upstream, which sets no
+//! finalizer, sends the one create) and for a start-up (the Node read once, this node's PVs
+//! listed by the watch, one adoption list); and the wake-ups of its block-device watch while
+//! idle. Against the real control plane with real tmpfs volumes; needs root.
 
 mod support;
 
@@ -69,8 +70,8 @@ fn lab(cp: &ControlPlane, root: &Path, class: &str, volumes: usize) -> (Vec<supp
 }
 
 #[test]
-fn a_pv_deleted_by_hand_is_recreated_with_one_request() {
-    if !require_root("a_pv_deleted_by_hand_is_recreated_with_one_request") {
+fn a_pv_deleted_by_hand_costs_one_patch_and_its_re_creation() {
+    if !require_root("a_pv_deleted_by_hand_costs_one_patch_and_its_re_creation") {
         return;
     }
     let cp = ControlPlane::get();
