@@ -56,6 +56,9 @@ pub fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
 /// leaves no trace there (a device resized or detached without udev) is found by this.
 pub const SAFETY_POLL: Duration = Duration::from_secs(2);
 
+/// After /dev's names changed, the device list is looked at again this long after.
+const LOOK_AGAIN: [Duration; 3] = [Duration::from_millis(50), Duration::from_millis(250), Duration::from_secs(1)];
+
 /// How often the watched devices' write counters are read, while any device is watched.
 const WRITES_EVERY: Duration = Duration::from_secs(1);
 
@@ -162,11 +165,13 @@ pub fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) -> Resu
             let periods = [SAFETY_POLL, WRITES_EVERY, HEALTH_EVERY, SUPERBLOCKS_EVERY];
             let (mut listed, mut written, mut counters, mut superblocks) =
                 (block_devices_now(), Vec::new(), Vec::new(), 0u64);
+            // When the device list is looked at again after /dev's names changed.
+            let mut looks: Vec<std::time::Instant> = Vec::new();
             loop {
                 let (want, names) = needs.now();
                 let wanted = [want.claims, !names.is_empty(), want.ext4 || want.io_counters, want.superblocks];
                 let now = std::time::Instant::now();
-                let due = (0..4).filter(|i| wanted[*i]).map(|i| next[i]).min();
+                let due = (0..4).filter(|i| wanted[*i]).map(|i| next[i]).chain(looks.first().copied()).min();
                 let timeout = match due {
                     None => PollTimeout::NONE,
                     Some(at) => {
@@ -197,8 +202,17 @@ pub fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) -> Resu
                 // An event on /dev is a reason to look, not a change by itself: a device written
                 // through its node by another program (a `mkfs`, a `dd`) changes nothing a pass
                 // would see, while one attached, added, resized or named does change the list.
-                let events = signalled && devices.changed();
-                let mut change = events && replace_if_differs(&mut listed, block_devices_now());
+                let (events, renamed) = if signalled { devices.changed() } else { (false, false) };
+                let now = std::time::Instant::now();
+                if renamed {
+                    // A device's node appears before the device is set up (`losetup` asks the
+                    // kernel for a new loop device, then attaches it): its own events may come
+                    // before its node was watched, so the list is looked at again shortly.
+                    looks = LOOK_AGAIN.iter().map(|after| now + *after).collect();
+                }
+                let look_again = looks.first().is_some_and(|at| *at <= now);
+                looks.retain(|at| *at > now);
+                let mut change = (events || look_again) && replace_if_differs(&mut listed, block_devices_now());
                 let now = std::time::Instant::now();
                 for i in 0..4 {
                     if !wanted[i] || next[i] > now {
@@ -308,9 +322,9 @@ impl DeviceWatch {
         }
     }
 
-    /// Reads the queued events; whether any was a change (a watch removed by the kernel, the
-    /// node of a device that went, is not one).
-    fn changed(&mut self) -> bool {
+    /// Reads the queued events: whether any was a change (a watch removed by the kernel, the
+    /// node of a device that went, is not one), and whether /dev's names changed.
+    fn changed(&mut self) -> (bool, bool) {
         let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
         let mut reader = inotify::Reader::new(&self.fd, &mut buf);
         let (mut change, mut names) = (false, false);
@@ -346,7 +360,7 @@ impl DeviceWatch {
         if names {
             self.follow_names();
         }
-        change
+        (change, names)
     }
 }
 
