@@ -51,7 +51,7 @@ use crate::host::access::{HostAccess, RealHost};
 use crate::host::kubelet::KubeletView;
 use crate::host::ops::{Answer, Operations, Subject};
 use crate::host::used_mark::Ledger;
-use crate::host::watch::{DirWatcher, watch_block_devices, watch_mounts};
+use crate::host::watch::{DirWatcher, Needs, WatchNeeds, watch_block_devices, watch_mounts};
 use crate::metrics::Metrics;
 use crate::runtime::{EventClock, Shutdown, forward_events_until_synced, jittered, sleep_until_opt};
 use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
@@ -162,7 +162,9 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     // The claimed devices of unbound PVs: the claim pass names them, the watch follows their
     // write counters.
     let watched = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
-    if let Err(e) = watch_block_devices(raw.clone(), watched.clone()) {
+    // What the watch reads periodically: each pass says (Agent::say_watch_needs).
+    let watch_needs = Arc::new(WatchNeeds::new(watched.clone()));
+    if let Err(e) = watch_block_devices(raw.clone(), watch_needs.clone()) {
         warn!(error = %e, "block device changes unavailable; new disks are claimed at the periodic resync");
     }
     let dir_watcher = match DirWatcher::new(raw.clone()) {
@@ -174,15 +176,22 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     };
     let ledger = Ledger::open(&opts.state_dir)?;
     info!(ledger = %ledger.path().display(), "ledger of used disks opened");
-    // The boot fence's binary on the host (deploy/host/): this agent's version.
-    let own = std::path::Path::new("/proc/self/exe");
-    let installed = opts.install_boot_fence.then(|| crate::host::boot_fence::install_binary(own, &opts.state_dir));
-    match installed.unwrap_or(Ok(false)) {
-        Ok(true) => {
-            info!(path = %crate::host::boot_fence::installed_path(&opts.state_dir).display(), "boot fence binary installed")
-        }
-        Ok(false) => {}
-        Err(e) => warn!(error = %e, "could not install the boot fence's binary on the host (deploy/host/)"),
+    // The boot fence's binary on the host (deploy/host/): this agent's version. In the
+    // background: it reads this binary and the installed one whole (and writes and syncs it
+    // when they differ), which nothing in the first pass waits for.
+    if opts.install_boot_fence {
+        let state_dir = opts.state_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let own = std::path::Path::new("/proc/self/exe");
+            match crate::host::boot_fence::install_binary(own, &state_dir) {
+                Ok(true) => {
+                    let path = crate::host::boot_fence::installed_path(&state_dir);
+                    info!(path = %path.display(), "boot fence binary installed")
+                }
+                Ok(false) => {}
+                Err(e) => warn!(error = %e, "could not install the boot fence's binary on the host (deploy/host/)"),
+            }
+        });
     }
     // A full read (verify: full) that progresses or ends wakes a pass, like a host change.
     let wake = raw.clone();
@@ -202,6 +211,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     agent.left_out_classes = left_out_classes;
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
+    agent.watch_needs = Some(watch_needs);
     agent.run_loop(&opts, changed, clock, wipes_done, &mut shutdown).await;
     Ok(())
 }
@@ -248,6 +258,8 @@ pub(crate) struct Agent {
     /// problems: their PVs are kept as they are, and a refused wipe says why.
     left_out_classes: BTreeMap<String, String>,
     dir_watcher: Option<DirWatcher>,
+    /// What the block-device watch must read periodically, from what the last pass found.
+    watch_needs: Option<Arc<WatchNeeds>>,
     settle: Duration,
     succession_settle: Duration,
     /// Since when each found volume (path and identity) has been seen.
@@ -313,6 +325,7 @@ impl Agent {
             config_problem,
             left_out_classes: BTreeMap::new(),
             dir_watcher: None,
+            watch_needs: None,
             settle: opts.settle,
             succession_settle: opts.succession_settle.max(opts.settle),
             new_volumes: Settler::default(),
@@ -356,6 +369,9 @@ impl Agent {
         shutdown: &mut Shutdown,
     ) {
         let mut resync_at = tokio::time::Instant::now();
+        // The Node was read just before the loop: the first resync (the first pass) does not
+        // read it again.
+        let mut node_fresh = true;
         loop {
             let wake = self.next_wake().map(tokio::time::Instant::from_std);
             tokio::select! {
@@ -364,7 +380,9 @@ impl Agent {
                     let period = opts.discovery_period.unwrap_or(self.config.min_resync_period);
                     resync_at = tokio::time::Instant::now() + jittered(period, opts.discovery_period.is_none());
                     debug!(next_in_s = (resync_at - tokio::time::Instant::now()).as_secs(), "periodic resync");
-                    self.refresh_node().await;
+                    if !std::mem::take(&mut node_fresh) {
+                        self.refresh_node().await;
+                    }
                 }
                 _ = changed.notified() => {
                     trace!("pass triggered by an event");
@@ -452,6 +470,7 @@ impl Agent {
         let devices: std::collections::BTreeSet<String> =
             observation.claims.iter().flat_map(|c| c.devices.iter().map(|d| d.name.clone())).collect();
         let signs = std::mem::take(&mut observation.scan.signs);
+        self.say_watch_needs(&observation.scan, &signs);
         let unresponsive_entries: Vec<String> = observation
             .scan
             .skipped
@@ -535,6 +554,29 @@ impl Agent {
             .iter()
             .map(|pv| PvState { deleting: pv.deleting || self.expectations.is_deleted(&pv.uid), ..pv.clone() });
         std::borrow::Cow::Owned(marked.collect())
+    }
+
+    /// Tells the block-device watch what to read periodically (host::watch::WatchNeeds), from
+    /// this pass's scan: the device list while a class claims devices, ext4 error counts and
+    /// SCSI error counters while a volume has them, superblock options while a volume is a
+    /// filesystem on a disk (device major not 0: not tmpfs). Nothing while there is none.
+    fn say_watch_needs(
+        &self,
+        scan: &crate::host::discovery::Scan,
+        signs: &[(String, crate::core::disk_health::Signs)],
+    ) {
+        let Some(watch) = &self.watch_needs else { return };
+        let on_disk = |v: &crate::core::pv::FoundVolume| match &v.disk {
+            crate::core::volume_safety::DiskKey::Filesystem { device, .. } => !device.starts_with("0:"),
+            crate::core::volume_safety::DiskKey::Block { .. } => false,
+        };
+        let ext4 = signs.iter().any(|(_, s)| s.fs_errors.is_some());
+        watch.set(Needs {
+            claims: self.config.storage_class_map.values().any(|c| c.devices.is_some()),
+            ext4,
+            io_counters: signs.iter().any(|(_, s)| s.io_errors.is_some()),
+            superblocks: ext4 || scan.volumes.iter().any(on_disk),
+        });
     }
 
     /// The identity of the volume at `path` (its PV's `host_path`), read on the pool of

@@ -338,6 +338,13 @@ impl Agent {
                 continue;
             }
             let name = mark.pv.clone();
+            // An offered disk (its PV withdrawn unclaimed by this agent: deleted by hand, for
+            // one) whose mark names the PV it is about to be published as: the create answers
+            // whether a PV of that name exists (AlreadyExists, judged as usual), and no wipe
+            // hangs on it, so it is not read first.
+            if matches!(d.used, UsedRead::Offered(_)) && name == d.name {
+                continue;
+            }
             // Also when it names the PV this disk would be published as: a PV of that name
             // missing from the label-scoped store (its label removed) still holds the disk.
             if store.iter().any(|pv| pv.metadata.name.as_deref() == Some(name.as_str())) {

@@ -96,10 +96,7 @@ impl Agent {
                     match target_for(&pv, self.config.storage_class_map.get(&pv.class)) {
                         Ok(target) => {
                             info!(pv = %pv.name, path = %target.path.display(), ?after, "starting wipe");
-                            // The store answers where our finalizer is: no read before its removal.
-                            let seen = self.pv_store.find(|p| p.metadata.uid.as_deref() == Some(pv.uid.as_str()));
-                            let finalizers = seen.and_then(|p| p.metadata.finalizers.clone()).unwrap_or_default();
-                            self.cleaner.start_seen(pv, after, target, finalizers);
+                            self.cleaner.start(pv, after, target);
                         }
                         Err(msg) => {
                             let note = match self.left_out_classes.get(&pv.class) {

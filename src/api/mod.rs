@@ -455,15 +455,33 @@ impl Cluster {
         }
     }
 
-    /// Removes one finalizer from the PV with this UID. A JSON patch that tests the UID and the
-    /// finalizer's position first, so it never removes anything from a different object or
-    /// another controller's finalizer.
+    /// Removes one finalizer from the PV with this UID, in one request (a PV deleted by hand
+    /// costs this and its re-creation, nothing read first): a strategic merge patch that deletes
+    /// that value from the finalizer list, so another controller's finalizer is never touched,
+    /// and names the UID, which the API server refuses to change (`metadata.uid` is
+    /// immutable), so a different object of the same name is never patched. Gone, or a
+    /// successor of that name, counts as done.
     pub async fn remove_finalizer(&self, name: &str, uid: &str, finalizer: &str) -> Result<(), ApiError> {
-        self.remove_finalizer_if(name, uid, finalizer, None).await
+        let patch = serde_json::json!({
+            "metadata": { "uid": uid, "$deleteFromPrimitiveList/finalizers": [finalizer] }
+        });
+        let pvs = self.pvs();
+        let patched = Patch::Strategic(&patch);
+        match self
+            .send("patch", "remove finalizer from pv", name, pvs.patch(name, &PatchParams::default(), &patched))
+            .await?
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            // A successor with the same name: not ours to touch.
+            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("metadata.uid") => Ok(()),
+            Err(e) => Err(ApiError::request("remove finalizer from pv", name)(e)),
+        }
     }
 
-    /// As `remove_finalizer`, and only while the PV's provisioned-by annotation still has the
-    /// value `provisioned_by`: node-cleanup never lets a PV go unwiped once an agent has taken it
+    /// As `remove_finalizer` (read first, then a JSON patch that tests the UID and the
+    /// finalizer's position), and only while the PV's provisioned-by annotation still has the
+    /// value `provisioned_by` (when given): node-cleanup never lets a PV go unwiped once an agent has taken it
     /// over (re-adopted it, which changes that annotation) to wipe it.
     pub async fn remove_finalizer_if(
         &self,
@@ -496,41 +514,6 @@ impl Cluster {
             .await?
             .map(|_| ())
             .map_err(ApiError::request("remove finalizer from pv", name))
-    }
-
-    /// As `remove_finalizer`, with the PV's finalizers as a watch's store showed them (`seen`),
-    /// so no read goes first. The patch tests the UID and the finalizer's position as
-    /// `remove_finalizer` does; when the store was stale (the test fails: 422), or shows no such
-    /// finalizer, the PV is read and the removal done as `remove_finalizer` does. Gone counts
-    /// as done.
-    pub async fn remove_finalizer_seen(
-        &self,
-        name: &str,
-        uid: &str,
-        finalizer: &str,
-        seen: &[String],
-    ) -> Result<(), ApiError> {
-        let Some(index) = seen.iter().position(|f| f == finalizer) else {
-            return self.remove_finalizer(name, uid, finalizer).await;
-        };
-        let ops = serde_json::json!([
-            {"op": "test", "path": "/metadata/uid", "value": uid},
-            {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
-            {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-        ]);
-        let patch: json_patch::Patch = serde_json::from_value(ops)
-            .map_err(|e| ApiError::Config { source_name: "finalizer patch".into(), message: e.to_string() })?;
-        let pvs = self.pvs();
-        let patched = Patch::<()>::Json(patch);
-        match self
-            .send("patch", "remove finalizer from pv", name, pvs.patch(name, &PatchParams::default(), &patched))
-            .await?
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 422 => self.remove_finalizer(name, uid, finalizer).await,
-            Err(e) => Err(ApiError::request("remove finalizer from pv", name)(e)),
-        }
     }
 
     /// Whether a Node named `key`, or labelled `kubernetes.io/hostname=key`, exists now: asked

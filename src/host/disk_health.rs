@@ -32,17 +32,15 @@ const SYS: &str = "/sys";
 /// How deep to follow `slaves/` (dm over md over partitions...) before giving up.
 const MAX_STACK_DEPTH: usize = 8;
 
-/// Everything the node's failing-disk signs are read from that changes without a mount or a
-/// device changing, in one comparable list, for the block-device watch (host::watch): each
-/// mount's superblock options (read-only, `emergency_ro`, `shutdown`), every ext4 error count
-/// and every SCSI I/O error counter. Only procfs and sysfs are read; no disk is touched, so a
-/// wedged one cannot stop the watch. (An XFS shutdown shows only to a stat of the volume, so it
-/// is seen at the next pass, not by this.)
-pub fn signs_fingerprint(with_superblocks: bool) -> Vec<String> {
+/// What the node's failing-disk signs are read from that changes without a mount or a device
+/// changing, for the block-device watch (host::watch), which reads each part only while a
+/// volume has it: the ext4 error counts (`ext4`) and the SCSI I/O error counters (`io`), in
+/// one comparable list; each mount's superblock options (read-only, `emergency_ro`,
+/// `shutdown`) are [`superblock_options_hash`]. Only procfs and sysfs are read; no disk is
+/// touched, so a wedged one cannot stop the watch. (An XFS shutdown shows only to a stat of the
+/// volume, so it is seen at the next pass, not by this.)
+pub fn counters_fingerprint(ext4: bool, io: bool) -> Vec<String> {
     let mut out = Vec::new();
-    if with_superblocks {
-        out.push(format!("sb {:016x}", superblock_options_hash()));
-    }
     let counters = |dir: &str, file: &str| -> Vec<String> {
         let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
         rd.flatten()
@@ -52,15 +50,19 @@ pub fn signs_fingerprint(with_superblocks: bool) -> Vec<String> {
             })
             .collect()
     };
-    out.extend(counters("/sys/fs/ext4", "errors_count"));
-    out.extend(counters("/sys/block", "device/ioerr_cnt"));
+    if ext4 {
+        out.extend(counters("/sys/fs/ext4", "errors_count"));
+    }
+    if io {
+        out.extend(counters("/sys/block", "device/ioerr_cnt"));
+    }
     out
 }
 
 /// A hash of every mount's superblock options (the field after the filesystem type and
 /// source in /proc/self/mountinfo), without keeping the table: on a node with a thousand
 /// volume mounts the table is large, and this runs every few seconds.
-fn superblock_options_hash() -> u64 {
+pub fn superblock_options_hash() -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     let table = std::fs::read("/proc/self/mountinfo").unwrap_or_default();

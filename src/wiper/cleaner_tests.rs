@@ -15,7 +15,6 @@ use crate::api::{ClientOptions, Cluster};
 use crate::config::ClassConfig;
 use crate::core::cleanup::{AfterWipe, PvState};
 use crate::core::effect_key::EffectKey;
-use crate::core::naming::FINALIZER_WIPE;
 use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
 use crate::host::mountinfo::MountTable;
@@ -117,8 +116,7 @@ fn released() -> (PvState, WipeTarget) {
 async fn a_quick_wipe_of_a_released_pv_costs_its_delete_and_the_finalizer_removal_only() {
     let (mut cleaner, mut done, seen, _host) = cleaner();
     let (pv, target) = released();
-    let finalizers = vec!["kubernetes.io/pv-protection".to_string(), FINALIZER_WIPE.to_string()];
-    cleaner.start_seen(pv, AfterWipe::DeletePv, target, finalizers);
+    cleaner.start(pv, AfterWipe::DeletePv, target);
     let outcome = done.recv().await.unwrap();
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
     let seen = seen.lock().unwrap().clone();
@@ -130,13 +128,12 @@ async fn a_quick_wipe_of_a_released_pv_costs_its_delete_and_the_finalizer_remova
 }
 
 #[tokio::test]
-async fn without_the_stores_finalizers_the_pv_is_read_first() {
+async fn a_finalizer_is_removed_by_one_patch_naming_the_uid_without_a_read() {
     let (mut cleaner, mut done, seen, _host) = cleaner();
     let (pv, target) = released();
     cleaner.start(pv, AfterWipe::RemoveFinalizer, target);
     assert!(done.recv().await.unwrap().result.is_ok());
-    // The mock's PV has no finalizer: nothing left to remove after the read.
-    assert_eq!(seen.lock().unwrap().clone(), ["GET /api/v1/persistentvolumes/v"]);
+    assert_eq!(seen.lock().unwrap().clone(), ["PATCH /api/v1/persistentvolumes/v"]);
 }
 
 #[tokio::test]

@@ -228,14 +228,8 @@ impl Cleaner {
 
     /// Starts wiping a PV's volume in the background.
     pub fn start(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget) {
-        self.start_seen(pv, after, target, Vec::new());
-    }
-
-    /// As `start`, with the PV's finalizers as the store shows them: our finalizer is then
-    /// removed without reading the PV again.
-    pub fn start_seen(&mut self, pv: PvState, after: AfterWipe, target: WipeTarget, finalizers: Vec<String>) {
         let regarding = pv_reference(&pv.name, Some(&pv.uid));
-        self.spawn(EffectKey::Wipe(pv.uid.clone()), pv, after, target, regarding, finalizers);
+        self.spawn(EffectKey::Wipe(pv.uid.clone()), pv, after, target, regarding);
     }
 
     /// Wipes a used disk that no PV names any more (its used mark is set, its PV is gone),
@@ -263,18 +257,10 @@ impl Cleaner {
             ..Default::default()
         };
         let key = EffectKey::WipeFirst(host_path.to_string());
-        self.spawn(key, pv, AfterWipe::Nothing, target, node, Vec::new());
+        self.spawn(key, pv, AfterWipe::Nothing, target, node);
     }
 
-    fn spawn(
-        &mut self,
-        key: EffectKey,
-        pv: PvState,
-        after: AfterWipe,
-        target: WipeTarget,
-        regarding: ObjectReference,
-        finalizers: Vec<String>,
-    ) {
+    fn spawn(&mut self, key: EffectKey, pv: PvState, after: AfterWipe, target: WipeTarget, regarding: ObjectReference) {
         if self.running.contains_key(&key) {
             return;
         }
@@ -296,7 +282,6 @@ impl Cleaner {
             after,
             cancel,
             progress: Arc::new(Progress::default()),
-            finalizers,
             announced: AtomicBool::new(false),
             #[cfg(test)]
             panic_after_wipe: self.panic_next.swap(false, Ordering::Relaxed),

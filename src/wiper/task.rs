@@ -42,8 +42,6 @@ pub(super) struct WipeTask {
     pub after: AfterWipe,
     pub cancel: Arc<AtomicBool>,
     pub progress: Arc<Progress>,
-    /// The PV's finalizers as the store showed them when the wipe was planned.
-    pub finalizers: Vec<String>,
     /// Whether the wipe was announced with an Event (a long one, or a wipe-first).
     pub announced: AtomicBool,
     /// A test's injected fault: the task panics once the wipe is done.
@@ -153,7 +151,7 @@ impl WipeTask {
         if self.after == AfterWipe::DeletePv {
             self.cluster.delete_pv(name, uid, None).await?;
         }
-        self.cluster.remove_finalizer_seen(name, uid, FINALIZER_WIPE, &self.finalizers).await
+        self.cluster.remove_finalizer(name, uid, FINALIZER_WIPE).await
     }
 
     /// Tells, once, that the wipe started (a long one, or a wipe-first).
