@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 /// Readiness shared between the agent and the server: `None` when ready, else the reason; and
 /// details worth knowing while ready (a refused config change, for example).
 #[derive(Clone, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     not_ready: Arc<Mutex<Option<String>>>,
     detail: Arc<Mutex<Option<String>>>,
     /// The volumes that do not answer (host::ops), named in a ready answer.
@@ -31,7 +31,7 @@ pub struct Readiness {
 /// without completing one, before `/healthz` fails: the loop is wedged and a restart helps. A
 /// wedged *volume* never gets that far (host::ops gives up on it at its deadline), so it never
 /// restarts the pod, which would not help.
-pub const PASS_BOUND: Duration = Duration::from_secs(180);
+pub(crate) const PASS_BOUND: Duration = Duration::from_secs(180);
 
 /// The loop's heartbeat: when its current pass started, when the last one ended, and the
 /// longest it may wait between passes (twice the resync period).
@@ -66,19 +66,19 @@ impl Liveness {
 
 impl Readiness {
     /// Starts not ready, with a reason.
-    pub fn new(reason: &str) -> Self {
+    pub(crate) fn new(reason: &str) -> Self {
         Readiness { not_ready: Arc::new(Mutex::new(Some(reason.to_string()))), ..Default::default() }
     }
 
     /// Sets the state: `None` for ready, or why not.
-    pub fn set(&self, reason: Option<String>) {
+    pub(crate) fn set(&self, reason: Option<String>) {
         if let Ok(mut g) = self.not_ready.lock() {
             *g = reason;
         }
     }
 
     /// Sets or clears the detail shown in a ready answer.
-    pub fn set_detail(&self, detail: Option<String>) {
+    pub(crate) fn set_detail(&self, detail: Option<String>) {
         if let Ok(mut g) = self.detail.lock() {
             *g = detail;
         }
@@ -95,14 +95,14 @@ impl Readiness {
     }
 
     /// Names the volumes that do not answer in ready answers (`None`: all answer).
-    pub fn set_unresponsive(&self, what: Option<String>) {
+    pub(crate) fn set_unresponsive(&self, what: Option<String>) {
         if let Ok(mut g) = self.unresponsive.lock() {
             *g = what;
         }
     }
 
     /// The loop starts a pass. `resync`: the longest it may wait between passes.
-    pub fn pass_started(&self, resync: Duration) {
+    pub(crate) fn pass_started(&self, resync: Duration) {
         if let Ok(mut g) = self.liveness.lock() {
             g.started = Some(Instant::now());
             g.idle = resync;
@@ -110,7 +110,7 @@ impl Readiness {
     }
 
     /// The loop completed a pass.
-    pub fn pass_ended(&self) {
+    pub(crate) fn pass_ended(&self) {
         if let Ok(mut g) = self.liveness.lock() {
             g.started = None;
             g.ended = Some(Instant::now());
@@ -118,7 +118,7 @@ impl Readiness {
     }
 
     /// Why the loop looks wedged, if it does (`/healthz` then fails).
-    pub fn wedged(&self) -> Option<String> {
+    pub(crate) fn wedged(&self) -> Option<String> {
         self.liveness.lock().ok().and_then(|g| g.problem(Instant::now()))
     }
 
@@ -129,7 +129,7 @@ impl Readiness {
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum AdminError {
+pub(crate) enum AdminError {
     /// The listen address is not usable.
     #[error("admin server: bad listen address {0:?} (use host:port or :port)")]
     Address(String),
@@ -143,13 +143,13 @@ pub enum AdminError {
 }
 
 /// Parses upstream's `:8080` form as well as `host:port`.
-pub fn parse_listen_address(s: &str) -> Result<SocketAddr, AdminError> {
+pub(crate) fn parse_listen_address(s: &str) -> Result<SocketAddr, AdminError> {
     let full = if s.starts_with(':') { format!("0.0.0.0{s}") } else { s.to_string() };
     full.parse().map_err(|_| AdminError::Address(s.to_string()))
 }
 
 /// Binds and serves in the background; returns the bound address (port 0 picks a free one).
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     metrics_path: String,
     metrics: Metrics,

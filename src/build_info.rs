@@ -4,22 +4,22 @@
 //! them: "unknown" where it could not tell (sources without git and without `LSP_GIT_COMMIT`).
 
 /// The crate version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Short git commit, with "-dirty" when the work tree had uncommitted changes.
-pub const GIT_COMMIT: &str = env!("LSP_GIT_COMMIT");
+pub(crate) const GIT_COMMIT: &str = env!("LSP_GIT_COMMIT");
 
 /// Build date, RFC 3339 UTC (`SOURCE_DATE_EPOCH` when it was set).
-pub const BUILD_DATE: &str = env!("LSP_BUILD_DATE");
+pub(crate) const BUILD_DATE: &str = env!("LSP_BUILD_DATE");
 
 /// `rustc --version` of the compiler that built this binary.
-pub const RUSTC_VERSION: &str = env!("LSP_RUSTC_VERSION");
+pub(crate) const RUSTC_VERSION: &str = env!("LSP_RUSTC_VERSION");
 
 /// The target triple this binary was built for.
-pub const TARGET: &str = env!("LSP_TARGET");
+pub(crate) const TARGET: &str = env!("LSP_TARGET");
 
 /// The `version` subcommand's and `--version`'s text after the program name: one fact a line.
-pub fn long_version() -> String {
+pub(crate) fn long_version() -> String {
     format!(
         "{VERSION}\ncommit:     {GIT_COMMIT}\nbuild date: {BUILD_DATE}\nrustc:      {RUSTC_VERSION}\ntarget:     {TARGET}"
     )

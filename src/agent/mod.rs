@@ -61,7 +61,7 @@ use crate::runtime::effects::Effects;
 
 /// Settings of `run`.
 #[derive(Debug, Clone)]
-pub struct AgentOptions {
+pub(crate) struct AgentOptions {
     /// ConfigMap directory.
     pub config_dir: PathBuf,
     /// This node's name.
@@ -95,7 +95,7 @@ pub struct AgentOptions {
 
 /// Why the agent stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum AgentError {
+pub(crate) enum AgentError {
     /// The API could not be used.
     #[error(transparent)]
     Api(#[from] ApiError),
@@ -111,7 +111,7 @@ pub enum AgentError {
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
-pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
+pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let mut shutdown = Shutdown::install();
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting: waiting for the Node and the PV watch");

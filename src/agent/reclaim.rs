@@ -17,7 +17,7 @@ use crate::wiper::target_for;
 /// For each PV about to be wiped (by UID), why its disk must not be wiped because another live
 /// PV of this node names the same disk (two PVs of one disk made before the one-disk rule, or by
 /// upstream). `disks` are the disks the observation found for this node's PVs.
-pub fn disks_shared_with_live_pvs(
+pub(super) fn disks_shared_with_live_pvs(
     states: &[PvState],
     wipes: &BTreeSet<String>,
     disks: &[(String, DiskKey)],

@@ -7,7 +7,7 @@ use super::ProvisionerConfig;
 /// Maps a blockCleanerCommand to the description of its built-in equivalent (upstream's own
 /// scripts), an error saying why its arguments cannot be honoured, or None for any other
 /// command.
-pub type BuiltinFor<'a> = &'a dyn Fn(&[String]) -> Option<Result<String, String>>;
+pub(super) type BuiltinFor<'a> = &'a dyn Fn(&[String]) -> Option<Result<String, String>>;
 
 /// Warnings about the block cleaners of `cfg`. `exists` says whether a program is present
 /// in this container; `builtin` maps upstream's own scripts to the built-in method that does

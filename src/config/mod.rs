@@ -16,7 +16,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use crate::core::device_selector::{DeviceSelector, DeviceType, Verify, any_glob_matches, parse_quantity};
-pub use crate::core::go_duration as duration;
+pub(crate) use crate::core::go_duration as duration;
 pub use crate::core::settings::{
     ACCESS_MODES, BlockCleanMethod, ClassConfig, DEFAULT_BLOCK_CLEANER, DEFAULT_MIN_RESYNC_PERIOD, ProvisionerConfig,
     VolumeMode,

@@ -42,7 +42,7 @@ impl IoStat {
 /// The agent never writes, discards or flushes a device it probes, so every such request in
 /// the window is another writer's. A counter that went down (the device was removed and a new
 /// one took its name) counts as activity too: the device is not the one read before.
-pub fn written_between(before: &IoStat, after: &IoStat) -> Option<String> {
+pub(crate) fn written_between(before: &IoStat, after: &IoStat) -> Option<String> {
     let moved = |a: u64, b: u64| b != a;
     let mut what = Vec::new();
     if moved(before.writes, after.writes) || moved(before.write_sectors, after.write_sectors) {
@@ -64,7 +64,7 @@ pub fn written_between(before: &IoStat, after: &IoStat) -> Option<String> {
 
 /// A process holding a descriptor of a device (or of a loop device's backing file).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Opener {
+pub(crate) struct Opener {
     /// Its PID, as the agent's `/proc` shows it.
     pub pid: u32,
     /// Its command name (`/proc/<pid>/comm`).
@@ -90,7 +90,7 @@ impl fmt::Display for Opener {
 /// The verdict on the descriptors found: `None` when no other process has the device open.
 /// Readers count as well as writers: a process reading the device would read the next
 /// tenant's data. Writers are named first, and at most three openers are listed.
-pub fn opened_by_others(openers: &[Opener]) -> Option<String> {
+pub(crate) fn opened_by_others(openers: &[Opener]) -> Option<String> {
     if openers.is_empty() {
         return None;
     }

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Share of a delay added at random: a delay `d` becomes one in `[d, d * (1 + JITTER))`.
-pub const JITTER: f64 = 0.2;
+pub(crate) const JITTER: f64 = 0.2;
 
 /// One growing delay, for a single thing retried in a loop (waiting for the Node).
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     last: Option<Duration>,
@@ -20,12 +20,12 @@ pub struct Backoff {
 
 impl Backoff {
     /// Starts at `initial` and doubles up to `max`.
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Backoff { initial, max, last: None }
     }
 
     /// The delay before the next attempt, with jitter; `random` is in [0, 1).
-    pub fn next_delay(&mut self, random: f64) -> Duration {
+    pub(crate) fn next_delay(&mut self, random: f64) -> Duration {
         let delay = grow(self.last, self.initial, self.max);
         self.last = Some(delay);
         with_jitter(delay, random)
@@ -41,13 +41,13 @@ fn grow(last: Option<Duration>, initial: Duration, max: Duration) -> Duration {
 }
 
 /// `delay` stretched by up to [`JITTER`] of itself; `random` is in [0, 1).
-pub fn with_jitter(delay: Duration, random: f64) -> Duration {
+pub(crate) fn with_jitter(delay: Duration, random: f64) -> Duration {
     delay.mul_f64(1.0 + JITTER * random.clamp(0.0, 1.0))
 }
 
 /// How delays grow for one kind of failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Delay after the first failure.
     pub initial: Duration,
     /// Largest delay.
@@ -73,7 +73,7 @@ pub struct Record {
 /// Retry records by key (core::effect_key::EffectKey in the agent and the wiper), kept until
 /// the effect succeeds or is no longer wanted.
 #[derive(Debug, Clone)]
-pub struct Retries<K = String> {
+pub(crate) struct Retries<K = String> {
     records: BTreeMap<K, Record>,
 }
 
@@ -86,7 +86,7 @@ impl<K> Default for Retries<K> {
 impl<K: Ord + Clone> Retries<K> {
     /// Whether the effect may be tried now: never failed, or its deadline has passed, or it is
     /// asked for anew (`asked` differs from what the failure was recorded with).
-    pub fn may_try(&self, key: &K, now: Instant, asked: Option<&str>) -> bool {
+    pub(crate) fn may_try(&self, key: &K, now: Instant, asked: Option<&str>) -> bool {
         match self.records.get(key) {
             None => true,
             Some(r) => r.due <= now || r.asked.as_deref() != asked,
@@ -96,7 +96,7 @@ impl<K: Ord + Clone> Retries<K> {
     /// Records a failure; returns when to try again. The delay doubles from the last failure's
     /// (`policy.initial` first) up to `policy.max`, then jitter is added; a new ask starts the
     /// delays over.
-    pub fn failed(
+    pub(crate) fn failed(
         &mut self,
         key: &K,
         policy: Policy,
@@ -116,34 +116,34 @@ impl<K: Ord + Clone> Retries<K> {
 
     /// The effect succeeded: its record is dropped, so a later failure starts from the
     /// initial delay.
-    pub fn succeeded(&mut self, key: &K) {
+    pub(crate) fn succeeded(&mut self, key: &K) {
         self.records.remove(key);
     }
 
     /// Keeps only the records `wanted` still says yes to: an effect no pass asks for any more
     /// (its PV is gone, the problem was solved another way) needs no retry.
-    pub fn retain(&mut self, mut wanted: impl FnMut(&K) -> bool) {
+    pub(crate) fn retain(&mut self, mut wanted: impl FnMut(&K) -> bool) {
         self.records.retain(|k, _| wanted(k));
     }
 
     /// The earliest deadline still in the future, so the loop wakes for it.
-    pub fn next_due(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn next_due(&self, now: Instant) -> Option<Instant> {
         self.records.values().map(|r| r.due).filter(|d| *d > now).min()
     }
 
     /// The record of `key`, if a failure is kept for it.
-    pub fn get(&self, key: &K) -> Option<&Record> {
+    pub(crate) fn get(&self, key: &K) -> Option<&Record> {
         self.records.get(key)
     }
 
     /// Keys with a record.
-    pub fn keys(&self) -> impl Iterator<Item = &K> {
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
         self.records.keys()
     }
 
     /// Lets every deadline pass now (tests step through retries without sleeping).
     #[cfg(test)]
-    pub fn expire_for_test(&mut self, now: Instant) {
+    pub(crate) fn expire_for_test(&mut self, now: Instant) {
         for r in self.records.values_mut() {
             r.due = now;
         }
@@ -151,12 +151,12 @@ impl<K: Ord + Clone> Retries<K> {
 
     /// Records kept.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.records.len()
     }
 
     /// Whether no failure is kept.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 }

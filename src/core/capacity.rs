@@ -6,7 +6,7 @@ const GIB: u64 = 1024 * MIB;
 
 /// Rounds down to whole GiB when at least 10 GiB, else to whole MiB when at least 10 MiB,
 /// else keeps the bytes: upstream's "pretty" rounding, so a PV never claims more than the disk.
-pub fn round_down_pretty(bytes: u64) -> u64 {
+pub(crate) fn round_down_pretty(bytes: u64) -> u64 {
     for unit in [GIB, MIB] {
         let whole = bytes / unit;
         if whole >= 10 {
@@ -18,7 +18,7 @@ pub fn round_down_pretty(bytes: u64) -> u64 {
 
 /// The canonical text of a binary-SI Kubernetes quantity (`10Gi`, `1536Mi`, `1000`), as the API
 /// server would print `resource.NewQuantity(n, BinarySI)`.
-pub fn binary_si_quantity(bytes: u64) -> String {
+pub(crate) fn binary_si_quantity(bytes: u64) -> String {
     const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
     if bytes == 0 {
         return "0".into();

@@ -10,7 +10,7 @@ use super::pv_inputs::{ClassPolicy, DesiredPv};
 
 /// A class whose volumes cannot be published in this pass, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClassProblem {
+pub(crate) struct ClassProblem {
     /// StorageClass name.
     pub class: String,
     /// What is wrong (e.g. the StorageClass object does not exist).
@@ -19,7 +19,7 @@ pub struct ClassProblem {
 
 /// Builds the desired PVs. `policies` holds, per class, the StorageClass settings or the reason
 /// they could not be had; volumes of a class without a policy are held back and reported once.
-pub fn desired_pvs(
+pub(crate) fn desired_pvs(
     ctx: &PvContext<'_>,
     volumes: &[FoundVolume],
     policies: &BTreeMap<String, Result<ClassPolicy, String>>,
@@ -61,7 +61,7 @@ pub fn desired_pvs(
 
 /// Turns a StorageClass's reclaim policy and mount options into a policy, refusing what
 /// upstream refuses (only Delete and Retain make sense for local volumes).
-pub fn class_policy(
+pub(crate) fn class_policy(
     class: &str,
     reclaim_policy: Option<&str>,
     mount_options: Option<&[String]>,

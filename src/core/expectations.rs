@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 /// How long a create is expected to show in the store before the agent judges the disk by
 /// the store again (client-go's ExpectationsTimeout).
-pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// A PV this agent created and its store does not show yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Expected {
+pub(crate) struct Expected {
     /// The PV's name.
     pub name: String,
     /// The UID the API gave it.
@@ -39,35 +39,35 @@ pub struct Expected {
 
 impl Expected {
     /// Whether the found volume (PV name, host path, identity) is this created one.
-    pub fn is(&self, name: &str, host_path: &str, identity: &str) -> bool {
+    pub(crate) fn is(&self, name: &str, host_path: &str, identity: &str) -> bool {
         self.name == name && self.host_path == host_path && self.identity == identity
     }
 }
 
 /// The pending expectations: creates by PV name, deletes by UID (with when).
 #[derive(Debug, Clone, Default)]
-pub struct Expectations {
+pub(crate) struct Expectations {
     created: BTreeMap<String, Expected>,
     deleted: BTreeMap<String, Instant>,
 }
 
 /// One PV as the store shows it: name, UID, and whether it is being deleted.
-pub type Shown<'a> = (&'a str, &'a str, bool);
+pub(crate) type Shown<'a> = (&'a str, &'a str, bool);
 
 impl Expectations {
     /// Notes a PV the agent created (replacing an earlier expectation of the same name).
-    pub fn created(&mut self, expected: Expected) {
+    pub(crate) fn created(&mut self, expected: Expected) {
         self.created.insert(expected.name.clone(), expected);
     }
 
     /// Notes a PV (by UID) whose delete the API accepted.
-    pub fn deleted(&mut self, uid: &str, now: Instant) {
+    pub(crate) fn deleted(&mut self, uid: &str, now: Instant) {
         self.deleted.insert(uid.to_string(), now);
     }
 
     /// Whether the PV with this UID was deleted by this agent and the store does not show it
     /// being deleted yet.
-    pub fn is_deleted(&self, uid: &str) -> bool {
+    pub(crate) fn is_deleted(&self, uid: &str) -> bool {
         self.deleted.contains_key(uid)
     }
 
@@ -75,7 +75,7 @@ impl Expectations {
     /// create is met when the store shows its name with its UID (a PV of the same name with
     /// another UID, an older one still being deleted, does not meet it); a delete when the
     /// store shows its UID being deleted, or no longer shows it.
-    pub fn observe<'a>(&mut self, store: impl IntoIterator<Item = Shown<'a>>, now: Instant) {
+    pub(crate) fn observe<'a>(&mut self, store: impl IntoIterator<Item = Shown<'a>>, now: Instant) {
         let mut still_there = std::collections::BTreeSet::new();
         for (name, uid, deleting) in store {
             if self.created.get(name).is_some_and(|e| e.uid == uid) {
@@ -91,28 +91,31 @@ impl Expectations {
     }
 
     /// The pending expectations, sorted by name.
-    pub fn pending(&self) -> Vec<Expected> {
+    pub(crate) fn pending(&self) -> Vec<Expected> {
         self.created.values().cloned().collect()
     }
 
     /// The pending expectation of the found volume, if it is one the agent created.
-    pub fn pending_for(&self, name: &str, host_path: &str, identity: &str) -> Option<&Expected> {
+    #[cfg(test)]
+    pub(crate) fn pending_for(&self, name: &str, host_path: &str, identity: &str) -> Option<&Expected> {
         self.created.get(name).filter(|e| e.is(name, host_path, identity))
     }
 
     /// When the oldest expectation expires, so the loop can look again then.
-    pub fn next_expiry(&self) -> Option<Instant> {
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
         let created = self.created.values().map(|e| e.at);
         created.chain(self.deleted.values().copied()).min().map(|at| at + EXPECTATION_TIMEOUT)
     }
 
     /// Expectations pending (creates and deletes).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.created.len() + self.deleted.len()
     }
 
     /// Whether none is pending.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.created.is_empty() && self.deleted.is_empty()
     }
 }

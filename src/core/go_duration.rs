@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Parses a Go duration string. Negative durations are rejected because a resync period
 /// cannot be negative; `0` is accepted (callers decide whether zero makes sense).
-pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
+pub(crate) fn parse_go_duration(input: &str) -> Result<Duration, String> {
     let s = input.trim();
     if s.is_empty() {
         return Err("empty duration".into());
@@ -55,7 +55,7 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
 
 /// Formats a duration the way Go prints it (`5m0s`), so the effective config shown by
 /// `validate-config` reads like the upstream defaults.
-pub fn format_go_duration(d: Duration) -> String {
+pub(crate) fn format_go_duration(d: Duration) -> String {
     let total = d.as_nanos();
     if total == 0 {
         return "0s".into();

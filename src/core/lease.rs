@@ -20,7 +20,7 @@ pub struct LeaseRecord {
 
 /// What a candidate does after reading the Lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseDecision {
+pub(crate) enum LeaseDecision {
     /// We hold it: write a new renewTime.
     Renew,
     /// It is free or expired: take it (one more transition).
@@ -31,7 +31,12 @@ pub enum LeaseDecision {
 
 /// Decides, given the record now read, for how long that same record has been observed
 /// unchanged on our clock, and our own lease duration (used when the record has none).
-pub fn decide(record: &LeaseRecord, me: &str, unchanged_for: Duration, default_duration: Duration) -> LeaseDecision {
+pub(crate) fn decide(
+    record: &LeaseRecord,
+    me: &str,
+    unchanged_for: Duration,
+    default_duration: Duration,
+) -> LeaseDecision {
     match record.holder.as_deref() {
         Some(h) if h == me => LeaseDecision::Renew,
         None | Some("") => LeaseDecision::Acquire,

@@ -17,7 +17,7 @@ use super::pv_facts::PvFacts;
 
 /// What the planner needs to know about a Node: whether a PV's affinity points at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
+pub(crate) struct NodeView {
     /// Node name.
     pub name: String,
     /// Its `kubernetes.io/hostname` label (the value local PVs' affinity names).
@@ -26,7 +26,7 @@ pub struct NodeView {
 
 /// The claim a PV is bound to, for a delete with a UID precondition and an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimRef {
+pub(crate) struct ClaimRef {
     /// Namespace of the claim.
     pub namespace: String,
     /// Name of the claim.
@@ -37,7 +37,7 @@ pub struct ClaimRef {
 
 /// A local PV made by a local-static-provisioner (ours or upstream's).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalPv {
+pub(crate) struct LocalPv {
     /// PV name.
     pub name: String,
     /// PV UID (delete precondition).
@@ -72,7 +72,7 @@ pub struct LocalPv {
 impl LocalPv {
     /// The PV as the planner sees it, or None when it is not a local PV made by a
     /// local-static-provisioner with a hostname affinity (never acted upon).
-    pub fn from_pv(pv: &PvFacts) -> Option<Self> {
+    pub(crate) fn from_pv(pv: &PvFacts) -> Option<Self> {
         let meta = &pv.metadata;
         let ann = |k: &str| pv.annotation(k);
         let provisioned_by = ann(ANN_PROVISIONED_BY).filter(|p| p.starts_with(PROVISIONER_PREFIX))?.clone();
@@ -120,7 +120,7 @@ impl LocalPv {
 
 /// Why a PV is released.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// Its Node has not existed for longer than the grace period.
     NodeGone { node: String },
     /// The agent of its (re-created) Node found its disk missing or different.
@@ -140,7 +140,7 @@ impl std::fmt::Display for Cause {
 
 /// One step for the node-cleanup executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeCleanupAction {
+pub(crate) enum NodeCleanupAction {
     /// Delete the claim bound to `pv` (UID precondition) so its owner (a StatefulSet) can make
     /// a new one that binds on a live node.
     DeleteClaim { pv: String, claim: ClaimRef, cause: Cause },
@@ -157,7 +157,7 @@ pub enum NodeCleanupAction {
 
 impl NodeCleanupAction {
     /// Why a release is planned; None for `Keep`, which releases nothing.
-    pub fn cause(&self) -> Option<&Cause> {
+    pub(crate) fn cause(&self) -> Option<&Cause> {
         match self {
             NodeCleanupAction::DeleteClaim { cause, .. }
             | NodeCleanupAction::DeletePv { cause, .. }
@@ -170,7 +170,7 @@ impl NodeCleanupAction {
 /// The Node keys (affinity hostname values) of opted-in PVs whose Node does not exist now.
 /// The caller tracks since when each has been absent (a restart starts the clock again,
 /// which only delays).
-pub fn absent_nodes(classes: &BTreeSet<String>, nodes: &[NodeView], pvs: &[LocalPv]) -> BTreeSet<String> {
+pub(crate) fn absent_nodes(classes: &BTreeSet<String>, nodes: &[NodeView], pvs: &[LocalPv]) -> BTreeSet<String> {
     pvs.iter().filter(|pv| classes.contains(&pv.class) && !node_exists(pv, nodes)).map(|pv| pv.node.clone()).collect()
 }
 
@@ -186,7 +186,7 @@ fn node_exists(pv: &LocalPv, nodes: &[NodeView]) -> bool {
 
 /// UIDs of opted-in PVs that carry a stale mark: the caller tracks since when it has seen each,
 /// on its own clock, because the mark's time was written by the node's clock.
-pub fn stale_pvs(classes: &BTreeSet<String>, pvs: &[LocalPv]) -> BTreeSet<String> {
+pub(crate) fn stale_pvs(classes: &BTreeSet<String>, pvs: &[LocalPv]) -> BTreeSet<String> {
     pvs.iter().filter(|pv| classes.contains(&pv.class) && pv.stale_since.is_some()).map(|pv| pv.uid.clone()).collect()
 }
 
@@ -194,7 +194,7 @@ pub fn stale_pvs(classes: &BTreeSet<String>, pvs: &[LocalPv]) -> BTreeSet<String
 /// `stale_seen` the UIDs of PVs whose stale mark this process has seen for longer than it. A
 /// stale PV is due when both the mark's own time and our sighting are older than `grace`.
 /// Returns the actions sorted by PV name and the earliest time a waiting stale mark is due.
-pub fn plan_node_cleanup(
+pub(crate) fn plan_node_cleanup(
     classes: &BTreeSet<String>,
     nodes: &[NodeView],
     pvs: &[LocalPv],

@@ -6,32 +6,34 @@ use std::collections::BTreeSet;
 
 /// The problems of the last pass and of the pass under way, by key.
 #[derive(Debug, Default)]
-pub struct Occurrences {
+pub(crate) struct Occurrences {
     previous: BTreeSet<String>,
     current: BTreeSet<String>,
 }
 
 impl Occurrences {
     /// Starts a pass: what the last pass saw becomes what is already reported.
-    pub fn begin_pass(&mut self) {
+    pub(crate) fn begin_pass(&mut self) {
         self.previous = std::mem::take(&mut self.current);
     }
 
     /// Notes a problem seen in this pass; true when it is new (not seen in the last pass nor
     /// earlier in this one), i.e. when it should be reported.
-    pub fn first_seen(&mut self, key: String) -> bool {
+    pub(crate) fn first_seen(&mut self, key: String) -> bool {
         let new = !self.previous.contains(&key) && !self.current.contains(&key);
         self.current.insert(key);
         new
     }
 
     /// Problems seen in the pass under way.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.current.len()
     }
 
     /// Whether the pass under way saw no problem.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.current.is_empty()
     }
 }

@@ -17,7 +17,7 @@ use crate::core::device_claim::{ClaimRecord, DeviceFacts, DeviceKind, DirEntry, 
 
 /// A PV as the wipe rules see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KnownPv {
+pub(crate) struct KnownPv {
     /// Its name.
     pub name: String,
     /// Whether it is this node's (our node label, its hostname label or its node affinity):
@@ -29,11 +29,11 @@ pub struct KnownPv {
 
 /// A process holding the device (or one sharing its data) open: `what` is the kernel name of
 /// the device it has open.
-pub use crate::core::activity::Opener;
+pub(crate) use crate::core::activity::Opener;
 
 /// Everything the decision reads.
 #[derive(Debug, Clone)]
-pub struct WipeWorld {
+pub(crate) struct WipeWorld {
     /// The stable id the operator named.
     pub id: String,
     /// Every block device of the node (with `sharing` filled in).
@@ -72,7 +72,7 @@ impl Default for WipeWorld {
 
 /// The device a wipe would zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// Kernel name.
     pub name: String,
     /// `major:minor`.
@@ -92,7 +92,7 @@ pub struct Target {
 
 /// Why a wipe is refused. Each names the rule and what it found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WipeRefusal {
+pub(crate) enum WipeRefusal {
     /// No device reports the id.
     UnknownId { id: String, similar: Vec<String> },
     /// Several devices report it (two paths to one disk, two loop devices over one file):
@@ -127,7 +127,7 @@ pub enum WipeRefusal {
 
 impl WipeRefusal {
     /// A short stable name of the rule.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             WipeRefusal::UnknownId { .. } => "unknown-id",
             WipeRefusal::SeveralDevices { .. } => "several-devices",
@@ -208,7 +208,7 @@ impl fmt::Display for WipeRefusal {
 }
 
 /// The one device reporting `id`, or why there is not exactly one.
-pub fn find_target<'a>(id: &str, devices: &'a [DeviceFacts]) -> Result<&'a DeviceFacts, WipeRefusal> {
+pub(crate) fn find_target<'a>(id: &str, devices: &'a [DeviceFacts]) -> Result<&'a DeviceFacts, WipeRefusal> {
     let found: Vec<&DeviceFacts> = devices.iter().filter(|d| d.stable_id.as_deref() == Some(id)).collect();
     match found.as_slice() {
         [one] => Ok(one),
@@ -231,7 +231,7 @@ pub fn find_target<'a>(id: &str, devices: &'a [DeviceFacts]) -> Result<&'a Devic
 }
 
 /// The kernel names of every device sharing `target`'s data, itself included.
-pub fn related(target: &DeviceFacts) -> BTreeSet<String> {
+pub(crate) fn related(target: &DeviceFacts) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = BTreeSet::from([target.name.clone()]);
     out.extend(target.partitions.iter().cloned());
     out.extend(target.parent.iter().cloned());
@@ -240,7 +240,7 @@ pub fn related(target: &DeviceFacts) -> BTreeSet<String> {
 }
 
 /// The decision: the device to zero, or every rule that refuses it (none when allowed).
-pub fn decide(world: &WipeWorld) -> Result<Target, Vec<WipeRefusal>> {
+pub(crate) fn decide(world: &WipeWorld) -> Result<Target, Vec<WipeRefusal>> {
     let target = find_target(&world.id, &world.devices).map_err(|r| vec![r])?;
     let related = related(target);
     let mut refusals = Vec::new();
@@ -343,14 +343,14 @@ pub fn decide(world: &WipeWorld) -> Result<Target, Vec<WipeRefusal>> {
 
 /// The deadline of a wipe of `size` bytes: ten minutes plus the time the slowest acceptable
 /// disk (10 MiB/s) takes to be written once.
-pub fn default_timeout(size: u64) -> std::time::Duration {
+pub(crate) fn default_timeout(size: u64) -> std::time::Duration {
     const MIN_RATE: u64 = 10 * 1024 * 1024;
     std::time::Duration::from_secs(600 + size.div_ceil(MIN_RATE))
 }
 
 /// Offsets and lengths read back after the wipe: the first and last MiB (partition tables,
 /// superblocks) and `samples` blocks of 64 KiB spread evenly in between, all within `size`.
-pub fn read_back_ranges(size: u64, samples: u64) -> Vec<(u64, u64)> {
+pub(crate) fn read_back_ranges(size: u64, samples: u64) -> Vec<(u64, u64)> {
     const MIB: u64 = 1024 * 1024;
     const SAMPLE: u64 = 64 * 1024;
     let mut out = vec![(0, size.min(MIB))];

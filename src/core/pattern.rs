@@ -4,7 +4,7 @@
 
 /// A parsed `namePattern`: comma-separated globs, any one of which selects an entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamePattern {
+pub(crate) struct NamePattern {
     globs: Vec<Vec<char>>,
 }
 
@@ -12,7 +12,7 @@ impl NamePattern {
     /// Parses and checks every glob so a malformed pattern is a config error, not a silent
     /// "nothing matches". Empty pieces (`nvme*,` or `,sd?`) are skipped, as upstream skips
     /// them; a pattern with no glob at all would match nothing and is refused.
-    pub fn parse(pattern: &str) -> Result<Self, String> {
+    pub(crate) fn parse(pattern: &str) -> Result<Self, String> {
         let mut globs = Vec::new();
         for part in pattern.split(',') {
             let glob: Vec<char> = part.trim().chars().collect();
@@ -31,7 +31,7 @@ impl NamePattern {
     }
 
     /// True when any glob matches the whole entry name.
-    pub fn matches(&self, name: &str) -> bool {
+    pub(crate) fn matches(&self, name: &str) -> bool {
         let name: Vec<char> = name.chars().collect();
         self.globs.iter().any(|g| match_here(g, &name))
     }

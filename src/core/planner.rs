@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::disk_identity::{DiskIdentity, may_share_disk};
 use super::expectations::Expected;
 use super::naming::{is_provisioned_for_node, provisioned_by_uid};
-pub use super::pv_inputs::{DesiredPv, ObservedPv};
+pub(crate) use super::pv_inputs::{DesiredPv, ObservedPv};
 use super::used_mark::{UsedMark, UsedRead, UsedVerdict, used_verdict};
 
 /// Who this agent is, for ownership decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// Node name.
     pub node: String,
     /// provisioned-by value for this node.
@@ -25,7 +25,7 @@ pub struct Identity {
 
 impl Identity {
     /// Whether this PV was made for this node (by upstream or by us).
-    pub fn owns(&self, pv: &ObservedPv) -> bool {
+    pub(crate) fn owns(&self, pv: &ObservedPv) -> bool {
         is_provisioned_for_node(
             pv.provisioned_by.as_deref(),
             pv.hostname_label.as_deref(),
@@ -38,14 +38,14 @@ impl Identity {
     /// Whether this PV was made for an earlier incarnation of this Node: same name, another
     /// UID (the Node object was deleted and registered again). The agent decides whether to
     /// take it over by looking at the disk (see core::succession).
-    pub fn is_predecessor(&self, pv: &ObservedPv) -> bool {
+    pub(crate) fn is_predecessor(&self, pv: &ObservedPv) -> bool {
         !self.owns(pv) && pv.provisioned_by.as_deref().is_some_and(|a| provisioned_by_uid(a, &self.node).is_some())
     }
 }
 
 /// Why a desired volume is not published in this pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Two entries of this node hash to the same PV name.
     NameCollisionOnNode { other_path: String },
     /// A PV with this name exists for a different volume (another node or another path).
@@ -65,7 +65,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// A short stable name, for metric labels and scripts.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             Refusal::NameCollisionOnNode { .. } => "name-collision",
             Refusal::NameTaken { .. } => "name-taken",
@@ -107,7 +107,7 @@ impl std::fmt::Display for Refusal {
 
 /// One step for the executors.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Create the PV of the desired volume `name` at `host_path` (built by `PvContext::pv_for`).
     Create { name: String, host_path: String },
     /// Do not publish this volume, and tell the operator why.
@@ -119,14 +119,14 @@ pub enum Action {
 }
 
 /// The desired volume an action names (by PV name and host path, which together are unique).
-pub fn desired_named<'a>(desired: &'a [DesiredPv], name: &str, host_path: &str) -> Option<&'a DesiredPv> {
+pub(crate) fn desired_named<'a>(desired: &'a [DesiredPv], name: &str, host_path: &str) -> Option<&'a DesiredPv> {
     desired.iter().find(|d| d.name == name && d.host_path == host_path)
 }
 
 /// Plans one reconcile pass. `observed` are the PVs carrying our node label; `foreign` are PV
 /// names known (from an earlier AlreadyExists) to belong to someone else, with a description
 /// of the owner. The result is sorted by PV name, so equal inputs give equal plans.
-pub fn plan(
+pub(crate) fn plan(
     identity: &Identity,
     desired: &[DesiredPv],
     observed: &[ObservedPv],
@@ -139,7 +139,7 @@ pub fn plan(
 /// (core::expectations). Such a volume, found at the same path with the same disk identity, is
 /// neither created again nor refused for its own used mark: nothing is done for it. Until the
 /// store shows it, its path counts as published, so no other entry takes its disk.
-pub fn plan_expecting(
+pub(crate) fn plan_expecting(
     identity: &Identity,
     desired: &[DesiredPv],
     observed: &[ObservedPv],
@@ -341,7 +341,7 @@ fn plan_disks<'a>(
 /// PVs made for this node, or for an earlier incarnation of it, that lack our label: they were
 /// made by upstream or an older version and must be labelled so the label-scoped watch sees
 /// them. Sorted by name.
-pub fn plan_adoption(identity: &Identity, all_pvs: &[ObservedPv]) -> Vec<String> {
+pub(crate) fn plan_adoption(identity: &Identity, all_pvs: &[ObservedPv]) -> Vec<String> {
     let mut names: Vec<String> =
         all_pvs.iter().filter(|pv| needs_adoption(identity, pv)).map(|pv| pv.name.clone()).collect();
     names.sort();
@@ -350,13 +350,13 @@ pub fn plan_adoption(identity: &Identity, all_pvs: &[ObservedPv]) -> Vec<String>
 
 /// Whether `plan_adoption` would name this PV: the test a listing of every PV of the cluster
 /// applies page by page, so only the few PVs of this node are kept in memory.
-pub fn needs_adoption(identity: &Identity, pv: &ObservedPv) -> bool {
+pub(crate) fn needs_adoption(identity: &Identity, pv: &ObservedPv) -> bool {
     (identity.owns(pv) || identity.is_predecessor(pv)) && pv.node_label.as_deref() != Some(identity.node_label.as_str())
 }
 
 /// What to do with a PV that the API said already exists when we tried to create `desired`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExistingPv {
+pub(crate) enum ExistingPv {
     /// It is the same volume, made for this node: adopt it (add our label) if it lacks it.
     Ours { needs_label: bool },
     /// It belongs to another node or path: never touch it.
@@ -364,7 +364,7 @@ pub enum ExistingPv {
 }
 
 /// Classifies a PV found under a name we wanted to create.
-pub fn classify_existing(identity: &Identity, desired: &DesiredPv, existing: &ObservedPv) -> ExistingPv {
+pub(crate) fn classify_existing(identity: &Identity, desired: &DesiredPv, existing: &ObservedPv) -> ExistingPv {
     if identity.owns(existing) && existing.host_path.as_deref() == Some(desired.host_path.as_str()) {
         ExistingPv::Ours { needs_label: existing.node_label.as_deref() != Some(identity.node_label.as_str()) }
     } else {

@@ -10,7 +10,7 @@ use super::disk_identity::may_share_disk;
 
 /// One step about a PV's volume being present or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PresenceAction {
+pub(crate) enum PresenceAction {
     /// Delete the unbound PV, only if unchanged since we saw it (resourceVersion precondition),
     /// so a PV that got bound meanwhile is left alone.
     Withdraw { name: String, uid: String, resource_version: String },
@@ -24,7 +24,7 @@ pub enum PresenceAction {
 /// Where a PV's recorded disk is now, when it is not at its own path: the host path of a found
 /// volume that may be that disk (judged by what names a disk, conservatively, so a disk that
 /// may hold the PV's data is never taken for gone). `found` holds (host path, identity).
-pub fn where_moved(pv: &PvState, found: &[(String, String)]) -> Option<String> {
+pub(crate) fn where_moved(pv: &PvState, found: &[(String, String)]) -> Option<String> {
     let recorded = pv.identity.as_deref()?;
     found
         .iter()
@@ -37,7 +37,7 @@ pub fn where_moved(pv: &PvState, found: &[(String, String)]) -> Option<String> {
 /// longer than the settle window; `moved` where the missing ones' disks are now, for those
 /// found at another entry. PVs being deleted get nothing (the cleanup planner owns them).
 /// Sorted by name.
-pub fn plan_presence(
+pub(crate) fn plan_presence(
     pvs: &[PvState],
     missing: &BTreeSet<String>,
     moved: &BTreeMap<String, String>,

@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 /// Remembers since when each key has been seen.
 #[derive(Debug, Default)]
-pub struct Settler {
+pub(crate) struct Settler {
     since: BTreeMap<String, Instant>,
 }
 
 impl Settler {
     /// Records the keys seen now (forgetting the others) and returns those seen for at least
     /// `window`, with the earliest time another one settles.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         keys: impl IntoIterator<Item = String>,
         now: Instant,
@@ -26,7 +26,7 @@ impl Settler {
     /// [`Self::observe`] where keys not seen before count from `revealed` (the event that
     /// led to this observation, no later than `now`) instead of from `now`: the window runs
     /// from when the change happened, not from when a debounced pass got to it.
-    pub fn observe_since(
+    pub(crate) fn observe_since(
         &mut self,
         keys: impl IntoIterator<Item = String>,
         revealed: Instant,

@@ -39,19 +39,19 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
 /// Length of each sample window.
-pub const WINDOW: u64 = 64 * KIB;
+pub(crate) const WINDOW: u64 = 64 * KIB;
 /// Distance between windows over the edges.
-pub const EDGE_STRIDE: u64 = MIB;
+pub(crate) const EDGE_STRIDE: u64 = MIB;
 /// How far the dense edges reach from each end.
-pub const EDGE: u64 = 256 * MIB;
+pub(crate) const EDGE: u64 = 256 * MIB;
 /// Grid windows over a non-rotational (or unknown) device.
-pub const BUDGET: u64 = 4096;
+pub(crate) const BUDGET: u64 = 4096;
 /// Grid windows over a rotational device: each is a seek.
-pub const BUDGET_ROTATIONAL: u64 = 1024;
+pub(crate) const BUDGET_ROTATIONAL: u64 = 1024;
 
 /// The grid stride for a device of `size` bytes: `max(1 MiB, the power of two >= size /
 /// budget)`, so the grid has at most `budget` windows.
-pub fn grid_stride(size: u64, rotational: Option<bool>) -> u64 {
+pub(crate) fn grid_stride(size: u64, rotational: Option<bool>) -> u64 {
     let budget = if rotational == Some(true) { BUDGET_ROTATIONAL } else { BUDGET };
     size.div_ceil(budget).checked_next_power_of_two().unwrap_or(1 << 63).max(MIB)
 }
@@ -59,7 +59,7 @@ pub fn grid_stride(size: u64, rotational: Option<bool>) -> u64 {
 /// The windows `(offset, len)` to read besides [`signature_areas`]`(size)`: the dense edges,
 /// the XFS group starts and the grid (see the module documentation), clipped to the device, with what the signature
 /// areas already cover cut out; sorted, not overlapping, adjacent ones merged.
-pub fn sample_windows(size: u64, rotational: Option<bool>) -> Vec<(u64, u64)> {
+pub(crate) fn sample_windows(size: u64, rotational: Option<bool>) -> Vec<(u64, u64)> {
     let stride = grid_stride(size, rotational);
     let mut starts: Vec<u64> = Vec::new();
     // First edge, the grid, then the last edge aligned at 0 too (so it meets the grid's points).
@@ -124,7 +124,7 @@ fn subtract(ranges: Vec<(u64, u64)>, cut: &[(u64, u64)]) -> Vec<(u64, u64)> {
 
 /// Index of the first non-zero byte of `bytes`. Whole 4 KiB blocks are compared with a block
 /// of zeros (a `memcmp`, fast in any build), and only a block that differs is searched.
-pub fn first_non_zero(bytes: &[u8]) -> Option<usize> {
+pub(crate) fn first_non_zero(bytes: &[u8]) -> Option<usize> {
     const ZEROS: [u8; 4096] = [0; 4096];
     let mut start = 0;
     for block in bytes.chunks(ZEROS.len()) {
@@ -137,7 +137,7 @@ pub fn first_non_zero(bytes: &[u8]) -> Option<usize> {
 }
 
 /// A byte offset as people read it: `157286400 (150 MiB)`, `1234 (1.2 KiB)`.
-pub fn offset_text(offset: u64) -> String {
+pub(crate) fn offset_text(offset: u64) -> String {
     const UNITS: [(&str, u64); 5] =
         [("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     let Some((unit, scale)) = UNITS.iter().find(|(_, s)| offset >= *s) else { return format!("{offset}") };
@@ -183,7 +183,7 @@ impl FullRead {
 
 /// `done` of `total` in whole tens of percent (0, 10, ... 100): the steps progress is logged
 /// and reported at, so a refusal's text changes at most ten times per read.
-pub fn percent_step(done: u64, total: u64) -> u64 {
+pub(crate) fn percent_step(done: u64, total: u64) -> u64 {
     if total == 0 {
         return 100;
     }
@@ -208,7 +208,7 @@ pub struct VerifiedRecord {
 /// What a kept record says of the device now. A record of data whose offset the probe just
 /// read as zero (`probe_blank` covers that window too) is stale: the operator cleared the
 /// disk, so it is read again.
-pub fn recorded(records: &[VerifiedRecord], disk: &str, size: u64, probe_blank: bool) -> Option<FullRead> {
+pub(crate) fn recorded(records: &[VerifiedRecord], disk: &str, size: u64, probe_blank: bool) -> Option<FullRead> {
     let r = records.iter().find(|r| r.disk == disk && r.size == size)?;
     match r.data_at {
         None => Some(FullRead::Blank),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Directories that must never be a discovery root, and that no volume may contain: every
 /// entry below them would be offered (and later wiped) as a volume.
-pub const SYSTEM_DIRS: [&str; 20] = [
+pub(crate) const SYSTEM_DIRS: [&str; 20] = [
     "/",
     "/bin",
     "/boot",
@@ -34,7 +34,7 @@ pub const SYSTEM_DIRS: [&str; 20] = [
 
 /// Directories whose contents are the host's own (binaries, credentials, kernel interfaces,
 /// other pods' volumes): a volume may not even be a subdirectory of one of them.
-pub const SENSITIVE_DIRS: [&str; 18] = [
+pub(crate) const SENSITIVE_DIRS: [&str; 18] = [
     "/bin",
     "/boot",
     "/dev",
@@ -59,11 +59,11 @@ pub const SENSITIVE_DIRS: [&str; 18] = [
 /// runtime state): a volume may neither contain nor lie inside any filesystem mounted there.
 /// Kubelet's pod directories are left out on purpose: kubelet bind-mounts published volumes
 /// there, and those mounts are the volumes themselves.
-pub const HOST_MOUNT_AREAS: [&str; 7] = ["/boot", "/dev", "/etc", "/proc", "/run", "/sys", "/var/run"];
+pub(crate) const HOST_MOUNT_AREAS: [&str; 7] = ["/boot", "/dev", "/etc", "/proc", "/run", "/sys", "/var/run"];
 
 /// Kernel interfaces: never a tenant's disk, and never where a discovery directory may live
 /// (a Block class on a devtmpfs would offer every device of the host).
-pub const KERNEL_FS_TYPES: [&str; 21] = [
+pub(crate) const KERNEL_FS_TYPES: [&str; 21] = [
     "autofs",
     "binfmt_misc",
     "bpf",
@@ -89,7 +89,7 @@ pub const KERNEL_FS_TYPES: [&str; 21] = [
 
 /// Container layers and memory-only filesystems without limits: a discovery directory may
 /// live on one (a test, a container's root), but such a mount is never offered as a volume.
-pub const NOT_A_DISK_FS_TYPES: [&str; 2] = ["overlay", "ramfs"];
+pub(crate) const NOT_A_DISK_FS_TYPES: [&str; 2] = ["overlay", "ramfs"];
 
 /// One mount as the safety rules see it (a borrowed view of a mount-table line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,14 +116,14 @@ pub struct Location {
 
 /// The location of the canonical path `path`: the deepest mount containing it, and the path
 /// below that mount's root. `None` when no mount contains it (an incomplete table).
-pub fn locate(mounts: &[MountFacts<'_>], path: &Path) -> Option<Location> {
+pub(crate) fn locate(mounts: &[MountFacts<'_>], path: &Path) -> Option<Location> {
     let mount = containing_mount(mounts, path)?;
     let rest = path.strip_prefix(mount.mount_point).ok()?;
     Some(Location { device: mount.device.to_string(), path: join_inside(mount.root, rest) })
 }
 
 /// The deepest mount whose mount point contains the canonical path `path`.
-pub fn containing_mount<'a, 'b>(mounts: &'a [MountFacts<'b>], path: &Path) -> Option<&'a MountFacts<'b>> {
+pub(crate) fn containing_mount<'a, 'b>(mounts: &'a [MountFacts<'b>], path: &Path) -> Option<&'a MountFacts<'b>> {
     mounts.iter().filter(|m| path.starts_with(m.mount_point)).max_by_key(|m| m.mount_point.components().count())
 }
 
@@ -132,7 +132,7 @@ fn join_inside(root: &Path, rest: &Path) -> PathBuf {
 }
 
 /// Why a discovery root (after resolving symlinks) may not be scanned at all.
-pub fn root_problem(resolved: &Path) -> Option<String> {
+pub(crate) fn root_problem(resolved: &Path) -> Option<String> {
     let text = resolved.to_string_lossy();
     if SYSTEM_DIRS.contains(&text.as_ref()) {
         return Some(format!("resolves to the system directory {text}; it cannot be a discovery root"));
@@ -151,7 +151,7 @@ pub fn root_problem(resolved: &Path) -> Option<String> {
 /// path in the filesystem, found through the mount that contains it) is the host root, a
 /// system directory or inside a sensitive one (a bind of `/` or `/etc` at an innocent name),
 /// or its hostDir is inside a sensitive host directory.
-pub fn root_source_problem(
+pub(crate) fn root_source_problem(
     mount: &MountFacts<'_>,
     location: &Location,
     host_dir: &Path,
@@ -172,7 +172,7 @@ pub fn root_source_problem(
 
 /// A class's discovery root as found on this pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RootFacts {
+pub(crate) struct RootFacts {
     /// StorageClass name.
     pub class: String,
     /// The root with every symlink resolved.
@@ -192,7 +192,7 @@ pub struct RootFacts {
 /// pairwise comparison would; that class is found through sorted path keys instead, so a node
 /// with thousands of classes is checked in near-linear time on every pass. Class names are
 /// expected to be unique (they are the keys of `storageClassMap`).
-pub fn shared_roots(roots: &[RootFacts]) -> BTreeMap<String, String> {
+pub(crate) fn shared_roots(roots: &[RootFacts]) -> BTreeMap<String, String> {
     let same_inode = first_other_in_groups(roots.iter().map(|r| r.dev_ino));
     let nested_paths = first_prefix_related(
         roots.iter().map(|r| Some(r.resolved.components().map(KeyPart::Component).collect())).collect(),
@@ -316,7 +316,7 @@ fn first_prefix_related<K: Ord>(keys: Vec<Option<Vec<K>>>) -> Vec<Option<usize>>
 /// A place no volume may expose: the host root, a system directory or a discovery directory,
 /// as seen in the agent's namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProtectedPlace {
+pub(crate) struct ProtectedPlace {
     /// What it is, for the reason text (`the discovery directory /mnt/disks`).
     pub what: String,
     /// Where it lives.
@@ -327,7 +327,7 @@ pub struct ProtectedPlace {
 }
 
 /// The mounts in [`HOST_MOUNT_AREAS`] as protected places (their whole mounted directory).
-pub fn host_area_places(mounts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
+pub(crate) fn host_area_places(mounts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
     mounts
         .iter()
         .filter(|m| HOST_MOUNT_AREAS.iter().any(|a| m.mount_point.starts_with(a)))
@@ -344,7 +344,7 @@ pub fn host_area_places(mounts: &[MountFacts<'_>]) -> Vec<ProtectedPlace> {
 /// lives). Lets the rules judge a volume by its host path when the agent runs in a container,
 /// where the host's system directories are not visible.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostAnchor {
+pub(crate) struct HostAnchor {
     /// `major:minor` of the filesystem.
     pub device: String,
     /// Host path of that filesystem's root directory.
@@ -354,7 +354,7 @@ pub struct HostAnchor {
 /// The anchor a class gives: its hostDir is the host path of its root's location, so when the
 /// location's path is a suffix of hostDir the rest is where the filesystem's root sits on the
 /// host (`/mnt/disks` at location `/mnt/disks` means the filesystem is the host's `/`).
-pub fn host_anchor(host_dir: &Path, root: &Location) -> Option<HostAnchor> {
+pub(crate) fn host_anchor(host_dir: &Path, root: &Location) -> Option<HostAnchor> {
     let inside = root.path.strip_prefix("/").ok()?;
     if !host_dir.is_absolute() || !host_dir.ends_with(inside) {
         return None;
@@ -368,7 +368,7 @@ pub fn host_anchor(host_dir: &Path, root: &Location) -> Option<HostAnchor> {
 /// filesystem, or its source contains the host root, a system directory or a discovery
 /// directory, or lies inside a sensitive host directory. Judged by filesystem and path, so a
 /// bind mount of `/` or of a parent of the discovery directory is caught whatever it is called.
-pub fn exposure(
+pub(crate) fn exposure(
     volume: &MountFacts<'_>,
     places: &[ProtectedPlace],
     anchors: &[HostAnchor],
@@ -405,7 +405,7 @@ pub fn exposure(
 }
 
 /// Why a volume whose source is the host directory `host_path` would expose the host.
-pub fn host_path_problem(host_path: &Path, host_dirs: &[PathBuf]) -> Option<String> {
+pub(crate) fn host_path_problem(host_path: &Path, host_dirs: &[PathBuf]) -> Option<String> {
     if let Some(dir) = SYSTEM_DIRS.iter().map(Path::new).find(|d| d.starts_with(host_path)) {
         return Some(format!("contains the system directory {}", dir.display()));
     }
@@ -528,7 +528,7 @@ impl DiskKey {
 
 /// Another PV of this node whose disk is known, for the wipe-time check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublishedDisk {
+pub(crate) struct PublishedDisk {
     /// PV name.
     pub name: String,
     /// PV phase (`Bound`, `Available`, `Released`...).
@@ -543,7 +543,7 @@ pub struct PublishedDisk {
 /// holds: another PV (published before these rules, or by upstream) names the same disk and
 /// is not released, even while it is being deleted (it stays Bound until its claim goes).
 /// Two released PVs of one disk may both be wiped.
-pub fn wipe_would_hit_another_pv(name: &str, disk: &DiskKey, others: &[PublishedDisk]) -> Option<String> {
+pub(crate) fn wipe_would_hit_another_pv(name: &str, disk: &DiskKey, others: &[PublishedDisk]) -> Option<String> {
     others
         .iter()
         // A PV being deleted while Bound stays Bound (pv-protection) and its pod keeps using
@@ -561,7 +561,7 @@ pub fn wipe_would_hit_another_pv(name: &str, disk: &DiskKey, others: &[Published
 
 /// The volume a wipe is about to erase, as the mount table and the device node name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WipeSubject<'a> {
+pub(crate) enum WipeSubject<'a> {
     /// A mounted filesystem: its device (`major:minor`) and the directory of that filesystem the
     /// volume's mount shows (`/` unless the volume is a bind-mounted subdirectory).
     Filesystem { device: &'a str, root: &'a Path },
@@ -573,7 +573,7 @@ pub enum WipeSubject<'a> {
 /// `major:minor` of the device node at the mount point when the mount is a bind-mounted device
 /// node (how kubelet maps a Block volume for a pod).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KubeletMount<'a> {
+pub(crate) struct KubeletMount<'a> {
     pub mount: MountFacts<'a>,
     pub node_rdev: Option<&'a str>,
 }
@@ -585,7 +585,7 @@ pub struct KubeletMount<'a> {
 /// a pod). Wiping then would erase a disk a container still writes to, and what it writes after
 /// the wipe would reach the next tenant: the wipe waits until kubelet has unmounted it. A pod's
 /// claim can be gone long before that (a force-deleted pod, a terminated one).
-pub fn kubelet_mount_of<'a>(
+pub(crate) fn kubelet_mount_of<'a>(
     subject: WipeSubject<'_>,
     mounts: &[KubeletMount<'a>],
     kubelet_dir: &Path,

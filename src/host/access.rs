@@ -120,7 +120,7 @@ pub trait HostAccess: Send + Sync + 'static {
 
 /// The real host: the mount table, the volumes, the node-local ledger, kubelet's mounts.
 #[derive(Clone)]
-pub struct RealHost {
+pub(crate) struct RealHost {
     ledger: Ledger,
     kubelet: KubeletView,
     /// What the claim passes saw, between passes (host::claims::ClaimMemory).
@@ -137,11 +137,11 @@ pub struct RealHost {
 }
 
 /// The deadline of one host operation on a volume, unless `--host-op-timeout` says otherwise.
-pub const HOST_OP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HOST_OP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RealHost {
     /// The host, with the ledger of used disks this agent holds and where kubelet's mounts are.
-    pub fn new(ledger: Ledger, kubelet: KubeletView) -> Self {
+    pub(crate) fn new(ledger: Ledger, kubelet: KubeletView) -> Self {
         let verifier = Verifier::new(ledger.path().parent().unwrap_or(std::path::Path::new(".")));
         RealHost {
             ledger,
@@ -156,7 +156,7 @@ impl RealHost {
 
     /// Runs every per-volume operation on `ops` (shared with the agent and the wiper) with
     /// `timeout` as its deadline.
-    pub fn with_operations(mut self, ops: Operations, timeout: Duration) -> Self {
+    pub(crate) fn with_operations(mut self, ops: Operations, timeout: Duration) -> Self {
         self.ops = ops;
         self.timeout = timeout;
         self
@@ -164,14 +164,14 @@ impl RealHost {
 
     /// Shares `watched` with the block-device watch (host::watch::watch_block_devices): after
     /// each claim pass it holds the devices of unbound PVs.
-    pub fn watching(mut self, watched: Arc<Mutex<BTreeSet<String>>>) -> Self {
+    pub(crate) fn watching(mut self, watched: Arc<Mutex<BTreeSet<String>>>) -> Self {
         self.watched = watched;
         self
     }
 
     /// Calls `wake` as a full read progresses (every 10%) and when it ends, so the agent runs a
     /// pass: the device is claimed (or refused) without waiting for the resync.
-    pub fn on_full_read_change(self, wake: impl Fn() + Send + Sync + 'static) -> Self {
+    pub(crate) fn on_full_read_change(self, wake: impl Fn() + Send + Sync + 'static) -> Self {
         self.verifier.on_change(wake);
         self
     }

@@ -21,7 +21,7 @@ use crate::core::volume_safety::{Extent, MountFacts, locate};
 const MAX_DEPTH: usize = 8;
 
 /// `major:minor` of the block device at `path` (symlinks followed).
-pub fn block_device_number(path: &Path) -> Result<String, HostError> {
+pub(crate) fn block_device_number(path: &Path) -> Result<String, HostError> {
     let meta = std::fs::metadata(path).map_err(|e| HostError::io("stat", path, e))?;
     Ok(device_number(meta.rdev()))
 }
@@ -35,7 +35,7 @@ pub(crate) fn device_number(rdev: u64) -> String {
 /// loop device a range of its backing file (or of the device it is backed by), anything else
 /// the whole of itself. `None` when sysfs does not know the device (tmpfs and other
 /// filesystems without a device).
-pub fn extent(device: &str, mounts: &[MountFacts<'_>]) -> Option<Extent> {
+pub(crate) fn extent(device: &str, mounts: &[MountFacts<'_>]) -> Option<Extent> {
     extent_at_depth(device, mounts, 0)
 }
 
@@ -161,7 +161,7 @@ fn all_devices() -> Vec<(String, String)> {
 /// non-destructive probe: an `O_EXCL` open (no read, no write) that fails with EBUSY while a
 /// filesystem, a holder or a program like mkfs has claimed the device; our own claim lasts
 /// only until the descriptor is closed a moment later.
-pub fn block_device_in_use(
+pub(crate) fn block_device_in_use(
     path: &Path,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
@@ -264,7 +264,7 @@ fn block_device_fd(fd: BorrowedFd<'_>) -> Result<RawFd, Errno> {
 
 /// Size in bytes of the block device open as `fd` (BLKGETSIZE64): the kernel's figure, which
 /// is right for partitions and loop devices alike, unlike the file size of a device node.
-pub fn device_size(fd: impl AsFd) -> std::io::Result<u64> {
+pub(crate) fn device_size(fd: impl AsFd) -> std::io::Result<u64> {
     let fd = block_device_fd(fd.as_fd())?;
     let mut size: u64 = 0;
     // SAFETY: on a block device (checked; the descriptor is borrowed, so it stays that file)
@@ -275,7 +275,7 @@ pub fn device_size(fd: impl AsFd) -> std::io::Result<u64> {
 
 /// Discards `len` bytes from `start` (BLKDISCARD). The errno is returned as is, so the caller
 /// can tell "unsupported" from a real failure.
-pub fn discard(fd: impl AsFd, start: u64, len: u64) -> Result<(), Errno> {
+pub(crate) fn discard(fd: impl AsFd, start: u64, len: u64) -> Result<(), Errno> {
     let fd = block_device_fd(fd.as_fd())?;
     let range = [start, len];
     // SAFETY: on a block device (checked) BLKDISCARD only reads two u64 (start, length)
@@ -285,7 +285,7 @@ pub fn discard(fd: impl AsFd, start: u64, len: u64) -> Result<(), Errno> {
 
 /// Zeroes `len` bytes from `start` in the kernel (BLKZEROOUT: write-zeroes offload when the
 /// device has it). The errno is returned as is, so the caller can fall back to plain writes.
-pub fn zero_out(fd: impl AsFd, start: u64, len: u64) -> Result<(), Errno> {
+pub(crate) fn zero_out(fd: impl AsFd, start: u64, len: u64) -> Result<(), Errno> {
     let fd = block_device_fd(fd.as_fd())?;
     let range = [start, len];
     // SAFETY: on a block device (checked) BLKZEROOUT only reads two u64 (start, length)
@@ -294,7 +294,7 @@ pub fn zero_out(fd: impl AsFd, start: u64, len: u64) -> Result<(), Errno> {
 }
 
 /// Drops the device's buffer cache (BLKFLSBUF), so nothing reads stale pages after a wipe.
-pub fn flush_buffers(fd: impl AsFd) -> Result<(), Errno> {
+pub(crate) fn flush_buffers(fd: impl AsFd) -> Result<(), Errno> {
     let fd = block_device_fd(fd.as_fd())?;
     // SAFETY: on a block device (checked) BLKFLSBUF takes no argument: no memory is passed.
     unsafe { raw::blkflsbuf(fd) }.map(drop)
@@ -302,7 +302,7 @@ pub fn flush_buffers(fd: impl AsFd) -> Result<(), Errno> {
 
 /// Asks the kernel to re-read the partition table (BLKRRPART), so erased partitions vanish.
 /// Fails on unpartitionable devices and while partitions are in use.
-pub fn reread_partitions(fd: impl AsFd) -> Result<(), Errno> {
+pub(crate) fn reread_partitions(fd: impl AsFd) -> Result<(), Errno> {
     let fd = block_device_fd(fd.as_fd())?;
     // SAFETY: on a block device (checked) BLKRRPART takes no argument: no memory is passed.
     unsafe { raw::blkrrpart(fd) }.map(drop)
@@ -329,7 +329,7 @@ struct LoopInfo64 {
 /// What a loop device is bound to, as LOOP_GET_STATUS64 reports it: the parts of
 /// `struct loop_info64` that name the backing file and the range of it in use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoopStatus {
+pub(crate) struct LoopStatus {
     /// Device number of the filesystem holding the backing file (can change across reboots).
     pub device: u64,
     /// Device number the backing file stands for when it is a device node (0 otherwise).
@@ -345,7 +345,7 @@ pub struct LoopStatus {
 }
 
 /// The binding of the loop device open as `fd` (LOOP_GET_STATUS64).
-pub fn loop_status(fd: impl AsFd) -> Result<LoopStatus, Errno> {
+pub(crate) fn loop_status(fd: impl AsFd) -> Result<LoopStatus, Errno> {
     let fd = block_device_fd(fd.as_fd())?;
     let mut info = LoopInfo64 {
         lo_device: 0,

@@ -12,7 +12,7 @@ use crate::host::state_file::{StateFileError, replace_durably};
 
 /// Why the binary could not be installed, naming the file.
 #[derive(Debug, thiserror::Error)]
-pub enum BootFenceError {
+pub(crate) enum BootFenceError {
     /// Reading our binary or making the directory failed.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -22,7 +22,7 @@ pub enum BootFenceError {
 }
 
 /// Where the binary goes, under the agent's state directory.
-pub fn installed_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn installed_path(state_dir: &Path) -> PathBuf {
     state_dir.join("bin").join("local-static-provisioner")
 }
 
@@ -30,7 +30,7 @@ pub fn installed_path(state_dir: &Path) -> PathBuf {
 /// unless an identical copy is there: written beside it, synced, renamed over it, so a crash
 /// or a kubelet reading it meanwhile sees the old binary or the new one, never half of one.
 /// Returns whether it was written.
-pub fn install_binary(binary: &Path, state_dir: &Path) -> Result<bool, BootFenceError> {
+pub(crate) fn install_binary(binary: &Path, state_dir: &Path) -> Result<bool, BootFenceError> {
     let target = installed_path(state_dir);
     let dir = target.parent().unwrap_or(state_dir).to_path_buf();
     let ours = std::fs::read(binary).map_err(|e| BootFenceError::Host(HostError::io("reading", binary, e)))?;
@@ -45,15 +45,15 @@ pub fn install_binary(binary: &Path, state_dir: &Path) -> Result<bool, BootFence
 /// Where `fence-node` notes that it fenced this boot: under /run, which every boot empties, so
 /// a kubelet restarted within a boot (its disks unchanged, the agent running and not looking
 /// for the label) does not fence the node again.
-pub const BOOT_MARKER: &str = "/run/local-static-provisioner/boot-fenced";
+pub(crate) const BOOT_MARKER: &str = "/run/local-static-provisioner/boot-fenced";
 
 /// Whether `marker` says this boot was fenced already.
-pub fn fenced_this_boot(marker: &Path) -> bool {
+pub(crate) fn fenced_this_boot(marker: &Path) -> bool {
     marker.exists()
 }
 
 /// Notes in `marker` that this boot was fenced.
-pub fn note_fenced(marker: &Path) -> Result<(), HostError> {
+pub(crate) fn note_fenced(marker: &Path) -> Result<(), HostError> {
     if let Some(dir) = marker.parent() {
         std::fs::create_dir_all(dir).map_err(|e| HostError::io("creating", dir, e))?;
     }

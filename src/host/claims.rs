@@ -36,7 +36,7 @@ use crate::host::verify::{FullReadJob, FullReads, Verifier};
 use crate::host::writers::{self, Wanted};
 
 /// The file in the state directory listing the links this agent made.
-pub const CLAIMS_FILE: &str = "claims.json";
+pub(crate) const CLAIMS_FILE: &str = "claims.json";
 
 /// Why a claim step failed, with the path it was about.
 #[derive(Debug, thiserror::Error)]
@@ -82,17 +82,17 @@ pub struct ClaimReport {
 }
 
 /// The links this agent made, as recorded in its state directory.
-pub fn read_records(state_dir: &Path) -> Result<Vec<ClaimRecord>, ClaimError> {
+pub(crate) fn read_records(state_dir: &Path) -> Result<Vec<ClaimRecord>, ClaimError> {
     state_file::read_list(&state_dir.join(CLAIMS_FILE)).map_err(ClaimError::from)
 }
 
 /// Replaces the records durably: a crash leaves either list whole (host::state_file).
-pub fn write_records(state_dir: &Path, records: &[ClaimRecord]) -> Result<(), ClaimError> {
+pub(crate) fn write_records(state_dir: &Path, records: &[ClaimRecord]) -> Result<(), ClaimError> {
     state_file::write_list(state_dir, &state_dir.join(CLAIMS_FILE), records).map_err(ClaimError::from)
 }
 
 /// Every block device sysfs lists, with the facts that need no opening of the device.
-pub fn inventory(mounts: &[MountFacts<'_>]) -> Vec<DeviceFacts> {
+pub(crate) fn inventory(mounts: &[MountFacts<'_>]) -> Vec<DeviceFacts> {
     let by_id = by_id_names();
     let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return Vec::new() };
     let mut devices: Vec<DeviceFacts> = rd.flatten().filter_map(|e| device_facts(&e.path(), &by_id)).collect();
@@ -229,7 +229,7 @@ const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
 /// remembered from an earlier pass). A process holding it open is the caller's to add (see
 /// [`plan_claims`]). An exclusive holder is asked about again a few times, so two brief probes
 /// that meet do not report each other.
-pub fn probe(
+pub(crate) fn probe(
     device: &DeviceFacts,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
@@ -313,7 +313,7 @@ fn wanted_for<'a>(devices: impl Iterator<Item = &'a DeviceFacts>, all: &[DeviceF
 /// How the agent runs the claim pass's host operations (host::ops), and the classes whose
 /// discovery directory did not answer this pass (not scanned: no device is claimed meanwhile).
 #[derive(Clone, Copy)]
-pub struct Deadlines<'a> {
+pub(crate) struct Deadlines<'a> {
     /// The pool of per-volume operations.
     pub ops: &'a Operations,
     /// Each operation's deadline.
@@ -394,7 +394,7 @@ fn kernel_name(rdev: u64) -> Option<String> {
 }
 
 /// What the claim pass needs from the API side: this node's PVs and the disks they recorded.
-pub fn claim_classes(config: &ProvisionerConfig) -> Vec<ClassClaims> {
+pub(crate) fn claim_classes(config: &ProvisionerConfig) -> Vec<ClassClaims> {
     config
         .storage_class_map
         .iter()
@@ -410,7 +410,7 @@ pub fn claim_classes(config: &ProvisionerConfig) -> Vec<ClassClaims> {
 /// This node's PVs as the claim rules see them: the disk each recorded, for a path this agent
 /// can see that is a block device (an upstream PV of a link under /dev) that device, and
 /// whether it is unbound (its host path in `unbound`).
-pub fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<String>) -> Vec<PvDisk> {
+pub(crate) fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<String>) -> Vec<PvDisk> {
     pvs.iter()
         .map(|(host_path, identity)| PvDisk {
             host_path: host_path.clone(),
@@ -439,7 +439,7 @@ pub fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<String>) ->
 /// checked before it is published again after a release, and the quick wipe zeroes exactly
 /// those. A held one is probed over its whole surface: its hold is lifted only once it proves
 /// as blank as a new claim. Any other candidate is probed over its whole surface (core::surface).
-pub fn plan_claims(
+pub(crate) fn plan_claims(
     config: &ProvisionerConfig,
     records: Vec<ClaimRecord>,
     pvs: Option<Vec<PvDisk>>,
@@ -599,7 +599,7 @@ const OPENER_PAUSE: Duration = Duration::from_millis(250);
 ///   read again on every pass while nothing was written to it. Loop devices are read every time
 ///   (their backing file can be written without their counters moving).
 #[derive(Debug, Default)]
-pub struct ClaimMemory {
+pub(crate) struct ClaimMemory {
     seen: BTreeMap<String, (String, IoStat)>,
     surfaces: BTreeMap<String, SurfaceSeen>,
 }
@@ -682,14 +682,14 @@ impl ClaimMemory {
 
     /// Kernel names of the devices of unbound PVs followed now: a write to one is worth a pass
     /// at once (host::watch).
-    pub fn watched_names(&self) -> BTreeSet<String> {
+    pub(crate) fn watched_names(&self) -> BTreeSet<String> {
         self.seen.values().map(|(name, _)| name.clone()).collect()
     }
 }
 
 /// Marks the record of the link at `host_path` held for `why` (after its unbound PV was
 /// withdrawn for it), so the hold survives a restart. A record already gone is left so.
-pub fn hold_record(state_dir: &Path, host_path: &str, why: &str) -> Result<(), ClaimError> {
+pub(crate) fn hold_record(state_dir: &Path, host_path: &str, why: &str) -> Result<(), ClaimError> {
     let mut records = read_records(state_dir)?;
     let Some(r) = records.iter_mut().find(|r| r.host_path == host_path) else { return Ok(()) };
     if r.held.as_deref() == Some(why) {
@@ -702,7 +702,7 @@ pub fn hold_record(state_dir: &Path, host_path: &str, why: &str) -> Result<(), C
 /// The links to hold back while the records cannot be read: which links are the agent's is
 /// unknown then, so no symlink in a class with a `devices` section is published unless its PV
 /// exists (a link the agent made could lead to a device that shows someone's data).
-pub fn hold_unknown_links(
+pub(crate) fn hold_unknown_links(
     config: &ProvisionerConfig,
     pv_paths: &[String],
     mounts: &MountTable,
@@ -725,7 +725,7 @@ pub fn hold_unknown_links(
 
 /// Carries out the link changes of a plan in the class directories, keeping the records in
 /// step (written before a link is made, after one is removed). Returns each change's outcome.
-pub fn apply(
+pub(crate) fn apply(
     config: &ProvisionerConfig,
     state_dir: &Path,
     records: &mut Vec<ClaimRecord>,

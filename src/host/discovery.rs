@@ -199,24 +199,10 @@ pub struct Scan {
     pub signs: Vec<(String, Signs)>,
 }
 
-/// Scans all classes against the current mount table. `published` holds the host paths that
-/// already have a PV: their block devices are not probed for use (an existing PV keeps its
-/// disk, and a probe's brief exclusive open could get in the way of the tenant's own).
-pub fn scan(config: &ProvisionerConfig, published: &BTreeSet<String>) -> Result<Scan, HostError> {
-    let mounts = MountTable::read()?;
-    Ok(scan_with(config, &mounts, published))
-}
-
-/// Scans all classes against a given mount table (one read of the table per pass). Roots are
-/// resolved and checked first, on every pass, since a symlink or a mount can change them.
-pub fn scan_with(config: &ProvisionerConfig, mounts: &MountTable, published: &BTreeSet<String>) -> Scan {
-    scan_with_links(config, mounts, published, &[])
-}
-
 /// How the agent examines entries: each on the pool of per-volume operations, with a deadline
 /// (host::ops), and with the used mark read in the same operation, against the ledger.
 #[derive(Clone)]
-pub struct Examine {
+pub(crate) struct Examine {
     /// The executor.
     pub ops: Operations,
     /// Each entry's deadline.
@@ -225,10 +211,11 @@ pub struct Examine {
     pub ledger: Option<Ledger>,
 }
 
-/// [`scan_with`], with links that are not there yet seen as if they were: (class, name,
-/// target). The `discover` dry run shows what the agent's device claims would publish
-/// without making them.
-pub fn scan_with_links(
+/// Scans all classes against a given mount table (one read of the table per pass; roots are
+/// resolved and checked first, on every pass, since a symlink or a mount can change them),
+/// with links that are not there yet seen as if they were: (class, name, target). The
+/// `discover` dry run shows what the agent's device claims would publish without making them.
+pub(crate) fn scan_with_links(
     config: &ProvisionerConfig,
     mounts: &MountTable,
     published: &BTreeSet<String>,
@@ -239,7 +226,7 @@ pub fn scan_with_links(
 
 /// [`scan_with_links`] as the agent runs it: every entry examined under its own deadline when
 /// `examine` is given (an unresponsive one is skipped, the others go on), with its used mark.
-pub fn scan_examined(
+pub(crate) fn scan_examined(
     config: &ProvisionerConfig,
     mounts: Arc<MountTable>,
     published: &BTreeSet<String>,
@@ -278,7 +265,7 @@ pub fn scan_examined(
 
 /// Checks every class's discovery root as it resolves now. Returns the usable roots and, per
 /// class, why its root is not scanned.
-pub fn check_roots(
+pub(crate) fn check_roots(
     config: &ProvisionerConfig,
     facts: &[MountFacts<'_>],
 ) -> (Vec<RootFacts>, BTreeMap<String, SkipReason>) {
@@ -534,7 +521,7 @@ impl EntryJob {
 /// the volumes found, into the skipped entries with the reason. Call after the used marks are
 /// read: a device the ledger knows as a tenant's disk of ours is not held but left to the
 /// wipe-first path, which wipes it (its identity proven) before it is published again.
-pub fn hold_back(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
+pub(crate) fn hold_back(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
     // Only a disk a claim used (a tenant's) goes to the wipe-first path; one never bound
     // that someone wrote to since is held like any other.
     hold_back_where(scan, config, held, |v| !matches!(&v.used, UsedRead::Marked(m) if m.claimed));
@@ -543,7 +530,7 @@ pub fn hold_back(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, S
 /// Takes the links in `held` out of the volumes found whatever their used mark says: devices
 /// that changed under their unbound PV (core::device_claim's `tampered`), which are neither
 /// offered nor wiped until an operator clears them.
-pub fn hold_back_always(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
+pub(crate) fn hold_back_always(scan: &mut Scan, config: &ProvisionerConfig, held: &[(String, String, String)]) {
     hold_back_where(scan, config, held, |_| true);
 }
 
@@ -574,7 +561,7 @@ fn hold_back_where(
 /// volume's root, opened without following links, else the ledger, which relates the volume
 /// to every used disk it may share data with (the same device, a directory of a used
 /// filesystem). Without a ledger (the `discover` dry run) only the attribute is read.
-pub fn read_used_marks(
+pub(crate) fn read_used_marks(
     volumes: &mut [FoundVolume],
     config: &ProvisionerConfig,
     mounts: &MountTable,
@@ -663,7 +650,7 @@ fn inspect(
 /// What the volume at `path` (an entry under a class's mountDir) occupies now, judged like
 /// discovery judges it: a mount point at the entry itself, or a block device. `None` when
 /// there is no volume there.
-pub fn disk_at(path: &Path, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Option<DiskKey> {
+pub(crate) fn disk_at(path: &Path, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Option<DiskKey> {
     match resolve_entry(path).ok()? {
         (EntryKind::Directory, entry) => Some(filesystem_disk(mount_at(&entry, mounts).ok()??, facts)),
         (EntryKind::BlockDevice, entry) => Some(block_disk(block_device_number(&entry).ok()?, facts)),
@@ -698,7 +685,7 @@ fn describe_link(link: &Path) -> String {
 /// directory, or lies in a sensitive host directory, or it is a kernel filesystem. Checked
 /// before every filesystem wipe, so a PV that recorded no identity (made by upstream) cannot
 /// be turned into a wipe of the host by a bind mount at its path.
-pub fn wipe_exposure(
+pub(crate) fn wipe_exposure(
     mount: &crate::host::mountinfo::MountEntry,
     mounts: &MountTable,
     class: &ClassConfig,

@@ -1,29 +1,30 @@
 //! Everything that touches the host: the mount table, file types, filesystem and block
 //! device sizes. Kept small and separate so the rest of the agent is plain logic.
 
-pub mod access;
-pub mod blockdev;
-pub mod boot_fence;
-pub mod claims;
+pub(crate) mod access;
+#[allow(unsafe_code)]
+pub(crate) mod blockdev;
+pub(crate) mod boot_fence;
+pub(crate) mod claims;
 pub mod device_content;
-pub mod discovery;
+pub(crate) mod discovery;
 pub mod disk_health;
 pub mod identity;
 pub mod kubelet;
 pub mod mountinfo;
-pub mod operator_wipe;
-pub mod ops;
-pub mod process;
-pub mod state_file;
+pub(crate) mod operator_wipe;
+pub(crate) mod ops;
+pub(crate) mod process;
+pub(crate) mod state_file;
 pub mod used_mark;
 pub mod verify;
-pub mod volume;
-pub mod watch;
+pub(crate) mod volume;
+pub(crate) mod watch;
 pub mod wipe;
 pub mod wipe_block;
 pub mod wipe_fs;
 pub mod wipe_record;
-pub mod writers;
+pub(crate) mod writers;
 
 use std::path::PathBuf;
 

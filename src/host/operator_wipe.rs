@@ -38,7 +38,7 @@ const BUSY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Why the facts could not be gathered or the wipe failed, with the device or path.
 #[derive(Debug, thiserror::Error)]
-pub enum OperatorWipeError {
+pub(crate) enum OperatorWipeError {
     /// The host could not be read.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -55,7 +55,7 @@ pub enum OperatorWipeError {
 
 /// Everything the decision reads except the PVs (`pvs` is left `Ok(vec![])`), and notes for
 /// the operator (an unreadable claims.json).
-pub fn gather(
+pub(crate) fn gather(
     config: &ProvisionerConfig,
     failed_classes: &[String],
     state_dir: &Path,
@@ -135,7 +135,7 @@ fn stable_openers(devices: &BTreeMap<String, String>) -> Vec<Opener> {
 
 /// What the wipe did.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Wiped {
+pub(crate) struct Wiped {
     /// Bytes zeroed (the whole device).
     pub bytes: u64,
     /// How long it took.
@@ -148,7 +148,7 @@ pub struct Wiped {
 
 /// Zeroes `target` (see the module documentation); `progress(done, total)` as the wipe goes.
 /// Stops with an error once `timeout` has passed.
-pub fn wipe(
+pub(crate) fn wipe(
     target: &Target,
     timeout: Duration,
     progress: &mut dyn FnMut(u64, u64),

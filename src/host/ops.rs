@@ -28,7 +28,7 @@ use crate::core::backoff::Policy;
 /// Threads the pool runs at most: healthy operations take microseconds, so these are mostly
 /// the threads wedged disks hold. Operations beyond it wait in the queue (pending to their
 /// callers; their deadlines count only once they run).
-pub const MAX_THREADS: usize = 64;
+pub(crate) const MAX_THREADS: usize = 64;
 
 /// Threads for operations that answer: the host calls take microseconds to milliseconds, so
 /// one runs a thousand volumes' inspections in a pass as fast as the single blocking call before
@@ -58,7 +58,7 @@ fn stalled_text(op: &str) -> String {
 
 /// How long a caller waits for an operation before going on without it (its answer is then
 /// kept for the next pass): a pass meeting a newly wedged volume is held up this long, once.
-pub const GRACE: Duration = Duration::from_millis(500);
+pub(crate) const GRACE: Duration = Duration::from_millis(500);
 
 /// How often a caller looks at jobs still queued (to grow the pool for them).
 const QUEUE_LOOK: Duration = Duration::from_millis(20);

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 /// Why a figure could not be read; the metrics it feeds are left out of that scrape.
 #[derive(Debug, thiserror::Error)]
-pub enum ProcessStatsError {
+pub(crate) enum ProcessStatsError {
     /// A /proc file or directory could not be read.
     #[error("reading {path}: {source}")]
     Read {
@@ -25,7 +25,7 @@ pub enum ProcessStatsError {
 
 /// Fields of /proc/self/stat the process metrics need, in the kernel's units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatFields {
+pub(crate) struct StatFields {
     /// User-mode CPU time, clock ticks.
     pub utime_ticks: u64,
     /// Kernel-mode CPU time, clock ticks.
@@ -40,7 +40,7 @@ pub struct StatFields {
 
 /// The process figures behind the `process_*` metrics, in the units the metrics use.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     /// User plus system CPU time, seconds.
     pub cpu_seconds: f64,
     /// Resident memory, bytes.
@@ -53,7 +53,7 @@ pub struct ProcessStats {
 
 /// Parses a /proc/PID/stat line. The command name (field 2) is in parentheses and may hold
 /// spaces and parentheses itself, so the fields are counted from the last ')'.
-pub fn parse_stat(text: &str) -> Result<StatFields, String> {
+pub(crate) fn parse_stat(text: &str) -> Result<StatFields, String> {
     let after = text.rfind(')').map(|i| &text[i + 1..]).ok_or("no ')' after the command name")?;
     // After the name: field 3 (state) is index 0 here, so field N is index N - 3.
     let fields: Vec<&str> = after.split_whitespace().collect();
@@ -71,13 +71,13 @@ pub fn parse_stat(text: &str) -> Result<StatFields, String> {
 }
 
 /// The boot time (`btime`, seconds since the epoch) from /proc/stat.
-pub fn parse_boot_time(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_boot_time(text: &str) -> Result<u64, String> {
     let line = text.lines().find_map(|l| l.strip_prefix("btime ")).ok_or("no btime line")?;
     line.trim().parse::<u64>().map_err(|e| format!("btime {line:?}: {e}"))
 }
 
 /// Converts the kernel's units: ticks by `ticks_per_second`, pages by `page_size`.
-pub fn stats_from(stat: &StatFields, boot_time: u64, ticks_per_second: u64, page_size: u64) -> ProcessStats {
+pub(crate) fn stats_from(stat: &StatFields, boot_time: u64, ticks_per_second: u64, page_size: u64) -> ProcessStats {
     let ticks = ticks_per_second.max(1) as f64;
     ProcessStats {
         cpu_seconds: (stat.utime_ticks + stat.stime_ticks) as f64 / ticks,
@@ -92,7 +92,7 @@ fn read(path: &str) -> Result<String, ProcessStatsError> {
 }
 
 /// CPU, memory and start time of this process.
-pub fn read_stats() -> Result<ProcessStats, ProcessStatsError> {
+pub(crate) fn read_stats() -> Result<ProcessStats, ProcessStatsError> {
     fn parse_err(path: &'static str) -> impl FnOnce(String) -> ProcessStatsError {
         move |what| ProcessStatsError::Parse { path: path.into(), what }
     }
@@ -105,7 +105,7 @@ pub fn read_stats() -> Result<ProcessStats, ProcessStatsError> {
 
 /// How many file descriptors this process has open (entries of /proc/self/fd, less the one the
 /// listing itself holds).
-pub fn open_fds() -> Result<u64, ProcessStatsError> {
+pub(crate) fn open_fds() -> Result<u64, ProcessStatsError> {
     let path = "/proc/self/fd";
     let err = |source| ProcessStatsError::Read { path: path.into(), source };
     let mut n = 0u64;
@@ -117,7 +117,7 @@ pub fn open_fds() -> Result<u64, ProcessStatsError> {
 }
 
 /// The soft limits on open files and on address space; `None` when unlimited.
-pub fn limits() -> (Option<u64>, Option<u64>) {
+pub(crate) fn limits() -> (Option<u64>, Option<u64>) {
     use rustix::process::{Resource, getrlimit};
     (getrlimit(Resource::Nofile).current, getrlimit(Resource::As).current)
 }

@@ -30,7 +30,7 @@ fn io(op: &'static str, path: &Path, e: impl Into<std::io::Error>) -> StateFileE
 }
 
 /// The list in `path`; empty when there is no such file.
-pub fn read_list<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, StateFileError> {
+pub(crate) fn read_list<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, StateFileError> {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| StateFileError::Unreadable { path: path.to_path_buf(), message: e.to_string() }),
@@ -40,7 +40,11 @@ pub fn read_list<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, StateFileEr
 }
 
 /// Replaces the list in `path` (inside the directory `dir`) durably, sorted.
-pub fn write_list<T: Serialize + Ord + Clone>(dir: &Path, path: &Path, items: &[T]) -> Result<(), StateFileError> {
+pub(crate) fn write_list<T: Serialize + Ord + Clone>(
+    dir: &Path,
+    path: &Path,
+    items: &[T],
+) -> Result<(), StateFileError> {
     let mut sorted = items.to_vec();
     sorted.sort();
     let text = serde_json::to_vec_pretty(&sorted).map_err(|e| io("encoding", path, std::io::Error::other(e)))?;
@@ -50,7 +54,7 @@ pub fn write_list<T: Serialize + Ord + Clone>(dir: &Path, path: &Path, items: &[
 /// Replaces the file `path` (inside the directory `dir`) with `bytes` durably: a new file
 /// written and synced beside it (with permission bits `mode` when given), renamed over it, and
 /// the directory synced, so a crash, or a reader meanwhile, sees the old file or the new one.
-pub fn replace_durably(dir: &Path, path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), StateFileError> {
+pub(crate) fn replace_durably(dir: &Path, path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), StateFileError> {
     use std::os::unix::fs::PermissionsExt as _;
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".tmp");

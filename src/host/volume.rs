@@ -14,7 +14,7 @@ use super::blockdev::device_size;
 
 /// The kind of a discovery entry, judged without following a symlink except to a block device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
+pub(crate) enum EntryKind {
     /// A real directory (a Filesystem volume when it is a mount point).
     Directory,
     /// A block device, or a symlink that resolves to one.
@@ -30,7 +30,7 @@ pub enum EntryKind {
 /// canonical parent joined with the entry's own name (the entry itself is never resolved, so
 /// the mount-table lookup is of the path kubelet will use); for a block device, the path as
 /// given (opening it follows the link to the device node).
-pub fn resolve_entry(path: &Path) -> Result<(EntryKind, PathBuf), HostError> {
+pub(crate) fn resolve_entry(path: &Path) -> Result<(EntryKind, PathBuf), HostError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(HostError::io("classify", path, std::io::Error::other("not an entry of a directory")));
     };
@@ -73,7 +73,7 @@ fn link_reaches_block_device(link: &Path) -> bool {
 /// (statx without following the entry). The mount table alone cannot tell: it still lists
 /// mounts that a later mount covered, and several mounts stacked on one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MountRoot {
+pub(crate) enum MountRoot {
     /// The entry is the root of the mount with this ID (the first field of mountinfo).
     Root(u64),
     /// The entry is not a mount root.
@@ -83,7 +83,7 @@ pub enum MountRoot {
 }
 
 /// Asks the kernel whether `path` (not followed) is a mount root (see [`MountRoot`]).
-pub fn mount_root_at(path: &Path) -> Result<MountRoot, HostError> {
+pub(crate) fn mount_root_at(path: &Path) -> Result<MountRoot, HostError> {
     use rustix::fs::{AtFlags, CWD, StatxAttributes, StatxFlags, statx};
     let st = match statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE | StatxFlags::MNT_ID) {
         Ok(st) => st,
@@ -101,7 +101,7 @@ pub fn mount_root_at(path: &Path) -> Result<MountRoot, HostError> {
 }
 
 /// The mount an open descriptor is on, by the kernel's mount ID (`None` before Linux 5.8).
-pub fn mount_of_fd<'a>(
+pub(crate) fn mount_of_fd<'a>(
     fd: std::os::fd::BorrowedFd<'_>,
     mounts: &'a super::mountinfo::MountTable,
 ) -> Option<&'a super::mountinfo::MountEntry> {
@@ -114,7 +114,7 @@ pub fn mount_of_fd<'a>(
 /// The mount whose root is the entry `path` (not followed), or `None` when the entry is not a
 /// mount point. Uses the kernel's mount ID, so a covered or stacked mount is never taken for
 /// the one that is visible at the path.
-pub fn mount_at<'a>(
+pub(crate) fn mount_at<'a>(
     path: &Path,
     mounts: &'a super::mountinfo::MountTable,
 ) -> Result<Option<&'a super::mountinfo::MountEntry>, HostError> {
@@ -126,7 +126,7 @@ pub fn mount_at<'a>(
 }
 
 /// Total size of the filesystem mounted at `path` (blocks times block size, as upstream).
-pub fn filesystem_capacity(path: &Path) -> Result<u64, HostError> {
+pub(crate) fn filesystem_capacity(path: &Path) -> Result<u64, HostError> {
     let st = nix::sys::statfs::statfs(path).map_err(|e| HostError::io("statfs", path, e))?;
     let blocks = st.blocks();
     let bsize = u64::try_from(st.block_size()).unwrap_or(0);
@@ -134,14 +134,14 @@ pub fn filesystem_capacity(path: &Path) -> Result<u64, HostError> {
 }
 
 /// Size of the block device at `path` in bytes (BLKGETSIZE64).
-pub fn block_device_capacity(path: &Path) -> Result<u64, HostError> {
+pub(crate) fn block_device_capacity(path: &Path) -> Result<u64, HostError> {
     let file = File::open(path).map_err(|e| HostError::io("open", path, e))?;
     device_size(&file).map_err(|e| HostError::io("ioctl BLKGETSIZE64", path, e))
 }
 
 /// Total size of the filesystem mounted exactly at `path`, which must be a directory and not
 /// a symlink (opened with `O_NOFOLLOW`, so a link swapped in after the check is not followed).
-pub fn mounted_dir_capacity(path: &Path) -> Result<u64, HostError> {
+pub(crate) fn mounted_dir_capacity(path: &Path) -> Result<u64, HostError> {
     use nix::fcntl::{OFlag, open};
     let fd = open(
         path,

@@ -25,7 +25,7 @@ use super::mountinfo::MOUNTINFO;
 
 /// Starts a thread that signals `changed` on every mount or unmount in this namespace. The
 /// thread sleeps in poll(2): an idle agent uses no CPU for it.
-pub fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
+pub(crate) fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
     let file = File::open(MOUNTINFO).map_err(|e| HostError::io("open", MOUNTINFO, e))?;
     std::thread::Builder::new()
         .name("mount-watch".into())
@@ -54,7 +54,7 @@ pub fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
 /// kernel's device events (uevents) reach only the host's network namespace, but their effects
 /// on the host's /dev are seen at once through inotify (see [`watch_block_devices`]); what
 /// leaves no trace there (a device resized or detached without udev) is found by this.
-pub const SAFETY_POLL: Duration = Duration::from_secs(2);
+pub(crate) const SAFETY_POLL: Duration = Duration::from_secs(2);
 
 /// After /dev's names changed, the device list is looked at again this long after.
 const LOOK_AGAIN: [Duration; 3] = [Duration::from_millis(50), Duration::from_millis(250), Duration::from_secs(1)];
@@ -74,7 +74,7 @@ const SUPERBLOCKS_EVERY: Duration = Duration::from_secs(10);
 
 /// What the block-device watch reads periodically: set by the agent after each pass from what
 /// it found, so an agent with nothing to watch reads nothing and sleeps until an event.
-pub struct WatchNeeds {
+pub(crate) struct WatchNeeds {
     /// The claimed devices of unbound PVs (kernel names): their write counters are followed.
     watched: Arc<Mutex<BTreeSet<String>>>,
     /// What is wanted, and whether any device's write counters were followed when it was set.
@@ -85,7 +85,7 @@ pub struct WatchNeeds {
 
 /// The periodic reads wanted, besides the watched devices' write counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Needs {
+pub(crate) struct Needs {
     /// A class claims devices: the safety-net poll of the device list ([`SAFETY_POLL`]).
     pub claims: bool,
     /// A volume is on ext4: its error count is read ([`HEALTH_EVERY`]).
@@ -98,13 +98,13 @@ pub struct Needs {
 
 impl WatchNeeds {
     /// Needs that want nothing yet, following the write counters of the names in `watched`.
-    pub fn new(watched: Arc<Mutex<BTreeSet<String>>>) -> Self {
+    pub(crate) fn new(watched: Arc<Mutex<BTreeSet<String>>>) -> Self {
         WatchNeeds { watched, state: Mutex::new((Needs::default(), false)), waker: Mutex::new(None) }
     }
 
     /// Sets what is wanted from now on: the watch thread is woken to adjust its timers when
     /// that, or whether any device's write counters are followed, changed.
-    pub fn set(&self, needs: Needs) {
+    pub(crate) fn set(&self, needs: Needs) {
         let writes = !self.watched.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if *state != (needs, writes) {
@@ -147,7 +147,7 @@ const BY_ID: &str = "/dev/disk/by-id";
 /// safety net ([`SAFETY_POLL`]) while a class claims devices, `/proc/diskstats` once a second
 /// while any device is watched, the failing-disk counters while a volume has them. So an agent
 /// with nothing to watch reads nothing while nothing happens. No device is opened.
-pub fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) -> Result<(), HostError> {
+pub(crate) fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) -> Result<(), HostError> {
     let (reader, writer) = std::io::pipe().map_err(|e| HostError::io("create a pipe for", DEV, e))?;
     // A pass never waits on the thread: a full pipe (the thread gone) drops the wake-up.
     nix::fcntl::fcntl(&writer, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
@@ -365,14 +365,14 @@ impl DeviceWatch {
 }
 
 /// inotify watches on a set of directories (non-recursive), adjusted when the config changes.
-pub struct DirWatcher {
+pub(crate) struct DirWatcher {
     watcher: notify::RecommendedWatcher,
     watched: BTreeSet<PathBuf>,
 }
 
 impl DirWatcher {
     /// A watcher that signals `changed` on any event in a watched directory.
-    pub fn new(changed: Arc<Notify>) -> Result<Self, HostError> {
+    pub(crate) fn new(changed: Arc<Notify>) -> Result<Self, HostError> {
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
             // Opening and reading (which every pass does) must not trigger the next pass.
             Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => {}
@@ -388,7 +388,7 @@ impl DirWatcher {
 
     /// Watches exactly `dirs` from now on. Returns the directories that could not be watched
     /// (missing ones, for example); they are retried on the next call.
-    pub fn watch_exactly(&mut self, dirs: &BTreeSet<PathBuf>) -> Vec<HostError> {
+    pub(crate) fn watch_exactly(&mut self, dirs: &BTreeSet<PathBuf>) -> Vec<HostError> {
         let mut errors = Vec::new();
         for gone in self.watched.difference(dirs).cloned().collect::<Vec<_>>() {
             let _ = self.watcher.unwatch(&gone);

@@ -16,13 +16,13 @@ use crate::host::blockdev::{loop_status, open_device};
 
 /// The I/O counters of the block device `name` (kernel name), with `in_flight` as `stat`
 /// gives it: every request in flight, reads included. `None` when sysfs has no such device.
-pub fn io_stat(name: &str) -> Option<IoStat> {
+pub(crate) fn io_stat(name: &str) -> Option<IoStat> {
     IoStat::parse(&std::fs::read_to_string(Path::new("/sys/class/block").join(name).join("stat")).ok()?)
 }
 
 /// The same, with `in_flight` counting writes only (`inflight`: "reads writes"), for checks
 /// that must not take a brief reader (udev's blkid) for a writer.
-pub fn io_stat_writes_in_flight(name: &str) -> Option<IoStat> {
+pub(crate) fn io_stat_writes_in_flight(name: &str) -> Option<IoStat> {
     let mut stat = io_stat(name)?;
     let inflight = std::fs::read_to_string(Path::new("/sys/class/block").join(name).join("inflight")).ok()?;
     stat.in_flight = inflight.split_whitespace().nth(1)?.parse().ok()?;
@@ -32,7 +32,7 @@ pub fn io_stat_writes_in_flight(name: &str) -> Option<IoStat> {
 /// The write counters of the devices in `names` (kernel names), one line each, from one read
 /// of `/proc/diskstats` (cheaper than a `stat` file per device, read four times a second by
 /// the block-device watch): what changes when anything is written, discarded or flushed.
-pub fn written_counters(names: &std::collections::BTreeSet<String>) -> Vec<String> {
+pub(crate) fn written_counters(names: &std::collections::BTreeSet<String>) -> Vec<String> {
     let text = std::fs::read_to_string("/proc/diskstats").unwrap_or_default();
     text.lines()
         .filter_map(|line| {
@@ -50,7 +50,7 @@ pub fn written_counters(names: &std::collections::BTreeSet<String>) -> Vec<Strin
 /// What to look for among the open descriptors: block devices by number, and regular files by
 /// (device, inode) (the backing files of loop devices), each with the device's kernel name.
 #[derive(Debug, Clone, Default)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     /// Block devices: (rdev, kernel name).
     pub devices: Vec<(u64, String)>,
     /// Backing files of loop devices: (st_dev, st_ino, the loop device's kernel name).
@@ -60,7 +60,7 @@ pub struct Wanted {
 impl Wanted {
     /// The devices `(major:minor, kernel name)` and the backing file of each loop device among
     /// them (its status read through a read-only open, never `O_EXCL`).
-    pub fn devices<'a>(devices: impl IntoIterator<Item = (&'a str, &'a str)>) -> Wanted {
+    pub(crate) fn devices<'a>(devices: impl IntoIterator<Item = (&'a str, &'a str)>) -> Wanted {
         let mut wanted = Wanted::default();
         for (dev, name) in devices {
             let Some((major, minor)) = dev.split_once(':') else { continue };
@@ -85,7 +85,7 @@ impl Wanted {
 /// The openers of `first` (a scan of `wanted` made at `scanned`) that a second scan, at least
 /// `pause` after it, finds again (the same process on the same device): a process seen once
 /// only opened the device for a moment (a probe of the `disks` command, udev's blkid).
-pub fn still_open(first: Vec<Opener>, wanted: &Wanted, scanned: Instant, pause: Duration) -> Vec<Opener> {
+pub(crate) fn still_open(first: Vec<Opener>, wanted: &Wanted, scanned: Instant, pause: Duration) -> Vec<Opener> {
     if first.is_empty() {
         return first;
     }
@@ -98,7 +98,7 @@ pub fn still_open(first: Vec<Opener>, wanted: &Wanted, scanned: Instant, pause: 
 /// program) that leads to one of
 /// `wanted`. Processes that exit while they are read are skipped; a `/proc` that cannot be
 /// listed gives nothing (the counters and the exclusive probe still apply).
-pub fn openers(wanted: &Wanted) -> Vec<Opener> {
+pub(crate) fn openers(wanted: &Wanted) -> Vec<Opener> {
     let mut out = Vec::new();
     if wanted.is_empty() {
         return out;

@@ -15,13 +15,13 @@ use crate::api::lease::{ReadLease, Written};
 use crate::core::lease::{LeaseDecision, decide};
 
 /// The longest deadline a fenced request gets, however long the gap.
-pub const MAX_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const MAX_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// The smallest gap between renew deadline and lease duration accepted.
-pub const MIN_TAKEOVER_GAP: Duration = Duration::from_secs(1);
+pub(crate) const MIN_TAKEOVER_GAP: Duration = Duration::from_secs(1);
 
 /// Lease timings that would let two replicas act at once, or never let one act.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum LeaseTimingError {
+pub(crate) enum LeaseTimingError {
     /// The leader would act longer than the lease protects it.
     #[error(
         "--renew-deadline ({renew:?}) must be shorter than --lease-duration ({lease:?}), or two replicas could act at once"
@@ -46,7 +46,7 @@ pub enum LeaseTimingError {
 
 /// Timing and names of the Lease.
 #[derive(Debug, Clone)]
-pub struct LeaseOptions {
+pub(crate) struct LeaseOptions {
     /// Namespace of the Lease.
     pub namespace: String,
     /// Name of the Lease.
@@ -65,12 +65,12 @@ impl LeaseOptions {
     /// The deadline of every fenced write: half the gap between the end of our leadership
     /// (`renew_deadline` after a renewal began) and the earliest takeover (`lease_duration`
     /// unrenewed), at most 10 s. The other half is a margin for what the fence cannot see.
-    pub fn request_deadline(&self) -> Duration {
+    pub(crate) fn request_deadline(&self) -> Duration {
         (self.lease_duration.saturating_sub(self.renew_deadline) / 2).min(MAX_REQUEST_DEADLINE)
     }
 
     /// Checks that the timings keep two replicas from acting at once and leave room to act.
-    pub fn validate(&self) -> Result<(), LeaseTimingError> {
+    pub(crate) fn validate(&self) -> Result<(), LeaseTimingError> {
         let (lease, renew, retry) = (self.lease_duration, self.renew_deadline, self.retry_period);
         if renew >= lease {
             return Err(LeaseTimingError::RenewNotShorter { renew, lease });
@@ -101,19 +101,19 @@ struct State {
 
 /// Shared view of whether this replica leads.
 #[derive(Clone)]
-pub struct Leadership {
+pub(crate) struct Leadership {
     state: Arc<Mutex<State>>,
 }
 
 impl Leadership {
     /// Whether this replica may act now.
-    pub fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         self.is_leader_for(Duration::ZERO)
     }
 
     /// Whether this replica leads now and still will `d` from now: a request given `d` to
     /// finish then ends before any other replica can take over.
-    pub fn is_leader_for(&self, d: Duration) -> bool {
+    pub(crate) fn is_leader_for(&self, d: Duration) -> bool {
         let until = self.state.lock().ok().and_then(|s| s.valid_until);
         until.is_some_and(|until| Instant::now().checked_add(d).is_some_and(|end| end < until))
     }
@@ -121,7 +121,7 @@ impl Leadership {
 
 /// Runs the election in a background task; returns the shared view and a handle whose
 /// `release` gives the lease up on shutdown so another replica takes over at once.
-pub fn spawn(cluster: Cluster, opts: LeaseOptions, on_change: impl Fn(bool) + Send + 'static) -> Elector {
+pub(crate) fn spawn(cluster: Cluster, opts: LeaseOptions, on_change: impl Fn(bool) + Send + 'static) -> Elector {
     let leadership = Leadership { state: Arc::new(Mutex::new(State::default())) };
     let task = {
         let leadership = leadership.clone();
@@ -144,7 +144,7 @@ pub fn spawn(cluster: Cluster, opts: LeaseOptions, on_change: impl Fn(bool) + Se
 }
 
 /// The running election.
-pub struct Elector {
+pub(crate) struct Elector {
     /// Shared view of leadership.
     pub leadership: Leadership,
     task: tokio::task::JoinHandle<()>,
@@ -154,7 +154,7 @@ pub struct Elector {
 
 impl Elector {
     /// Stops trying and, if we hold the lease, releases it.
-    pub async fn release(self) {
+    pub(crate) async fn release(self) {
         self.task.abort();
         let held = self.leadership.is_leader();
         if let Ok(mut s) = self.leadership.state.lock() {

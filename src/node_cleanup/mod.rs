@@ -13,7 +13,7 @@
 //! Roles: this module runs the loop, `worker` plans and carries out each pass, `leader` elects
 //! the one replica that acts.
 
-pub mod leader;
+pub(crate) mod leader;
 mod worker;
 
 use std::collections::BTreeSet;
@@ -33,7 +33,7 @@ use worker::{Views, Worker};
 
 /// Settings of `node-cleanup`.
 #[derive(Debug, Clone)]
-pub struct NodeCleanupOptions {
+pub(crate) struct NodeCleanupOptions {
     /// StorageClasses opted in; PVs of other classes are never touched.
     pub classes: BTreeSet<String>,
     /// How long a Node must be gone (or a PV stale) before its claims and PVs are released.
@@ -52,7 +52,7 @@ pub struct NodeCleanupOptions {
 
 /// Why node-cleanup stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum NodeCleanupError {
+pub(crate) enum NodeCleanupError {
     /// The API could not be used at start.
     #[error(transparent)]
     Api(#[from] ApiError),
@@ -68,7 +68,7 @@ pub enum NodeCleanupError {
 }
 
 /// Runs until SIGTERM or SIGINT; releases the Lease on the way out.
-pub async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
+pub(crate) async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError> {
     if opts.classes.is_empty() {
         return Err(NodeCleanupError::NoClasses);
     }

@@ -16,11 +16,11 @@ use crate::core::effect_key::EffectKey;
 /// Delays after a failed API write or used mark: 0.5 s, doubling to 30 s, so a refusal that is
 /// lifted (an admission policy removed, RBAC fixed) is followed within about half a minute
 /// while a broken API server sees at most one attempt per effect per 30 s.
-pub const WRITE_RETRY: Policy = Policy { initial: Duration::from_millis(500), max: Duration::from_secs(30) };
+pub(crate) const WRITE_RETRY: Policy = Policy { initial: Duration::from_millis(500), max: Duration::from_secs(30) };
 
 /// Retry records and recent successes of the effects one pass plans.
 #[derive(Debug, Default)]
-pub struct Effects {
+pub(crate) struct Effects {
     retries: Retries<EffectKey>,
     /// Keys planned in the pass under way: records of the others are dropped at its end.
     wanted: BTreeSet<EffectKey>,
@@ -32,21 +32,21 @@ pub struct Effects {
 
 impl Effects {
     /// Starts a pass.
-    pub fn begin_pass(&mut self) {
+    pub(crate) fn begin_pass(&mut self) {
         self.wanted.clear();
         self.done_before = std::mem::take(&mut self.done_now);
     }
 
     /// Ends a completed pass: failures of effects no longer planned are forgotten (what they
     /// were for is gone or was done another way).
-    pub fn end_pass(&mut self) {
+    pub(crate) fn end_pass(&mut self) {
         let wanted = &self.wanted;
         self.retries.retain(|k| wanted.contains(k));
     }
 
     /// Notes that the pass plans `key` and says whether to carry it out now: not while its
     /// retry delay runs, nor when it just succeeded.
-    pub fn due(&mut self, key: &EffectKey) -> bool {
+    pub(crate) fn due(&mut self, key: &EffectKey) -> bool {
         self.wanted.insert(key.clone());
         if self.done_before.contains(key) || self.done_now.contains(key) {
             return false;
@@ -56,7 +56,7 @@ impl Effects {
 
     /// Records how the effect went: a success forgets its failures; a failure gets the next
     /// retry deadline, logged with its cause.
-    pub fn record<T, E: Display>(&mut self, key: &EffectKey, result: &Result<T, E>) {
+    pub(crate) fn record<T, E: Display>(&mut self, key: &EffectKey, result: &Result<T, E>) {
         match result {
             Ok(_) => {
                 self.retries.succeeded(key);
@@ -77,7 +77,7 @@ impl Effects {
     /// deadline that wakes the loop, growing like a failed effect's, so it is looked at again
     /// without waiting for the resync. Quiet: the condition is reported once per occurrence by
     /// its caller, not at every look.
-    pub fn wait_out(&mut self, key: &EffectKey, why: &str) {
+    pub(crate) fn wait_out(&mut self, key: &EffectKey, why: &str) {
         if self.due(key) {
             let now = Instant::now();
             let random = crate::runtime::random_fraction();
@@ -93,7 +93,7 @@ impl Effects {
 
     /// Like `wait_out`, with its own delays (a condition that lasts longer than a failed write
     /// usually does, such as a PV name taken by another volume).
-    pub fn wait_out_for(&mut self, key: &EffectKey, why: &str, policy: Policy) {
+    pub(crate) fn wait_out_for(&mut self, key: &EffectKey, why: &str, policy: Policy) {
         if self.due(key) {
             let now = Instant::now();
             let due = self.retries.failed(key, policy, why.to_string(), None, now, crate::runtime::random_fraction());
@@ -109,7 +109,7 @@ impl Effects {
     /// Forgets `key` altogether: its failures and its recent success. For an effect whose
     /// success did not do what it was for (a create answered by a PV of another volume), so
     /// the next attempt is not taken for a repeat.
-    pub fn forget(&mut self, key: &EffectKey) {
+    pub(crate) fn forget(&mut self, key: &EffectKey) {
         self.retries.succeeded(key);
         self.done_now.remove(key);
         self.done_before.remove(key);
@@ -117,7 +117,7 @@ impl Effects {
 
     /// Carries out the effect `key` when it is due (the future is not polled otherwise, so
     /// nothing is sent) and records how it went.
-    pub async fn run<T, E: Display>(
+    pub(crate) async fn run<T, E: Display>(
         &mut self,
         key: &EffectKey,
         effect: impl Future<Output = Result<T, E>>,
@@ -131,52 +131,58 @@ impl Effects {
     }
 
     /// When the next failed effect may be retried, so the loop wakes for it.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.retries.next_due(Instant::now())
     }
 
     /// Whether an effect carried out outside a pass (a wipe) may be tried now: never failed,
     /// its deadline passed, or asked for anew (`asked` differs from what its failure was
     /// recorded with: a new cleanup request or identity confirmation).
-    pub fn may_try(&self, key: &EffectKey, asked: Option<&str>) -> bool {
+    pub(crate) fn may_try(&self, key: &EffectKey, asked: Option<&str>) -> bool {
         self.retries.may_try(key, Instant::now(), asked)
     }
 
     /// Records a failure of such an effect with its own delays and what it was asked with;
     /// returns when it may be tried again.
-    pub fn failed_with(&mut self, key: &EffectKey, policy: Policy, error: String, asked: Option<&str>) -> Instant {
+    pub(crate) fn failed_with(
+        &mut self,
+        key: &EffectKey,
+        policy: Policy,
+        error: String,
+        asked: Option<&str>,
+    ) -> Instant {
         let random = crate::runtime::random_fraction();
         self.retries.failed(key, policy, error, asked, Instant::now(), random)
     }
 
     /// Such an effect succeeded: its failures are forgotten.
-    pub fn succeeded(&mut self, key: &EffectKey) {
+    pub(crate) fn succeeded(&mut self, key: &EffectKey) {
         self.retries.succeeded(key);
     }
 
     /// Keeps only the failures `wanted` says yes to (for effects not planned pass by pass).
-    pub fn retain(&mut self, wanted: impl Fn(&EffectKey) -> bool) {
+    pub(crate) fn retain(&mut self, wanted: impl Fn(&EffectKey) -> bool) {
         self.retries.retain(|k| wanted(k));
     }
 
     /// Keys with a failure kept.
-    pub fn failed_keys(&self) -> impl Iterator<Item = &EffectKey> {
+    pub(crate) fn failed_keys(&self) -> impl Iterator<Item = &EffectKey> {
         self.retries.keys()
     }
 
     /// Whether no failure is kept.
-    pub fn no_failures(&self) -> bool {
+    pub(crate) fn no_failures(&self) -> bool {
         self.retries.is_empty()
     }
 
     /// The failure kept for `key`.
-    pub fn failure(&self, key: &EffectKey) -> Option<&Record> {
+    pub(crate) fn failure(&self, key: &EffectKey) -> Option<&Record> {
         self.retries.get(key)
     }
 
     /// Lets every retry deadline pass now (tests step through retries without sleeping).
     #[cfg(test)]
-    pub fn expire_for_test(&mut self) {
+    pub(crate) fn expire_for_test(&mut self) {
         self.retries.expire_for_test(Instant::now());
         self.done_before.clear();
         self.done_now.clear();
@@ -184,7 +190,7 @@ impl Effects {
 
     /// Keys with a failure kept.
     #[cfg(test)]
-    pub fn failure_keys(&self) -> Vec<EffectKey> {
+    pub(crate) fn failure_keys(&self) -> Vec<EffectKey> {
         self.retries.keys().cloned().collect()
     }
 }

@@ -2,7 +2,7 @@
 //! deadlines in `select!`, shutdown signals and resync jitter. Kept apart so neither loop
 //! imports the other. `effects` is the retry bookkeeping the agent and the wiper share.
 
-pub mod effects;
+pub(crate) mod effects;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use tracing::{trace, warn};
 
 /// Polls a watch stream in the background (it must be polled to keep its store fresh) and
 /// wakes the loop waiting on `changed` for every change; errors are retried by the watcher.
-pub fn forward_events(
+pub(crate) fn forward_events(
     what: &'static str,
     events: impl futures::Stream<Item = Result<(), kube::runtime::watcher::Error>> + Send + 'static,
     changed: Arc<Notify>,
@@ -23,7 +23,7 @@ pub fn forward_events(
 
 /// [`forward_events`] that also says, in `readiness`, why the watch has not synced yet
 /// ("forbidden" when the RBAC is missing), until its first event.
-pub fn forward_events_until_synced(
+pub(crate) fn forward_events_until_synced(
     what: &'static str,
     events: impl futures::Stream<Item = Result<(), kube::runtime::watcher::Error>> + Send + 'static,
     changed: Arc<Notify>,
@@ -62,7 +62,7 @@ pub fn forward_events_until_synced(
 /// When the latest change event was relayed to the loop: a new volume's settle window starts
 /// there (see core::settle), not at the debounced pass that found it.
 #[derive(Debug, Default)]
-pub struct EventClock {
+pub(crate) struct EventClock {
     latest: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
@@ -70,7 +70,7 @@ impl EventClock {
     /// Relays every notification of `raw` to `out`, noting when it was received. A
     /// notification is noted no earlier than it happened, so a window started there is never
     /// longer than the change has lasted.
-    pub fn relay(self: &Arc<Self>, raw: Arc<Notify>, out: Arc<Notify>) {
+    pub(crate) fn relay(self: &Arc<Self>, raw: Arc<Notify>, out: Arc<Notify>) {
         let clock = self.clone();
         tokio::spawn(async move {
             loop {
@@ -84,13 +84,13 @@ impl EventClock {
     }
 
     /// The latest event relayed, if any.
-    pub fn latest(&self) -> Option<std::time::Instant> {
+    pub(crate) fn latest(&self) -> Option<std::time::Instant> {
         self.latest.lock().ok().and_then(|l| *l)
     }
 }
 
 /// Sleeps until `at`, or for ever when there is no deadline (a `select!` arm that never fires).
-pub async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -99,7 +99,7 @@ pub async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 
 /// SIGTERM and SIGINT, registered when this is made: a signal that arrives while the process is
 /// still starting (waiting for its Node, say) is not lost and stops it at once.
-pub struct Shutdown {
+pub(crate) struct Shutdown {
     term: Option<tokio::signal::unix::Signal>,
     int: Option<tokio::signal::unix::Signal>,
 }
@@ -107,7 +107,7 @@ pub struct Shutdown {
 impl Shutdown {
     /// Registers the handlers now. Without them the process still runs; it just cannot stop
     /// gracefully, which is logged.
-    pub fn install() -> Self {
+    pub(crate) fn install() -> Self {
         use tokio::signal::unix::{SignalKind, signal};
         let term = signal(SignalKind::terminate()).inspect_err(|e| warn!(error = %e, "no SIGTERM handler")).ok();
         let int = signal(SignalKind::interrupt()).inspect_err(|e| warn!(error = %e, "no SIGINT handler")).ok();
@@ -115,7 +115,7 @@ impl Shutdown {
     }
 
     /// Resolves on the next SIGTERM or SIGINT.
-    pub async fn signalled(&mut self) {
+    pub(crate) async fn signalled(&mut self) {
         async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
             match s {
                 Some(s) => {
@@ -133,7 +133,7 @@ impl Shutdown {
 
 /// Upstream's resync spread: a random time in [period, 2*period) so nodes do not resync in
 /// step; exactly `period` when the operator set it explicitly.
-pub fn jittered(period: Duration, jitter: bool) -> Duration {
+pub(crate) fn jittered(period: Duration, jitter: bool) -> Duration {
     if !jitter {
         return period;
     }
@@ -142,6 +142,6 @@ pub fn jittered(period: Duration, jitter: bool) -> Duration {
 
 /// A random number in [0, 1) for jitter: nothing beyond "not in step with other nodes" is
 /// needed (fastrand, seeded per thread from the OS).
-pub fn random_fraction() -> f64 {
+pub(crate) fn random_fraction() -> f64 {
     fastrand::f64()
 }

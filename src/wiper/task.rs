@@ -50,7 +50,7 @@ pub(super) struct WipeTask {
 }
 
 impl WipeTask {
-    pub async fn run(self) -> Result<(), WipeError> {
+    pub(super) async fn run(self) -> Result<(), WipeError> {
         let permit = self.permits.clone().acquire_owned().await.map_err(|e| WipeError::Failed(e.to_string()))?;
         let _running = self.metrics.wipe_running();
         let name = self.job.pv.name.as_str();
