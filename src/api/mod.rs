@@ -6,13 +6,24 @@
 //! before a create, patch, delete or Event goes out, leadership must still hold for the whole of
 //! the request's deadline, and the request is abandoned when that deadline passes. Reads and the
 //! Lease's own requests are never fenced.
+//!
+//! This file holds the client and its request path (rate limit, fence, deadline, metrics);
+//! `pvs`, `nodes` and `events` the calls about each kind of object, `error` why a call failed.
 
+mod error;
+mod events;
 pub mod lease;
+mod nodes;
 mod patch;
+mod pvs;
 
+pub use error::{ApiError, error_chain};
+pub use events::{
+    EVENT_NOTE_CUT, EVENT_NOTE_MAX, claim_reference, class_reference, event_note, node_reference, pv_reference,
+};
+pub use nodes::NodeMeta;
 pub use patch::{AnnotationPatch, TakeOver};
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -22,103 +33,15 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config, Resource};
 
-use crate::core::naming::LABEL_HOSTNAME;
 use crate::core::pv_facts::PvFacts;
-
-/// An API call that failed, with the object it was about.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// The kubeconfig or in-cluster configuration could not be loaded.
-    #[error("loading Kubernetes client config ({source_name}): {message}")]
-    Config { source_name: String, message: String },
-    /// A request failed. The message carries the whole cause chain (refused connection, TLS
-    /// failure...): kube's own message stops at "client error (Connect)".
-    #[error("{action} {object}: {}", error_chain(source))]
-    Request {
-        action: &'static str,
-        object: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// The fence refused a write: leadership is lost, or would end before the request's
-    /// deadline. Nothing was sent.
-    #[error("{action} {object}: not sent: leadership lost (or ending before the request could finish)")]
-    Fenced { action: &'static str, object: String },
-    /// A fenced write got no answer within its deadline and was abandoned; the API server may
-    /// or may not have applied it.
-    #[error("{action} {object}: no answer within {} ms; abandoned (it may or may not have been applied)", deadline.as_millis())]
-    Deadline { action: &'static str, object: String, deadline: Duration },
-}
-
-/// An error and its sources as one line ("a: b: c"), skipping a source whose text the message
-/// before it already contains (wrappers that repeat their cause).
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let part = cause.to_string();
-        if !part.is_empty() && !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = cause.source();
-    }
-    text
-}
-
-impl ApiError {
-    fn request(action: &'static str, object: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
-        let object = object.into();
-        move |source| ApiError::Request { action, object, source }
-    }
-
-    /// Whether the API refused the request itself (forbidden by RBAC or an admission policy,
-    /// or invalid), as opposed to failing to answer: an operator must act, so it is reported.
-    pub fn is_refusal(&self) -> bool {
-        matches!(self.http_status(), Some(403 | 422))
-    }
-
-    /// Whether the API server refused our credentials (401): a token or certificate problem,
-    /// not RBAC.
-    pub fn is_unauthorized(&self) -> bool {
-        self.http_status() == Some(401)
-    }
-
-    /// The HTTP status the API server answered with, `None` when there was no answer (no
-    /// connection, TLS failure, timeout) or the error is not a request's.
-    pub fn http_status(&self) -> Option<u16> {
-        match self {
-            ApiError::Request { source: kube::Error::Api(s), .. } => Some(s.code),
-            _ => None,
-        }
-    }
-
-    /// Whether the API said the object does not exist.
-    pub fn is_not_found(&self) -> bool {
-        self.http_status() == Some(404)
-    }
-
-    /// Whether the fence kept the request from being sent (leadership lost).
-    pub fn is_fenced(&self) -> bool {
-        matches!(self, ApiError::Fenced { .. })
-    }
-
-    /// Whether a fenced request was abandoned at its deadline.
-    pub fn is_deadline(&self) -> bool {
-        matches!(self, ApiError::Deadline { .. })
-    }
-}
 
 /// The User-Agent of our requests: role and instance (node name, Lease identity), so the API
 /// server's audit log tells the agents and the node-cleanup replicas apart. Characters a header
@@ -342,31 +265,6 @@ impl Cluster {
         self
     }
 
-    /// PVs as they are read: only the fields decisions need (see core::pv_facts).
-    fn pvs(&self) -> Api<PvFacts> {
-        Api::all(self.client.clone())
-    }
-
-    /// Reads this node's Node object (UID and labels go into every PV).
-    pub async fn node(&self, name: &str) -> Result<Node, ApiError> {
-        let api = Api::<Node>::all(self.client.clone());
-        self.call("get", api.get(name)).await.map_err(ApiError::request("get node", name))
-    }
-
-    /// Sets (`Some`) or removes (`None`) labels of a Node, nothing else, with a merge patch:
-    /// the agent's volume fences on its own Node (core::fence). Returns the Node as it is now.
-    pub async fn patch_node_labels(
-        &self,
-        name: &str,
-        labels: &std::collections::BTreeMap<String, Option<String>>,
-    ) -> Result<Node, ApiError> {
-        let patch = serde_json::json!({ "metadata": { "labels": labels } });
-        let api = Api::<Node>::all(self.client.clone());
-        self.send("patch", "patch node labels", name, api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
-            .await?
-            .map_err(ApiError::request("patch node labels", name))
-    }
-
     /// Lists in pages of `LIST_PAGE` objects, following continue tokens to the end, and keeps
     /// only what `keep` keeps, page by page: each page is dropped before the next is asked for,
     /// so memory follows the objects kept and one page, never the size of the cluster.
@@ -389,209 +287,6 @@ impl Cluster {
         }
     }
 
-    /// Deletes a claim only if it is still the one the PV was bound to (UID precondition), so
-    /// a claim re-created under the same name is never touched. Already gone counts as done.
-    pub async fn delete_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError> {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
-            ..Default::default()
-        };
-        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
-        let object = format!("{namespace}/{name}");
-        match self.send("delete", "delete persistentvolumeclaim", &object, api.delete(name, &params)).await? {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(ApiError::request("delete persistentvolumeclaim", object)(e)),
-        }
-    }
-
-    /// The PVs of the cluster that `keep` keeps, judged page by page as they arrive: the agent
-    /// adopts the few PVs made for its node from a cluster that may hold tens of thousands of
-    /// others, which are never all held at once. Each PV is read as `PvFacts` (what decisions
-    /// read, not metadata only): the caller can act on the PVs it keeps without reading each again.
-    pub async fn list_pvs_where(&self, keep: impl Fn(&PvFacts) -> bool) -> Result<Vec<PvFacts>, ApiError> {
-        let pvs = self.pvs();
-        self.list_paged("persistentvolumes", keep, async |params| pvs.list(params).await).await
-    }
-
-    /// Creates a PV; an existing PV of the same name is returned instead of an error.
-    pub async fn create_pv(&self, pv: &PersistentVolume) -> Result<Created, ApiError> {
-        let name = pv.metadata.name.clone().unwrap_or_default();
-        let full = Api::<PersistentVolume>::all(self.client.clone());
-        match self.send("create", "create pv", &name, full.create(&PostParams::default(), pv)).await? {
-            Ok(created) => Ok(Created::Created { uid: created.metadata.uid.unwrap_or_default() }),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let existing = self
-                    .call("get", self.pvs().get(&name))
-                    .await
-                    .map_err(ApiError::request("get existing pv", &name))?;
-                Ok(Created::AlreadyExists(Box::new(existing)))
-            }
-            Err(e) => Err(ApiError::request("create pv", name)(e)),
-        }
-    }
-
-    /// Reads one PV; None when it does not exist.
-    pub async fn get_pv(&self, name: &str) -> Result<Option<PvFacts>, ApiError> {
-        let pvs = self.pvs();
-        self.call("get", pvs.get_opt(name)).await.map_err(ApiError::request("get pv", name))
-    }
-
-    /// Deletes a PV only if it is still the object we decided about (same UID, and same
-    /// resourceVersion when given). Already gone counts as done.
-    pub async fn delete_pv(&self, name: &str, uid: &str, resource_version: Option<&str>) -> Result<(), ApiError> {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_string()),
-                resource_version: resource_version.map(str::to_string),
-            }),
-            ..Default::default()
-        };
-        let pvs = self.pvs();
-        match self.send("delete", "delete pv", name, pvs.delete(name, &params)).await? {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(ApiError::request("delete pv", name)(e)),
-        }
-    }
-
-    /// Removes one finalizer from the PV with this UID, in one request (a PV deleted by hand
-    /// costs this and its re-creation, nothing read first): a strategic merge patch that deletes
-    /// that value from the finalizer list, so another controller's finalizer is never touched,
-    /// and names the UID, which the API server refuses to change (`metadata.uid` is
-    /// immutable), so a different object of the same name is never patched. Gone, or a
-    /// successor of that name, counts as done.
-    pub async fn remove_finalizer(&self, name: &str, uid: &str, finalizer: &str) -> Result<(), ApiError> {
-        let patch = serde_json::json!({
-            "metadata": { "uid": uid, "$deleteFromPrimitiveList/finalizers": [finalizer] }
-        });
-        let pvs = self.pvs();
-        let patched = Patch::Strategic(&patch);
-        match self
-            .send("patch", "remove finalizer from pv", name, pvs.patch(name, &PatchParams::default(), &patched))
-            .await?
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            // A successor with the same name: not ours to touch.
-            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("metadata.uid") => Ok(()),
-            Err(e) => Err(ApiError::request("remove finalizer from pv", name)(e)),
-        }
-    }
-
-    /// As `remove_finalizer` (read first, then a JSON patch that tests the UID and the
-    /// finalizer's position), and only while the PV's provisioned-by annotation still has the
-    /// value `provisioned_by` (when given): node-cleanup never lets a PV go unwiped once an agent has taken it
-    /// over (re-adopted it, which changes that annotation) to wipe it.
-    pub async fn remove_finalizer_if(
-        &self,
-        name: &str,
-        uid: &str,
-        finalizer: &str,
-        provisioned_by: Option<&str>,
-    ) -> Result<(), ApiError> {
-        let Some(pv) = self.get_pv(name).await? else { return Ok(()) };
-        if pv.metadata.uid.as_deref() != Some(uid) {
-            return Ok(()); // A successor with the same name: not ours to touch.
-        }
-        let finalizers = pv.metadata.finalizers.unwrap_or_default();
-        let Some(index) = finalizers.iter().position(|f| f == finalizer) else { return Ok(()) };
-        let mut ops = vec![
-            serde_json::json!({"op": "test", "path": "/metadata/uid", "value": uid}),
-            serde_json::json!({"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer}),
-        ];
-        if let Some(value) = provisioned_by {
-            // `/` in the annotation key is escaped as `~1` in a JSON pointer.
-            let path = "/metadata/annotations/pv.kubernetes.io~1provisioned-by";
-            ops.push(serde_json::json!({"op": "test", "path": path, "value": value}));
-        }
-        ops.push(serde_json::json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}));
-        let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
-            .map_err(|e| ApiError::Config { source_name: "finalizer patch".into(), message: e.to_string() })?;
-        let pvs = self.pvs();
-        let patched = Patch::<()>::Json(patch);
-        self.send("patch", "remove finalizer from pv", name, pvs.patch(name, &PatchParams::default(), &patched))
-            .await?
-            .map(|_| ())
-            .map_err(ApiError::request("remove finalizer from pv", name))
-    }
-
-    /// Whether a Node named `key`, or labelled `kubernetes.io/hostname=key`, exists now: asked
-    /// right before node-cleanup acts, so a Node that registered again meanwhile is not taken
-    /// for gone.
-    pub async fn node_present(&self, key: &str) -> Result<bool, ApiError> {
-        let api = Api::<Node>::all(self.client.clone());
-        for params in [
-            ListParams::default().fields(&format!("metadata.name={key}")).limit(1),
-            ListParams::default().labels(&format!("kubernetes.io/hostname={key}")).limit(1),
-        ] {
-            let page =
-                self.call("list", api.list_metadata(&params)).await.map_err(ApiError::request("list nodes", key))?;
-            if !page.items.is_empty() {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    /// Merges labels, annotations and (when given) the full finalizer list into a PV, with a
-    /// resourceVersion precondition when given so a concurrent change is not overwritten.
-    pub async fn patch_pv_metadata(
-        &self,
-        name: &str,
-        resource_version: Option<&str>,
-        labels: serde_json::Value,
-        annotations: serde_json::Value,
-        finalizers: Option<&[String]>,
-    ) -> Result<(), ApiError> {
-        let mut meta = serde_json::json!({ "labels": labels, "annotations": annotations });
-        if let Some(f) = finalizers {
-            meta["finalizers"] = serde_json::json!(f);
-        }
-        if let Some(rv) = resource_version {
-            meta["resourceVersion"] = serde_json::json!(rv);
-        }
-        let patch = serde_json::json!({ "metadata": meta });
-        let pvs = self.pvs();
-        self.send("patch", "patch pv", name, pvs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
-            .await?
-            .map(|_| ())
-            .map_err(ApiError::request("patch pv", name))
-    }
-
-    /// A reflector over the PVs carrying `label_selector` (the agent: its own node's PVs), or
-    /// over all PVs (node-cleanup, a single replica for the cluster). The stream yields once
-    /// per change and must be polled to keep the store fresh.
-    pub fn watch_pvs(
-        &self,
-        label_selector: Option<&str>,
-    ) -> (Store<PvFacts>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
-        let (reader, writer) = reflector::store();
-        let cfg = match label_selector {
-            Some(selector) => watcher::Config::default().labels(selector),
-            None => watcher::Config::default(),
-        };
-        let stream = reflector::reflector(writer, watcher(self.pvs(), cfg).default_backoff().modify(trim))
-            .touched_objects()
-            .map(|r| r.map(|_| ()));
-        (reader, stream)
-    }
-
-    /// A reflector over the Nodes of the cluster for node-cleanup: metadata only, each Node
-    /// trimmed to its name, UID and hostname label (all that tells a deleted Node from a live
-    /// one), so neither the requests (one watch instead of a list per pass) nor the memory grow
-    /// much with the number of Nodes. The stream yields every watch event (including the
-    /// re-list markers) and must be polled to keep the store fresh.
-    pub fn watch_node_metadata(
-        &self,
-    ) -> (Store<NodeMeta>, impl Stream<Item = Result<watcher::Event<NodeMeta>, watcher::Error>> + Send + 'static) {
-        let (reader, writer) = reflector::store();
-        // An Api over PartialObjectMeta asks for metadata only (a PartialObjectMetadata list and watch).
-        let api = Api::<NodeMeta>::all(self.client.clone());
-        let watch = watcher(api, watcher::Config::default().page_size(NODE_PAGE)).default_backoff().modify(trim_node);
-        (reader, reflector::reflector(writer, watch))
-    }
-
     /// A reflector over StorageClasses (few per cluster) for reclaim policy and mount options.
     pub fn watch_storage_classes(
         &self,
@@ -601,66 +296,6 @@ impl Cluster {
         let watch = watcher(api, watcher::Config::default()).default_backoff().modify(trim);
         let stream = reflector::reflector(writer, watch).touched_objects().map(|r| r.map(|_| ()));
         (reader, stream)
-    }
-
-    /// Publishes an Event an operator should see (`kubectl describe`), logging instead of
-    /// failing when events cannot be written.
-    pub async fn event(&self, regarding: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
-        self.event_related(regarding, None, warning, reason, action, note).await;
-    }
-
-    /// As `event`, returning the failure, so a fenced caller learns that it lost leadership.
-    pub async fn try_event(
-        &self,
-        regarding: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) -> Result<(), ApiError> {
-        self.try_event_related(regarding, None, warning, reason, action, note).await
-    }
-
-    /// Publishes an Event that also names a related object. The recorder folds Events with the
-    /// same regarding object, reason and related object into one series (keeping the first
-    /// note), so distinct problems about one Node must name distinct related objects, such as
-    /// the PV an entry would have become, to each stay visible.
-    pub async fn event_related(
-        &self,
-        regarding: &ObjectReference,
-        related: Option<ObjectReference>,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        if let Err(e) = self.try_event_related(regarding, related, warning, reason, action, note).await {
-            tracing::warn!(reason, error = %e, "could not publish event");
-        }
-    }
-
-    /// As `event_related`, returning the failure. A write like any other: rate limited, and
-    /// fenced when the cluster is.
-    pub async fn try_event_related(
-        &self,
-        regarding: &ObjectReference,
-        related: Option<ObjectReference>,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) -> Result<(), ApiError> {
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.to_string(),
-            note: Some(event_note(note)),
-            action: action.to_string(),
-            secondary: related,
-        };
-        let object = regarding.name.clone().unwrap_or_default();
-        self.gated("publish event", &object, self.recorder.publish(&ev, regarding))
-            .await?
-            .map_err(ApiError::request("publish event", object))
     }
 }
 
@@ -677,28 +312,6 @@ fn trim<K: Resource>(object: &mut K) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(ANN_LAST_APPLIED);
     }
-}
-
-/// A Node's metadata, as node-cleanup watches it.
-pub type NodeMeta = PartialObjectMeta<Node>;
-
-/// Keeps of a Node's metadata only what node-cleanup reads: its name, UID and
-/// `kubernetes.io/hostname` label, the label only when it differs from the name (matching by it
-/// then adds nothing; it is nearly always so, and a one-entry map costs more than the rest).
-/// A Node carries dozens of labels and annotations (and every status update its kubelet makes
-/// rewrites its managedFields) that no decision needs; the type strings are the same for all.
-fn trim_node(node: &mut NodeMeta) {
-    let meta = std::mem::take(&mut node.metadata);
-    let hostname =
-        meta.labels.and_then(|mut l| l.remove_entry(LABEL_HOSTNAME)).filter(|(_, v)| meta.name.as_ref() != Some(v));
-    node.types = None;
-    node.metadata = ObjectMeta {
-        name: meta.name,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        labels: hostname.map(|entry| BTreeMap::from([entry])),
-        ..ObjectMeta::default()
-    };
 }
 
 /// Polls `request` only while `deadline` has not passed, and looks at the clock *before* each
@@ -719,81 +332,19 @@ async fn deadline_first<F: Future>(deadline: tokio::time::Instant, request: F) -
     .await
 }
 
-/// An object reference for Events about a PV. With the PV's UID whenever it is known:
-/// `kubectl describe pv` lists only the events whose reference carries the PV's UID, so
-/// without it an operator sees none of them there. `None` only for a PV that does not exist
-/// (an entry that was not published under that name).
-pub fn pv_reference(name: &str, uid: Option<&str>) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(PersistentVolume::api_version(&()).into()),
-        kind: Some(PersistentVolume::kind(&()).into()),
-        name: Some(name.to_string()),
-        uid: uid.filter(|u| !u.is_empty()).map(str::to_string),
-        ..Default::default()
-    }
-}
-
-/// An object reference for Events about a StorageClass (a class whose directory is refused).
-pub fn class_reference(name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(StorageClass::api_version(&()).into()),
-        kind: Some(StorageClass::kind(&()).into()),
-        name: Some(name.to_string()),
-        ..Default::default()
-    }
-}
-
-/// An object reference for Events about a claim (node-cleanup deletes claims).
-pub fn claim_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(PersistentVolumeClaim::api_version(&()).into()),
-        kind: Some(PersistentVolumeClaim::kind(&()).into()),
-        namespace: Some(namespace.to_string()),
-        name: Some(name.to_string()),
-        uid: Some(uid.to_string()),
-        ..Default::default()
-    }
-}
-
-/// An object reference for Events about the Node (problems not tied to one PV).
-pub fn node_reference(node: &Node) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(Node::api_version(&()).into()),
-        kind: Some(Node::kind(&()).into()),
-        name: node.metadata.name.clone(),
-        uid: node.metadata.uid.clone(),
-        ..Default::default()
-    }
-}
-
-/// Longest Event note the API accepts (events.k8s.io/v1 validation, `NoteLengthLimit`): a
-/// longer one is refused, and the event lost.
-pub const EVENT_NOTE_MAX: usize = 1024;
-
-/// What ends a note that was cut, so a reader knows there was more.
-pub const EVENT_NOTE_CUT: &str = " [...]";
-
-/// `note` cut once, at [`EVENT_NOTE_MAX`] bytes, ending with [`EVENT_NOTE_CUT`] at a character
-/// boundary: every event goes through here (and nowhere else cuts), so a long path or a list of
-/// signatures never costs the event itself, and a cut note always says it was cut.
-pub fn event_note(mut note: String) -> String {
-    if note.len() > EVENT_NOTE_MAX {
-        let mut end = EVENT_NOTE_MAX - EVENT_NOTE_CUT.len();
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str(EVENT_NOTE_CUT);
-    }
-    note
-}
-
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
+    use std::collections::BTreeMap;
     use std::pin::pin;
 
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::core::PartialObjectMeta;
+
+    use super::nodes::trim_node;
     use super::*;
+    use crate::core::naming::LABEL_HOSTNAME;
 
     #[test]
     fn error_chain_names_the_cause_once() {

@@ -1,0 +1,94 @@
+//! The Node: this node's object and its fence labels, whether a Node exists (node-cleanup), and
+//! the metadata-only watch of all Nodes node-cleanup keeps.
+
+use std::collections::BTreeMap;
+
+use futures::Stream;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::core::naming::LABEL_HOSTNAME;
+
+use super::*;
+
+/// A Node's metadata, as node-cleanup watches it.
+pub type NodeMeta = PartialObjectMeta<Node>;
+
+/// Keeps of a Node's metadata only what node-cleanup reads: its name, UID and
+/// `kubernetes.io/hostname` label, the label only when it differs from the name (matching by it
+/// then adds nothing; it is nearly always so, and a one-entry map costs more than the rest).
+/// A Node carries dozens of labels and annotations (and every status update its kubelet makes
+/// rewrites its managedFields) that no decision needs; the type strings are the same for all.
+pub(super) fn trim_node(node: &mut NodeMeta) {
+    let meta = std::mem::take(&mut node.metadata);
+    let hostname =
+        meta.labels.and_then(|mut l| l.remove_entry(LABEL_HOSTNAME)).filter(|(_, v)| meta.name.as_ref() != Some(v));
+    node.types = None;
+    node.metadata = ObjectMeta {
+        name: meta.name,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        labels: hostname.map(|entry| BTreeMap::from([entry])),
+        ..ObjectMeta::default()
+    };
+}
+
+impl Cluster {
+    /// Reads this node's Node object (UID and labels go into every PV).
+    pub async fn node(&self, name: &str) -> Result<Node, ApiError> {
+        let api = Api::<Node>::all(self.client.clone());
+        self.call("get", api.get(name)).await.map_err(ApiError::request("get node", name))
+    }
+
+    /// Sets (`Some`) or removes (`None`) labels of a Node, nothing else, with a merge patch:
+    /// the agent's volume fences on its own Node (core::fence). Returns the Node as it is now.
+    pub async fn patch_node_labels(
+        &self,
+        name: &str,
+        labels: &std::collections::BTreeMap<String, Option<String>>,
+    ) -> Result<Node, ApiError> {
+        let patch = serde_json::json!({ "metadata": { "labels": labels } });
+        let api = Api::<Node>::all(self.client.clone());
+        self.send("patch", "patch node labels", name, api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+            .await?
+            .map_err(ApiError::request("patch node labels", name))
+    }
+
+    /// Whether a Node named `key`, or labelled `kubernetes.io/hostname=key`, exists now: asked
+    /// right before node-cleanup acts, so a Node that registered again meanwhile is not taken
+    /// for gone.
+    pub async fn node_present(&self, key: &str) -> Result<bool, ApiError> {
+        let api = Api::<Node>::all(self.client.clone());
+        for params in [
+            ListParams::default().fields(&format!("metadata.name={key}")).limit(1),
+            ListParams::default().labels(&format!("kubernetes.io/hostname={key}")).limit(1),
+        ] {
+            let page =
+                self.call("list", api.list_metadata(&params)).await.map_err(ApiError::request("list nodes", key))?;
+            if !page.items.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// A reflector over the Nodes of the cluster for node-cleanup: metadata only, each Node
+    /// trimmed to its name, UID and hostname label (all that tells a deleted Node from a live
+    /// one), so neither the requests (one watch instead of a list per pass) nor the memory grow
+    /// much with the number of Nodes. The stream yields every watch event (including the
+    /// re-list markers) and must be polled to keep the store fresh.
+    pub fn watch_node_metadata(
+        &self,
+    ) -> (Store<NodeMeta>, impl Stream<Item = Result<watcher::Event<NodeMeta>, watcher::Error>> + Send + 'static) {
+        let (reader, writer) = reflector::store();
+        // An Api over PartialObjectMeta asks for metadata only (a PartialObjectMetadata list and watch).
+        let api = Api::<NodeMeta>::all(self.client.clone());
+        let watch = watcher(api, watcher::Config::default().page_size(NODE_PAGE)).default_backoff().modify(trim_node);
+        (reader, reflector::reflector(writer, watch))
+    }
+}
