@@ -30,8 +30,9 @@ pub(crate) fn io_stat_writes_in_flight(name: &str) -> Option<IoStat> {
 }
 
 /// The write counters of the devices in `names` (kernel names), one line each, from one read
-/// of `/proc/diskstats` (cheaper than a `stat` file per device, read four times a second by
-/// the block-device watch): what changes when anything is written, discarded or flushed.
+/// of `/proc/diskstats` (cheaper than a `stat` file per device, read once a second by the
+/// block-device watch while any device is watched): what changes when anything is written,
+/// discarded or flushed.
 pub(crate) fn written_counters(names: &std::collections::BTreeSet<String>) -> Vec<String> {
     let text = std::fs::read_to_string("/proc/diskstats").unwrap_or_default();
     text.lines()
