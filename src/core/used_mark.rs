@@ -573,6 +573,29 @@ mod tests {
         }
     }
 
+    /// The hashed index names each entry that shares a key once, in ledger order, however many
+    /// keys it shares, and nothing for an identity no entry shares a key with.
+    #[test]
+    fn the_index_names_each_candidate_once_in_ledger_order() {
+        let entries: Vec<UsedMark> = [EXT4, OTHER, EXT4_SUB, RAW, EXT4]
+            .iter()
+            .enumerate()
+            .map(|(i, id)| UsedMark { identity: id.to_string(), uid: Some(format!("u{i}")), ..mark() })
+            .collect();
+        let index = LedgerIndex::build(&entries);
+        for id in [EXT4, OTHER, EXT4_SUB, RAW, PART, TMPFS, "junk"] {
+            let got: Vec<&str> = index.candidates(&entries, id).iter().filter_map(|m| m.uid.as_deref()).collect();
+            let keys = relation_keys(id);
+            let want: Vec<&str> = entries
+                .iter()
+                .filter(|e| relation_keys(&e.identity).iter().any(|k| keys.contains(k)))
+                .filter_map(|e| e.uid.as_deref())
+                .collect();
+            assert_eq!(got, want, "{id}");
+        }
+        assert!(index.candidates(&entries, "junk").is_empty());
+    }
+
     /// The index finds every entry a full scan relates, over all the identity shapes used in
     /// these tests.
     #[test]
