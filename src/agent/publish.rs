@@ -12,7 +12,7 @@ use crate::api::{AnnotationPatch, ApiError, Created, TakeOver, node_reference};
 use crate::config::VolumeMode;
 use crate::core::backoff::Policy;
 use crate::core::cleanup::PvState;
-use crate::core::desired::{class_policy, desired_pvs};
+use crate::core::desired::{class_policy, desired_from};
 use crate::core::effect_key::EffectKey;
 use crate::core::expectations::Expected;
 use crate::core::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
@@ -59,7 +59,9 @@ impl Agent {
         let policies = self.class_policies();
         let ctx =
             PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
-        let (mut desired, problems) = desired_pvs(&ctx, &scan.volumes, &policies);
+        // The scan's volumes move into the desired PVs: one copy of their strings at a time.
+        let (mut desired, problems) = desired_from(&ctx, std::mem::take(&mut scan.volumes), &policies);
+        drop(scan);
         for p in problems {
             let note = format!("volumes of StorageClass {} are not published: {}", p.class, p.message);
             self.report_node_problem("ClassUnavailable", note).await;

@@ -670,12 +670,12 @@ fn fenced_pv(name: &str) -> PvFacts {
     pv.fence_honoured = crate::core::fence::honours_fence(name, pv.spec.node_affinity.as_ref());
     crate::core::fence::strip_fence_requirements(&mut pv.spec.node_affinity);
     assert!(pv.fence_honoured);
-    pv.spec.claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
+    pv.spec.claim_ref = Some(Box::new(k8s_openapi::api::core::v1::ObjectReference {
         namespace: Some("default".into()),
         name: Some("data-0".into()),
         uid: Some("claim-uid".into()),
         ..Default::default()
-    });
+    }));
     pv
 }
 

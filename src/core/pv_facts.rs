@@ -82,9 +82,10 @@ pub struct PvFactsSpec {
     /// `spec.persistentVolumeReclaimPolicy`.
     #[serde(default)]
     pub persistent_volume_reclaim_policy: Option<String>,
-    /// `spec.claimRef`: set once a claim was bound.
+    /// `spec.claimRef`: set once a claim was bound. Boxed: inline it took 168 bytes of every
+    /// stored PV, bound or not (a node's unbound PVs are most of its store after a bulk publish).
     #[serde(default)]
-    pub claim_ref: Option<ObjectReference>,
+    pub claim_ref: Option<Box<ObjectReference>>,
     /// `spec.nodeAffinity`: node-cleanup finds the node a PV is pinned to here.
     #[serde(default)]
     pub node_affinity: Option<VolumeNodeAffinity>,
@@ -204,7 +205,7 @@ mod tests {
         assert_eq!(facts.spec.local, spec.local);
         assert_eq!(facts.spec.storage_class_name, spec.storage_class_name);
         assert_eq!(facts.spec.persistent_volume_reclaim_policy, spec.persistent_volume_reclaim_policy);
-        assert_eq!(facts.spec.claim_ref, spec.claim_ref);
+        assert_eq!(facts.spec.claim_ref.as_deref(), spec.claim_ref.as_ref());
         assert_eq!(facts.spec.node_affinity, spec.node_affinity);
         assert_eq!(facts.status.phase, pv.status.as_ref().unwrap().phase);
         assert_eq!(facts.local_path(), Some("/mnt/disks/a"));

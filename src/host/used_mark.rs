@@ -426,15 +426,21 @@ impl Ledger {
             .lock()
             .map_err(|_| MarkError::Corrupt { path: self.path.clone(), why: "lock poisoned".into() })?;
         let data = guard.as_mut().map_err(|why| MarkError::Corrupt { path: self.path.clone(), why: why.clone() })?;
-        let mut next = data.clone();
+        // The change is made on a copy of the entries (not of the index, which is rebuilt), so
+        // a failed write leaves the ledger in memory as it is on disk.
+        let mut next =
+            LedgerData { used: data.used.clone(), withdrawn: data.withdrawn.clone(), index: LedgerIndex::default() };
         change(&mut next);
         prune_withdrawn(&next.used, &mut next.withdrawn);
-        if next == *data {
+        if next.used == data.used && next.withdrawn == data.withdrawn {
             return Ok(());
         }
-        next.index = LedgerIndex::build(&next.used);
         save(&self.path, &next)?;
+        // The old entries and their index go before the new index is built: with a thousand
+        // disks, two copies of the ledger were the largest part of the agent's peak memory.
         *data = next;
+        data.used.shrink_to_fit();
+        data.index = LedgerIndex::build(&data.used);
         Ok(())
     }
 }
