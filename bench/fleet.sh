@@ -197,9 +197,10 @@ node_sh='d=$1; n=$2; cfg=$3; shift 3
 i=1; while [ "$i" -le "$n" ]; do mount -t tmpfs -o size=16m tmpfs "$d/v$i" || exit 1; i=$((i + 1)); done
 [ -z "$cfg" ] || mount --bind "$cfg" /etc/provisioner/config || exit 1
 exec "$@"'
+# Called in a background subshell: `exec`, so the PID recorded ($!) becomes the agent's own.
 on_node() {
   local a=$1 cfg=$2; shift 2
-  unshare -m --propagation private sh -c "$node_sh" sh "$work/vols/node-$a" "$v" "$cfg" "$@"
+  exec unshare -m --propagation private sh -c "$node_sh" sh "$work/vols/node-$a" "$v" "$cfg" "$@"
 }
 start=$(now)
 for a in $(seq 1 "$agents"); do
