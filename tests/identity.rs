@@ -33,9 +33,20 @@ impl Loop {
         Loop { device: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()) }
     }
 
+    /// Attaches `file` at `device`, which a test just detached: the kernel releases a loop
+    /// device after `losetup -d` returns, so it can answer "busy" for a moment (a fresh-clone CI
+    /// run met it while other work ran on the machine); asked again as losetup's users do.
     fn attach_at(device: &Path, file: &Path) -> Loop {
-        run(Command::new("losetup").arg(device).arg(file));
-        Loop { device: device.to_path_buf() }
+        for _ in 0..100 {
+            let out = Command::new("losetup").arg(device).arg(file).output().unwrap();
+            if out.status.success() {
+                return Loop { device: device.to_path_buf() };
+            }
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("busy"), "losetup {} {}: {stderr}", device.display(), file.display());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("{} stayed busy for 10 s", device.display());
     }
 
     fn partition(&self, n: u32) -> PathBuf {
