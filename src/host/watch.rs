@@ -212,7 +212,9 @@ pub(crate) fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) 
                 }
                 let look_again = looks.first().is_some_and(|at| *at <= now);
                 looks.retain(|at| *at > now);
-                let mut change = (events || look_again) && replace_if_differs(&mut listed, block_devices_now());
+                // The device list is read at most once per wake-up, for an event or the safety net.
+                let listed_now = events || look_again;
+                let mut change = listed_now && replace_if_differs(&mut listed, block_devices_now());
                 let now = std::time::Instant::now();
                 for i in 0..4 {
                     if !wanted[i] || next[i] > now {
@@ -221,7 +223,7 @@ pub(crate) fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) 
                     // The next one a whole period on, skipping what a long sleep missed.
                     next[i] = (next[i] + periods[i]).max(now);
                     let differs = match i {
-                        0 => replace_if_differs(&mut listed, block_devices_now()),
+                        0 => !listed_now && replace_if_differs(&mut listed, block_devices_now()),
                         1 => replace_if_differs(&mut written, crate::host::writers::written_counters(&names)),
                         2 => replace_if_differs(
                             &mut counters,
