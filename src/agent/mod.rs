@@ -53,7 +53,7 @@ use crate::host::ops::{Answer, Operations, Subject};
 use crate::host::used_mark::Ledger;
 use crate::host::watch::{DirWatcher, Needs, WatchNeeds, watch_block_devices, watch_mounts};
 use crate::metrics::Metrics;
-use crate::runtime::{EventClock, Shutdown, forward_events_until_synced, jittered, sleep_until_opt};
+use crate::runtime::{EventClock, Shutdown, debounced, forward_events_until_synced, jittered, sleep_until_opt};
 use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
 
 use crate::core::effect_key::EffectKey;
@@ -386,8 +386,10 @@ impl Agent {
                 }
                 _ = changed.notified() => {
                     trace!("pass triggered by an event");
-                    // Let a burst of watch events settle into one pass.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // Let a burst of watch events settle into one pass, but never past a settle
+                    // or retry deadline: an event that arrives just before a new volume settles
+                    // (the PV controller setting the last PV Available) must not delay its PV.
+                    tokio::time::sleep_until(debounced(tokio::time::Instant::now(), wake)).await;
                 }
                 Some(outcome) = wipes_done.recv() => self.cleaner.finished(&outcome),
                 _ = sleep_until_opt(wake) => trace!("pass triggered by a settle or retry deadline"),

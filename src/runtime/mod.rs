@@ -89,6 +89,17 @@ impl EventClock {
     }
 }
 
+/// How long the loop lets a burst of change events gather into one pass.
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// When a pass woken by an event at `now` runs: after the debounce, or at the loop's next
+/// deadline (a volume settling, a retry) when that comes first, so a change event never
+/// delays what was already due.
+pub(crate) fn debounced(now: tokio::time::Instant, deadline: Option<tokio::time::Instant>) -> tokio::time::Instant {
+    let gathered = now + DEBOUNCE;
+    deadline.map_or(gathered, |at| at.min(gathered))
+}
+
 /// Sleeps until `at`, or for ever when there is no deadline (a `select!` arm that never fires).
 pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
@@ -144,4 +155,28 @@ pub(crate) fn jittered(period: Duration, jitter: bool) -> Duration {
 /// needed (fastrand, seeded per thread from the OS).
 pub(crate) fn random_fraction() -> f64 {
     fastrand::f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_waits_out_the_debounce_unless_a_deadline_comes_first() {
+        let now = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        let cases = [
+            (None, now + DEBOUNCE),
+            (Some(now + ms(500)), now + DEBOUNCE),
+            (Some(now + DEBOUNCE), now + DEBOUNCE),
+            (Some(now + ms(30)), now + ms(30)),
+            (Some(now), now),
+        ];
+        for (deadline, expected) in cases {
+            assert_eq!(debounced(now, deadline), expected, "deadline {deadline:?}");
+        }
+        // A deadline already past: the pass runs at once.
+        let later = now + ms(40);
+        assert_eq!(debounced(later, Some(now)), now);
+    }
 }
