@@ -137,3 +137,64 @@ fn validate_config_lists_every_problem() {
         assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
     }
 }
+
+#[test]
+fn validate_config_refuses_likely_misspellings_and_strict_refuses_every_unknown_key() {
+    let validate = |dir: &std::path::Path, strict: bool| {
+        let mut cmd = Command::new(binary());
+        cmd.args(["validate-config", "--config-dir"]).arg(dir);
+        if strict {
+            cmd.arg("--strict");
+        }
+        let out = cmd.output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // namePatern: upstream would publish every entry; here the class fails with a suggestion.
+    let tmp = tempfile::tempdir().unwrap();
+    let class_map = "nvme:\n  hostDir: /mnt/lsp-typo-a\n  mountDir: /mnt/lsp-typo-a\n  namePatern: \"nvme*\"\n";
+    write_config(tmp.path(), &[("storageClassMap", class_map)]);
+    let (code, err) = validate(tmp.path(), false);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("storageClassMap.nvme.namePatern"), "{err}");
+    assert!(err.contains("did you mean \"namePattern\"?"), "{err}");
+
+    // storageClasMap: upstream would publish nothing, silently; here the config is refused.
+    let tmp = tempfile::tempdir().unwrap();
+    write_config(tmp.path(), &[("storageClasMap", "a:\n  hostDir: /mnt/lsp-typo-a\n  mountDir: /mnt/lsp-typo-a\n")]);
+    let (code, err) = validate(tmp.path(), false);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("did you mean \"storageClassMap\"?"), "{err}");
+
+    // A key unlike any known one is a warning, and an error with --strict.
+    let tmp = tempfile::tempdir().unwrap();
+    let class_map = "a:\n  hostDir: /mnt/lsp-typo-a\n  mountDir: /mnt/lsp-typo-a\n  reclaimPolicy: Retain\n";
+    write_config(tmp.path(), &[("storageClassMap", class_map), ("notes", "hello\n")]);
+    let (code, err) = validate(tmp.path(), false);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("warning: storageClassMap.a: unknown key \"reclaimPolicy\""), "{err}");
+    let (code, err) = validate(tmp.path(), true);
+    assert_eq!(code, Some(1), "{err}");
+    for line in ["error: storageClassMap.a.reclaimPolicy: unknown key", "error: notes: unknown key"] {
+        assert!(err.contains(line), "missing {line:?} in:\n{err}");
+    }
+    // Upstream's real keys, every one, pass --strict.
+    let tmp = tempfile::tempdir().unwrap();
+    let class_map = "a:\n  hostDir: /mnt/lsp-typo-a\n  mountDir: /mnt/lsp-typo-a\n  blockCleanerCommand: [\"/scripts/quick_reset.sh\"]\n  volumeMode: Filesystem\n  fsType: ext4\n  namePattern: \"*\"\n  accessMode: ReadWriteOnce\n";
+    write_config(
+        tmp.path(),
+        &[
+            ("storageClassMap", class_map),
+            ("nodeLabelsForPV", "- topology.kubernetes.io/zone\n"),
+            ("labelsForPV", "team: storage\n"),
+            ("useAlphaAPI", "false\n"),
+            ("useJobForCleaning", "false\n"),
+            ("minResyncPeriod", "5m0s\n"),
+            ("useNodeNameOnly", "false\n"),
+            ("setPVOwnerRef", "false\n"),
+            ("removeNodeNotReadyTaint", "false\n"),
+            ("provisionerNotReadyNodeTaintKey", "example.com/not-ready\n"),
+        ],
+    );
+    let (code, err) = validate(tmp.path(), true);
+    assert_eq!(code, Some(0), "{err}");
+}

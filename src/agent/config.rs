@@ -19,10 +19,7 @@ use crate::host::wipe_block::cleaner_warnings_here;
 /// Reads the configuration at start-up. An invalid one does not stop the agent: it publishes
 /// nothing, says so in readiness, and picks up the config as soon as it is fixed. Invalid
 /// classes are left out (and named in readiness), the others run.
-pub(super) async fn first_load(
-    source: &mut ConfigSource,
-    readiness: &Readiness,
-) -> (Option<ProvisionerConfig>, Option<String>, BTreeMap<String, String>) {
+pub(super) async fn first_load(source: &mut ConfigSource, readiness: &Readiness) -> FirstLoad {
     let dir = source.dir().to_path_buf();
     match on_blocking_pool(source, ConfigSource::load).await {
         Some(Ok(loaded)) => {
@@ -34,14 +31,28 @@ pub(super) async fn first_load(
                 readiness.set_detail(Some(format!("config: {p}")));
             }
             let left_out = eff.left_out_problems();
-            (Some(eff.config), problem, left_out)
+            FirstLoad { config: Some(eff.config), problem, left_out, warnings: loaded.warnings }
         }
         Some(Err(e)) => {
             error!(error = %e, "configuration invalid; nothing is published until it is fixed");
-            (None, Some(e.to_string()), BTreeMap::new())
+            FirstLoad { problem: Some(e.to_string()), ..FirstLoad::default() }
         }
-        None => (None, Some(format!("reading {} failed", dir.display())), BTreeMap::new()),
+        None => FirstLoad { problem: Some(format!("reading {} failed", dir.display())), ..FirstLoad::default() },
     }
+}
+
+/// What the first read of the configuration found, before the API can be reached: the
+/// first pass tells it on the Node ([`Agent::tell_config_findings`]).
+#[derive(Default)]
+pub(super) struct FirstLoad {
+    /// The configuration to use; None when none is valid.
+    pub config: Option<ProvisionerConfig>,
+    /// Why the configuration is not used as written (refused, or classes left out).
+    pub problem: Option<String>,
+    /// Classes left out as invalid, with their problems.
+    pub left_out: BTreeMap<String, String>,
+    /// Unknown keys unlike any known one (config::LoadedConfig::warnings).
+    pub warnings: Vec<String>,
 }
 
 /// Logs what an operator must see about a config being applied: its warnings, the block
@@ -84,6 +95,31 @@ async fn on_blocking_pool<T: Send + 'static>(source: &mut ConfigSource, read: fn
 }
 
 impl Agent {
+    /// Tells on the Node, once per occurrence, what the operator must fix in the configuration
+    /// the agent runs: the unknown keys it ignores (`ConfigUnknownKeys`), and at the first pass
+    /// the problems met at start-up, before the API could be reached (`ConfigInvalid`; later
+    /// ones are told as reloads meet them).
+    pub(super) async fn tell_config_findings(&mut self) {
+        if !std::mem::replace(&mut self.told_first_load, true)
+            && let Some(problem) = &self.config_problem
+        {
+            let note = if self.has_config {
+                format!("configuration partly refused at start-up: {problem}")
+            } else {
+                format!("configuration invalid at start-up; nothing is published until it is fixed: {problem}")
+            };
+            self.cluster.event(&node_reference(&self.node), true, "ConfigInvalid", "Load", note).await;
+        }
+        if self.config_warnings == self.told_warnings {
+            return;
+        }
+        self.told_warnings = self.config_warnings.clone();
+        if !self.config_warnings.is_empty() {
+            let note = format!("configuration: {}", self.config_warnings.join("; "));
+            self.cluster.event(&node_reference(&self.node), true, "ConfigUnknownKeys", "Load", note).await;
+        }
+    }
+
     /// Applies a changed config directory. New settings apply to new PVs; existing PVs are not
     /// changed. A class that became invalid keeps its last valid definition.
     pub(super) async fn reload_config(&mut self) {
@@ -92,6 +128,7 @@ impl Agent {
         };
         match loaded {
             Ok(loaded) => {
+                self.config_warnings.clone_from(&loaded.warnings);
                 let eff = effective(&loaded, self.has_config.then_some(&self.config));
                 let changed = !self.has_config || eff.config != self.config;
                 if changed {

@@ -116,8 +116,9 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
     let mut source = crate::config::ConfigSource::new(&opts.config_dir);
-    let (config, config_problem, left_out_classes) = config::first_load(&mut source, &readiness).await;
-    metrics.set_config_valid(config_problem.is_none());
+    let first = config::first_load(&mut source, &readiness).await;
+    metrics.set_config_valid(first.problem.is_none());
+    let config = first.config.clone();
     let addr = parse_listen_address(&opts.listen_address)?;
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
 
@@ -207,8 +208,9 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
     let cleaner = cleaner.with_operations(ops.clone());
     let parts = Parts { cluster, host, ops, cleaner, metrics, readiness, node, pv_store, sc_store };
-    let mut agent = Agent::new(parts, &opts, config, config_problem, source)?;
-    agent.left_out_classes = left_out_classes;
+    let mut agent = Agent::new(parts, &opts, first.config, first.problem, source)?;
+    agent.left_out_classes = first.left_out;
+    agent.config_warnings = first.warnings;
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
     agent.watch_needs = Some(watch_needs);
@@ -257,6 +259,12 @@ pub(crate) struct Agent {
     /// Classes of the ConfigMap left out as invalid (never valid since start-up), with their
     /// problems: their PVs are kept as they are, and a refused wipe says why.
     left_out_classes: BTreeMap<String, String>,
+    /// The unknown keys of the configuration on disk (config::LoadedConfig::warnings), and
+    /// those last told on the Node: told again only when they change.
+    config_warnings: Vec<String>,
+    told_warnings: Vec<String>,
+    /// Whether the problems of the first read were told (they are read before the API is).
+    told_first_load: bool,
     dir_watcher: Option<DirWatcher>,
     /// What the block-device watch must read periodically, from what the last pass found.
     watch_needs: Option<Arc<WatchNeeds>>,
@@ -324,6 +332,9 @@ impl Agent {
             config: config.unwrap_or_default(),
             config_problem,
             left_out_classes: BTreeMap::new(),
+            config_warnings: Vec::new(),
+            told_warnings: Vec::new(),
+            told_first_load: false,
             dir_watcher: None,
             watch_needs: None,
             settle: opts.settle,
@@ -437,6 +448,7 @@ impl Agent {
     async fn reconcile_once(&mut self, revealed: Option<Instant>) {
         let started = Instant::now();
         self.reload_config().await;
+        self.tell_config_findings().await;
         self.watch_dirs();
         if !self.has_config {
             return;

@@ -988,3 +988,49 @@ async fn a_withdrawn_pv_is_not_withdrawn_again_while_the_watch_catches_up() {
     lab.pass().await;
     assert!(lab.agent.expectations.is_empty());
 }
+
+/// Unknown keys the agent ignores are told on the Node once per occurrence (again only when
+/// they change), and a problem of the configuration read at start-up, before the API could be
+/// reached, at the first pass.
+#[tokio::test]
+async fn unknown_config_keys_and_start_up_problems_are_told_on_the_node_once() {
+    let mut lab = lab().await;
+    let dir = lab._config.path().to_path_buf();
+    let write = |extra: &str| {
+        std::fs::write(
+            dir.join("storageClassMap"),
+            format!("{CLASS}:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n{extra}"),
+        )
+        .unwrap()
+    };
+    let events = lab.api.events();
+    lab.agent.tell_config_findings().await;
+    assert_eq!(lab.api.events(), events, "nothing to tell");
+
+    write("  reclaimPolicy: Retain\n");
+    lab.agent.reload_config().await;
+    lab.agent.tell_config_findings().await;
+    assert_eq!(lab.api.events(), events + 1, "the unknown key is told");
+    lab.agent.reload_config().await;
+    lab.agent.tell_config_findings().await;
+    assert_eq!(lab.api.events(), events + 1, "told once");
+
+    write("  reclaimPolicy: Retain\n  capacity: 10Gi\n");
+    lab.agent.reload_config().await;
+    lab.agent.tell_config_findings().await;
+    assert_eq!(lab.api.events(), events + 2, "a new unknown key is told");
+
+    write("");
+    lab.agent.reload_config().await;
+    lab.agent.tell_config_findings().await;
+    assert_eq!(lab.api.events(), events + 2, "fixed: nothing to tell");
+    assert!(lab.agent.config_warnings.is_empty());
+
+    // A problem met at start-up (before the API could be reached) is told at the first pass.
+    let mut lab = crate::agent::tests::lab().await;
+    lab.agent.config_problem = Some("class \"x\" is invalid".into());
+    let events = lab.api.events();
+    lab.agent.tell_config_findings().await;
+    lab.agent.tell_config_findings().await;
+    assert_eq!(lab.api.events(), events + 1, "told once");
+}

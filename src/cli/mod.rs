@@ -204,6 +204,10 @@ struct ValidateArgs {
     /// only one whose data has provisioner keys. Wins over --config-dir.
     #[arg(short = 'f', long = "file", env = "CONFIG_FILE")]
     file: Option<PathBuf>,
+    /// Fail on any unknown key, not only on likely misspellings of a known one (which always
+    /// fail): for CI checks of a config before it is applied.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Debug, Args)]

@@ -38,6 +38,12 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
     for w in loaded.warnings.iter().chain(&crate::host::wipe_block::cleaner_warnings_here(&eff.config)) {
         eprintln!("warning: {w}");
     }
+    if args.strict && !loaded.unknown_keys.is_empty() {
+        failed = true;
+        for key in &loaded.unknown_keys {
+            eprintln!("error: {key}: unknown key (--strict refuses every unknown key)");
+        }
+    }
     for (class, problems) in &eff.left_out {
         failed = true;
         eprintln!("error: class {class:?} is invalid and will not be used (the other classes are):");

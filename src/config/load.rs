@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::suggest::likely_key;
 use super::upstream_yaml::{Conversion, upstream_labels};
 use super::{
     BlockCleanMethod, ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, DeviceSelector, DeviceType, LoadedConfig,
@@ -81,7 +82,7 @@ pub fn parse_entries(source_name: &str, entries: &[(String, String)]) -> Result<
     for class in p.class_problems.keys() {
         config.storage_class_map.remove(class);
     }
-    Ok(LoadedConfig { config, warnings: p.warnings, failed_classes: p.class_problems })
+    Ok(LoadedConfig { config, warnings: p.warnings, failed_classes: p.class_problems, unknown_keys: p.unknown })
 }
 
 pub(super) const TOP_KEYS: [&str; 11] = [
@@ -122,6 +123,8 @@ struct Parser {
     /// Problems met while reading one class, by class.
     class_problems: BTreeMap<String, Vec<Problem>>,
     warnings: Vec<String>,
+    /// Where every unknown key was met (`storageClassMap.fast.namePatern`), for `--strict`.
+    unknown: Vec<String>,
 }
 
 impl Parser {
@@ -129,11 +132,35 @@ impl Parser {
         self.problems.push(Problem { location: location.to_string(), message: message.into() });
     }
 
+    /// An unknown key at `loc` (None: the top level, a ConfigMap key). A likely misspelling
+    /// of a known key is a problem: upstream would ignore it silently, which widens what is
+    /// published (`namePatern`) or empties it (`storageClasMap`); it fails its class, or the
+    /// whole config at the top level, so the last good one stays in use. Any other unknown
+    /// key is a warning (a note, a key of a newer upstream), and an error only for
+    /// `validate-config --strict`.
+    fn unknown_key(&mut self, loc: Option<&str>, key: &str, known: &[&'static str]) {
+        let at = loc.map_or_else(|| key.to_string(), |l| format!("{l}.{key}"));
+        self.unknown.push(at.clone());
+        match likely_key(key, known) {
+            Some(meant) => self.problem(
+                &at,
+                format!(
+                    "unknown key {key:?}: did you mean {meant:?}? Upstream would ignore it, which changes what is \
+                     published; fix the key (or remove it)"
+                ),
+            ),
+            None => {
+                let place = loc.map_or_else(|| "unknown config key".to_string(), |l| format!("{l}: unknown key"));
+                self.warnings.push(format!("{place} {key:?} ignored (known keys: {})", known.join(", ")));
+            }
+        }
+    }
+
     fn top_level(&mut self, entries: &[(String, String)]) -> ProvisionerConfig {
         let mut cfg = ProvisionerConfig::default();
         for (key, text) in entries {
             let Some(canonical) = canonical_key(key, &TOP_KEYS) else {
-                self.warnings.push(format!("unknown config key {key:?} ignored (known keys: {})", TOP_KEYS.join(", ")));
+                self.unknown_key(None, key, &TOP_KEYS);
                 continue;
             };
             if canonical == "labelsForPV" {
@@ -144,7 +171,7 @@ impl Parser {
             let value = match serde_saphyr::from_str::<Value>(text) {
                 Ok(v) => v,
                 Err(e) => {
-                    self.problem(canonical, format!("not valid YAML: {e}"));
+                    self.problem(canonical, format!("not valid YAML: {}", super::yaml_error::describe(&e)));
                     continue;
                 }
             };
@@ -213,9 +240,7 @@ impl Parser {
                 Some(k) => {
                     fields.insert(k, v);
                 }
-                None => self
-                    .warnings
-                    .push(format!("{loc}: unknown key {key:?} ignored (known keys: {})", CLASS_KEYS.join(", "))),
+                None => self.unknown_key(Some(loc), key, &CLASS_KEYS),
             }
         }
         let field_str = |p: &mut Self, name: &str| -> Option<String> {
@@ -377,13 +402,18 @@ impl Parser {
                 Some(k) => {
                     fields.insert(k, v);
                 }
-                None => self.problem(
-                    loc,
-                    format!(
-                        "unknown key {key:?} (known keys: {}); a typo here could claim the wrong disks",
-                        DEVICE_KEYS.join(", ")
-                    ),
-                ),
+                None => {
+                    let hint =
+                        likely_key(key, &DEVICE_KEYS).map(|k| format!("did you mean {k:?}? ")).unwrap_or_default();
+                    self.unknown.push(format!("{loc}.{key}"));
+                    self.problem(
+                        loc,
+                        format!(
+                            "unknown key {key:?}: {hint}a typo here could claim the wrong disks (known keys: {})",
+                            DEVICE_KEYS.join(", ")
+                        ),
+                    )
+                }
             }
         }
         if let Some(v) = fields.get("types") {

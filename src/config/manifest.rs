@@ -48,8 +48,10 @@ pub enum ManifestError {
 /// Reads the provisioner config from the ConfigMap in `text` (a manifest file's content;
 /// `source_name` names it in messages).
 pub fn load_manifest(source_name: &str, text: &str) -> Result<LoadedConfig, ManifestError> {
-    let documents: Vec<Value> = serde_saphyr::from_multiple(text)
-        .map_err(|e| ManifestError::NotYaml { source_name: source_name.to_string(), message: e.to_string() })?;
+    let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| ManifestError::NotYaml {
+        source_name: source_name.to_string(),
+        message: super::yaml_error::describe(&e),
+    })?;
     let mut objects = Vec::new();
     for (i, doc) in documents.into_iter().enumerate() {
         if doc.is_null() {

@@ -8,8 +8,10 @@ mod effective;
 mod load;
 mod manifest;
 mod source;
+mod suggest;
 mod upstream_yaml;
 mod validate;
+mod yaml_error;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -90,6 +92,9 @@ pub struct LoadedConfig {
     /// Classes left out of `config`, with their problems: one class's typo does not stop the
     /// others (upstream fails such a class alone too).
     pub failed_classes: BTreeMap<String, Vec<Problem>>,
+    /// Where each unknown key was met (`storageClassMap.fast.reclaimPolicy`): the warned ones
+    /// and the likely misspellings alike; `validate-config --strict` refuses any.
+    pub unknown_keys: Vec<String>,
 }
 
 #[cfg(test)]

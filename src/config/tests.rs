@@ -480,10 +480,56 @@ fn unknown_class_key_warns_naming_class_and_key() {
 }
 
 #[test]
-fn misspelled_class_key_warns_and_the_required_key_is_reported_missing() {
+fn misspelled_class_key_is_a_problem_with_a_suggestion_and_the_required_key_is_reported_missing() {
     let map = "local:\n  hostDirr: /mnt/disks\n  mountDir: /mnt/disks\n";
     let ps = problems(&[("storageClassMap", map)]);
-    assert_eq!(locations(&ps), ["storageClassMap.local.hostDir"]);
+    assert_eq!(locations(&ps), ["storageClassMap.local.hostDirr", "storageClassMap.local.hostDir"]);
+    assert!(ps[0].message.contains("did you mean \"hostDir\"?"), "{}", ps[0].message);
+}
+
+#[test]
+fn a_misspelt_filter_key_fails_its_class_instead_of_widening_it() {
+    // Upstream ignores `namePatern` and publishes every entry; here the class is left out
+    // (the other classes run) and the unknown key is named for --strict.
+    let map = "wide:\n  hostDir: /mnt/a\n  mountDir: /mnt/a\n  namePatern: \"nvme*\"\nother:\n  hostDir: /mnt/b\n  mountDir: /mnt/b\n";
+    let loaded = ok(&[("storageClassMap", map)]);
+    assert_eq!(loaded.config.storage_class_map.keys().collect::<Vec<_>>(), ["other"]);
+    let ps = &loaded.failed_classes["wide"];
+    assert_eq!(locations(ps), ["storageClassMap.wide.namePatern"]);
+    assert!(ps[0].message.contains("did you mean \"namePattern\"?"), "{}", ps[0].message);
+    assert_eq!(loaded.unknown_keys, ["storageClassMap.wide.namePatern"]);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn a_misspelt_top_level_key_refuses_the_config_instead_of_emptying_it() {
+    // Upstream ignores `storageClasMap` and publishes nothing, silently.
+    let err = parse_entries("cm", &entries(&[("storageClasMap", &one_class("local", "/mnt/disks"))])).unwrap_err();
+    match err {
+        ConfigError::Invalid { problems, .. } => {
+            assert_eq!(locations(&problems), ["storageClasMap"]);
+            assert!(problems[0].message.contains("did you mean \"storageClassMap\"?"), "{}", problems[0].message);
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_keys_unlike_any_known_one_stay_warnings_and_are_listed_for_strict() {
+    let map = "local:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n  reclaimPolicy: Retain\n";
+    let loaded = ok(&[("storageClassMap", map), ("notes", "hello")]);
+    assert_eq!(loaded.config.storage_class_map.len(), 1);
+    assert_eq!(loaded.warnings.len(), 2, "{:?}", loaded.warnings);
+    assert_eq!(loaded.unknown_keys, ["storageClassMap.local.reclaimPolicy", "notes"]);
+}
+
+#[test]
+fn a_misspelt_device_filter_names_the_likely_key() {
+    let map =
+        "local:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n  volumeMode: Block\n  devices:\n    minSise: 10Gi\n";
+    let loaded = ok(&[("storageClassMap", map)]);
+    let ps = &loaded.failed_classes["local"];
+    assert!(ps.iter().any(|p| p.message.contains("did you mean \"minSize\"?")), "{ps:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -866,7 +912,7 @@ fn warnings_are_kept_when_the_config_is_refused() {
     let err = parse_entries(
         "cm",
         &entries(&[
-            ("storageClassMap", "fast:\n  mountDir: /mnt/fast\n  hostdirr: /x\n"),
+            ("storageClassMap", "fast:\n  mountDir: /mnt/fast\n  hostPlace: /x\n"),
             ("oddKey", "1"),
             ("setPVOwnerRef", "perhaps"),
         ]),
@@ -878,7 +924,7 @@ fn warnings_are_kept_when_the_config_is_refused() {
             assert_eq!(warnings.len(), 2, "{warnings:?}");
             assert!(warnings.iter().any(|w| w.contains("oddKey")), "{warnings:?}");
             assert!(
-                warnings.iter().any(|w| w.contains("storageClassMap.fast") && w.contains("hostdirr")),
+                warnings.iter().any(|w| w.contains("storageClassMap.fast") && w.contains("hostPlace")),
                 "{warnings:?}"
             );
         }
