@@ -17,6 +17,9 @@ node=${DEMO_NODE:-demo-node}
 [[ $(id -u) == 0 ]] || { echo "demo: run as root (it mounts tmpfs volumes)" >&2; exit 1; }
 real_node=0
 [[ ${1:-} == --real-node ]] && real_node=1
+# shellcheck source=scripts/toolchain.sh
+source "$repo/scripts/toolchain.sh"
+lsp_find_toolchains || exit 1  # here too: install-deps.sh runs in a process of its own
 bash "$repo/scripts/install-deps.sh"
 (( real_node )) && exec bash "$repo/scripts/demo-real-node.sh"
 
@@ -29,9 +32,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== building the agent and the control plane (first time takes a while)"
-(cd "$repo" && cargo build --release --locked -q)
-bin=$repo/target/release/local-static-provisioner
+echo "== building the agent and the control plane (the first time about 15 minutes on 2 cores: a line per stage)"
+(cd "$repo" && lsp_stage demo "the agent (cargo build --release)" cargo build --release --locked -q)
+bin=$(lsp_release_binary "$repo")
 rm -rf "$demo/control-plane"  # a fresh cluster each time
 bash "$repo/tests/control-plane/start.sh" "$demo/control-plane"
 # shellcheck disable=SC1091

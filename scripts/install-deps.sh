@@ -29,8 +29,10 @@ elif (( ${#need[@]} )); then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" > /dev/null
 fi
-command -v go > /dev/null || { echo "Go (>= 1.26) is required to build the test control plane" >&2; exit 1; }
-command -v cargo > /dev/null || { echo "Rust (cargo) is required" >&2; exit 1; }
+# Go and cargo, also under sudo (whose secure_path drops their usual places): scripts/toolchain.sh.
+# shellcheck source=scripts/toolchain.sh
+source "$(dirname "${BASH_SOURCE[0]}")/toolchain.sh"
+lsp_find_toolchains || exit 1
 for tool in cargo-clippy rustfmt; do
   command -v "$tool" > /dev/null || { echo "$tool is required (rustup component add clippy rustfmt)" >&2; exit 1; }
 done

@@ -58,7 +58,9 @@ reuse_or_lock() {
     echo "$out/bin"
     exit 0
   fi
-  command -v go > /dev/null || { echo "$who: 'go' is not on PATH (Go >= 1.26 is needed)" >&2; exit 1; }
+  # shellcheck source=scripts/toolchain.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/../scripts/toolchain.sh"
+  lsp_find_toolchains go || exit 1
   mkdir -p "$out/bin"
   exec 9> "$out/.lock"
   flock 9

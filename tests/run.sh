@@ -8,7 +8,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# The Debian tools the host tests and the real node use (quiet when nothing is missing).
+# Go and cargo, also under sudo (scripts/toolchain.sh), then the Debian tools the host tests
+# and the real node use (quiet when nothing is missing).
+# shellcheck source=scripts/toolchain.sh
+source scripts/toolchain.sh
+lsp_find_toolchains || exit 1
 bash scripts/install-deps.sh
 
 echo "== format and lints"

@@ -30,8 +30,11 @@ etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-$ETCD_VERSIO
 cd "$here"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 echo "control plane: building Kubernetes $KUBE_VERSION and etcd $ETCD_VERSION into $out (first time only)" >&2
-go build -trimpath -ldflags "$etcd_ldflags" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3 >&2
+lsp_stage "control plane" "etcd (1 of 6)" go build -trimpath -ldflags "$etcd_ldflags" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3 >&2
+n=1
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
-  go build -trimpath -ldflags "$kube_ldflags" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd" >&2
+  n=$((n + 1))
+  lsp_stage "control plane" "$cmd ($n of 6, $(( $(date +%s) - start )) s so far)" \
+    go build -trimpath -ldflags "$kube_ldflags" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd" >&2
 done
 build_done "control plane" "$out" "$start"

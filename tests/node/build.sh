@@ -26,14 +26,14 @@ cd "$here"
 export GOFLAGS=-mod=mod
 echo "node runtime: building containerd $CONTAINERD_VERSION and runc $RUNC_VERSION into $out (first time only)" >&2
 cv=github.com/containerd/containerd/v2/version
-CGO_ENABLED=0 go build -trimpath -tags no_btrfs,no_devmapper,no_zfs,no_aufs \
+CGO_ENABLED=0 lsp_stage "node runtime" "containerd (1 of 3)" go build -trimpath -tags no_btrfs,no_devmapper,no_zfs,no_aufs \
   -ldflags "-s -w -X $cv.Version=$CONTAINERD_VERSION -X $cv.Revision=module" \
   -o "$out/bin/" github.com/containerd/containerd/v2/cmd/containerd \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr >&2
 # runc needs cgo for nsexec and libseccomp; without seccomp containerd 2 refuses every container
 # ("seccomp: config provided but seccomp not supported").
-CGO_ENABLED=1 go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
+CGO_ENABLED=1 lsp_stage "node runtime" "runc (2 of 3)" go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
   -o "$out/bin/runc" github.com/opencontainers/runc >&2
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/bin/loopback" \
+CGO_ENABLED=0 lsp_stage "node runtime" "the CNI loopback plugin (3 of 3)" go build -trimpath -ldflags "-s -w" -o "$out/bin/loopback" \
   github.com/containernetworking/plugins/plugins/main/loopback >&2
 build_done "node runtime" "$out" "$start"

@@ -72,8 +72,10 @@ for json in "$entrypoint" "$cmd"; do
 done
 
 # As the Dockerfile's build stage: the release binary, then its SBOM.
-(cd "$repo" && cargo build --release --locked -q && bash scripts/sbom.sh 2> /dev/null)
-release=${CARGO_TARGET_DIR:-$repo/target}/release
+# shellcheck source=scripts/toolchain.sh
+source "$repo/scripts/toolchain.sh"
+(cd "$repo" && lsp_stage images "the agent (cargo build --release)" cargo build --release --locked -q && bash scripts/sbom.sh 2> /dev/null)
+release=$(dirname "$(lsp_release_binary "$repo")")
 files=()
 for copy in "${copies[@]}"; do
   artifact=$release/${copy%%:*}

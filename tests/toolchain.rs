@@ -1,0 +1,127 @@
+//! scripts/toolchain.sh: the scripts find Go and cargo under sudo, whose secure_path drops
+//! /usr/local/go/bin and ~/.cargo/bin, in the invoking user's home and the usual places, or say
+//! exactly what to do. Each case runs the script in a clean environment (`env -i`) with
+//! secure_path's PATH and a made-up user home.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod support;
+
+const SECURE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// An executable shell script at `path`.
+fn script(path: &Path, body: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A fake `go` that reports `version` (as `go env GOVERSION` does).
+fn fake_go(path: &Path, version: &str) {
+    script(path, &format!("[ \"$1 $2\" = \"env GOVERSION\" ] && echo {version}"));
+}
+
+/// Runs `snippet` after sourcing the script, with secure_path's PATH, `home` as HOME and
+/// `user_home` as the invoking user's; returns (exit code, stdout, stderr).
+fn run(snippet: &str, home: &Path, user_home: &Path, extra: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new("/usr/bin/env");
+    cmd.arg("-i")
+        .arg(format!("PATH={SECURE_PATH}"))
+        .arg(format!("HOME={}", home.display()))
+        .arg(format!("LSP_TOOLCHAIN_HOME={}", user_home.display()));
+    for (k, v) in extra {
+        cmd.arg(format!("{k}={v}"));
+    }
+    let lib = repo().join("scripts/toolchain.sh");
+    let out = cmd.args(["bash", "-c", &format!("source {}; {snippet}", lib.display())]).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_invoking_users_go_and_cargo_are_found_under_secure_path() {
+    let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    fake_go(&user.path().join("sdk/go1.26.2/bin/go"), "go1.26.2");
+    script(&user.path().join(".cargo/bin/cargo"), "echo user-cargo");
+    std::fs::create_dir_all(user.path().join(".rustup")).unwrap();
+    let (code, out, err) = run(
+        "lsp_find_toolchains && command -v go && command -v cargo && echo \"rustup=$RUSTUP_HOME\"",
+        home.path(),
+        user.path(),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], user.path().join("sdk/go1.26.2/bin/go").to_str().unwrap());
+    assert_eq!(lines[1], user.path().join(".cargo/bin/cargo").to_str().unwrap());
+    // Their rustup proxy needs their toolchains; caches stay this user's own (CARGO_HOME unset).
+    assert_eq!(lines[2], format!("rustup={}", user.path().join(".rustup").display()));
+}
+
+#[test]
+fn a_go_older_than_1_26_is_passed_over() {
+    let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    fake_go(&user.path().join(".local/go/bin/go"), "go1.25.7");
+    fake_go(&user.path().join("sdk/go1.27rc1/bin/go"), "go1.27rc1");
+    script(&user.path().join(".cargo/bin/cargo"), "true");
+    let (code, out, err) = run("lsp_find_toolchains && command -v go", home.path(), user.path(), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, user.path().join("sdk/go1.27rc1/bin/go").to_str().unwrap());
+    for (version, ok) in
+        [("go1.26.0", true), ("go1.26", true), ("go2.0.1", true), ("go1.25.9", false), ("go1.9", false), ("devel", false)]
+    {
+        let go = user.path().join(format!("v/{version}/go"));
+        fake_go(&go, version);
+        let (code, _, _) = run(&format!("lsp_go_ok {}", go.display()), home.path(), user.path(), &[]);
+        assert_eq!(code == 0, ok, "{version}");
+    }
+}
+
+#[test]
+fn a_missing_cargo_says_exactly_what_to_do() {
+    let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (code, _, err) = run("lsp_find_toolchains cargo", home.path(), user.path(), &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("Rust (cargo) is required and was not found"), "{err}");
+    assert!(err.contains(&format!("{}/.cargo/bin", user.path().display())), "{err}");
+    assert!(err.contains("https://rustup.rs"), "{err}");
+    assert!(err.contains("sudo env \"PATH=$PATH\" bash"), "{err}");
+}
+
+#[test]
+fn the_release_binary_follows_cargo_target_dir() {
+    let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let cases = [
+        (None, "/r/target/release/local-static-provisioner"),
+        (Some("build"), "/r/build/release/local-static-provisioner"),
+        (Some("/var/tmp/t"), "/var/tmp/t/release/local-static-provisioner"),
+    ];
+    for (dir, expected) in cases {
+        let extra: Vec<(&str, &str)> = dir.map(|d| ("CARGO_TARGET_DIR", d)).into_iter().collect();
+        let (code, out, err) = run("lsp_release_binary /r", home.path(), user.path(), &extra);
+        assert_eq!((code, out.as_str()), (0, expected), "{dir:?}: {err}");
+    }
+}
+
+/// What `sudo bash scripts/install-deps.sh` meets on this machine: secure_path, root's HOME.
+#[test]
+fn install_deps_passes_under_secure_path() {
+    if !nix::unistd::geteuid().is_root() {
+        return support::cannot_run("install_deps_passes_under_secure_path", "needs root (it installs packages)");
+    }
+    let out = Command::new("/usr/bin/env")
+        .args(["-i", &format!("PATH={SECURE_PATH}"), "HOME=/root", "bash"])
+        .arg(repo().join("scripts/install-deps.sh"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
