@@ -154,13 +154,9 @@ fn server_dry_run(cp: &ControlPlane, yaml: &str, what: &str) {
 
 /// Upstream examples whose config the agent refuses on purpose, and the refusal: data-safety
 /// rules upstream does not have (docs/migrate-from-upstream.md). The chart renders them; the
-/// agent names the problem (ConfigInvalid, /readyz, `validate-config`).
-const REFUSED_BY_THE_AGENT: [(&str, &str); 1] = [(
-    // EKS's instance-store symlinks: a discovery directory under /dev, whose entries are the
-    // host's own device nodes.
-    "eks-nvme-ssd.yaml",
-    "storageClassMap.nvme-ssd.hostDir: \"/dev/disk/kubernetes\" is inside the host directory /dev",
-)];
+/// agent names the problem (ConfigInvalid, /readyz, `validate-config`). None today: the EKS
+/// example's /dev/disk/kubernetes is a dedicated directory under /dev (core::volume_safety).
+const REFUSED_BY_THE_AGENT: [(&str, &str); 0] = [];
 
 #[test]
 fn every_upstream_example_renders_a_valid_config_and_is_accepted_by_the_api_server() {
@@ -668,4 +664,81 @@ fn objects_keep_the_names_and_selector_of_upstreams_chart() {
     find(&docs, "ServiceAccount", "lsp-local-static-provisioner");
     find(&docs, "ClusterRole", "lsp-local-static-provisioner-node-clusterrole");
     find(&docs, "ClusterRoleBinding", "lsp-local-static-provisioner-node-binding");
+}
+
+/// The chart's NOTES as `helm install` prints them (a client-side dry run against the test
+/// control plane, which only answers its version), for `sets`.
+fn notes(cp: &ControlPlane, sets: &[String]) -> String {
+    let mut cmd = Command::new(tool("build-helm.sh"));
+    cmd.args(["install", RELEASE, "--namespace", NAMESPACE, "--dry-run=client", "--kubeconfig"])
+        .arg(&cp.kubeconfig)
+        .arg(chart());
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    let out = cmd.output().expect("running helm");
+    assert!(out.status.success(), "helm install --dry-run {sets:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_once("NOTES:").map(|(_, n)| n.to_string()).unwrap_or_default()
+}
+
+/// The NOTES warn about a class whose discovery directory the agents would refuse exactly when
+/// `validate-config` refuses it: every system and sensitive directory, places under /dev for
+/// both modes, and ordinary directories, each judged by the binary on the rendered ConfigMap.
+#[test]
+fn the_notes_warn_about_a_refused_discovery_directory_exactly_when_validate_config_refuses_it() {
+    let Some(cp) =
+        control_plane("the_notes_warn_about_a_refused_discovery_directory_exactly_when_validate_config_refuses_it")
+    else {
+        return;
+    };
+    let mut dirs: Vec<&str> = vec![
+        "/mnt/fast-disks",
+        "/mnt/disks/../etc",
+        "/srv/local/",
+        "/var/local-disks",
+        "/home/disks",
+        "/tmp/x",
+        "/dev/disk/kubernetes",
+        "/dev/disk/kubernetes/nvme",
+        "/dev/disk/by-id",
+        "/dev/disk/by-path",
+        "/dev/disk/.x",
+        "/dev/disk",
+        "/dev/mapper",
+        "/dev/vg0",
+        "/proc/1/root",
+        "/sys/fs/cgroup",
+        "/etc/kubernetes",
+        "/var/lib/kubelet/pods",
+        "/var/log/disks",
+        "/run/disks",
+        "/usr/local/disks",
+        "/var/lib/disks",
+    ];
+    dirs.extend(["/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/proc"]);
+    dirs.extend(["/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/lib/kubelet"]);
+    dirs.extend(["/var/lib/containerd", "/var/run"]);
+    let mut mismatches = Vec::new();
+    for mode in ["Filesystem", "Block"] {
+        for dir in &dirs {
+            let sets = vec![
+                "classes[0].name=c".to_string(),
+                format!("classes[0].hostDir={dir}"),
+                format!("classes[0].volumeMode={mode}"),
+            ];
+            let set_refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+            let rendered = template(&[], &set_refs);
+            let agent_refuses = match validate_rendered_config(&rendered, dir) {
+                Err(_) => true,
+                Ok(effective) => effective["storageClassMap"]["c"].is_null(),
+            };
+            let notes = notes(&cp, &sets);
+            let warned = notes.contains("class c: hostDir");
+            if warned != agent_refuses {
+                mismatches.push(format!("{mode} {dir}: agent refuses {agent_refuses}, NOTES warn {warned}\n{notes}"));
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
 }

@@ -5,6 +5,7 @@
 mod support;
 
 use std::os::unix::fs::symlink;
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -197,4 +198,64 @@ fn validate_config_refuses_likely_misspellings_and_strict_refuses_every_unknown_
     );
     let (code, err) = validate(tmp.path(), true);
     assert_eq!(code, Some(0), "{err}");
+}
+
+/// Removes a directory made under the host's /dev when dropped.
+struct DevDir(std::path::PathBuf);
+
+impl Drop for DevDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Upstream's EKS example: a class whose hostDir is /dev/disk/kubernetes, where a udev
+/// rule puts links to the instance-store disks. Such a dedicated directory of the real /dev is
+/// scanned, and each entry is still judged as a block device: the blank disk is offered, the
+/// mounted one refused; a class on udev's own /dev/disk/by-id is refused whole.
+#[test]
+fn a_class_on_a_dedicated_directory_of_dev_offers_its_blank_disks_only() {
+    if !require_root("a_block_class_on_a_dedicated_directory_of_dev_offers_its_blank_disks_only") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dev_dir = DevDir(PathBuf::from(format!("/dev/disk/lsp-test-{}", std::process::id())));
+    std::fs::create_dir_all(&dev_dir.0).unwrap();
+    let blank = LoopDevice::new(&root.join("blank.img"), 64);
+    let used = LoopDevice::new(&root.join("used.img"), 64);
+    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&used.device));
+    let _mounted = {
+        let at = root.join("used-mnt");
+        std::fs::create_dir_all(&at).unwrap();
+        run(Command::new("mount").arg(&used.device).arg(&at));
+        support::Mount { path: at }
+    };
+    symlink(&blank.device, dev_dir.0.join("nvme-blank")).unwrap();
+    symlink(&used.device, dev_dir.0.join("nvme-used")).unwrap();
+
+    // Upstream's example is a Filesystem class (kubelet formats each disk); Block works alike.
+    for mode in ["Filesystem", "Block"] {
+        let config = root.join(format!("config-{mode}"));
+        let class_map = format!(
+            "nvme-ssd:\n  hostDir: {d}\n  mountDir: {d}\n  volumeMode: {mode}\nudev:\n  hostDir: /dev/disk/by-id\n  mountDir: /dev/disk/by-id\n  volumeMode: {mode}\n",
+            d = dev_dir.0.display()
+        );
+        write_config(&config, &[("storageClassMap", &class_map)]);
+        let out = Command::new(binary())
+            .args(["discover", "--node-name", "test-node", "--output", "json", "--config-dir"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        let items = list["items"].as_array().unwrap();
+        let paths: Vec<&str> = items.iter().map(|pv| pv["spec"]["local"]["path"].as_str().unwrap()).collect();
+        assert_eq!(paths, [format!("{}/nvme-blank", dev_dir.0.display())], "{mode}: stderr: {stderr}");
+        assert_eq!(items[0]["spec"]["volumeMode"], mode);
+        let used_line = stderr.lines().find(|l| l.contains("/nvme-used")).unwrap_or_else(|| panic!("{stderr}"));
+        assert!(used_line.contains("is mounted at"), "{used_line}");
+        assert!(stderr.contains("/dev/disk/by-id"), "the udev class is named: {stderr}");
+        assert!(stderr.contains("`devices` section"), "with the advice: {stderr}");
+    }
 }

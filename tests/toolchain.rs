@@ -76,9 +76,14 @@ fn a_go_older_than_1_26_is_passed_over() {
     let (code, out, err) = run("lsp_find_toolchains && command -v go", home.path(), user.path(), &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, user.path().join("sdk/go1.27rc1/bin/go").to_str().unwrap());
-    for (version, ok) in
-        [("go1.26.0", true), ("go1.26", true), ("go2.0.1", true), ("go1.25.9", false), ("go1.9", false), ("devel", false)]
-    {
+    for (version, ok) in [
+        ("go1.26.0", true),
+        ("go1.26", true),
+        ("go2.0.1", true),
+        ("go1.25.9", false),
+        ("go1.9", false),
+        ("devel", false),
+    ] {
         let go = user.path().join(format!("v/{version}/go"));
         fake_go(&go, version);
         let (code, _, _) = run(&format!("lsp_go_ok {}", go.display()), home.path(), user.path(), &[]);

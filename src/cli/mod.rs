@@ -206,7 +206,7 @@ struct ValidateArgs {
     file: Option<PathBuf>,
     /// Fail on any unknown key, not only on likely misspellings of a known one (which always
     /// fail): for CI checks of a config before it is applied.
-    #[arg(long)]
+    #[arg(long, env = "STRICT")]
     strict: bool,
 }
 

@@ -1310,3 +1310,34 @@ fn a_bad_verify_value_names_the_key_and_the_choices() {
         assert!(problems.iter().any(|p| p.starts_with(location) && p.contains(message)), "{yaml}: {problems:?}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Block classes under /dev (upstream's EKS example)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn upstreams_eks_class_under_dev_disk_is_accepted() {
+    // helm/examples/eks-nvme-ssd.yaml of upstream, as its chart renders the class (Filesystem:
+    // kubelet formats each disk), and the same as a Block class.
+    for mode in ["", "  volumeMode: Block\n"] {
+        let map = format!(
+            "nvme-ssd:\n  hostDir: /dev/disk/kubernetes\n  mountDir: /dev/disk/kubernetes\n  blockCleanerCommand:\n    - \"/scripts/shred.sh\"\n    - \"2\"\n{mode}"
+        );
+        let loaded = ok(&[("storageClassMap", &map)]);
+        assert!(loaded.failed_classes.is_empty(), "{:?}", loaded.failed_classes);
+        assert_eq!(loaded.config.storage_class_map["nvme-ssd"].host_dir, "/dev/disk/kubernetes");
+    }
+}
+
+#[test]
+fn dev_directories_other_than_a_dedicated_one_under_dev_disk_are_refused() {
+    let class = |dir: &str, mode: &str| format!("c:\n  hostDir: {dir}\n  mountDir: {dir}\n  volumeMode: {mode}\n");
+    for mode in ["Filesystem", "Block"] {
+        for dir in ["/dev/disk/by-id", "/dev/disk", "/dev", "/dev/mapper", "/dev/vg0", "/dev/shm/x"] {
+            let loaded = ok(&[("storageClassMap", &class(dir, mode))]);
+            let problems = loaded.failed_classes.get("c").unwrap_or_else(|| panic!("{dir} ({mode}) accepted"));
+            assert_eq!(locations(problems), ["storageClassMap.c.hostDir", "storageClassMap.c.mountDir"], "{dir}");
+            assert!(problems[0].message.contains("/dev/disk/kubernetes"), "{dir}: {}", problems[0].message);
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::path::{Component, Path};
 use super::{ACCESS_MODES, ClassConfig, Problem, ProvisionerConfig};
 use crate::core::pattern::NamePattern;
 use crate::core::pv::clean_path as normalize;
-use crate::core::volume_safety::{SENSITIVE_DIRS, SYSTEM_DIRS};
+use crate::core::volume_safety::{DEV_ROOT_ADVICE, SENSITIVE_DIRS, SYSTEM_DIRS, dedicated_dev_dir};
 
 /// Pseudo-filesystems that hold no volumes at any depth.
 const PSEUDO_FS_ROOTS: [&str; 2] = ["/proc", "/sys"];
@@ -217,6 +217,8 @@ fn class_name_problem(name: &str) -> Option<String> {
     (!ok).then(|| format!("{name:?} is not a valid StorageClass name (lowercase DNS subdomain)"))
 }
 
+/// Why `dir` cannot be a class's hostDir or mountDir (a dedicated directory under /dev/disk
+/// may be: core::volume_safety::dedicated_dev_dir).
 fn dir_problem(dir: &str) -> Option<String> {
     if dir.is_empty() {
         return Some("is required".into());
@@ -230,14 +232,19 @@ fn dir_problem(dir: &str) -> Option<String> {
     }
     let normal = normalize(dir);
     if SYSTEM_DIRS.contains(&normal.as_str()) {
-        return Some(format!("{dir:?} is a system directory and cannot be a discovery root"));
+        let advice = if normal == "/dev" { format!(" ({DEV_ROOT_ADVICE})") } else { String::new() };
+        return Some(format!("{dir:?} is a system directory and cannot be a discovery root{advice}"));
     }
     if PSEUDO_FS_ROOTS.iter().any(|root| normal.starts_with(&format!("{root}/"))) {
         return Some(format!("{dir:?} is inside a kernel pseudo-filesystem and cannot hold volumes"));
     }
+    if dedicated_dev_dir(Path::new(&normal)) {
+        return None;
+    }
     if let Some(sensitive) = SENSITIVE_DIRS.iter().find(|s| normal == **s || normal.starts_with(&format!("{s}/"))) {
+        let advice = if *sensitive == "/dev" { format!(" ({DEV_ROOT_ADVICE})") } else { String::new() };
         return Some(format!(
-            "{dir:?} is inside the host directory {sensitive}, whose contents are the host's own; it cannot hold volumes"
+            "{dir:?} is inside the host directory {sensitive}, whose contents are the host's own; it cannot hold volumes{advice}"
         ));
     }
     None

@@ -131,19 +131,45 @@ fn join_inside(root: &Path, rest: &Path) -> PathBuf {
     if rest.as_os_str().is_empty() { root.to_path_buf() } else { root.join(rest) }
 }
 
+/// Where under `/dev` a class may keep its discovery directory: `/dev/disk/<name>` (or below
+/// it) for a `<name>` that is not udev's (`by-id`, `by-path`, every `by-*`), such as the
+/// `/dev/disk/kubernetes` an EKS udev rule fills with links to instance-store disks (upstream's
+/// example uses it in a Filesystem class: kubelet formats each disk). Everything else under
+/// `/dev` is the kernel's or udev's (`/dev` itself, `/dev/disk/by-id`, `/dev/mapper`, an LVM
+/// volume group's directory): a discovery root there would offer disks nobody set aside. Each
+/// entry is still judged by the usual rules: a block device not in use, held or published
+/// already; anything mounted under `/dev` is the host's own, so no mount there is offered.
+pub(crate) fn dedicated_dev_dir(resolved: &Path) -> bool {
+    let Ok(rest) = resolved.strip_prefix("/dev/disk") else { return false };
+    match rest.components().next() {
+        Some(std::path::Component::Normal(name)) => {
+            let name = name.to_string_lossy();
+            !name.starts_with("by-") && !name.starts_with('.')
+        }
+        _ => false,
+    }
+}
+
+/// The advice a refused discovery root under `/dev` gets.
+pub(crate) const DEV_ROOT_ADVICE: &str = "a class may use a directory of its own under /dev/disk, such as \
+/dev/disk/kubernetes, but none of the by-* ones udev fills; a `devices` section is the better way to claim raw disks";
+
 /// Why a discovery root (after resolving symlinks) may not be scanned at all.
 pub(crate) fn root_problem(resolved: &Path) -> Option<String> {
+    if dedicated_dev_dir(resolved) {
+        return None;
+    }
     let text = resolved.to_string_lossy();
-    if SYSTEM_DIRS.contains(&text.as_ref()) {
-        return Some(format!("resolves to the system directory {text}; it cannot be a discovery root"));
-    }
-    if ["/proc", "/sys"].iter().any(|p| resolved.starts_with(p)) {
-        return Some(format!("resolves to {text}, inside a kernel pseudo-filesystem"));
-    }
-    SENSITIVE_DIRS
-        .iter()
-        .find(|s| resolved.starts_with(s))
-        .map(|s| format!("resolves to {text}, inside the host directory {s}; it cannot be a discovery root"))
+    let problem = if SYSTEM_DIRS.contains(&text.as_ref()) {
+        format!("resolves to the system directory {text}; it cannot be a discovery root")
+    } else if ["/proc", "/sys"].iter().any(|p| resolved.starts_with(p)) {
+        format!("resolves to {text}, inside a kernel pseudo-filesystem")
+    } else {
+        let s = SENSITIVE_DIRS.iter().find(|s| resolved.starts_with(s))?;
+        format!("resolves to {text}, inside the host directory {s}; it cannot be a discovery root")
+    };
+    let advice = if resolved.starts_with("/dev") { format!(" ({DEV_ROOT_ADVICE})") } else { String::new() };
+    Some(problem + &advice)
 }
 
 /// Why a discovery root must not be scanned although its resolved path looks harmless: it
@@ -151,12 +177,24 @@ pub(crate) fn root_problem(resolved: &Path) -> Option<String> {
 /// path in the filesystem, found through the mount that contains it) is the host root, a
 /// system directory or inside a sensitive one (a bind of `/` or `/etc` at an innocent name),
 /// or its hostDir is inside a sensitive host directory.
+///
+/// `dedicated`: the root resolved to a [`dedicated_dev_dir`]. It is accepted
+/// on the host's devtmpfs only where it really is that directory of it (`/disk/<name>` inside
+/// the devtmpfs, whether seen through `/dev` or a bind of just that directory), never a bind
+/// of the whole of `/dev` or of anything else put there.
 pub(crate) fn root_source_problem(
     mount: &MountFacts<'_>,
     location: &Location,
     host_dir: &Path,
     places: &[ProtectedPlace],
+    dedicated: Option<&Path>,
 ) -> Option<String> {
+    if let Some(resolved) = dedicated
+        && mount.fs_type == "devtmpfs"
+        && resolved.strip_prefix("/dev").is_ok_and(|rest| location.path == Path::new("/").join(rest))
+    {
+        return None;
+    }
     if KERNEL_FS_TYPES.contains(&mount.fs_type) {
         return Some(format!("is on a {} filesystem (a kernel interface, not disks)", mount.fs_type));
     }

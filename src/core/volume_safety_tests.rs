@@ -51,6 +51,86 @@ fn roots_that_resolve_to_system_directories_are_refused() {
     }
 }
 
+/// Under /dev only /dev/disk/<name>, for a name udev does not use.
+const DEV_DIRS: [(&str, bool); 27] = [
+    ("/dev/disk/kubernetes", true),
+    ("/dev/disk/local-ssd", true),
+    ("/dev/disk/kubernetes/nvme", true),
+    ("/dev/disk/bypass", true),
+    ("/dev", false),
+    ("/dev/disk", false),
+    ("/dev/disk/by-id", false),
+    ("/dev/disk/by-path", false),
+    ("/dev/disk/by-uuid", false),
+    ("/dev/disk/by-label", false),
+    ("/dev/disk/by-partuuid", false),
+    ("/dev/disk/by-partlabel", false),
+    ("/dev/disk/by-diskseq", false),
+    ("/dev/disk/by-loop-ref", false),
+    ("/dev/disk/by-loop-inode", false),
+    ("/dev/disk/by-id/nvme-x", false),
+    ("/dev/disk/.hidden", false),
+    ("/dev/mapper", false),
+    ("/dev/vg0", false),
+    ("/dev/block", false),
+    ("/dev/shm", false),
+    ("/dev/pts", false),
+    ("/dev/hugepages", false),
+    ("/dev/kubernetes", false),
+    ("/dev/disks/kubernetes", false),
+    ("/devices/disk/kubernetes", false),
+    ("/mnt/dev/disk/kubernetes", false),
+];
+
+#[test]
+fn only_a_dedicated_directory_under_dev_disk_may_be_a_root_under_dev() {
+    for (dir, dedicated) in DEV_DIRS {
+        assert_eq!(dedicated_dev_dir(Path::new(dir)), dedicated, "{dir}");
+        let under_dev = dir == "/dev" || dir.starts_with("/dev/");
+        // Accepted exactly where dedicated; refused everywhere else under /dev, with the advice.
+        let problem = root_problem(Path::new(dir));
+        if dedicated {
+            assert_eq!(problem, None, "{dir}");
+        } else if under_dev {
+            let p = problem.unwrap_or_else(|| panic!("{dir} accepted"));
+            assert!(p.contains("/dev/disk/kubernetes") && p.contains("`devices` section"), "{dir}: {p}");
+        }
+    }
+}
+
+#[test]
+fn a_dedicated_dev_directory_is_accepted_only_where_it_really_is_that_directory_of_the_devtmpfs() {
+    let host_dir = Path::new("/dev/disk/kubernetes");
+    let resolved = Path::new("/dev/disk/kubernetes");
+    let cases = [
+        // Seen through the host's /dev, or a bind of just that directory (the chart's hostPath).
+        (m("0:5", "/", "/dev", "devtmpfs"), loc("0:5", "/disk/kubernetes"), true),
+        (m("0:5", "/disk/kubernetes", "/dev/disk/kubernetes", "devtmpfs"), loc("0:5", "/disk/kubernetes"), true),
+        // The whole of /dev bound there, or another part of it: refused.
+        (m("0:5", "/", "/dev/disk/kubernetes", "devtmpfs"), loc("0:5", "/"), false),
+        (m("0:5", "/disk/by-id", "/dev/disk/kubernetes", "devtmpfs"), loc("0:5", "/disk/by-id"), false),
+        // Another kernel filesystem put there: refused.
+        (m("0:9", "/", "/dev/disk/kubernetes", "sysfs"), loc("0:9", "/"), false),
+        // The host root bound there: refused (it exposes the host root).
+        (m("8:1", "/", "/dev/disk/kubernetes", "ext4"), loc("8:1", "/"), false),
+        // A filesystem mounted there is one of the host's mounts under /dev: refused.
+        (m("0:40", "/", "/dev/disk/kubernetes", "tmpfs"), loc("0:40", "/"), false),
+    ];
+    for (mount, location, ok) in cases {
+        // The places as the scanner finds them, the mount there included.
+        let mut mounts = host_mounts();
+        if mount.mount_point != Path::new("/dev") {
+            mounts.push(mount);
+        }
+        let places = places(&mounts, &[]);
+        let problem = root_source_problem(&mount, &location, host_dir, &places, Some(resolved));
+        assert_eq!(problem.is_none(), ok, "{mount:?} {location:?}: {problem:?}");
+    }
+    // Not dedicated (a by-* directory): the host's devtmpfs is refused.
+    let (mount, places) = (m("0:5", "/", "/dev", "devtmpfs"), places(&host_mounts(), &[]));
+    assert!(root_source_problem(&mount, &loc("0:5", "/disk/kubernetes"), host_dir, &places, None).is_some());
+}
+
 fn root(class: &str, resolved: &str, dev_ino: (u64, u64), location: Option<Location>) -> RootFacts {
     RootFacts { class: class.into(), resolved: resolved.into(), dev_ino, location }
 }

@@ -19,7 +19,8 @@ use crate::core::pv::{FoundVolume, clean_path, host_path};
 use crate::core::used_mark::UsedRead;
 use crate::core::volume_safety::{
     DiskKey, HostAnchor, MountFacts, ProtectedPlace, RootFacts, SENSITIVE_DIRS, SYSTEM_DIRS, containing_mount,
-    exposure, host_anchor, host_area_places, locate, root_problem, root_source_problem, shared_roots,
+    dedicated_dev_dir, exposure, host_anchor, host_area_places, locate, root_problem, root_source_problem,
+    shared_roots,
 };
 use crate::host::HostError;
 use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
@@ -285,9 +286,10 @@ pub(crate) fn check_roots(
             problems.insert(class.clone(), SkipReason::UnsafeRoot(p));
             continue;
         }
+        let dedicated = dedicated_dev_dir(&resolved).then_some(resolved.as_path());
         let source_problem = containing_mount(facts, &resolved).and_then(|m| {
             let location = locate(facts, &resolved)?;
-            root_source_problem(m, &location, Path::new(&clean_path(&cfg.host_dir)), host_places)
+            root_source_problem(m, &location, Path::new(&clean_path(&cfg.host_dir)), host_places, dedicated)
         });
         if let Some(p) = source_problem {
             problems.insert(

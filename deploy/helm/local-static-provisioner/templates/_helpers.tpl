@@ -116,3 +116,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /*
+Why the agent refuses a discovery directory, empty when it accepts it: the rules of
+validate-config (src/config/validate.rs, core/volume_safety.rs), for the NOTES' render-time
+warning. tests/chart.rs checks this against the binary for every system and sensitive
+directory. Input: dict "dir".
+*/ -}}
+{{- define "lsp.dirProblem" -}}
+{{- $dir := .dir -}}
+{{- $system := list "/" "/bin" "/boot" "/dev" "/etc" "/home" "/lib" "/lib32" "/lib64" "/libx32" "/proc" "/root" "/run" "/sbin" "/sys" "/tmp" "/usr" "/var" "/var/lib" "/var/lib/kubelet" -}}
+{{- $sensitive := list "/bin" "/boot" "/dev" "/etc" "/lib" "/lib32" "/lib64" "/libx32" "/proc" "/root" "/run" "/sbin" "/sys" "/usr" "/var/lib/containerd" "/var/lib/kubelet" "/var/log" "/var/run" -}}
+{{- $devAdvice := "a class may use a directory of its own under /dev/disk, such as /dev/disk/kubernetes, but none of the by-* ones udev fills; a devices section is the better way to claim raw disks" -}}
+{{- if not (hasPrefix "/" $dir) -}}
+must be an absolute path
+{{- else if has ".." (splitList "/" $dir) -}}
+must not contain '..'
+{{- else -}}
+{{- $n := clean $dir -}}
+{{- $parts := splitList "/" $n -}}
+{{- $dedicated := and (ge (len $parts) 4) (eq (index $parts 1) "dev") (eq (index $parts 2) "disk") (not (hasPrefix "by-" (index $parts 3))) (not (hasPrefix "." (index $parts 3))) -}}
+{{- if has $n $system -}}
+is a system directory{{ if eq $n "/dev" }} ({{ $devAdvice }}){{ end }}
+{{- else if or (hasPrefix "/proc/" $n) (hasPrefix "/sys/" $n) -}}
+is inside a kernel pseudo-filesystem
+{{- else if not $dedicated -}}
+{{- $inside := "" -}}
+{{- range $s := $sensitive -}}{{- if and (not $inside) (or (eq $n $s) (hasPrefix (printf "%s/" $s) $n)) -}}{{- $inside = $s -}}{{- end -}}{{- end -}}
+{{- if $inside -}}
+is inside the host directory {{ $inside }}{{ if eq $inside "/dev" }} ({{ $devAdvice }}){{ end }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
