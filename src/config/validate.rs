@@ -217,8 +217,8 @@ fn class_name_problem(name: &str) -> Option<String> {
     (!ok).then(|| format!("{name:?} is not a valid StorageClass name (lowercase DNS subdomain)"))
 }
 
-/// Why `dir` cannot be a class's hostDir or mountDir (a dedicated directory under /dev/disk
-/// may be: core::volume_safety::dedicated_dev_dir).
+/// Why `dir` cannot be a class's hostDir or mountDir. A directory of its own below /dev/disk
+/// is accepted (see core::volume_safety::dedicated_dev_dir).
 fn dir_problem(dir: &str) -> Option<String> {
     if dir.is_empty() {
         return Some("is required".into());
