@@ -218,7 +218,7 @@ fn class_name_problem(name: &str) -> Option<String> {
 }
 
 /// Why `dir` cannot be a class's hostDir or mountDir. A directory of its own below /dev/disk
-/// is accepted (see core::volume_safety::dedicated_dev_dir).
+/// is accepted (`dedicated_dev_dir`, in core/volume_safety.rs).
 fn dir_problem(dir: &str) -> Option<String> {
     if dir.is_empty() {
         return Some("is required".into());
