@@ -742,3 +742,76 @@ fn the_notes_warn_about_a_refused_discovery_directory_exactly_when_validate_conf
     }
     assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
 }
+
+/// scripts/package-chart.sh makes a chart repository a user can add: the archive at the
+/// Chart.yaml version, its checksum, and an index whose digest is the archive's; served over
+/// HTTP (a local server, as any static host would), `helm repo add` and `helm template` from it
+/// render the same objects as the chart directory.
+#[test]
+fn the_packaged_chart_is_a_repository_helm_installs_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let url = format!("http://127.0.0.1:{port}");
+    let out_dir = tmp.path().join("repo");
+    let out = run(Command::new("bash")
+        .arg(repo_root().join("scripts/package-chart.sh"))
+        .arg(&out_dir)
+        .arg(&url)
+        .env("HELM", tool("build-helm.sh")));
+    let archive = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let chart_yaml = std::fs::read_to_string(chart().join("Chart.yaml")).unwrap();
+    let version = chart_yaml.lines().find_map(|l| l.strip_prefix("version: ")).unwrap().trim();
+    assert_eq!(archive, out_dir.join(format!("local-static-provisioner-{version}.tgz")));
+    let digest = String::from_utf8_lossy(&run(Command::new("sha256sum").arg(&archive)).stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let sums = std::fs::read_to_string(format!("{}.sha256", archive.display())).unwrap();
+    assert!(sums.starts_with(&digest), "{sums}");
+    let index: Value = serde_saphyr::from_str(&std::fs::read_to_string(out_dir.join("index.yaml")).unwrap()).unwrap();
+    let entry = &index["entries"]["local-static-provisioner"][0];
+    assert_eq!(entry["version"], version);
+    assert_eq!(entry["digest"], digest.as_str());
+    assert_eq!(entry["urls"][0], format!("{url}/local-static-provisioner-{version}.tgz").as_str());
+
+    // Served, added and rendered as a user does.
+    let mut server = Command::new("python3")
+        .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
+        .arg(&out_dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let helm = |args: &[&str]| {
+        Command::new(tool("build-helm.sh"))
+            .args(args)
+            .env("HELM_REPOSITORY_CONFIG", tmp.path().join("repositories.yaml"))
+            .env("HELM_CACHE_HOME", tmp.path().join("cache"))
+            .env("HELM_CONFIG_HOME", tmp.path().join("config"))
+            .output()
+            .unwrap()
+    };
+    let added = support::wait_until("the chart repository is served", Duration::from_secs(20), || {
+        let out = helm(&["repo", "add", "lsp", &url]);
+        out.status.success().then_some(out)
+    });
+    assert!(added.status.success());
+    let from_repo = helm(&[
+        "template",
+        RELEASE,
+        "lsp/local-static-provisioner",
+        "--version",
+        version,
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        KUBE_VERSION,
+    ]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(from_repo.status.success(), "{}", String::from_utf8_lossy(&from_repo.stderr));
+    assert_eq!(String::from_utf8_lossy(&from_repo.stdout), template(&[], &[]));
+}
