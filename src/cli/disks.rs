@@ -65,8 +65,77 @@ fn content_text(d: &DeviceFacts) -> String {
     }
 }
 
-/// Prints the listing; JSON when `json`.
-pub fn print(devices: &[DeviceFacts], plan: &ClaimPlan, json: bool) -> std::io::Result<()> {
+/// A loop device with nothing attached (size 0): the kernel keeps a few ready, and listing
+/// them only buries the disks.
+fn unattached_loop(d: &DeviceFacts) -> bool {
+    d.size == 0 && d.name.starts_with("loop")
+}
+
+/// A size in IEC units, as `lsblk` and Kubernetes quantities read: `512 B`, `16 MiB`,
+/// `97.3 GiB` (one decimal, dropped when whole).
+pub(crate) fn iec(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let text = format!("{value:.1}");
+    // 1023.96 KiB rounds to "1024.0": say the next unit.
+    if text == "1024.0" && unit < UNITS.len() - 1 {
+        return format!("1 {}", UNITS[unit + 1]);
+    }
+    format!("{} {}", text.strip_suffix(".0").unwrap_or(&text), UNITS[unit])
+}
+
+/// The device's flags in one column: `ro`, `removable`, `hidden`, `rotational` or `ssd`.
+fn flags(d: &DeviceFacts) -> String {
+    let mut f = Vec::new();
+    for (on, word) in [(d.read_only, "ro"), (d.removable, "removable"), (d.hidden, "hidden")] {
+        if on {
+            f.push(word);
+        }
+    }
+    match d.rotational {
+        Some(true) => f.push("rotational"),
+        Some(false) => f.push("ssd"),
+        None => {}
+    }
+    if f.is_empty() { "-".into() } else { f.join(",") }
+}
+
+/// Writes `rows` under `header`, each column as wide as its widest cell; the last column is
+/// not padded.
+fn write_table(out: &mut impl std::io::Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| if i == last { c.to_string() } else { format!("{c:<w$}", w = widths[i]) })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    writeln!(out, "{}", line(header.to_vec()))?;
+    for row in rows {
+        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+/// Prints the listing; JSON when `json` (every device, sizes in bytes); `all`: the table shows
+/// unattached loop devices too.
+pub fn print(devices: &[DeviceFacts], plan: &ClaimPlan, json: bool, all: bool) -> std::io::Result<()> {
     let mut verdicts: BTreeMap<&str, Vec<(&str, String)>> = BTreeMap::new();
     for d in &plan.decisions {
         verdicts.entry(d.device.as_str()).or_default().push((d.class.as_str(), verdict_text(&d.verdict)));
@@ -94,38 +163,47 @@ pub fn print(devices: &[DeviceFacts], plan: &ClaimPlan, json: bool) -> std::io::
         let text = serde_json::to_string_pretty(&items).map_err(std::io::Error::other)?;
         return writeln!(out, "{text}");
     }
-    for d in devices {
-        let kind = d.kind.as_ref().map(DeviceKind::to_string).unwrap_or_else(|| "?".into());
-        let flag = |on: bool, word: &str| if on { format!(" {word}") } else { String::new() };
-        writeln!(
-            out,
-            "{} ({}) {kind} {} bytes{}{}{}{}",
-            d.name,
-            d.dev,
-            d.size,
-            flag(d.read_only, "read-only"),
-            flag(d.removable, "removable"),
-            flag(d.hidden, "hidden"),
-            match d.rotational {
-                Some(true) => " rotational",
-                Some(false) => " non-rotational",
-                None => "",
-            }
-        )?;
-        let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-        writeln!(out, "  model {:?} vendor {:?} id {}", opt(&d.model), opt(&d.vendor), opt(&d.stable_id))?;
-        if !d.by_id.is_empty() {
-            writeln!(out, "  by-id {}", d.by_id.join(" "))?;
-        }
-        for (what, list) in [("partitions", &d.partitions), ("holders", &d.holders), ("shares data with", &d.sharing)] {
-            if !list.is_empty() {
-                writeln!(out, "  {what} {}", list.join(" "))?;
-            }
-        }
-        writeln!(out, "  content {}", content_text(d))?;
-        for (class, text) in verdicts.get(d.name.as_str()).into_iter().flatten() {
-            writeln!(out, "  class {class}: {text}")?;
-        }
+    let shown: Vec<&DeviceFacts> = devices.iter().filter(|d| all || !unattached_loop(d)).collect();
+    let rows: Vec<Vec<String>> = shown
+        .iter()
+        .map(|d| {
+            let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+            vec![
+                d.name.clone(),
+                d.dev.clone(),
+                d.kind.as_ref().map(DeviceKind::to_string).unwrap_or_else(|| "?".into()),
+                iec(d.size),
+                flags(d),
+                opt(&d.model),
+                opt(&d.stable_id),
+                content_text(d),
+            ]
+        })
+        .collect();
+    write_table(&mut out, &["NAME", "DEV", "TYPE", "SIZE", "FLAGS", "MODEL", "ID", "CONTENT"], &rows)?;
+    let hidden = devices.len() - shown.len();
+    if hidden > 0 {
+        writeln!(out, "({hidden} unattached loop devices not shown; --all shows them)")?;
+    }
+    let related: Vec<Vec<String>> = shown
+        .iter()
+        .flat_map(|d| {
+            let links = (!d.by_id.is_empty()).then(|| vec![d.name.clone(), "by-id".into(), d.by_id.join(" ")]);
+            let lists = [("partitions", &d.partitions), ("holders", &d.holders), ("shares data with", &d.sharing)]
+                .into_iter()
+                .filter(|(_, l)| !l.is_empty())
+                .map(|(what, l)| vec![d.name.clone(), what.to_string(), l.join(" ")]);
+            let classes = verdicts
+                .get(d.name.as_str())
+                .into_iter()
+                .flatten()
+                .map(|(class, text)| vec![d.name.clone(), format!("class {class}"), text.clone()]);
+            links.into_iter().chain(lists).chain(classes).collect::<Vec<_>>()
+        })
+        .collect();
+    if !related.is_empty() {
+        writeln!(out)?;
+        write_table(&mut out, &["DEVICE", "WHAT", "DETAIL"], &related)?;
     }
     for (class, name, what) in &plan.held {
         writeln!(out, "held: class {class} link {name}: shows {what}; not published until cleared")?;
@@ -148,9 +226,47 @@ pub(super) fn command(args: &super::DisksArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = print(&devices, &plan, matches!(args.output, super::DisksOutput::Json)) {
+    if let Err(e) = print(&devices, &plan, matches!(args.output, super::DisksOutput::Json), args.all) {
         eprintln!("error: writing the listing: {e}");
         return ExitCode::FAILURE;
     }
     if failed_classes > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_in_iec_units() {
+        let cases = [
+            (0, "0 B"),
+            (512, "512 B"),
+            (1023, "1023 B"),
+            (1024, "1 KiB"),
+            (1536, "1.5 KiB"),
+            (16 << 20, "16 MiB"),
+            ((1 << 20) - 1, "1 MiB"),
+            (100 << 30, "100 GiB"),
+            (104_453_730_304, "97.3 GiB"),
+            (1 << 40, "1 TiB"),
+            (3_840_755_982_336, "3.5 TiB"),
+            (u64::MAX, "16 EiB"),
+        ];
+        for (bytes, text) in cases {
+            assert_eq!(iec(bytes), text, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn a_table_aligns_every_column_but_the_last() {
+        let mut out = Vec::new();
+        let rows = vec![
+            vec!["loop0".to_string(), "7:0".into(), "blank".into()],
+            vec!["nvme0n1".into(), "259:0".into(), "in use: mounted at /".into()],
+        ];
+        write_table(&mut out, &["NAME", "DEV", "CONTENT"], &rows).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text, "NAME     DEV    CONTENT\nloop0    7:0    blank\nnvme0n1  259:0  in use: mounted at /\n");
+    }
 }

@@ -162,6 +162,9 @@ struct DisksArgs {
     /// Output format.
     #[arg(long, env = "DISKS_OUTPUT", value_enum, default_value = "table")]
     output: DisksOutput,
+    /// Also list unattached loop devices (size 0) in the table; JSON always lists every device.
+    #[arg(long, env = "DISKS_ALL")]
+    all: bool,
 }
 
 #[derive(Debug, Args)]
