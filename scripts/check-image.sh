@@ -73,3 +73,30 @@ if problems:
     sys.exit("test node's agent image differs from the Dockerfile's final stage: " + "; ".join(problems))
 print(f"test node's agent image matches the Dockerfile's final stage: {want}, {copied}")
 PY
+
+# The release image as users get it (scripts/build-image.sh): the archive under the tag asked
+# for, its SBOM beside it (the one the image ships), and checksums that verify.
+dist=$images/dist
+IMAGE=registry.example.com/storage/local-static-provisioner:9.9.9 bash scripts/build-image.sh "$dist" \
+  > "$images/dist.out" 2> "$images/dist.log" || { cat "$images/dist.log" >&2; exit 1; }
+arch=$(case $(uname -m) in x86_64) echo amd64 ;; aarch64) echo arm64 ;; *) uname -m ;; esac)
+archive=$dist/local-static-provisioner-9.9.9-$arch.oci.tar
+[[ $(tail -1 "$images/dist.out") == "$archive" ]] || { echo "build-image.sh printed $(tail -1 "$images/dist.out"), not $archive" >&2; exit 1; }
+(cd "$dist" && sha256sum --quiet -c SHA256SUMS) || { echo "build-image.sh: SHA256SUMS does not verify" >&2; exit 1; }
+python3 - "$archive" "$dist/local-static-provisioner-9.9.9-$arch.sbom.cdx.json" <<'PY'
+import json, sys, tarfile
+archive, sbom_file = sys.argv[1], sys.argv[2]
+with tarfile.open(archive) as t:
+    index = json.loads(t.extractfile("index.json").read())
+    blob = lambda d: t.extractfile("blobs/sha256/" + d.split(":")[1]).read()
+    manifest = json.loads(blob(index["manifests"][0]["digest"]))
+    with tarfile.open(fileobj=__import__("io").BytesIO(blob(manifest["layers"][0]["digest"]))) as layer:
+        shipped = layer.extractfile("usr/share/doc/local-static-provisioner/sbom.cdx.json").read()
+ref = index["manifests"][0].get("annotations", {})
+names = " ".join(ref.values())
+if "registry.example.com/storage/local-static-provisioner:9.9.9" not in names:
+    sys.exit(f"build-image.sh: the archive does not name the image asked for: {ref}")
+if open(sbom_file, "rb").read() != shipped:
+    sys.exit("build-image.sh: the SBOM beside the archive is not the one the image ships")
+print(f"release image archive: {archive.rsplit('/', 1)[-1]}, {ref}, SBOM and checksums verified")
+PY

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Builds the release image without a container engine: the Dockerfile's final stage, read from
+# the Dockerfile itself (base, copied artifacts, user, entrypoint, cmd) so the two cannot drift
+# (an instruction this script does not know fails the build), assembled as a single-layer OCI
+# image archive (scripts/oci-image.py; reproducible: the same inputs give the same digest). The
+# distroless cc-debian12 base is stood in for by the Debian 12 libraries the binary links,
+# copied from this machine, so build on Debian 12 (bookworm) or newer with the same glibc.
+# Writes into OUT_DIR (default dist/image):
+#   local-static-provisioner-<tag>-<arch>.oci.tar   the image (`ctr images import`, `kind load
+#                                                    image-archive`, `skopeo copy oci-archive:...`)
+#   local-static-provisioner-<tag>-<arch>.sbom.cdx.json   its SBOM (CycloneDX, every crate linked)
+#   SHA256SUMS                                       checksums of both
+# and prints "<name> <manifest digest> <layer bytes>", then the archive's path.
+# IMAGE: the image reference to record (default local-static-provisioner:<Chart appVersion>).
+# The architecture is this machine's (the binary and its libraries are this machine's); for
+# arm64, run it on an arm64 machine, or build the Dockerfile with `docker buildx build
+# --platform linux/arm64,linux/amd64` (docs/install.md).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${1:-$repo/dist/image}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+fail() { echo "build-image: $*" >&2; exit 1; }
+version=$(awk '$1 == "appVersion:" {gsub(/"/, "", $2); print $2; exit}' "$repo/deploy/helm/local-static-provisioner/Chart.yaml")
+image=${IMAGE:-local-static-provisioner:$version}
+tag=${image##*:}
+[[ $image == *:* && $tag != */* ]] || tag=$version
+case $(uname -m) in
+  x86_64) arch=amd64 ;;
+  aarch64) arch=arm64 ;;
+  *) arch=$(uname -m) ;;
+esac
+work=$(mktemp -d -t lsp-image.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+base_name=local-static-provisioner-$tag-$arch
+archive=$out/$base_name.oci.tar
+
+dockerfile=$repo/Dockerfile
+final_from=$(grep -n '^FROM ' "$dockerfile" | tail -1)
+[[ -n $final_from ]] || fail "no FROM in $dockerfile"
+base=$(awk '{print $2}' <<< "${final_from#*:}")
+case $base in
+  gcr.io/distroless/cc-debian12*) ;;
+  *) fail "the Dockerfile's final stage is FROM $base; teach scripts/build-image.sh its base" ;;
+esac
+entrypoint='' cmd='' user='' copies=()
+while IFS= read -r line; do
+  [[ -z $line || $line == \#* ]] && continue
+  read -r instruction rest <<< "$line"
+  case $instruction in
+    COPY)
+      read -r from src dst extra <<< "$rest"
+      [[ $from == --from=build && -n $dst && -z ${extra:-} ]] || fail "unsupported final-stage line: $line"
+      [[ $src == /src/target/release/* ]] || fail "final stage copies $src, not a release artifact: $line"
+      copies+=("${src#/src/target/release/}:$dst") ;;
+    USER) user=$rest ;;
+    ENTRYPOINT) entrypoint=$rest ;;
+    CMD) cmd=$rest ;;
+    *) fail "the Dockerfile's final stage has '$instruction', which this script cannot reproduce: $line" ;;
+  esac
+done < <(tail -n +"${final_from%%:*}" "$dockerfile" | tail -n +2)
+(( ${#copies[@]} )) || fail "the Dockerfile's final stage copies nothing"
+for json in "$entrypoint" "$cmd"; do
+  [[ -z $json ]] || python3 -c 'import json,sys; json.loads(sys.argv[1])' "$json" \
+    || fail "ENTRYPOINT/CMD must be in JSON form: $json"
+done
+
+# As the Dockerfile's build stage: the release binary, then its SBOM.
+# shellcheck source=scripts/toolchain.sh
+source "$repo/scripts/toolchain.sh"
+(cd "$repo" && lsp_stage image "the agent (cargo build --release)" cargo build --release --locked -q && bash scripts/sbom.sh 2> /dev/null)
+release=$(dirname "$(lsp_release_binary "$repo")")
+files=()
+for copy in "${copies[@]}"; do
+  artifact=$release/${copy%%:*}
+  [[ -f $artifact ]] || fail "$artifact was not built"
+  if [[ ! -x $artifact ]]; then
+    files+=(--file "$artifact:${copy#*:}:0644")
+    continue
+  fi
+  files+=(--file "$artifact:${copy#*:}:0755")
+  # The distroless cc base: glibc, libgcc and the loader, as the binary links them.
+  while read -r lib; do
+    [[ -f $lib ]] && files+=(--file "$(readlink -f "$lib"):$lib:0755")
+  done < <(ldd "$artifact" | awk '$2 == "=>" {print $3} $1 ~ /^\// {print $1}')
+done
+printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$work/passwd"
+printf 'root:x:0:\nnonroot:x:65532:\n' > "$work/group"
+agent_args=(--name "$image" --file "$work/passwd:/etc/passwd:0644" --file "$work/group:/etc/group:0644"
+  --dir tmp:1777 --dir home/nonroot "${files[@]}")
+[[ -n $entrypoint ]] && agent_args+=(--entrypoint "$entrypoint")
+[[ -n $cmd ]] && agent_args+=(--cmd "$cmd")
+[[ -n $user ]] && agent_args+=(--user "$user")
+line=$(python3 "$repo/scripts/oci-image.py" "$archive" "${agent_args[@]}")
+
+
+cp "$release/local-static-provisioner.cdx.json" "$out/$base_name.sbom.cdx.json"
+(cd "$out" && sha256sum "$base_name.oci.tar" "$base_name.sbom.cdx.json" > SHA256SUMS)
+echo "$line"
+echo "$archive"
