@@ -100,10 +100,10 @@ pub(super) const TOP_KEYS: [&str; 11] = [
 ];
 
 /// Keys of a class's `devices` section.
-const DEVICE_KEYS: [&str; 9] =
+pub(super) const DEVICE_KEYS: [&str; 9] =
     ["types", "minSize", "maxSize", "rotational", "models", "vendors", "exclude", "maxPerNode", "verify"];
 
-const CLASS_KEYS: [&str; 10] = [
+pub(super) const CLASS_KEYS: [&str; 10] = [
     "hostDir",
     "mountDir",
     "blockCleanerCommand",

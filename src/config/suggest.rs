@@ -15,7 +15,11 @@ pub(crate) fn likely_key<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
     let mut tied = false;
     for candidate in known {
         let distance = edit_distance(&key, &candidate.to_ascii_lowercase());
-        if distance == 0 || distance > tolerance(candidate.len()) {
+        if distance == 0 {
+            // A known key in another case is no misspelling of any other.
+            return None;
+        }
+        if distance > tolerance(candidate.len()) {
             continue;
         }
         match best {
@@ -70,31 +74,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
-    const CLASS: [&str; 10] = [
-        "hostDir",
-        "mountDir",
-        "blockCleanerCommand",
-        "blockCleanMethod",
-        "volumeMode",
-        "accessMode",
-        "fsType",
-        "namePattern",
-        "selector",
-        "devices",
-    ];
-    const TOP: [&str; 11] = [
-        "storageClassMap",
-        "nodeLabelsForPV",
-        "labelsForPV",
-        "useAlphaAPI",
-        "useJobForCleaning",
-        "jobTolerations",
-        "minResyncPeriod",
-        "useNodeNameOnly",
-        "setPVOwnerRef",
-        "removeNodeNotReadyTaint",
-        "provisionerNotReadyNodeTaintKey",
-    ];
+    // The keys the parser knows, so the suggestions are tested against the real lists.
+    use crate::config::load::{CLASS_KEYS as CLASS, DEVICE_KEYS, TOP_KEYS as TOP};
 
     #[test]
     fn misspellings_find_their_key() {
@@ -143,9 +124,20 @@ mod tests {
 
     #[test]
     fn a_known_key_in_any_case_is_not_a_misspelling() {
-        for key in CLASS.iter().chain(&TOP) {
-            assert_eq!(likely_key(key, &CLASS), None, "{key}");
-            assert_eq!(likely_key(&key.to_uppercase(), &TOP), None, "{key}");
+        for known in [&CLASS[..], &TOP[..], &DEVICE_KEYS[..]] {
+            for key in known {
+                assert_eq!(likely_key(key, known), None, "{key}");
+                assert_eq!(likely_key(&key.to_uppercase(), known), None, "{key}");
+            }
+        }
+        // maxSize is two edits from minSize, but it is a key itself.
+        assert_eq!(likely_key("maxsize", &DEVICE_KEYS), None);
+    }
+
+    #[test]
+    fn device_filter_misspellings_find_their_key() {
+        for (typo, key) in [("minSise", "minSize"), ("maxSiz", "maxSize"), ("exlude", "exclude"), ("verfy", "verify")] {
+            assert_eq!(likely_key(typo, &DEVICE_KEYS), Some(key), "{typo}");
         }
     }
 
