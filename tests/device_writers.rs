@@ -133,14 +133,22 @@ fn a_claimed_device_formatted_and_mounted_by_the_host_while_available_is_withdra
     // The host takes the disk for something of its own. The agent's brief exclusive probe of
     // a device with an unbound PV can meet mkfs's exclusive open: mkfs is run again then, as an
     // operator would.
+    // Until blkid sees the filesystem: a run that met the probe may fail with another message
+    // than "busy", or leave a filesystem blkid does not see yet.
+    let mut last = String::new();
     for _ in 0..20 {
         let out = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev).output().unwrap();
-        if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("busy") {
+        last = format!("exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+        if out.status.success() && blkid_type(&dev).as_deref() == Some("ext4") {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(blkid_type(&dev).as_deref() == Some("ext4"), "mkfs.ext4 made no filesystem on {}", dev.display());
+    assert!(
+        blkid_type(&dev).as_deref() == Some("ext4"),
+        "mkfs.ext4 made no filesystem on {} (last run: {last})",
+        dev.display()
+    );
     let mnt = h.lab.dir("hostfs-mnt");
     h.lab.mount_dev(&dev, &mnt);
     std::fs::write(mnt.join("host-file"), b"the host's data").unwrap();
