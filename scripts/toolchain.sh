@@ -40,33 +40,49 @@ lsp_login_path() {
   timeout 10 sudo -n -u "$SUDO_USER" -i sh -c 'printf %s "$PATH"' 2> /dev/null < /dev/null || true
 }
 
+# lsp_first_dir TOOL DIR...: the first DIR holding TOOL, executable (and for go, >= 1.26).
+lsp_first_dir() {
+  local tool=$1 dir
+  shift
+  for dir in "$@"; do
+    [[ -n $dir && -x $dir/$tool ]] || continue
+    [[ $tool != go ]] || lsp_go_ok "$dir/go" || continue
+    echo "$dir"
+    return 0
+  done
+  return 1
+}
+
 lsp_find_toolchains() {
-  local want=" ${*:-go cargo} " home candidate found_go="" found_cargo="" login_path
+  local want=" ${*:-go cargo} " home candidate found_go="" found_cargo="" path_dirs=() login_dirs=()
   home=$(lsp_user_home)
-  login_path=$(lsp_login_path)
-  # Go: PATH, the user's login PATH and SDKs, then the system places.
-  local go_dirs=()
   IFS=: read -r -a path_dirs <<< "$PATH"
-  go_dirs+=("${path_dirs[@]}")
-  if [[ -n $login_path ]]; then IFS=: read -r -a login_dirs <<< "$login_path"; go_dirs+=("${login_dirs[@]}"); fi
-  if [[ -n $home ]]; then
-    go_dirs+=("$home/.local/go/bin" "$home/go/bin")
-    for candidate in "$home"/sdk/go*/bin; do go_dirs+=("$candidate"); done
+  found_go=$(lsp_first_dir go "${path_dirs[@]}") || true
+  found_cargo=$(lsp_first_dir cargo "${path_dirs[@]}") || true
+  # The invoking user's login PATH (a login shell under sudo) only when PATH lacks a tool: the
+  # scripts call this several times a run, and after the first call PATH has both.
+  if [[ ($want == *" go "* && -z $found_go) || ($want == *" cargo "* && -z $found_cargo) ]]; then
+    IFS=: read -r -a login_dirs <<< "$(lsp_login_path)"
   fi
-  go_dirs+=(/usr/local/go/bin)
-  for candidate in /usr/lib/go-1.*/bin; do go_dirs+=("$candidate"); done
-  go_dirs+=(/usr/lib/go/bin /snap/bin)
-  for candidate in "${go_dirs[@]}"; do
-    [[ -n $candidate && -x $candidate/go ]] && lsp_go_ok "$candidate/go" && { found_go=$candidate; break; }
-  done
-  # cargo: PATH, the user's login PATH and ~/.cargo/bin, then this user's ~/.cargo/bin.
-  local cargo_dirs=("${path_dirs[@]}")
-  [[ -n $login_path ]] && cargo_dirs+=("${login_dirs[@]}")
-  [[ -n $home ]] && cargo_dirs+=("$home/.cargo/bin")
-  cargo_dirs+=("${CARGO_HOME:-$HOME/.cargo}/bin")
-  for candidate in "${cargo_dirs[@]}"; do
-    [[ -n $candidate && -x $candidate/cargo ]] && { found_cargo=$candidate; break; }
-  done
+  # Go: the user's login PATH and SDKs, then the system places.
+  if [[ -z $found_go ]]; then
+    local go_dirs=("${login_dirs[@]}")
+    if [[ -n $home ]]; then
+      go_dirs+=("$home/.local/go/bin" "$home/go/bin")
+      for candidate in "$home"/sdk/go*/bin; do go_dirs+=("$candidate"); done
+    fi
+    go_dirs+=(/usr/local/go/bin)
+    for candidate in /usr/lib/go-1.*/bin; do go_dirs+=("$candidate"); done
+    go_dirs+=(/usr/lib/go/bin /snap/bin)
+    found_go=$(lsp_first_dir go "${go_dirs[@]}") || true
+  fi
+  # cargo: the user's login PATH and ~/.cargo/bin, then this user's ~/.cargo/bin.
+  if [[ -z $found_cargo ]]; then
+    local cargo_dirs=("${login_dirs[@]}")
+    [[ -n $home ]] && cargo_dirs+=("$home/.cargo/bin")
+    cargo_dirs+=("${CARGO_HOME:-$HOME/.cargo}/bin")
+    found_cargo=$(lsp_first_dir cargo "${cargo_dirs[@]}") || true
+  fi
   local missing=0
   if [[ $want != *" go "* ]]; then
     :
