@@ -118,7 +118,6 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let mut source = crate::config::ConfigSource::new(&opts.config_dir);
     let first = config::first_load(&mut source, &readiness).await;
     metrics.set_config_valid(first.problem.is_none());
-    let config = first.config.clone();
     let addr = parse_listen_address(&opts.listen_address)?;
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
 
@@ -131,7 +130,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         }
     };
     let node_info = node::node_info(&node)?;
-    let use_node_name_only = config.as_ref().is_some_and(|c| c.use_node_name_only);
+    let use_node_name_only = first.config.as_ref().is_some_and(|c| c.use_node_name_only);
     let identity = node::identity_for(&node_info, use_node_name_only);
     info!(node = %identity.node, provisioner = %identity.provisioner, "agent starting");
 

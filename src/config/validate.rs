@@ -7,7 +7,7 @@ use std::path::{Component, Path};
 use super::{ACCESS_MODES, ClassConfig, Problem, ProvisionerConfig};
 use crate::core::pattern::NamePattern;
 use crate::core::pv::clean_path as normalize;
-use crate::core::volume_safety::{DEV_ROOT_ADVICE, SENSITIVE_DIRS, SYSTEM_DIRS, dedicated_dev_dir};
+use crate::core::volume_safety::{SENSITIVE_DIRS, SYSTEM_DIRS, dedicated_dev_dir, dev_root_advice};
 
 /// Pseudo-filesystems that hold no volumes at any depth.
 const PSEUDO_FS_ROOTS: [&str; 2] = ["/proc", "/sys"];
@@ -232,7 +232,7 @@ fn dir_problem(dir: &str) -> Option<String> {
     }
     let normal = normalize(dir);
     if SYSTEM_DIRS.contains(&normal.as_str()) {
-        let advice = if normal == "/dev" { format!(" ({DEV_ROOT_ADVICE})") } else { String::new() };
+        let advice = dev_root_advice(Path::new(&normal));
         return Some(format!("{dir:?} is a system directory and cannot be a discovery root{advice}"));
     }
     if PSEUDO_FS_ROOTS.iter().any(|root| normal.starts_with(&format!("{root}/"))) {
@@ -242,7 +242,7 @@ fn dir_problem(dir: &str) -> Option<String> {
         return None;
     }
     if let Some(sensitive) = SENSITIVE_DIRS.iter().find(|s| normal == **s || normal.starts_with(&format!("{s}/"))) {
-        let advice = if *sensitive == "/dev" { format!(" ({DEV_ROOT_ADVICE})") } else { String::new() };
+        let advice = dev_root_advice(Path::new(&normal));
         return Some(format!(
             "{dir:?} is inside the host directory {sensitive}, whose contents are the host's own; it cannot hold volumes{advice}"
         ));

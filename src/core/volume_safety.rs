@@ -150,9 +150,16 @@ pub(crate) fn dedicated_dev_dir(resolved: &Path) -> bool {
     }
 }
 
-/// The advice a refused discovery root under `/dev` gets.
-pub(crate) const DEV_ROOT_ADVICE: &str = "a class may use a directory of its own under /dev/disk, such as \
-/dev/disk/kubernetes, but none of the by-* ones udev fills; a `devices` section is the better way to claim raw disks";
+/// What a refused discovery directory under `/dev` is told to use instead, as a suffix to
+/// its refusal; empty for any other directory.
+pub(crate) fn dev_root_advice(dir: &Path) -> &'static str {
+    if dir.starts_with("/dev") {
+        " (a class may use a directory of its own under /dev/disk, such as /dev/disk/kubernetes, but none of \
+         the by-* ones udev fills; a `devices` section is the better way to claim raw disks)"
+    } else {
+        ""
+    }
+}
 
 /// Why a discovery root (after resolving symlinks) may not be scanned at all.
 pub(crate) fn root_problem(resolved: &Path) -> Option<String> {
@@ -168,8 +175,7 @@ pub(crate) fn root_problem(resolved: &Path) -> Option<String> {
         let s = SENSITIVE_DIRS.iter().find(|s| resolved.starts_with(s))?;
         format!("resolves to {text}, inside the host directory {s}; it cannot be a discovery root")
     };
-    let advice = if resolved.starts_with("/dev") { format!(" ({DEV_ROOT_ADVICE})") } else { String::new() };
-    Some(problem + &advice)
+    Some(problem + dev_root_advice(resolved))
 }
 
 /// Why a discovery root must not be scanned although its resolved path looks harmless: it
