@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::config::{LoadedConfig, ProvisionerConfig};
+use crate::core::capacity::iec;
 use crate::core::device_claim::{ClaimPlan, ClaimRecord, Content, DeviceFacts, DeviceKind, Verdict};
 use crate::host::claims::{plan_claims, read_records};
 use crate::host::mountinfo::MountTable;
@@ -69,27 +70,6 @@ fn content_text(d: &DeviceFacts) -> String {
 /// them only buries the disks.
 fn unattached_loop(d: &DeviceFacts) -> bool {
     d.size == 0 && d.name.starts_with("loop")
-}
-
-/// A size in IEC units, as `lsblk` and Kubernetes quantities read: `512 B`, `16 MiB`,
-/// `97.3 GiB` (one decimal, dropped when whole).
-pub(crate) fn iec(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    let text = format!("{value:.1}");
-    // 1023.96 KiB rounds to "1024.0": say the next unit.
-    if text == "1024.0" && unit < UNITS.len() - 1 {
-        return format!("1 {}", UNITS[unit + 1]);
-    }
-    format!("{} {}", text.strip_suffix(".0").unwrap_or(&text), UNITS[unit])
 }
 
 /// The device's flags in one column: `ro`, `removable`, `hidden`, `rotational` or `ssd`.
@@ -236,27 +216,6 @@ pub(super) fn command(args: &super::DisksArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_read_in_iec_units() {
-        let cases = [
-            (0, "0 B"),
-            (512, "512 B"),
-            (1023, "1023 B"),
-            (1024, "1 KiB"),
-            (1536, "1.5 KiB"),
-            (16 << 20, "16 MiB"),
-            ((1 << 20) - 1, "1 MiB"),
-            (100 << 30, "100 GiB"),
-            (104_453_730_304, "97.3 GiB"),
-            (1 << 40, "1 TiB"),
-            (3_840_755_982_336, "3.5 TiB"),
-            (u64::MAX, "16 EiB"),
-        ];
-        for (bytes, text) in cases {
-            assert_eq!(iec(bytes), text, "{bytes}");
-        }
-    }
 
     #[test]
     fn a_table_aligns_every_column_but_the_last() {

@@ -505,10 +505,10 @@ pub fn not_selected(selector: &DeviceSelector, device: &DeviceFacts) -> Option<S
         None => return Some("its type is unknown".into()),
     }
     if let Some(min) = selector.min_size.filter(|m| device.size < *m) {
-        return Some(format!("{} bytes is below minSize ({min} bytes)", device.size));
+        return Some(format!("{} is below minSize {}", sized(device.size), sized(min)));
     }
     if let Some(max) = selector.max_size.filter(|m| device.size > *m) {
-        return Some(format!("{} bytes is above maxSize ({max} bytes)", device.size));
+        return Some(format!("{} is above maxSize {}", sized(device.size), sized(max)));
     }
     if let Some(want) = selector.rotational {
         match device.rotational {
@@ -986,6 +986,11 @@ pub fn tamper_withdrawals<'a>(
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out.dedup_by(|a, b| a.0 == b.0);
     out
+}
+
+/// A size for people, exact where the unit rounds: `16 MiB (16777216 bytes)`.
+fn sized(bytes: u64) -> String {
+    format!("{} ({bytes} bytes)", crate::core::capacity::iec(bytes))
 }
 
 #[cfg(test)]

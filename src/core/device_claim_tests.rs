@@ -251,6 +251,17 @@ fn filters_select_by_type_size_rotational_model_vendor_and_exclusion() {
             assert!(matches!(v, Verdict::NotSelected(_)), "{v:?}");
         }
     }
+    // Sizes are said in IEC units, with the exact bytes (a unit rounds).
+    let small = sel(&|s| s.min_size = Some((100 << 30) + 1));
+    assert_eq!(
+        not_selected(&small, &d).as_deref(),
+        Some("100 GiB (107374182400 bytes) is below minSize 100 GiB (107374182401 bytes)")
+    );
+    let big = sel(&|s| s.max_size = Some(64 << 30));
+    assert_eq!(
+        not_selected(&big, &d).as_deref(),
+        Some("100 GiB (107374182400 bytes) is above maxSize 64 GiB (68719476736 bytes)")
+    );
     // A device whose vendor or rotational sysfs does not give never matches a filter on it.
     let mut unknown = d.clone();
     unknown.vendor = None;
