@@ -30,6 +30,19 @@ fn wait_recycled(cp: &ControlPlane, name: &str, old_uid: &str, volume: Option<&P
     support::wait_recycled(cp, name, old_uid, volume, WAIT)
 }
 
+/// The PV `name` published again after the wipe of PV `old_uid` tells that wipe: its
+/// annotation names when, how (`method`) and the PV before it, and `kubectl describe pv` shows
+/// the event about it (events of the old PV are not shown: it had another UID).
+fn assert_recycled_history(cp: &ControlPlane, name: &str, old_uid: &str, method: &str) {
+    let pv = cp.get_json(&["pv", name]).unwrap();
+    let last = pv["metadata"]["annotations"]["local-static-provisioner.io/last-wipe"].as_str().unwrap_or_default();
+    for part in [format!("method={method} "), format!("previous-pv={old_uid}"), "at=20".into(), "duration=".into()] {
+        assert!(last.contains(&part), "{name}: {part:?} not in the last-wipe annotation {last:?}");
+    }
+    wait_until("the wipe told on the new PV", WAIT, || cp.describe_shows_event(name, "VolumeRecycled").then_some(()));
+    assert!(cp.has_event(name, "VolumeRecycled", old_uid), "the event names the PV before");
+}
+
 fn cleanup_cli(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
     Command::new(binary()).arg("cleanup").args(args).arg("--kubeconfig").arg(&cp.kubeconfig).output().unwrap()
 }
@@ -95,9 +108,11 @@ fn released_filesystem_volume_is_wiped_and_published_again() {
     assert_eq!(std::fs::metadata(&vol).unwrap().permissions().mode() & 0o7777, 0o751, "root mode kept");
     assert_eq!(std::fs::read(outside.join("keep.txt")).unwrap(), b"keep me");
     assert_eq!(std::fs::read(outside.join("keepdir/inner.txt")).unwrap(), b"me too");
-    // A wipe this quick is told in the log and the metrics, not with events (requests per PV).
+    // A wipe this quick is told in the log and the metrics, and on the new PV (one event and an
+    // annotation), not with events of its own about the old PV (requests per PV).
     assert!(agent.log_text().contains(&format!("volume wiped pv=\"{name}\"")), "{}", agent.log_text());
     assert!(!cp.has_event(&name, "VolumeCleaned", "wiped"));
+    assert_recycled_history(&cp, &name, &first_uid, "filesystem");
     let metrics = agent.admin_get("/metrics");
     assert!(
         metrics
@@ -177,6 +192,8 @@ fn block_volumes_are_wiped_by_builtin_quick_and_by_a_command() {
     cp.release_claim("clean-cmd-claim");
     wait_recycled(&cp, &n1, &u1, None);
     wait_recycled(&cp, &n2, &u2, None);
+    assert_recycled_history(&cp, &n1, &u1, "quick");
+    assert_recycled_history(&cp, &n2, &u2, "command-cleaner.sh");
 
     let blkid = Command::new("blkid").arg("-p").arg(&disk1.device).output().unwrap();
     assert_eq!(blkid.status.code(), Some(2), "blkid must find nothing: {}", String::from_utf8_lossy(&blkid.stdout));

@@ -1,7 +1,7 @@
 //! Publishing: new volumes become PVs once they settled and their disk carries its used mark;
 //! PVs that upstream or an older version made for this node are adopted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use futures::{StreamExt, stream};
@@ -23,6 +23,7 @@ use crate::core::planner::{
 use crate::core::pv::{ClassPolicy, PvContext};
 use crate::core::pv_facts::PvFacts;
 use crate::core::used_mark::{UsedMark, UsedRead};
+use crate::core::wipe_history::ANN_LAST_WIPE;
 use crate::host::discovery::Scan;
 use crate::wiper::{Busy, target_at, target_for};
 
@@ -38,6 +39,13 @@ pub(super) const PUBLISH_BATCH: usize = 100;
 /// costs one create and one read per 5 minutes.
 pub(super) const COLLISION_RETRY: Policy =
     Policy { initial: std::time::Duration::from_secs(5), max: std::time::Duration::from_secs(300) };
+
+/// A PV created for a volume wiped after its last PV was released, and that wipe told.
+struct Recycled {
+    name: String,
+    uid: String,
+    note: String,
+}
 
 impl Agent {
     /// Plans and carries out this pass's publishing from the scan. Returns the number of
@@ -150,14 +158,23 @@ impl Agent {
     async fn publish_batch(&mut self, creates: Vec<&DesiredPv>) {
         let creates = self.mark_before_create(creates).await;
         let mut created = Vec::new();
+        let (mut recycled, mut published) = (Vec::new(), BTreeSet::new());
         let cluster = &self.cluster;
         let ctx =
             PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
         let ctx = &ctx;
+        let cleaner = &self.cleaner;
         // Each object is built as its request starts, so no more than `concurrency` of them
-        // exist at once, however many volumes a pass publishes.
+        // exist at once, however many volumes a pass publishes. A volume wiped after its last
+        // PV was released carries that wipe (core::wipe_history).
         let results: Vec<(&DesiredPv, Result<Created, ApiError>)> = stream::iter(creates)
-            .filter_map(|d| async move { ctx.pv_for(d).map(|pv| (d, pv)) })
+            .filter_map(|d| async move {
+                let mut pv = ctx.pv_for(d)?;
+                if let Some(last) = cleaner.last_wipe_for(&d.host_path, &d.identity) {
+                    pv.metadata.annotations.get_or_insert_default().insert(ANN_LAST_WIPE.into(), last.annotation());
+                }
+                Some((d, pv))
+            })
             .map(|(d, pv)| async move { (d, cluster.create_pv(&pv).await) })
             .buffer_unordered(self.concurrency)
             .collect()
@@ -169,6 +186,10 @@ impl Agent {
                 Ok(Created::Created { uid }) => {
                     info!(pv = %name, path = %path, "created PV");
                     self.name_free(&name);
+                    if let Some(last) = self.cleaner.last_wipe_for(&path, &d.identity) {
+                        recycled.push(Recycled { name: name.clone(), uid: uid.clone(), note: last.note() });
+                    }
+                    published.insert(path.clone());
                     if !uid.is_empty() {
                         self.expectations.created(Expected {
                             name: name.clone(),
@@ -244,6 +265,18 @@ impl Agent {
         // The UID goes on the disk's mark at once: from now on the mark alone says the disk was
         // offered, whatever happens to the PV while this agent is down.
         self.mark_pvs(created).await;
+        self.tell_recycled(recycled, published).await;
+    }
+
+    /// Tells on each new PV of a wiped volume how it was wiped (`kubectl describe pv` shows
+    /// the events of this object only, not of the PV before it), then forgets those wipes.
+    /// Wipes of paths published now by another disk are forgotten too: they were not its.
+    async fn tell_recycled(&mut self, recycled: Vec<Recycled>, published: BTreeSet<String>) {
+        for Recycled { name, uid, note } in recycled {
+            let uid = Some(uid.as_str()).filter(|u| !u.is_empty());
+            self.cluster.event(&crate::api::pv_reference(&name, uid), false, "VolumeRecycled", "Publish", note).await;
+        }
+        self.cleaner.forget_history(published);
     }
 
     /// The name `name` is this node's volume's now (created, or found ours): no longer taken.

@@ -33,4 +33,5 @@ pub mod succession;
 pub(crate) mod surface;
 pub mod used_mark;
 pub(crate) mod volume_safety;
+pub mod wipe_history;
 pub(crate) mod wipe_job;

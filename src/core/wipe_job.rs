@@ -102,7 +102,7 @@ impl WipeJob {
 }
 
 /// What a completed wipe removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wiped {
     /// "fs" or "block", for the metrics.
     pub mode: &'static str,
@@ -110,6 +110,12 @@ pub struct Wiped {
     pub bytes: u64,
     /// Not wiped now: an earlier wipe of this PV completed, and its record still holds.
     pub resumed: bool,
+    /// The identity the wipe proved on its own descriptor.
+    pub identity: String,
+    /// How (core::wipe_history::LastWipe::method).
+    pub method: String,
+    /// When the wipe completed (RFC 3339; empty: not known, an old record resumed).
+    pub at: String,
 }
 
 /// A wipe's progress, shared with the host side: the size once known, and bytes done.

@@ -16,6 +16,7 @@ use crate::core::device_claim::LinkAction;
 use crate::core::succession::DiskCheck;
 use crate::core::used_mark::{Replace, UsedMark};
 use crate::core::volume_safety::DiskKey;
+use crate::core::wipe_history::LastWipe;
 use crate::core::wipe_job::{Progress, WipeError, WipeJob, Wiped};
 use crate::host::HostError;
 use crate::host::claims::{self, ClaimMemory, ClaimReport};
@@ -116,6 +117,15 @@ pub trait HostAccess: Send + Sync + 'static {
     fn forget_wipes(&self, _keep: &(dyn Fn(&str) -> bool + Sync)) -> Result<Vec<String>, String> {
         Ok(Vec::new())
     }
+    /// Keeps the last completed wipe of a volume durably until its new PV exists
+    /// (host::wipe_history). A host that keeps none forgets it.
+    fn note_last_wipe(&self, _wipe: &LastWipe) -> Result<(), String> {
+        Ok(())
+    }
+    /// Drops the last wipes `keep` rejects; returns those kept. A host that keeps none has none.
+    fn last_wipes(&self, _keep: &(dyn Fn(&LastWipe) -> bool + Sync)) -> Result<Vec<LastWipe>, String> {
+        Ok(Vec::new())
+    }
 }
 
 /// The real host: the mount table, the volumes, the node-local ledger, kubelet's mounts.
@@ -167,6 +177,11 @@ impl RealHost {
     pub(crate) fn watching(mut self, watched: Arc<Mutex<BTreeSet<String>>>) -> Self {
         self.watched = watched;
         self
+    }
+
+    /// The state directory (the ledger's), where the small records live.
+    fn state_dir(&self) -> Result<&std::path::Path, String> {
+        self.ledger.path().parent().ok_or_else(|| "the ledger has no state directory".to_string())
     }
 
     /// Calls `wake` as a full read progresses (every 10%) and when it ends, so the agent runs a
@@ -374,12 +389,18 @@ impl HostAccess for RealHost {
     }
 
     fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String> {
-        let state_dir = self.ledger.path().parent().ok_or("the ledger has no state directory")?;
-        claims::hold_record(state_dir, host_path, why).map_err(|e| e.to_string())
+        claims::hold_record(self.state_dir()?, host_path, why).map_err(|e| e.to_string())
     }
 
     fn forget_wipes(&self, keep: &(dyn Fn(&str) -> bool + Sync)) -> Result<Vec<String>, String> {
-        let state_dir = self.ledger.path().parent().ok_or("the ledger has no state directory")?;
-        crate::host::wipe_record::retain(state_dir, keep).map_err(|e| e.to_string())
+        crate::host::wipe_record::retain(self.state_dir()?, keep).map_err(|e| e.to_string())
+    }
+
+    fn note_last_wipe(&self, wipe: &LastWipe) -> Result<(), String> {
+        crate::host::wipe_history::note(self.state_dir()?, wipe).map_err(|e| e.to_string())
+    }
+
+    fn last_wipes(&self, keep: &(dyn Fn(&LastWipe) -> bool + Sync)) -> Result<Vec<LastWipe>, String> {
+        crate::host::wipe_history::retain(self.state_dir()?, keep).map_err(|e| e.to_string())
     }
 }

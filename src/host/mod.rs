@@ -23,6 +23,7 @@ pub(crate) mod watch;
 pub mod wipe;
 pub mod wipe_block;
 pub mod wipe_fs;
+pub mod wipe_history;
 pub mod wipe_record;
 pub(crate) mod writers;
 

@@ -14,6 +14,7 @@ use crate::config::BlockCleanMethod;
 use crate::core::activity::IoStat;
 use crate::core::cleanup::PvState;
 use crate::core::disk_identity::{Found, Proof, Verdict, judge};
+use crate::core::wipe_history::FILESYSTEM;
 use crate::core::wipe_job::{Progress, WipeError, WipeJob, Wiped};
 use crate::host::discovery::wipe_exposure;
 use crate::host::identity::{device_identity, directory_identity, found_identity};
@@ -44,15 +45,18 @@ pub fn wipe(
     {
         return Ok(done);
     }
-    let (wiped, identity) = wipe_volume(ledger, kubelet, job, cancel, progress)?;
+    let wiped = wipe_volume(ledger, kubelet, job, cancel, progress)?;
     if let Some(dir) = &state_dir {
         let written = if wiped.mode == "block" { device_written(&job.target.path) } else { None };
         let record = WipedRecord {
             uid: job.pv.uid.clone(),
             claim: claim_uid(job),
-            identity,
+            identity: wiped.identity.clone(),
             mode: wiped.mode.to_string(),
             written,
+            at: Some(wiped.at.clone()),
+            method: Some(wiped.method.clone()),
+            bytes: Some(wiped.bytes),
         };
         // Only saves a second wipe: without the record a retry wipes again, as before.
         match record::keep(dir, record) {
@@ -179,17 +183,24 @@ fn resume(ledger: &Ledger, kubelet: &KubeletView, job: &WipeJob, state_dir: &Pat
         }
     };
     info!(pv = %job.pv.name, path = %path.display(), "wiped before and unchanged since (recorded); not wiped again");
-    Ok(Some(Wiped { mode, bytes: 0, resumed: true }))
+    Ok(Some(Wiped {
+        mode,
+        bytes: recorded.bytes.unwrap_or(0),
+        resumed: true,
+        identity,
+        method: recorded.method.unwrap_or_else(|| mode.to_string()),
+        at: recorded.at.unwrap_or_default(),
+    }))
 }
 
-/// The wipe itself; returns what it wiped and the identity it proved.
+/// The wipe itself; returns what it wiped, how, and the identity it proved.
 fn wipe_volume(
     ledger: &Ledger,
     kubelet: &KubeletView,
     job: &WipeJob,
     cancel: &AtomicBool,
     progress: &Progress,
-) -> Result<(Wiped, String), WipeError> {
+) -> Result<Wiped, WipeError> {
     let path = job.target.path.clone();
     let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
     let checked = check_volume(&job.pv, &path)?;
@@ -238,7 +249,7 @@ fn wipe_volume(
             let fd = std::os::fd::AsFd::as_fd(&fd);
             let dir = mount_of_fd(fd, &mounts).map(|m| m.root.display().to_string());
             clear_marks(ledger, Some(fd), &root, &identity, dir.as_deref())?;
-            Ok((Wiped { mode: "fs", bytes: stats.bytes_freed, resumed: false }, identity))
+            Ok(completed("fs", stats.bytes_freed, identity, FILESYSTEM.into()))
         }
         Checked::Block { size, found } => {
             progress.size.store(size, Ordering::Relaxed);
@@ -251,7 +262,9 @@ fn wipe_volume(
                     // this blocking thread on the runtime it belongs to.
                     tokio::runtime::Handle::current().block_on(run).map_err(|e| failed(&e))?;
                     clear_marks(ledger, None, &path, &found, None)?;
-                    Ok((Wiped { mode: "block", bytes: size, resumed: false }, found))
+                    let name = Path::new(&cmd[0]).file_name().map(|n| n.to_string_lossy().into_owned());
+                    let method = format!("command {}", name.unwrap_or_else(|| cmd[0].clone()));
+                    Ok(completed("block", size, found, method))
                 }
                 Ok(method) => {
                     // Multi-pass methods write the device several times: progress and the
@@ -281,11 +294,19 @@ fn wipe_volume(
                     })?;
                     let identity = proven.unwrap_or(found);
                     clear_marks(ledger, None, &path, &identity, None)?;
-                    Ok((Wiped { mode: "block", bytes: size, resumed: false }, identity))
+                    Ok(completed("block", size, identity, method.as_str().to_string()))
                 }
             }
         }
     }
+}
+
+/// A wipe that completed now.
+fn completed(mode: &'static str, bytes: u64, identity: String, method: String) -> Wiped {
+    use k8s_openapi::jiff::{Timestamp, Unit};
+    let now = Timestamp::now();
+    let at = now.round(Unit::Second).unwrap_or(now);
+    Wiped { mode, bytes, resumed: false, identity, method, at: at.to_string() }
 }
 
 /// Fails with [`WipeError::InUse`] while kubelet still has the volume at `path` mounted for a

@@ -97,6 +97,14 @@ pub struct WipedRecord {
     pub mode: String,
     /// For a block device, its write counters right after the wipe.
     pub written: Option<Written>,
+    /// When the wipe completed, how, and the bytes it wiped (for the volume's history,
+    /// core::wipe_history; absent in records of earlier versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 /// What the disk shows now, for [`honoured`].
@@ -194,6 +202,9 @@ mod tests {
             identity: "v2;fs;uuid=a;ino=2;dev=8:1".into(),
             mode: "fs".into(),
             written: None,
+            at: None,
+            method: None,
+            bytes: None,
         }
     }
 
@@ -204,6 +215,9 @@ mod tests {
             identity: "v2;block;serial=s1".into(),
             mode: "block".into(),
             written: Some(written("b1", 10, 800, 1, 2)),
+            at: Some("2026-11-28T10:00:00Z".into()),
+            method: Some("quick".into()),
+            bytes: Some(800 * 512),
         }
     }
 

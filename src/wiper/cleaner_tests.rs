@@ -15,6 +15,7 @@ use crate::api::{ClientOptions, Cluster};
 use crate::config::ClassConfig;
 use crate::core::cleanup::{AfterWipe, PvState};
 use crate::core::effect_key::EffectKey;
+use crate::core::wipe_history::LastWipe;
 use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
 use crate::host::mountinfo::MountTable;
@@ -25,6 +26,8 @@ use crate::metrics::Metrics;
 #[derive(Default)]
 struct QuickHost {
     wipes: AtomicUsize,
+    /// The volumes' last wipes it keeps (host::wipe_history).
+    history: Mutex<Vec<LastWipe>>,
 }
 
 impl HostAccess for QuickHost {
@@ -46,15 +49,33 @@ impl HostAccess for QuickHost {
     }
     fn wipe(
         &self,
-        _job: &WipeJob,
+        job: &WipeJob,
         _cancel: &std::sync::atomic::AtomicBool,
         _progress: &Progress,
     ) -> Result<Wiped, WipeError> {
         self.wipes.fetch_add(1, Ordering::SeqCst);
-        Ok(Wiped { mode: "fs", bytes: 4096, resumed: false })
+        Ok(Wiped {
+            mode: "fs",
+            bytes: 4096,
+            resumed: false,
+            identity: job.pv.identity.clone().unwrap_or_default(),
+            method: "filesystem".into(),
+            at: "2026-11-28T10:00:00Z".into(),
+        })
     }
     fn hold_claim(&self, _host_path: &str, _why: &str) -> Result<(), String> {
         Ok(())
+    }
+    fn note_last_wipe(&self, wipe: &LastWipe) -> Result<(), String> {
+        let mut all = self.history.lock().unwrap();
+        all.retain(|w| w.host_path != wipe.host_path);
+        all.push(wipe.clone());
+        Ok(())
+    }
+    fn last_wipes(&self, keep: &(dyn Fn(&LastWipe) -> bool + Sync)) -> Result<Vec<LastWipe>, String> {
+        let mut all = self.history.lock().unwrap();
+        all.retain(|w| keep(w));
+        Ok(all.clone())
     }
 }
 
@@ -166,4 +187,67 @@ async fn a_panicking_wipe_task_ends_in_a_failure_that_is_evented_and_retried() {
     cleaner.finished(&outcome);
     assert!(cleaner.failure(&EffectKey::Wipe(pv.uid.clone())).is_none());
     assert_eq!(host.wipes.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_finished_wipe_is_kept_for_the_same_disk_until_its_new_pv_exists() {
+    let (mut cleaner, mut done, _seen, host) = cleaner();
+    let (mut pv, target) = released();
+    let identity = "v2;fs;fsid=ab;volatile=tmpfs;ino=2;dev=0:50";
+    pv.identity = Some(identity.into());
+    cleaner.start(pv.clone(), AfterWipe::DeletePv, target);
+    let outcome = done.recv().await.unwrap();
+    assert!(outcome.result.is_ok());
+    let last = cleaner.last_wipe_for("/mnt/disks/v", identity).expect("known before the outcome is handled");
+    assert_eq!(
+        (last.host_path.as_str(), last.pv.as_str(), last.pv_uid.as_str(), last.method.as_str(), last.bytes),
+        ("/mnt/disks/v", "v", "uid-v", "filesystem", 4096)
+    );
+    assert_eq!(host.history.lock().unwrap().clone(), vec![last.clone()], "kept durably");
+    cleaner.finished(&outcome);
+    assert_eq!(cleaner.last_wipe_for("/mnt/disks/v", identity), Some(last.clone()));
+    assert_eq!(
+        cleaner.last_wipe_for("/mnt/disks/v", "v2;fs;fsid=cd;volatile=tmpfs;ino=2;dev=0:50"),
+        None,
+        "another disk"
+    );
+    assert_eq!(cleaner.last_wipe_for("/mnt/disks/w", identity), None, "another path");
+    // A restart finds it again.
+    let restarted = Cleaner::new(cleaner.cluster.clone(), host.clone(), cleaner.opts.clone(), Metrics::new()).0;
+    assert_eq!(restarted.last_wipe_for("/mnt/disks/v", identity), Some(last));
+    // Published: forgotten, durably.
+    cleaner.forget_history(["/mnt/disks/v".to_string()].into());
+    assert_eq!(cleaner.last_wipe_for("/mnt/disks/v", identity), None);
+    for _ in 0..100 {
+        if host.history.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(host.history.lock().unwrap().is_empty());
+    // A wipe-first (no PV was released) leaves no history.
+    let node = k8s_openapi::api::core::v1::ObjectReference::default();
+    cleaner.start_wipe_first("v", "/mnt/disks/v", identity, released().1, node);
+    assert!(done.recv().await.unwrap().result.is_ok());
+    assert_eq!(cleaner.last_wipe_for("/mnt/disks/v", identity), None);
+    assert!(host.history.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn last_wipes_older_than_a_week_are_not_read_back() {
+    let (cleaner, _done, _seen, host) = cleaner();
+    let old = LastWipe {
+        host_path: "/mnt/disks/v".into(),
+        identity: "v2;fs;fsid=ab;volatile=tmpfs;ino=2;dev=0:50".into(),
+        at: "2020-01-01T00:00:00Z".into(),
+        method: "filesystem".into(),
+        bytes: 1,
+        elapsed_ms: Some(1),
+        pv: "v".into(),
+        pv_uid: "u".into(),
+    };
+    host.note_last_wipe(&old).unwrap();
+    let restarted = Cleaner::new(cleaner.cluster.clone(), host.clone(), cleaner.opts.clone(), Metrics::new()).0;
+    assert_eq!(restarted.last_wipe_for(&old.host_path, &old.identity), None);
+    assert!(host.history.lock().unwrap().is_empty(), "and dropped from the host's record");
 }

@@ -24,6 +24,7 @@ use crate::config::ClassConfig;
 use crate::core::backoff::Policy;
 use crate::core::cleanup::{AfterWipe, PvState};
 use crate::core::effect_key::EffectKey;
+use crate::core::wipe_history::LastWipe;
 use crate::host::access::HostAccess;
 use crate::host::ops::Operations;
 use crate::metrics::Metrics;
@@ -73,6 +74,11 @@ pub struct WipeOutcome {
     pub result: Result<(), WipeError>,
 }
 
+/// The last completed wipe of each volume whose new PV does not exist yet, by host path
+/// (core::wipe_history), shared by the cleaner and its wipe tasks: a task adds its wipe before
+/// it deletes the PV, since the pass that deletion wakes may publish the volume at once.
+pub(crate) type History = Arc<std::sync::Mutex<BTreeMap<String, LastWipe>>>;
+
 /// Delays after a failed wipe: an I/O error or a timeout may pass soon.
 const FAILED: Policy = Policy { initial: Duration::from_secs(10), max: Duration::from_secs(1800) };
 /// Delays while kubelet still has the volume mounted for a pod: it lets go within the pod's
@@ -120,6 +126,9 @@ pub struct Cleaner {
     /// PV UIDs that may have a completed-wipe record (host::wipe_record): pruned once their PV is
     /// gone or needs no wipe.
     recorded: BTreeSet<String>,
+    /// The volumes' last wipes (kept durably by the host too), dropped once published or too
+    /// old.
+    history: History,
     /// A test's injected fault: the next wipe task panics after its wipe.
     #[cfg(test)]
     pub(crate) panic_next: AtomicBool,
@@ -150,7 +159,16 @@ impl Cleaner {
                 BTreeSet::new()
             }
         };
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let history = match host.last_wipes(&|w| w.fresh_at(now)) {
+            Ok(wipes) => Arc::new(std::sync::Mutex::new(wipes.into_iter().map(|w| (w.host_path.clone(), w)).collect())),
+            Err(e) => {
+                tracing::warn!(error = %e, "the volumes' last wipes cannot be read; their new PVs will not tell them");
+                History::default()
+            }
+        };
         let cleaner = Cleaner {
+            history,
             cluster,
             host,
             opts,
@@ -205,6 +223,8 @@ impl Cleaner {
     /// records do not outlive what they were about.
     pub fn retain(&mut self, wanted: impl Fn(&EffectKey) -> bool) {
         self.retries.retain(|k| wanted(k));
+        // Last wipes too old to be told (their volume never came back).
+        self.forget_history(BTreeSet::new());
         let stale: BTreeSet<String> = self
             .recorded
             .iter()
@@ -283,6 +303,7 @@ impl Cleaner {
             cancel,
             progress: Arc::new(Progress::default()),
             announced: AtomicBool::new(false),
+            history: self.history.clone(),
             #[cfg(test)]
             panic_after_wipe: self.panic_next.swap(false, Ordering::Relaxed),
         };
@@ -336,6 +357,33 @@ impl Cleaner {
                 tracing::info!(pv = %outcome.name, retry_in_s = in_s, error = %e, "wipe will be retried");
             }
         }
+    }
+
+    /// The last wipe of the volume at `host_path` when the disk found there (`identity`) is
+    /// the one wiped: its new PV tells it.
+    pub fn last_wipe_for(&self, host_path: &str, identity: &str) -> Option<LastWipe> {
+        let history = self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        history.get(host_path).filter(|w| w.applies_to(host_path, identity)).cloned()
+    }
+
+    /// Forgets the last wipes of `host_paths` (their new PVs exist, or the disk there is
+    /// another one) and those too old to be told, durably in the background.
+    pub fn forget_history(&mut self, host_paths: BTreeSet<String>) {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        {
+            let mut history = self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let before = history.len();
+            history.retain(|path, w| !host_paths.contains(path) && w.fresh_at(now));
+            if history.len() == before {
+                return;
+            }
+        }
+        let host = self.host.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = host.last_wipes(&|w| !host_paths.contains(&w.host_path) && w.fresh_at(now)) {
+                tracing::warn!(error = %e, "could not drop the volumes' last wipes");
+            }
+        });
     }
 
     /// The failure kept for `key`, if any (for tests and logs).

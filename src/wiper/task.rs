@@ -4,7 +4,8 @@
 //!
 //! Requests per released PV are kept to what a decision or an operator needs: the PV's
 //! delete and the removal of our finalizer (its position read from the watch's store, not
-//! asked again), then discovery's create of the clean volume. A wipe that ends within
+//! asked again), then discovery's create of the clean volume and the event on it that tells
+//! the wipe (core::wipe_history: the new PV's own history). A wipe that ends within
 //! [`PROGRESS_EVERY`] is told in the log and the metrics only; a longer one is announced with
 //! an Event when it passes that time, and its end with another, so whoever saw it start sees it
 //! end. Failures are always Events (and the PV's cleanup-result annotation).
@@ -17,10 +18,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
-use super::{Progress, WIPE_STALL, WipeError, WipeJob, Wiped};
+use super::{History, Progress, WIPE_STALL, WipeError, WipeJob, Wiped};
 use crate::api::{AnnotationPatch, Cluster, pv_reference};
 use crate::core::cleanup::AfterWipe;
 use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
+use crate::core::wipe_history::LastWipe;
 use crate::host::access::HostAccess;
 use crate::host::ops::{Operations, Subject};
 use crate::metrics::{FinishedWipe, Metrics};
@@ -42,6 +44,8 @@ pub(super) struct WipeTask {
     pub after: AfterWipe,
     pub cancel: Arc<AtomicBool>,
     pub progress: Arc<Progress>,
+    /// The volumes' last wipes, shared with the cleaner (core::wipe_history).
+    pub history: History,
     /// Whether the wipe was announced with an Event (a long one, or a wipe-first).
     pub announced: AtomicBool,
     /// A test's injected fault: the task panics once the wipe is done.
@@ -123,12 +127,14 @@ impl WipeTask {
                 }
             }
         }
-        result?;
+        let wiped = result?;
         if orphan {
             info!(pv = name, path = %path.display(), "used volume wiped; discovery publishes it clean");
             return Ok(());
         }
         let uid = self.job.pv.uid.as_str();
+        // Before the PV goes: the pass its deletion wakes may publish the volume at once.
+        self.keep_history(wiped, elapsed).await;
         if let Err(e) = self.finish(name, uid).await {
             let e = WipeError::from(e);
             warn!(pv = name, error = %e, "wiped, but the PV could not be finished; retried (not wiped again while its record holds)");
@@ -144,6 +150,28 @@ impl WipeTask {
             warn!(pv = name, error = %e, "could not drop the completed wipe's record; dropped at the next start");
         }
         Ok(())
+    }
+
+    /// Keeps the wipe as the volume's history for its next PV (core::wipe_history): durably
+    /// (a restart before that PV exists keeps it) and in the cleaner's memory.
+    async fn keep_history(&self, wiped: Wiped, elapsed: Duration) {
+        let last = LastWipe {
+            host_path: self.job.pv.host_path.clone(),
+            identity: wiped.identity,
+            at: wiped.at,
+            method: wiped.method,
+            bytes: wiped.bytes,
+            elapsed_ms: (!wiped.resumed).then(|| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
+            pv: self.job.pv.name.clone(),
+            pv_uid: self.job.pv.uid.clone(),
+        };
+        let (host, noted) = (self.host.clone(), last.clone());
+        match tokio::task::spawn_blocking(move || host.note_last_wipe(&noted)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(pv = %last.pv, error = %e, "could not keep the volume's history on the node"),
+            Err(e) => warn!(pv = %last.pv, error = %e, "the task keeping the volume's history failed"),
+        }
+        self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(last.host_path.clone(), last);
     }
 
     /// Deletes the PV (when asked) and drops our finalizer.

@@ -1,0 +1,178 @@
+//! A volume's history across recycling: when its PV is wiped and deleted, the PV that
+//! discovery creates for the clean volume is a new object (a new UID), so `kubectl describe pv`
+//! would show none of what happened. The agent keeps the last completed wipe of each volume
+//! until the new PV exists (host::wipe_history), puts it on the new PV as the annotation
+//! [`ANN_LAST_WIPE`] and tells it in an event regarding the new PV.
+//!
+//! The history goes only to the same disk at the same path: a disk swapped in at that path
+//! meanwhile was not wiped by us, and must not look as if it had been.
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use super::capacity::iec;
+use super::disk_identity::{Found, Verdict, judge};
+
+/// The annotation on a recycled PV: when and how its volume was last wiped, and which PV it
+/// was released from.
+pub const ANN_LAST_WIPE: &str = "local-static-provisioner.io/last-wipe";
+
+/// How long a completed wipe waits for its volume to be published again before it is
+/// forgotten (a disk taken out after its wipe never comes back to claim it).
+pub const KEEP_FOR: SignedDuration = SignedDuration::from_hours(24 * 7);
+
+/// The last completed wipe of the volume at one host path.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LastWipe {
+    /// The volume's host path.
+    pub host_path: String,
+    /// The identity the wipe proved on its own descriptor (core::disk_identity).
+    pub identity: String,
+    /// When the wipe completed (RFC 3339).
+    pub at: String,
+    /// How: `filesystem` (every entry removed), a built-in block method (`quick`, `discard`,
+    /// `zero`, `shred`) or `command <name>` (the class's blockCleanerCommand).
+    pub method: String,
+    /// Bytes freed (filesystem) or overwritten (block device).
+    pub bytes: u64,
+    /// How long the wipe took, in milliseconds (none: finished after a retry, not timed).
+    pub elapsed_ms: Option<u64>,
+    /// The PV the volume was released from: its name and UID.
+    pub pv: String,
+    pub pv_uid: String,
+}
+
+impl LastWipe {
+    /// Whether this wipe was of the volume found at `host_path` with `identity` now: the same
+    /// path, and the same disk proven by its identity (never an unproven match).
+    pub fn applies_to(&self, host_path: &str, identity: &str) -> bool {
+        if self.host_path != host_path {
+            return false;
+        }
+        let found = Found { identity: identity.to_string(), legacy: String::new(), fs_type: None };
+        matches!(judge(&self.identity, &found, None), Verdict::Same(_))
+    }
+
+    /// Whether the record is to be kept at `now`: not older than [`KEEP_FOR`] (a time that
+    /// cannot be read is not kept).
+    pub fn fresh_at(&self, now: Timestamp) -> bool {
+        self.at.parse::<Timestamp>().is_ok_and(|at| now.duration_since(at) <= KEEP_FOR)
+    }
+
+    /// The annotation's value: compact, one line, `key=value` words (`duration` left out when
+    /// the wipe was not timed).
+    pub fn annotation(&self) -> String {
+        let took = self.elapsed_ms.map(|ms| format!(" duration={}", duration(ms))).unwrap_or_default();
+        format!(
+            "at={} method={} bytes={}{took} previous-pv={}",
+            self.at,
+            self.method.replace(' ', "-"),
+            self.bytes,
+            self.pv_uid
+        )
+    }
+
+    /// The note of the event on the new PV.
+    pub fn note(&self) -> String {
+        let what = if self.method == FILESYSTEM {
+            format!("every entry removed, {} freed", iec(self.bytes))
+        } else {
+            format!("{} device, {}", iec(self.bytes), self.method)
+        };
+        let took = match self.elapsed_ms {
+            Some(ms) => format!("in {}", duration(ms)),
+            None => "finished after a retry".to_string(),
+        };
+        format!(
+            "Volume at {} was wiped at {} ({what}, {took}) after PV {} (UID {}) was released; published again clean",
+            self.host_path, self.at, self.pv, self.pv_uid
+        )
+    }
+}
+
+/// The method of a filesystem volume's wipe.
+pub const FILESYSTEM: &str = "filesystem";
+
+/// `elapsed_ms` in seconds, to the millisecond: `0.012s`, `61.999s`.
+fn duration(elapsed_ms: u64) -> String {
+    format!("{}.{:03}s", elapsed_ms / 1000, elapsed_ms % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FS: &str = "v2;fs;disk=serial:S1;uuid=a;ino=2;dev=8:1";
+
+    fn wipe() -> LastWipe {
+        LastWipe {
+            host_path: "/mnt/disks/vol1".into(),
+            identity: FS.into(),
+            at: "2026-11-28T10:00:00Z".into(),
+            method: "filesystem".into(),
+            bytes: 4096,
+            elapsed_ms: Some(1234),
+            pv: "local-pv-1234".into(),
+            pv_uid: "uid-1".into(),
+        }
+    }
+
+    #[test]
+    fn applies_only_to_the_same_disk_at_the_same_path() {
+        let w = wipe();
+        let cases = [
+            ("/mnt/disks/vol1", FS, true),
+            // The device number is informational: the same disk enumerated elsewhere.
+            ("/mnt/disks/vol1", "v2;fs;disk=serial:S1;uuid=a;ino=2;dev=8:17", true),
+            ("/mnt/disks/vol2", FS, false),
+            ("/mnt/disks/vol1/", FS, false),
+            // Another disk swapped in at the path, a reformatted one, an unreadable identity.
+            ("/mnt/disks/vol1", "v2;fs;disk=serial:S2;uuid=a;ino=2;dev=8:1", false),
+            ("/mnt/disks/vol1", "v2;fs;disk=serial:S1;uuid=b;ino=2;dev=8:1", false),
+            ("/mnt/disks/vol1", "v2;blk;disk=serial:S1;size=10;dev=8:1", false),
+            ("/mnt/disks/vol1", "garbage", false),
+            ("/mnt/disks/vol1", "", false),
+        ];
+        for (path, identity, want) in cases {
+            assert_eq!(w.applies_to(path, identity), want, "{path} {identity}");
+        }
+        // Nothing proves a device-number-only identity: never applied on it.
+        let weak = LastWipe { identity: "v2;fs;ino=2;dev=8:1".into(), ..wipe() };
+        assert!(!weak.applies_to("/mnt/disks/vol1", "v2;fs;ino=2;dev=8:1"));
+    }
+
+    #[test]
+    fn kept_for_a_week_and_never_when_its_time_is_unreadable() {
+        let w = wipe();
+        let at: Timestamp = "2026-11-28T10:00:00Z".parse().unwrap();
+        assert!(w.fresh_at(at));
+        assert!(w.fresh_at(at + SignedDuration::from_hours(24 * 7)));
+        assert!(!w.fresh_at(at + SignedDuration::from_hours(24 * 7) + SignedDuration::from_secs(1)));
+        // A clock set back keeps it (the age is negative).
+        assert!(w.fresh_at(at - SignedDuration::from_hours(1)));
+        for bad in ["", "yesterday", "2026-11-28"] {
+            assert!(!LastWipe { at: bad.into(), ..wipe() }.fresh_at(at), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn annotation_and_note_say_when_how_and_from_which_pv() {
+        let w = LastWipe { method: "command cleaner.sh".into(), bytes: 64 << 20, ..wipe() };
+        assert_eq!(
+            w.annotation(),
+            "at=2026-11-28T10:00:00Z method=command-cleaner.sh bytes=67108864 duration=1.234s previous-pv=uid-1"
+        );
+        let note = w.note();
+        for part in ["/mnt/disks/vol1", "64 MiB device, command cleaner.sh", "in 1.234s", "local-pv-1234", "uid-1"] {
+            assert!(note.contains(part), "{part}: {note}");
+        }
+        let fs = wipe().note();
+        assert!(fs.contains("every entry removed, 4 KiB freed"), "{fs}");
+        let resumed = LastWipe { elapsed_ms: None, ..wipe() };
+        assert!(resumed.note().contains("finished after a retry"), "{}", resumed.note());
+        assert!(!resumed.annotation().contains("duration"), "{}", resumed.annotation());
+        assert!(LastWipe { elapsed_ms: Some(0), ..wipe() }.annotation().contains("duration=0.000s"));
+        assert_eq!(duration(12), "0.012s");
+        assert_eq!(duration(61_999), "61.999s");
+    }
+}
