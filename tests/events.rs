@@ -138,5 +138,37 @@ fn config_changes_apply_without_restart_and_bad_ones_keep_the_last_good() {
         let ready = agent.admin_get("/readyz");
         (ready.starts_with("HTTP/1.1 200") && ready.ends_with("\r\n\r\nok\n")).then_some(())
     });
+
+    // A misspelt key that would widen what a class publishes (upstream ignores it and takes
+    // every entry): the class is refused, with the likely key, and its last good definition
+    // stays in use: an entry its namePattern would not take is still not published.
+    let typo = format!("{}  namePatern: \"v*\"\n{}", class_map("events-a", &dir_a), class_map("events-b", &dir_b));
+    write_config(&config, &[("storageClassMap", &typo), ("minResyncPeriod", "1h\n")]);
+    let said =
+        wait_until("ConfigInvalid with the likely key", WAIT, || node_event(&cp, node, "ConfigInvalid", "namePatern"));
+    assert!(said.contains("did you mean \"namePattern\""), "{said}");
+    // A key unlike any known one is ignored and told once (a note, a newer upstream's key).
+    let noted = format!("{both}  someNote: kept by the team\n");
+    write_config(&config, &[("storageClassMap", &noted), ("minResyncPeriod", "1h\n")]);
+    let said = wait_until("ConfigUnknownKeys", WAIT, || node_event(&cp, node, "ConfigUnknownKeys", "someNote"));
+    assert!(said.contains("ignored (known keys:"), "{said}");
+    // A misspelt ConfigMap key would publish nothing: the whole change is refused.
+    write_config(&config, &[("storageClasMap", &both), ("minResyncPeriod", "1h\n")]);
+    let said = wait_until("ConfigInvalid for the ConfigMap key", WAIT, || {
+        node_event(&cp, node, "ConfigInvalid", "storageClasMap")
+    });
+    assert!(said.contains("did you mean \"storageClassMap\""), "{said}");
+    let _b2 = mount_tmpfs(&dir_b.join("v2"), 16);
+    let b2 = pv_name("v2", node, "events-b");
+    wait_until("published under the last good config", WAIT, || cp.pv_state(&b2));
     drop(agent);
+}
+
+/// The note of an event about Node `node` with `reason` whose note contains `text`.
+fn node_event(cp: &ControlPlane, node: &str, reason: &str, text: &str) -> Option<String> {
+    let events = cp.get_json(&["events.events.k8s.io", "-A"])?;
+    events["items"].as_array()?.iter().find_map(|e| {
+        let note = e["note"].as_str()?;
+        (e["reason"] == reason && e["regarding"]["name"] == node && note.contains(text)).then(|| note.to_string())
+    })
 }

@@ -3,7 +3,8 @@
 
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use kube::Resource;
-use kube::runtime::events::{Event, EventType};
+
+use super::recorder::Said;
 
 use super::*;
 
@@ -95,10 +96,9 @@ impl Cluster {
         self.try_event_related(regarding, None, warning, reason, action, note).await
     }
 
-    /// Publishes an Event that also names a related object. The recorder folds Events with the
-    /// same regarding object, reason and related object into one series (keeping the first
-    /// note), so distinct problems about one Node must name distinct related objects, such as
-    /// the PV an entry would have become, to each stay visible.
+    /// Publishes an Event that also names a related object. The recorder (api::recorder) folds
+    /// only the same Event again (same note too) into a series; a related object, such as the
+    /// PV an entry would have become, lets a reader find what the Event is about.
     pub async fn event_related(
         &self,
         regarding: &ObjectReference,
@@ -124,13 +124,8 @@ impl Cluster {
         action: &str,
         note: String,
     ) -> Result<(), ApiError> {
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.to_string(),
-            note: Some(event_note(note)),
-            action: action.to_string(),
-            secondary: related,
-        };
+        let ev =
+            Said { warning, reason: reason.to_string(), note: event_note(note), action: action.to_string(), related };
         let object = regarding.name.clone().unwrap_or_default();
         self.gated("publish event", &object, self.recorder.publish(&ev, regarding))
             .await?

@@ -16,6 +16,7 @@ pub mod lease;
 mod nodes;
 mod patch;
 mod pvs;
+mod recorder;
 
 pub use error::{ApiError, error_chain};
 pub use events::{
@@ -36,7 +37,6 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config, Resource};
@@ -106,7 +106,7 @@ pub struct Cluster {
     /// The API server's URL, for messages ("" for a client made elsewhere).
     server: String,
     limiter: Arc<DefaultDirectRateLimiter>,
-    recorder: Recorder,
+    recorder: recorder::Recorder,
     metrics: Option<crate::metrics::Metrics>,
     fence: Option<Fence>,
 }
@@ -156,8 +156,7 @@ impl Cluster {
         let qps = NonZeroU32::new(opts.qps.max(1)).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(opts.burst.max(1)).unwrap_or(NonZeroU32::MIN);
         let limiter = Arc::new(RateLimiter::direct(Quota::per_second(qps).allow_burst(burst)));
-        let reporter = Reporter { controller: "local-static-provisioner".into(), instance: Some(instance.into()) };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let recorder = recorder::Recorder::new(client.clone(), instance);
         Cluster { client, server: String::new(), limiter, recorder, metrics: None, fence: None }
     }
 
