@@ -241,6 +241,14 @@ pub fn write_config(dir: &Path, keys: &[(&str, &str)]) {
             std::os::unix::fs::symlink(Path::new("..data").join(key), key_link).unwrap();
         }
     }
+    // As kubelet does: the links of keys the ConfigMap no longer has go.
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let into_data = std::fs::read_link(entry.path()).is_ok_and(|t| t.starts_with("..data"));
+        if into_data && !keys.iter().any(|(k, _)| *k == name) {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
 }
 
 /// A control plane: the one `tests/run.sh` started (LSP_CONTROL_PLANE_DIR), or a private one
