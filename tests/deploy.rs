@@ -1,11 +1,12 @@
 //! The shipped manifests against the real API server: the kustomize base, the opt-in
 //! node-cleanup kustomization and the Helm chart (rendered from a values file written for the
 //! upstream chart, with and without node-cleanup) are accepted by a server-side dry run, and
-//! the ConfigMap the chart renders is a valid config for the agent.
+//! the ConfigMap the chart renders is a valid config for the agent. The kustomize component
+//! discovery-dir moves the discovery directory everywhere the base writes it from one value.
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use support::{ControlPlane, binary, repo_root, run, write_config};
@@ -74,6 +75,116 @@ fn kustomize_node_cleanup_is_accepted_by_the_api_server() {
     assert_eq!(pod["serviceAccountName"], "local-static-provisioner-node-cleanup");
     assert_eq!(find(&docs, "Role")["metadata"]["namespace"], "local-static-provisioner", "the Lease's namespace");
     server_dry_run(&cp, &out);
+}
+
+/// `kubectl kustomize DIR`.
+fn kustomize(cp: &ControlPlane, dir: &Path) -> String {
+    cp.kubectl_ok(&["kustomize", dir.to_str().unwrap()])
+}
+
+/// `to` relative to the directory `from` (kustomize takes only relative resource paths).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from = from.canonicalize().unwrap();
+    let to = to.canonicalize().unwrap();
+    let mut path = PathBuf::new();
+    for _ in from.components().skip(1) {
+        path.push("..");
+    }
+    path.join(to.strip_prefix("/").unwrap())
+}
+
+/// The paths of the one class of a rendered base ConfigMap: (hostDir, mountDir).
+fn class_dirs(docs: &[serde_json::Value]) -> (String, String) {
+    let cm = find_named(docs, "ConfigMap", "local-provisioner-config");
+    let classes: serde_json::Value = serde_saphyr::from_str(cm["data"]["storageClassMap"].as_str().unwrap()).unwrap();
+    let class = &classes["fast-disks"];
+    (class["hostDir"].as_str().unwrap().to_string(), class["mountDir"].as_str().unwrap().to_string())
+}
+
+/// The discovery volume of a rendered base DaemonSet: (hostPath, mountPath).
+fn daemonset_dirs(docs: &[serde_json::Value]) -> (String, String) {
+    let pod = &find_named(docs, "DaemonSet", "local-static-provisioner")["spec"]["template"]["spec"];
+    let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "fast-disks").expect("volume");
+    let mount = pod["containers"][0]["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "fast-disks");
+    let mount = mount.expect("volumeMount");
+    (volume["hostPath"]["path"].as_str().unwrap().to_string(), mount["mountPath"].as_str().unwrap().to_string())
+}
+
+/// The agent policy's discovery roots: its `roots` variable, a CEL list of single-quoted
+/// strings (which YAML reads as a flow sequence).
+fn policy_roots(docs: &[serde_json::Value]) -> Vec<String> {
+    let policy = find_named(docs, "ValidatingAdmissionPolicy", "local-static-provisioner-node-scope");
+    let roots = policy["spec"]["variables"].as_array().unwrap().iter().find(|v| v["name"] == "roots").unwrap();
+    let expression = roots["expression"].as_str().unwrap();
+    serde_saphyr::from_str(expression).unwrap_or_else(|e| panic!("roots {expression}: {e}"))
+}
+
+/// An overlay of deploy/base with deploy/components/discovery-dir and the value `dir`, written
+/// as docs/install.md shows it (in a temporary directory, which the caller keeps).
+fn moved_dir_overlay(dir: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = relative(tmp.path(), &repo_root().join("deploy/base"));
+    let component = relative(tmp.path(), &repo_root().join("deploy/components/discovery-dir"));
+    std::fs::write(
+        tmp.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n  - discovery-dir.yaml\ncomponents:\n  - {}\n",
+            base.display(),
+            component.display()
+        ),
+    )
+    .unwrap();
+    // The fixture's value file, with another directory.
+    let value =
+        std::fs::read_to_string(repo_root().join("tests/fixtures/kustomize-moved-dir/discovery-dir.yaml")).unwrap();
+    assert!(value.contains("dir: /mnt/other-disks\n"));
+    std::fs::write(tmp.path().join("discovery-dir.yaml"), value.replace("/mnt/other-disks", dir)).unwrap();
+    tmp
+}
+
+/// An overlay that names another discovery directory once (tests/fixtures/kustomize-moved-dir)
+/// moves it in the ConfigMap, the DaemonSet and the admission policy, and the API server takes
+/// the result.
+#[test]
+fn kustomize_discovery_dir_is_moved_from_one_value() {
+    let cp = ControlPlane::get();
+    let _ = cp.kubectl(&["create", "namespace", "local-static-provisioner"]);
+    let out = kustomize(&cp, &repo_root().join("tests/fixtures/kustomize-moved-dir"));
+    let docs = documents(&out);
+    let new = "/mnt/other-disks";
+    assert_eq!(class_dirs(&docs), (new.to_string(), new.to_string()), "the ConfigMap's hostDir and mountDir");
+    assert_eq!(daemonset_dirs(&docs), (new.to_string(), new.to_string()), "the DaemonSet's hostPath and mountPath");
+    assert_eq!(policy_roots(&docs), [new], "the admission policy's roots");
+    // Nowhere else either (the component reaches every place the base writes it), and the
+    // value itself is not applied.
+    assert!(!out.contains("/mnt/fast-disks"), "the base's directory is left in:\n{out}");
+    assert!(!out.contains("local-static-provisioner-discovery-dir"), "the local-config value was rendered:\n{out}");
+    server_dry_run(&cp, &out);
+}
+
+/// The component given the base's own directory renders exactly the base: it writes the value
+/// into the base's places and nothing else.
+#[test]
+fn kustomize_discovery_dir_with_the_base_value_is_the_base() {
+    let cp = ControlPlane::get();
+    let base = kustomize(&cp, &repo_root().join("deploy/base"));
+    let docs = documents(&base);
+    let old = "/mnt/fast-disks";
+    assert_eq!(class_dirs(&docs), (old.to_string(), old.to_string()));
+    assert_eq!(daemonset_dirs(&docs), (old.to_string(), old.to_string()));
+    assert_eq!(policy_roots(&docs), [old]);
+    let overlay = moved_dir_overlay(old);
+    assert_eq!(kustomize(&cp, overlay.path()), base, "deploy/components/discovery-dir changes more than the directory");
+    // And a value in a place the component does not reach would be left behind: with another
+    // value, only the five places change.
+    let overlay = moved_dir_overlay("/srv/disks");
+    let moved = kustomize(&cp, overlay.path());
+    let changed: Vec<(&str, &str)> = base.lines().zip(moved.lines()).filter(|(a, b)| a != b).collect();
+    assert_eq!(base.lines().count(), moved.lines().count());
+    assert_eq!(changed.len(), 5, "hostDir, mountDir, roots, mountPath, hostPath: {changed:#?}");
+    for (a, b) in changed {
+        assert_eq!(a.replace(old, "/srv/disks"), b);
+    }
 }
 
 #[test]
