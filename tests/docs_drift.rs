@@ -1199,3 +1199,153 @@ fn object_names_in_the_docs_match_the_chart_and_deploy() {
     assert!(problems[0].starts_with("p.md:1: object <release>-node-cleanup"), "{problems:?}");
     assert!(problems[1].starts_with("p.md:4: ConfigMap local-provisioner-cfg"), "{problems:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Label values of the closed lists
+
+/// Whether a code span looks like a label value (`no-stable-id`, `flagged_stale`).
+fn code_like(span: &str) -> bool {
+    span.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && span.chars().all(|c| c.is_ascii_lowercase() || c == '-' || c == '_')
+}
+
+/// The code spans of the meaning cell of `metric`'s row in the metric tables of `text`, less
+/// the metric's own label names.
+fn row_values(file: &str, text: &str, metric: &str) -> (String, Vec<String>) {
+    for (line, row) in table_rows(text, "| metric | type | meaning |") {
+        let Some(first) = code_spans(&row[0]).into_iter().next() else { continue };
+        let (name, labels) = split_labels(&first);
+        if name == metric {
+            let spans = code_spans(&row[2]).into_iter().filter(|s| !labels.contains(s)).collect();
+            return (format!("{file}:{line}"), spans);
+        }
+    }
+    panic!("{file} has no metrics table row for {metric}");
+}
+
+/// The code spans of the paragraph of `text` that holds `anchor`, after it.
+fn paragraph_values(file: &str, text: &str, anchor: &str) -> (String, Vec<String>) {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.iter().position(|l| l.contains(anchor)).unwrap_or_else(|| panic!("{file} lacks {anchor:?}"));
+    let end = (start..lines.len()).find(|i| lines[*i].trim().is_empty()).unwrap_or(lines.len());
+    let paragraph = lines[start..end].join("\n");
+    let after = &paragraph[paragraph.find(anchor).unwrap() + anchor.len()..];
+    (format!("{file}:{}", start + 1), code_spans(after))
+}
+
+/// The string arms (`=> "code"`) of the function that starts with `signature` in `path`.
+fn match_arms(path: &str, signature: &str) -> BTreeSet<String> {
+    let text = read_doc(path);
+    let start = text.find(signature).unwrap_or_else(|| panic!("{path} has no {signature}"));
+    let body = &text[start..];
+    let body = &body[..body.find("\n    }\n").unwrap_or(body.len())];
+    body.split("=> \"").skip(1).filter_map(|s| s.split('"').next()).map(str::to_string).collect()
+}
+
+/// The string arguments of the calls `call("…")` in `path`.
+fn call_arguments(path: &str, call: &str) -> BTreeSet<String> {
+    let text = read_doc(path);
+    text.split(&format!("{call}(\"")).skip(1).filter_map(|s| s.split('"').next()).map(str::to_string).collect()
+}
+
+/// Every difference between the values a doc lists (`spans`, less the words in `ignore`) and
+/// those the code sets.
+fn compare_values(at: &str, what: &str, spans: &[String], ignore: &[&str], code: &BTreeSet<String>) -> Vec<String> {
+    let listed: BTreeSet<String> =
+        spans.iter().filter(|s| code_like(s) && !ignore.contains(&s.as_str())).cloned().collect();
+    let mut problems = Vec::new();
+    for value in code.difference(&listed) {
+        problems.push(format!("{at}: {what} takes {value:?}, which the doc does not list"));
+    }
+    for value in listed.difference(code) {
+        problems.push(format!("{at}: {what} never takes {value:?}, which the doc lists"));
+    }
+    problems
+}
+
+/// A closed list of label values in a doc: where, of what, its code spans, the spans that are
+/// not values, and the values the code sets.
+struct ValueList {
+    at: String,
+    what: &'static str,
+    spans: Vec<String>,
+    ignore: &'static [&'static str],
+    code: BTreeSet<String>,
+}
+
+/// The closed lists of label values the docs give.
+fn value_lists() -> Vec<ValueList> {
+    let operations = read_doc("docs/operations.md");
+    let devices = read_doc("docs/devices.md");
+    let node_cleanup = read_doc("docs/node-cleanup.md");
+    // Every refusal but `not-probed`, which the agent does not count (src/agent/report.rs).
+    let report = read_doc("src/agent/report.rs");
+    assert!(
+        report.contains("if matches!(reason, Refusal::NotProbed) {\n                continue;"),
+        "report.rs changed"
+    );
+    let mut refused = match_arms("src/core/device_claim.rs", "pub fn code(&self)");
+    assert!(refused.remove("not-probed"), "{refused:?}");
+    let failing = match_arms("src/core/disk_health.rs", "pub fn code(&self)");
+    let fenced = match_arms("src/core/fence_label.rs", "pub fn label_value(self)");
+    let succession = call_arguments("src/agent/succession.rs", "metrics.succession");
+    assert!(refused.len() > 10 && failing.len() > 4 && fenced.len() == 3 && succession.len() > 3);
+    let mut lists = Vec::new();
+    let mut add =
+        |(at, spans): (String, Vec<String>), what, ignore: &'static [&'static str], code: &BTreeSet<String>| {
+            lists.push(ValueList { at, what, spans, ignore, code: code.clone() });
+        };
+    let refused_metric = "local_static_provisioner_devices_refused";
+    add(
+        row_values("docs/operations.md", &operations, refused_metric),
+        "devices_refused{reason}",
+        &["devices"],
+        &refused,
+    );
+    add(
+        paragraph_values("docs/devices.md", &devices, "Reason codes of `devices_refused`:"),
+        "devices_refused{reason}",
+        &[],
+        &refused,
+    );
+    let failing_metric = "local_static_provisioner_volume_failing";
+    add(row_values("docs/operations.md", &operations, failing_metric), "volume_failing{reason}", &[], &failing);
+    let fenced_metric = "local_static_provisioner_fenced_volumes";
+    add(row_values("docs/operations.md", &operations, fenced_metric), "fenced_volumes{reason}", &[], &fenced);
+    let succession_metric = "local_static_provisioner_succession_total";
+    add(
+        row_values("docs/operations.md", &operations, succession_metric),
+        "succession_total{outcome}",
+        &[],
+        &succession,
+    );
+    add(
+        paragraph_values(
+            "docs/node-cleanup.md",
+            &node_cleanup,
+            "The agent adds `local_static_provisioner_succession_total{outcome}`",
+        ),
+        "succession_total{outcome}",
+        &[],
+        &succession,
+    );
+    lists
+}
+
+#[test]
+fn closed_lists_of_label_values_match_the_code() {
+    let mut problems = Vec::new();
+    for list in value_lists() {
+        problems.extend(compare_values(&list.at, list.what, &list.spans, list.ignore, &list.code));
+    }
+    assert!(problems.is_empty(), "the docs' lists of label values disagree with the code:\n{}", problems.join("\n"));
+
+    // A value missing from a list, or one the code never sets, is reported.
+    let ValueList { at, what, spans, ignore, code } = value_lists().remove(0);
+    let fewer: Vec<String> = spans.iter().filter(|s| *s != "name-taken").cloned().collect();
+    let problems = compare_values(&at, what, &fewer, ignore, &code);
+    assert!(problems.iter().any(|p| p.contains("takes \"name-taken\", which the doc does not list")), "{problems:?}");
+    let more: Vec<String> = spans.iter().cloned().chain(["too-small".to_string()]).collect();
+    let problems = compare_values(&at, what, &more, ignore, &code);
+    assert!(problems.iter().any(|p| p.contains("never takes \"too-small\"")), "{problems:?}");
+}
