@@ -21,7 +21,10 @@
 //!   every `<release>…` or `<fullname>…` name and every `kubectl … kind/name` in the docs must
 //!   be one of them.
 //! - Flags: README.md's `run` table and docs/node-cleanup.md's table against clap's commands:
-//!   every flag with its environment variable, both ways, and the defaults clap has.
+//!   every flag with its environment variable, both ways, and the defaults clap has; README.md's
+//!   paragraph on the other commands' variables against every other command.
+//! - Closed lists of label values (devices_refused's reasons, volume_failing's, fenced_volumes',
+//!   succession_total's outcomes) against the code that sets them.
 //! - Each comparison is fed a mutated copy of its table and must report the mismatch.
 
 mod support;
@@ -872,6 +875,111 @@ fn a_flag_table_that_disagrees_with_the_command_is_reported() {
     let problems =
         compare_flags("node-cleanup", &flag_table(&mutated, "n.md", NODE_CLEANUP_FLAGS), &subcommand("node-cleanup"));
     assert!(problems.iter().any(|p| p.contains("upstream's --pvc-deletion-grace is not accepted")), "{problems:?}");
+}
+
+/// README.md's paragraph on "The other commands' variables": per command named (its first code
+/// span in a `;`-separated part), the variables it lists, each with the flag named after it
+/// in parentheses, if any.
+#[derive(Debug)]
+struct CommandVariables {
+    command: String,
+    variables: Vec<(String, Option<String>)>,
+}
+
+const OTHER_COMMANDS: &str = "The other commands' variables:";
+
+fn other_commands_variables(text: &str) -> Vec<CommandVariables> {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.iter().position(|l| l.contains(OTHER_COMMANDS)).expect("README.md's other commands' variables");
+    let end = (start..lines.len()).find(|i| lines[*i].trim().is_empty()).unwrap_or(lines.len());
+    let paragraph = lines[start..end].join(" ");
+    let after = &paragraph[paragraph.find(OTHER_COMMANDS).unwrap() + OTHER_COMMANDS.len()..];
+    // The sentence after the list is about `version`.
+    let list = after.split("`local-static-provisioner version`").next().unwrap_or(after);
+    let mut out = Vec::new();
+    for part in list.split(';') {
+        let spans = code_spans(part);
+        let Some(command) = spans.first() else { continue };
+        let mut variables: Vec<(String, Option<String>)> = Vec::new();
+        for span in &spans[1..] {
+            if span.starts_with('-') {
+                if let Some(last) = variables.last_mut() {
+                    last.1 = Some(span.clone());
+                }
+            } else {
+                variables.push((span.clone(), None));
+            }
+        }
+        out.push(CommandVariables { command: command.clone(), variables });
+    }
+    out
+}
+
+/// Every difference between that paragraph and the commands: a command missing (every one but
+/// `run`, which has its table, that reads a variable), a variable it does not read or one it
+/// reads that is not listed, a flag named for a variable that another flag reads.
+fn compare_other_commands(listed: &[CommandVariables]) -> Vec<String> {
+    let cli = Cli::command();
+    let mut problems = Vec::new();
+    let envs_of = |cmd: &clap::Command| -> BTreeMap<String, (Option<String>, Option<char>)> {
+        cmd.get_arguments()
+            .filter_map(|a| {
+                let env = a.get_env()?.to_string_lossy().into_owned();
+                Some((env, (a.get_long().map(str::to_string), a.get_short())))
+            })
+            .collect()
+    };
+    for entry in listed {
+        let Some(cmd) = cli.find_subcommand(&entry.command) else {
+            problems.push(format!("README.md: there is no command {}", entry.command));
+            continue;
+        };
+        let reads = envs_of(cmd);
+        let named: BTreeSet<&String> = entry.variables.iter().map(|(v, _)| v).collect();
+        for env in reads.keys().filter(|e| !named.contains(e)) {
+            problems.push(format!("README.md: {} reads {env}, which the paragraph does not list", entry.command));
+        }
+        for (env, flag) in &entry.variables {
+            let Some((long, short)) = reads.get(env) else {
+                problems.push(format!("README.md: {} does not read {env}", entry.command));
+                continue;
+            };
+            let Some(flag) = flag else { continue };
+            let matches = match flag.strip_prefix("--") {
+                Some(name) => long.as_deref() == Some(name),
+                None => flag.strip_prefix('-').and_then(|c| c.chars().next()) == *short,
+            };
+            if !matches {
+                problems.push(format!("README.md: {}'s {env} is not read by {flag}", entry.command));
+            }
+        }
+    }
+    for cmd in cli.get_subcommands() {
+        let name = cmd.get_name();
+        if name != "run" && !envs_of(cmd).is_empty() && !listed.iter().any(|e| e.command == name) {
+            problems.push(format!("README.md: the paragraph on the other commands' variables lacks {name}"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn readme_lists_every_other_commands_variables() {
+    let readme = read_doc("README.md");
+    let problems = compare_other_commands(&other_commands_variables(&readme));
+    assert!(problems.is_empty(), "README.md disagrees with the commands:\n{}", problems.join("\n"));
+
+    for (from, to, expect) in [
+        (" and `STRICT` (`--strict`)", "", "validate-config reads STRICT, which"),
+        ("`FENCE_WAIT` (`--wait`)", "`FENCE_WAIT` (`--timeout`)", "fence-node's FENCE_WAIT is not read by --timeout"),
+        ("`CONFIG_FILE` (`-f`)", "`CONFIG_FILE` (`-c`)", "validate-config's CONFIG_FILE is not read by -c"),
+        ("`CLEANUP_WAIT`", "`CLEANUP_WAITING`", "cleanup does not read CLEANUP_WAITING"),
+        ("`node-cleanup`\nreads", "`node-cleaner`\nreads", "there is no command node-cleaner"),
+    ] {
+        assert!(readme.contains(from), "the mutation's source is gone: {from}");
+        let problems = compare_other_commands(&other_commands_variables(&readme.replacen(from, to, 1)));
+        assert!(problems.iter().any(|p| p.contains(expect)), "{from} -> {to}: expected {expect:?} in {problems:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
