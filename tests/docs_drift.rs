@@ -24,7 +24,8 @@
 //!   every flag with its environment variable, both ways, and the defaults clap has; README.md's
 //!   paragraph on the other commands' variables against every other command.
 //! - Closed lists of label values (devices_refused's reasons, volume_failing's, fenced_volumes',
-//!   succession_total's outcomes) against the code that sets them.
+//!   succession_total's outcomes) and of which refusals make DeviceRefused a Warning, against
+//!   the code that sets them.
 //! - Each comparison is fed a mutated copy of its table and must report the mismatch.
 
 mod support;
@@ -1341,13 +1342,34 @@ fn paragraph_values(file: &str, text: &str, anchor: &str) -> (String, Vec<String
     (format!("{file}:{}", start + 1), code_spans(after))
 }
 
-/// The string arms (`=> "code"`) of the function that starts with `signature` in `path`.
-fn match_arms(path: &str, signature: &str) -> BTreeSet<String> {
+/// The text of the method that starts with `signature` in `path` (to its closing brace in an
+/// `impl` block).
+fn method_body(path: &str, signature: &str) -> String {
     let text = read_doc(path);
     let start = text.find(signature).unwrap_or_else(|| panic!("{path} has no {signature}"));
     let body = &text[start..];
-    let body = &body[..body.find("\n    }\n").unwrap_or(body.len())];
-    body.split("=> \"").skip(1).filter_map(|s| s.split('"').next()).map(str::to_string).collect()
+    body[..body.find("\n    }\n").unwrap_or(body.len())].to_string()
+}
+
+/// The string arms (`=> "code"`) of the method that starts with `signature` in `path`.
+fn match_arms(path: &str, signature: &str) -> BTreeSet<String> {
+    variant_codes(path, signature).into_values().collect()
+}
+
+/// The string arms of a method matching on an enum's variants: variant name -> string.
+fn variant_codes(path: &str, signature: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in method_body(path, signature).lines() {
+        let Some((lhs, rhs)) = line.split_once("=> \"") else { continue };
+        let code = rhs.split('"').next().unwrap_or_default().to_string();
+        for variant in lhs.split('|') {
+            let variant = variant.trim();
+            let variant = variant.rsplit("::").next().unwrap_or(variant);
+            let name: String = variant.chars().take_while(char::is_ascii_alphanumeric).collect();
+            out.insert(name, code.clone());
+        }
+    }
+    out
 }
 
 /// The string arguments of the calls `call("…")` in `path`.
@@ -1403,6 +1425,25 @@ fn value_lists() -> Vec<ValueList> {
         |(at, spans): (String, Vec<String>), what, ignore: &'static [&'static str], code: &BTreeSet<String>| {
             lists.push(ValueList { at, what, spans, ignore, code: code.clone() });
         };
+    // DeviceRefused is a Warning for the refusals Refusal::needs_operator names, else Normal.
+    let codes = variant_codes("src/core/device_claim.rs", "pub fn code(&self)");
+    let operator = method_body("src/core/device_claim.rs", "pub fn needs_operator(&self)");
+    let warning: BTreeSet<String> = operator
+        .split("Refusal::")
+        .skip(1)
+        .map(|v| v.chars().take_while(char::is_ascii_alphanumeric).collect::<String>())
+        .map(|v| codes.get(&v).unwrap_or_else(|| panic!("Refusal::{v} has no code")).clone())
+        .collect();
+    let normal: BTreeSet<String> = refused.difference(&warning).cloned().collect();
+    assert!(warning.len() > 3 && normal.len() > 3, "{warning:?} {normal:?}");
+    let (line, row) = table_rows(&devices, "| reason | type | meaning |")
+        .into_iter()
+        .find(|(_, row)| row[0] == "`DeviceRefused`")
+        .expect("docs/devices.md's DeviceRefused row");
+    let (as_warning, as_normal) = row[2].split_once("Normal for").expect("DeviceRefused's Normal part");
+    let at = format!("docs/devices.md:{line}");
+    add((at.clone(), code_spans(as_warning)), "DeviceRefused as a Warning", &[], &warning);
+    add((at, code_spans(as_normal)), "DeviceRefused as Normal", &[], &normal);
     let refused_metric = "local_static_provisioner_devices_refused";
     add(
         row_values("docs/operations.md", &operations, refused_metric),
