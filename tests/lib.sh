@@ -85,6 +85,10 @@ go_install_cached() {
   local out="$cache_root/$name-${pkg##*@}"
   if [[ ! -x "$out/$name" ]]; then
     echo "$name: building $pkg into $out (first time only)" >&2
+    # Go where the invoking user has it, also when this script runs under sudo by itself.
+    # shellcheck source=scripts/toolchain.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/../scripts/toolchain.sh"
+    lsp_find_toolchains go || return 1
     local tmp="$out.tmp.$$"
     mkdir -p "$tmp"
     CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS=-mod=mod go install -trimpath -ldflags "$ldflags" "$pkg" >&2 \
