@@ -25,7 +25,8 @@ echo "dynamic libraries: $(ldd "$bin" | awk '{print $1}' | tr '\n' ' ')"
 # The agent image the real test node runs (tests/node/images/build.sh, no container engine) has
 # the final stage's user, entrypoint, command and binary path: compared here with the Dockerfile.
 images=$(mktemp -d -t lsp-check-image.XXXXXX)
-trap 'rm -rf "$images"' EXIT
+registry_pid=''
+trap '[[ -z $registry_pid ]] || kill "$registry_pid" 2> /dev/null; rm -rf "$images"' EXIT
 bash tests/node/images/build.sh "$images" 2> "$images/build.log" || { cat "$images/build.log" >&2; exit 1; }
 host=$(rustc -vV | sed -n 's/^host: //p')
 cargo tree --locked -e normal --prefix none -f '{p}' --target "$host" | sed 's/ (\*)//; s/ (proc-macro)//' \
@@ -100,3 +101,35 @@ if open(sbom_file, "rb").read() != shipped:
     sys.exit("build-image.sh: the SBOM beside the archive is not the one the image ships")
 print(f"release image archive: {archive.rsplit('/', 1)[-1]}, {ref}, SBOM and checksums verified")
 PY
+
+# Pushed to a registry as docs/install.md says (crane, the archive unpacked as an OCI layout): a
+# real registry (CNCF distribution, built from its module) on loopback, started and stopped here
+# by its PID. What the registry serves under the tag must be the archive's manifest, byte for
+# byte (its digest), and pulled back it must be the same image.
+crane=$(bash tests/tools/build-crane.sh)
+registry=$(bash tests/tools/build-registry.sh)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf 'version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: "127.0.0.1:%s"}\n' \
+  "$images/registry" "$port" > "$images/registry.yml"
+"$registry" serve "$images/registry.yml" > "$images/registry.log" 2>&1 &
+registry_pid=$!
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$port/v2/" > /dev/null && break
+  kill -0 "$registry_pid" 2> /dev/null || { cat "$images/registry.log" >&2; echo "the registry did not start" >&2; exit 1; }
+  sleep 0.1
+done
+ref=127.0.0.1:$port/storage/local-static-provisioner:9.9.9
+mkdir "$images/layout"
+tar -xf "$archive" -C "$images/layout"
+"$crane" push --insecure "$images/layout" "$ref" > "$images/push.out" 2> "$images/push.log" \
+  || { cat "$images/push.log" >&2; exit 1; }
+want=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$images/layout/index.json")
+got=$("$crane" digest --insecure "$ref")
+[[ $got == "$want" ]] || { echo "the registry serves $ref as $got, the archive's manifest is $want" >&2; exit 1; }
+"$crane" pull --insecure --format oci "$ref" "$images/pulled" 2> "$images/pull.log" || { cat "$images/pull.log" >&2; exit 1; }
+pulled=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$images/pulled/index.json")
+[[ $pulled == "$want" ]] || { echo "pulled back from the registry: $pulled, not $want" >&2; exit 1; }
+kill "$registry_pid"
+wait "$registry_pid" 2> /dev/null || true
+registry_pid=''
+echo "pushed to a registry with crane and pulled back: $ref $want"
