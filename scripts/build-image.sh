@@ -12,9 +12,11 @@
 #   SHA256SUMS                                       checksums of both
 # and prints "<name> <manifest digest> <layer bytes>", then the archive's path.
 # IMAGE: the image reference to record (default local-static-provisioner:<Chart appVersion>).
-# The architecture is this machine's (the binary and its libraries are this machine's); for
-# arm64, run it on an arm64 machine, or build the Dockerfile with `docker buildx build
-# --platform linux/arm64,linux/amd64` (docs/install.md).
+# The architecture is this machine's unless ARCH says (amd64 or arm64): another one is
+# cross-built with Rust's target for it and Debian's cross linker and libraries
+# (`rustup target add aarch64-unknown-linux-gnu`, `apt-get install gcc-aarch64-linux-gnu`); or
+# build the Dockerfile with `docker buildx build --platform linux/arm64,linux/amd64`
+# (docs/install.md).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:-$repo/dist/image}
@@ -26,9 +28,16 @@ image=${IMAGE:-local-static-provisioner:$version}
 tag=${image##*:}
 [[ $image == *:* && $tag != */* ]] || tag=$version
 case $(uname -m) in
-  x86_64) arch=amd64 ;;
-  aarch64) arch=arm64 ;;
-  *) arch=$(uname -m) ;;
+  x86_64) host_arch=amd64 ;;
+  aarch64) host_arch=arm64 ;;
+  *) host_arch=$(uname -m) ;;
+esac
+# ARCH: the image's architecture (amd64 or arm64), this machine's by default.
+arch=${ARCH:-$host_arch}
+case $arch in
+  amd64) triple=x86_64-unknown-linux-gnu gnu=x86_64-linux-gnu ;;
+  arm64) triple=aarch64-unknown-linux-gnu gnu=aarch64-linux-gnu ;;
+  *) fail "ARCH=$arch: the image is built for amd64 or arm64" ;;
 esac
 work=$(mktemp -d -t lsp-image.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -68,8 +77,23 @@ done
 # As the Dockerfile's build stage: the release binary, then its SBOM.
 # shellcheck source=scripts/toolchain.sh
 source "$repo/scripts/toolchain.sh"
-(cd "$repo" && lsp_stage image "the agent (cargo build --release)" cargo build --release --locked -q && bash scripts/sbom.sh 2> /dev/null)
 release=$(dirname "$(lsp_release_binary "$repo")")
+if [[ $arch == "$host_arch" ]]; then
+  (cd "$repo" && lsp_stage image "the agent (cargo build --release)" cargo build --release --locked -q && bash scripts/sbom.sh 2> /dev/null)
+else
+  # Cross-built: Rust's target for the architecture, Debian's cross linker, and the image's
+  # libraries from Debian's cross packages of the same release (libc6-<arch>-cross).
+  [[ -d $(rustc --print target-libdir --target "$triple" 2> /dev/null) ]] \
+    || fail "ARCH=$arch needs Rust's $triple target: rustup target add $triple"
+  command -v "$gnu-gcc" > /dev/null && [[ -d /usr/$gnu/lib ]] \
+    || fail "ARCH=$arch needs a cross linker and its libraries: apt-get install gcc-$gnu (Debian 12 or newer)"
+  upper=${triple^^}
+  release=$(dirname "$release")/$triple/release
+  (cd "$repo" && export "CARGO_TARGET_${upper//-/_}_LINKER=$gnu-gcc" "CC_${triple//-/_}=$gnu-gcc" \
+    && lsp_stage image "the agent for $arch (cargo build --release --target $triple)" \
+      cargo build --release --locked -q --target "$triple" \
+    && LSP_SBOM_TARGET=$triple bash scripts/sbom.sh "$release/local-static-provisioner.cdx.json" 2> /dev/null)
+fi
 files=()
 for copy in "${copies[@]}"; do
   artifact=$release/${copy%%:*}
@@ -80,13 +104,25 @@ for copy in "${copies[@]}"; do
   fi
   files+=(--file "$artifact:${copy#*:}:0755")
   # The distroless cc base: glibc, libgcc and the loader, as the binary links them.
-  while read -r lib; do
-    [[ -f $lib ]] && files+=(--file "$(readlink -f "$lib"):$lib:0755")
-  done < <(ldd "$artifact" | awk '$2 == "=>" {print $3} $1 ~ /^\// {print $1}')
+  if [[ $arch == "$host_arch" ]]; then
+    while read -r lib; do
+      [[ -f $lib ]] && files+=(--file "$(readlink -f "$lib"):$lib:0755")
+    done < <(ldd "$artifact" | awk '$2 == "=>" {print $3} $1 ~ /^\// {print $1}')
+  else
+    # The libraries it names (and the loader it asks for) from the cross packages, at the
+    # places the architecture's Debian has them (the loader searches /lib/<gnu> by default).
+    loader=$(readelf -l "$artifact" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
+    [[ -n $loader && -f /usr/$gnu/lib/${loader##*/} ]] || fail "$artifact: no loader found for ${loader:-?}"
+    files+=(--file "$(readlink -f "/usr/$gnu/lib/${loader##*/}"):$loader:0755")
+    while read -r lib; do
+      [[ -f /usr/$gnu/lib/$lib ]] || fail "$artifact needs $lib, which /usr/$gnu/lib lacks"
+      files+=(--file "$(readlink -f "/usr/$gnu/lib/$lib"):/lib/$gnu/$lib:0755")
+    done < <(readelf -d "$artifact" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  fi
 done
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$work/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' > "$work/group"
-agent_args=(--name "$image" --file "$work/passwd:/etc/passwd:0644" --file "$work/group:/etc/group:0644"
+agent_args=(--name "$image" --arch "$arch" --file "$work/passwd:/etc/passwd:0644" --file "$work/group:/etc/group:0644"
   --dir tmp:1777 --dir home/nonroot "${files[@]}")
 [[ -n $entrypoint ]] && agent_args+=(--entrypoint "$entrypoint")
 [[ -n $cmd ]] && agent_args+=(--cmd "$cmd")

@@ -27,6 +27,7 @@ def parse_args():
     p.add_argument("--entrypoint", type=json.loads, default=None)
     p.add_argument("--cmd", type=json.loads, default=None)
     p.add_argument("--user", default=None)
+    p.add_argument("--arch", default="amd64", help="the image config's architecture (amd64, arm64)")
     p.add_argument("--file", action="append", default=[])
     p.add_argument("--symlink", action="append", default=[])
     p.add_argument("--dir", action="append", default=[])
@@ -105,11 +106,11 @@ def main():
     layer_tar = layer(a.file, a.symlink, a.dir)
     layer_desc = blob(layer_tar, "application/vnd.oci.image.layer.v1.tar")
     config = {
-        "architecture": "amd64",
+        "architecture": a.arch,
         "os": "linux",
         "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
         "rootfs": {"type": "layers", "diff_ids": [layer_desc["digest"]]},
-        "history": [{"created_by": "tests/node/images/oci-image.py"}],
+        "history": [{"created_by": "scripts/oci-image.py"}],
     }
     if a.entrypoint is not None:
         config["config"]["Entrypoint"] = a.entrypoint

@@ -5,6 +5,7 @@
 # the Dockerfile's build stage and the test node's image (tests/node/images/build.sh).
 #
 # Usage: sbom.sh [OUT]   default OUT: $CARGO_TARGET_DIR or target/, then release/local-static-provisioner.cdx.json
+# LSP_SBOM_TARGET: the Rust target the binary is built for (a cross build), this machine's by default.
 #
 # The generator is cargo-cyclonedx (the CycloneDX project's own tool for Cargo), pinned and
 # installed once into a cache outside the repository ($LSP_CACHE_DIR, default
@@ -29,7 +30,7 @@ fi
 name="sbom-$$"
 trap 'rm -f "$repo/$name.json"' EXIT
 (cd "$repo" && PATH="$tool/bin:$PATH" cargo cyclonedx --quiet --format json --spec-version 1.5 \
-  --no-build-deps --target "$(rustc -vV | sed -n 's/^host: //p')" --override-filename "$name")
+  --no-build-deps --target "${LSP_SBOM_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}" --override-filename "$name")
 mkdir -p "$(dirname "$out")"
 mv "$repo/$name.json" "$out"
 echo "sbom: $out" >&2
