@@ -160,7 +160,20 @@ got=$("$crane" digest --insecure "$ref")
 "$crane" pull --insecure --format oci "$ref" "$images/pulled" 2> "$images/pull.log" || { cat "$images/pull.log" >&2; exit 1; }
 pulled=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$images/pulled/index.json")
 [[ $pulled == "$want" ]] || { echo "pulled back from the registry: $pulled, not $want" >&2; exit 1; }
+echo "pushed to a registry with crane and pulled back: $ref $want"
+# Both architectures under one tag, as docs/install.md shows: the index names each platform.
+if [[ -d ${root:-} ]]; then
+  mkdir "$images/arm64-layout"
+  tar -xf "$adist/local-static-provisioner-9.9.9-arm64.oci.tar" -C "$images/arm64-layout"
+  "$crane" push --insecure "$images/arm64-layout" "$ref-arm64" > /dev/null 2> "$images/push.log" \
+    || { cat "$images/push.log" >&2; exit 1; }
+  "$crane" index append --insecure -m "$ref" -m "$ref-arm64" -t "${ref%:*}:multi" > /dev/null 2> "$images/index.log" \
+    || { cat "$images/index.log" >&2; exit 1; }
+  platforms=$("$crane" manifest --insecure "${ref%:*}:multi" \
+    | python3 -c 'import json, sys; print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"])))')
+  [[ $platforms == "linux/amd64 linux/arm64" ]] || { echo "the multi-arch index names $platforms" >&2; exit 1; }
+  echo "one tag for both architectures (crane index append): ${ref%:*}:multi -> $platforms"
+fi
 kill "$registry_pid"
 wait "$registry_pid" 2> /dev/null || true
 registry_pid=''
-echo "pushed to a registry with crane and pulled back: $ref $want"
