@@ -35,13 +35,15 @@ struct Lab {
     /// FUSE daemons (bindfs) serving volumes here, and whether each is stopped (SIGSTOP).
     fuse: Vec<(std::process::Child, bool)>,
     agent: Option<AgentProcess>,
+    /// The control plane the agent ran against: its PVs are deleted with the lab.
+    cp_dir: Option<PathBuf>,
 }
 
 impl Lab {
     fn new(label: &str) -> Self {
         let root = tempfile::Builder::new().prefix(&format!("lsp-{label}-")).tempdir().unwrap().keep();
         std::fs::create_dir_all(root.join("images")).unwrap();
-        Lab { root, loops: Vec::new(), frozen: Vec::new(), fuse: Vec::new(), agent: None }
+        Lab { root, loops: Vec::new(), frozen: Vec::new(), fuse: Vec::new(), agent: None, cp_dir: None }
     }
 
     /// A loop device over a sparse image of `mib` MiB, formatted ext4 and mounted at `point`
@@ -110,6 +112,7 @@ impl Lab {
         let mut flags = vec!["--host-op-timeout", HOST_OP_TIMEOUT];
         flags.extend_from_slice(extra);
         let agent = AgentProcess::start_with(&config, node, &kubeconfig, &log, &flags);
+        self.cp_dir = Some(cp.dir.clone());
         self.agent.insert(agent)
     }
 
@@ -138,6 +141,9 @@ impl Drop for Lab {
                 eprintln!("agent log kept at {}", kept.display());
             }
             drop(agent);
+        }
+        if let Some(dir) = self.cp_dir.take() {
+            ControlPlane::at(&dir).forget_pvs_under(&self.root.display().to_string());
         }
         for p in support::mounts_under(&self.root) {
             quiet(Command::new("umount").arg(&p));

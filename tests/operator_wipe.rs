@@ -148,6 +148,9 @@ impl Drop for Holder {
 #[test]
 fn a_disk_with_old_data_is_zeroed_on_the_operators_word_and_then_claimed() {
     let Some(h) = Harness::new("ow-wipe") else { return };
+    // wipe-disk weighs every PV of the cluster: an earlier test's PV whose image is gone may
+    // record the inode this test's image reuses (a loop id is the backing file's dev:ino).
+    h.cp.forget_finished_tests_pvs();
     let class = "ow-wipe";
     let dir = h.lab.dir("claims");
     let section = format!(
@@ -205,6 +208,9 @@ fn a_disk_with_old_data_is_zeroed_on_the_operators_word_and_then_claimed() {
 #[test]
 fn wipes_are_refused_while_anything_uses_the_disk_and_nothing_is_written() {
     let Some(h) = Harness::new("ow-refuse") else { return };
+    // wipe-disk weighs every PV of the cluster: an earlier test's PV whose image is gone may
+    // record the inode this test's image reuses (a loop id is the backing file's dev:ino).
+    h.cp.forget_finished_tests_pvs();
     let class = "ow-refuse";
     let dir = h.lab.dir("disks");
     let config = h.config("config", &[(class, &dir, "  volumeMode: Block\n")]);

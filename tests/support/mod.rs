@@ -432,6 +432,43 @@ impl ControlPlane {
     }
 
     /// PVs whose spec.local.path starts with `prefix` (tests use unique temp dirs).
+    /// Deletes the PVs whose path is under `prefix` (a test's own directory), finalizers
+    /// dropped: the control plane is shared, and a PV left behind records a disk whose image
+    /// file is gone, so a later test's image that reuses the file's inode would read as that
+    /// disk (a loop device's id is its backing file's device and inode).
+    pub fn forget_pvs_under(&self, prefix: &str) {
+        for pv in self.pvs_under(prefix) {
+            let name = pv["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let _ = self.kubectl(&["patch", "pv", &name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+            let _ = self.kubectl(&["delete", "pv", &name, "--wait=false"]);
+        }
+    }
+
+    /// Deletes the PVs left by tests that have finished: those whose path lies in a top-level
+    /// directory of the temporary directory that no longer exists (every test keeps its own
+    /// while it runs). For commands that look at every PV of the cluster (`wipe-disk`), which
+    /// would otherwise meet an earlier test's PV recording the inode this test's image reuses.
+    pub fn forget_finished_tests_pvs(&self) {
+        let tmp = std::env::temp_dir();
+        let Some(list) = self.get_json(&["pv"]) else { return };
+        for pv in list["items"].as_array().into_iter().flatten() {
+            let Some(path) = pv["spec"]["local"]["path"].as_str().map(Path::new) else { continue };
+            let Some(top) = path.strip_prefix(&tmp).ok().and_then(|rest| rest.components().next()) else { continue };
+            if !tmp.join(top).exists() {
+                let name = pv["metadata"]["name"].as_str().unwrap_or_default();
+                eprintln!("deleting PV {name} of a finished test ({} is gone)", path.display());
+                let _ =
+                    self.kubectl(&["patch", "pv", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+                let _ = self.kubectl(&["delete", "pv", name, "--wait=false"]);
+            }
+        }
+    }
+
+    /// The control plane a test runs against, again (for a Drop that has no handle on it).
+    pub fn at(dir: &Path) -> ControlPlane {
+        Self::from_dir(dir.to_path_buf(), None)
+    }
+
     pub fn pvs_under(&self, prefix: &str) -> Vec<Value> {
         let list = self.get_json(&["pv"]).unwrap();
         let mut items: Vec<Value> = list["items"]

@@ -282,12 +282,7 @@ impl Drop for Harness {
     fn drop(&mut self) {
         let selector = format!("um-node={}", self.node);
         let _ = self.cp.kubectl(&["delete", "pvc", "-n", "default", "-l", &selector, "--wait=false"]);
-        for pv in self.cp.pvs_under(&self.lab.root.display().to_string()) {
-            let name = pv["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            let _ =
-                self.cp.kubectl(&["patch", "pv", &name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
-            let _ = self.cp.kubectl(&["delete", "pv", &name, "--wait=false"]);
-        }
+        self.cp.forget_pvs_under(&self.lab.root.display().to_string());
     }
 }
 
