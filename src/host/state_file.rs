@@ -51,6 +51,26 @@ pub(crate) fn write_list<T: Serialize + Ord + Clone>(
     replace_durably(dir, path, &text, None)
 }
 
+/// Held while a list is read, changed and replaced ([`update_list`]): a wipe task records its
+/// wipe while the agent prunes the same file, and neither may lose the other's change.
+static UPDATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Reads the list in `path`, lets `change` edit it, and replaces it durably when `change`
+/// says it changed something; returns the list as it stands. One update at a time in this
+/// process.
+pub(crate) fn update_list<T: Serialize + DeserializeOwned + Ord + Clone>(
+    dir: &Path,
+    path: &Path,
+    change: impl FnOnce(&mut Vec<T>) -> bool,
+) -> Result<Vec<T>, StateFileError> {
+    let _updating = UPDATING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut all = read_list(path)?;
+    if change(&mut all) {
+        write_list(dir, path, &all)?;
+    }
+    Ok(all)
+}
+
 /// Replaces the file `path` (inside the directory `dir`) with `bytes` durably: a new file
 /// written and synced beside it (with permission bits `mode` when given), renamed over it, and
 /// the directory synced, so a crash, or a reader meanwhile, sees the old file or the new one.

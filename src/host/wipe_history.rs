@@ -7,10 +7,9 @@
 //! at most one record per volume and only for a while.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use crate::core::wipe_history::LastWipe;
-use crate::host::state_file::{StateFileError, read_list, write_list};
+use crate::host::state_file::{StateFileError, update_list};
 
 /// The file, in the state directory.
 pub const FILE: &str = "last-wipes.json";
@@ -20,30 +19,24 @@ pub fn path_in(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
-/// Held while the file is read and replaced: a wipe task notes its wipe while the agent drops
-/// the wipes of volumes it published, and neither may lose the other's change.
-static WRITING: Mutex<()> = Mutex::new(());
-
 /// Adds `wipe` durably, replacing the record of the same path.
 pub fn note(state_dir: &Path, wipe: &LastWipe) -> Result<(), StateFileError> {
-    let _writing = WRITING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut all: Vec<LastWipe> = read_list(&path_in(state_dir))?;
-    all.retain(|w| w.host_path != wipe.host_path);
-    all.push(wipe.clone());
-    write_list(state_dir, &path_in(state_dir), &all)
+    update_list(state_dir, &path_in(state_dir), |all: &mut Vec<LastWipe>| {
+        all.retain(|w| w.host_path != wipe.host_path);
+        all.push(wipe.clone());
+        true
+    })
+    .map(drop)
 }
 
 /// Drops the records `keep` rejects (the file is written only when one goes); returns the
 /// records kept.
 pub fn retain(state_dir: &Path, keep: &dyn Fn(&LastWipe) -> bool) -> Result<Vec<LastWipe>, StateFileError> {
-    let _writing = WRITING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut all: Vec<LastWipe> = read_list(&path_in(state_dir))?;
-    let before = all.len();
-    all.retain(|w| keep(w));
-    if all.len() != before {
-        write_list(state_dir, &path_in(state_dir), &all)?;
-    }
-    Ok(all)
+    update_list(state_dir, &path_in(state_dir), |all: &mut Vec<LastWipe>| {
+        let before = all.len();
+        all.retain(|w| keep(w));
+        all.len() != before
+    })
 }
 
 #[cfg(test)]

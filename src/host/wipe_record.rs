@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::core::activity::{IoStat, written_between};
-use crate::host::state_file::{StateFileError, read_list, write_list};
+use crate::host::state_file::{StateFileError, read_list, update_list};
 
 /// The file, in the state directory.
 pub const FILE: &str = "wiped.json";
@@ -169,21 +169,22 @@ pub fn read(state_dir: &Path) -> Result<Vec<WipedRecord>, RecordError> {
 
 /// Adds `record` durably, replacing any record of the same PV.
 pub fn keep(state_dir: &Path, record: WipedRecord) -> Result<(), RecordError> {
-    let mut all = read(state_dir)?;
-    all.retain(|r| r.uid != record.uid);
-    all.push(record);
-    Ok(write_list(state_dir, &path_in(state_dir), &all)?)
+    update_list(state_dir, &path_in(state_dir), |all: &mut Vec<WipedRecord>| {
+        all.retain(|r| r.uid != record.uid);
+        all.push(record);
+        true
+    })?;
+    Ok(())
 }
 
 /// Drops the records whose PV UID `keep` rejects (written only when one goes); returns the
 /// UIDs still recorded.
 pub fn retain(state_dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Vec<String>, RecordError> {
-    let mut all = read(state_dir)?;
-    let before = all.len();
-    all.retain(|r| keep(&r.uid));
-    if all.len() != before {
-        write_list(state_dir, &path_in(state_dir), &all)?;
-    }
+    let all = update_list(state_dir, &path_in(state_dir), |all: &mut Vec<WipedRecord>| {
+        let before = all.len();
+        all.retain(|r| keep(&r.uid));
+        all.len() != before
+    })?;
     Ok(all.into_iter().map(|r| r.uid).collect())
 }
 
