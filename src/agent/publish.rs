@@ -166,28 +166,30 @@ impl Agent {
         let cleaner = &self.cleaner;
         // Each object is built as its request starts, so no more than `concurrency` of them
         // exist at once, however many volumes a pass publishes. A volume wiped after its last
-        // PV was released carries that wipe (core::wipe_history).
-        let results: Vec<(&DesiredPv, Result<Created, ApiError>)> = stream::iter(creates)
+        // PV was released carries that wipe (core::wipe_history), and the note of the event
+        // that tells it on the new PV comes with the answer.
+        let results: Vec<(&DesiredPv, Option<String>, Result<Created, ApiError>)> = stream::iter(creates)
             .filter_map(|d| async move {
                 let mut pv = ctx.pv_for(d)?;
-                if let Some(last) = cleaner.last_wipe_for(&d.host_path, &d.identity) {
+                let last = cleaner.last_wipe_for(&d.host_path, &d.identity);
+                if let Some(last) = &last {
                     pv.metadata.annotations.get_or_insert_default().insert(ANN_LAST_WIPE.into(), last.annotation());
                 }
-                Some((d, pv))
+                Some((d, last.map(|l| l.note()), pv))
             })
-            .map(|(d, pv)| async move { (d, cluster.create_pv(&pv).await) })
+            .map(|(d, told, pv)| async move { (d, told, cluster.create_pv(&pv).await) })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        for (d, result) in results {
+        for (d, told, result) in results {
             let (name, path) = (d.name.clone(), d.host_path.clone());
             self.effects.record(&EffectKey::Create(name.clone()), &result);
             match result {
                 Ok(Created::Created { uid }) => {
                     info!(pv = %name, path = %path, "created PV");
                     self.name_free(&name);
-                    if let Some(last) = self.cleaner.last_wipe_for(&path, &d.identity) {
-                        recycled.push(Recycled { name: name.clone(), uid: uid.clone(), note: last.note() });
+                    if let Some(note) = told {
+                        recycled.push(Recycled { name: name.clone(), uid: uid.clone(), note });
                     }
                     published.insert(path.clone());
                     if !uid.is_empty() {
