@@ -154,11 +154,13 @@ mkdir "$images/layout"
 tar -xf "$archive" -C "$images/layout"
 "$crane" push --insecure "$images/layout" "$ref" > "$images/push.out" 2> "$images/push.log" \
   || { cat "$images/push.log" >&2; exit 1; }
-want=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$images/layout/index.json")
+# The digest of the (one) image an OCI layout directory holds.
+manifest_digest() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$1/index.json"; }
+want=$(manifest_digest "$images/layout")
 got=$("$crane" digest --insecure "$ref")
 [[ $got == "$want" ]] || { echo "the registry serves $ref as $got, the archive's manifest is $want" >&2; exit 1; }
 "$crane" pull --insecure --format oci "$ref" "$images/pulled" 2> "$images/pull.log" || { cat "$images/pull.log" >&2; exit 1; }
-pulled=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$images/pulled/index.json")
+pulled=$(manifest_digest "$images/pulled")
 [[ $pulled == "$want" ]] || { echo "pulled back from the registry: $pulled, not $want" >&2; exit 1; }
 echo "pushed to a registry with crane and pulled back: $ref $want"
 # Both architectures under one tag, as docs/install.md shows: the index names each platform.

@@ -24,7 +24,9 @@ use std::time::Duration;
 use local_static_provisioner::core::naming::pv_name;
 use local_static_provisioner::core::pv::clean_path;
 use serde_json::{Value, json};
-use support::{AgentProcess, ControlPlane, mount_tmpfs, repo_root, require_root, run, wait_until, write_config};
+use support::{
+    AgentProcess, ControlPlane, mount_tmpfs, relative, repo_root, require_root, run, wait_until, write_config,
+};
 
 const WAIT: Duration = Duration::from_secs(90);
 const LABEL: &str = "local-static-provisioner.io/node";
@@ -953,17 +955,6 @@ fn node_cleanup_only_deletes_local_pvs_and_drops_the_wipe_finalizer() {
     wait_until("node-cleanup to release the stranded PV", WAIT, || cp.pv_state(stranded).is_none().then_some(()));
     let log = process.stop();
     assert!(!log.contains("denied"), "node-cleanup was refused something:\n{log}");
-}
-
-/// `to` relative to the directory `from` (kustomize takes only relative resource paths).
-fn relative(from: &Path, to: &Path) -> PathBuf {
-    let from = from.canonicalize().unwrap();
-    let to = to.canonicalize().unwrap();
-    let mut path = PathBuf::new();
-    for _ in from.components().skip(1) {
-        path.push("..");
-    }
-    path.join(to.strip_prefix("/").unwrap())
 }
 
 #[test]

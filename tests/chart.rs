@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use local_static_provisioner::metrics::{FinishedWipe, Metrics, Role};
 use serde_json::{Value, json};
 use support::{ControlPlane, binary, cannot_run, repo_root, run};
 
@@ -130,23 +129,6 @@ fn control_plane(test: &str) -> Option<ControlPlane> {
     Some(ControlPlane::get())
 }
 
-/// The Prometheus Operator's CRDs for ServiceMonitor and PrometheusRule, so that the dry run
-/// validates those objects against their real schemas.
-fn install_monitoring_crds(cp: &ControlPlane) {
-    let crds = tool("prometheus-operator-crds.sh");
-    for kind in ["servicemonitors", "prometheusrules"] {
-        let file = crds.join(format!("monitoring.coreos.com_{kind}.yaml"));
-        let out = cp.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", file.to_str().unwrap()]);
-        assert!(out.status.success(), "installing the {kind} CRD: {}", String::from_utf8_lossy(&out.stderr));
-        cp.kubectl_ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            &format!("crd/{kind}.monitoring.coreos.com"),
-        ]);
-    }
-}
-
 fn server_dry_run(cp: &ControlPlane, yaml: &str, what: &str) {
     let out = cp.kubectl_stdin(&cp.kubeconfig, &["apply", "--dry-run=server", "-f", "-"], Some(yaml));
     assert!(out.status.success(), "{what}: dry run refused: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
@@ -186,7 +168,7 @@ fn every_upstream_example_renders_a_valid_config_and_is_accepted_by_the_api_serv
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 
     let Some(cp) = control_plane("every_upstream_example_..._is_accepted_by_the_api_server (dry run)") else { return };
-    install_monitoring_crds(&cp);
+    cp.install_monitoring_crds(&["servicemonitors", "prometheusrules"]);
     let _ = cp.kubectl(&["create", "namespace", NAMESPACE]);
     for (what, rendered) in &renders {
         server_dry_run(&cp, rendered, what);
@@ -485,47 +467,13 @@ fn grafana_dashboard_is_valid_and_uses_exported_metrics() {
 }
 
 /// The names of the series the agent and node-cleanup expose, from their registries (the
-/// `# TYPE` lines): counters as `<name>_total`, histograms as their `_bucket`, `_sum`, `_count`.
-/// Every recording method is called once first: a labelled family is only encoded once it has
-/// a member.
+/// `# TYPE` lines of support::library_expositions, where every recording method was called):
+/// counters as `<name>_total`, histograms as their `_bucket`, `_sum`, `_count`.
 fn exported_metric_names() -> BTreeSet<String> {
-    let agent = Metrics::for_role(Role::Agent);
-    let _running = agent.wipe_running();
-    for ok in [true, false] {
-        let elapsed = Duration::from_secs(1);
-        let (bytes_wiped, capacity_bytes) = (1, 1 << 30);
-        agent.wipe_finished(&FinishedWipe {
-            mode: "fs",
-            ok,
-            elapsed,
-            bytes_wiped,
-            capacity_bytes,
-            cleanup_command: "",
-        });
-    }
-    agent.pv_created("fs", 1 << 30);
-    agent.pass_done(Duration::from_millis(5), Duration::from_millis(1));
-    agent.set_volumes(&BTreeMap::from([("Bound".to_string(), 1)]));
-    agent.set_flagged(1, 1, 1);
-    agent.set_unpublished(&BTreeMap::from([("symlink", 1)]));
-    agent.set_unresponsive(&[("/mnt/disks/v".into(), "inspection".into())], 1);
-    agent.set_failing(&[("/mnt/disks/v".into(), "local-pv-1".into(), "read-only".into())]);
-    agent.set_fenced(&[("local-pv-1".into(), "not-its-disk")]);
-    agent.api_request("create", false, Duration::from_millis(1));
-    agent.set_config_valid(true);
-    agent.succession("flagged_stale");
-    let node_cleanup = Metrics::for_role(Role::NodeCleanup);
-    node_cleanup.node_cleanup_action("delete_pv", "stale", true);
-    node_cleanup.node_cleanup_action("delete_pv", "stale", false);
-    node_cleanup.set_absent_nodes(1);
-    node_cleanup.set_leader(true);
-    node_cleanup.nodes_unreadable();
-    node_cleanup.node_cleanup_pv_delete("Released", true);
-    node_cleanup.node_cleanup_pv_delete("Released", false);
-    node_cleanup.api_request("delete", true, Duration::from_millis(1));
+    let (agent, node_cleanup) = support::library_expositions();
     let mut names = BTreeSet::new();
-    for metrics in [agent, node_cleanup] {
-        for line in metrics.encode().lines() {
+    for exposition in [agent, node_cleanup] {
+        for line in exposition.lines() {
             let Some(rest) = line.strip_prefix("# TYPE ") else { continue };
             let (name, kind) = rest.split_once(' ').unwrap();
             match kind {

@@ -10,7 +10,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::{ControlPlane, binary, repo_root, run, write_config};
+use support::{ControlPlane, binary, relative, repo_root, run, write_config};
 
 fn helm() -> PathBuf {
     let out = run(Command::new("bash").arg(repo_root().join("tests/tools/build-helm.sh")));
@@ -81,17 +81,6 @@ fn kustomize_node_cleanup_is_accepted_by_the_api_server() {
 /// `kubectl kustomize DIR`.
 fn kustomize(cp: &ControlPlane, dir: &Path) -> String {
     cp.kubectl_ok(&["kustomize", dir.to_str().unwrap()])
-}
-
-/// `to` relative to the directory `from` (kustomize takes only relative resource paths).
-fn relative(from: &Path, to: &Path) -> PathBuf {
-    let from = from.canonicalize().unwrap();
-    let to = to.canonicalize().unwrap();
-    let mut path = PathBuf::new();
-    for _ in from.components().skip(1) {
-        path.push("..");
-    }
-    path.join(to.strip_prefix("/").unwrap())
 }
 
 /// The paths of the one class of a rendered base ConfigMap: (hostDir, mountDir).
@@ -323,27 +312,8 @@ fn kustomize_monitoring_component_is_accepted_by_the_api_server() {
         assert!(exprs.iter().any(|e| e.contains(&job)), "no alert selects {job}");
     }
 
-    install_monitoring_crds(&cp);
+    cp.install_monitoring_crds(&["podmonitors", "prometheusrules"]);
     server_dry_run(&cp, &out);
-}
-
-/// The Prometheus Operator's CRDs for PodMonitor and PrometheusRule
-/// (tests/tools/prometheus-operator-crds.sh), so that the dry run validates those objects
-/// against their real schemas.
-fn install_monitoring_crds(cp: &ControlPlane) {
-    let out = run(Command::new("bash").arg(repo_root().join("tests/tools/prometheus-operator-crds.sh")));
-    let crds = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    for kind in ["podmonitors", "prometheusrules"] {
-        let file = crds.join(format!("monitoring.coreos.com_{kind}.yaml"));
-        let out = cp.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", file.to_str().unwrap()]);
-        assert!(out.status.success(), "installing the {kind} CRD: {}", String::from_utf8_lossy(&out.stderr));
-        cp.kubectl_ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            &format!("crd/{kind}.monitoring.coreos.com"),
-        ]);
-    }
 }
 
 #[test]

@@ -37,9 +37,8 @@ use std::time::Duration;
 
 use clap::CommandFactory;
 use local_static_provisioner::cli::Cli;
-use local_static_provisioner::metrics::{FinishedWipe, Metrics, Role};
 use serde_json::Value;
-use support::{AgentProcess, ControlPlane, repo_root, require_root, run, wait_until};
+use support::{AgentProcess, ControlPlane, library_expositions, repo_root, require_root, run, wait_until};
 
 // ---------------------------------------------------------------------------------------------
 // Markdown
@@ -398,51 +397,6 @@ fn check_mentions(file: &str, text: &str, exposed: &BTreeMap<String, Family>) ->
         }
     }
     problems
-}
-
-/// The agent's and node-cleanup's registries with a sample in every family: each recording
-/// method called once (a labelled family is only encoded once it has a member).
-fn library_expositions() -> (String, String) {
-    let agent = Metrics::for_role(Role::Agent);
-    let _running = agent.wipe_running();
-    for ok in [true, false] {
-        agent.wipe_finished(&FinishedWipe {
-            mode: "fs",
-            ok,
-            elapsed: Duration::from_secs(1),
-            bytes_wiped: 1,
-            capacity_bytes: 1 << 30,
-            cleanup_command: "",
-        });
-    }
-    agent.pv_created("fs", 1 << 30);
-    agent.pass_done(Duration::from_millis(5), Duration::from_millis(1));
-    agent.set_volumes(&BTreeMap::from([("Bound".to_string(), 1)]));
-    agent.set_flagged(1, 1, 1);
-    agent.set_unpublished(&BTreeMap::from([("symlink", 1)]));
-    agent.set_unresponsive(&[("/mnt/disks/v".into(), "inspection".into())], 1);
-    agent.set_failing(&[("/mnt/disks/v".into(), "local-pv-1".into(), "read-only".into())]);
-    agent.set_fenced(&[("local-pv-1".into(), "not-its-disk")]);
-    agent.set_device_claims(
-        &BTreeMap::from([("fast".to_string(), 1)]),
-        &BTreeMap::from([(("fast".to_string(), "in-use"), 1)]),
-    );
-    agent.device_claimed("fast");
-    agent.claim_withdrawn("fast");
-    agent.set_full_reads(Some(("sdb", "wwn-0x1", 1, 2)), &BTreeMap::from([("blank", 1)]));
-    agent.api_request("create", false, Duration::from_millis(1));
-    agent.set_config_valid(true);
-    agent.succession("flagged_stale");
-    let node_cleanup = Metrics::for_role(Role::NodeCleanup);
-    for ok in [true, false] {
-        node_cleanup.node_cleanup_action("delete_pv", "stale", ok);
-        node_cleanup.node_cleanup_pv_delete("Released", ok);
-    }
-    node_cleanup.set_absent_nodes(1);
-    node_cleanup.set_leader(true);
-    node_cleanup.nodes_unreadable();
-    node_cleanup.api_request("delete", false, Duration::from_millis(1));
-    (agent.encode(), node_cleanup.encode())
 }
 
 /// What the docs say each role exposes: the agent, operations.md's table; node-cleanup,

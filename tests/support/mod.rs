@@ -464,6 +464,26 @@ impl ControlPlane {
         }
     }
 
+    /// Installs the Prometheus Operator's CRDs of `kinds` (plural names: `podmonitors`,
+    /// `servicemonitors`, `prometheusrules`; tests/tools/prometheus-operator-crds.sh) and waits
+    /// until they are established, so that a dry run validates those objects against their
+    /// real schemas.
+    pub fn install_monitoring_crds(&self, kinds: &[&str]) {
+        let out = run(Command::new("bash").arg(repo_root().join("tests/tools/prometheus-operator-crds.sh")));
+        let crds = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        for kind in kinds {
+            let file = crds.join(format!("monitoring.coreos.com_{kind}.yaml"));
+            let out = self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", file.to_str().unwrap()]);
+            assert!(out.status.success(), "installing the {kind} CRD: {}", String::from_utf8_lossy(&out.stderr));
+            self.kubectl_ok(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{kind}.monitoring.coreos.com"),
+            ]);
+        }
+    }
+
     /// The control plane a test runs against, again (for a Drop that has no handle on it).
     pub fn at(dir: &Path) -> ControlPlane {
         Self::from_dir(dir.to_path_buf(), None)
@@ -685,4 +705,64 @@ pub fn umount_when_idle(path: &Path) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `to` relative to the directory `from` (kustomize takes only relative resource paths).
+pub fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from = from.canonicalize().unwrap();
+    let to = to.canonicalize().unwrap();
+    let mut path = PathBuf::new();
+    for _ in from.components().skip(1) {
+        path.push("..");
+    }
+    path.join(to.strip_prefix("/").unwrap())
+}
+
+/// The agent's and node-cleanup's registries (their text exposition) with a sample in every
+/// family: each recording method called once (prometheus-client encodes a labelled family only
+/// once it has a member). Shared by the docs drift test and the chart's dashboard check.
+pub fn library_expositions() -> (String, String) {
+    use std::collections::BTreeMap;
+
+    use local_static_provisioner::metrics::{FinishedWipe, Metrics, Role};
+    let agent = Metrics::for_role(Role::Agent);
+    let _running = agent.wipe_running();
+    for ok in [true, false] {
+        agent.wipe_finished(&FinishedWipe {
+            mode: "fs",
+            ok,
+            elapsed: Duration::from_secs(1),
+            bytes_wiped: 1,
+            capacity_bytes: 1 << 30,
+            cleanup_command: "",
+        });
+    }
+    agent.pv_created("fs", 1 << 30);
+    agent.pass_done(Duration::from_millis(5), Duration::from_millis(1));
+    agent.set_volumes(&BTreeMap::from([("Bound".to_string(), 1)]));
+    agent.set_flagged(1, 1, 1);
+    agent.set_unpublished(&BTreeMap::from([("symlink", 1)]));
+    agent.set_unresponsive(&[("/mnt/disks/v".into(), "inspection".into())], 1);
+    agent.set_failing(&[("/mnt/disks/v".into(), "local-pv-1".into(), "read-only".into())]);
+    agent.set_fenced(&[("local-pv-1".into(), "not-its-disk")]);
+    agent.set_device_claims(
+        &BTreeMap::from([("fast".to_string(), 1)]),
+        &BTreeMap::from([(("fast".to_string(), "in-use"), 1)]),
+    );
+    agent.device_claimed("fast");
+    agent.claim_withdrawn("fast");
+    agent.set_full_reads(Some(("sdb", "wwn-0x1", 1, 2)), &BTreeMap::from([("blank", 1)]));
+    agent.api_request("create", false, Duration::from_millis(1));
+    agent.set_config_valid(true);
+    agent.succession("flagged_stale");
+    let node_cleanup = Metrics::for_role(Role::NodeCleanup);
+    for ok in [true, false] {
+        node_cleanup.node_cleanup_action("delete_pv", "stale", ok);
+        node_cleanup.node_cleanup_pv_delete("Released", ok);
+    }
+    node_cleanup.set_absent_nodes(1);
+    node_cleanup.set_leader(true);
+    node_cleanup.nodes_unreadable();
+    node_cleanup.api_request("delete", false, Duration::from_millis(1));
+    (agent.encode(), node_cleanup.encode())
 }
