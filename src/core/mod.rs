@@ -14,6 +14,7 @@ pub(crate) mod effect_key;
 pub(crate) mod expectations;
 pub mod fence;
 pub(crate) mod fence_label;
+pub mod inventory;
 pub(crate) mod go_duration;
 pub(crate) mod lease;
 pub mod naming;

@@ -1,0 +1,567 @@
+//! The node inventory: what one agent knows of its node, as the `LocalStorageNode` object (one
+//! per Node, cluster-scoped, named after the Node, owned by it) carries it in its status, so that
+//! `kubectl get localstoragenodes` and the kubectl plugin answer for the whole cluster without
+//! exec'ing into any agent.
+//!
+//! Pure: the agent gathers the inputs of a pass ([`Inputs`]), [`build`] makes the status, and
+//! [`same_content`] says whether it differs from what was last written. The time of the pass is
+//! not content: an idle node writes nothing.
+//!
+//! The status also carries the node's cluster-side copy of its used block disks
+//! ([`UsedDiskRecord`]): a block device cannot carry its used mark (core::used_mark), so the
+//! node-local ledger was its only record, lost with the node's disk and unseen by another node
+//! the device moves to. [`cluster_lookup`] is what another agent makes of those records.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::capacity::iec;
+use super::disk_identity::DiskIdentity;
+use super::used_mark::{Relation, UsedMark, UsedRead, relate};
+
+/// The API group of the inventory's kind (that of our annotations and labels).
+pub const GROUP: &str = "local-static-provisioner.io";
+/// Its version.
+pub const VERSION: &str = "v1alpha1";
+/// Its kind.
+pub const KIND: &str = "LocalStorageNode";
+/// Its plural resource name.
+pub const PLURAL: &str = "localstoragenodes";
+
+/// The inventory object: named after its Node; the spec only repeats the node's name (what the
+/// admission policy checks against the writer's token), the status is the agent's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventorySpec {
+    /// The Node this object describes (equal to the object's name).
+    pub node_name: String,
+}
+
+/// What the agent of one node reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryStatus {
+    /// The Node (equal to the object's name).
+    pub node_name: String,
+    /// The counts `kubectl get` shows.
+    pub summary: Summary,
+    /// The agent and the configuration it runs.
+    pub agent: AgentInfo,
+    /// Per class of the configuration: its directory, mode and volumes.
+    #[serde(default)]
+    pub classes: Vec<ClassInventory>,
+    /// The node's block devices (unattached loop devices left out) and what each class with a
+    /// `devices` section makes of each.
+    #[serde(default)]
+    pub devices: Vec<DeviceInventory>,
+    /// Every discovery entry and every PV of this node: its PV, phase and flags, or why it is
+    /// not published.
+    #[serde(default)]
+    pub volumes: Vec<VolumeInventory>,
+    /// Block disks this node published, so that hold or held a tenant's data until wiped: the
+    /// cluster-side copy of the node's ledger (see [`cluster_lookup`]).
+    #[serde(default)]
+    pub used_disks: Vec<UsedDiskRecord>,
+    /// PV UIDs of other nodes' used-disk records whose disk this node wiped: those records no
+    /// longer hold the disk back here, and their node may drop them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded: Vec<String>,
+    /// When the pass that found this content ended (RFC 3339). Not content: later passes that
+    /// found the same write nothing, so this is the time of the last change seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<String>,
+}
+
+/// The counts of the printer columns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Block devices listed.
+    pub disks: u32,
+    /// Of them, claimed by a class.
+    pub claimed: u32,
+    /// PVs of this node.
+    pub volumes: u32,
+    /// Of them, Available.
+    pub available: u32,
+    /// Their capacity in bytes.
+    pub available_bytes: u64,
+    /// The same, human (IEC).
+    pub available_capacity: String,
+    /// Entries, devices and PVs with a problem an operator may need to act on, plus an invalid
+    /// configuration.
+    pub problems: u32,
+}
+
+/// The agent and its configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentInfo {
+    /// Its version (crate version and commit).
+    pub version: String,
+    /// Whether the configuration on disk is the one in use.
+    pub config_valid: bool,
+    /// Why not, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_problem: Option<String>,
+    /// Keys of the configuration it does not know (typos), ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_keys: Vec<String>,
+}
+
+/// One class of the configuration in use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassInventory {
+    /// StorageClass name.
+    pub name: String,
+    /// Discovery directory on the host.
+    pub host_dir: String,
+    /// `Filesystem` or `Block`.
+    pub volume_mode: String,
+    /// Whether the class claims raw devices (a `devices` section).
+    pub claims_devices: bool,
+    /// PVs of this class on this node.
+    pub volumes: u32,
+    /// Of them, Available.
+    pub available: u32,
+    /// Their capacity in bytes.
+    pub available_bytes: u64,
+}
+
+/// One block device and its verdicts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceInventory {
+    /// Kernel name (`sdb`).
+    pub name: String,
+    /// `major:minor`.
+    pub dev: String,
+    /// disk, part, loop, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Model, as the kernel shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Serial or WWID: the stable identity claims and records rely on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_id: Option<String>,
+    /// Its /dev/disk/by-id names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_id: Vec<String>,
+    /// Spinning (true), solid state (false), unknown (absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotational: Option<bool>,
+    /// Read-only.
+    #[serde(default)]
+    pub read_only: bool,
+    /// What the agent found on it (blank, a filesystem, in use: by what).
+    pub content: String,
+    /// What each class with a `devices` section makes of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<DeviceVerdict>,
+}
+
+/// What one class makes of one device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceVerdict {
+    /// StorageClass name.
+    pub class: String,
+    /// `Claimed`, `Claiming`, `NotSelected`, `Refused`, `Held` or `Kept`.
+    pub verdict: String,
+    /// A stable code for a refusal (`not-blank`, `in-use`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// In words.
+    pub message: String,
+}
+
+impl DeviceVerdict {
+    /// Whether an operator may need to act: a refusal that needs one, or a held link.
+    pub fn is_problem(&self, needs_operator: bool) -> bool {
+        self.verdict == "Held" || (self.verdict == "Refused" && needs_operator)
+    }
+}
+
+/// One discovery entry or PV of this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeInventory {
+    /// StorageClass name.
+    pub class: String,
+    /// Host path.
+    pub path: String,
+    /// Its PV, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pv: Option<String>,
+    /// The PV's phase; `Unpublished` for an entry without a PV.
+    pub phase: String,
+    /// Capacity in bytes (the PV's, or the volume's as found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    /// The claim bound to it (`namespace/name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
+    /// `missing`, `moved`, `stale`, `unresponsive`, `failing`, `deleting`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+    /// Why an entry is not published (a stable code), or the reason of a flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// In words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl VolumeInventory {
+    /// Whether an operator may need to look at it.
+    pub fn is_problem(&self) -> bool {
+        self.flags.iter().any(|f| f != "deleting") || (self.pv.is_none() && self.message.is_some())
+    }
+}
+
+/// The cluster-side copy of one used-disk mark of a block disk (see core::used_mark).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsedDiskRecord {
+    /// The disk's identity when it was published (core::disk_identity).
+    pub identity: String,
+    /// The PV it was published as.
+    pub pv: String,
+    /// That PV's UID, once it was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Its host path then.
+    pub path: String,
+    /// When it was marked (RFC 3339).
+    pub at: String,
+    /// A claim was seen bound to the PV.
+    #[serde(default)]
+    pub claimed: bool,
+    /// Its PV was withdrawn unclaimed: offered, never used.
+    #[serde(default)]
+    pub offered: bool,
+}
+
+impl UsedDiskRecord {
+    /// The record of a ledger mark (`offered`: its PV was withdrawn unclaimed).
+    pub fn of(mark: &UsedMark, offered: bool) -> Self {
+        UsedDiskRecord {
+            identity: mark.identity.clone(),
+            pv: mark.pv.clone(),
+            uid: mark.uid.clone(),
+            path: mark.path.clone(),
+            at: mark.at.clone(),
+            claimed: mark.claimed,
+            offered,
+        }
+    }
+
+    /// The mark it copies, as node `node` recorded it.
+    pub fn mark(&self, node: &str) -> UsedMark {
+        UsedMark {
+            pv: self.pv.clone(),
+            node: node.to_string(),
+            path: self.path.clone(),
+            identity: self.identity.clone(),
+            at: self.at.clone(),
+            uid: self.uid.clone(),
+            root: None,
+            claimed: self.claimed,
+            wiped_filesystems: Vec::new(),
+        }
+    }
+}
+
+/// Whether a ledger mark belongs in the cluster-side copy: a mark of a block device, named by
+/// what names it on any node (its stable device ID). A filesystem carries its own mark to any
+/// node; a device number or an fsid names nothing on another machine.
+pub fn is_portable_block_mark(mark: &UsedMark) -> bool {
+    DiskIdentity::parse(&mark.identity)
+        .is_some_and(|d| d.kind == super::disk_identity::Kind::Block && d.disk.is_some())
+}
+
+/// The stable ID of the whole device an identity is on (a partition's disk), which names it on
+/// any node; `None` for an identity named by numbers only.
+fn whole_disk(identity: &str) -> Option<String> {
+    super::used_mark::relation_keys(identity).into_iter().find(|k| k.starts_with("disk:"))
+}
+
+/// What the used-disk records of the cluster say about a disk found as `identity` on `node`,
+/// before it is offered. `records` are (node, its records) of every inventory read; this node's
+/// own are skipped (its ledger holds them, restored from its copy at start-up:
+/// [`missing_from_ledger`]). `superseded` holds the UIDs of records whose disk this node wiped
+/// since. A record counts only when it names the same device by its stable ID, and is then
+/// judged as a ledger's mark is. Used wins over doubt, doubt over offered.
+pub fn cluster_lookup<'a>(
+    records: impl IntoIterator<Item = (&'a str, &'a [UsedDiskRecord])>,
+    superseded: &BTreeSet<String>,
+    node: &str,
+    identity: &str,
+) -> UsedRead {
+    let found_disk = whole_disk(identity);
+    let (mut doubt, mut offered) = (None, None);
+    for (owner, list) in records {
+        for r in list {
+            if r.uid.as_ref().is_some_and(|u| superseded.contains(u)) {
+                continue;
+            }
+            if owner == node || found_disk.is_none() || whole_disk(&r.identity) != found_disk {
+                continue;
+            }
+            let mark = r.mark(owner);
+            match relate(&mark, identity, None) {
+                Relation::Holds if !r.offered => return UsedRead::Marked(mark),
+                Relation::Holds => {
+                    offered.get_or_insert(UsedRead::Offered(mark));
+                }
+                Relation::Doubt(why) => {
+                    doubt.get_or_insert(why);
+                }
+                Relation::Unrelated => {}
+            }
+        }
+    }
+    match (doubt, offered) {
+        (Some(why), _) => UsedRead::Unknown(why),
+        (None, Some(o)) => o,
+        (None, None) => UsedRead::Unmarked,
+    }
+}
+
+/// The records this node keeps in its copy: its ledger's portable block marks (with whether
+/// each was only offered), in a stable order. Only a wipe of the disk here clears one (as it
+/// clears the ledger): another node's word never does, so a node that lies about having wiped a
+/// disk cannot make this node's record of it go away.
+pub fn own_records(ledger: impl IntoIterator<Item = (UsedMark, bool)>) -> Vec<UsedDiskRecord> {
+    let mut out: Vec<UsedDiskRecord> = ledger
+        .into_iter()
+        .filter(|(m, _)| is_portable_block_mark(m))
+        .map(|(m, offered)| UsedDiskRecord::of(&m, offered))
+        .collect();
+    out.sort_by(|a, b| (&a.identity, &a.pv).cmp(&(&b.identity, &b.pv)));
+    out.dedup();
+    out
+}
+
+/// The records of this node's copy that its ledger lacks (a ledger lost or replaced while the
+/// copy stayed in the API): put back into the ledger at start-up, so the disks they name are
+/// wiped before they are offered, exactly as if the ledger had never been lost.
+pub fn missing_from_ledger(copy: &[UsedDiskRecord], ledger: &[UsedMark], node: &str) -> Vec<UsedMark> {
+    copy.iter()
+        .filter(|r| !ledger.iter().any(|m| m.identity == r.identity && m.pv == r.pv))
+        .map(|r| r.mark(node))
+        .collect()
+}
+
+/// Keeps of `superseded` only UIDs some inventory still records: once the other node dropped
+/// its record (its own wipe of the disk, or its Node deleted), there is nothing to supersede.
+pub fn prune_superseded(superseded: &mut BTreeSet<String>, recorded: &BTreeSet<String>) -> bool {
+    let before = superseded.len();
+    superseded.retain(|u| recorded.contains(u));
+    before != superseded.len()
+}
+
+/// One PV of this node, as the inventory reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PvInput {
+    pub name: String,
+    pub class: String,
+    pub host_path: String,
+    pub phase: String,
+    pub capacity_bytes: Option<u64>,
+    pub claim: Option<String>,
+    pub deleting: bool,
+    pub missing: bool,
+    pub stale: bool,
+    pub moved_to: Option<String>,
+    pub failing: Option<String>,
+}
+
+/// One discovery entry of this pass: found (a volume) or skipped (with why).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntryInput {
+    pub class: String,
+    pub host_path: String,
+    pub capacity_bytes: Option<u64>,
+    /// Why it is not published (code, words), for a skipped entry or a refused volume.
+    pub refused: Option<(String, String)>,
+    /// The entry's disk does not answer.
+    pub unresponsive: bool,
+    /// Skipped for a reason an operator must act on (an evented one).
+    pub needs_operator: bool,
+}
+
+/// One class of the configuration in use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassInput {
+    pub name: String,
+    pub host_dir: String,
+    pub volume_mode: String,
+    pub claims_devices: bool,
+}
+
+/// What one pass knew, for [`build`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inputs {
+    pub node: String,
+    pub version: String,
+    pub config_problem: Option<String>,
+    pub unknown_keys: Vec<String>,
+    pub classes: Vec<ClassInput>,
+    /// Devices with their verdicts, and whether each verdict needs an operator.
+    pub devices: Vec<(DeviceInventory, Vec<bool>)>,
+    pub entries: Vec<EntryInput>,
+    pub pvs: Vec<PvInput>,
+    pub used_disks: Vec<UsedDiskRecord>,
+    pub superseded: Vec<String>,
+}
+
+/// The status for a pass's inputs: sorted, so that the same node gives the same content
+/// whatever order the host listed things in.
+pub fn build(inputs: Inputs) -> InventoryStatus {
+    let mut classes: BTreeMap<String, ClassInventory> = inputs
+        .classes
+        .iter()
+        .map(|c| {
+            let class = ClassInventory {
+                name: c.name.clone(),
+                host_dir: c.host_dir.clone(),
+                volume_mode: c.volume_mode.clone(),
+                claims_devices: c.claims_devices,
+                ..Default::default()
+            };
+            (c.name.clone(), class)
+        })
+        .collect();
+    let mut volumes: BTreeMap<(String, String), VolumeInventory> = BTreeMap::new();
+    let mut problems = u32::from(inputs.config_problem.is_some());
+    let mut summary = Summary::default();
+    for pv in &inputs.pvs {
+        summary.volumes += 1;
+        let available = pv.phase == "Available" && !pv.deleting;
+        let class = classes.entry(pv.class.clone()).or_insert_with(|| ClassInventory {
+            name: pv.class.clone(),
+            ..Default::default()
+        });
+        class.volumes += 1;
+        if available {
+            summary.available += 1;
+            class.available += 1;
+            let bytes = pv.capacity_bytes.unwrap_or(0);
+            summary.available_bytes += bytes;
+            class.available_bytes += bytes;
+        }
+        let mut flags = Vec::new();
+        let mut reason = None;
+        for (on, flag) in [(pv.missing, "missing"), (pv.moved_to.is_some(), "moved"), (pv.stale, "stale")] {
+            if on {
+                flags.push(flag.to_string());
+            }
+        }
+        if let Some(why) = &pv.failing {
+            flags.push("failing".into());
+            reason = Some(why.clone());
+        }
+        if let Some(to) = &pv.moved_to {
+            reason.get_or_insert_with(|| format!("its disk was found at {to}"));
+        }
+        if pv.deleting {
+            flags.push("deleting".into());
+        }
+        let v = VolumeInventory {
+            class: pv.class.clone(),
+            path: pv.host_path.clone(),
+            pv: Some(pv.name.clone()),
+            phase: pv.phase.clone(),
+            capacity_bytes: pv.capacity_bytes,
+            claim: pv.claim.clone(),
+            flags,
+            reason: None,
+            message: reason,
+        };
+        volumes.insert((pv.class.clone(), pv.host_path.clone()), v);
+    }
+    for e in &inputs.entries {
+        let key = (e.class.clone(), e.host_path.clone());
+        match volumes.get_mut(&key) {
+            Some(v) => {
+                if e.unresponsive && !v.flags.iter().any(|f| f == "unresponsive") {
+                    v.flags.push("unresponsive".into());
+                    if let Some((_, words)) = &e.refused {
+                        v.message.get_or_insert_with(|| words.clone());
+                    }
+                }
+            }
+            None => {
+                let (reason, message) = match &e.refused {
+                    Some((code, words)) => (Some(code.clone()), Some(words.clone())),
+                    None => (None, None),
+                };
+                let v = VolumeInventory {
+                    class: e.class.clone(),
+                    path: e.host_path.clone(),
+                    pv: None,
+                    phase: "Unpublished".into(),
+                    capacity_bytes: e.capacity_bytes,
+                    claim: None,
+                    flags: if e.unresponsive { vec!["unresponsive".into()] } else { Vec::new() },
+                    reason,
+                    message: message.filter(|_| e.needs_operator || e.unresponsive),
+                };
+                volumes.insert(key, v);
+            }
+        }
+    }
+    problems += volumes.values().filter(|v| v.is_problem()).count() as u32;
+    let mut devices: Vec<DeviceInventory> = Vec::new();
+    for (mut d, needs) in inputs.devices {
+        summary.disks += 1;
+        if d.classes.iter().any(|c| c.verdict == "Claimed") {
+            summary.claimed += 1;
+        }
+        if d.classes.iter().zip(needs.iter().chain(std::iter::repeat(&false))).any(|(c, n)| c.is_problem(*n)) {
+            problems += 1;
+        }
+        d.classes.sort_by(|a, b| a.class.cmp(&b.class));
+        devices.push(d);
+    }
+    devices.sort_by(|a, b| a.name.cmp(&b.name));
+    summary.problems = problems;
+    summary.available_capacity = iec(summary.available_bytes);
+    let mut used_disks = inputs.used_disks;
+    used_disks.sort_by(|a, b| (&a.identity, &a.pv).cmp(&(&b.identity, &b.pv)));
+    used_disks.dedup();
+    let mut superseded = inputs.superseded;
+    superseded.sort();
+    superseded.dedup();
+    InventoryStatus {
+        node_name: inputs.node,
+        summary,
+        agent: AgentInfo {
+            version: inputs.version,
+            config_valid: inputs.config_problem.is_none(),
+            config_problem: inputs.config_problem,
+            unknown_keys: inputs.unknown_keys,
+        },
+        classes: classes.into_values().collect(),
+        devices,
+        volumes: volumes.into_values().collect(),
+        used_disks,
+        superseded,
+        observed_at: None,
+    }
+}
+
+/// Whether two statuses say the same, their pass times aside: only a difference is written.
+pub fn same_content(a: &InventoryStatus, b: &InventoryStatus) -> bool {
+    InventoryStatus { observed_at: None, ..a.clone() } == InventoryStatus { observed_at: None, ..b.clone() }
+}
+
+#[cfg(test)]
+#[path = "inventory_tests.rs"]
+mod tests;

@@ -1,0 +1,312 @@
+use super::*;
+
+const DISK_A: &str = "v2;blk;disk=wwid:0x5000a;size=1073741824;dev=8:16";
+const DISK_A_ELSEWHERE: &str = "v2;blk;disk=wwid:0x5000a;size=1073741824;dev=8:48";
+const DISK_A_PART: &str = "v2;blk;disk=wwid:0x5000a/part1@2048;size=536870912;dev=8:17";
+const DISK_A_FS: &str = "v2;fs;disk=wwid:0x5000a;uuid=1111;ino=2;dev=8:16";
+const DISK_B: &str = "v2;blk;disk=wwid:0x5000b;size=1073741824;dev=8:32";
+const NUMBERS_ONLY: &str = "v2;blk;size=1073741824;dev=8:16";
+const TMPFS: &str = "v2;fs;fsid=ab;volatile=tmpfs;ino=1;dev=0:40";
+
+fn record(identity: &str, uid: &str) -> UsedDiskRecord {
+    UsedDiskRecord {
+        identity: identity.into(),
+        pv: format!("local-pv-{uid}"),
+        uid: Some(uid.into()),
+        path: "/mnt/disks/a".into(),
+        at: "2026-11-28T10:00:00Z".into(),
+        claimed: true,
+        offered: false,
+    }
+}
+
+fn mark(identity: &str, uid: Option<&str>) -> UsedMark {
+    UsedMark {
+        pv: "local-pv-1".into(),
+        node: "a".into(),
+        path: "/mnt/disks/a".into(),
+        identity: identity.into(),
+        at: "2026-11-28T10:00:00Z".into(),
+        uid: uid.map(String::from),
+        root: None,
+        claimed: false,
+        wiped_filesystems: Vec::new(),
+    }
+}
+
+fn pv(name: &str, class: &str, phase: &str, bytes: u64) -> PvInput {
+    PvInput {
+        name: name.into(),
+        class: class.into(),
+        host_path: format!("/mnt/{class}/{name}"),
+        phase: phase.into(),
+        capacity_bytes: Some(bytes),
+        ..Default::default()
+    }
+}
+
+fn verdict(class: &str, verdict: &str) -> DeviceVerdict {
+    DeviceVerdict { class: class.into(), verdict: verdict.into(), reason: None, message: verdict.into() }
+}
+
+fn device(name: &str, verdicts: Vec<DeviceVerdict>) -> DeviceInventory {
+    DeviceInventory { name: name.into(), dev: "8:16".into(), size: 1 << 30, content: "blank".into(), classes: verdicts, ..Default::default() }
+}
+
+#[test]
+fn the_cluster_records_say_a_disk_is_used_only_when_they_name_that_very_device_on_another_node() {
+    let none = BTreeSet::new();
+    let superseded: BTreeSet<String> = ["u-old".to_string()].into();
+    let offered = UsedDiskRecord { offered: true, claimed: false, ..record(DISK_A, "u-off") };
+    // (case, records of node "a", found on node, identity found, superseded, expected)
+    type Case<'a> = (&'a str, Vec<UsedDiskRecord>, &'a str, &'a str, &'a BTreeSet<String>, &'a str);
+    let cases: Vec<Case> = vec![
+        ("the same device under another number", vec![record(DISK_A, "u1")], "b", DISK_A_ELSEWHERE, &none, "marked"),
+        ("the same device", vec![record(DISK_A, "u1")], "b", DISK_A, &none, "marked"),
+        ("a filesystem made on it since", vec![record(DISK_A, "u1")], "b", DISK_A_FS, &none, "marked"),
+        ("one of its partitions", vec![record(DISK_A, "u1")], "b", DISK_A_PART, &none, "unknown"),
+        ("another device", vec![record(DISK_A, "u1")], "b", DISK_B, &none, "unmarked"),
+        ("a device named by numbers only", vec![record(DISK_A, "u1")], "b", NUMBERS_ONLY, &none, "unmarked"),
+        ("a tmpfs", vec![record(DISK_A, "u1")], "b", TMPFS, &none, "unmarked"),
+        ("a record by numbers only", vec![record(NUMBERS_ONLY, "u1")], "b", NUMBERS_ONLY, &none, "unmarked"),
+        ("this node's own record (its ledger has it)", vec![record(DISK_A, "u1")], "a", DISK_A, &none, "unmarked"),
+        ("a record this node wiped since", vec![record(DISK_A, "u-old")], "b", DISK_A, &superseded, "unmarked"),
+        ("wiped, but a newer record too", vec![record(DISK_A, "u-old"), record(DISK_A, "u2")], "b", DISK_A, &superseded, "marked"),
+        ("offered only", vec![offered.clone()], "b", DISK_A, &none, "offered"),
+        ("offered, and used later", vec![offered.clone(), record(DISK_A, "u3")], "b", DISK_A, &none, "marked"),
+        ("offered, and a partition record", vec![offered, record(DISK_A_PART, "u4")], "b", DISK_A, &none, "unknown"),
+        ("no records", vec![], "b", DISK_A, &none, "unmarked"),
+    ];
+    for (case, records, node, found, superseded, want) in cases {
+        let got = cluster_lookup([("a", records.as_slice())], superseded, node, found);
+        let word = match &got {
+            UsedRead::Marked(m) => {
+                assert_eq!(m.node, "a", "{case}: the mark names the node that recorded it");
+                "marked"
+            }
+            UsedRead::Offered(_) => "offered",
+            UsedRead::Unknown(_) => "unknown",
+            UsedRead::Unmarked => "unmarked",
+        };
+        assert_eq!(word, want, "{case}: {got:?}");
+    }
+}
+
+#[test]
+fn records_of_several_nodes_are_all_consulted() {
+    let a = vec![record(DISK_B, "ua")];
+    let c = vec![record(DISK_A, "uc")];
+    let got = cluster_lookup([("a", a.as_slice()), ("c", c.as_slice())], &BTreeSet::new(), "b", DISK_A);
+    assert!(matches!(got, UsedRead::Marked(ref m) if m.node == "c" && m.uid.as_deref() == Some("uc")), "{got:?}");
+}
+
+#[test]
+fn only_portable_block_marks_go_into_the_cluster_copy() {
+    let cases = [
+        (DISK_A, true),
+        (DISK_A_PART, true),
+        (DISK_A_FS, false),
+        (NUMBERS_ONLY, false),
+        (TMPFS, false),
+        ("blk:wwid=0x5000a;size=1", false),
+        ("v2;blk;disk=loop:254:0:99@0;backing=254:0;size=4096;dev=7:0", true),
+    ];
+    for (identity, want) in cases {
+        assert_eq!(is_portable_block_mark(&mark(identity, None)), want, "{identity}");
+    }
+    let ledger = vec![
+        (mark(DISK_B, Some("u2")), false),
+        (mark(DISK_A_FS, Some("u9")), false),
+        (mark(DISK_A, Some("u1")), true),
+        (mark(DISK_A, Some("u1")), true),
+    ];
+    let records = own_records(ledger);
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].identity, DISK_A);
+    assert!(records[0].offered);
+    assert_eq!(records[1].identity, DISK_B);
+}
+
+#[test]
+fn a_lost_ledger_gets_back_what_the_copy_recorded_and_nothing_else() {
+    let copy = vec![record(DISK_A, "u1"), record(DISK_B, "u2")];
+    let mut kept = mark(DISK_B, Some("u2"));
+    kept.pv = "local-pv-u2".into();
+    let missing = missing_from_ledger(&copy, &[kept], "a");
+    assert_eq!(missing.len(), 1);
+    assert_eq!(missing[0].identity, DISK_A);
+    assert_eq!(missing[0].node, "a");
+    assert_eq!(missing[0].uid.as_deref(), Some("u1"));
+    assert!(missing[0].claimed);
+    assert!(missing_from_ledger(&copy, &[], "a").len() == 2);
+    assert!(missing_from_ledger(&[], &[mark(DISK_A, None)], "a").is_empty());
+}
+
+#[test]
+fn superseded_uids_are_kept_only_while_a_record_names_them() {
+    let mut superseded: BTreeSet<String> = ["u1".into(), "u2".into()].into();
+    assert!(!prune_superseded(&mut superseded, &["u1".into(), "u2".into(), "u3".into()].into()));
+    assert!(prune_superseded(&mut superseded, &["u2".into()].into()));
+    assert_eq!(superseded, ["u2".to_string()].into());
+    assert!(prune_superseded(&mut superseded, &BTreeSet::new()));
+    assert!(superseded.is_empty());
+}
+
+fn inputs() -> Inputs {
+    Inputs {
+        node: "node-a".into(),
+        version: "1.0.0 (abc)".into(),
+        classes: vec![
+            ClassInput { name: "fast".into(), host_dir: "/mnt/fast".into(), volume_mode: "Filesystem".into(), claims_devices: false },
+            ClassInput { name: "raw".into(), host_dir: "/mnt/raw".into(), volume_mode: "Block".into(), claims_devices: true },
+        ],
+        pvs: vec![
+            pv("p1", "fast", "Available", 1 << 30),
+            pv("p2", "fast", "Bound", 1 << 30),
+            pv("p3", "raw", "Available", 3 << 30),
+        ],
+        entries: vec![
+            EntryInput { class: "fast".into(), host_path: "/mnt/fast/p1".into(), capacity_bytes: Some(1 << 30), ..Default::default() },
+            EntryInput { class: "fast".into(), host_path: "/mnt/fast/new".into(), capacity_bytes: Some(1 << 20), ..Default::default() },
+        ],
+        devices: vec![(device("sdb", vec![verdict("raw", "Claimed")]), vec![false]), (device("sda", vec![]), vec![])],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_summary_counts_volumes_available_capacity_and_claimed_disks() {
+    let s = build(inputs());
+    assert_eq!(s.node_name, "node-a");
+    assert_eq!(s.summary, Summary {
+        disks: 2,
+        claimed: 1,
+        volumes: 3,
+        available: 2,
+        available_bytes: 4 << 30,
+        available_capacity: "4 GiB".into(),
+        problems: 0,
+    });
+    assert!(s.agent.config_valid);
+    let fast = &s.classes[0];
+    assert_eq!((fast.name.as_str(), fast.volumes, fast.available, fast.available_bytes), ("fast", 2, 1, 1 << 30));
+    let raw = &s.classes[1];
+    assert_eq!((raw.volume_mode.as_str(), raw.claims_devices, raw.available_bytes), ("Block", true, 3 << 30));
+    assert_eq!(s.devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["sda", "sdb"]);
+    // The entry with a PV is one line; the new one is listed unpublished, without a problem.
+    assert_eq!(s.volumes.len(), 4);
+    let new = s.volumes.iter().find(|v| v.path == "/mnt/fast/new").expect("new entry");
+    assert_eq!((new.pv.as_deref(), new.phase.as_str(), new.message.as_deref()), (None, "Unpublished", None));
+}
+
+#[test]
+fn a_deleting_pv_and_a_pv_of_a_class_no_longer_configured_are_counted_but_not_available() {
+    let mut i = inputs();
+    i.pvs[0].deleting = true;
+    i.pvs.push(pv("gone", "old-class", "Available", 1 << 30));
+    let s = build(i);
+    assert_eq!((s.summary.volumes, s.summary.available, s.summary.available_bytes), (4, 2, 4 << 30));
+    let old = s.classes.iter().find(|c| c.name == "old-class").expect("class of a PV is listed");
+    assert_eq!((old.volumes, old.available, old.host_dir.as_str()), (1, 1, ""));
+    let p1 = s.volumes.iter().find(|v| v.pv.as_deref() == Some("p1")).expect("p1");
+    assert_eq!(p1.flags, ["deleting"]);
+    assert_eq!(s.summary.problems, 0, "a PV being deleted is no problem");
+}
+
+#[test]
+fn flags_and_refusals_are_problems() {
+    // (case, change, problems)
+    type Change = fn(&mut Inputs);
+    let cases: Vec<(&str, Change, u32)> = vec![
+        ("nothing", |_| {}, 0),
+        ("invalid config", |i| i.config_problem = Some("bad yaml".into()), 1),
+        ("missing", |i| i.pvs[0].missing = true, 1),
+        ("stale", |i| i.pvs[0].stale = true, 1),
+        ("moved", |i| i.pvs[0].moved_to = Some("/mnt/fast/x".into()), 1),
+        ("failing", |i| i.pvs[1].failing = Some("I/O errors".into()), 1),
+        ("two flags on one PV", |i| {
+            i.pvs[1].missing = true;
+            i.pvs[1].stale = true;
+        }, 1),
+        ("unresponsive entry of a PV", |i| {
+            i.entries[0].unresponsive = true;
+            i.entries[0].refused = Some(("unresponsive".into(), "statfs timed out".into()));
+        }, 1),
+        ("refused entry an operator must fix", |i| {
+            i.entries[1].refused = Some(("symlink".into(), "a symlink".into()));
+            i.entries[1].needs_operator = true;
+        }, 1),
+        ("entry skipped in the ordinary way", |i| i.entries[1].refused = Some(("not-mount-point".into(), "not a mount point".into())), 0),
+        ("held device", |i| i.devices[1].0.classes.push(verdict("raw", "Held")), 1),
+        ("refused device needing an operator", |i| {
+            i.devices[1].0.classes.push(verdict("raw", "Refused"));
+            i.devices[1].1.push(true);
+        }, 1),
+        ("refused device, nothing to do", |i| {
+            i.devices[1].0.classes.push(verdict("raw", "Refused"));
+            i.devices[1].1.push(false);
+        }, 0),
+    ];
+    for (case, change, want) in cases {
+        let mut i = inputs();
+        change(&mut i);
+        let s = build(i);
+        assert_eq!(s.summary.problems, want, "{case}: {s:#?}");
+    }
+    let mut i = inputs();
+    i.pvs[0].failing = Some("I/O errors".into());
+    i.pvs[0].moved_to = Some("/mnt/fast/x".into());
+    let s = build(i);
+    let p1 = s.volumes.iter().find(|v| v.pv.as_deref() == Some("p1")).expect("p1");
+    assert_eq!(p1.flags, ["moved", "failing"]);
+    assert_eq!(p1.message.as_deref(), Some("I/O errors"));
+}
+
+#[test]
+fn the_content_does_not_depend_on_the_order_things_were_found_in() {
+    let a = build(inputs());
+    let mut i = inputs();
+    i.pvs.reverse();
+    i.entries.reverse();
+    i.devices.reverse();
+    i.classes.reverse();
+    i.used_disks = vec![record(DISK_B, "2"), record(DISK_A, "1")];
+    i.superseded = vec!["z".into(), "a".into(), "z".into()];
+    let b = build(i);
+    let mut i = inputs();
+    i.used_disks = vec![record(DISK_A, "1"), record(DISK_B, "2")];
+    i.superseded = vec!["a".into(), "z".into()];
+    let c = build(i);
+    assert_eq!(b, c);
+    assert_eq!(a.volumes, b.volumes);
+    assert_eq!(a.devices, b.devices);
+}
+
+#[test]
+fn the_time_of_the_pass_is_not_content() {
+    let a = build(inputs());
+    let mut b = a.clone();
+    b.observed_at = Some("2026-11-28T10:00:00Z".into());
+    assert!(same_content(&a, &b));
+    let mut i = inputs();
+    i.pvs[0].phase = "Bound".into();
+    assert!(!same_content(&a, &build(i)));
+    let mut i = inputs();
+    i.used_disks.push(record(DISK_A, "1"));
+    assert!(!same_content(&a, &build(i)));
+}
+
+#[test]
+fn the_status_reads_back_as_written_in_camel_case() {
+    let mut i = inputs();
+    i.used_disks.push(record(DISK_A, "1"));
+    let s = build(i);
+    let json = serde_json::to_value(&s).expect("json");
+    for key in ["nodeName", "summary", "agent", "classes", "devices", "volumes", "usedDisks"] {
+        assert!(json.get(key).is_some(), "{key} in {json}");
+    }
+    assert_eq!(json["summary"]["availableCapacity"], "4 GiB");
+    assert!(json.get("superseded").is_none(), "an empty list of superseded UIDs is left out");
+    let back: InventoryStatus = serde_json::from_value(json).expect("back");
+    assert_eq!(back, s);
+}
