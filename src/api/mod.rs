@@ -12,6 +12,7 @@
 
 mod error;
 mod events;
+pub mod inventory;
 pub mod lease;
 mod nodes;
 mod patch;

@@ -281,8 +281,7 @@ impl UsedDiskRecord {
 /// what names it on any node (its stable device ID). A filesystem carries its own mark to any
 /// node; a device number or an fsid names nothing on another machine.
 pub fn is_portable_block_mark(mark: &UsedMark) -> bool {
-    DiskIdentity::parse(&mark.identity)
-        .is_some_and(|d| d.kind == super::disk_identity::Kind::Block && d.disk.is_some())
+    DiskIdentity::parse(&mark.identity).is_some_and(|d| d.kind == super::disk_identity::Kind::Block && d.disk.is_some())
 }
 
 /// The stable ID of the whole device an identity is on (a partition's disk), which names it on
@@ -444,10 +443,9 @@ pub fn build(inputs: Inputs) -> InventoryStatus {
     for pv in &inputs.pvs {
         summary.volumes += 1;
         let available = pv.phase == "Available" && !pv.deleting;
-        let class = classes.entry(pv.class.clone()).or_insert_with(|| ClassInventory {
-            name: pv.class.clone(),
-            ..Default::default()
-        });
+        let class = classes
+            .entry(pv.class.clone())
+            .or_insert_with(|| ClassInventory { name: pv.class.clone(), ..Default::default() });
         class.volumes += 1;
         if available {
             summary.available += 1;

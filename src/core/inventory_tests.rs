@@ -50,7 +50,14 @@ fn verdict(class: &str, verdict: &str) -> DeviceVerdict {
 }
 
 fn device(name: &str, verdicts: Vec<DeviceVerdict>) -> DeviceInventory {
-    DeviceInventory { name: name.into(), dev: "8:16".into(), size: 1 << 30, content: "blank".into(), classes: verdicts, ..Default::default() }
+    DeviceInventory {
+        name: name.into(),
+        dev: "8:16".into(),
+        size: 1 << 30,
+        content: "blank".into(),
+        classes: verdicts,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -71,7 +78,14 @@ fn the_cluster_records_say_a_disk_is_used_only_when_they_name_that_very_device_o
         ("a record by numbers only", vec![record(NUMBERS_ONLY, "u1")], "b", NUMBERS_ONLY, &none, "unmarked"),
         ("this node's own record (its ledger has it)", vec![record(DISK_A, "u1")], "a", DISK_A, &none, "unmarked"),
         ("a record this node wiped since", vec![record(DISK_A, "u-old")], "b", DISK_A, &superseded, "unmarked"),
-        ("wiped, but a newer record too", vec![record(DISK_A, "u-old"), record(DISK_A, "u2")], "b", DISK_A, &superseded, "marked"),
+        (
+            "wiped, but a newer record too",
+            vec![record(DISK_A, "u-old"), record(DISK_A, "u2")],
+            "b",
+            DISK_A,
+            &superseded,
+            "marked",
+        ),
         ("offered only", vec![offered.clone()], "b", DISK_A, &none, "offered"),
         ("offered, and used later", vec![offered.clone(), record(DISK_A, "u3")], "b", DISK_A, &none, "marked"),
         ("offered, and a partition record", vec![offered, record(DISK_A_PART, "u4")], "b", DISK_A, &none, "unknown"),
@@ -157,8 +171,18 @@ fn inputs() -> Inputs {
         node: "node-a".into(),
         version: "1.0.0 (abc)".into(),
         classes: vec![
-            ClassInput { name: "fast".into(), host_dir: "/mnt/fast".into(), volume_mode: "Filesystem".into(), claims_devices: false },
-            ClassInput { name: "raw".into(), host_dir: "/mnt/raw".into(), volume_mode: "Block".into(), claims_devices: true },
+            ClassInput {
+                name: "fast".into(),
+                host_dir: "/mnt/fast".into(),
+                volume_mode: "Filesystem".into(),
+                claims_devices: false,
+            },
+            ClassInput {
+                name: "raw".into(),
+                host_dir: "/mnt/raw".into(),
+                volume_mode: "Block".into(),
+                claims_devices: true,
+            },
         ],
         pvs: vec![
             pv("p1", "fast", "Available", 1 << 30),
@@ -166,8 +190,18 @@ fn inputs() -> Inputs {
             pv("p3", "raw", "Available", 3 << 30),
         ],
         entries: vec![
-            EntryInput { class: "fast".into(), host_path: "/mnt/fast/p1".into(), capacity_bytes: Some(1 << 30), ..Default::default() },
-            EntryInput { class: "fast".into(), host_path: "/mnt/fast/new".into(), capacity_bytes: Some(1 << 20), ..Default::default() },
+            EntryInput {
+                class: "fast".into(),
+                host_path: "/mnt/fast/p1".into(),
+                capacity_bytes: Some(1 << 30),
+                ..Default::default()
+            },
+            EntryInput {
+                class: "fast".into(),
+                host_path: "/mnt/fast/new".into(),
+                capacity_bytes: Some(1 << 20),
+                ..Default::default()
+            },
         ],
         devices: vec![(device("sdb", vec![verdict("raw", "Claimed")]), vec![false]), (device("sda", vec![]), vec![])],
         ..Default::default()
@@ -178,15 +212,18 @@ fn inputs() -> Inputs {
 fn the_summary_counts_volumes_available_capacity_and_claimed_disks() {
     let s = build(inputs());
     assert_eq!(s.node_name, "node-a");
-    assert_eq!(s.summary, Summary {
-        disks: 2,
-        claimed: 1,
-        volumes: 3,
-        available: 2,
-        available_bytes: 4 << 30,
-        available_capacity: "4 GiB".into(),
-        problems: 0,
-    });
+    assert_eq!(
+        s.summary,
+        Summary {
+            disks: 2,
+            claimed: 1,
+            volumes: 3,
+            available: 2,
+            available_bytes: 4 << 30,
+            available_capacity: "4 GiB".into(),
+            problems: 0,
+        }
+    );
     assert!(s.agent.config_valid);
     let fast = &s.classes[0];
     assert_eq!((fast.name.as_str(), fast.volumes, fast.available, fast.available_bytes), ("fast", 2, 1, 1 << 30));
@@ -224,28 +261,52 @@ fn flags_and_refusals_are_problems() {
         ("stale", |i| i.pvs[0].stale = true, 1),
         ("moved", |i| i.pvs[0].moved_to = Some("/mnt/fast/x".into()), 1),
         ("failing", |i| i.pvs[1].failing = Some("I/O errors".into()), 1),
-        ("two flags on one PV", |i| {
-            i.pvs[1].missing = true;
-            i.pvs[1].stale = true;
-        }, 1),
-        ("unresponsive entry of a PV", |i| {
-            i.entries[0].unresponsive = true;
-            i.entries[0].refused = Some(("unresponsive".into(), "statfs timed out".into()));
-        }, 1),
-        ("refused entry an operator must fix", |i| {
-            i.entries[1].refused = Some(("symlink".into(), "a symlink".into()));
-            i.entries[1].needs_operator = true;
-        }, 1),
-        ("entry skipped in the ordinary way", |i| i.entries[1].refused = Some(("not-mount-point".into(), "not a mount point".into())), 0),
+        (
+            "two flags on one PV",
+            |i| {
+                i.pvs[1].missing = true;
+                i.pvs[1].stale = true;
+            },
+            1,
+        ),
+        (
+            "unresponsive entry of a PV",
+            |i| {
+                i.entries[0].unresponsive = true;
+                i.entries[0].refused = Some(("unresponsive".into(), "statfs timed out".into()));
+            },
+            1,
+        ),
+        (
+            "refused entry an operator must fix",
+            |i| {
+                i.entries[1].refused = Some(("symlink".into(), "a symlink".into()));
+                i.entries[1].needs_operator = true;
+            },
+            1,
+        ),
+        (
+            "entry skipped in the ordinary way",
+            |i| i.entries[1].refused = Some(("not-mount-point".into(), "not a mount point".into())),
+            0,
+        ),
         ("held device", |i| i.devices[1].0.classes.push(verdict("raw", "Held")), 1),
-        ("refused device needing an operator", |i| {
-            i.devices[1].0.classes.push(verdict("raw", "Refused"));
-            i.devices[1].1.push(true);
-        }, 1),
-        ("refused device, nothing to do", |i| {
-            i.devices[1].0.classes.push(verdict("raw", "Refused"));
-            i.devices[1].1.push(false);
-        }, 0),
+        (
+            "refused device needing an operator",
+            |i| {
+                i.devices[1].0.classes.push(verdict("raw", "Refused"));
+                i.devices[1].1.push(true);
+            },
+            1,
+        ),
+        (
+            "refused device, nothing to do",
+            |i| {
+                i.devices[1].0.classes.push(verdict("raw", "Refused"));
+                i.devices[1].1.push(false);
+            },
+            0,
+        ),
     ];
     for (case, change, want) in cases {
         let mut i = inputs();

@@ -18,7 +18,7 @@ apply() { k apply -f "$1" > /dev/null 2>&1 || k apply -f "$1" > /dev/null; }
 apply "$repo/deploy/base/namespace.yaml"
 case $component in
   agent)
-    for f in serviceaccount rbac; do apply "$repo/deploy/base/$f.yaml"; done
+    for f in serviceaccount rbac crd; do apply "$repo/deploy/base/$f.yaml"; done
     sa=local-static-provisioner ;;
   node-cleanup)
     for f in serviceaccount rbac; do apply "$repo/deploy/node-cleanup/$f.yaml"; done

@@ -1,0 +1,140 @@
+//! The node inventory (`LocalStorageNode`, core::inventory): the agent reads its own at
+//! start-up, creates it owned by its Node, applies its status (server-side apply of the status
+//! subresource: fields it no longer sets are removed), and lists every node's when it must know
+//! which block disks other nodes recorded as used. The kubectl plugin lists them.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde::{Deserialize, Serialize};
+
+use crate::core::inventory::{GROUP, InventorySpec, InventoryStatus, KIND, PLURAL, VERSION};
+
+use super::*;
+
+/// The field manager of the agent's status writes.
+const FIELD_MANAGER: &str = "local-static-provisioner";
+
+/// One `LocalStorageNode` object.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LocalStorageNode {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: InventorySpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<InventoryStatus>,
+}
+
+impl Resource for LocalStorageNode {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        PLURAL.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// What the inventory of a node is when it is read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    /// None exists.
+    Absent,
+    /// One exists, owned by the Node with this UID (or by none: `None`), with this status.
+    Present { owner_uid: Option<String>, status: Option<Box<InventoryStatus>> },
+}
+
+impl Cluster {
+    fn inventories(&self) -> Api<LocalStorageNode> {
+        Api::all(self.client.clone())
+    }
+
+    /// Reads the inventory of node `node`.
+    pub async fn get_inventory(&self, node: &str) -> Result<Found, ApiError> {
+        let got = self
+            .call("get", self.inventories().get_opt(node))
+            .await
+            .map_err(ApiError::request("get localstoragenode", node))?;
+        Ok(match got {
+            None => Found::Absent,
+            Some(obj) => {
+                let owner_uid = obj
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "Node" && o.api_version == "v1" && o.name == node)
+                    .map(|o| o.uid.clone());
+                Found::Present { owner_uid, status: obj.status.map(Box::new) }
+            }
+        })
+    }
+
+    /// Creates the inventory of node `node`, owned by the Node with UID `node_uid` (so the
+    /// garbage collector removes it with the Node). One that exists already is fine.
+    pub async fn create_inventory(&self, node: &str, node_uid: &str) -> Result<(), ApiError> {
+        let obj = LocalStorageNode {
+            metadata: ObjectMeta {
+                name: Some(node.to_string()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: node.to_string(),
+                    uid: node_uid.to_string(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: InventorySpec { node_name: node.to_string() },
+            status: None,
+        };
+        let api = self.inventories();
+        match self.send("create", "create localstoragenode", node, api.create(&PostParams::default(), &obj)).await? {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(ApiError::request("create localstoragenode", node)(e)),
+        }
+    }
+
+    /// Writes the status of node `node`'s inventory (server-side apply, forced: the agent is its
+    /// only writer). `Ok(false)` when the object does not exist (it must be created first).
+    pub async fn apply_inventory_status(&self, node: &str, status: &InventoryStatus) -> Result<bool, ApiError> {
+        let body = serde_json::json!({
+            "apiVersion": format!("{GROUP}/{VERSION}"),
+            "kind": KIND,
+            "metadata": { "name": node },
+            "status": status,
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let api = self.inventories();
+        let patch = Patch::Apply(&body);
+        let request = api.patch_status(node, &params, &patch);
+        match self.send("patch", "apply localstoragenode status", node, request).await? {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(ApiError::request("apply localstoragenode status", node)(e)),
+        }
+    }
+
+    /// Every node's inventory, page by page.
+    pub async fn list_inventories(&self) -> Result<Vec<LocalStorageNode>, ApiError> {
+        let api = self.inventories();
+        self.list_paged("localstoragenodes", |_| true, async |params: &ListParams| api.list(params).await).await
+    }
+}
