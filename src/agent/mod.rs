@@ -13,6 +13,7 @@
 mod config;
 mod fence;
 mod health;
+mod inventory;
 mod marks;
 mod node;
 mod observe;
@@ -303,6 +304,8 @@ pub(crate) struct Agent {
     problems: Occurrences,
     /// When the previous scan started: a change event older than that revealed nothing new.
     last_scan: Option<Instant>,
+    /// The node inventory: what was last written, this pass's inputs, the used-disk copy.
+    inventory: inventory::InventoryState,
 }
 
 impl Agent {
@@ -356,6 +359,7 @@ impl Agent {
             effects: Effects::default(),
             problems: Occurrences::default(),
             last_scan: None,
+            inventory: inventory::InventoryState::default(),
         })
     }
 
@@ -401,7 +405,10 @@ impl Agent {
                     // (the PV controller setting the last PV Available) must not delay its PV.
                     tokio::time::sleep_until(debounced(tokio::time::Instant::now(), wake)).await;
                 }
-                Some(outcome) = wipes_done.recv() => self.cleaner.finished(&outcome),
+                Some(outcome) = wipes_done.recv() => {
+                    self.inventory_wipe_done(&outcome.key, outcome.result.is_ok());
+                    self.cleaner.finished(&outcome);
+                }
                 _ = sleep_until_opt(wake) => trace!("pass triggered by a settle or retry deadline"),
             }
             self.reconcile(clock.latest()).await;
@@ -414,10 +421,17 @@ impl Agent {
         // An expectation that expires lets the store judge its disk again (a past one waits for
         // the next pass: a pass that stops early must not wake the loop at once for it).
         let expiry = self.expectations.next_expiry().filter(|at| *at > Instant::now());
-        [self.cleaner.next_retry(), self.next_settle, self.effects.next_due(), self.ops.next_retry(), expiry]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.cleaner.next_retry(),
+            self.next_settle,
+            self.effects.next_due(),
+            self.ops.next_retry(),
+            expiry,
+            self.inventory_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Wipes in flight are abandoned safely: their PVs keep our finalizer and are wiped again
@@ -456,6 +470,7 @@ impl Agent {
         if !self.adopted {
             self.adopt().await;
         }
+        self.load_inventory().await;
         let pvs = self.pv_store.state();
         // What the store shows of the PVs this agent created or deleted (core::expectations).
         let shown = pvs.iter().map(|pv| {
@@ -497,6 +512,7 @@ impl Agent {
         let failing = self.judge_disks(&signs);
         self.keep_failing_back(&mut observation.scan, &failing);
         let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
+        self.inventory_devices(observation.claims.as_ref());
         self.report_claims(observation.claims.take().as_ref()).await;
         self.withdraw_tampered(&going, &tampered).await;
         // Only changes since the previous scan can have revealed something it did not see.
@@ -504,6 +520,7 @@ impl Agent {
         self.last_scan = Some(started);
         let discovery_time = started.elapsed();
         self.problems.begin_pass();
+        self.inventory_entries(&observation.scan);
         let (desired, planned) = self.publish(observation.scan, revealed, &predecessors).await;
         let next_stale = self.succeed(&predecessors, &observation.succession).await;
         let (missing, next_missing) = self.missing_volumes(&observation.absent);
@@ -555,6 +572,7 @@ impl Agent {
             count(|pv| pv.moved_to.is_some()),
         );
         self.metrics.pass_done(started.elapsed(), discovery_time);
+        self.write_inventory(&states).await;
     }
 
     /// `pvs` with those this agent deleted (the store not showing it yet) marked as being

@@ -81,6 +81,11 @@ impl Agent {
         desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
         // The PVs this agent created that the store does not show yet (core::expectations).
         let expected = self.expectations.pending();
+        let names: BTreeSet<&str> = pvs.iter().filter_map(|pv| pv.metadata.name.as_deref()).collect();
+        let is_new = |d: &DesiredPv| {
+            !names.contains(d.name.as_str()) && !expected.iter().any(|e| e.is(&d.name, &d.host_path, &d.identity))
+        };
+        self.consult_cluster_records(&mut desired, is_new).await;
         self.find_mark_holders(&mut desired, &expected).await;
         let waiting = self.waiting_collisions(&desired);
         let actions = plan_expecting(&self.identity, &desired, &observed, &waiting, &expected);
@@ -138,9 +143,13 @@ impl Agent {
                     }
                 }
                 Action::WipeFirst { name, host_path, identity, mark } => {
+                    let words =
+                        format!("held the data of PV {} (node {}); wiped before it is published", mark.pv, mark.node);
+                    self.inventory_refused(&host_path, "wipe-first", words);
                     self.wipe_first(&busy, desired, name, host_path, identity, mark).await;
                 }
                 Action::Refuse { name, host_path, reason } => {
+                    self.inventory_refused(&host_path, reason.code(), reason.to_string());
                     let note = format!("volume at {host_path} not published as {name}: {reason}");
                     if self.report_unpublished(format!("refuse/{name}/{host_path}/{reason}"), &name, note).await {
                         warn!(pv = %name, path = %host_path, "volume not published: {reason}");
@@ -156,7 +165,13 @@ impl Agent {
     /// Publishes one batch of volumes: their used marks written in one host call, their PVs
     /// created (`concurrency` requests at a time), then the marks completed with the UIDs.
     async fn publish_batch(&mut self, creates: Vec<&DesiredPv>) {
-        let creates = self.mark_before_create(creates).await;
+        let mut creates = self.mark_before_create(creates).await;
+        // A block disk's marks go into the cluster-side copy before its PV exists, as they went
+        // into the ledger; while they cannot, its PV waits.
+        let portable = |d: &&DesiredPv| crate::core::inventory::is_portable_block(&d.identity);
+        if creates.iter().any(portable) && !self.copy_marks_before_create().await {
+            creates.retain(|d| !portable(d));
+        }
         let mut created = Vec::new();
         let (mut recycled, mut published) = (Vec::new(), BTreeSet::new());
         let cluster = &self.cluster;
@@ -432,6 +447,7 @@ impl Agent {
             warn!(path = %host_path, pv = %mark.pv, "{note}");
             self.node_event(None, "VolumeUsed", "Wipe", note).await;
         }
+        self.wiping_foreign(&host_path, mark.uid.as_deref(), &mark.node);
         self.cleaner.start_wipe_first(&name, &host_path, &identity, target, node_reference(&self.node));
     }
 }

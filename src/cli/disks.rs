@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use crate::config::{LoadedConfig, ProvisionerConfig};
 use crate::core::capacity::iec;
-use crate::core::device_claim::{ClaimPlan, ClaimRecord, Content, DeviceFacts, DeviceKind, Verdict};
+use crate::core::device_claim::{ClaimPlan, ClaimRecord, DeviceFacts, DeviceKind, Verdict};
 use crate::host::claims::{plan_claims, read_records};
 use crate::host::mountinfo::MountTable;
 
@@ -50,26 +50,6 @@ pub fn verdict_text(v: &Verdict) -> String {
         Verdict::NotSelected(why) => format!("not selected: {why}"),
         Verdict::Refused(r) => format!("refused ({}): {r}", r.code()),
     }
-}
-
-fn content_text(d: &DeviceFacts) -> String {
-    if let Some(why) = &d.probe.in_use {
-        return format!("in use: {why}");
-    }
-    match &d.probe.content {
-        Content::NotProbed => "not probed (no class selects it)".into(),
-        Content::Blank => "blank".into(),
-        Content::Busy => "open exclusively by someone".into(),
-        Content::NotBlank(what) => what.clone(),
-        Content::Unreadable(e) => format!("unreadable: {e}"),
-        Content::Unresponsive(e) => format!("unresponsive: {e}"),
-    }
-}
-
-/// A loop device with nothing attached (size 0): the kernel keeps a few ready, and listing
-/// them only buries the disks.
-fn unattached_loop(d: &DeviceFacts) -> bool {
-    d.size == 0 && d.name.starts_with("loop")
 }
 
 /// The device's flags in one column: `ro`, `removable`, `hidden`, `rotational` or `ssd`.
@@ -136,14 +116,14 @@ pub fn print(devices: &[DeviceFacts], plan: &ClaimPlan, json: bool, all: bool) -
                     "rotational": d.rotational, "model": d.model, "vendor": d.vendor,
                     "stableId": d.stable_id, "byId": d.by_id, "partitions": d.partitions,
                     "holders": d.holders, "sharing": d.sharing,
-                    "content": content_text(d), "classes": classes,
+                    "content": d.content_text(), "classes": classes,
                 })
             })
             .collect();
         let text = serde_json::to_string_pretty(&items).map_err(std::io::Error::other)?;
         return writeln!(out, "{text}");
     }
-    let shown: Vec<&DeviceFacts> = devices.iter().filter(|d| all || !unattached_loop(d)).collect();
+    let shown: Vec<&DeviceFacts> = devices.iter().filter(|d| all || !d.is_unattached_loop()).collect();
     let rows: Vec<Vec<String>> = shown
         .iter()
         .map(|d| {
@@ -156,7 +136,7 @@ pub fn print(devices: &[DeviceFacts], plan: &ClaimPlan, json: bool, all: bool) -
                 flags(d),
                 opt(&d.model),
                 opt(&d.stable_id),
-                content_text(d),
+                d.content_text(),
             ]
         })
         .collect();

@@ -120,6 +120,27 @@ pub struct DeviceFacts {
 }
 
 impl DeviceFacts {
+    /// What was found on the device, in words (`disks`, the node inventory).
+    pub fn content_text(&self) -> String {
+        if let Some(why) = &self.probe.in_use {
+            return format!("in use: {why}");
+        }
+        match &self.probe.content {
+            Content::NotProbed => "not probed (no class selects it)".into(),
+            Content::Blank => "blank".into(),
+            Content::Busy => "open exclusively by someone".into(),
+            Content::NotBlank(what) => what.clone(),
+            Content::Unreadable(e) => format!("unreadable: {e}"),
+            Content::Unresponsive(e) => format!("unresponsive: {e}"),
+        }
+    }
+
+    /// A loop device with nothing attached (size 0): the kernel keeps a few ready, and
+    /// listing them only buries the disks.
+    pub fn is_unattached_loop(&self) -> bool {
+        self.size == 0 && self.name.starts_with("loop")
+    }
+
     /// The names an `exclude` glob is matched against.
     pub fn names(&self) -> Vec<String> {
         let mut names = vec![self.name.clone(), format!("/dev/{}", self.name)];

@@ -281,13 +281,24 @@ impl UsedDiskRecord {
 /// what names it on any node (its stable device ID). A filesystem carries its own mark to any
 /// node; a device number or an fsid names nothing on another machine.
 pub fn is_portable_block_mark(mark: &UsedMark) -> bool {
-    DiskIdentity::parse(&mark.identity).is_some_and(|d| d.kind == super::disk_identity::Kind::Block && d.disk.is_some())
+    is_portable_block(&mark.identity)
+}
+
+/// Whether an identity is a block device's named by its stable ID: what the copy keeps.
+pub fn is_portable_block(identity: &str) -> bool {
+    DiskIdentity::parse(identity).is_some_and(|d| d.kind == super::disk_identity::Kind::Block && d.disk.is_some())
 }
 
 /// The stable ID of the whole device an identity is on (a partition's disk), which names it on
 /// any node; `None` for an identity named by numbers only.
 fn whole_disk(identity: &str) -> Option<String> {
     super::used_mark::relation_keys(identity).into_iter().find(|k| k.starts_with("disk:"))
+}
+
+/// Whether an identity names a device by a stable ID (what the cluster's records are kept by):
+/// only such a disk is looked up in them.
+pub fn names_a_device(identity: &str) -> bool {
+    whole_disk(identity).is_some()
 }
 
 /// What the used-disk records of the cluster say about a disk found as `identity` on `node`,

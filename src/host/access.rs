@@ -122,6 +122,18 @@ pub trait HostAccess: Send + Sync + 'static {
     fn note_last_wipe(&self, _wipe: &LastWipe) -> Result<(), String> {
         Ok(())
     }
+    /// The ledger's marks that go into the node inventory's cluster-side copy
+    /// (core::inventory::is_portable_block_mark), each with whether it was only offered, when
+    /// the ledger changed since generation `since`; `Ok(None)` when it did not. A host
+    /// without a ledger has none.
+    fn used_copy(&self, _since: Option<u64>) -> Result<Option<crate::host::used_mark::MarksAt>, String> {
+        Ok(None)
+    }
+    /// Puts back into the ledger, durably, marks its cluster-side copy holds and it lacks (a
+    /// lost ledger). A host without a ledger keeps nothing.
+    fn restore_marks(&self, _copy: &dyn Fn(&[UsedMark]) -> Vec<UsedMark>) -> Result<usize, String> {
+        Ok(0)
+    }
     /// Drops the last wipes `keep` rejects; returns those kept. A host that keeps none has none.
     fn last_wipes(&self, _keep: &(dyn Fn(&LastWipe) -> bool + Sync)) -> Result<Vec<LastWipe>, String> {
         Ok(Vec::new())
@@ -377,6 +389,16 @@ impl HostAccess for RealHost {
 
     fn record_withdrawn(&self, uids: &[String]) -> Result<(), String> {
         self.ledger.record_withdrawn(uids).map_err(|e| e.to_string())
+    }
+
+    fn used_copy(&self, since: Option<u64>) -> Result<Option<crate::host::used_mark::MarksAt>, String> {
+        self.ledger.marks_since(since, crate::core::inventory::is_portable_block_mark)
+    }
+
+    fn restore_marks(&self, copy: &dyn Fn(&[UsedMark]) -> Vec<UsedMark>) -> Result<usize, String> {
+        let missing = copy(&self.ledger.marks()?);
+        self.ledger.record(&missing).map_err(|e| e.to_string())?;
+        Ok(missing.len())
     }
 
     fn identity(&self, path: &std::path::Path) -> Result<String, String> {

@@ -251,7 +251,14 @@ struct LedgerData {
     /// `used` by what may relate a volume to them (not stored; rebuilt on load and change).
     #[serde(skip)]
     index: LedgerIndex,
+    /// Counts this process's writes (not stored): who copies the ledger asks again only when it
+    /// moved.
+    #[serde(skip)]
+    generation: u64,
 }
+
+/// A ledger's generation and the marks read at it, each with whether it was only offered.
+pub type MarksAt = (u64, Vec<(UsedMark, bool)>);
 
 /// The node-local ledger of used disks, shared by discovery, the create path and the wipes.
 /// One agent per state directory: an exclusive lock taken at open, held for the process's
@@ -415,6 +422,32 @@ impl Ledger {
         })
     }
 
+    /// The marks of the ledger that `keep` keeps, each with whether it counts as offered only,
+    /// and the ledger's generation (it changes with every write): the agent copies the
+    /// portable block marks into its node's inventory (core::inventory), and asks again only
+    /// when the generation moved. `Ok(None)` when the generation is `since`.
+    pub fn marks_since(&self, since: Option<u64>, keep: impl Fn(&UsedMark) -> bool) -> Result<Option<MarksAt>, String> {
+        match self.state.lock().as_deref() {
+            Ok(Ok(data)) if Some(data.generation) == since => Ok(None),
+            Ok(Ok(data)) => {
+                let marks =
+                    data.used.iter().filter(|m| keep(m)).map(|m| (m.clone(), is_offered(m, &data.withdrawn))).collect();
+                Ok(Some((data.generation, marks)))
+            }
+            Ok(Err(why)) => Err(why.clone()),
+            Err(_) => Err("the used-disk ledger's lock is poisoned".into()),
+        }
+    }
+
+    /// Every mark of the ledger (to compare with the inventory's copy at start-up).
+    pub fn marks(&self) -> Result<Vec<UsedMark>, String> {
+        match self.state.lock().as_deref() {
+            Ok(Ok(data)) => Ok(data.used.clone()),
+            Ok(Err(why)) => Err(why.clone()),
+            Err(_) => Err("the used-disk ledger's lock is poisoned".into()),
+        }
+    }
+
     /// Applies `change` and writes the ledger when it changed; the withdrawals no entry needs
     /// any more go in the same write.
     fn update(&self, change: impl FnOnce(&mut LedgerData)) -> Result<(), MarkError> {
@@ -428,8 +461,12 @@ impl Ledger {
         let data = guard.as_mut().map_err(|why| MarkError::Corrupt { path: self.path.clone(), why: why.clone() })?;
         // The change is made on a copy of the entries (not of the index, which is rebuilt), so
         // a failed write leaves the ledger in memory as it is on disk.
-        let mut next =
-            LedgerData { used: data.used.clone(), withdrawn: data.withdrawn.clone(), index: LedgerIndex::default() };
+        let mut next = LedgerData {
+            used: data.used.clone(),
+            withdrawn: data.withdrawn.clone(),
+            index: LedgerIndex::default(),
+            generation: data.generation + 1,
+        };
         change(&mut next);
         prune_withdrawn(&next.used, &mut next.withdrawn);
         if next.used == data.used && next.withdrawn == data.withdrawn {

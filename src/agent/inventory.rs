@@ -1,0 +1,441 @@
+//! The node inventory (core::inventory): at the end of each pass the agent builds its node's
+//! `LocalStorageNode` status and writes it only when its content changed, so an idle node
+//! writes nothing. The same object carries the node's cluster-side copy of its used block disks:
+//! written before a block PV is created (after the local mark), read back at start-up to
+//! restore a lost ledger, and every node's read before a block disk without a local mark is
+//! offered, so a used disk moved from another node is wiped first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::Agent;
+use crate::api::inventory::{Found, LocalStorageNode};
+use crate::api::{ApiError, node_reference};
+use crate::config::VolumeMode;
+use crate::core::backoff::{Policy, Retries};
+use crate::core::cleanup::PvState;
+use crate::core::device_claim::{DeviceFacts, Verdict};
+use crate::core::inventory::{
+    ClassInput, DeviceInventory, DeviceVerdict, EntryInput, Inputs, InventoryStatus, PvInput, UsedDiskRecord, build,
+    cluster_lookup, missing_from_ledger, own_records, prune_superseded, same_content,
+};
+use crate::core::planner::DesiredPv;
+use crate::core::used_mark::UsedRead;
+use crate::host::claims::ClaimReport;
+use crate::host::discovery::{Scan, SkipReason};
+
+/// Delays after a failed inventory read or write: a missing CRD or a refused write is fixed
+/// by an operator, so the retry grows to minutes.
+const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::from_secs(300) };
+
+/// What the agent keeps of its inventory between passes.
+#[derive(Default)]
+pub(super) struct InventoryState {
+    /// The status last written (none yet: the next pass writes).
+    written: Option<InventoryStatus>,
+    /// Whether this agent read its node's object at start-up (its copy restored the ledger).
+    loaded: bool,
+    /// The CRD is not installed: nothing to write or read, said once.
+    absent_crd: bool,
+    /// The ledger's generation the copy was last taken at, and the copy.
+    ledger_generation: Option<u64>,
+    copy: Vec<UsedDiskRecord>,
+    /// UIDs of other nodes' records whose disk this node wiped (core::inventory).
+    superseded: BTreeSet<String>,
+    /// Wipes-first under way of disks another node's record named: host path -> that UID.
+    wiping_foreign: BTreeMap<String, String>,
+    /// This pass's gathered inputs, until the pass ends.
+    devices: Vec<(DeviceInventory, Vec<bool>)>,
+    entries: Vec<EntryInput>,
+    capacities: BTreeMap<String, u64>,
+    /// Found volumes the planner did not publish: host path -> (code, words).
+    refused: BTreeMap<String, (String, String)>,
+    retries: Retries<&'static str>,
+}
+
+/// The version the inventory shows: the crate version and the commit.
+fn version() -> String {
+    format!("{} ({})", crate::build_info::VERSION, crate::build_info::GIT_COMMIT)
+}
+
+/// One device's verdicts, in the inventory's words, and whether each needs an operator.
+fn device_inventory(d: &DeviceFacts, report: &ClaimReport) -> (DeviceInventory, Vec<bool>) {
+    let mut verdicts = Vec::new();
+    let mut needs = Vec::new();
+    for decision in report.plan.decisions.iter().filter(|x| x.device == d.name) {
+        let (verdict, reason, message, need) = match &decision.verdict {
+            Verdict::Claimed { name } => ("Claimed", None, format!("claimed (link {name})"), false),
+            Verdict::Claim { name, target, .. } => ("Claiming", None, format!("linking as {name} -> {target}"), false),
+            Verdict::NotSelected(why) => ("NotSelected", None, why.clone(), false),
+            Verdict::Refused(r) => ("Refused", Some(r.code().to_string()), r.to_string(), r.needs_operator()),
+        };
+        verdicts.push(DeviceVerdict { class: decision.class.clone(), verdict: verdict.into(), reason, message });
+        needs.push(need);
+    }
+    let link = d.stable_id.as_deref().map(crate::core::device_claim::link_name);
+    for (held, verdict) in [(&report.plan.held, "Held"), (&report.plan.kept, "Kept")] {
+        for (class, name, what) in held.iter() {
+            if link.as_deref() == Some(name.as_str()) {
+                verdicts.push(DeviceVerdict {
+                    class: class.clone(),
+                    verdict: verdict.into(),
+                    reason: None,
+                    message: what.clone(),
+                });
+                needs.push(verdict == "Held");
+            }
+        }
+    }
+    let inventory = DeviceInventory {
+        name: d.name.clone(),
+        dev: d.dev.clone(),
+        kind: d.kind.as_ref().map(ToString::to_string),
+        size: d.size,
+        model: d.model.clone(),
+        stable_id: d.stable_id.clone(),
+        by_id: d.by_id.clone(),
+        rotational: d.rotational,
+        read_only: d.read_only,
+        content: d.content_text(),
+        classes: verdicts,
+    };
+    (inventory, needs)
+}
+
+impl Agent {
+    /// Notes this pass's devices and verdicts, before the claim report is used up.
+    pub(super) fn inventory_devices(&mut self, report: Option<&ClaimReport>) {
+        self.inventory.devices = match report {
+            Some(r) if r.failed.is_none() => {
+                r.devices.iter().filter(|d| !d.is_unattached_loop()).map(|d| device_inventory(d, r)).collect()
+            }
+            _ => Vec::new(),
+        };
+    }
+
+    /// Notes this pass's discovery entries, before publishing uses the scan up.
+    pub(super) fn inventory_entries(&mut self, scan: &Scan) {
+        let mut entries = Vec::new();
+        self.inventory.capacities.clear();
+        for v in &scan.volumes {
+            self.inventory.capacities.insert(v.host_path.clone(), v.capacity_bytes);
+            entries.push(EntryInput {
+                class: v.class.clone(),
+                host_path: v.host_path.clone(),
+                capacity_bytes: Some(v.capacity_bytes),
+                ..Default::default()
+            });
+        }
+        for s in &scan.skipped {
+            if matches!(s.reason, SkipReason::DeviceHeld(_)) || s.reason.is_class_wide() {
+                continue;
+            }
+            let Some(class) = self.config.storage_class_map.get(&s.class) else { continue };
+            let Some(entry) = s.path.file_name().and_then(|n| n.to_str()) else { continue };
+            entries.push(EntryInput {
+                class: s.class.clone(),
+                host_path: crate::core::pv::host_path(&class.host_dir, entry),
+                capacity_bytes: None,
+                refused: Some((s.reason.code().to_string(), s.reason.to_string())),
+                unresponsive: matches!(s.reason, SkipReason::Unresponsive(_)),
+                needs_operator: s.reason.is_evented(),
+            });
+        }
+        self.inventory.entries = entries;
+        self.inventory.refused.clear();
+    }
+
+    /// Notes a found volume the planner did not publish this pass, and why.
+    pub(super) fn inventory_refused(&mut self, host_path: &str, code: &str, words: String) {
+        self.inventory.refused.insert(host_path.to_string(), (code.to_string(), words));
+    }
+
+    /// Reads this node's object once, at the first pass: its superseded UIDs come back, and
+    /// marks its copy holds that the ledger lacks (a lost ledger) are put back into the ledger.
+    /// Until it is read, block disks without a local mark are not offered.
+    pub(super) async fn load_inventory(&mut self) {
+        if self.inventory.loaded || !self.inventory.retries.may_try(&"read", Instant::now(), None) {
+            return;
+        }
+        let node = self.node_info.name.clone();
+        let status = match self.cluster.get_inventory(&node).await {
+            Ok(Found::Present { status, .. }) => status,
+            Ok(Found::Absent) => None,
+            Err(e) => return self.inventory_failed("read", format!("reading this node's LocalStorageNode: {e}")),
+        };
+        self.inventory.retries.succeeded(&"read");
+        self.inventory.loaded = true;
+        let Some(status) = status else { return };
+        self.inventory.superseded = status.superseded.iter().cloned().collect();
+        let copy = status.used_disks.clone();
+        let restore = move |ledger: &[crate::core::used_mark::UsedMark]| missing_from_ledger(&copy, ledger, &node);
+        match self.on_host(move |host| host.restore_marks(&restore)).await {
+            Some(Ok(0)) => {}
+            Some(Ok(n)) => {
+                let note = format!(
+                    "{n} used-disk records of this node were in its LocalStorageNode but not in its ledger (a lost or replaced state directory): put back, so those disks are wiped before they are offered again"
+                );
+                warn!("{note}");
+                self.cluster.event(&node_reference(&self.node), true, "UsedMarksRestored", "Discover", note).await;
+            }
+            Some(Err(e)) => {
+                self.inventory.loaded = false;
+                self.inventory_failed("read", format!("restoring the ledger from this node's LocalStorageNode: {e}"));
+            }
+            None => self.inventory.loaded = false,
+        }
+    }
+
+    fn inventory_failed(&mut self, what: &'static str, why: String) {
+        let at = self.inventory.retries.failed(
+            &what,
+            RETRY,
+            why.clone(),
+            None,
+            Instant::now(),
+            crate::runtime::random_fraction(),
+        );
+        warn!(error = %why, retry_in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64, "node inventory: failed; will retry");
+    }
+
+    /// When the inventory must be tried again, so the loop wakes for it.
+    pub(super) fn inventory_due(&self) -> Option<Instant> {
+        self.inventory.retries.next_due(Instant::now())
+    }
+
+    /// Whether an answer says the kind does not exist (the CRD is not installed): the agent
+    /// works without an inventory then, and says so once.
+    async fn crd_absent(&mut self, e: &ApiError) -> bool {
+        let absent = matches!(e, ApiError::Request { source: kube::Error::Api(s), .. } if s.code == 404);
+        if absent && !self.inventory.absent_crd {
+            self.inventory.absent_crd = true;
+            let note = "the LocalStorageNode CRD (deploy/base/crd.yaml) is not installed: this node's inventory is not written, and used block disks are recorded on this node only".to_string();
+            warn!("{note}");
+            self.cluster.event(&node_reference(&self.node), true, "InventoryUnavailable", "Inventory", note).await;
+        }
+        absent
+    }
+
+    /// The ledger's portable block marks, re-read only when the ledger changed.
+    async fn refresh_copy(&mut self) {
+        let since = self.inventory.ledger_generation;
+        match self.on_host(move |host| host.used_copy(since)).await {
+            Some(Ok(Some((generation, marks)))) => {
+                self.inventory.ledger_generation = Some(generation);
+                self.inventory.copy = own_records(marks);
+            }
+            Some(Ok(None)) => {}
+            Some(Err(e)) => warn!(error = %e, "the ledger could not be read for the node inventory's copy"),
+            None => {}
+        }
+    }
+
+    /// Writes `status` when it differs from what was last written; creates the object first
+    /// when it does not exist. Returns whether the API holds it now (or there is no CRD).
+    async fn write_status(&mut self, mut status: InventoryStatus) -> bool {
+        if self.inventory.written.as_ref().is_some_and(|w| same_content(w, &status)) {
+            return true;
+        }
+        if self.inventory.absent_crd || !self.inventory.retries.may_try(&"write", Instant::now(), None) {
+            return self.inventory.absent_crd;
+        }
+        status.observed_at = Some(k8s_openapi::jiff::Timestamp::now().to_string());
+        let node = self.node_info.name.clone();
+        let mut result = self.cluster.apply_inventory_status(&node, &status).await;
+        if let Ok(false) = result {
+            result = match self.cluster.create_inventory(&node, &self.node_info.uid).await {
+                Ok(()) => {
+                    info!(node = %node, "node inventory (LocalStorageNode) created");
+                    self.cluster.apply_inventory_status(&node, &status).await
+                }
+                Err(e) => Err(e),
+            };
+        }
+        match result {
+            Ok(true) => {
+                self.inventory.retries.succeeded(&"write");
+                self.inventory.absent_crd = false;
+                self.inventory.written = Some(status);
+                true
+            }
+            Ok(false) => {
+                self.inventory_failed("write", format!("LocalStorageNode {node} is gone right after it was created"));
+                false
+            }
+            Err(e) => {
+                if self.crd_absent(&e).await {
+                    return true;
+                }
+                self.inventory_failed("write", format!("writing LocalStorageNode {node}: {e}"));
+                false
+            }
+        }
+    }
+
+    /// The status of this pass, from what it gathered and this node's PVs.
+    fn inventory_status(&self, states: &[PvState]) -> InventoryStatus {
+        let classes = self
+            .config
+            .storage_class_map
+            .iter()
+            .map(|(name, c)| ClassInput {
+                name: name.clone(),
+                host_dir: c.host_dir.clone(),
+                volume_mode: match c.volume_mode {
+                    VolumeMode::Block => "Block".into(),
+                    VolumeMode::Filesystem => "Filesystem".into(),
+                },
+                claims_devices: c.devices.is_some(),
+            })
+            .collect();
+        let pvs = states
+            .iter()
+            .map(|pv| PvInput {
+                name: pv.name.clone(),
+                class: pv.class.clone(),
+                host_path: pv.host_path.clone(),
+                phase: pv.phase.clone(),
+                capacity_bytes: self.inventory.capacities.get(&pv.host_path).copied(),
+                claim: pv.claim.as_ref().map(|(ns, name, _)| format!("{ns}/{name}")),
+                deleting: pv.deleting,
+                missing: pv.flagged_missing,
+                stale: pv.flagged_stale,
+                moved_to: pv.moved_to.clone(),
+                failing: pv.disk_failing.clone(),
+            })
+            .collect();
+        let mut entries = self.inventory.entries.clone();
+        for e in entries.iter_mut() {
+            if let Some((code, words)) = self.inventory.refused.get(&e.host_path) {
+                e.refused = Some((code.clone(), words.clone()));
+                e.needs_operator = code != "wipe-first";
+            }
+        }
+        build(Inputs {
+            node: self.node_info.name.clone(),
+            version: version(),
+            config_problem: self.config_problem.clone(),
+            unknown_keys: self.config_warnings.clone(),
+            classes,
+            devices: self.inventory.devices.clone(),
+            entries,
+            pvs,
+            used_disks: self.inventory.copy.clone(),
+            superseded: self.inventory.superseded.iter().cloned().collect(),
+        })
+    }
+
+    /// The end of a pass: the inventory is written when its content changed.
+    pub(super) async fn write_inventory(&mut self, states: &[PvState]) {
+        self.refresh_copy().await;
+        let status = self.inventory_status(states);
+        self.write_status(status).await;
+    }
+
+    /// Before block PVs are created: the copy of the ledger (whose new marks were just
+    /// written) goes into the API first, as the local mark went onto the disk. `false`: it
+    /// could not, and the block volumes wait (retried with backoff).
+    pub(super) async fn copy_marks_before_create(&mut self) -> bool {
+        self.refresh_copy().await;
+        let Some(written) = self.inventory.written.clone() else {
+            // Nothing written yet this run: the whole status goes now.
+            let status = InventoryStatus {
+                node_name: self.node_info.name.clone(),
+                used_disks: self.inventory.copy.clone(),
+                superseded: self.inventory.superseded.iter().cloned().collect(),
+                ..Default::default()
+            };
+            return self.write_status(status).await;
+        };
+        if written.used_disks == self.inventory.copy {
+            return true;
+        }
+        let status = InventoryStatus { used_disks: self.inventory.copy.clone(), ..written };
+        self.write_status(status).await
+    }
+
+    /// Before new volumes are planned: block disks without a local mark are looked up in
+    /// every node's used-disk records (one list, only when there is such a disk). A disk one
+    /// records as used is wiped first (or held back while that node's PV still names it); when
+    /// the records cannot be read, such a disk waits.
+    pub(super) async fn consult_cluster_records(
+        &mut self,
+        desired: &mut [DesiredPv],
+        is_new: impl Fn(&DesiredPv) -> bool,
+    ) {
+        let candidates: Vec<usize> = desired
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| matches!(d.used, UsedRead::Unmarked | UsedRead::Offered(_)))
+            .filter(|(_, d)| crate::core::inventory::names_a_device(&d.identity))
+            .filter(|(_, d)| is_new(d))
+            .map(|(i, _)| i)
+            .collect();
+        if candidates.is_empty() || self.inventory.absent_crd {
+            return;
+        }
+        let hold = |desired: &mut [DesiredPv], why: String| {
+            for &i in &candidates {
+                desired[i].used = UsedRead::Unknown(why.clone());
+            }
+        };
+        if !self.inventory.loaded {
+            return hold(
+                desired,
+                "this node's LocalStorageNode (its copy of the used-disk records) is not read yet".into(),
+            );
+        }
+        let listed = match self.cluster.list_inventories().await {
+            Ok(listed) => listed,
+            Err(e) if self.crd_absent(&e).await => return,
+            Err(e) => {
+                return hold(
+                    desired,
+                    format!("the cluster's used-disk records (LocalStorageNodes) cannot be read: {e}"),
+                );
+            }
+        };
+        let records: Vec<(String, Vec<UsedDiskRecord>)> = listed
+            .into_iter()
+            .filter_map(|o: LocalStorageNode| Some((o.metadata.name?, o.status?.used_disks)))
+            .collect();
+        let recorded: BTreeSet<String> =
+            records.iter().flat_map(|(_, r)| r.iter().filter_map(|r| r.uid.clone())).collect();
+        prune_superseded(&mut self.inventory.superseded, &recorded);
+        let node = self.node_info.name.clone();
+        for i in candidates {
+            let d = &mut desired[i];
+            let lists = records.iter().map(|(n, r)| (n.as_str(), r.as_slice()));
+            match cluster_lookup(lists, &self.inventory.superseded, &node, &d.identity) {
+                UsedRead::Unmarked => {}
+                UsedRead::Offered(_) if matches!(d.used, UsedRead::Offered(_)) => {}
+                found => {
+                    if let UsedRead::Marked(m) = &found {
+                        info!(path = %d.host_path, pv = %m.pv, node = %m.node, "a used block disk recorded by another node: not offered unwiped");
+                    }
+                    d.used = found;
+                }
+            }
+        }
+    }
+
+    /// A wipe-first of a disk another node's record named is starting at `host_path`.
+    pub(super) fn wiping_foreign(&mut self, host_path: &str, uid: Option<&str>, node: &str) {
+        if let Some(uid) = uid.filter(|_| node != self.node_info.name) {
+            self.inventory.wiping_foreign.insert(host_path.to_string(), uid.to_string());
+        }
+    }
+
+    /// A wipe finished: a completed wipe-first of a disk another node recorded supersedes that
+    /// record here (the disk is clean; it gets this node's own record when published).
+    pub(super) fn inventory_wipe_done(&mut self, key: &crate::core::effect_key::EffectKey, ok: bool) {
+        if let crate::core::effect_key::EffectKey::WipeFirst(path) = key
+            && let Some(uid) = self.inventory.wiping_foreign.remove(path)
+            && ok
+        {
+            self.inventory.superseded.insert(uid);
+        }
+    }
+}
