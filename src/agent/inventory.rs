@@ -30,6 +30,11 @@ use crate::host::discovery::{Scan, SkipReason};
 /// by an operator, so the retry grows to minutes.
 const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::from_secs(300) };
 
+/// The shortest time between two writes of the inventory: a burst of changes (a node
+/// publishing its volumes, a claim bound and its PV released and recycled) costs one write per
+/// interval, and the last change is in the API at most this long after the pass that saw it.
+const MIN_INTERVAL: Duration = Duration::from_millis(700);
+
 /// What the agent keeps of its inventory between passes.
 #[derive(Default)]
 pub(super) struct InventoryState {
@@ -53,6 +58,9 @@ pub(super) struct InventoryState {
     /// Found volumes the planner did not publish: host path -> (code, words).
     refused: BTreeMap<String, (String, String)>,
     retries: Retries<&'static str>,
+    /// When the last write went out, and whether a change waits for the interval to pass.
+    last_write: Option<Instant>,
+    pending: Option<Instant>,
 }
 
 /// The version the inventory shows: the crate version and the commit.
@@ -202,7 +210,7 @@ impl Agent {
 
     /// When the inventory must be tried again, so the loop wakes for it.
     pub(super) fn inventory_due(&self) -> Option<Instant> {
-        self.inventory.retries.next_due(Instant::now())
+        [self.inventory.retries.next_due(Instant::now()), self.inventory.pending].into_iter().flatten().min()
     }
 
     /// Whether an answer says the kind does not exist (the CRD is not installed): the agent
@@ -234,13 +242,23 @@ impl Agent {
 
     /// Writes `status` when it differs from what was last written; creates the object first
     /// when it does not exist. Returns whether the API holds it now (or there is no CRD).
-    async fn write_status(&mut self, mut status: InventoryStatus) -> bool {
+    async fn write_status(&mut self, mut status: InventoryStatus, now_or_later: bool) -> bool {
         if self.inventory.written.as_ref().is_some_and(|w| same_content(w, &status)) {
+            self.inventory.pending = None;
             return true;
         }
         if self.inventory.absent_crd || !self.inventory.retries.may_try(&"write", Instant::now(), None) {
             return self.inventory.absent_crd;
         }
+        if now_or_later
+            && let Some(at) = self.inventory.last_write.map(|t| t + MIN_INTERVAL).filter(|at| *at > Instant::now())
+        {
+            // Written at the pass this deadline wakes (which builds the status anew).
+            self.inventory.pending = Some(at);
+            return false;
+        }
+        self.inventory.pending = None;
+        self.inventory.last_write = Some(Instant::now());
         status.observed_at = Some(k8s_openapi::jiff::Timestamp::now().to_string());
         let node = self.node_info.name.clone();
         let mut result = self.cluster.apply_inventory_status(&node, &status).await;
@@ -331,7 +349,7 @@ impl Agent {
     pub(super) async fn write_inventory(&mut self, states: &[PvState]) {
         self.refresh_copy().await;
         let status = self.inventory_status(states);
-        self.write_status(status).await;
+        self.write_status(status, true).await;
     }
 
     /// Before block PVs are created: the copy of the ledger (whose new marks were just
@@ -347,13 +365,13 @@ impl Agent {
                 superseded: self.inventory.superseded.iter().cloned().collect(),
                 ..Default::default()
             };
-            return self.write_status(status).await;
+            return self.write_status(status, false).await;
         };
         if written.used_disks == self.inventory.copy {
             return true;
         }
         let status = InventoryStatus { used_disks: self.inventory.copy.clone(), ..written };
-        self.write_status(status).await
+        self.write_status(status, false).await
     }
 
     /// Before new volumes are planned: block disks without a local mark are looked up in

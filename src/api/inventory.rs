@@ -20,6 +20,10 @@ const FIELD_MANAGER: &str = "local-static-provisioner";
 /// One `LocalStorageNode` object.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LocalStorageNode {
+    #[serde(rename = "apiVersion", default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: InventorySpec,
@@ -90,6 +94,8 @@ impl Cluster {
     /// garbage collector removes it with the Node). One that exists already is fine.
     pub async fn create_inventory(&self, node: &str, node_uid: &str) -> Result<(), ApiError> {
         let obj = LocalStorageNode {
+            api_version: format!("{GROUP}/{VERSION}"),
+            kind: KIND.into(),
             metadata: ObjectMeta {
                 name: Some(node.to_string()),
                 owner_references: Some(vec![OwnerReference {
