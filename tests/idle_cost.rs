@@ -47,6 +47,11 @@ fn requests_of(cp: &ControlPlane, node: &str, from: u64) -> Vec<String> {
         .collect()
 }
 
+/// The requests on LocalStorageNodes (the node inventory), apart from the others.
+fn split_inventory(requests: Vec<String>) -> (Vec<String>, Vec<String>) {
+    requests.into_iter().partition(|r| !r.contains(" localstoragenodes"))
+}
+
 /// A node name of this run only (`base` and the temporary directory's name): an earlier run's
 /// PVs of the same node would be this agent's to look after.
 fn node_of_run(cp: &ControlPlane, base: &str, root: &Path) -> String {
@@ -98,9 +103,13 @@ fn a_pv_deleted_by_hand_costs_one_patch_and_its_re_creation() {
     });
     // Whatever the re-creation causes comes within the settle window and a pass or two.
     std::thread::sleep(Duration::from_secs(3));
-    let requests = requests_of(&cp, node, from);
+    let (requests, inventory) = split_inventory(requests_of(&cp, node, from));
     let log = agent.stop();
     assert!(!requests.is_empty(), "no request of the agent in the audit log: is its User-Agent right?\n{log}");
+    // The node inventory follows the PV (deleted, then published again): changes that come
+    // within its delay go out as one write.
+    assert!(inventory.len() <= 2, "inventory writes per deleted PV: {inventory:?}");
+    assert!(inventory.iter().all(|r| r == &format!("patch localstoragenodes/{node}")), "{inventory:?}");
     let creates = requests.iter().filter(|r| r.starts_with("create persistentvolumes")).count();
     assert_eq!(creates, 1, "{requests:?}");
     // The finalizer the deletion waits on is released with one patch (the store already has
@@ -124,8 +133,14 @@ fn start_up_reads_the_node_once_and_this_nodes_pvs_through_the_watch() {
     let agent = AgentProcess::start(&config, node, &kubeconfig, &root.join("agent.log"));
     wait_until("3 PVs published", WAIT, || (cp.pvs_under(&prefix).len() == 3).then_some(()));
     std::thread::sleep(Duration::from_secs(3));
-    let requests = requests_of(&cp, node, from);
+    let (requests, inventory) = split_inventory(requests_of(&cp, node, from));
     let log = agent.stop();
+    // Its node inventory: read once, created once, and written as the volumes were published
+    // (changes within its delay as one write).
+    let own = |verb: &str| inventory.iter().filter(|r| **r == format!("{verb} localstoragenodes/{node}")).count();
+    assert_eq!((own("get"), own("create")), (1, 1), "{inventory:?}");
+    assert!((1..=4).contains(&own("patch")), "{inventory:?}");
+    assert_eq!(own("get") + own("create") + own("patch"), inventory.len(), "nothing else: {inventory:?}");
     let count = |prefix: &str| requests.iter().filter(|r| r.starts_with(prefix)).count();
     assert!(!requests.is_empty(), "no request of the agent in the audit log\n{log}");
     assert_eq!(count("get nodes"), 1, "{requests:?}");

@@ -306,8 +306,12 @@ fn a_released_filesystem_pv_costs_at_most_four_requests() {
     wait_recycled(&cp, &name, &uid, Some(&vol), WAIT);
     // Time for anything the release still causes (an event sent after the create).
     std::thread::sleep(Duration::from_secs(3));
-    let requests = requests_of(&audit_entries(&cp, mark), node);
-    eprintln!("requests of the agent for one released PV: {requests:?}");
+    let (inventory, requests): (Vec<String>, Vec<String>) =
+        requests_of(&audit_entries(&cp, mark), node).into_iter().partition(|r| r.ends_with(" localstoragenodes"));
+    eprintln!("requests of the agent for one released PV: {requests:?}, and its node inventory: {inventory:?}");
+    // The node inventory follows the PV's phases (Released, then the new PV): the changes within
+    // its delay as one write.
+    assert!(inventory.len() <= 2 && inventory.iter().all(|r| r == "patch localstoragenodes"), "{inventory:?}");
     assert!(requests.len() <= 4, "{} requests for one released PV: {requests:?}", requests.len());
     // The PV's delete, our finalizer's removal, the clean volume's new PV, and the event on it
     // that tells how the volume was wiped (core::wipe_history: `kubectl describe pv` shows the

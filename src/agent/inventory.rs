@@ -30,10 +30,10 @@ use crate::host::discovery::{Scan, SkipReason};
 /// by an operator, so the retry grows to minutes.
 const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::from_secs(300) };
 
-/// The shortest time between two writes of the inventory: a burst of changes (a node
-/// publishing its volumes, a claim bound and its PV released and recycled) costs one write per
-/// interval, and the last change is in the API at most this long after the pass that saw it.
-const MIN_INTERVAL: Duration = Duration::from_millis(700);
+/// How long a change waits before it is written: the changes of a burst (a node publishing
+/// its volumes; a PV released, wiped, deleted and its volume published again) go out as one
+/// write, and a change is in the API within this delay of the pass that saw it.
+const DELAY: Duration = Duration::from_millis(500);
 
 /// What the agent keeps of its inventory between passes.
 #[derive(Default)]
@@ -58,8 +58,7 @@ pub(super) struct InventoryState {
     /// Found volumes the planner did not publish: host path -> (code, words).
     refused: BTreeMap<String, (String, String)>,
     retries: Retries<&'static str>,
-    /// When the last write went out, and whether a change waits for the interval to pass.
-    last_write: Option<Instant>,
+    /// When the change seen but not yet written is due (see [`DELAY`]).
     pending: Option<Instant>,
 }
 
@@ -210,7 +209,11 @@ impl Agent {
 
     /// When the inventory must be tried again, so the loop wakes for it.
     pub(super) fn inventory_due(&self) -> Option<Instant> {
-        [self.inventory.retries.next_due(Instant::now()), self.inventory.pending].into_iter().flatten().min()
+        // A past deadline whose pass stopped early (no config, the host unreadable) waits for
+        // the next pass, which that stop's own retry brings: it must not wake the loop at once.
+        let now = Instant::now();
+        let pending = self.inventory.pending.filter(|at| *at > now);
+        [self.inventory.retries.next_due(now), pending].into_iter().flatten().min()
     }
 
     /// Whether an answer says the kind does not exist (the CRD is not installed): the agent
@@ -250,15 +253,14 @@ impl Agent {
         if self.inventory.absent_crd || !self.inventory.retries.may_try(&"write", Instant::now(), None) {
             return self.inventory.absent_crd;
         }
-        if now_or_later
-            && let Some(at) = self.inventory.last_write.map(|t| t + MIN_INTERVAL).filter(|at| *at > Instant::now())
-        {
-            // Written at the pass this deadline wakes (which builds the status anew).
-            self.inventory.pending = Some(at);
-            return false;
+        if now_or_later {
+            let due = *self.inventory.pending.get_or_insert_with(|| Instant::now() + DELAY);
+            if due > Instant::now() {
+                // Written by the pass this deadline wakes, which builds the status anew.
+                return false;
+            }
         }
         self.inventory.pending = None;
-        self.inventory.last_write = Some(Instant::now());
         status.observed_at = Some(k8s_openapi::jiff::Timestamp::now().to_string());
         let node = self.node_info.name.clone();
         let mut result = self.cluster.apply_inventory_status(&node, &status).await;
