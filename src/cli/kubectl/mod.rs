@@ -211,6 +211,11 @@ async fn prepare(args: PrepareArgs) -> ExitCode {
 /// Every node's inventory: one paged list.
 async fn inventories(client: ClientOptions) -> Result<Vec<LocalStorageNode>, PluginError> {
     let cluster = Cluster::connect_as(&client, "kubectl-plugin", PLUGIN_FILE_NAME).await?;
+    list_inventories(&cluster).await
+}
+
+/// The list, with a 404 (the API server does not serve the kind) said as the CRD to install.
+async fn list_inventories(cluster: &Cluster) -> Result<Vec<LocalStorageNode>, PluginError> {
     match cluster.list_inventories().await {
         Ok(nodes) => Ok(nodes),
         Err(e) if e.is_not_found() => Err(PluginError::CrdMissing),
@@ -223,6 +228,33 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    /// A cluster without the CRD answers the list with a 404: the error names the CRD.
+    #[tokio::test]
+    async fn a_missing_crd_is_named() {
+        use hyper::{Response, StatusCode};
+        use kube::client::Body;
+
+        let (service, mut handle) = tower_test::mock::pair::<hyper::Request<Body>, Response<Body>>();
+        let server = tokio::spawn(async move {
+            let (request, respond) = handle.next_request().await.expect("a list request");
+            let status = serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
+                "message": "the server could not find the requested resource",
+            });
+            let mut response = Response::new(Body::from(serde_json::to_vec(&status).expect("serializes")));
+            *response.status_mut() = StatusCode::NOT_FOUND;
+            respond.send_response(response);
+            request.uri().to_string()
+        });
+        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100 };
+        let cluster = Cluster::from_client(kube::Client::new(service, "default"), &opts, "test");
+        let err = list_inventories(&cluster).await.expect_err("no CRD");
+        let uri = server.await.expect("the mock server ran");
+        assert!(uri.starts_with("/apis/local-static-provisioner.io/v1alpha1/localstoragenodes?"), "{uri}");
+        assert!(matches!(err, PluginError::CrdMissing), "{err:?}");
+        assert!(err.to_string().contains(CRD) && err.to_string().contains("deploy/base/crd.yaml"), "{err}");
+    }
 
     #[test]
     fn clap_definition_is_consistent() {
