@@ -51,6 +51,19 @@ fn install_fixture(cp: &ControlPlane) -> Vec<Value> {
     items
 }
 
+/// Deletes the fixture's objects when the test ends, passed or not: agents of other tests on
+/// the shared control plane read every inventory (other nodes' used-disk records).
+struct RemoveFixture(PathBuf);
+
+impl Drop for RemoveFixture {
+    fn drop(&mut self) {
+        let cp = ControlPlane::at(&self.0);
+        let mut args = vec!["delete", "localstoragenode", "--ignore-not-found", "--wait=false"];
+        args.extend(FIXTURE_NODES.split(','));
+        let _ = cp.kubectl(&args);
+    }
+}
+
 /// A directory holding `kubectl-local_storage`, a symlink to the binary under test.
 fn plugin_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -69,6 +82,7 @@ fn path_with(dir: &Path) -> std::ffi::OsString {
 #[test]
 fn the_plugin_lists_the_inventories_as_the_golden_files_show() {
     let cp = ControlPlane::get();
+    let _remove = RemoveFixture(cp.dir.clone());
     let items = install_fixture(&cp);
     let (dir, link) = plugin_dir();
     let direct = |args: &[&str]| {
