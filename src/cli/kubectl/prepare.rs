@@ -54,11 +54,27 @@ pub fn text(inventories: Option<&[LocalStorageNode]>, request: &Request) -> Stri
         match found.as_slice() {
             [] if inventories.is_none() => {}
             [] => {
-                let place = request.node.as_deref().map_or("any node".to_string(), |n| format!("node {n}"));
-                let _ = writeln!(
-                    out,
-                    "No disk {disk} in the inventory of {place}: `kubectl local-storage disks` lists them."
-                );
+                let listed = |n: &str| {
+                    inventories
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|i| i.metadata.name.as_deref() == Some(n) && i.status.is_some())
+                };
+                match request.node.as_deref() {
+                    Some(n) if !listed(n) => {
+                        let _ = writeln!(
+                            out,
+                            "Node {n} has no inventory yet (agent not running, or older than this version): its disks are not known here."
+                        );
+                    }
+                    place => {
+                        let place = place.map_or("any node".to_string(), |n| format!("node {n}"));
+                        let _ = writeln!(
+                            out,
+                            "No disk {disk} in the inventory of {place}: `kubectl local-storage disks` lists them."
+                        );
+                    }
+                }
                 out.push('\n');
             }
             [(name, d)] => {
@@ -182,6 +198,7 @@ mod tests {
             ("prepare-claimed.txt", t(None, Some("wwid:naa.5000c500a0b1c2d3"))),
             ("prepare-several.txt", t(None, Some("sda"))),
             ("prepare-unknown.txt", t(Some("worker-2"), Some("sdz"))),
+            ("prepare-no-inventory.txt", t(Some("worker-3"), Some("sdb"))),
             ("prepare-generic.txt", t(None, None)),
         ]);
     }
