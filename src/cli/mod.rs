@@ -1,11 +1,13 @@
 //! The command line: `run`, `discover`, `disks`, `wipe-disk`, `validate-config`, `cleanup`,
 //! `fence-node`, `node-cleanup` and `version`: the clap definitions and the dispatch here, each
-//! subcommand in its own file.
+//! subcommand in its own file. The kubectl plugin (`kubectl local-storage`, the same binary
+//! under another name) has its own parser in `kubectl/`.
 
 pub mod cleanup;
 mod discover;
 pub mod disks;
 pub mod fence_node;
+pub mod kubectl;
 mod node_cleanup;
 mod run;
 mod validate_config;
