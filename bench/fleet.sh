@@ -256,6 +256,8 @@ print(json.dumps({"figure": fig + "_idle", "impl": impl, "agents": agents, "pvs"
     "agent_cpu_s_median": round(each[len(each) // 2], 3), "agent_cpu_s_max": round(each[-1], 3),
     "apiserver_cpu_s": round((int(s1) - int(s0)) / hz, 3), "agent_requests": req["total"],
     "agent_requests_per_min": round(req["total"] * 60 / dur, 2), "requests_by": req["by"],
+    # Node inventory (issue 31): status writes of an idle fleet; the goal is none.
+    "inventory_writes_per_min": round(req["by"].get("patch localstoragenodes/status", 0) * 60 / dur, 2),
     "pv_watch_events_all_watchers": int(w1) - int(w0), "agents_alive": int(alive),
     "host_mount_events": json.loads(sys.argv[18])["mount_events"],
     "total_agent_rss_kib": int(rss), "mean_agent_rss_mib": round(int(rss) / agents / 1024, 1)}, separators=(",", ":")))
@@ -329,6 +331,7 @@ idle = json.load(open(f"{work}/idle.json"))
 print("%-10s %-9s %7s %6s %14s %22s %20s %16s %14s" % ("impl", "phase", "agents", "pvs", "seconds", "agents_cpu_s/min", "apiserver_cpu_s", "agent_req/min", "mean_rss_MiB"))
 print("%-10s %-9s %7s %6s %14s %22s %20s %16s %14s" % (idle["impl"], "idle", idle["agents"], idle["pvs"], idle["seconds"],
       idle["agents_cpu_s_per_min"], idle["apiserver_cpu_s"], idle["agent_requests_per_min"], idle["mean_agent_rss_mib"]))
+print("  idle inventory writes/min (LocalStorageNode status; goal 0):", idle.get("inventory_writes_per_min", 0))
 print("  idle requests by verb+resource:", ", ".join(f"{k} {n}" for k, n in idle["requests_by"].items()) or "none")
 for kind in ("released", "deleted") if churn else ():
     path = f"{work}/{kind}.json"

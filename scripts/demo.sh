@@ -79,5 +79,14 @@ for _ in $(seq 1 50); do
   sleep 0.2
 done
 kubectl get pv -o wide
+echo "== the node's inventory (LocalStorageNode), and the kubectl plugin (the same binary as kubectl-local_storage)"
+for _ in $(seq 1 50); do
+  [[ $(kubectl get localstoragenode "$node" -o 'jsonpath={.status.summary.available}' 2> /dev/null) == 3 ]] && break
+  sleep 0.2
+done
+kubectl get localstoragenodes
+mkdir -p "$demo/bin"
+ln -sf "$bin" "$demo/bin/kubectl-local_storage"
+PATH="$demo/bin:$CONTROL_PLANE_BIN:$PATH" "$CONTROL_PLANE_BIN/kubectl" local-storage volumes
 echo "== agent running (pid $agent_pid); KUBECONFIG=$KUBECONFIG; mount more tmpfs under $demo/disks to see new PVs"
 if [[ -n "${DEMO_SECONDS:-}" ]]; then sleep "$DEMO_SECONDS"; else wait "$agent_pid"; fi

@@ -62,6 +62,21 @@ pub(super) struct InventoryState {
     pending: Option<Instant>,
 }
 
+#[cfg(test)]
+impl InventoryState {
+    /// Lets the write delay and the retry deadlines pass (tests step without sleeping).
+    pub(super) fn expire_for_test(&mut self) {
+        self.retries.expire_for_test(Instant::now());
+        if let Some(at) = self.pending.as_mut() {
+            *at = Instant::now();
+        }
+    }
+
+    pub(super) fn superseded_for_test(&self) -> &BTreeSet<String> {
+        &self.superseded
+    }
+}
+
 /// The version the inventory shows: the crate version and the commit.
 fn version() -> String {
     format!("{} ({})", crate::build_info::VERSION, crate::build_info::GIT_COMMIT)
@@ -250,7 +265,7 @@ impl Agent {
             self.inventory.pending = None;
             return true;
         }
-        if self.inventory.absent_crd || !self.inventory.retries.may_try(&"write", Instant::now(), None) {
+        if !self.inventory.retries.may_try(&"write", Instant::now(), None) {
             return self.inventory.absent_crd;
         }
         if now_or_later {
@@ -286,6 +301,9 @@ impl Agent {
             }
             Err(e) => {
                 if self.crd_absent(&e).await {
+                    // Tried again with backoff (up to 5 minutes): the CRD may be applied later.
+                    let random = crate::runtime::random_fraction();
+                    self.inventory.retries.failed(&"write", RETRY, e.to_string(), None, Instant::now(), random);
                     return true;
                 }
                 self.inventory_failed("write", format!("writing LocalStorageNode {node}: {e}"));
@@ -393,7 +411,7 @@ impl Agent {
             .filter(|(_, d)| is_new(d))
             .map(|(i, _)| i)
             .collect();
-        if candidates.is_empty() || self.inventory.absent_crd {
+        if candidates.is_empty() {
             return;
         }
         let hold = |desired: &mut [DesiredPv], why: String| {

@@ -158,7 +158,7 @@ impl MockApi {
                 let code = codes.remove(0);
                 let status = serde_json::json!({
                     "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-                    "reason": if code == 403 { "Forbidden" } else { "InternalError" },
+                    "reason": match code { 403 => "Forbidden", 404 => "NotFound", _ => "InternalError" },
                     "message": format!("scripted {code}"),
                 });
                 return (code, status.to_string());
@@ -203,6 +203,19 @@ impl MockApi {
                 node.metadata.labels.get_or_insert_default().extend(labels.clone());
                 (200, serde_json::to_string(&node).unwrap_or_default())
             }
+            // The node inventory: a status apply answers the object; a list has none unless
+            // the test put one in `objects`.
+            "PATCH" if path.starts_with(INVENTORIES) => {
+                let obj = serde_json::json!({
+                    "apiVersion": "local-static-provisioner.io/v1alpha1", "kind": "LocalStorageNode",
+                    "metadata": { "name": "n1" },
+                });
+                (200, obj.to_string())
+            }
+            "GET" if path == INVENTORIES => {
+                (200, r#"{"kind":"LocalStorageNodeList","apiVersion":"local-static-provisioner.io/v1alpha1","metadata":{},"items":[]}"#.into())
+            }
+            "GET" if path.starts_with(INVENTORIES) => (404, r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"not found"}"#.into()),
             "GET" if path == "/api/v1/persistentvolumes" => {
                 (200, r#"{"kind":"PersistentVolumeList","apiVersion":"v1","metadata":{},"items":[]}"#.into())
             }
@@ -231,6 +244,9 @@ struct Lab {
 }
 
 const CLASS: &str = "local";
+
+/// The path of the LocalStorageNode objects.
+const INVENTORIES: &str = "/apis/local-static-provisioner.io/v1alpha1/localstoragenodes";
 
 fn node() -> Node {
     serde_json::from_value(serde_json::json!({
@@ -1033,4 +1049,143 @@ async fn unknown_config_keys_and_start_up_problems_are_told_on_the_node_once() {
     lab.agent.tell_config_findings().await;
     lab.agent.tell_config_findings().await;
     assert_eq!(lab.api.events(), events + 1, "told once");
+}
+
+/// The status writes of the node inventory the mock API saw.
+fn inventory_writes(lab: &Lab) -> usize {
+    lab.api.count("PATCH", &format!("{INVENTORIES}/n1/status"))
+}
+
+/// Lets the inventory's delay and retry deadlines pass.
+fn inventory_due_now(lab: &mut Lab) {
+    lab.agent.inventory.expire_for_test();
+}
+
+#[tokio::test]
+async fn the_inventory_is_written_once_per_change_and_never_by_an_idle_pass() {
+    let mut lab = lab().await;
+    // No object yet: the first apply finds none.
+    lab.api.script(&format!("PATCH {INVENTORIES}/n1/status"), &[404]);
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1")], ..Default::default() };
+    lab.pass().await;
+    assert_eq!(inventory_writes(&lab), 0, "a change waits for its delay");
+    assert_eq!(lab.api.count("GET", &format!("{INVENTORIES}/n1")), 1, "its own object is read once, at start");
+    inventory_due_now(&mut lab);
+    lab.pass().await;
+    // Absent (404 on the apply): created, then written.
+    assert_eq!(lab.api.count("POST", INVENTORIES), 1);
+    assert_eq!(inventory_writes(&lab), 2, "the apply that found no object, and the one after the create");
+    for _ in 0..5 {
+        inventory_due_now(&mut lab);
+        lab.pass().await;
+    }
+    assert_eq!(inventory_writes(&lab), 2, "idle passes write nothing");
+    assert_eq!(lab.api.count("GET", &format!("{INVENTORIES}/n1")), 1, "nor read it again");
+    // A second volume is one more write.
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1"), found("2")], ..Default::default() };
+    lab.pass().await;
+    inventory_due_now(&mut lab);
+    lab.pass().await;
+    assert_eq!(inventory_writes(&lab), 3);
+}
+
+#[tokio::test]
+async fn without_the_crd_the_agent_publishes_as_before_and_says_so_once() {
+    let mut lab = lab().await;
+    lab.api.script(&format!("PATCH {INVENTORIES}"), &[404; 8]);
+    lab.api.script(&format!("POST {INVENTORIES}"), &[404; 8]);
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1")], ..Default::default() };
+    for _ in 0..4 {
+        inventory_due_now(&mut lab);
+        lab.pass().await;
+    }
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1, "the volume is published");
+    assert_eq!(lab.api.reasons().iter().filter(|r| *r == "InventoryUnavailable").count(), 1, "said once");
+    // Applied later: the next retry creates and writes it.
+    lab.api.script(&format!("PATCH {INVENTORIES}"), &[]);
+    lab.api.script(&format!("POST {INVENTORIES}"), &[]);
+    let before = inventory_writes(&lab);
+    inventory_due_now(&mut lab);
+    lab.pass().await;
+    inventory_due_now(&mut lab);
+    lab.pass().await;
+    assert!(inventory_writes(&lab) > before, "written once the CRD exists");
+}
+
+/// A block volume whose disk (by its stable ID) another node's inventory records as used.
+fn recorded_elsewhere(lab: &Lab, list_code: Option<u16>) -> FoundVolume {
+    let identity = "v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:16".to_string();
+    let list = serde_json::json!({
+        "kind": "LocalStorageNodeList", "apiVersion": "local-static-provisioner.io/v1alpha1", "metadata": {},
+        "items": [{
+            "apiVersion": "local-static-provisioner.io/v1alpha1", "kind": "LocalStorageNode",
+            "metadata": { "name": "n2" }, "spec": { "nodeName": "n2" },
+            "status": { "nodeName": "n2", "usedDisks": [{
+                "identity": "v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:48", "pv": "pv-on-n2", "uid": "u-n2",
+                "path": "/mnt/raw/d", "at": "2026-11-28T10:00:00Z", "claimed": true,
+            }]},
+        }],
+    });
+    lab.api.objects.lock().unwrap().insert(INVENTORIES.to_string(), list);
+    if let Some(code) = list_code {
+        lab.api.script(&format!("GET {INVENTORIES}"), &[code]);
+    }
+    FoundVolume { identity, disk: DiskKey::block("8:16"), ..found("d") }
+}
+
+#[tokio::test]
+async fn a_block_disk_another_node_recorded_is_held_while_its_pv_lives_and_wiped_first_once_it_is_gone() {
+    let mut lab = lab().await;
+    let volume = recorded_elsewhere(&lab, None);
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![volume], ..Default::default() };
+    // The other node's PV still exists: held, neither published nor wiped.
+    let holder = serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": { "name": "pv-on-n2", "uid": "u-n2" },
+        "spec": { "local": { "path": "/mnt/raw/d" }, "storageClassName": CLASS },
+        "status": { "phase": "Bound" },
+    });
+    lab.api.objects.lock().unwrap().insert("/api/v1/persistentvolumes/pv-on-n2".into(), holder);
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 0, "not published");
+    assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 0, "not wiped while its PV lives");
+    assert_eq!(lab.api.count("GET", INVENTORIES), 2, "its own object, then the list");
+    // The PV is gone: wiped first; a completed wipe supersedes the other node's record.
+    lab.api.objects.lock().unwrap().remove("/api/v1/persistentvolumes/pv-on-n2");
+    lab.api.script("GET /api/v1/persistentvolumes/pv-on-n2", &[404]);
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 0, "not published unwiped");
+    wait_for_wipe(&lab).await;
+    let key = EffectKey::WipeFirst("/mnt/disks/d".into());
+    lab.agent.inventory_wipe_done(&key, true);
+    assert!(lab.agent.inventory.superseded_for_test().contains("u-n2"));
+    lab.agent.cleaner.cancel_all();
+}
+
+#[tokio::test]
+async fn a_block_disk_is_held_back_while_the_cluster_records_cannot_be_read() {
+    let mut lab = lab().await;
+    // Its own object read first (the scripted failure below is for the list).
+    lab.pass().await;
+    let volume = recorded_elsewhere(&lab, Some(500));
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![volume], ..Default::default() };
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 0, "not published");
+    assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 0, "nor wiped");
+    // A disk no record names is published as usual.
+    let mut clean = recorded_elsewhere(&lab, None);
+    clean.identity = "v2;blk;disk=wwid:0x5000d;size=1073741824;dev=8:32".into();
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![clean], ..Default::default() };
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1, "published");
+}
+
+async fn wait_for_wipe(lab: &Lab) {
+    for _ in 0..200 {
+        if lab.host.wipes.load(Ordering::SeqCst) > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("no wipe started: {:?} {:?}", lab.api.seen.lock().unwrap(), lab.api.reasons());
 }

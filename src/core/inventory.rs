@@ -32,15 +32,17 @@ pub const PLURAL: &str = "localstoragenodes";
 /// The inventory object: named after its Node; the spec only repeats the node's name (what the
 /// admission policy checks against the writer's token), the status is the agent's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct InventorySpec {
     /// The Node this object describes (equal to the object's name).
     pub node_name: String,
 }
 
 /// What the agent of one node reports.
+// Every field has a default: a status another version wrote (older, newer, or cut short) is read
+// for what it has, so one node's object never makes the list of all of them unreadable.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct InventoryStatus {
     /// The Node (equal to the object's name).
     pub node_name: String,
@@ -75,7 +77,7 @@ pub struct InventoryStatus {
 
 /// The counts of the printer columns.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct Summary {
     /// Block devices listed.
     pub disks: u32,
@@ -96,7 +98,7 @@ pub struct Summary {
 
 /// The agent and its configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct AgentInfo {
     /// Its version (crate version and commit).
     pub version: String,
@@ -112,7 +114,7 @@ pub struct AgentInfo {
 
 /// One class of the configuration in use.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct ClassInventory {
     /// StorageClass name.
     pub name: String,
@@ -132,7 +134,7 @@ pub struct ClassInventory {
 
 /// One block device and its verdicts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct DeviceInventory {
     /// Kernel name (`sdb`).
     pub name: String,
@@ -167,7 +169,7 @@ pub struct DeviceInventory {
 
 /// What one class makes of one device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct DeviceVerdict {
     /// StorageClass name.
     pub class: String,
@@ -189,7 +191,7 @@ impl DeviceVerdict {
 
 /// One discovery entry or PV of this node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct VolumeInventory {
     /// StorageClass name.
     pub class: String,
@@ -226,7 +228,7 @@ impl VolumeInventory {
 
 /// The cluster-side copy of one used-disk mark of a block disk (see core::used_mark).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct UsedDiskRecord {
     /// The disk's identity when it was published (core::disk_identity).
     pub identity: String,

@@ -371,3 +371,14 @@ fn the_status_reads_back_as_written_in_camel_case() {
     let back: InventoryStatus = serde_json::from_value(json).expect("back");
     assert_eq!(back, s);
 }
+
+#[test]
+fn a_status_with_fields_missing_or_unknown_is_read_for_what_it_has() {
+    let text = r#"{"nodeName":"n2","usedDisks":[{"identity":"v2;blk;disk=wwid:0x5000a","pv":"p","path":"/x","at":"t"}],"future":1}"#;
+    let s: InventoryStatus = serde_json::from_str(text).expect("read");
+    assert_eq!(s.node_name, "n2");
+    assert_eq!(s.used_disks.len(), 1);
+    assert!(!s.used_disks[0].offered && s.used_disks[0].uid.is_none());
+    let empty: InventoryStatus = serde_json::from_str("{}").expect("read");
+    assert_eq!(empty, InventoryStatus::default());
+}
