@@ -4,7 +4,10 @@
 //! A, change only the metadata of A's PVs (adopting upstream's), and delete only A's PVs;
 //! node-cleanup may only delete local PVs and drop the wipe finalizer of those being deleted.
 //! On Nodes, the same agent may only add, change or remove the fence labels of its own Node
-//! (with the values the agent writes), and nothing else of it.
+//! (with the values the agent writes), and nothing else of it. On LocalStorageNodes (the node
+//! inventory) it may only create its own node's, owned by its Node alone, and write only its
+//! status: another node's, used-disk records included, is out of its reach in every form; the
+//! garbage collector deletes a LocalStorageNode with its Node.
 //! Every refusal is tried in more than one form; the real agent and node-cleanup run under the
 //! policies; a kustomize overlay with `namespace:` keeps the agent bound.
 //!
@@ -40,6 +43,7 @@ const CLEANUP_MATCH: &str = ":local-static-provisioner-node-cleanup$'";
 const AGENT_POLICY: &str = "local-static-provisioner-node-scope";
 const CLEANUP_POLICY: &str = "local-static-provisioner-node-cleanup-scope";
 const FENCE_POLICY: &str = "local-static-provisioner-node-fence";
+const INVENTORY_POLICY: &str = "local-static-provisioner-inventory";
 /// The fence labels of a Node (issue 28): one per PV, and the node-wide one.
 const FENCE_PREFIX: &str = "fence.local-static-provisioner.io/";
 const UNVERIFIED: &str = "local-static-provisioner.io/volumes-unverified";
@@ -145,7 +149,8 @@ fn policies_for(yaml: &str, test: &str, agent_sa: Option<&str>, cleanup_sa: Opti
     let mut yaml = yaml
         .replace(CLEANUP_POLICY, &format!("{test}-node-cleanup-scope"))
         .replace(AGENT_POLICY, &format!("{test}-node-scope"))
-        .replace(FENCE_POLICY, &format!("{test}-node-fence"));
+        .replace(FENCE_POLICY, &format!("{test}-node-fence"))
+        .replace(INVENTORY_POLICY, &format!("{test}-inventory"));
     if let Some(sa) = cleanup_sa {
         assert!(yaml.contains(CLEANUP_MATCH));
         yaml = yaml.replace(CLEANUP_MATCH, &format!(":{sa}$'"));
@@ -201,6 +206,23 @@ impl Drop for Scratch<'_> {
         if let Some(list) = self.cp.get_json(&["pv", "-l", &self.label()]) {
             for pv in list["items"].as_array().into_iter().flatten() {
                 self.remove_pv(pv["metadata"]["name"].as_str().unwrap_or_default());
+            }
+        }
+        // LocalStorageNodes it made, finalizers first (not get_json: the CRD may be absent,
+        // and a panic here while unwinding would abort).
+        let out = self.cp.kubectl(&["get", "localstoragenodes", "-l", &self.label(), "-o", "json"]);
+        if let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) {
+            for obj in list["items"].as_array().into_iter().flatten() {
+                let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+                let _ = self.cp.kubectl(&[
+                    "patch",
+                    "localstoragenode",
+                    name,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ]);
+                let _ = self.cp.kubectl(&["delete", "localstoragenode", name, "--wait=false", "--ignore-not-found"]);
             }
         }
         for policy in self.policies.iter().rev() {
@@ -1102,8 +1124,16 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
         "vaphelm-local-static-provisioner-node-fence"
     );
     assert_eq!(strip(fence_policy), strip(find(&base, "ValidatingAdmissionPolicy", FENCE_POLICY)));
+    // The inventory policy: the same agent, its own name.
+    let inventory_policy = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-local-static-provisioner-inventory");
+    assert_eq!(matched_user(inventory_policy), matched_user(policy));
+    assert_eq!(
+        find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-local-static-provisioner-inventory")["spec"]["policyName"],
+        "vaphelm-local-static-provisioner-inventory"
+    );
+    assert_eq!(strip(inventory_policy), strip(find(&base, "ValidatingAdmissionPolicy", INVENTORY_POLICY)));
     // What the policies narrow is what the chart grants: the base's ClusterRole (nodes patch
-    // included).
+    // and the LocalStorageNode rules included).
     let base_rbac = documents(&read("deploy/base/rbac.yaml"));
     assert_eq!(
         find(&docs, "ClusterRole", "vaphelm-local-static-provisioner-node-clusterrole")["rules"],
@@ -1111,7 +1141,7 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
         "templates/rbac.yaml grants other than deploy/base/rbac.yaml"
     );
     let plain = helm_template(ns, &[]);
-    assert_eq!(plain.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmission")).count(), 4);
+    assert_eq!(plain.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmission")).count(), 6);
     assert!(
         helm_template(ns, &["admissionPolicy.enabled=false".into()])
             .iter()
@@ -1215,4 +1245,339 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
     });
     assert!(cp.pv_state(&refused).is_none());
     drop(agent);
+}
+
+// The node inventory (issue 31): LocalStorageNodes, one per Node, each written by its node's
+// agent only.
+
+const INVENTORY_CRD: &str = "crd/localstoragenodes.local-static-provisioner.io";
+const INVENTORY_API: &str = "local-static-provisioner.io/v1alpha1";
+
+/// deploy/base/crd.yaml applied and established (tests of this binary share it).
+fn install_inventory_crd(cp: &ControlPlane) {
+    cp.apply(&read("deploy/base/crd.yaml"));
+    cp.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", INVENTORY_CRD]);
+}
+
+/// A LocalStorageNode as the agent creates it (src/api/inventory.rs): named after `node`,
+/// spec.nodeName `node`, owned by the Node `owner` with UID `owner_uid`; `test` labels it for
+/// clean-up.
+fn inventory(test: &str, node: &str, owner: &str, owner_uid: &str) -> Value {
+    json!({
+        "apiVersion": INVENTORY_API,
+        "kind": "LocalStorageNode",
+        "metadata": {
+            "name": node,
+            "labels": {"vap-test": test},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": owner, "uid": owner_uid}]
+        },
+        "spec": {"nodeName": node}
+    })
+}
+
+/// A status as the agent applies it, with one used-disk record.
+fn inventory_status(name: &str, node: &str, disk: &str) -> Value {
+    json!({
+        "apiVersion": INVENTORY_API,
+        "kind": "LocalStorageNode",
+        "metadata": {"name": name},
+        "status": {
+            "nodeName": node,
+            "summary": {"disks": 1, "claimed": 1, "volumes": 1, "available": 0, "problems": 0},
+            "usedDisks": [{
+                "identity": format!("blk:serial={disk}"),
+                "pv": format!("local-pv-{disk}"),
+                "path": format!("{ROOT}/{disk}"),
+                "at": "2026-11-28T12:00:00Z",
+                "claimed": true
+            }]
+        }
+    })
+}
+
+/// Server-side apply of a status as `kubeconfig`, as the agent sends it (src/api/inventory.rs:
+/// field manager local-static-provisioner, forced, on the status subresource).
+fn apply_status(cp: &ControlPlane, kubeconfig: &Path, status: &Value) -> Output {
+    as_user(
+        cp,
+        kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=local-static-provisioner",
+            "--subresource=status",
+            "-f",
+            "-",
+        ],
+        Some(status),
+    )
+}
+
+fn patch_inventory(
+    cp: &ControlPlane,
+    kubeconfig: &Path,
+    name: &str,
+    kind: &str,
+    patch: &Value,
+    status: bool,
+) -> Output {
+    let patch = patch.to_string();
+    let mut args = vec!["patch", "localstoragenode", name, "--type", kind, "-p", &patch];
+    if status {
+        args.push("--subresource=status");
+    }
+    as_user(cp, kubeconfig, &args, None)
+}
+
+/// The used-disk records of a LocalStorageNode, as the admin sees them.
+fn used_disks(cp: &ControlPlane, name: &str) -> Value {
+    cp.get_json(&["localstoragenode", name]).unwrap()["status"]["usedDisks"].clone()
+}
+
+#[test]
+fn base_inventory_policy_matches_the_agent_as_the_pv_policy_does() {
+    let docs = documents(&read("deploy/base/admission-policy.yaml"));
+    let pv_policy = find(&docs, "ValidatingAdmissionPolicy", AGENT_POLICY);
+    let policy = find(&docs, "ValidatingAdmissionPolicy", INVENTORY_POLICY);
+    assert_eq!(policy["spec"]["matchConditions"], pv_policy["spec"]["matchConditions"]);
+    assert_eq!(variable(policy, "node"), variable(pv_policy, "node"), "the node-name claim");
+    assert_eq!(
+        find(&docs, "ValidatingAdmissionPolicyBinding", INVENTORY_POLICY)["spec"]["policyName"],
+        INVENTORY_POLICY
+    );
+    // The object and its status subresource (the agent's only write after the create), in the
+    // version crd.yaml serves.
+    let crd: Value = serde_saphyr::from_str(&read("deploy/base/crd.yaml")).unwrap();
+    let versions: Vec<&str> =
+        crd["spec"]["versions"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        policy["spec"]["matchConstraints"]["resourceRules"],
+        json!([{
+            "apiGroups": [crd["spec"]["group"]],
+            "apiVersions": versions,
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["localstoragenodes", "localstoragenodes/status"]
+        }])
+    );
+}
+
+#[test]
+fn agent_writes_only_its_own_nodes_inventory() {
+    let cp = ControlPlane::get();
+    let test = "vap-inv";
+    let (ns, sa) = ("vap-inv", "vap-inv-agent");
+    let (a, b) = ("vap-inv-a", "vap-inv-b");
+    let uid_a = cp.create_node(a);
+    let uid_b = cp.create_node(b);
+    install_inventory_crd(&cp);
+    cp.apply(&read("deploy/base/rbac.yaml"));
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
+    let no_node = plain_kubeconfig(&cp, tmp.path(), ns, sa);
+    let own_a = inventory(test, a, a, &uid_a);
+    let own_b = inventory(test, b, b, &uid_b);
+    // `kubectl patch --subresource=status` reads the subresource before it patches (the agent's
+    // server-side apply does not, so its role has no such get): this test's ServiceAccount may
+    // read it, so that its merge and JSON patches of a status reach the API server's checks.
+    cp.apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {test}-read-status}}\nrules: [{{apiGroups: [local-static-provisioner.io], resources: [localstoragenodes/status], verbs: [get]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {test}-read-status}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {test}-read-status}}\nsubjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]\n"
+    ));
+
+    // Enforced once creating B's object is refused (one created before that is removed).
+    let only_own = format!("the agent of node {a} may only write the LocalStorageNode {a}, not {b}");
+    wait_until("the policy to be enforced", WAIT, || {
+        let out = create(&cp, &agent, &own_b);
+        if out.status.success() {
+            cp.kubectl_ok(&["delete", "localstoragenode", b, "--wait=true"]);
+            return None;
+        }
+        stderr(&out).contains(&only_own).then_some(())
+    });
+
+    // Refused creates, each leaving no object behind: another node's object, its own with
+    // another node in it, or owned by anything but its Node alone.
+    let owned_alone = format!(
+        "the agent of node {a} may only create its LocalStorageNode owned by its Node alone (one ownerReference: apiVersion v1, kind Node, name {a})"
+    );
+    let spec_b = spec_b_of(a, b);
+    let owner =
+        |api: &str, kind: &str, name: &str| json!({"apiVersion": api, "kind": kind, "name": name, "uid": uid_a});
+    let refused = [
+        ("B's object", own_b.clone(), only_own.clone()),
+        ("B's object owned by Node A", inventory(test, b, a, &uid_a), only_own.clone()),
+        ("B's name with A's spec", with(own_b.clone(), |o| o["spec"]["nodeName"] = json!(a)), only_own.clone()),
+        ("its own owned by Node B", inventory(test, a, b, &uid_b), owned_alone.clone()),
+        ("its own with spec.nodeName B", with(own_a.clone(), |o| o["spec"]["nodeName"] = json!(b)), spec_b),
+        (
+            "its own with no owner",
+            with(own_a.clone(), |o| {
+                o["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+            }),
+            owned_alone.clone(),
+        ),
+        (
+            "its own owned by Nodes A and B",
+            with(own_a.clone(), |o| {
+                o["metadata"]["ownerReferences"] = json!([owner("v1", "Node", a), owner("v1", "Node", b)])
+            }),
+            owned_alone.clone(),
+        ),
+        (
+            "its own owned by Node A and a ConfigMap",
+            with(own_a.clone(), |o| {
+                o["metadata"]["ownerReferences"] = json!([owner("v1", "Node", a), owner("v1", "ConfigMap", "x")]);
+            }),
+            owned_alone.clone(),
+        ),
+        (
+            "its own owned by a Pod named A",
+            with(own_a.clone(), |o| o["metadata"]["ownerReferences"] = json!([owner("v1", "Pod", a)])),
+            owned_alone.clone(),
+        ),
+        (
+            "its own owned by a Node of another API",
+            with(own_a.clone(), |o| o["metadata"]["ownerReferences"] = json!([owner("example.com/v1", "Node", a)])),
+            owned_alone.clone(),
+        ),
+    ];
+    for (what, obj, why) in refused {
+        assert_denied(&create(&cp, &agent, &obj), what, &why);
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        assert!(cp.get_json(&["localstoragenode", name]).is_none(), "{what}: {name} exists after a refusal");
+    }
+    assert_denied(&create(&cp, &no_node, &own_a), "a token without node: create", "no node name");
+
+    // Allowed: its own, exactly as the agent creates it; a second create is AlreadyExists
+    // (what the agent takes as done), not a refusal.
+    assert_allowed(&create(&cp, &agent, &own_a), "creating its own LocalStorageNode");
+    let again = create(&cp, &agent, &own_a);
+    assert!(!again.status.success() && stderr(&again).contains("AlreadyExists"), "{}", stderr(&again));
+    let stored = cp.get_json(&["localstoragenode", a]).unwrap();
+    assert_eq!(stored["metadata"]["ownerReferences"][0]["uid"], uid_a.as_str());
+
+    // Its status, as the agent writes it (server-side apply), and a merge patch of it that
+    // leaves status.nodeName out (checked only when present).
+    assert_allowed(&apply_status(&cp, &agent, &inventory_status(a, a, "a1")), "applying its own status");
+    assert_eq!(used_disks(&cp, a)[0]["identity"], "blk:serial=a1");
+    let summary = json!({"status": {"summary": {"problems": 2}}});
+    assert_allowed(&patch_inventory(&cp, &agent, a, "merge", &summary, true), "a merge patch of its status");
+    assert_eq!(cp.get_json(&["localstoragenode", a]).unwrap()["status"]["summary"]["problems"], 2);
+    // Its status naming another node.
+    let status_b = format!("the agent of node {a} may only write a LocalStorageNode status with nodeName {a}, not {b}");
+    assert_denied(&apply_status(&cp, &agent, &inventory_status(a, b, "a1")), "its status naming B", &status_b);
+    let node_b = json!({"status": {"nodeName": b}});
+    assert_denied(&patch_inventory(&cp, &agent, a, "merge", &node_b, true), "its status.nodeName set to B", &status_b);
+
+    // B's object, made by B's agent (here: the admin) with a used-disk record: A's token cannot
+    // touch its status, so cannot clear B's record in any form.
+    admin_create(&cp, &own_b);
+    let applied = cp.kubectl_stdin(
+        &cp.kubeconfig,
+        &["apply", "--server-side", "--field-manager=vap-inv-b-agent", "--subresource=status", "-f", "-"],
+        Some(&inventory_status(b, b, "b1").to_string()),
+    );
+    assert!(applied.status.success(), "B's status: {}", stderr(&applied));
+    let b_record = used_disks(&cp, b);
+    assert_eq!(b_record[0]["identity"], "blk:serial=b1");
+    let b_before = cp.get_json(&["localstoragenode", b]).unwrap()["metadata"]["resourceVersion"].clone();
+    let cleared = with(inventory_status(b, b, "b1"), |s| s["status"]["usedDisks"] = json!([]));
+    assert_denied(&apply_status(&cp, &agent, &cleared), "clearing B's used disks (apply)", &only_own);
+    let as_a = with(inventory_status(b, a, "a1"), |s| s["status"]["usedDisks"] = json!([]));
+    assert_denied(&apply_status(&cp, &agent, &as_a), "B's status rewritten as A's", &only_own);
+    let null_disks = json!({"status": {"usedDisks": null}});
+    assert_denied(
+        &patch_inventory(&cp, &agent, b, "merge", &null_disks, true),
+        "clearing B's used disks (merge)",
+        &only_own,
+    );
+    let remove = json!([{"op": "remove", "path": "/status/usedDisks"}]);
+    assert_denied(&patch_inventory(&cp, &agent, b, "json", &remove, true), "clearing B's used disks (json)", &only_own);
+    assert_denied(&patch_inventory(&cp, &agent, b, "merge", &summary, true), "any change to B's status", &only_own);
+    assert_denied(&patch_inventory(&cp, &no_node, a, "merge", &summary, true), "a token without node", "no node name");
+    let b_after = cp.get_json(&["localstoragenode", b]).unwrap();
+    assert_eq!(b_after["metadata"]["resourceVersion"], b_before, "B's object changed: {b_after}");
+    assert_eq!(used_disks(&cp, b), b_record);
+
+    // RBAC: the object itself is not the agent's to change or delete, its own included.
+    let spec_change = json!({"spec": {"nodeName": b}});
+    for (what, name) in [("its own", a), ("B's", b)] {
+        let out = patch_inventory(&cp, &agent, name, "merge", &spec_change, false);
+        assert_denied(&out, &format!("patching {what} object"), "cannot patch resource \"localstoragenodes\"");
+        let out = as_user(&cp, &agent, &["delete", "localstoragenode", name, "--wait=false"], None);
+        assert_denied(&out, &format!("deleting {what} object"), "cannot delete resource \"localstoragenodes\"");
+    }
+
+    // Belt and braces: with more RBAC than shipped (rbac.extraRules, say), the policy still
+    // keeps the object as created and refuses deletes.
+    cp.apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {test}-extra}}\nrules: [{{apiGroups: [local-static-provisioner.io], resources: [localstoragenodes], verbs: [update, patch, delete]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {test}-extra}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {test}-extra}}\nsubjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]\n"
+    ));
+    let no_delete = format!("the agent of node {a} may not delete a LocalStorageNode");
+    wait_until("the extra RBAC", WAIT, || {
+        let out = as_user(&cp, &agent, &["delete", "localstoragenode", a, "--wait=false"], None);
+        assert!(!out.status.success(), "A's object was deleted");
+        stderr(&out).contains(&no_delete).then_some(())
+    });
+    assert_denied(
+        &as_user(&cp, &agent, &["delete", "localstoragenode", b, "--wait=false"], None),
+        "deleting B's object",
+        &no_delete,
+    );
+    let only_status = format!("the agent of node {a} may change only the status of its LocalStorageNode, not ");
+    let other_owner = json!([{"apiVersion": "v1", "kind": "Node", "name": b, "uid": uid_b}]);
+    for (what, patch, named) in [
+        ("spec.nodeName", spec_change.clone(), None),
+        ("the owner", json!({"metadata": {"ownerReferences": other_owner}}), Some("metadata.ownerReferences")),
+        ("a finalizer", json!({"metadata": {"finalizers": ["example.com/hold"]}}), Some("metadata.finalizers")),
+        ("a label", json!({"metadata": {"labels": {"example.com/x": "y"}}}), Some("metadata.labels")),
+        ("an annotation", json!({"metadata": {"annotations": {"example.com/x": "y"}}}), Some("metadata.annotations")),
+    ] {
+        let out = patch_inventory(&cp, &agent, a, "merge", &patch, false);
+        // A new spec.nodeName is refused first for not being A (both messages say why).
+        let why = named.map_or(spec_b_of(a, b), |n| format!("{only_status}{n}"));
+        assert_denied(&out, &format!("changing {what} of its own object"), &why);
+    }
+    assert_denied(&patch_inventory(&cp, &agent, b, "merge", &summary, false), "patching B's object", &only_own);
+    let stored_after = cp.get_json(&["localstoragenode", a]).unwrap();
+    assert_eq!(stored_after["metadata"]["ownerReferences"], stored["metadata"]["ownerReferences"]);
+    assert_eq!(stored_after["spec"], stored["spec"]);
+    assert!(cp.get_json(&["localstoragenode", b]).is_some(), "B's object is gone");
+}
+
+fn spec_b_of(a: &str, b: &str) -> String {
+    format!("the agent of node {a} may only write a LocalStorageNode with spec.nodeName {a}, not {b}")
+}
+
+/// A LocalStorageNode owned by its Node goes with it: kube-controller-manager's garbage
+/// collector deletes it once the Node is deleted; another Node's stays.
+#[test]
+fn inventory_is_deleted_with_its_node() {
+    let cp = ControlPlane::get();
+    let test = "vap-inv-gc";
+    let (gone, kept) = ("vap-inv-gc-gone", "vap-inv-gc-kept");
+    let uid_gone = cp.create_node(gone);
+    let uid_kept = cp.create_node(kept);
+    install_inventory_crd(&cp);
+    let _scratch = Scratch::new(&cp, test);
+    admin_create(&cp, &inventory(test, gone, gone, &uid_gone));
+    admin_create(&cp, &inventory(test, kept, kept, &uid_kept));
+    let applied = cp.kubectl_stdin(
+        &cp.kubeconfig,
+        &["apply", "--server-side", "--field-manager=vap-inv-gc", "--subresource=status", "-f", "-"],
+        Some(&inventory_status(gone, gone, "gc1").to_string()),
+    );
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    // The garbage collector has seen the object (it would also delete one whose owner never
+    // existed): still there a moment later.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(cp.get_json(&["localstoragenode", gone]).is_some(), "collected while its Node exists");
+    cp.kubectl_ok(&["delete", "node", gone, "--wait=true"]);
+    wait_until("the garbage collector to delete the LocalStorageNode", WAIT, || {
+        cp.get_json(&["localstoragenode", gone]).is_none().then_some(())
+    });
+    assert!(cp.get_json(&["localstoragenode", kept]).is_some(), "another Node's LocalStorageNode went too");
 }

@@ -614,6 +614,38 @@ fn objects_keep_the_names_and_selector_of_upstreams_chart() {
     find(&docs, "ClusterRoleBinding", "lsp-local-static-provisioner-node-binding");
 }
 
+/// The chart ships the LocalStorageNode CRD of deploy/base in crds/ (a copy: the chart cannot
+/// reach outside itself), unchanged; `helm template --include-crds` renders it.
+#[test]
+fn chart_crd_is_the_base_crd() {
+    let copy = chart().join("crds/localstoragenodes.yaml");
+    let meta = std::fs::symlink_metadata(&copy).unwrap();
+    assert!(meta.file_type().is_file(), "{} must be a regular file, not a symlink", copy.display());
+    let base = std::fs::read_to_string(repo_root().join("deploy/base/crd.yaml")).unwrap();
+    assert!(
+        std::fs::read_to_string(&copy).unwrap() == base,
+        "{} differs from deploy/base/crd.yaml: cp deploy/base/crd.yaml {}",
+        copy.display(),
+        copy.display()
+    );
+    let names = |docs: &[Value]| -> Vec<String> {
+        docs.iter()
+            .filter(|d| d["kind"] == "CustomResourceDefinition")
+            .map(|d| d["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let out = template_output(&[], &[], &["--include-crds"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rendered = documents(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(names(&rendered), ["localstoragenodes.local-static-provisioner.io"]);
+    assert_eq!(
+        find(&rendered, "CustomResourceDefinition", "localstoragenodes.local-static-provisioner.io"),
+        &documents(&base)[0]
+    );
+    // Without --include-crds (and on helm upgrade) Helm leaves it out.
+    assert!(names(&documents(&template(&[], &[]))).is_empty());
+}
+
 /// The chart's NOTES as `helm install` prints them (a client-side dry run against the test
 /// control plane, which only answers its version), for `sets`.
 fn notes(cp: &ControlPlane, sets: &[String]) -> String {

@@ -1054,7 +1054,17 @@ fn renders() -> Renders {
     ] {
         for all in [false, true] {
             let mut cmd = Command::new(&helm);
-            cmd.args(["template", release, "--namespace", "lsp-docs", "--kube-version", KUBE_VERSION]).arg(&chart_dir);
+            // --include-crds: the chart ships the LocalStorageNode CRD in crds/.
+            cmd.args([
+                "template",
+                release,
+                "--namespace",
+                "lsp-docs",
+                "--kube-version",
+                KUBE_VERSION,
+                "--include-crds",
+            ])
+            .arg(&chart_dir);
             let mut sets: Vec<&str> = extra.into_iter().collect();
             if all {
                 sets.extend(EVERYTHING);
@@ -1106,7 +1116,7 @@ fn compare_objects(rows: &[ObjectRow], renders: &Renders) -> Vec<String> {
 }
 
 /// kubectl's kind names in the docs' commands (`get configmap NAME`, `deploy/NAME`).
-const KINDS: [(&str, &str); 20] = [
+const KINDS: [(&str, &str); 22] = [
     ("configmap", "ConfigMap"),
     ("cm", "ConfigMap"),
     ("daemonset", "DaemonSet"),
@@ -1127,6 +1137,8 @@ const KINDS: [(&str, &str); 20] = [
     ("sc", "StorageClass"),
     ("validatingadmissionpolicy", "ValidatingAdmissionPolicy"),
     ("prometheusrule", "PrometheusRule"),
+    ("crd", "CustomResourceDefinition"),
+    ("customresourcedefinition", "CustomResourceDefinition"),
 ];
 
 /// The object names the docs use in code: `<release>…` and `<fullname>…` names, and the

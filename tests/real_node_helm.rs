@@ -46,6 +46,12 @@ fn real_node_helm_chart_installs_and_serves_a_workload() {
     let agent = node.ready_pod(ns, &format!("app.kubernetes.io/instance={release}"));
     // Named as upstream's chart names them: <release>-<chart name>.
     assert_eq!(agent["spec"]["serviceAccountName"], format!("{release}-local-static-provisioner"));
+    // The LocalStorageNode CRD from the chart's crds/ (deploy/'s went with its installation
+    // above) and the inventory policy rendered for the release.
+    let crd = "localstoragenodes.local-static-provisioner.io";
+    assert!(node.cp.get_json(&["crd", crd]).is_some(), "helm install did not install the CRD {crd}");
+    let policy = format!("{release}-local-static-provisioner-inventory");
+    assert!(node.cp.get_json(&["validatingadmissionpolicy", &policy]).is_some(), "no {policy}");
 
     // Its agent publishes a disk (the chart's class and admission policy), a workload uses it.
     let entry = format!("e2e-helm-{}", std::process::id());
@@ -75,4 +81,6 @@ fn real_node_helm_chart_installs_and_serves_a_workload() {
         ns,
         "--wait",
     ]));
+    // Helm leaves what it installed from crds/ (docs/uninstall.md says to delete it by hand).
+    assert!(node.cp.get_json(&["crd", crd]).is_some(), "helm uninstall deleted the CRD {crd}");
 }

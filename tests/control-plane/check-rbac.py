@@ -5,6 +5,9 @@ and minimal (every granted verb was used). Prints a table; exits 1 on failure.
 
 usage: check-rbac.py AUDIT_LOG SERVICEACCOUNT ROLE_JSON...
   SERVICEACCOUNT is namespace:name; each ROLE_JSON is a ClusterRole or Role (kubectl -o json).
+Resources are compared with their subresource, as RBAC grants them: `localstoragenodes/status`
+is its own resource (the audit log's objectRef names it in `subresource`), so a patch of the
+status is not counted as a use of `localstoragenodes` patch, nor the other way round.
 """
 import json
 import sys
@@ -25,20 +28,26 @@ for role_path in role_paths:
     granted |= {(g, r, v) for rule in role["rules"] for g in rule.get("apiGroups", [""])
                 for r in rule.get("resources", []) for v in rule.get("verbs", [])}
 used, denied = set(), set()
+def resource(ref):
+    """resource/subresource of an audit objectRef, as RBAC names it."""
+    name = ref.get("resource", "")
+    return name + "/" + ref["subresource"] if ref.get("subresource") else name
+
+
 for line in open(log_path):
     ev = json.loads(line)
     if ev.get("user", {}).get("username") != user:
         continue
     ref = ev.get("objectRef") or {}
-    key = (ref.get("apiGroup", ""), ref.get("resource", ""), ev["verb"])
+    key = (ref.get("apiGroup", ""), resource(ref), ev["verb"])
     code = (ev.get("responseStatus") or {}).get("code", 0)
     (denied if code == 403 else used).add(key)
 
 unused = sorted(granted - used - MAY_BE_UNUSED)
 unexpected = sorted(d for d in denied - EXPECTED_DENIALS if d in granted or d[1] in {r for _, r, _ in granted})
-print(f"{'group':<16} {'resource':<20} {'verb':<8} used")
+print(f"{'group':<28} {'resource':<26} {'verb':<8} used")
 for g, r, v in sorted(granted):
-    print(f"{g or 'core':<16} {r:<20} {v:<8} {'yes' if (g, r, v) in used else 'NO'}")
+    print(f"{g or 'core':<28} {r:<26} {v:<8} {'yes' if (g, r, v) in used else 'NO'}")
 ok = True
 if unused:
     print(f"not minimal: granted but never used: {unused}")
