@@ -286,6 +286,24 @@ fn a_used_block_disk_moved_to_another_node_is_wiped_before_it_is_offered_there()
     // Not wiped again: the PV stays.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(h.pv_at(&b.join("d")).map(|(n, _)| n), Some(new.clone()));
+
+    // A tenant of B uses it, and the disk goes back to A, whose own ledger still says A's old
+    // PV used it: held by B's PV, never wiped nor offered by A while that PV lives.
+    h.claim("inv-moved-b", class, &new, true);
+    write_pattern(&dev);
+    std::fs::remove_file(b.join("d")).unwrap();
+    symlink(&dev, a.join("d")).unwrap();
+    let never_back = || {
+        if !has_pattern(&dev) {
+            return Some(format!("wiped on {} while {new} holds its data", h.node));
+        }
+        h.pv_at(&a.join("d")).map(|(name, phase)| format!("published back on {} as {name} ({phase})", h.node))
+    };
+    wait_never("node A reports it not published", &never_back, || {
+        h.cp.has_event(&h.node, "VolumeNotPublished", &new).then_some(())
+    });
+    never_for(5, &never_back);
+    std::fs::remove_file(a.join("d")).unwrap();
     drop(agent_b);
     drop(agent_a);
     h.cp.forget_pvs_under(h.lab.root.to_str().unwrap());

@@ -430,12 +430,8 @@ fn real_node_the_agents_pod_bound_token_reaches_only_its_nodes_inventory() {
 }
 
 /// `kubectl get localstoragenodes` shows the real node with its printer columns once its agent
-/// has written its status.
-///
-/// Ignored until the agent writes its inventory (src/agent/, issue 31): without that writer no
-/// status ever appears and this fails. Whoever merges the writer removes the `ignore`.
+/// has written its status, and a new disk in it within a second of its mount.
 #[test]
-#[ignore = "needs the agent's LocalStorageNode writer (issue 31, src/agent/): remove this ignore when it is merged"]
 fn real_node_kubectl_get_localstoragenodes_shows_the_node() {
     let Some(node) = RealNode::get("real_node_kubectl_get_localstoragenodes_shows_the_node") else { return };
     node.deploy();
@@ -459,6 +455,19 @@ fn real_node_kubectl_get_localstoragenodes_shows_the_node() {
     let wide = node.cp.kubectl_ok(&["get", "localstoragenodes", "-o", "wide"]);
     let header = wide.lines().next().unwrap();
     assert!(header.contains("VERSION") && header.contains("CONFIG-VALID"), "{wide}");
+    // A change is in the object within a second: a new disk, timed from its mount.
+    let started = std::time::Instant::now();
+    let (_entry2, path2, mount2) = disk("/mnt/fast-disks", "e2e-inventory-new", 8);
+    let shown = |obj: &serde_json::Value| {
+        obj["status"]["volumes"].as_array().is_some_and(|v| v.iter().any(|v| v["path"] == path2.to_str().unwrap()))
+    };
+    wait_until("the new disk in the LocalStorageNode", WAIT, || {
+        node.cp.get_json(&["localstoragenode", &node.name]).filter(shown).map(|_| ())
+    });
+    let took = started.elapsed();
+    println!("real node: a new disk was in kubectl get localstoragenode {} ms after its mount", took.as_millis());
+    assert!(took < std::time::Duration::from_secs(3), "took {took:?} (goal: a second)");
+    drop(mount2);
     drop(mount);
     wait_until("PV withdrawn", WAIT, || node.cp.pv_state(&pv).is_none().then_some(()));
 }

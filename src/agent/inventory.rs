@@ -406,7 +406,7 @@ impl Agent {
         let candidates: Vec<usize> = desired
             .iter()
             .enumerate()
-            .filter(|(_, d)| matches!(d.used, UsedRead::Unmarked | UsedRead::Offered(_)))
+            .filter(|(_, d)| !matches!(d.used, UsedRead::Unknown(_)))
             .filter(|(_, d)| crate::core::inventory::names_a_device(&d.identity))
             .filter(|(_, d)| is_new(d))
             .map(|(i, _)| i)
@@ -444,11 +444,24 @@ impl Agent {
         prune_superseded(&mut self.inventory.superseded, &recorded);
         let node = self.node_info.name.clone();
         for i in candidates {
-            let d = &mut desired[i];
             let lists = records.iter().map(|(n, r)| (n.as_str(), r.as_slice()));
-            match cluster_lookup(lists, &self.inventory.superseded, &node, &d.identity) {
+            let found = cluster_lookup(lists, &self.inventory.superseded, &node, &desired[i].identity);
+            // A disk this node's own mark says was used here, and that another node published
+            // since (it went there and came back): that node's PV may hold its data now. While
+            // it exists, the disk is held by it, whatever this node's older mark says; once it
+            // is gone, this node's own mark decides (wiped first).
+            if let (UsedRead::Marked(own), UsedRead::Marked(other)) = (&desired[i].used, &found) {
+                if own.uid != other.uid && matches!(self.cluster.get_pv(&other.pv).await, Ok(Some(_)) | Err(_)) {
+                    info!(path = %desired[i].host_path, pv = %other.pv, node = %other.node, "a block disk used here was published on another node since: held by that node's PV");
+                    desired[i].used = found;
+                }
+                continue;
+            }
+            let d = &mut desired[i];
+            match found {
                 UsedRead::Unmarked => {}
-                UsedRead::Offered(_) if matches!(d.used, UsedRead::Offered(_)) => {}
+                UsedRead::Offered(_) if matches!(d.used, UsedRead::Offered(_) | UsedRead::Marked(_)) => {}
+                UsedRead::Unknown(_) | UsedRead::Offered(_) if matches!(d.used, UsedRead::Marked(_)) => {}
                 found => {
                     if let UsedRead::Marked(m) = &found {
                         info!(path = %d.host_path, pv = %m.pv, node = %m.node, "a used block disk recorded by another node: not offered unwiped");

@@ -150,6 +150,12 @@ impl Agent {
                 }
                 Action::Refuse { name, host_path, reason } => {
                     self.inventory_refused(&host_path, reason.code(), reason.to_string());
+                    // The PV that holds the disk may be another node's (its deletion is no
+                    // event here), and unreadable records may become readable: looked at again
+                    // on a growing deadline, not only at the resync.
+                    if matches!(reason, Refusal::DiskPublished { .. } | Refusal::UsedUnknown { .. }) {
+                        self.effects.wait_out(&EffectKey::Held(host_path.clone()), &reason.to_string());
+                    }
                     let note = format!("volume at {host_path} not published as {name}: {reason}");
                     if self.report_unpublished(format!("refuse/{name}/{host_path}/{reason}"), &name, note).await {
                         warn!(pv = %name, path = %host_path, "volume not published: {reason}");

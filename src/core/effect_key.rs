@@ -58,6 +58,9 @@ pub enum EffectKey {
     ClaimInUse(String, String),
     /// Wait out a held device (class, link name).
     ClaimHeld(String, String),
+    /// Look again at the volume at this host path, held back by another PV that names its disk
+    /// (on any node: its deletion is no event here) or by records that cannot be read.
+    Held(String),
     /// Wipe the volume of the PV of this UID.
     Wipe(String),
     /// Wipe the used disk at this host path before it is published again.
@@ -93,6 +96,7 @@ impl fmt::Display for EffectKey {
             ClaimLink(verb, class, link) => write!(f, "claim/{verb}/{class}/{link}"),
             ClaimInUse(class, device) => write!(f, "claim/in-use/{class}/{device}"),
             ClaimHeld(class, link) => write!(f, "claim/held/{class}/{link}"),
+            Held(path) => write!(f, "held/{path}"),
             Wipe(uid) => write!(f, "wipe/{uid}"),
             WipeFirst(path) => write!(f, "wipe-first/{path}"),
         }
