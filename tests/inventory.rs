@@ -15,7 +15,7 @@
 mod support;
 
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, symlink};
+use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -202,31 +202,6 @@ fn the_inventory_goes_with_its_node() {
     });
 }
 
-fn pattern() -> Vec<u8> {
-    (0..4096u32).map(|i| (i % 251) as u8 + 1).collect()
-}
-
-/// Writes the pattern at the start, the middle and the end of the device.
-fn write_pattern(dev: &Path) {
-    let f = std::fs::OpenOptions::new().write(true).open(dev).unwrap();
-    let size = std::fs::metadata(dev).map(|_| ()).and_then(|_| {
-        let out = Command::new("blockdev").arg("--getsize64").arg(dev).output()?;
-        Ok(String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().unwrap_or(0))
-    });
-    let size = size.unwrap();
-    for at in [0, size / 2, size - 4096] {
-        f.write_all_at(&pattern(), at).unwrap();
-    }
-    f.sync_all().unwrap();
-}
-
-fn has_pattern(dev: &Path) -> bool {
-    let f = std::fs::File::open(dev).unwrap();
-    let mut buf = vec![0u8; 4096];
-    f.read_exact_at(&mut buf, 0).unwrap();
-    buf == pattern()
-}
-
 /// A used block disk moved to another node (on this host, two agents): held back there while
 /// its PV lives; once the PV is deleted unwiped (node-cleanup or an operator), wiped before it
 /// is offered there. The other node's ledger has never seen it: only the cluster-side copy in
@@ -241,7 +216,7 @@ fn a_used_block_disk_moved_to_another_node_is_wiped_before_it_is_offered_there()
     let block = "  volumeMode: Block\n  blockCleanMethod: zero\n";
     let config_a = h.config("config-a", &[(class, &a, block)]);
     let config_b = h.config("config-b", &[(class, &b, block)]);
-    let (dev, _) = h.lab.loop_dev("d", 16);
+    let (dev, _) = h.lab.loop_dev("d", 32);
     symlink(&dev, a.join("d")).unwrap();
     let agent_a = h.agent(&config_a, &[]);
     let agent_b = h.agent_on(&other, &config_b, &[]);
@@ -318,7 +293,7 @@ fn a_lost_ledger_is_restored_from_the_inventory_and_the_disk_wiped_before_it_is_
     let class = "inv-lost";
     let dir = h.lab.dir("blk");
     let config = h.config("config", &[(class, &dir, "  volumeMode: Block\n  blockCleanMethod: zero\n")]);
-    let (dev, _) = h.lab.loop_dev("d", 16);
+    let (dev, _) = h.lab.loop_dev("d", 32);
     symlink(&dev, dir.join("d")).unwrap();
     let agent = h.agent(&config, &[]);
     let pv = h.wait_published(&dir.join("d"));

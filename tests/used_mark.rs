@@ -21,8 +21,7 @@
 
 mod support;
 
-use std::os::unix::fs::{FileExt, symlink};
-use std::path::Path;
+use std::os::unix::fs::symlink;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -291,30 +290,6 @@ fn a_used_disk_back_at_its_entry_after_its_pv_was_force_deleted_is_wiped_first()
 #[test]
 fn a_used_disk_back_at_another_entry_after_its_pv_was_force_deleted_is_wiped_first() {
     used_disk_comes_back("back-other", "e2");
-}
-
-/// Recognisable bytes at the start and in the middle of a block device.
-const PATTERN_AT: [u64; 2] = [0, 16 << 20];
-
-fn pattern() -> Vec<u8> {
-    b"TENANT-BLOCK-DATA-".iter().copied().cycle().take(4096).collect()
-}
-
-fn write_pattern(dev: &Path) {
-    let f = std::fs::OpenOptions::new().write(true).open(dev).unwrap();
-    for at in PATTERN_AT {
-        f.write_all_at(&pattern(), at).unwrap();
-    }
-    f.sync_all().unwrap();
-}
-
-fn has_pattern(dev: &Path) -> bool {
-    let f = std::fs::File::open(dev).unwrap();
-    PATTERN_AT.iter().any(|&at| {
-        let mut buf = vec![0u8; 4096];
-        f.read_exact_at(&mut buf, at).unwrap();
-        buf == pattern()
-    })
 }
 
 #[test]

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::capacity::iec;
 use super::disk_identity::DiskIdentity;
-use super::used_mark::{Relation, UsedMark, UsedRead, relate};
+use super::used_mark::{UsedMark, UsedRead, ledger_lookup};
 
 /// The API group of the inventory's kind (that of our annotations and labels).
 pub const GROUP: &str = "local-static-provisioner.io";
@@ -315,34 +315,27 @@ pub fn cluster_lookup<'a>(
     node: &str,
     identity: &str,
 ) -> UsedRead {
-    let found_disk = whole_disk(identity);
-    let (mut doubt, mut offered) = (None, None);
+    let Some(found_disk) = whole_disk(identity) else { return UsedRead::Unmarked };
+    let (mut marks, mut offered) = (Vec::new(), Vec::new());
     for (owner, list) in records {
+        if owner == node {
+            continue;
+        }
         for r in list {
             if r.uid.as_ref().is_some_and(|u| superseded.contains(u)) {
                 continue;
             }
-            if owner == node || found_disk.is_none() || whole_disk(&r.identity) != found_disk {
+            if whole_disk(&r.identity).as_ref() != Some(&found_disk) {
                 continue;
             }
-            let mark = r.mark(owner);
-            match relate(&mark, identity, None) {
-                Relation::Holds if !r.offered => return UsedRead::Marked(mark),
-                Relation::Holds => {
-                    offered.get_or_insert(UsedRead::Offered(mark));
-                }
-                Relation::Doubt(why) => {
-                    doubt.get_or_insert(why);
-                }
-                Relation::Unrelated => {}
+            if let (true, Some(uid)) = (r.offered, &r.uid) {
+                offered.push(uid.clone());
             }
+            marks.push(r.mark(owner));
         }
     }
-    match (doubt, offered) {
-        (Some(why), _) => UsedRead::Unknown(why),
-        (None, Some(o)) => o,
-        (None, None) => UsedRead::Unmarked,
-    }
+    // Judged as a ledger's marks are: a record whose PV was withdrawn unclaimed reads as offered.
+    ledger_lookup(&marks, &offered, identity, None)
 }
 
 /// The records this node keeps in its copy: its ledger's portable block marks (with whether

@@ -351,3 +351,32 @@ pub fn offered_unwiped(h: &Harness, root: &Path) -> Option<String> {
     holds_tenant_data(root)
         .then(|| format!("{} is published as PV {name} ({phase}) with the tenant's data on it", root.display()))
 }
+
+// ---------------------------------------------------------------------------------------------
+// A block tenant's data
+
+/// Recognisable bytes at the start and in the middle of a block device.
+pub const PATTERN_AT: [u64; 2] = [0, 16 << 20];
+
+pub fn pattern() -> Vec<u8> {
+    b"TENANT-BLOCK-DATA-".iter().copied().cycle().take(4096).collect()
+}
+
+/// Writes the tenant's pattern at [`PATTERN_AT`] (a device of at least 32 MiB).
+pub fn write_pattern(dev: &Path) {
+    let f = std::fs::OpenOptions::new().write(true).open(dev).unwrap();
+    for at in PATTERN_AT {
+        std::os::unix::fs::FileExt::write_all_at(&f, &pattern(), at).unwrap();
+    }
+    f.sync_all().unwrap();
+}
+
+/// Whether the pattern is still at any of [`PATTERN_AT`].
+pub fn has_pattern(dev: &Path) -> bool {
+    let f = std::fs::File::open(dev).unwrap();
+    PATTERN_AT.iter().any(|&at| {
+        let mut buf = vec![0u8; 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, at).unwrap();
+        buf == pattern()
+    })
+}
