@@ -60,6 +60,9 @@ pub(super) struct InventoryState {
     retries: Retries<&'static str>,
     /// When the change seen but not yet written is due (see [`DELAY`]).
     pending: Option<Instant>,
+    /// The object may still be an earlier incarnation's of the Node (owned by its UID): it is
+    /// read before the next write, which waits until the garbage collector removed it.
+    check_owner: bool,
 }
 
 #[cfg(test)]
@@ -183,7 +186,10 @@ impl Agent {
         }
         let node = self.node_info.name.clone();
         let status = match self.cluster.get_inventory(&node).await {
-            Ok(Found::Present { status, .. }) => status,
+            Ok(Found::Present { status, owner_uid }) => {
+                self.inventory.check_owner = owner_uid.as_deref() != Some(self.node_info.uid.as_str());
+                status
+            }
             Ok(Found::Absent) => None,
             Err(e) => return self.inventory_failed("read", format!("reading this node's LocalStorageNode: {e}")),
         };
@@ -276,6 +282,10 @@ impl Agent {
             }
         }
         self.inventory.pending = None;
+        if let Err(why) = self.owner_is_current().await {
+            self.inventory_failed("write", why);
+            return false;
+        }
         status.observed_at = Some(k8s_openapi::jiff::Timestamp::now().to_string());
         let node = self.node_info.name.clone();
         let mut result = self.cluster.apply_inventory_status(&node, &status).await;
@@ -469,6 +479,33 @@ impl Agent {
                     d.used = found;
                 }
             }
+        }
+    }
+
+    /// The Node was re-created: what was written went to the old incarnation's object.
+    pub(super) fn inventory_node_changed(&mut self) {
+        self.inventory.written = None;
+        self.inventory.check_owner = true;
+    }
+
+    /// Whether the object is this incarnation's (or absent): an earlier incarnation's is left
+    /// to the garbage collector, and the write waits (retried) until it is gone.
+    async fn owner_is_current(&mut self) -> Result<(), String> {
+        if !self.inventory.check_owner {
+            return Ok(());
+        }
+        let node = self.node_info.name.clone();
+        match self.cluster.get_inventory(&node).await {
+            Ok(Found::Present { owner_uid, .. }) if owner_uid.as_deref() != Some(self.node_info.uid.as_str()) => {
+                Err(format!(
+                    "LocalStorageNode {node} belongs to an earlier incarnation of the Node; waiting for the garbage collector to remove it"
+                ))
+            }
+            Ok(_) => {
+                self.inventory.check_owner = false;
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
         }
     }
 

@@ -86,6 +86,9 @@ impl Agent {
             warn!(node = %info.name, old_uid = %self.node_info.uid, new_uid = %info.uid, "the Node was re-created; taking over as its new incarnation");
             self.identity = identity_for(&info, self.config.use_node_name_only);
             self.adopted = false;
+            // The old incarnation's LocalStorageNode goes with it (the garbage collector): the
+            // next pass writes the inventory again, creating it owned by this incarnation.
+            self.inventory_node_changed();
         }
         self.node = node;
         self.node_info = info;

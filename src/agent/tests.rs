@@ -1189,3 +1189,30 @@ async fn wait_for_wipe(lab: &Lab) {
     }
     panic!("no wipe started: {:?} {:?}", lab.api.seen.lock().unwrap(), lab.api.reasons());
 }
+
+#[tokio::test]
+async fn an_inventory_of_an_earlier_incarnation_of_the_node_is_left_to_the_garbage_collector() {
+    let mut lab = lab().await;
+    let own = format!("{INVENTORIES}/n1");
+    let old = serde_json::json!({
+        "apiVersion": "local-static-provisioner.io/v1alpha1", "kind": "LocalStorageNode",
+        "metadata": { "name": "n1", "ownerReferences": [
+            { "apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "an-earlier-node-uid" }
+        ]},
+        "spec": { "nodeName": "n1" },
+    });
+    lab.api.objects.lock().unwrap().insert(own.clone(), old);
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1")], ..Default::default() };
+    for _ in 0..3 {
+        inventory_due_now(&mut lab);
+        lab.pass().await;
+    }
+    assert_eq!(inventory_writes(&lab), 0, "nothing written into the earlier incarnation's object");
+    // The garbage collector removed it: created for this incarnation, then written.
+    lab.api.objects.lock().unwrap().remove(&own);
+    lab.api.script(&format!("PATCH {INVENTORIES}/n1/status"), &[404]);
+    inventory_due_now(&mut lab);
+    lab.pass().await;
+    assert_eq!(lab.api.count("POST", INVENTORIES), 1);
+    assert_eq!(inventory_writes(&lab), 2);
+}
