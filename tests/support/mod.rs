@@ -393,6 +393,7 @@ impl ControlPlane {
             .arg(repo_root().join("tests/control-plane/agent-kubeconfig.sh"))
             .arg(&self.dir)
             .arg(&path));
+        self.forget_finished_tests_inventories();
         path
     }
 
@@ -460,6 +461,32 @@ impl ControlPlane {
                 let _ =
                     self.kubectl(&["patch", "pv", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
                 let _ = self.kubectl(&["delete", "pv", name, "--wait=false"]);
+            }
+        }
+    }
+
+    /// Deletes the LocalStorageNodes of tests that have finished: those whose used-disk
+    /// records all name paths in top-level directories of the temporary directory that no
+    /// longer exist. Every agent reads every node's records before it offers a block disk, and
+    /// a finished test's record of a loop device whose image is gone would read as a later
+    /// test's image that reuses the file's inode (a loop device's id is its backing file's
+    /// device and inode): that disk would be held or wiped first.
+    pub fn forget_finished_tests_inventories(&self) {
+        let tmp = std::env::temp_dir();
+        let Some(list) = self.get_json(&["localstoragenodes"]) else { return };
+        for obj in list["items"].as_array().into_iter().flatten() {
+            let records = obj["status"]["usedDisks"].as_array().cloned().unwrap_or_default();
+            let gone = |r: &Value| {
+                let Some(path) = r["path"].as_str().map(Path::new) else { return false };
+                let Some(top) = path.strip_prefix(&tmp).ok().and_then(|rest| rest.components().next()) else {
+                    return false;
+                };
+                !tmp.join(top).exists()
+            };
+            if !records.is_empty() && records.iter().all(gone) {
+                let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+                eprintln!("deleting LocalStorageNode {name} of a finished test (its disks' directories are gone)");
+                let _ = self.kubectl(&["delete", "localstoragenode", name, "--wait=false"]);
             }
         }
     }
