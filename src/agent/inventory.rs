@@ -33,7 +33,7 @@ const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::f
 /// How long a change waits before it is written: the changes of a burst (a node publishing
 /// its volumes; a PV released, wiped, deleted and its volume published again) go out as one
 /// write, and a change is in the API within this delay of the pass that saw it.
-const DELAY: Duration = Duration::from_millis(500);
+const DELAY: Duration = Duration::from_millis(250);
 
 /// What the agent keeps of its inventory between passes.
 #[derive(Default)]
