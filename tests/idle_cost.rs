@@ -132,6 +132,11 @@ fn start_up_reads_the_node_once_and_this_nodes_pvs_through_the_watch() {
     let from = audit_len(&cp);
     let agent = AgentProcess::start(&config, node, &kubeconfig, &root.join("agent.log"));
     wait_until("3 PVs published", WAIT, || (cp.pvs_under(&prefix).len() == 3).then_some(()));
+    // Its node inventory shows them (written once the changes settled), then a quiet moment.
+    wait_until("the inventory shows the 3 PVs", WAIT, || {
+        let inv = cp.get_json(&["localstoragenode", node])?;
+        (inv["status"]["summary"]["volumes"] == 3).then_some(())
+    });
     std::thread::sleep(Duration::from_secs(3));
     let (requests, inventory) = split_inventory(requests_of(&cp, node, from));
     let log = agent.stop();
