@@ -1298,20 +1298,7 @@ fn inventory_status(name: &str, node: &str, disk: &str) -> Value {
 /// Server-side apply of a status as `kubeconfig`, as the agent sends it (src/api/inventory.rs:
 /// field manager local-static-provisioner, forced, on the status subresource).
 fn apply_status(cp: &ControlPlane, kubeconfig: &Path, status: &Value) -> Output {
-    as_user(
-        cp,
-        kubeconfig,
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=local-static-provisioner",
-            "--subresource=status",
-            "-f",
-            "-",
-        ],
-        Some(status),
-    )
+    as_user(cp, kubeconfig, support::APPLY_STATUS, Some(status))
 }
 
 fn patch_inventory(

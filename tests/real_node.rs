@@ -370,20 +370,7 @@ fn real_node_the_agents_pod_bound_token_reaches_only_its_nodes_inventory() {
             "apiVersion: {api}\nkind: LocalStorageNode\nmetadata: {{name: {name}}}\nstatus:\n  nodeName: {node_name}\n  usedDisks: {used}\n"
         )
     };
-    let apply_status = |yaml: &str| {
-        as_agent(
-            &[
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--field-manager=local-static-provisioner",
-                "--subresource=status",
-                "-f",
-                "-",
-            ],
-            Some(yaml),
-        )
-    };
+    let apply_status = |yaml: &str| as_agent(support::APPLY_STATUS, Some(yaml));
     let denied = |out: std::process::Output, what: &str| {
         assert!(!out.status.success(), "{what} must be refused");
         let err = String::from_utf8_lossy(&out.stderr);

@@ -323,7 +323,9 @@ impl Agent {
     }
 
     /// The status of this pass, from what it gathered and this node's PVs.
-    fn inventory_status(&self, states: &[PvState]) -> InventoryStatus {
+    /// Takes this pass's gathered entries and devices (the next pass gathers its own), so a
+    /// node's listing is not copied at every pass.
+    fn inventory_status(&mut self, states: &[PvState]) -> InventoryStatus {
         let classes = self
             .config
             .storage_class_map
@@ -354,7 +356,7 @@ impl Agent {
                 failing: pv.disk_failing.clone(),
             })
             .collect();
-        let mut entries = self.inventory.entries.clone();
+        let mut entries = std::mem::take(&mut self.inventory.entries);
         for e in entries.iter_mut() {
             if let Some((code, words)) = self.inventory.refused.get(&e.host_path) {
                 e.refused = Some((code.clone(), words.clone()));
@@ -367,7 +369,7 @@ impl Agent {
             config_problem: self.config_problem.clone(),
             unknown_keys: self.config_warnings.clone(),
             classes,
-            devices: self.inventory.devices.clone(),
+            devices: std::mem::take(&mut self.inventory.devices),
             entries,
             pvs,
             used_disks: self.inventory.copy.clone(),

@@ -714,6 +714,19 @@ pub fn wait_recycled(cp: &ControlPlane, name: &str, old_uid: &str, volume: Optio
     })
 }
 
+/// kubectl's arguments for a server-side apply of a LocalStorageNode's status from standard
+/// input, as the agent sends it (src/api/inventory.rs: field manager local-static-provisioner,
+/// forced, on the status subresource).
+pub const APPLY_STATUS: &[&str] = &[
+    "apply",
+    "--server-side",
+    "--force-conflicts",
+    "--field-manager=local-static-provisioner",
+    "--subresource=status",
+    "-f",
+    "-",
+];
+
 /// Unmounts `path`, retrying for a few seconds while it is busy: the agent opens a volume's
 /// root for a moment when it (re)writes its used mark, for example right after a claim binds,
 /// and an unmount at that instant fails with EBUSY, as it would for an operator.
