@@ -1250,13 +1250,13 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
 // The node inventory (issue 31): LocalStorageNodes, one per Node, each written by its node's
 // agent only.
 
-const INVENTORY_CRD: &str = "crd/localstoragenodes.local-static-provisioner.io";
+const INVENTORY_CRD: &str = "localstoragenodes.local-static-provisioner.io";
 const INVENTORY_API: &str = "local-static-provisioner.io/v1alpha1";
 
 /// deploy/base/crd.yaml applied and established (tests of this binary share it).
 fn install_inventory_crd(cp: &ControlPlane) {
     cp.apply(&read("deploy/base/crd.yaml"));
-    cp.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", INVENTORY_CRD]);
+    cp.wait_crd_established(INVENTORY_CRD);
 }
 
 /// A LocalStorageNode as the agent creates it (src/api/inventory.rs): named after `node`,

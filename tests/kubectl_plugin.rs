@@ -30,7 +30,7 @@ fn text(out: &Output) -> (String, String) {
 fn install_fixture(cp: &ControlPlane) -> Vec<Value> {
     let crd = repo_root().join("deploy/base/crd.yaml");
     cp.kubectl_ok(&["apply", "-f", crd.to_str().unwrap()]);
-    cp.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{CRD}")]);
+    cp.wait_crd_established(CRD);
     let text = std::fs::read_to_string(repo_root().join("tests/fixtures/kubectl-plugin/inventories.json")).unwrap();
     let list: Value = serde_json::from_str(&text).unwrap();
     let items = list["items"].as_array().unwrap().clone();

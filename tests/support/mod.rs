@@ -502,12 +502,28 @@ impl ControlPlane {
             let file = crds.join(format!("monitoring.coreos.com_{kind}.yaml"));
             let out = self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", file.to_str().unwrap()]);
             assert!(out.status.success(), "installing the {kind} CRD: {}", String::from_utf8_lossy(&out.stderr));
-            self.kubectl_ok(&[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{kind}.monitoring.coreos.com"),
-            ]);
+            self.wait_crd_established(&format!("{kind}.monitoring.coreos.com"));
+        }
+    }
+
+    /// Waits until the CRD `name` is established (60 s at most). `kubectl wait
+    /// --for=condition=Established` fails at once ("conditions accessor error") when it reads
+    /// the CRD before the API server gave it any condition, which a loaded machine shows.
+    pub fn wait_crd_established(&self, name: &str) {
+        let query = r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.kubectl(&["get", "crd", name, "-o", query]);
+            if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "True" {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "CRD {name} not established after 60 s: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 
