@@ -302,16 +302,22 @@ fn a_released_filesystem_pv_costs_at_most_four_requests() {
     // Whatever the binding caused is done before the count starts.
     std::thread::sleep(Duration::from_secs(3));
     let mark = audit_len(&cp);
+    let released = Instant::now();
     cp.release_claim("wipe-req-claim");
     wait_recycled(&cp, &name, &uid, Some(&vol), WAIT);
+    let cycle = released.elapsed();
     // Time for anything the release still causes (an event sent after the create).
     std::thread::sleep(Duration::from_secs(3));
     let (inventory, requests): (Vec<String>, Vec<String>) =
         requests_of(&audit_entries(&cp, mark), node).into_iter().partition(|r| r.ends_with(" localstoragenodes"));
     eprintln!("requests of the agent for one released PV: {requests:?}, and its node inventory: {inventory:?}");
-    // The node inventory follows the PV's phases (Released, then the new PV): the changes within
-    // its delay as one write.
-    assert!(inventory.len() <= 2 && inventory.iter().all(|r| r == "patch localstoragenodes"), "{inventory:?}");
+    // The node inventory follows the PV's phases: the steps of the cycle (Released, deleted, the
+    // new PV Pending) wait up to 3 s for its end, so a cycle done within them is one write, of
+    // the PV Available again; one that took longer also shows where it stood.
+    eprintln!("the release cycle took {cycle:?}");
+    assert!(inventory.iter().all(|r| r == "patch localstoragenodes"), "{inventory:?}");
+    let most = if cycle < Duration::from_millis(2500) { 1 } else { 2 };
+    assert!(!inventory.is_empty() && inventory.len() <= most, "{inventory:?} after a cycle of {cycle:?}");
     assert!(requests.len() <= 4, "{} requests for one released PV: {requests:?}", requests.len());
     // The PV's delete, our finalizer's removal, the clean volume's new PV, and the event on it
     // that tells how the volume was wiped (core::wipe_history: `kubectl describe pv` shows the

@@ -19,7 +19,7 @@ use crate::core::cleanup::PvState;
 use crate::core::device_claim::{DeviceFacts, Verdict};
 use crate::core::inventory::{
     ClassInput, DeviceInventory, DeviceVerdict, EntryInput, Inputs, InventoryStatus, PvInput, UsedDiskRecord, build,
-    cluster_lookup, missing_from_ledger, own_records, prune_superseded, same_content,
+    cluster_lookup, missing_from_ledger, only_cycle_steps, own_records, prune_superseded, same_content,
 };
 use crate::core::planner::DesiredPv;
 use crate::core::used_mark::UsedRead;
@@ -34,6 +34,11 @@ const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::f
 /// its volumes; a PV released, wiped, deleted and its volume published again) go out as one
 /// write, and a change is in the API within this delay of the pass that saw it.
 const DELAY: Duration = Duration::from_millis(250);
+
+/// How long a change that is only steps of a volume's cycle under way (a released PV wiped,
+/// deleted and published again; see core::inventory::only_cycle_steps) waits for the cycle's
+/// end, so a released PV costs one write: a cycle that lasts longer is shown as it stands.
+const CYCLE_DELAY: Duration = Duration::from_secs(3);
 
 /// What the agent keeps of its inventory between passes.
 #[derive(Default)]
@@ -58,7 +63,8 @@ pub(super) struct InventoryState {
     /// Found volumes the planner did not publish: host path -> (code, words).
     refused: BTreeMap<String, (String, String)>,
     retries: Retries<&'static str>,
-    /// When the change seen but not yet written is due (see [`DELAY`]).
+    /// When the first change not yet written was seen, and when it is due (see [`DELAY`]).
+    changed_at: Option<Instant>,
     pending: Option<Instant>,
     /// The object may still be an earlier incarnation's of the Node (owned by its UID): it is
     /// read before the next write, which waits until the garbage collector removed it.
@@ -72,6 +78,16 @@ impl InventoryState {
         self.retries.expire_for_test(Instant::now());
         if let Some(at) = self.pending.as_mut() {
             *at = Instant::now();
+        }
+        if let Some(at) = self.changed_at.as_mut() {
+            *at = Instant::now() - CYCLE_DELAY;
+        }
+    }
+
+    /// Makes the change not yet written `by` older (tests step without sleeping).
+    pub(super) fn age_change_for_test(&mut self, by: Duration) {
+        for at in [self.changed_at.as_mut(), self.pending.as_mut()].into_iter().flatten() {
+            *at -= by;
         }
     }
 
@@ -266,21 +282,28 @@ impl Agent {
 
     /// Writes `status` when it differs from what was last written; creates the object first
     /// when it does not exist. Returns whether the API holds it now (or there is no CRD).
-    async fn write_status(&mut self, mut status: InventoryStatus, now_or_later: bool) -> bool {
+    /// `recycling`: host paths of the PVs released for this agent to wipe (`None`: write now).
+    async fn write_status(&mut self, mut status: InventoryStatus, recycling: Option<&BTreeSet<String>>) -> bool {
         if self.inventory.written.as_ref().is_some_and(|w| same_content(w, &status)) {
+            self.inventory.changed_at = None;
             self.inventory.pending = None;
             return true;
         }
         if !self.inventory.retries.may_try(&"write", Instant::now(), None) {
             return self.inventory.absent_crd;
         }
-        if now_or_later {
-            let due = *self.inventory.pending.get_or_insert_with(|| Instant::now() + DELAY);
-            if due > Instant::now() {
+        if let Some(recycling) = recycling {
+            let now = Instant::now();
+            let since = *self.inventory.changed_at.get_or_insert(now);
+            let steps = self.inventory.written.as_ref().is_some_and(|w| only_cycle_steps(w, &status, recycling));
+            let due = since + if steps { CYCLE_DELAY } else { DELAY };
+            if due > now {
                 // Written by the pass this deadline wakes, which builds the status anew.
+                self.inventory.pending = Some(due);
                 return false;
             }
         }
+        self.inventory.changed_at = None;
         self.inventory.pending = None;
         if let Err(why) = self.owner_is_current().await {
             self.inventory_failed("write", why);
@@ -381,7 +404,12 @@ impl Agent {
     pub(super) async fn write_inventory(&mut self, states: &[PvState]) {
         self.refresh_copy().await;
         let status = self.inventory_status(states);
-        self.write_status(status, true).await;
+        let recycling: BTreeSet<String> = states
+            .iter()
+            .filter(|pv| pv.phase == "Released" && pv.reclaim_policy == "Delete")
+            .map(|pv| pv.host_path.clone())
+            .collect();
+        self.write_status(status, Some(&recycling)).await;
     }
 
     /// Before block PVs are created: the copy of the ledger (whose new marks were just
@@ -397,13 +425,13 @@ impl Agent {
                 superseded: self.inventory.superseded.iter().cloned().collect(),
                 ..Default::default()
             };
-            return self.write_status(status, false).await;
+            return self.write_status(status, None).await;
         };
         if written.used_disks == self.inventory.copy {
             return true;
         }
         let status = InventoryStatus { used_disks: self.inventory.copy.clone(), ..written };
-        self.write_status(status, false).await
+        self.write_status(status, None).await
     }
 
     /// Before new volumes are planned: block disks without a local mark are looked up in

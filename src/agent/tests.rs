@@ -1090,6 +1090,48 @@ async fn the_inventory_is_written_once_per_change_and_never_by_an_idle_pass() {
 }
 
 #[tokio::test]
+async fn a_released_pv_waits_for_its_cycle_to_end_and_anything_else_goes_out_at_once() {
+    let mut lab = lab().await;
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1")], ..Default::default() };
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("1", "Bound", serde_json::json!({}))));
+    lab.pass().await;
+    inventory_due_now(&mut lab);
+    lab.pass().await;
+    let written = inventory_writes(&lab);
+    assert!(written >= 1);
+    let age = |lab: &mut Lab, ms: u64| lab.agent.inventory.age_change_for_test(Duration::from_millis(ms));
+
+    // Released (reclaim policy Delete): a step of the cycle this agent carries out.
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("1", "Released", serde_json::json!({}))));
+    lab.pass().await;
+    age(&mut lab, 400);
+    lab.pass().await;
+    assert_eq!(inventory_writes(&lab), written, "a step waits past the usual delay for the cycle's end");
+    let due = lab.agent.inventory_due().expect("the loop wakes for it");
+    assert!(due > std::time::Instant::now() + Duration::from_secs(2), "it waits up to 3 s");
+    age(&mut lab, 3000);
+    lab.pass().await;
+    assert_eq!(inventory_writes(&lab), written + 1, "a cycle that lasts is shown as it stands");
+
+    // Bound again is no step: out after the usual delay.
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("1", "Bound", serde_json::json!({}))));
+    lab.pass().await;
+    assert_eq!(inventory_writes(&lab), written + 1);
+    age(&mut lab, 400);
+    lab.pass().await;
+    assert_eq!(inventory_writes(&lab), written + 2, "a change that is no step goes out after 250 ms");
+
+    // Released under Retain is not this agent's to wipe: shown as soon.
+    let mut retained = own_pv("1", "Released", serde_json::json!({}));
+    retained.spec.persistent_volume_reclaim_policy = Some("Retain".into());
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(retained));
+    lab.pass().await;
+    age(&mut lab, 400);
+    lab.pass().await;
+    assert_eq!(inventory_writes(&lab), written + 3, "a retained PV's release is no step");
+}
+
+#[tokio::test]
 async fn without_the_crd_the_agent_publishes_as_before_and_says_so_once() {
     let mut lab = lab().await;
     lab.api.script(&format!("PATCH {INVENTORIES}"), &[404; 8]);

@@ -566,6 +566,57 @@ pub fn same_content(a: &InventoryStatus, b: &InventoryStatus) -> bool {
     InventoryStatus { observed_at: None, ..a.clone() } == InventoryStatus { observed_at: None, ..b.clone() }
 }
 
+/// Whether every difference between the status `written` and the status `now` is a step of a
+/// volume's cycle still under way, so that its write may wait for the cycle's end and go out as
+/// one: a released PV is wiped, deleted and its volume published again in a second or two, and
+/// writing each step would cost the API server more per released PV than the PV's own requests.
+///
+/// A step is a volume that `written` showed with a PV and that `now` shows released for this
+/// agent to wipe (its host path in `recycling`), being deleted, unpublished with no reason yet,
+/// or with a new PV the binder has not made Available (`Pending`). Anything else is not a step:
+/// a device, a verdict, a claim, any other flag, a refusal, the configuration, the used-disk
+/// copy, and a volume `written` did not show (a new disk is shown at once). The counts derive
+/// from the volumes, so they follow what the volumes say.
+pub fn only_cycle_steps(written: &InventoryStatus, now: &InventoryStatus, recycling: &BTreeSet<String>) -> bool {
+    let had_pv: BTreeSet<(&str, &str)> =
+        written.volumes.iter().filter(|v| v.pv.is_some()).map(|v| (v.class.as_str(), v.path.as_str())).collect();
+    let is_step = |v: &VolumeInventory| {
+        let step = match (v.pv.as_deref(), v.phase.as_str()) {
+            (None, _) => v.flags.is_empty() && v.reason.is_none() && v.message.is_none(),
+            (Some(_), _) if v.flags == ["deleting"] => v.message.is_none(),
+            (Some(_), "Released") => v.flags.is_empty() && recycling.contains(&v.path),
+            (Some(_), "Pending") => v.flags.is_empty(),
+            (Some(_), _) => false,
+        };
+        step && had_pv.contains(&(v.class.as_str(), v.path.as_str()))
+    };
+    let steps: BTreeSet<(&str, &str)> =
+        now.volumes.iter().filter(|v| is_step(v)).map(|v| (v.class.as_str(), v.path.as_str())).collect();
+    if steps.is_empty() {
+        return false;
+    }
+    // Both sides without the volumes in a step and without what is counted from volumes.
+    let settled = |s: &InventoryStatus| InventoryStatus {
+        summary: Summary {
+            volumes: 0,
+            available: 0,
+            available_bytes: 0,
+            available_capacity: String::new(),
+            problems: 0,
+            ..s.summary.clone()
+        },
+        classes: s
+            .classes
+            .iter()
+            .map(|c| ClassInventory { volumes: 0, available: 0, available_bytes: 0, ..c.clone() })
+            .collect(),
+        volumes: s.volumes.iter().filter(|v| !steps.contains(&(v.class.as_str(), v.path.as_str()))).cloned().collect(),
+        observed_at: None,
+        ..s.clone()
+    };
+    settled(written) == settled(now)
+}
+
 #[cfg(test)]
 #[path = "inventory_tests.rs"]
 mod tests;

@@ -382,3 +382,183 @@ fn a_status_with_fields_missing_or_unknown_is_read_for_what_it_has() {
     let empty: InventoryStatus = serde_json::from_str("{}").expect("read");
     assert_eq!(empty, InventoryStatus::default());
 }
+
+/// `inputs()` with a volume entry behind every PV and p2 bound to a claim: what was written
+/// before a claim was deleted.
+fn before_release() -> Inputs {
+    let mut i = inputs();
+    i.pvs[1].claim = Some("ns/data".into());
+    for pv in &i.pvs {
+        if !i.entries.iter().any(|e| e.host_path == pv.host_path) {
+            i.entries.push(EntryInput {
+                class: pv.class.clone(),
+                host_path: pv.host_path.clone(),
+                capacity_bytes: pv.capacity_bytes,
+                ..Default::default()
+            });
+        }
+    }
+    i
+}
+
+#[test]
+fn only_the_steps_of_a_cycle_under_way_may_wait_for_its_end() {
+    const P2: &str = "/mnt/fast/p2";
+    let written = build(before_release());
+    let recycling: BTreeSet<String> = [P2.to_string()].into();
+    type Change = fn(&mut Inputs);
+    let released: Change = |i| i.pvs[1].phase = "Released".into();
+    let unpublished: Change = |i| {
+        i.pvs.remove(1);
+    };
+    // (case, change, may wait)
+    let cases: Vec<(&str, Change, bool)> = vec![
+        ("released, for this agent to wipe", released, true),
+        (
+            "released and being deleted",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.pvs[1].deleting = true;
+            },
+            true,
+        ),
+        ("bound and being deleted", |i| i.pvs[1].deleting = true, true),
+        ("its PV gone, the volume not yet published again", unpublished, true),
+        (
+            "published again, not yet Available",
+            |i| {
+                i.pvs[1].phase = "Pending".into();
+                i.pvs[1].claim = None;
+            },
+            true,
+        ),
+        (
+            "another volume's PV released too",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.pvs[0].deleting = true;
+            },
+            true,
+        ),
+        // The end of the cycle, and everything that is not a step.
+        (
+            "Available again: the cycle's end",
+            |i| {
+                i.pvs[1].phase = "Available".into();
+                i.pvs[1].claim = None;
+            },
+            false,
+        ),
+        (
+            "released and missing",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.pvs[1].missing = true;
+            },
+            false,
+        ),
+        (
+            "deleting and failing",
+            |i| {
+                i.pvs[1].deleting = true;
+                i.pvs[1].failing = Some("I/O errors".into());
+            },
+            false,
+        ),
+        (
+            "its PV gone and the volume refused",
+            |i| {
+                i.pvs.remove(1);
+                let e = i.entries.iter_mut().find(|e| e.host_path == P2).expect("p2 entry");
+                e.refused = Some(("wipe-first".into(), "used".into()));
+            },
+            false,
+        ),
+        (
+            "its PV gone and the volume gone",
+            |i| {
+                i.pvs.remove(1);
+                i.entries.retain(|e| e.host_path != P2);
+            },
+            false,
+        ),
+        (
+            "a step and a new claim elsewhere",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.pvs[0].claim = Some("ns/other".into());
+            },
+            false,
+        ),
+        (
+            "a step and a device's verdict",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.devices[0].0.classes[0].verdict = "Held".into();
+            },
+            false,
+        ),
+        (
+            "a step and an invalid config",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.config_problem = Some("bad".into());
+            },
+            false,
+        ),
+        (
+            "a step and a used-disk record",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.used_disks.push(record(DISK_A, "1"));
+            },
+            false,
+        ),
+        (
+            "a step and a new disk",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.entries.push(EntryInput {
+                    class: "fast".into(),
+                    host_path: "/mnt/fast/brand-new".into(),
+                    ..Default::default()
+                });
+            },
+            false,
+        ),
+        (
+            "a new disk published, Pending",
+            |i| {
+                i.pvs.push(pv("p9", "fast", "Pending", 1 << 30));
+            },
+            false,
+        ),
+        (
+            "a new disk found",
+            |i| {
+                i.entries.push(EntryInput {
+                    class: "fast".into(),
+                    host_path: "/mnt/fast/brand-new".into(),
+                    ..Default::default()
+                });
+            },
+            false,
+        ),
+        ("an Available PV's capacity", |i| i.pvs[0].capacity_bytes = Some(2 << 30), false),
+    ];
+    for (case, change, want) in cases {
+        let mut i = before_release();
+        change(&mut i);
+        let now = build(i);
+        assert!(!same_content(&written, &now), "{case}: the change must be content");
+        assert_eq!(only_cycle_steps(&written, &now, &recycling), want, "{case}");
+    }
+    // Released is a step only for the PVs this agent recycles.
+    let mut i = before_release();
+    released(&mut i);
+    assert!(!only_cycle_steps(&written, &build(i), &BTreeSet::new()), "released under Retain");
+    // Nothing written before: nothing to wait against (the caller writes its first status).
+    let mut i = before_release();
+    unpublished(&mut i);
+    assert!(!only_cycle_steps(&build(Inputs { pvs: vec![], ..before_release() }), &build(i), &recycling));
+}
