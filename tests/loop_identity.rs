@@ -265,3 +265,56 @@ fn a_claimed_loop_device_renamed_and_attached_again_is_not_published_twice() {
     run(Command::new("losetup").arg("-d").arg(&again));
     assert!(bytes(&renamed) == before, "the image changed");
 }
+
+/// A new image can get a deleted image's inode (ext4 hands out the lowest free one), and with
+/// it the inode, range and size of the deleted image's loop device. Its birth time tells them
+/// apart: the disk recorded for a PV is not proven by the new image, whose data is kept.
+#[test]
+fn an_image_that_reused_a_deleted_images_inode_is_another_disk() {
+    if !support::require_root("an_image_that_reused_a_deleted_images_inode_is_another_disk") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let lab = Lab::new("loopid-reuse");
+    let fs = lab.path("fs");
+    let (_fs_dev, _fs_img) = lab.ext4_sized("backing-fs", &fs, 32);
+    let first = fs.join("first.img");
+    image(&first, 4, true);
+    let ino = std::fs::metadata(&first).unwrap().ino();
+    let dev = attach(&first, &[]);
+    let recorded = volume_identity(&dev.0).unwrap();
+    let born = DiskIdentity::parse(&recorded).and_then(|d| d.born);
+    assert!(born.is_some(), "the backing file's birth time is part of the identity: {recorded}");
+    drop(dev);
+    std::fs::remove_file(&first).unwrap();
+
+    // A new image of the same size, on the freed inode (free once the deletion is committed),
+    // attached again.
+    run(Command::new("sync").arg("-f").arg(&fs));
+    let second = fs.join("second.img");
+    image(&second, 4, true);
+    assert_eq!(std::fs::metadata(&second).unwrap().ino(), ino, "ext4 gave the new image the freed inode");
+    let before = bytes(&second);
+    let dev = attach(&second, &[]);
+    let found = found_identity(&dev.0, None).unwrap();
+    let now = DiskIdentity::parse(&found.identity).unwrap();
+    assert_eq!(disk_id(&dev.0), DiskIdentity::parse(&recorded).unwrap().disk.unwrap(), "the same stable id");
+    assert_ne!(now.born, born, "{} vs {recorded}", found.identity);
+    match judge(&recorded, &found, None) {
+        Verdict::Different(why) => assert!(why.contains("born"), "{why}"),
+        other => panic!("the new image proved the recorded disk: {other:?} ({recorded} vs {})", found.identity),
+    }
+    assert!(
+        !local_static_provisioner::core::disk_identity::may_share_disk(&recorded, &found.identity),
+        "nor does it share the recorded disk's data"
+    );
+
+    // Deleted while attached, its birth time cannot be read: compared without it, as by
+    // earlier versions (docs/data-safety.md).
+    std::fs::remove_file(&second).unwrap();
+    let unlinked = volume_identity(&dev.0).unwrap();
+    assert_eq!(DiskIdentity::parse(&unlinked).unwrap().born, None, "{unlinked}");
+    drop(dev);
+    assert!(before.len() == 4 << 20, "the image was not touched");
+    lab.umount(&fs);
+}

@@ -8,7 +8,7 @@
 //! v2;fs;disk=<stable device id>;backing=<M:m>;uuid=<superblock uuid>;ino=<root inode>;dev=<M:m>
 //! v2;fs;fsid=<statfs fsid>;volatile=tmpfs;ino=<root inode>;dev=<M:m>      (tmpfs)
 //! v2;fs;fsid=<statfs fsid>;ino=<root inode>;dev=<M:m>                     (no device under it)
-//! v2;blk;disk=<stable device id>;backing=<M:m>;size=<bytes>;dev=<M:m>
+//! v2;blk;disk=<stable device id>;backing=<M:m>;born=<ns>;size=<bytes>;dev=<M:m>
 //! ```
 //!
 //! - `disk` names the device by what the hardware or the administrator gave it, never by a
@@ -16,6 +16,13 @@
 //!   `loop:<M:m>:<inode>@<offset>[+<size limit>]` (see below); a partition is its disk's id
 //!   followed by `/part<N>@<start sector>`.
 //! - `backing` is the device number of the filesystem holding a loop device's backing file.
+//! - `born` is that file's birth time (statx `btime`, nanoseconds since 1970), where the agent
+//!   can read it: an inode number is reused once its file is deleted, so a new image can have
+//!   the inode, range and size of a deleted one. A file's birth time never changes (not on a
+//!   write, a rename or `touch`), and a new file that reuses an inode has its own. It is
+//!   compared where both sides know it: a backing file deleted while attached, one attached
+//!   from a mount namespace the agent cannot see, a filesystem without birth times, and
+//!   records of earlier versions have none, and are judged as before.
 //!
 //! A loop device is the data of its backing file, named by what LOOP_GET_STATUS64 reports and
 //! never by the file's path: `<M:m>` is the device number of the filesystem holding the file,
@@ -76,6 +83,8 @@ pub struct DiskIdentity {
     pub disk: Option<String>,
     /// Device number of the filesystem holding a loop device's backing file.
     pub backing: Option<String>,
+    /// Birth time of a loop device's backing file (ns since 1970), where it could be read.
+    pub born: Option<u64>,
     /// Filesystem UUID from the superblock.
     pub uuid: Option<String>,
     /// statfs fsid, for filesystems with no block device under them.
@@ -94,14 +103,15 @@ impl DiskIdentity {
     /// The loop key of its device id, with the device number from `backing` where the id is
     /// in the old format; `None` when the device is not a loop device.
     pub fn loop_key(&self) -> Option<LoopKey> {
-        Some(LoopKey::parse(self.disk.as_deref()?)?.with_backing(self.backing.as_deref()))
+        Some(LoopKey::parse(self.disk.as_deref()?)?.with_backing(self.backing.as_deref()).with_born(self.born))
     }
 
     /// Whether both name a device and it is the same one (loop ids in either format compared
     /// by [`LoopKey`]).
     pub fn same_device(&self, other: &DiskIdentity) -> bool {
-        match (&self.disk, &other.disk) {
-            (Some(a), Some(b)) => same_disk_id(a, self.backing.as_deref(), b, other.backing.as_deref()),
+        match (&self.disk, &other.disk, self.loop_key(), other.loop_key()) {
+            (Some(_), Some(_), Some(x), Some(y)) => x.same(&y),
+            (Some(a), Some(b), _, _) => same_disk_id(a, self.backing.as_deref(), b, other.backing.as_deref()),
             _ => false,
         }
     }
@@ -116,6 +126,7 @@ impl DiskIdentity {
         };
         add("disk", self.disk.as_deref());
         add("backing", self.backing.as_deref());
+        add("born", self.born.map(|n| n.to_string()).as_deref());
         add("uuid", self.uuid.as_deref());
         add("fsid", self.fsid.as_deref());
         add("volatile", self.volatile.as_deref());
@@ -145,6 +156,7 @@ impl DiskIdentity {
             let slot_was_empty = match key {
                 "disk" => id.disk.replace(value.clone()).is_none(),
                 "backing" => id.backing.replace(value.clone()).is_none(),
+                "born" => id.born.replace(number()?).is_none(),
                 "uuid" => id.uuid.replace(value.clone()).is_none(),
                 "fsid" => id.fsid.replace(value.clone()).is_none(),
                 "volatile" => id.volatile.replace(value.clone()).is_none(),
@@ -273,6 +285,9 @@ pub struct LoopKey {
     pub limit: Option<u64>,
     /// The partition suffix (`/part<N>@<start>`), for a partition of the loop device.
     pub part: Option<String>,
+    /// The backing file's birth time (ns), from the identity's `born`: never part of the id
+    /// (device-claim link names and `wipe-disk --id` stay what they were).
+    pub born: Option<u64>,
 }
 
 impl LoopKey {
@@ -302,6 +317,7 @@ impl LoopKey {
             offset,
             limit,
             part: part.map(str::to_string),
+            born: None,
         };
         (part.is_none_or(is_part_suffix)).then_some(key)
     }
@@ -316,7 +332,7 @@ impl LoopKey {
         if !part.as_deref().is_none_or(is_part_suffix) {
             return None;
         }
-        Some(LoopKey { dev: None, ino: canonical_number(ino)?, offset, limit, part })
+        Some(LoopKey { dev: None, ino: canonical_number(ino)?, offset, limit, part, born: None })
     }
 
     /// The id in the current format; `None` without a device number.
@@ -335,9 +351,18 @@ impl LoopKey {
         self
     }
 
-    /// One backing file: the same inode, and the same device number where both are known.
+    /// The key with the backing file's birth time (an identity's `born`).
+    pub fn with_born(mut self, born: Option<u64>) -> Self {
+        self.born = born;
+        self
+    }
+
+    /// One backing file: the same inode, and the same device number and birth time where both
+    /// are known (a file that reused a deleted one's inode was born later).
     pub fn same_file(&self, other: &LoopKey) -> bool {
-        self.ino == other.ino && both(self.dev.as_ref(), other.dev.as_ref()).is_none_or(|(a, b)| a == b)
+        self.ino == other.ino
+            && both(self.dev.as_ref(), other.dev.as_ref()).is_none_or(|(a, b)| a == b)
+            && both(self.born.as_ref(), other.born.as_ref()).is_none_or(|(a, b)| a == b)
     }
 
     /// The same data: one file, one range, one partition (or none).
@@ -358,6 +383,11 @@ impl LoopKey {
         let other_partition = self.same_range(other) && self.part.is_some() && other.part.is_some();
         self.same_file(other) && ranges && !(other_partition && self.part != other.part)
     }
+}
+
+/// A birth time in words (RFC 3339), or the nanoseconds when out of range.
+fn born_words(ns: u64) -> String {
+    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(ns)).map_or_else(|_| format!("{ns} ns"), |t| t.to_string())
 }
 
 /// `<offset>[+<limit>]`.
@@ -490,8 +520,10 @@ fn judge_current(r: &DiskIdentity, f: &DiskIdentity) -> Verdict {
         && !r.same_device(f)
     {
         if let (Some(x), Some(y)) = (r.loop_key(), f.loop_key()) {
-            let file =
-                |k: &LoopKey| format!("inode {} on {}", k.ino, k.dev.as_deref().unwrap_or("an unknown filesystem"));
+            let file = |k: &LoopKey| {
+                let born = k.born.map(|b| format!(", born {}", born_words(b))).unwrap_or_default();
+                format!("inode {} on {}{born}", k.ino, k.dev.as_deref().unwrap_or("an unknown filesystem"))
+            };
             return different(format!(
                 "the device is another one: a loop device over other data (recorded {a}: {}, found {b}: {})",
                 file(&x),
@@ -1116,7 +1148,7 @@ mod tests {
     }
 
     fn key(dev: Option<&str>, ino: u64, offset: u64, limit: Option<u64>, part: Option<&str>) -> LoopKey {
-        LoopKey { dev: dev.map(String::from), ino, offset, limit, part: part.map(String::from) }
+        LoopKey { dev: dev.map(String::from), ino, offset, limit, part: part.map(String::from), born: None }
     }
 
     #[test]
@@ -1240,5 +1272,57 @@ mod tests {
             fs_type: Some("ext4".into()),
         };
         assert_eq!(judge(fs_old, &fs_now, None), Verdict::Same(Proof::Identity));
+    }
+
+    #[test]
+    fn a_backing_file_that_reused_a_deleted_ones_inode_is_another_disk_where_birth_times_are_known() {
+        // A loop device over inode 5 of 7:0, its file born at `born` (None: not readable).
+        let id = |kind: Kind, born: Option<u64>, part: &str| DiskIdentity {
+            kind,
+            disk: Some(format!("loop:7:0:5@0{part}")),
+            backing: Some("7:0".into()),
+            born,
+            uuid: (kind == Kind::Filesystem).then(|| "u".to_string()),
+            ino: (kind == Kind::Filesystem).then_some(2),
+            size: (kind == Kind::Block).then_some(1 << 20),
+            dev: Some("7:3".into()),
+            ..Default::default()
+        };
+        const A: u64 = 1_795_882_644_123_456_789;
+        const B: u64 = 1_795_882_699_000_000_001;
+        let old_record = "v2;blk;disk=loop:/i.img@0#5;backing=7:0;size=1048576;dev=7:3";
+        for (kind, part) in [(Kind::Block, ""), (Kind::Filesystem, "/part1@2048")] {
+            // (what, recorded born, found born, verdict)
+            let cases = [
+                ("the same file", Some(A), Some(A), V::Same),
+                ("a new file on the deleted one's inode", Some(A), Some(B), V::Diff),
+                ("the file deleted while attached (birth unreadable)", Some(A), None, V::Same),
+                ("recorded by an earlier version", None, Some(B), V::Same),
+                ("neither knows", None, None, V::Same),
+            ];
+            for (what, r, f, want) in cases {
+                let (r, f) = (id(kind, r, part), id(kind, f, part));
+                assert_eq!(DiskIdentity::parse(&r.render()).as_ref(), Some(&r), "round trip {}", r.render());
+                let got = verdict(&r, &f);
+                assert_eq!(short(&got), want, "{kind:?} {what}: {got:?}");
+                assert_eq!(short(&verdict(&f, &r)), want, "symmetric: {what}");
+                assert_eq!(may_share_disk(&r.render(), &f.render()), want == V::Same, "{kind:?} {what}");
+                assert_eq!(r.same_device(&f), want == V::Same, "{kind:?} {what}");
+                if let Verdict::Different(why) = got {
+                    assert!(why.contains("born 2026-11-28T") && why.contains("inode 5 on 7:0"), "{why}");
+                }
+            }
+        }
+        // An old-format record knows no birth time: proven by the file's inode as before.
+        let now = Found { identity: id(Kind::Block, Some(B), "").render(), ..Default::default() };
+        assert_eq!(judge(old_record, &now, None), Verdict::Same(Proof::Identity));
+        // The birth time is never part of the stable id (link names, `wipe-disk --id`).
+        let key = id(Kind::Block, Some(A), "").loop_key().expect("a loop key");
+        assert_eq!((key.born, key.render().as_deref()), (Some(A), Some("loop:7:0:5@0")));
+        // One spelling: digits only.
+        for bad in ["born=", "born=01", "born=1.5", "born=-1"] {
+            let text = format!("v2;blk;disk=loop:7:0:5@0;backing=7:0;{bad};size=1048576");
+            assert_eq!(DiskIdentity::parse(&text), None, "{text}");
+        }
     }
 }
