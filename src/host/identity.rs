@@ -125,7 +125,7 @@ pub fn device_identity(file: &File, entry: &Path) -> Result<Found, HostError> {
     let rdev = meta.rdev();
     let size = device_size(file).map_err(|e| HostError::io("ioctl BLKGETSIZE64", entry, e))?;
     let (disk, backing) = stable_id(rdev, Some(file));
-    let born = backing.as_ref().and_then(|_| backing_born(rdev, Some(file)));
+    let born = backing_born(rdev, disk.as_deref(), backing.as_deref());
     let identity = DiskIdentity {
         kind: Kind::Block,
         disk,
@@ -167,7 +167,7 @@ pub fn directory_identity(fd: BorrowedFd<'_>, entry: &Path, mounts: Option<&Moun
         id.dev = Some(device_number(meta.dev()));
     } else if let Some((rdev, device)) = block_device_under(entry, meta.dev(), mounts) {
         (id.disk, id.backing) = stable_id(rdev, device.as_ref());
-        id.born = id.backing.as_ref().and_then(|_| backing_born(rdev, device.as_ref()));
+        id.born = backing_born(rdev, id.disk.as_deref(), id.backing.as_deref());
         id.uuid = device.as_ref().and_then(|d| filesystem_uuid(d, magic));
         id.dev = Some(device_number(rdev));
     } else {
@@ -292,16 +292,19 @@ fn loop_id(node: Option<&File>) -> (Option<String>, Option<String>) {
 }
 
 /// The birth time (ns since 1970) of the file behind loop device `dev` (or behind the loop
-/// device a partition `dev` is of), open as `node`; `None` when it cannot be proven to be of
-/// that very file. The kernel names the file by its path (`loop/backing_file`), which may lead
-/// elsewhere by now: the file found there counts only when its filesystem and inode are the
-/// ones LOOP_GET_STATUS64 reports. The path is tried as this process sees it and as the host's
-/// first process does (`/proc/1/root`: an agent in a container with the host's PIDs). A file
-/// deleted while attached, one in a mount namespace the agent cannot see and a filesystem
-/// without birth times give `None`: compared where known (core::disk_identity).
-fn backing_born(dev: u64, node: Option<&File>) -> Option<u64> {
+/// device a partition `dev` is of) whose stable id `disk` (with the identity's `backing`) was
+/// just read; `None` for any other device, or when it cannot be proven to be of that very
+/// file. The kernel names the file by its path (`loop/backing_file`), which may lead elsewhere
+/// by now: the file found there counts only when its filesystem and inode are those of `disk`
+/// (not of a second LOOP_GET_STATUS64, which a device attached again in between would answer
+/// for another file). The path is tried as this process sees it and as the host's first
+/// process does (`/proc/1/root`: an agent in a container with the host's PIDs). A file deleted
+/// while attached, one in a mount namespace the agent cannot see and a filesystem without
+/// birth times give `None`: compared where known (core::disk_identity).
+fn backing_born(dev: u64, disk: Option<&str>, backing: Option<&str>) -> Option<u64> {
     use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
-    let info = loop_status(node?).ok()?;
+    let key = LoopKey::parse(disk?)?.with_backing(backing);
+    let wanted = key.dev.clone()?;
     let dir = std::fs::canonicalize(sys_block(dev)).ok()?;
     let disk_dir = if sysfs_attr(&dir, "partition").is_some() { dir.parent()?.to_path_buf() } else { dir };
     let path = sysfs_attr(&disk_dir, "loop/backing_file")?;
@@ -309,13 +312,12 @@ fn backing_born(dev: u64, node: Option<&File>) -> Option<u64> {
         return None;
     }
     let host_root = Path::new("/proc/1/root").join(path.trim_start_matches('/'));
-    let wanted = device_number(info.device);
-    // No symlink is followed, and a network filesystem is not asked to sync: what the cache
-    // holds answers (the file's inode and birth time do not change).
-    let flags = AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC;
+    // No symlink is followed, no automount triggered, and a network filesystem is not asked to
+    // sync: what the cache holds answers (the file's inode and birth time do not change).
+    let flags = AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT | AtFlags::STATX_DONT_SYNC;
     [PathBuf::from(&path), host_root].into_iter().find_map(|p| {
         let st = statx(CWD, &p, flags, StatxFlags::INO | StatxFlags::BTIME).ok()?;
-        let same_file = st.stx_ino == info.inode && format!("{}:{}", st.stx_dev_major, st.stx_dev_minor) == wanted;
+        let same_file = st.stx_ino == key.ino && format!("{}:{}", st.stx_dev_major, st.stx_dev_minor) == wanted;
         let has_btime = st.stx_mask & StatxFlags::BTIME.bits() != 0;
         let ns = u64::try_from(st.stx_btime.tv_sec).ok()?.checked_mul(1_000_000_000)?;
         (same_file && has_btime).then(|| ns.saturating_add(u64::from(st.stx_btime.tv_nsec)))
