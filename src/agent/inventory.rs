@@ -282,11 +282,16 @@ impl Agent {
 
     /// Writes `status` when it differs from what was last written; creates the object first
     /// when it does not exist. Returns whether the API holds it now (or there is no CRD).
-    /// `recycling`: host paths of the PVs released for this agent to wipe (`None`: write now).
+    /// `recycling`: host paths of the PVs released for this agent to wipe, for a pass's whole
+    /// status; `None`: the used-disk copy over what was last written, now. Only a whole status
+    /// settles a change seen (its clock and deadline stay until one is written).
     async fn write_status(&mut self, mut status: InventoryStatus, recycling: Option<&BTreeSet<String>>) -> bool {
+        let whole = recycling.is_some();
         if self.inventory.written.as_ref().is_some_and(|w| same_content(w, &status)) {
-            self.inventory.changed_at = None;
-            self.inventory.pending = None;
+            if whole {
+                self.inventory.changed_at = None;
+                self.inventory.pending = None;
+            }
             return true;
         }
         if !self.inventory.retries.may_try(&"write", Instant::now(), None) {
@@ -303,8 +308,9 @@ impl Agent {
                 return false;
             }
         }
-        self.inventory.changed_at = None;
-        self.inventory.pending = None;
+        if whole {
+            self.inventory.pending = None;
+        }
         if let Err(why) = self.owner_is_current().await {
             self.inventory_failed("write", why);
             return false;
@@ -325,6 +331,9 @@ impl Agent {
             Ok(true) => {
                 self.inventory.retries.succeeded(&"write");
                 self.inventory.absent_crd = false;
+                if whole {
+                    self.inventory.changed_at = None;
+                }
                 self.inventory.written = Some(status);
                 true
             }
