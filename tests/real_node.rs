@@ -425,10 +425,14 @@ fn real_node_kubectl_get_localstoragenodes_shows_the_node() {
     let (entry, _path, mount) = disk("/mnt/fast-disks", "e2e-inventory", 8);
     let pv = pv_name(&entry, &node.name, "fast-disks");
     wait_until("PV of e2e-inventory", WAIT, || node.cp.pv_state(&pv));
-    let status = wait_until("the agent to write its LocalStorageNode", std::time::Duration::from_secs(30), || {
-        let obj = node.cp.get_json(&["localstoragenode", &node.name])?;
-        (obj["status"]["nodeName"] == node.name.as_str()).then_some(obj["status"].clone())
-    });
+    // The status that shows the PV: the one written when the volume was found may precede it
+    // (the PV reaches the agent's store by its watch, and is written by a later pass).
+    let status =
+        wait_until("the agent to write its LocalStorageNode with the PV", std::time::Duration::from_secs(30), || {
+            let obj = node.cp.get_json(&["localstoragenode", &node.name])?;
+            let has_pv = obj["status"]["volumes"].as_array().is_some_and(|v| v.iter().any(|v| v["pv"] == pv.as_str()));
+            (obj["status"]["nodeName"] == node.name.as_str() && has_pv).then_some(obj["status"].clone())
+        });
     assert!(status["summary"]["volumes"].as_i64().unwrap_or(0) >= 1, "{status}");
     let table = node.cp.kubectl_ok(&["get", "localstoragenodes"]);
     let mut lines = table.lines();
