@@ -302,7 +302,7 @@ fn loop_id(node: Option<&File>) -> (Option<String>, Option<String>) {
 /// while attached, one in a mount namespace the agent cannot see and a filesystem without
 /// birth times give `None`: compared where known (core::disk_identity).
 fn backing_born(dev: u64, disk: Option<&str>, backing: Option<&str>) -> Option<u64> {
-    use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
+    use rustix::fs::{AtFlags, CWD, StatxFlags, makedev, statx};
     let key = LoopKey::parse(disk?)?.with_backing(backing);
     let wanted = key.dev.clone()?;
     let dir = std::fs::canonicalize(sys_block(dev)).ok()?;
@@ -317,7 +317,7 @@ fn backing_born(dev: u64, disk: Option<&str>, backing: Option<&str>) -> Option<u
     let flags = AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT | AtFlags::STATX_DONT_SYNC;
     [PathBuf::from(&path), host_root].into_iter().find_map(|p| {
         let st = statx(CWD, &p, flags, StatxFlags::INO | StatxFlags::BTIME).ok()?;
-        let same_file = st.stx_ino == key.ino && format!("{}:{}", st.stx_dev_major, st.stx_dev_minor) == wanted;
+        let same_file = st.stx_ino == key.ino && device_number(makedev(st.stx_dev_major, st.stx_dev_minor)) == wanted;
         let has_btime = st.stx_mask & StatxFlags::BTIME.bits() != 0;
         let ns = u64::try_from(st.stx_btime.tv_sec).ok()?.checked_mul(1_000_000_000)?;
         (same_file && has_btime).then(|| ns.saturating_add(u64::from(st.stx_btime.tv_nsec)))

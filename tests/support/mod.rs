@@ -468,9 +468,10 @@ impl ControlPlane {
     /// Deletes the LocalStorageNodes of tests that have finished: those whose used-disk
     /// records all name paths in top-level directories of the temporary directory that no
     /// longer exist. Every agent reads every node's records before it offers a block disk, and
-    /// a finished test's record of a loop device whose image is gone would read as a later
-    /// test's image that reuses the file's inode (a loop device's id is its backing file's
-    /// device and inode): that disk would be held or wiped first.
+    /// a finished test's record of a loop device whose image is gone could read as a later
+    /// test's image that reuses the file's inode: a loop device's id is its backing file's
+    /// device and inode, and the file's birth time that tells them apart is not always readable
+    /// (an image deleted while attached). That disk would be held or wiped first.
     pub fn forget_finished_tests_inventories(&self) {
         let tmp = std::env::temp_dir();
         let Some(list) = self.get_json(&["localstoragenodes"]) else { return };
@@ -511,20 +512,10 @@ impl ControlPlane {
     /// the CRD before the API server gave it any condition, which a loaded machine shows.
     pub fn wait_crd_established(&self, name: &str) {
         let query = r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        wait_until(&format!("CRD {name} to be established"), Duration::from_secs(60), || {
             let out = self.kubectl(&["get", "crd", name, "-o", query]);
-            if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "True" {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "CRD {name} not established after 60 s: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            (out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "True").then_some(())
+        });
     }
 
     /// The control plane a test runs against, again (for a Drop that has no handle on it).
