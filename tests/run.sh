@@ -14,7 +14,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/toolchain.sh
 lsp_find_toolchains || exit 1
 bash scripts/install-deps.sh
+# Incremental artifacts only help a tree that is built again; a fresh clone under CI would just
+# carry gigabytes of them (CI's disk has run out before).
+if [[ ! ${CI:-} =~ ^(|0|false|FALSE|False)$ ]]; then export CARGO_INCREMENTAL=0; fi
 
+# The build and the test disks need several GB; say what there is, so a full disk is plain.
+echo "disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free where the build goes"
 echo "== format and lints"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
