@@ -106,12 +106,12 @@ impl DiskIdentity {
         Some(LoopKey::parse(self.disk.as_deref()?)?.with_backing(self.backing.as_deref()).with_born(self.born))
     }
 
-    /// Whether both name a device and it is the same one (loop ids in either format compared
-    /// by [`LoopKey`]).
+    /// Whether both name a device and it is the same one: equal ids, or, for loop devices, one
+    /// [`LoopKey`] (either id format, with each side's `backing` and `born`).
     pub fn same_device(&self, other: &DiskIdentity) -> bool {
-        match (&self.disk, &other.disk, self.loop_key(), other.loop_key()) {
-            (Some(_), Some(_), Some(x), Some(y)) => x.same(&y),
-            (Some(a), Some(b), _, _) => same_disk_id(a, self.backing.as_deref(), b, other.backing.as_deref()),
+        match (self.loop_key(), other.loop_key()) {
+            (Some(x), Some(y)) => x.same(&y),
+            (None, None) => self.disk.is_some() && self.disk == other.disk,
             _ => false,
         }
     }
@@ -409,17 +409,6 @@ fn is_part_suffix(part: &str) -> bool {
     part.strip_prefix("/part")
         .and_then(|p| p.split_once('@'))
         .is_some_and(|(n, start)| canonical_number(n).is_some() && canonical_number(start).is_some())
-}
-
-/// Whether two stable device ids name the same device: equal text, or, for loop devices, one
-/// key (see [`LoopKey`]; `backing` is each side's identity component, which an old-format
-/// loop id needs for its device number).
-pub fn same_disk_id(a: &str, a_backing: Option<&str>, b: &str, b_backing: Option<&str>) -> bool {
-    match (LoopKey::parse(a), LoopKey::parse(b)) {
-        (Some(x), Some(y)) => x.with_backing(a_backing).same(&y.with_backing(b_backing)),
-        (None, None) => a == b,
-        _ => false,
-    }
 }
 
 /// Whether a recorded identity is in the format of earlier versions (`fs:...`, `blk:...`).
@@ -1213,6 +1202,15 @@ mod tests {
                 }
             }
         }
+        // Device ids `a` and `b`, with each side's `backing`, as the identities' devices.
+        let same_disk_id = |a: &str, ab: Option<&str>, b: &str, bb: Option<&str>| {
+            let device = |disk: &str, backing: Option<&str>| DiskIdentity {
+                disk: Some(disk.into()),
+                backing: backing.map(String::from),
+                ..Default::default()
+            };
+            device(a, ab).same_device(&device(b, bb))
+        };
         for (a, ab) in &ids {
             let ka = LoopKey::parse(a).unwrap().with_backing(*ab);
             for (b, bb) in &ids {
@@ -1236,6 +1234,7 @@ mod tests {
         }
         assert!(!same_disk_id("loop:7:0:5@0", None, "wwid:x", None));
         assert!(same_disk_id("wwid:x", None, "wwid:x", None));
+        assert!(!DiskIdentity::default().same_device(&DiskIdentity::default()), "no device named");
     }
 
     #[test]
