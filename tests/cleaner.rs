@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -101,11 +101,27 @@ fn released_filesystem_volume_is_wiped_and_published_again() {
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
     symlink(outside.join("keep.txt"), vol.join("link-to-file")).unwrap();
     symlink(outside.join("keepdir"), vol.join("link-to-dir")).unwrap();
+    // And on the root itself: an attribute, mode, owner and a chattr flag for the next tenant.
+    rustix::fs::setxattr(&vol, "user.tenant", b"secret", rustix::fs::XattrFlags::empty()).unwrap();
+    std::os::unix::fs::chown(&vol, Some(1000), Some(1000)).unwrap();
+    std::fs::set_permissions(&vol, std::fs::Permissions::from_mode(0o777)).unwrap();
+    run(Command::new("chattr").arg("+d").arg(&vol));
 
     cp.release_claim("clean-fs-claim");
     wait_recycled(&cp, &name, &first_uid, Some(&vol));
     assert_eq!(entries(&vol), 0, "volume must be empty");
-    assert_eq!(std::fs::metadata(&vol).unwrap().permissions().mode() & 0o7777, 0o751, "root mode kept");
+    // The root is as the operator left it when the volume was first published (recorded then),
+    // with nothing of the tenant's on it.
+    let meta = std::fs::metadata(&vol).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o751, "root mode as first published");
+    assert_eq!((meta.uid(), meta.gid()), (0, 0), "root owner as first published");
+    let mut names = vec![0u8; 4096];
+    let n = rustix::fs::listxattr(&vol, &mut names[..]).unwrap();
+    assert!(!names[..n].windows(4).any(|w| w == b"user"), "{:?}", String::from_utf8_lossy(&names[..n]));
+    let root =
+        rustix::fs::open(&vol, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty())
+            .unwrap();
+    assert_eq!(rustix::fs::ioctl_getflags(&root).unwrap().bits() & 0x40, 0, "nodump cleared");
     assert_eq!(std::fs::read(outside.join("keep.txt")).unwrap(), b"keep me");
     assert_eq!(std::fs::read(outside.join("keepdir/inner.txt")).unwrap(), b"me too");
     // A wipe this quick is told in the log and the metrics, and on the new PV (one event and an

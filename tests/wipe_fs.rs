@@ -83,10 +83,146 @@ fn wipes_an_ext4_volume_and_reports_freed_space() {
     assert_eq!((stats.files, stats.dirs), (1001, 12), "{stats:?}");
     assert!(stats.bytes_freed >= 1000 * 8192, "{stats:?}");
     assert!(is_empty(&vol));
+    // The root is a new ext4 root again (mkfs.ext4 makes it 0755 root:root).
     let meta = fs::metadata(&vol).unwrap();
-    assert_eq!(meta.mode() & 0o7777, 0o2770);
-    assert_eq!((meta.uid(), meta.gid()), (4321, 8765));
+    assert_eq!(meta.mode() & 0o7777, 0o755);
+    assert_eq!((meta.uid(), meta.gid()), (0, 0));
     assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
+}
+
+/// A POSIX ACL in the kernel's xattr format (version 2, entries sorted by tag): the owner,
+/// user 1000 and the mask rwx, group and others r-x.
+fn acl_granting_uid_1000() -> Vec<u8> {
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in
+        [(0x01u16, 7u16, u32::MAX), (0x02, 7, 1000), (0x04, 5, u32::MAX), (0x10, 7, u32::MAX), (0x20, 5, u32::MAX)]
+    {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    acl
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    rustix::fs::setxattr(path, name, value, rustix::fs::XattrFlags::empty())
+        .unwrap_or_else(|e| panic!("setting {name} on {}: {e}", path.display()));
+}
+
+fn xattrs(path: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = rustix::fs::listxattr(path, &mut buf[..]).unwrap();
+    let mut names: Vec<String> = buf[..n]
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The root's inode flags, as `lsattr -d` shows them (the flag letters, `-` for each unset).
+fn root_flags(path: &Path) -> u32 {
+    let fd =
+        rustix::fs::open(path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty())
+            .unwrap();
+    rustix::fs::ioctl_getflags(&fd).unwrap().bits()
+}
+
+/// What a tenant leaves on the root of its volume (with root in its container, as kubelet's
+/// fsGroup handling does in part): a user attribute, an access and a default ACL, mode 0777,
+/// owner 1000:1000, `chattr +d +A`. Plus what the host put there: the agent's used mark and
+/// another `trusted.` attribute.
+fn leave_tenant_metadata(vol: &Path) {
+    fs::write(vol.join("data"), "tenant").unwrap();
+    set_xattr(vol, "user.tenant", b"secret");
+    set_xattr(vol, "system.posix_acl_access", &acl_granting_uid_1000());
+    set_xattr(vol, "system.posix_acl_default", &acl_granting_uid_1000());
+    set_xattr(vol, "trusted.local-static-provisioner.used", b"{\"pv\":\"local-pv-x\"}");
+    set_xattr(vol, "trusted.other-tool", b"host");
+    std::os::unix::fs::chown(vol, Some(1000), Some(1000)).unwrap();
+    fs::set_permissions(vol, fs::Permissions::from_mode(0o777)).unwrap();
+    run(Command::new("chattr").args(["+d", "+A"]).arg(vol));
+    let flags = root_flags(vol);
+    assert_eq!(flags & 0xC0, 0xC0, "chattr +d +A took: {flags:#x}");
+    assert!(xattrs(vol).contains(&"user.tenant".to_string()));
+    assert!(xattrs(vol).contains(&"system.posix_acl_default".to_string()));
+}
+
+/// After the wipe the root is as a new volume's: none of the tenant's attributes, ACLs or
+/// flags, the mode and owner a fresh filesystem gives it; the host's `trusted.` attributes
+/// (the used mark first) are still there.
+fn assert_new_root(vol: &Path, mode: u32, owner: (u32, u32), kept_flags: u32, recorded: bool) {
+    assert!(is_empty(vol));
+    let mut kept = vec!["trusted.local-static-provisioner.used".to_string(), "trusted.other-tool".to_string()];
+    if recorded {
+        kept.insert(0, "trusted.local-static-provisioner.root".to_string());
+    }
+    assert_eq!(xattrs(vol), kept);
+    assert_eq!(root_flags(vol), kept_flags, "inode flags left");
+    let meta = fs::metadata(vol).unwrap();
+    assert_eq!(meta.mode() & 0o7777, mode, "mode");
+    assert_eq!((meta.uid(), meta.gid()), owner, "owner");
+}
+
+#[test]
+fn the_wipe_leaves_a_tmpfs_root_as_a_new_volumes() {
+    if !require_root("the_wipe_leaves_a_tmpfs_root_as_a_new_volumes") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = fs::canonicalize(tmp.path()).unwrap();
+    let vol = base.join("vol");
+    let _m = tmpfs(&vol, "16m");
+    leave_tenant_metadata(&vol);
+    wipe_filesystem(&vol, &MountTable::read().unwrap(), &AtomicBool::new(false)).unwrap();
+    // A tmpfs mounted without mode= makes its root 1777 root:root.
+    assert_new_root(&vol, 0o1777, (0, 0), 0, false);
+
+    // One mounted with mode=, uid=, gid=: its root is what those say.
+    let opts = base.join("opts");
+    fs::create_dir_all(&opts).unwrap();
+    run(Command::new("mount").args(["-t", "tmpfs", "-o", "size=16m,mode=750,uid=7,gid=8", "tmpfs"]).arg(&opts));
+    let _o = Mount(opts.clone());
+    leave_tenant_metadata(&opts);
+    wipe_filesystem(&opts, &MountTable::read().unwrap(), &AtomicBool::new(false)).unwrap();
+    assert_new_root(&opts, 0o750, (7, 8), 0, false);
+}
+
+#[test]
+fn the_wipe_leaves_an_ext4_root_as_a_new_volumes() {
+    if !require_root("the_wipe_leaves_an_ext4_root_as_a_new_volumes") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = fs::canonicalize(tmp.path()).unwrap();
+    let image = base.join("disk.img");
+    run(Command::new("truncate").arg("-s").arg("32M").arg(&image));
+    let lo = Loop(run(Command::new("losetup").args(["--find", "--show"]).arg(&image)));
+    run(Command::new("mkfs.ext4").args(["-q", &lo.0]));
+    let vol = base.join("vol");
+    fs::create_dir_all(&vol).unwrap();
+    run(Command::new("mount").arg(&lo.0).arg(&vol));
+    let _m = Mount(vol.clone());
+    // What mkfs.ext4 gives the root (extents, at least): the filesystem's, kept.
+    let fresh_flags = root_flags(&vol);
+    leave_tenant_metadata(&vol);
+    wipe_filesystem(&vol, &MountTable::read().unwrap(), &AtomicBool::new(false)).unwrap();
+    assert_new_root(&vol, 0o755, (0, 0), fresh_flags, false);
+
+    // Prepared by an operator (0751, a service user's) and recorded so at the first
+    // publication: that is what the wipe gives back, not the tenant's 0777 1000:1000.
+    fs::set_permissions(&vol, fs::Permissions::from_mode(0o751)).unwrap();
+    std::os::unix::fs::chown(&vol, Some(5), Some(6)).unwrap();
+    let fd =
+        rustix::fs::open(&vol, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty())
+            .unwrap();
+    record_root(std::os::fd::AsFd::as_fd(&fd)).unwrap();
+    leave_tenant_metadata(&vol);
+    // A later publication does not record the tenant's: the first record stays.
+    record_root(std::os::fd::AsFd::as_fd(&fd)).unwrap();
+    wipe_filesystem(&vol, &MountTable::read().unwrap(), &AtomicBool::new(false)).unwrap();
+    assert_new_root(&vol, 0o751, (5, 6), fresh_flags, true);
 }
 
 /// `files` small files in `files / 1000` leaf directories two levels down (d*/e*/f*).

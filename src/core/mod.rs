@@ -33,6 +33,7 @@ pub mod signatures;
 pub mod succession;
 pub(crate) mod surface;
 pub mod used_mark;
+pub mod volume_root;
 pub(crate) mod volume_safety;
 pub mod wipe_history;
 pub(crate) mod wipe_job;

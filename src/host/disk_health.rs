@@ -265,6 +265,7 @@ mod tests {
             source: "/dev/x".to_string(),
             super_read_only: false,
             super_shut_down: false,
+            super_options: "rw".to_string(),
         }
     }
 

@@ -34,6 +34,8 @@ pub struct MountEntry {
     /// The filesystem is shut down (super option `shutdown`: ext4 after an error or the
     /// shutdown ioctl; XFS shows none, see host::disk_health).
     pub super_shut_down: bool,
+    /// The filesystem's own (super) options, as the kernel shows them (`rw,size=16384k,mode=755`).
+    pub super_options: String,
 }
 
 impl MountEntry {
@@ -158,7 +160,8 @@ fn parse_line(line: &str) -> Option<MountEntry> {
         _ => return None,
     };
     let super_shut_down = flag("shutdown");
-    Some(MountEntry { id, device, root, mount_point, fs_type, source, super_read_only, super_shut_down })
+    let super_options = unescape_text(super_options);
+    Some(MountEntry { id, device, root, mount_point, fs_type, source, super_read_only, super_shut_down, super_options })
 }
 
 /// Decodes the kernel's `\ooo` octal escapes (space, tab, newline, backslash) byte-exactly, so

@@ -203,6 +203,12 @@ pub fn mark_volume(
             if !write(there.as_ref()) {
                 return Ok(MarkOutcome::Kept(there));
             }
+            // First publication (no mark of any earlier one): the root's mode and owner as the
+            // operator left them, before any tenant, for the wipe to give back (wipe_fs).
+            if there.is_none() {
+                crate::host::wipe_fs::record_root(root.as_fd())
+                    .map_err(|e| MarkError::io("recording the mode and owner of", &resolved, e))?;
+            }
             mark.identity = found.identity;
             mark.root = dir;
             // A filesystem that cannot carry the attribute (or is mounted read-only) has only

@@ -1,5 +1,8 @@
 //! Filesystem wipe: empties a released Filesystem volume in-process before its PV is offered
-//! again, keeping the mount point itself (its mode and owner) in place.
+//! again, keeping the mount point itself in place and leaving it as a new volume's root: no
+//! extended attribute or inode flag a tenant could have set, and the mode and owner a fresh
+//! filesystem gives its root (the rule is core::volume_root; the agent's own `trusted.` used
+//! mark stays for the caller to clear).
 //!
 //! Data safety comes first. Every step is relative to an open directory descriptor, symlinks are
 //! removed but never followed, and the walk refuses to enter another mount (by device and by
@@ -21,6 +24,10 @@ use rustix::fs::{
 use rustix::io::Errno;
 
 use super::mountinfo::MountTable;
+use crate::core::volume_root::{
+    FlagsPlan, ROOT_RECORD_XATTR, RootOwnership, flag_names, fresh_root, plan_flags, plan_ownership, removes_xattr,
+    target_ownership,
+};
 
 /// What a wipe removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,6 +63,10 @@ pub enum FsWipeError {
     /// very descriptor the wipe walks from).
     #[error("{}: {reason}", .path.display())]
     NotTheVolume { path: PathBuf, reason: String },
+    /// The root's own metadata could not be made a new volume's: offered so, the next tenant
+    /// would read what the last one left on it (`what` names the attribute, flags or mode).
+    #[error("{}: {what} is left from the last tenant and could not be reset: {detail}", .path.display())]
+    RootMetadata { path: PathBuf, what: String, detail: String },
     /// A system call failed.
     #[error("{op} {}: {source}", .path.display())]
     Io {
@@ -81,7 +92,8 @@ const FORBID_UNLINK: IFlags = IFlags::IMMUTABLE.union(IFlags::APPEND);
 const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
 
 /// Removes everything below `root` (an absolute path of a mounted volume), keeping `root` itself
-/// with its mode and ownership. `mounts` is the current mount table; `cancel` is polled often.
+/// and resetting its own metadata as a new volume's (core::volume_root). `mounts` is the
+/// current mount table; `cancel` is polled often.
 pub fn wipe_filesystem(root: &Path, mounts: &MountTable, cancel: &AtomicBool) -> Result<FsWipeStats, FsWipeError> {
     wipe_filesystem_verified(root, mounts, cancel, &mut |_| Ok(()))
 }
@@ -197,6 +209,50 @@ fn flags_forbid_unlink(fd: BorrowedFd<'_>) -> bool {
     ioctl_getflags(fd).is_ok_and(|flags| flags.intersects(FORBID_UNLINK))
 }
 
+/// The root's mode and owner as first published ([`ROOT_RECORD_XATTR`]), if recorded and
+/// readable (anything else: a fresh filesystem's root is the target).
+fn read_root_record(fd: BorrowedFd<'_>) -> Option<RootOwnership> {
+    let mut buf = [0u8; 128];
+    let n = rustix::fs::fgetxattr(fd, ROOT_RECORD_XATTR, &mut buf[..]).ok()?;
+    RootOwnership::from_record(&buf[..n])
+}
+
+/// Records the root's mode and owner as they are now, unless recorded before: called when the
+/// volume is first published, before any tenant. A filesystem that cannot hold the attribute
+/// (or is read-only) gets none; its root is then reset to a fresh filesystem's.
+pub fn record_root(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    let st = fstat(fd)?;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let now = RootOwnership { mode: st.st_mode as u32, uid: st.st_uid, gid: st.st_gid };
+    let value = now.to_record();
+    match rustix::fs::fsetxattr(fd, ROOT_RECORD_XATTR, value.as_bytes(), rustix::fs::XattrFlags::CREATE) {
+        Ok(()) | Err(Errno::EXIST | Errno::NOTSUP | Errno::ROFS) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The names of the extended attributes of `fd` (none where the filesystem has none).
+fn list_xattrs(fd: BorrowedFd<'_>) -> Result<Vec<CString>, Errno> {
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..4 {
+        match rustix::fs::flistxattr(fd, &mut buf[..]) {
+            Ok(n) => {
+                let names = buf[..n].split(|b| *b == 0).filter(|n| !n.is_empty());
+                return Ok(names.filter_map(|n| CString::new(n).ok()).collect());
+            }
+            Err(Errno::NOTSUP) => return Ok(Vec::new()),
+            // Grown since: ask for the size and read again.
+            Err(Errno::RANGE) => {
+                let size = rustix::fs::flistxattr_query(fd)?;
+                buf.resize(size.max(buf.len() * 2), 0);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Growing every time it is read: someone is writing attributes on the root meanwhile.
+    Err(Errno::RANGE)
+}
+
 /// Whether entry `name` of `dir` is immutable or append-only. Only regular files and
 /// directories are opened: opening a device node could have side effects.
 fn entry_forbids_unlink(dir: BorrowedFd<'_>, name: &CStr) -> bool {
@@ -248,6 +304,8 @@ struct Wiper<'a> {
     root_dev: u64,
     root_mnt_id: Option<u64>,
     root_mode_changed: bool,
+    /// The mode and owner a fresh filesystem of this mount gives its root (None: it stores none).
+    fresh_root: Option<RootOwnership>,
     used_before: u64,
     /// `stack[0]` is the root; the last frame is where the walk is and is always open.
     stack: Vec<Frame>,
@@ -302,6 +360,7 @@ impl<'a> Wiper<'a> {
             root_dev: info.dev,
             root_mnt_id: info.mnt_id,
             root_mode_changed: false,
+            fresh_root: fresh_root(&mount.fs_type, &mount.super_options),
             used_before,
             stack: vec![Frame {
                 name: CString::default(),
@@ -334,6 +393,7 @@ impl<'a> Wiper<'a> {
         };
         result?;
         restored?;
+        self.reset_root()?;
         let used_after = used_bytes(self.root_fd.as_fd()).map_err(|e| self.io_root("statfs", e))?;
         let mut stats = self.stats;
         stats.bytes_freed = self.used_before.saturating_sub(used_after);
@@ -345,6 +405,64 @@ impl<'a> Wiper<'a> {
             "wiped filesystem volume"
         );
         Ok(stats)
+    }
+
+    /// Leaves the (now empty) root as a new volume's, on the descriptor the walk started from:
+    /// first the inode flags (an immutable root would refuse the rest), then the extended
+    /// attributes, the owner (which clears set-id bits) and the mode; then flushes it.
+    fn reset_root(&self) -> Result<(), FsWipeError> {
+        let fd = self.root_fd.as_fd();
+        let failed = |what: String, e: Errno| FsWipeError::RootMetadata {
+            path: self.root.to_path_buf(),
+            what,
+            detail: std::io::Error::from(e).to_string(),
+        };
+        match ioctl_getflags(fd) {
+            Ok(current) => match plan_flags(current.bits()) {
+                FlagsPlan::Keep => {}
+                FlagsPlan::Set(wanted) => {
+                    let what = format!("inode flags {} (chattr)", flag_names(current.bits() & !wanted));
+                    rustix::fs::ioctl_setflags(fd, IFlags::from_bits_retain(wanted)).map_err(|e| failed(what, e))?;
+                }
+                FlagsPlan::Refuse { flags } => {
+                    return Err(FsWipeError::RootMetadata {
+                        path: self.root.to_path_buf(),
+                        what: format!("inode flags {} (chattr)", flag_names(flags)),
+                        detail: "an encryption policy or verity cannot be taken off a directory that stays; \
+                                 make the filesystem anew"
+                            .into(),
+                    });
+                }
+            },
+            // No inode flags on this filesystem.
+            Err(Errno::NOTTY | Errno::OPNOTSUPP | Errno::NOSYS | Errno::INVAL) => {}
+            Err(e) => return Err(failed("inode flags (chattr)".into(), e)),
+        }
+        for name in list_xattrs(fd).map_err(|e| failed("extended attributes".into(), e))? {
+            if !removes_xattr(name.to_bytes()) {
+                continue;
+            }
+            match rustix::fs::fremovexattr(fd, name.as_c_str()) {
+                Ok(()) | Err(Errno::NODATA) => {}
+                Err(e) => {
+                    return Err(failed(format!("extended attribute {}", name.to_string_lossy()), e));
+                }
+            }
+        }
+        let st = fstat(fd).map_err(|e| self.io_root("stat", e))?;
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        let current = RootOwnership { mode: st.st_mode as u32, uid: st.st_uid, gid: st.st_gid };
+        let plan = plan_ownership(current, target_ownership(read_root_record(fd), self.fresh_root));
+        if let Some((uid, gid)) = plan.chown {
+            let (u, g) = (rustix::fs::Uid::from_raw_unchecked(uid), rustix::fs::Gid::from_raw_unchecked(gid));
+            rustix::fs::fchown(fd, Some(u), Some(g))
+                .map_err(|e| failed(format!("owner {}:{} (to {uid}:{gid})", current.uid, current.gid), e))?;
+        }
+        if let Some(mode) = plan.chmod {
+            fchmod(fd, Mode::from_raw_mode(mode))
+                .map_err(|e| failed(format!("mode {:04o} (to {mode:04o})", current.mode & 0o7777), e))?;
+        }
+        rustix::fs::fsync(fd).map_err(|e| self.io_root("fsync", e))
     }
 
     /// The walk: read the current directory; descend into subdirectories, unlink the rest,
@@ -728,17 +846,18 @@ mod tests {
         // a a/b a/b/c ro_dir locked locked/sub \xff\xfe
         assert_eq!(stats.dirs, 7, "{stats:?}");
         assert!(stats.bytes_freed >= 1 << 20, "{stats:?}");
+        // The root is a new tmpfs root again (core::volume_root), not the last tenant's.
         let meta = fs::metadata(&vol).unwrap();
-        assert_eq!(meta.mode() & 0o7777, 0o751);
-        assert_eq!((meta.uid(), meta.gid()), (1234, 5678));
+        assert_eq!(meta.mode() & 0o7777, 0o1777);
+        assert_eq!((meta.uid(), meta.gid()), (0, 0));
         assert_eq!(fs::read_to_string(outside.join("file.txt")).unwrap(), "keep");
         assert_eq!(fs::read_to_string(outside.join("dir/inner.txt")).unwrap(), "keep too");
         assert_eq!(entries(&outside.join("dir")).len(), 1);
     }
 
     #[test]
-    fn unprivileged_wipe_fixes_permissions_and_restores_root_mode() {
-        if !require_root("unprivileged_wipe_fixes_permissions_and_restores_root_mode") {
+    fn unprivileged_wipe_fixes_permissions_and_cannot_give_the_root_away() {
+        if !require_root("unprivileged_wipe_fixes_permissions_and_cannot_give_the_root_away") {
             return;
         }
         let (_tmp, base) = scratch();
@@ -775,12 +894,23 @@ mod tests {
         })
         .join()
         .unwrap();
-        let stats = result.unwrap();
+        // Everything below the root is gone, and the root's mode changed for the walk is put
+        // back; but a fresh tmpfs root is root's, and uid 1000 cannot give it away: the wipe
+        // says so (the volume is not offered as the last tenant's).
+        let err = result.unwrap_err();
         assert_eq!(entries(&vol), Vec::<OsString>::new());
-        assert_eq!((stats.files, stats.dirs), (5, 5), "{stats:?}");
+        assert!(
+            matches!(&err, FsWipeError::RootMetadata { path, what, .. } if *path == vol && what.contains("owner 1000:1000")),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&vol.display().to_string()), "{err}");
         let meta = fs::metadata(&vol).unwrap();
         assert_eq!(meta.mode() & 0o7777, 0o551);
         assert_eq!((meta.uid(), meta.gid()), (1000, 1000));
+        // Root then makes it a new volume's root.
+        wipe(&vol).unwrap();
+        let meta = fs::metadata(&vol).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.uid(), meta.gid()), (0o1777, 0, 0));
     }
 
     /// Builds `depth` nested directories `d` below `dir` with a file every `file_every` levels,
