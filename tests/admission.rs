@@ -168,11 +168,13 @@ struct Scratch<'a> {
     cp: &'a ControlPlane,
     test: String,
     policies: Vec<String>,
+    /// LocalStorageNodes the test may have made (by name: they carry no label of the test).
+    inventories: Vec<String>,
 }
 
 impl<'a> Scratch<'a> {
     fn new(cp: &'a ControlPlane, test: &str) -> Self {
-        Scratch { cp, test: test.to_string(), policies: Vec::new() }
+        Scratch { cp, test: test.to_string(), policies: Vec::new(), inventories: Vec::new() }
     }
 
     /// Applies policies and their bindings (YAML documents or a JSON List), remembering them
@@ -211,9 +213,17 @@ impl Drop for Scratch<'_> {
         // LocalStorageNodes it made, finalizers first (not get_json: the CRD may be absent,
         // and a panic here while unwinding would abort).
         let out = self.cp.kubectl(&["get", "localstoragenodes", "-l", &self.label(), "-o", "json"]);
-        if let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) {
-            for obj in list["items"].as_array().into_iter().flatten() {
-                let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let mut names: Vec<String> = serde_json::from_slice::<Value>(&out.stdout)
+            .ok()
+            .and_then(|list| list["items"].as_array().cloned())
+            .into_iter()
+            .flatten()
+            .filter_map(|obj| obj["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        names.extend(self.inventories.iter().cloned());
+        {
+            for name in &names {
+                let name = name.as_str();
                 let _ = self.cp.kubectl(&[
                     "patch",
                     "localstoragenode",
@@ -1260,15 +1270,17 @@ fn install_inventory_crd(cp: &ControlPlane) {
 }
 
 /// A LocalStorageNode as the agent creates it (src/api/inventory.rs): named after `node`,
-/// spec.nodeName `node`, owned by the Node `owner` with UID `owner_uid`; `test` labels it for
-/// clean-up.
-fn inventory(test: &str, node: &str, owner: &str, owner_uid: &str) -> Value {
+/// spec.nodeName `node`, owned by the Node `owner` with UID `owner_uid`, and nothing else (no
+/// labels: the policy refuses them on create; `scratch` removes it by name).
+fn inventory(scratch: &mut Scratch, node: &str, owner: &str, owner_uid: &str) -> Value {
+    if !scratch.inventories.iter().any(|n| n == node) {
+        scratch.inventories.push(node.to_string());
+    }
     json!({
         "apiVersion": INVENTORY_API,
         "kind": "LocalStorageNode",
         "metadata": {
             "name": node,
-            "labels": {"vap-test": test},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": owner, "uid": owner_uid}]
         },
         "spec": {"nodeName": node}
@@ -1359,14 +1371,17 @@ fn agent_writes_only_its_own_nodes_inventory() {
     let uid_b = cp.create_node(b);
     install_inventory_crd(&cp);
     cp.apply(&read("deploy/base/rbac.yaml"));
+    // The extra RBAC an earlier run granted at its end (kept for the policy's belt and braces
+    // below) would let the RBAC checks pass: gone before this run.
+    let _ = cp.kubectl(&["delete", "clusterrolebinding,clusterrole", &format!("{test}-extra"), "--ignore-not-found"]);
     service_account(&cp, ns, sa, "local-static-provisioner");
     let mut scratch = Scratch::new(&cp, test);
     scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
     let tmp = tempfile::tempdir().unwrap();
     let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
     let no_node = plain_kubeconfig(&cp, tmp.path(), ns, sa);
-    let own_a = inventory(test, a, a, &uid_a);
-    let own_b = inventory(test, b, b, &uid_b);
+    let own_a = inventory(&mut scratch, a, a, &uid_a);
+    let own_b = inventory(&mut scratch, b, b, &uid_b);
     // `kubectl patch --subresource=status` reads the subresource before it patches (the agent's
     // server-side apply does not, so its role has no such get): this test's ServiceAccount may
     // read it, so that its merge and JSON patches of a status reach the API server's checks.
@@ -1391,13 +1406,26 @@ fn agent_writes_only_its_own_nodes_inventory() {
         "the agent of node {a} may only create its LocalStorageNode owned by its Node alone (one ownerReference: apiVersion v1, kind Node, name {a})"
     );
     let spec_b = spec_b_of(a, b);
+    let as_the_agent =
+        format!("the agent of node {a} may only create its LocalStorageNode as the agent does, without ");
     let owner =
         |api: &str, kind: &str, name: &str| json!({"apiVersion": api, "kind": kind, "name": name, "uid": uid_a});
     let refused = [
         ("B's object", own_b.clone(), only_own.clone()),
-        ("B's object owned by Node A", inventory(test, b, a, &uid_a), only_own.clone()),
+        (
+            "B's object owned by Node A",
+            with(own_b.clone(), |o| o["metadata"]["ownerReferences"][0] = owner("v1", "Node", a)),
+            only_own.clone(),
+        ),
         ("B's name with A's spec", with(own_b.clone(), |o| o["spec"]["nodeName"] = json!(a)), only_own.clone()),
-        ("its own owned by Node B", inventory(test, a, b, &uid_b), owned_alone.clone()),
+        (
+            "its own owned by Node B",
+            with(own_a.clone(), |o| {
+                o["metadata"]["ownerReferences"][0] =
+                    json!({"apiVersion": "v1", "kind": "Node", "name": b, "uid": uid_b})
+            }),
+            owned_alone.clone(),
+        ),
         ("its own with spec.nodeName B", with(own_a.clone(), |o| o["spec"]["nodeName"] = json!(b)), spec_b),
         (
             "its own with no owner",
@@ -1429,6 +1457,32 @@ fn agent_writes_only_its_own_nodes_inventory() {
             "its own owned by a Node of another API",
             with(own_a.clone(), |o| o["metadata"]["ownerReferences"] = json!([owner("example.com/v1", "Node", a)])),
             owned_alone.clone(),
+        ),
+        // What an UPDATE may not add, a CREATE may not bring: a foreign finalizer would keep
+        // the object past its Node (the garbage collector cannot remove it).
+        (
+            "its own with a foreign finalizer",
+            with(own_a.clone(), |o| o["metadata"]["finalizers"] = json!(["example.com/hold"])),
+            format!("{as_the_agent}metadata.finalizers"),
+        ),
+        (
+            "its own with a label",
+            with(own_a.clone(), |o| o["metadata"]["labels"] = json!({"example.com/x": "y"})),
+            format!("{as_the_agent}metadata.labels"),
+        ),
+        (
+            "its own with an annotation",
+            with(own_a.clone(), |o| o["metadata"]["annotations"] = json!({"example.com/x": "y"})),
+            format!("{as_the_agent}metadata.annotations"),
+        ),
+        (
+            "its own with all three",
+            with(own_a.clone(), |o| {
+                o["metadata"]["finalizers"] = json!(["example.com/hold"]);
+                o["metadata"]["labels"] = json!({"example.com/x": "y"});
+                o["metadata"]["annotations"] = json!({"example.com/x": "y"});
+            }),
+            format!("{as_the_agent}metadata.finalizers, metadata.labels, metadata.annotations"),
         ),
     ];
     for (what, obj, why) in refused {
@@ -1549,9 +1603,9 @@ fn inventory_is_deleted_with_its_node() {
     let uid_gone = cp.create_node(gone);
     let uid_kept = cp.create_node(kept);
     install_inventory_crd(&cp);
-    let _scratch = Scratch::new(&cp, test);
-    admin_create(&cp, &inventory(test, gone, gone, &uid_gone));
-    admin_create(&cp, &inventory(test, kept, kept, &uid_kept));
+    let mut scratch = Scratch::new(&cp, test);
+    admin_create(&cp, &inventory(&mut scratch, gone, gone, &uid_gone));
+    admin_create(&cp, &inventory(&mut scratch, kept, kept, &uid_kept));
     let applied = cp.kubectl_stdin(
         &cp.kubeconfig,
         &["apply", "--server-side", "--field-manager=vap-inv-gc", "--subresource=status", "-f", "-"],
