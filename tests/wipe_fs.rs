@@ -278,3 +278,62 @@ fn bench_wipe_vs_rm() {
     println!("{:<10} {:>9} {:>7} {:>10} {:>14} {:>14}", "figure", "files", "dirs", "rm_s", "wiper_s", "wiper/rm");
     println!("{:<10} {:>9} {:>7} {:>10.3} {:>14.3} {:>14.2}", "wipe_fs", files, dirs, rm_secs, wipe_secs, ratio);
 }
+
+/// The root's mode and owner are recorded by the mark written before a PV is first created
+/// (no mark there, no UID, no claim), never by a later one: a PV made earlier (by upstream, by
+/// an older version) may have had a tenant, whose chmod would otherwise become the record.
+#[test]
+fn the_root_is_recorded_at_the_first_publication_only() {
+    use local_static_provisioner::core::used_mark::{Replace, UsedMark};
+    use local_static_provisioner::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
+    if !require_root("the_root_is_recorded_at_the_first_publication_only") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = fs::canonicalize(tmp.path()).unwrap();
+    let record = |vol: &Path| {
+        let mut buf = [0u8; 128];
+        rustix::fs::getxattr(vol, "trusted.local-static-provisioner.root", &mut buf[..])
+            .ok()
+            .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
+    };
+    let mark = |pv: &str, uid: Option<&str>, claimed: bool| UsedMark {
+        pv: pv.into(),
+        node: "n".into(),
+        path: String::new(),
+        identity: String::new(),
+        at: "2026-11-29T00:00:00Z".into(),
+        uid: uid.map(str::to_string),
+        root: None,
+        claimed,
+        wiped_filesystems: Vec::new(),
+    };
+    let ledger = Ledger::open(&base).unwrap();
+    let publish = |vol: &Path, m: &UsedMark, replace: Replace| {
+        let mounts = MountTable::read().unwrap();
+        let out = mark_volume(vol, "", None, Accept::Anything, m, &ledger, &mounts, |there| replace.allows(m, there))
+            .unwrap();
+        assert!(matches!(out, MarkOutcome::Written(..)), "{out:?}");
+    };
+
+    // A new volume, prepared 0751 by the operator: recorded before its PV is created; the
+    // tenant's chmod and the marks written later (its UID, its claim) do not change the record.
+    let new = base.join("new");
+    let _n = tmpfs(&new, "8m");
+    fs::set_permissions(&new, fs::Permissions::from_mode(0o751)).unwrap();
+    publish(&new, &mark("pv-new", None, false), Replace::BeforeCreate { judged: None });
+    assert_eq!(record(&new).as_deref(), Some("mode=0751 uid=0 gid=0"));
+    fs::set_permissions(&new, fs::Permissions::from_mode(0o777)).unwrap();
+    publish(&new, &mark("pv-new", Some("uid-1"), true), Replace::Keep { used: true });
+    assert_eq!(record(&new).as_deref(), Some("mode=0751 uid=0 gid=0"));
+
+    // A PV that already exists and is in use (made by upstream): its root is the tenant's now,
+    // so nothing is recorded, and its wipe gives it a fresh tmpfs root.
+    let adopted = base.join("adopted");
+    let _a = tmpfs(&adopted, "8m");
+    fs::set_permissions(&adopted, fs::Permissions::from_mode(0o2777)).unwrap();
+    publish(&adopted, &mark("pv-adopted", Some("uid-2"), true), Replace::Keep { used: true });
+    assert_eq!(record(&adopted), None);
+    wipe_filesystem(&adopted, &MountTable::read().unwrap(), &AtomicBool::new(false)).unwrap();
+    assert_eq!(fs::metadata(&adopted).unwrap().mode() & 0o7777, 0o1777);
+}

@@ -203,9 +203,11 @@ pub fn mark_volume(
             if !write(there.as_ref()) {
                 return Ok(MarkOutcome::Kept(there));
             }
-            // First publication (no mark of any earlier one): the root's mode and owner as the
-            // operator left them, before any tenant, for the wipe to give back (wipe_fs).
-            if there.is_none() {
+            // First publication (no mark of any earlier one, and this one written before the
+            // PV exists, so unclaimed): the root's mode and owner as the operator left them,
+            // before any tenant, for the wipe to give back (wipe_fs). A PV made earlier (by
+            // upstream, by an older version) may have had a tenant: nothing is recorded for it.
+            if there.is_none() && mark.uid.is_none() && !mark.claimed {
                 crate::host::wipe_fs::record_root(root.as_fd())
                     .map_err(|e| MarkError::io("recording the mode and owner of", &resolved, e))?;
             }
