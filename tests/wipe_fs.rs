@@ -337,3 +337,56 @@ fn the_root_is_recorded_at_the_first_publication_only() {
     wipe_filesystem(&adopted, &MountTable::read().unwrap(), &AtomicBool::new(false)).unwrap();
     assert_eq!(fs::metadata(&adopted).unwrap().mode() & 0o7777, 0o1777);
 }
+
+// FS_IOC_SET_ENCRYPTION_POLICY, declared _IOR although it passes the policy in: a v1 policy
+// (version 0, AES-256-XTS contents, AES-256-CTS names, no flags, an 8-byte key descriptor).
+nix::ioctl_read!(set_encryption_policy, b'f', 19, [u8; 12]);
+
+/// A root that cannot be made a new volume's (an encryption policy a tenant set on the empty
+/// root of a volume on an ext4 made with `-O encrypt`; nothing takes it off a directory that
+/// stays): the
+/// wipe fails, naming the path and the flag, and the policy is still there.
+#[test]
+fn an_encrypted_root_is_refused_naming_the_path_and_the_flag() {
+    const TEST: &str = "an_encrypted_root_is_refused_naming_the_path_and_the_flag";
+    if !require_root(TEST) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = fs::canonicalize(tmp.path()).unwrap();
+    let image = base.join("disk.img");
+    run(Command::new("truncate").arg("-s").arg("32M").arg(&image));
+    let lo = Loop(run(Command::new("losetup").args(["--find", "--show"]).arg(&image)));
+    run(Command::new("mkfs.ext4").args(["-q", "-O", "encrypt", &lo.0]));
+    let disk = base.join("disk");
+    fs::create_dir_all(&disk).unwrap();
+    run(Command::new("mount").arg(&lo.0).arg(&disk));
+    let _d = Mount(disk.clone());
+    // ext4 refuses a policy on its own root directory: the volume is a directory of the
+    // filesystem, bind-mounted (as a shared filesystem's volumes are).
+    fs::create_dir(disk.join("vol")).unwrap();
+    let root = fs::File::open(disk.join("vol")).unwrap();
+    let mut policy = [0u8, 1, 4, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    // SAFETY: the ioctl reads the 12-byte v1 policy through the pointer, valid for the call, on
+    // a descriptor borrowed from `root`, open for the whole call.
+    let set = unsafe { set_encryption_policy(std::os::fd::AsRawFd::as_raw_fd(&root), &mut policy) };
+    if let Err(e) = set {
+        support::cannot_run(TEST, &format!("this kernel sets no encryption policy on ext4 ({e})"));
+        return;
+    }
+    drop(root);
+    let vol = base.join("vol");
+    fs::create_dir_all(&vol).unwrap();
+    run(Command::new("mount").arg("--bind").arg(disk.join("vol")).arg(&vol));
+    let _m = Mount(vol.clone());
+    let flags = root_flags(&vol);
+    assert_ne!(flags & 0x800, 0, "encrypt flag: {flags:#x}");
+    let err = wipe_filesystem(&vol, &MountTable::read().unwrap(), &AtomicBool::new(false)).unwrap_err();
+    assert!(
+        matches!(&err, FsWipeError::RootMetadata { path, what, detail }
+            if *path == vol && what == "inode flags E (chattr)" && detail.contains("encryption policy")),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&vol.display().to_string()), "{err}");
+    assert_eq!(root_flags(&vol), flags);
+}

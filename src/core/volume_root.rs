@@ -17,8 +17,8 @@
 //!   owner sets them), and any other `system.*` (an NFSv4 ACL, a name this code does not know).
 //! - Inode flags (`chattr`): kept only those the filesystem keeps itself (extents, hashed
 //!   directory index, inline data, huge file, EA inode, and the like). An encrypted or verity
-//!   root cannot be undone while the root exists (a tenant owning the empty root can set an
-//!   encryption policy on it): refused. Every other flag is cleared, the ones a tenant sets
+//!   root cannot be undone while the root exists (a tenant owning the empty root of a bound
+//!   directory can set an encryption policy on it; ext4 refuses one on its own root): refused. Every other flag is cleared, the ones a tenant sets
 //!   (nodump, noatime, sync, dirsync, compression, no-COW, DAX, project inheritance, casefold,
 //!   top-dir, secure deletion, undeletable, no-tail-merge, data journalling) as well as
 //!   immutable and append-only (CAP_LINUX_IMMUTABLE, so normally not a tenant) and any bit not
