@@ -10,6 +10,7 @@ use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
+use local_static_provisioner::core::volume_root::ConfiguredRoot;
 use local_static_provisioner::host::mountinfo::MountTable;
 use local_static_provisioner::host::wipe_fs::*;
 use support::require_root;
@@ -223,6 +224,24 @@ fn the_wipe_leaves_an_ext4_root_as_a_new_volumes() {
     record_root(std::os::fd::AsFd::as_fd(&fd)).unwrap();
     wipe_filesystem(&vol, &MountTable::read().unwrap(), &AtomicBool::new(false)).unwrap();
     assert_new_root(&vol, 0o751, (5, 6), fresh_flags, true);
+
+    // A class's rootMode and rootOwner win over the record (volumes an older version or
+    // upstream published, whose roots workloads need as the operator made them).
+    leave_tenant_metadata(&vol);
+    let configured = ConfiguredRoot { mode: Some(0o2770), owner: Some((1000, 2000)) };
+    wipe_filesystem_counted(&vol, &MountTable::read().unwrap(), &AtomicBool::new(false), None, configured, &mut |_| {
+        Ok(())
+    })
+    .unwrap();
+    assert_new_root(&vol, 0o2770, (1000, 2000), fresh_flags, true);
+    // Only the mode configured: the owner is still the record's.
+    leave_tenant_metadata(&vol);
+    let configured = ConfiguredRoot { mode: Some(0o777), owner: None };
+    wipe_filesystem_counted(&vol, &MountTable::read().unwrap(), &AtomicBool::new(false), None, configured, &mut |_| {
+        Ok(())
+    })
+    .unwrap();
+    assert_new_root(&vol, 0o777, (5, 6), fresh_flags, true);
 }
 
 /// `files` small files in `files / 1000` leaf directories two levels down (d*/e*/f*).

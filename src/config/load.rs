@@ -15,6 +15,7 @@ use super::{
 };
 use crate::core::go_duration::parse_go_duration;
 use crate::core::pattern::NamePattern;
+use crate::core::volume_root::ConfiguredRoot;
 
 /// Reads every key file of a mounted ConfigMap (skipping kubelet's `..data` machinery and
 /// directories), then parses and validates it.
@@ -103,7 +104,7 @@ pub(super) const TOP_KEYS: [&str; 11] = [
 pub(super) const DEVICE_KEYS: [&str; 9] =
     ["types", "minSize", "maxSize", "rotational", "models", "vendors", "exclude", "maxPerNode", "verify"];
 
-pub(super) const CLASS_KEYS: [&str; 10] = [
+pub(super) const CLASS_KEYS: [&str; 12] = [
     "hostDir",
     "mountDir",
     "blockCleanerCommand",
@@ -114,6 +115,8 @@ pub(super) const CLASS_KEYS: [&str; 10] = [
     "namePattern",
     "selector",
     "devices",
+    "rootMode",
+    "rootOwner",
 ];
 
 #[derive(Default)]
@@ -302,6 +305,27 @@ impl Parser {
             None => Vec::new(),
         };
         let devices = fields.get("devices").and_then(|v| self.devices(v, &format!("{loc}.devices")));
+        // Quoted only: YAML reads 0775 unquoted as decimal 775 or octal 509 depending on its
+        // version, and a wrong mode on every wiped root is not a guess to make.
+        let quoted = |p: &mut Self, key: &str| match fields.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                p.problem(&format!("{loc}.{key}"), "must be a quoted string (e.g. \"0775\", \"1000:1000\")");
+                None
+            }
+        };
+        let root_mode = quoted(self, "rootMode")
+            .and_then(|t| ConfiguredRoot::parse_mode(&t).map_err(|e| self.problem(&format!("{loc}.rootMode"), e)).ok());
+        let root_owner = quoted(self, "rootOwner").and_then(|t| {
+            ConfiguredRoot::parse_owner(&t).map_err(|e| self.problem(&format!("{loc}.rootOwner"), e)).ok()
+        });
+        if (root_mode.is_some() || root_owner.is_some()) && volume_mode == VolumeMode::Block {
+            self.problem(
+                &format!("{loc}.rootMode"),
+                "rootMode and rootOwner are for Filesystem classes (a Block volume has no root directory)",
+            );
+        }
         Some(ClassConfig {
             host_dir: host_dir.unwrap_or_default(),
             mount_dir: mount_dir.unwrap_or_default(),
@@ -313,6 +337,8 @@ impl Parser {
             name_pattern,
             selector,
             devices,
+            root_mode,
+            root_owner,
         })
     }
 

@@ -69,6 +69,8 @@ fn default_class(dir: &str) -> ClassConfig {
         name_pattern: "*".into(),
         selector: Vec::new(),
         devices: None,
+        root_mode: None,
+        root_owner: None,
     }
 }
 
@@ -151,6 +153,8 @@ fn helm_chart_rendering_is_accepted_with_every_value() {
                 name_pattern: "*".into(),
                 selector: Vec::new(),
                 devices: None,
+                root_mode: None,
+                root_owner: None,
             },
         )]),
         node_labels_for_pv: vec!["topology.kubernetes.io/zone".into()],
@@ -629,6 +633,36 @@ fn each_invalid_class_setting_is_one_problem_at_its_location() {
             "StorageClass name",
         ),
         ("fast-:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n", "storageClassMap.fast-", "StorageClass name"),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  rootMode: 0775\n",
+            "storageClassMap.fast.rootMode",
+            "quoted",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  rootMode: \"0789\"\n",
+            "storageClassMap.fast.rootMode",
+            "octal",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  rootMode: \"17777\"\n",
+            "storageClassMap.fast.rootMode",
+            "at most 7777",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  rootOwner: \"app:app\"\n",
+            "storageClassMap.fast.rootOwner",
+            "UID:GID",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  rootOwner: 1000\n",
+            "storageClassMap.fast.rootOwner",
+            "quoted",
+        ),
+        (
+            "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  volumeMode: Block\n  rootMode: \"0777\"\n",
+            "storageClassMap.fast.rootMode",
+            "Filesystem classes",
+        ),
         ("fast: 3\n", "storageClassMap.fast", "map"),
         ("fast:\n", "storageClassMap.fast", "map"),
         ("- fast\n", "storageClassMap", "map"),
@@ -1340,4 +1374,25 @@ fn dev_directories_other_than_a_dedicated_one_under_dev_disk_are_refused() {
             assert!(problems[0].message.contains("/dev/disk/kubernetes"), "{dir}: {}", problems[0].message);
         }
     }
+}
+
+#[test]
+fn root_mode_and_owner_are_read_and_shown_as_written() {
+    let map = "fast:\n  hostDir: /mnt/fast\n  mountDir: /mnt/fast\n  rootMode: \"1777\"\n  rootOwner: \"1000:2000\"\n";
+    let loaded = ok(&[("storageClassMap", map)]);
+    let class = &loaded.config.storage_class_map["fast"];
+    assert_eq!((class.root_mode, class.root_owner), (Some(0o1777), Some((1000, 2000))));
+    assert_eq!(
+        class.configured_root(),
+        crate::core::volume_root::ConfiguredRoot { mode: Some(0o1777), owner: Some((1000, 2000)) }
+    );
+    // validate-config prints them as they are written, not as numbers.
+    let shown = serde_json::to_value(class).unwrap();
+    assert_eq!(shown["rootMode"], "1777");
+    assert_eq!(shown["rootOwner"], "1000:2000");
+    // Left out: nothing configured, and nothing shown.
+    let plain = ok(&[("storageClassMap", &one_class("fast", "/mnt/fast"))]);
+    let plain = &plain.config.storage_class_map["fast"];
+    assert_eq!(plain.configured_root(), crate::core::volume_root::ConfiguredRoot::default());
+    assert!(serde_json::to_value(plain).unwrap().get("rootMode").is_none());
 }

@@ -38,6 +38,8 @@ fn class(host_dir: &str) -> ClassConfig {
         name_pattern: "*".into(),
         selector: Vec::new(),
         devices: None,
+        root_mode: None,
+        root_owner: None,
     }
 }
 

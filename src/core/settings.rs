@@ -94,6 +94,36 @@ pub struct ClassConfig {
     /// directory (see docs/devices.md); `None`: only what an operator puts there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub devices: Option<DeviceSelector>,
+    /// `rootMode`: the mode the wipe gives a Filesystem volume's root (octal), instead of the
+    /// one recorded at its first publication or a fresh filesystem's (core::volume_root).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "octal_mode")]
+    pub root_mode: Option<u32>,
+    /// `rootOwner`: the owner and group (numeric) the wipe gives a Filesystem volume's root.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "uid_gid")]
+    pub root_owner: Option<(u32, u32)>,
+}
+
+impl ClassConfig {
+    /// What the class's configuration says a wiped root is (core::volume_root).
+    pub fn configured_root(&self) -> super::volume_root::ConfiguredRoot {
+        super::volume_root::ConfiguredRoot { mode: self.root_mode, owner: self.root_owner }
+    }
+}
+
+/// `rootMode` as written: `"0775"`, not a decimal number.
+fn octal_mode<S: serde::Serializer>(mode: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+    match mode {
+        Some(m) => s.serialize_str(&format!("{m:04o}")),
+        None => s.serialize_none(),
+    }
+}
+
+/// `rootOwner` as written: `"1000:1000"`.
+fn uid_gid<S: serde::Serializer>(owner: &Option<(u32, u32)>, s: S) -> Result<S::Ok, S::Error> {
+    match owner {
+        Some((u, g)) => s.serialize_str(&format!("{u}:{g}")),
+        None => s.serialize_none(),
+    }
 }
 
 /// The whole configuration with every default filled in.

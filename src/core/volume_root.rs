@@ -192,10 +192,52 @@ impl RootOwnership {
     }
 }
 
-/// The mode and owner the wipe gives the root: the recorded ones, else a fresh filesystem's;
-/// nothing where the filesystem stores none (`fresh` None), whatever a record says.
-pub fn target_ownership(recorded: Option<RootOwnership>, fresh: Option<RootOwnership>) -> Option<RootOwnership> {
-    fresh.map(|fresh| recorded.unwrap_or(fresh))
+/// The mode and owner a class's configuration gives every root it wipes (`rootMode`,
+/// `rootOwner`): each, when set, wins over the record and a fresh filesystem's. For operators
+/// whose workloads need a root other than mkfs's (0777 for pods running as any user, a service
+/// user's directory) on volumes published before the record existed, by upstream say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConfiguredRoot {
+    /// Permission bits, set-id and sticky (at most 0o7777).
+    pub mode: Option<u32>,
+    /// Owner and group, numeric.
+    pub owner: Option<(u32, u32)>,
+}
+
+impl ConfiguredRoot {
+    /// Reads `rootMode`: an octal string (`"0775"`, `"775"`, `"1777"`), at most 0o7777.
+    pub fn parse_mode(text: &str) -> Result<u32, String> {
+        let digits = text.strip_prefix("0o").unwrap_or(text);
+        if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            return Err(format!("{text:?} is not an octal mode (write it quoted, e.g. \"0775\")"));
+        }
+        match u32::from_str_radix(digits, 8) {
+            Ok(m) if m <= 0o7777 => Ok(m),
+            _ => Err(format!("{text:?} is more than a mode holds (at most 7777)")),
+        }
+    }
+
+    /// Reads `rootOwner`: `UID:GID`, numeric (a name means another user on another host).
+    pub fn parse_owner(text: &str) -> Result<(u32, u32), String> {
+        let bad = || format!("{text:?} is not UID:GID (numeric, e.g. \"1000:1000\")");
+        let (u, g) = text.split_once(':').ok_or_else(bad)?;
+        let id = |s: &str| s.parse::<u32>().ok().filter(|v| *v != u32::MAX && !s.starts_with('+'));
+        Ok((id(u).ok_or_else(bad)?, id(g).ok_or_else(bad)?))
+    }
+}
+
+/// The mode and owner the wipe gives the root: the configured ones, else the recorded ones,
+/// else a fresh filesystem's, each of mode and owner on its own; nothing where the filesystem
+/// stores none (`fresh` None), whatever a record or the configuration says.
+pub fn target_ownership(
+    configured: ConfiguredRoot,
+    recorded: Option<RootOwnership>,
+    fresh: Option<RootOwnership>,
+) -> Option<RootOwnership> {
+    let fresh = fresh?;
+    let base = recorded.unwrap_or(fresh);
+    let (uid, gid) = configured.owner.unwrap_or((base.uid, base.gid));
+    Some(RootOwnership { mode: configured.mode.unwrap_or(base.mode) & 0o7777, uid, gid })
 }
 
 /// What a new filesystem's mkfs makes, and `mkdir` under umask 022.
@@ -396,13 +438,51 @@ mod tests {
     }
 
     #[test]
-    fn the_target_is_the_record_else_a_fresh_root_and_nothing_without_ownership() {
+    fn the_target_is_the_configuration_else_the_record_else_a_fresh_root_and_nothing_without_ownership() {
         let o = |mode, uid, gid| RootOwnership { mode, uid, gid };
         let (rec, fresh) = (o(0o751, 5, 6), o(0o755, 0, 0));
-        assert_eq!(target_ownership(Some(rec), Some(fresh)), Some(rec));
-        assert_eq!(target_ownership(None, Some(fresh)), Some(fresh));
-        assert_eq!(target_ownership(Some(rec), None), None);
-        assert_eq!(target_ownership(None, None), None);
+        let none = ConfiguredRoot::default();
+        assert_eq!(target_ownership(none, Some(rec), Some(fresh)), Some(rec));
+        assert_eq!(target_ownership(none, None, Some(fresh)), Some(fresh));
+        assert_eq!(target_ownership(none, Some(rec), None), None);
+        assert_eq!(target_ownership(none, None, None), None);
+        // Every combination of a configured mode and owner over a record or none.
+        for mode in [None, Some(0o777), Some(0o1770)] {
+            for owner in [None, Some((1000, 2000))] {
+                let configured = ConfiguredRoot { mode, owner };
+                for recorded in [None, Some(rec)] {
+                    let base = recorded.unwrap_or(fresh);
+                    let want =
+                        o(mode.unwrap_or(base.mode), owner.map_or(base.uid, |o| o.0), owner.map_or(base.gid, |o| o.1));
+                    assert_eq!(
+                        target_ownership(configured, recorded, Some(fresh)),
+                        Some(want),
+                        "{configured:?} {recorded:?}"
+                    );
+                    // A filesystem without ownership of its own: nothing, whatever is configured.
+                    assert_eq!(target_ownership(configured, recorded, None), None);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn configured_modes_and_owners_are_read_strictly() {
+        for (text, want) in
+            [("0775", Ok(0o775)), ("775", Ok(0o775)), ("1777", Ok(0o1777)), ("0o700", Ok(0o700)), ("0", Ok(0))]
+        {
+            assert_eq!(ConfiguredRoot::parse_mode(text), want, "{text}");
+        }
+        for bad in ["", "0o", "775a", "0x1ff", "-755", "8", "17777", "rwxr-xr-x", " 755"] {
+            let e = ConfiguredRoot::parse_mode(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
+        assert_eq!(ConfiguredRoot::parse_owner("1000:2000"), Ok((1000, 2000)));
+        assert_eq!(ConfiguredRoot::parse_owner("0:0"), Ok((0, 0)));
+        for bad in ["", "1000", "root:root", "1000:", ":1000", "-1:0", "+1:0", "4294967295:0", "1:2:3", "1000 :1000"] {
+            let e = ConfiguredRoot::parse_owner(bad).unwrap_err();
+            assert!(e.contains("UID:GID"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -235,7 +235,14 @@ fn wipe_volume(
                 proven = Some((fd.try_clone_to_owned().map_err(|e| e.to_string())?, identity));
                 Ok(())
             };
-            let result = wipe_filesystem_counted(&root, &mounts, cancel, Some(&progress.beats), &mut verify);
+            let result = wipe_filesystem_counted(
+                &root,
+                &mounts,
+                cancel,
+                Some(&progress.beats),
+                class.configured_root(),
+                &mut verify,
+            );
             let stats = result.map_err(|e| match e {
                 FsWipeError::NotTheVolume { .. } => refusal.take().unwrap_or(WipeError::Refused(e.to_string())),
                 FsWipeError::NestedMount { .. } | FsWipeError::NotMounted { .. } | FsWipeError::Immutable { .. } => {

@@ -25,8 +25,8 @@ use rustix::io::Errno;
 
 use super::mountinfo::MountTable;
 use crate::core::volume_root::{
-    FlagsPlan, ROOT_RECORD_XATTR, RootOwnership, flag_names, fresh_root, plan_flags, plan_ownership, removes_xattr,
-    target_ownership,
+    ConfiguredRoot, FlagsPlan, ROOT_RECORD_XATTR, RootOwnership, flag_names, fresh_root, plan_flags, plan_ownership,
+    removes_xattr, target_ownership,
 };
 
 /// What a wipe removed.
@@ -108,7 +108,7 @@ pub fn wipe_filesystem_verified(
     cancel: &AtomicBool,
     verify: &mut dyn FnMut(BorrowedFd<'_>) -> Result<(), String>,
 ) -> Result<FsWipeStats, FsWipeError> {
-    wipe_filesystem_counted(root, mounts, cancel, None, verify)
+    wipe_filesystem_counted(root, mounts, cancel, None, ConfiguredRoot::default(), verify)
 }
 
 /// [`wipe_filesystem_verified`], adding the entries it goes through to `beats` as it goes:
@@ -118,10 +118,12 @@ pub fn wipe_filesystem_counted(
     mounts: &MountTable,
     cancel: &AtomicBool,
     beats: Option<&AtomicU64>,
+    configured_root: ConfiguredRoot,
     verify: &mut dyn FnMut(BorrowedFd<'_>) -> Result<(), String>,
 ) -> Result<FsWipeStats, FsWipeError> {
     let mut wiper = Wiper::open(root, mounts, cancel)?;
     wiper.beats = beats;
+    wiper.configured_root = configured_root;
     verify(wiper.root_fd.as_fd()).map_err(|reason| FsWipeError::NotTheVolume { path: root.to_path_buf(), reason })?;
     wiper.finish()
 }
@@ -317,6 +319,8 @@ struct Wiper<'a> {
     stats: FsWipeStats,
     /// Where the entries gone through are counted, if anywhere.
     beats: Option<&'a AtomicU64>,
+    /// The class's `rootMode`/`rootOwner`: what the reset gives the root before anything else.
+    configured_root: ConfiguredRoot,
 }
 
 impl<'a> Wiper<'a> {
@@ -378,6 +382,7 @@ impl<'a> Wiper<'a> {
             since_cancel_check: 0,
             stats: FsWipeStats::default(),
             beats: None,
+            configured_root: ConfiguredRoot::default(),
         })
     }
 
@@ -452,7 +457,8 @@ impl<'a> Wiper<'a> {
         let st = fstat(fd).map_err(|e| self.io_root("stat", e))?;
         #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
         let current = RootOwnership { mode: st.st_mode as u32, uid: st.st_uid, gid: st.st_gid };
-        let plan = plan_ownership(current, target_ownership(read_root_record(fd), self.fresh_root));
+        let plan =
+            plan_ownership(current, target_ownership(self.configured_root, read_root_record(fd), self.fresh_root));
         if let Some((uid, gid)) = plan.chown {
             let (u, g) = (rustix::fs::Uid::from_raw_unchecked(uid), rustix::fs::Gid::from_raw_unchecked(gid));
             rustix::fs::fchown(fd, Some(u), Some(g))
