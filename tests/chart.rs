@@ -247,6 +247,8 @@ fn upstream_keys_land_where_upstream_puts_them() {
     // The config: upstream's keys and ours.
     let effective = validate_rendered_config(&rendered, "all-features").unwrap();
     assert_eq!(effective["storageClassMap"]["lsp-all-fast"]["namePattern"], "ssd*,nvme*");
+    assert_eq!(effective["storageClassMap"]["lsp-all-fast"]["rootMode"], "2770");
+    assert_eq!(effective["storageClassMap"]["lsp-all-fast"]["rootOwner"], "0:2000");
     assert_eq!(effective["storageClassMap"]["lsp-all-block"]["volumeMode"], "Block");
     assert_eq!(effective["nodeLabelsForPV"], json!(["topology.kubernetes.io/zone"]));
     assert_eq!(effective["labelsForPV"]["team"], "storage");
