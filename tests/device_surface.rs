@@ -5,7 +5,7 @@
 //! Nothing is written to any device (checksums and the kernel's write counters, before and
 //! after).
 //!
-//! Devices are selected by sizes no other test uses (331, 337, 353 MiB and 1 TiB), so agents of
+//! Devices are selected by sizes no other test uses (331, 337, 353, 359 MiB and 1 TiB), so agents of
 //! tests running side by side never see each other's devices. Needs root.
 
 mod support;
@@ -248,6 +248,60 @@ fn verify_full_finds_what_the_samples_miss_claims_a_blank_disk_after_its_read_an
 
     assert_eq!([sha256(&blank), sha256(&hidden)], sums, "a device was written");
     assert_eq!([writes(&blank), writes(&hidden)], counters, "a device was written");
+}
+
+/// A blank proof kept in verified.json holds only while the device's write counters stay: a
+/// disk verified, let go unpublished, then written to (one block of zeros: its content still
+/// reads blank, only the counters tell) is not claimed on the old proof; `disks` says why, and
+/// the agent reads it whole again before it claims it.
+#[test]
+fn a_full_read_proof_is_void_once_the_disk_was_written_and_the_disk_is_read_again() {
+    let Some(h) = Harness::new("ds-void") else { return };
+    let class = "ds-void";
+    let mib = 359;
+    let dir = h.lab.dir("claims");
+    let section = format!(
+        "  volumeMode: Block\n  devices:\n    types: [loop]\n    minSize: {mib}Mi\n    maxSize: {mib}Mi\n    verify: full\n"
+    );
+    let config = h.config("config", &[(class, &dir, &section)]);
+    let (dev, _) = h.lab.loop_dev("d", mib);
+    let state = h.lab.path(&format!("state-{}", h.node));
+    std::fs::create_dir_all(&state).unwrap();
+    let agent = h.agent(&config, &["--settle", "1h"]);
+    let link = wait_until("the blank device linked after its full read", WAIT, || links_to(&dir, &dev));
+    let log = agent.stop();
+    let reads = |log: &str| log.matches("verify: full read queued device=").count();
+    assert_eq!(reads(&log), 1, "{log}");
+    let records: Vec<Value> = serde_json::from_slice(&std::fs::read(state.join("verified.json")).unwrap()).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim().to_string();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["data_at"].is_null() && r["boot"] == boot.as_str() && r["counters"]["writes"].is_u64()),
+        "the proof keeps the boot and the write counters: {records:?}"
+    );
+    // Let the claim go (no PV: it never settled): claimed again at once on the proof.
+    std::fs::remove_file(dir.join(&link)).unwrap();
+    std::fs::write(state.join("claims.json"), b"[]").unwrap();
+    assert!(disks_verdict(&config, &state, &dev, class).starts_with("would claim"), "the proof holds");
+
+    // One block written (zeros: the samples and the whole surface still read blank).
+    let before = writes(&dev);
+    write_at(&dev, 200 * MIB, &[0u8; 4096]);
+    assert_ne!(writes(&dev), before, "the write moved the counters");
+    let v = disks_verdict(&config, &state, &dev, class);
+    assert!(
+        v.contains("refused (verifying)") && v.contains("no longer holds") && v.contains("written since the read"),
+        "{v}"
+    );
+    let agent = h.agent(&config, &["--settle", "1h"]);
+    let linked = wait_until("the device linked again after a new full read (or a read failed)", WAIT, || {
+        links_to(&dir, &dev).map(Ok).or_else(|| agent.log_text().contains("full read failed").then_some(Err(())))
+    });
+    let log = agent.stop();
+    assert!(linked.is_ok(), "{log}");
+    assert_eq!(reads(&log), 1, "read whole again before it was claimed: {log}");
+    assert!(disks_verdict(&config, &state, &dev, class).contains("claimed"), "the new proof holds");
 }
 
 /// The link in `dir` whose target is `dev`.

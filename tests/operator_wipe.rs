@@ -309,3 +309,34 @@ fn wipes_are_refused_while_anything_uses_the_disk_and_nothing_is_written() {
     assert!(out.status.success() && text(&out).contains("allowed:"), "{}", text(&out));
     unchanged("the final dry run");
 }
+
+/// A loop device whose image file lives inside a Bound Filesystem volume (a tmpfs the agent
+/// published) holds that tenant's data: `wipe-disk` refuses it as the PV's disk, naming the PV,
+/// and the file is left as it was (the rule discovery applies to such a loop device).
+#[test]
+fn a_loop_device_over_a_file_inside_a_bound_volume_is_refused_as_that_pvs_disk() {
+    let Some(h) = Harness::new("ow-inside") else { return };
+    h.cp.forget_finished_tests_pvs();
+    let class = "ow-inside";
+    let (disks, config) = h.fs_class(class);
+    let vol = disks.join("vol");
+    h.lab.tmpfs(&vol, OTHER_MIB + 8);
+    let agent = h.agent(&config, &[]);
+    let pv = h.wait_published(&vol);
+    h.claim("ow-inside", class, &pv, false);
+    wait_until("the PV is Bound", WAIT, || (h.cp.pv_state(&pv)?.1 == "Bound").then_some(()));
+    drop(agent);
+    // The tenant's image in its volume, attached as a loop device (by the tenant, or by an
+    // administrator who took it for a spare disk).
+    let img = vol.join("tenant.img");
+    run(Command::new("truncate").arg("-s").arg(format!("{OTHER_MIB}M")).arg(&img));
+    let dev = h.lab.loop_on(&img);
+    old_data(&h, &dev, "inside");
+    let id = stable_id(&h, &config, &dev);
+    let before = checksum(&img);
+    let out = wipe_disk(&h, &config, &id, &["--yes"]);
+    assert_refused(&out, "has-pv", &format!("PV {pv}"));
+    assert!(!text(&out).contains("no PV has it"), "{}", text(&out));
+    assert_eq!(checksum(&img), before, "the tenant's image was written");
+    run(Command::new("losetup").arg("-d").arg(&dev));
+}

@@ -22,6 +22,7 @@
 mod support;
 
 use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -335,6 +336,77 @@ fn a_used_block_device_relinked_after_its_pv_was_force_deleted_is_wiped_first() 
         (ledger_entry(&ledger, &new)?["uid"] == new_uid.as_str()).then_some(())
     });
     assert!(ledger_entry(&ledger, &old).is_none(), "the wipe cleared the old entry");
+    drop(agent);
+}
+
+/// (Re)writes the partition table of loop device `dev` (attached with partition scanning) as
+/// one DOS partition numbered `number` that starts at sector 2048 and is 32 MiB long, and has
+/// the kernel drop its old partitions and add that one: the partition's node, once it shows.
+fn one_partition(dev: &Path, number: u32) -> PathBuf {
+    use std::io::Write as _;
+    let script = format!("label: dos\nunit: sectors\n\n{}p{number} : start=2048, size=65536, type=83\n", dev.display());
+    let mut sfdisk = Command::new("sfdisk");
+    sfdisk.args(["-q", "--no-reread"]).arg(dev).stdin(std::process::Stdio::piped());
+    let mut child = sfdisk.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success(), "sfdisk {script:?}");
+    // `partx -d` fails when there is no partition yet, which is fine.
+    let _ = Command::new("partx").arg("-d").arg(dev).output();
+    run(Command::new("partx").arg("-a").arg(dev));
+    let part = PathBuf::from(format!("{}p{number}", dev.display()));
+    wait_until(&format!("the kernel shows {}", part.display()), Duration::from_secs(20), || {
+        part.exists().then_some(())
+    });
+    part
+}
+
+/// A used partition whose table was rewritten so that the same start is another partition
+/// number (its PV force-deleted in between) shows the same bytes: it is wiped before it is
+/// offered again, never published with the tenant's data because its number changed.
+#[test]
+fn a_used_partition_renumbered_at_the_same_start_is_wiped_before_it_is_offered() {
+    let Some(h) = Harness::new("renumbered") else { return };
+    let blk = h.lab.dir("blk");
+    let class = "um-renumbered";
+    let config = h.config("config", &[(class, &blk, "  volumeMode: Block\n  blockCleanMethod: zero\n")]);
+    let img = h.lab.dir("images").join("d.img");
+    run(Command::new("truncate").arg("-s").arg("64M").arg(&img));
+    let dev = h.lab.loop_on_partscan(&img);
+    let part1 = one_partition(&dev, 1);
+    symlink(&part1, blk.join("p1")).unwrap();
+    let agent = h.agent(&config, &[]);
+    let old = h.wait_published(&blk.join("p1"));
+    h.claim("um-renumbered", class, &old, true);
+    write_pattern(&part1);
+    let old_uid = h.uid(&old);
+    let ledger = h.ledger(&h.node);
+    wait_until("the ledger records the partition for its PV", WAIT, || {
+        (ledger_entry(&ledger, &old)?["uid"] == old_uid.as_str()).then_some(())
+    });
+    let recorded = ledger_entry(&ledger, &old).unwrap()["identity"].as_str().unwrap().to_string();
+    assert!(recorded.contains("/part1@2048"), "the ledger names partition 1 at sector 2048: {recorded}");
+
+    std::fs::remove_file(blk.join("p1")).unwrap();
+    wait_until("the Bound PV flagged missing", WAIT, || h.ann(&old, ANN_MISSING));
+    h.force_delete_pv(&old);
+    h.delete_claim("um-renumbered");
+    // The administrator rewrites the table: the same start is now partition 2.
+    let part2 = one_partition(&dev, 2);
+    assert!(!part1.exists(), "partition 1 is gone");
+    assert!(has_pattern(&part2), "partition 2 shows the tenant's bytes");
+    let p2 = blk.join("p2");
+    symlink(&part2, &p2).unwrap();
+    let never = || {
+        let (name, phase) = h.pv_at(&p2)?;
+        has_pattern(&part2).then(|| format!("{} published as {name} ({phase}) with the tenant's bytes", p2.display()))
+    };
+    wait_never("the renumbered partition published again", &never, || {
+        h.pv_at(&p2).filter(|(_, phase)| phase == "Available").map(|(name, _)| name)
+    });
+    assert!(!has_pattern(&part2), "wiped before it was published");
+    wait_until("VolumeUsed event on the Node", WAIT, || {
+        h.node_event("VolumeUsed", &format!("volume at {} held the data of PV {old}", p2.display()))
+    });
     drop(agent);
 }
 

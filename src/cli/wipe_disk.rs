@@ -22,7 +22,7 @@ use crate::core::naming::{ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, node_
 use crate::core::operator_wipe::{KnownPv, Target, WipeRefusal, WipeWorld, decide, default_timeout, find_target};
 use crate::core::pv_facts::PvFacts;
 use crate::host::claims::pv_disks;
-use crate::host::operator_wipe::{gather, wipe};
+use crate::host::operator_wipe::{gather, volumes_at, wipe};
 
 /// How long the API gets to answer the reads the decision needs (and the event after).
 const API_TIMEOUT: Duration = Duration::from_secs(30);
@@ -167,12 +167,21 @@ async fn api_facts(opts: &WipeDiskOptions) -> Result<(Vec<KnownPv>, Cluster, Opt
         .unwrap_or_else(|| opts.node_name.clone());
     let pvs = cluster.list_pvs_where(|pv| pv.local_path().is_some()).await.map_err(|e| e.to_string())?;
     let label = node_label_value(&opts.node_name);
+    let ours: Vec<bool> = pvs.iter().map(|pv| on_node(pv, &opts.node_name, &label, &hostname)).collect();
+    // What each of this node's PVs' volumes occupies here (one read of the mount table).
+    let paths: Vec<String> = pvs
+        .iter()
+        .zip(&ours)
+        .map(|(pv, ours)| if *ours { pv.local_path().unwrap_or_default().to_string() } else { String::new() })
+        .collect();
+    let mut volumes = volumes_at(&paths).into_iter();
     let known = pvs
         .iter()
-        .map(|pv| {
+        .zip(ours)
+        .map(|(pv, this_node)| {
+            let volume = volumes.next().flatten();
             let path = pv.local_path().unwrap_or_default().to_string();
             let identity = pv.annotation(ANN_VOLUME_IDENTITY).cloned();
-            let this_node = on_node(pv, &opts.node_name, &label, &hostname);
             let disk = if this_node {
                 let mut d = pv_disks(&[(path.clone(), identity)], &Default::default()).remove(0);
                 // Any path of this node's PVs that is a device here (not only under /dev).
@@ -186,7 +195,7 @@ async fn api_facts(opts: &WipeDiskOptions) -> Result<(Vec<KnownPv>, Cluster, Opt
                 let disk = identity.as_deref().and_then(DiskIdentity::parse).and_then(|id| id.disk);
                 PvDisk { host_path: path, disk, device: None, unbound: false }
             };
-            KnownPv { name: pv.metadata.name.clone().unwrap_or_default(), this_node, disk }
+            KnownPv { name: pv.metadata.name.clone().unwrap_or_default(), this_node, disk, volume }
         })
         .collect();
     Ok((known, cluster, node))

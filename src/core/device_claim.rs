@@ -15,7 +15,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::device_selector::{DeviceSelector, DeviceType, Verify, any_glob_matches};
-use crate::core::disk_identity::LoopKey;
+use crate::core::disk_identity::{LoopKey, Shared, devices_share};
 use crate::core::naming::fnv1a32;
 use crate::core::pattern::NamePattern;
 use crate::core::pv::host_path;
@@ -559,29 +559,23 @@ pub fn not_selected(selector: &DeviceSelector, device: &DeviceFacts) -> Option<S
 }
 
 /// Whether two stable ids name overlapping data: the same device, a disk and one of its
-/// partitions, or two loop devices over overlapping ranges of one backing file (ids of either
-/// format: see core::disk_identity::LoopKey).
+/// partitions, two partitions of one disk at the same start whatever their numbers (ids carry
+/// no sizes: see core::disk_identity::spans_share), or two loop devices over overlapping
+/// ranges of one backing file (ids of either format: see core::disk_identity::LoopKey).
 pub fn ids_overlap(a: &str, b: &str) -> bool {
     if let (Some(x), Some(y)) = (LoopKey::parse(a), LoopKey::parse(b)) {
         return x.overlaps(&y);
     }
-    let (ka, kb) = (lun_key(a), lun_key(b));
-    ka == kb
-        || ka.strip_prefix(kb.as_str()).is_some_and(|r| r.starts_with("/part"))
-        || kb.strip_prefix(ka.as_str()).is_some_and(|r| r.starts_with("/part"))
+    devices_share(a, None, b, None, lun_key).is_some_and(|s| s != Shared::Apart)
 }
 
 /// One spelling for the ids of one LUN: a multipath map's UUID is `mpath-` and the LUN's
 /// designator in hex with its type first (3 for NAA, 2 for EUI-64), while each path reports
 /// the same designator as `naa.`/`eui.` in its WWID. Without this, a path of a claimed
-/// multipath device would look like another disk.
-fn lun_key(id: &str) -> String {
-    let (disk, part) = match id.find("/part") {
-        Some(i) => id.split_at(i),
-        None => (id, ""),
-    };
+/// multipath device would look like another disk. Takes a whole device's id.
+fn lun_key(disk: &str) -> String {
     let lower = disk.to_ascii_lowercase();
-    let key = if let Some(rest) = lower.strip_prefix("dm:mpath-3") {
+    if let Some(rest) = lower.strip_prefix("dm:mpath-3") {
         format!("lun:naa.{rest}")
     } else if let Some(rest) = lower.strip_prefix("dm:mpath-2") {
         format!("lun:eui.{rest}")
@@ -591,8 +585,7 @@ fn lun_key(id: &str) -> String {
         format!("lun:eui.{rest}")
     } else {
         disk.to_string()
-    };
-    format!("{key}{part}")
+    }
 }
 
 /// Everything one claim pass looks at.

@@ -7,13 +7,16 @@
 //! The rules protect whatever still uses the disk's data: the wipe is refused while the disk,
 //! or any device sharing its data (its partitions, its whole disk, another loop device over the
 //! same file), is mounted, held, open (exclusively or by any process), an entry of a discovery
-//! directory (the agent's own claim link of this very disk excepted), or the disk of a PV; and
-//! whenever one of those cannot be known (a directory not scanned, the API not readable).
+//! directory (the agent's own claim link of this very disk excepted), or the disk of a PV
+//! (a loop device over a file inside a PV's volume is that volume's disk: the same
+//! [`DiskKey::overlaps`] rule discovery applies); and whenever one of those cannot be known (a
+//! directory not scanned, the API not readable).
 
 use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::core::device_claim::{ClaimRecord, DeviceFacts, DeviceKind, DirEntry, PvDisk, ids_overlap};
+use crate::core::volume_safety::DiskKey;
 
 /// A PV as the wipe rules see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +28,9 @@ pub(crate) struct KnownPv {
     pub this_node: bool,
     /// Its path, the disk its identity recorded, and the device its path leads to here.
     pub disk: PvDisk,
+    /// What the volume at its path occupies here now (a PV of this node whose path shows a
+    /// volume), as discovery sees it.
+    pub volume: Option<DiskKey>,
 }
 
 /// A process holding the device (or one sharing its data) open: `what` is the kernel name of
@@ -52,6 +58,12 @@ pub(crate) struct WipeWorld {
     pub records: Vec<ClaimRecord>,
     /// The cluster's local PVs, or why they could not be read.
     pub pvs: Result<Vec<KnownPv>, String>,
+    /// What the named device occupies (its extent on its base disk, or the backing file of a
+    /// loop device and where that file lives), as discovery sees a block volume.
+    pub target_disk: Option<DiskKey>,
+    /// The stable id of the device under the filesystem holding a loop device's backing file
+    /// (where it has one): a PV that recorded that disk holds the file.
+    pub backing_disk: Option<String>,
 }
 
 impl Default for WipeWorld {
@@ -66,6 +78,8 @@ impl Default for WipeWorld {
             unscanned: Vec::new(),
             records: Vec::new(),
             pvs: Ok(Vec::new()),
+            target_disk: None,
+            backing_disk: None,
         }
     }
 }
@@ -119,6 +133,9 @@ pub(crate) enum WipeRefusal {
     PvRecorded { pv: String, path: String, disk: String },
     /// A PV of this node has a path leading to it (or to a device sharing its data).
     PvPath { pv: String, path: String, device: String },
+    /// A loop device over a file inside a PV's volume (or on the disk a PV recorded): its data
+    /// is that volume's.
+    PvVolume { pv: String, path: String, why: String },
     /// The agent's own link of this disk has a PV: it is a tenant's volume.
     ClaimPublished { class: String, name: String, pv: String },
     /// The PVs could not be read.
@@ -139,9 +156,10 @@ impl WipeRefusal {
             WipeRefusal::Open(_) => "open",
             WipeRefusal::Entry { .. } => "already-volume",
             WipeRefusal::Unscanned(_) => "unscanned",
-            WipeRefusal::PvRecorded { .. } | WipeRefusal::PvPath { .. } | WipeRefusal::ClaimPublished { .. } => {
-                "has-pv"
-            }
+            WipeRefusal::PvRecorded { .. }
+            | WipeRefusal::PvPath { .. }
+            | WipeRefusal::PvVolume { .. }
+            | WipeRefusal::ClaimPublished { .. } => "has-pv",
             WipeRefusal::ApiUnreadable(_) => "api-unreadable",
         }
     }
@@ -195,6 +213,9 @@ impl fmt::Display for WipeRefusal {
             }
             WipeRefusal::PvPath { pv, path, device } => {
                 write!(f, "PV {pv} has the path {path}, which leads to {device}: it is a volume; delete the PV first")
+            }
+            WipeRefusal::PvVolume { pv, path, why } => {
+                write!(f, "its data is PV {pv}'s (path {path}): {why}; it is that volume's disk; delete the PV first")
             }
             WipeRefusal::ClaimPublished { class, name, pv } => write!(
                 f,
@@ -323,6 +344,8 @@ pub(crate) fn decide(world: &WipeWorld) -> Result<Target, Vec<WipeRefusal>> {
                         path: pv.disk.host_path.clone(),
                         device: device.clone(),
                     });
+                } else if let Some(why) = shares_volume(world, pv) {
+                    refusals.push(WipeRefusal::PvVolume { pv: pv.name.clone(), path: pv.disk.host_path.clone(), why });
                 }
             }
         }
@@ -339,6 +362,23 @@ pub(crate) fn decide(world: &WipeWorld) -> Result<Target, Vec<WipeRefusal>> {
         related: related.into_iter().filter(|n| *n != target.name).collect(),
         own_links: own_links.into_iter().map(|(class, name, _)| (class, name)).collect(),
     })
+}
+
+/// Why the named device's data is in `pv`'s volume, if it is: the volume at the PV's path
+/// here shares data with the device by discovery's own rule ([`DiskKey::overlaps`]: a loop
+/// device whose backing file lies inside that volume, overlapping extents), or the PV recorded
+/// the disk that holds the loop device's backing file.
+fn shares_volume(world: &WipeWorld, pv: &KnownPv) -> Option<String> {
+    let in_volume = pv.this_node
+        && pv.volume.as_ref().zip(world.target_disk.as_ref()).is_some_and(|(volume, target)| volume.overlaps(target));
+    if in_volume {
+        return Some("the volume at that path holds its data (a loop device over a file inside it)".into());
+    }
+    let (Some(recorded), Some(backing)) = (pv.disk.disk.as_deref(), world.backing_disk.as_deref()) else {
+        return None;
+    };
+    ids_overlap(recorded, backing)
+        .then(|| format!("its backing file lies on the disk {backing}, which the PV recorded ({recorded})"))
 }
 
 /// The deadline of a wipe of `size` bytes: ten minutes plus the time the slowest acceptable

@@ -82,6 +82,7 @@ fn pv(name: &str, this_node: bool, path: &str, disk: Option<&str>, device: Optio
             device: device.map(str::to_string),
             unbound: false,
         },
+        volume: None,
     }
 }
 
@@ -390,6 +391,73 @@ fn read_back_covers_both_ends_and_a_spread_inside_the_device() {
             // Spread: the largest gap between samples is about size / 64.
             let gaps = inner.windows(2).map(|w| w[1] - w[0]).max().unwrap();
             assert!(gaps <= size / 64 + 4096, "{size}: gap {gaps}");
+        }
+    }
+}
+
+/// A loop device whose backing file lies in a PV's volume is that volume's disk, by the rule
+/// discovery applies (DiskKey::overlaps): every combination of where the file lives, whose PV
+/// it is (this node's or another's), and what the PV recorded.
+#[test]
+fn a_loop_device_over_a_file_inside_a_pvs_volume_is_that_volumes_disk() {
+    use crate::core::volume_safety::{Extent, Location};
+    use std::path::PathBuf;
+    let file_in = |device: &str, path: &str| Extent {
+        base: "file:0:52:77".into(),
+        start: 0,
+        end: 1 << 30,
+        file: Some(Location { device: device.into(), path: PathBuf::from(path) }),
+    };
+    let loop_key = |e: Option<Extent>| DiskKey::block("7:0").with_extent(e);
+    // The PV's volume: the whole tmpfs 0:52, a subdirectory of it, or another filesystem.
+    let volumes = [
+        ("the tmpfs", Some(DiskKey::fs("0:52", "/")), true),
+        ("the directory holding the image", Some(DiskKey::fs("0:52", "/vol")), true),
+        ("a sibling directory", Some(DiskKey::fs("0:52", "/other")), false),
+        ("another filesystem", Some(DiskKey::fs("8:1", "/")), false),
+        ("no volume at its path", None, false),
+    ];
+    for (what, volume, inside) in volumes {
+        for this_node in [true, false] {
+            for target in [Some(loop_key(Some(file_in("0:52", "/vol/a.img")))), Some(loop_key(None)), None] {
+                let mut w = world(LOOP);
+                w.target_disk = target.clone();
+                let mut p = pv("tenant", this_node, "/mnt/disks/vol", None, None);
+                p.volume = volume.clone();
+                w.pvs = Ok(vec![p]);
+                let known_file = target.as_ref().is_some_and(|t| *t == loop_key(Some(file_in("0:52", "/vol/a.img"))));
+                let refused = inside && this_node && known_file;
+                let ctx = format!("{what}, this node {this_node}, target {target:?}");
+                match decide(&w) {
+                    Ok(_) => assert!(!refused, "allowed: {ctx}"),
+                    Err(r) => {
+                        assert!(refused, "refused: {ctx}: {r:?}");
+                        assert_eq!(r.len(), 1, "{ctx}");
+                        assert_eq!(r[0].code(), "has-pv");
+                        assert!(r[0].to_string().contains("PV tenant"), "names the PV: {}", r[0]);
+                    }
+                }
+            }
+        }
+    }
+    // The disk under the backing file's filesystem, recorded by a PV of any node.
+    for (recorded, backing, refused) in [
+        (Some(DISK), Some(PART1), true),  // a Block PV of the whole disk: the file is in its data
+        (Some(PART1), Some(PART1), true), // a Filesystem PV of that partition
+        (Some(PART2), Some(PART1), false),
+        (Some(OTHER), Some(PART1), false),
+        (None, Some(PART1), false),
+        (Some(PART1), None, false),
+    ] {
+        for this_node in [true, false] {
+            let mut w = world(LOOP);
+            w.backing_disk = backing.map(str::to_string);
+            w.pvs = Ok(vec![pv("tenant", this_node, "/mnt/disks/vol", recorded, None)]);
+            let got = decide(&w).err().map(|r| r.iter().map(|r| r.to_string()).collect::<Vec<_>>());
+            assert_eq!(got.is_some(), refused, "{recorded:?} / {backing:?}: {got:?}");
+            if let Some(r) = got {
+                assert!(r[0].contains("PV tenant") && r[0].contains("backing file"), "{r:?}");
+            }
         }
     }
 }

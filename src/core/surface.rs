@@ -33,6 +33,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::activity::IoStat;
 use crate::core::signatures::signature_areas;
 
 const KIB: u64 = 1024;
@@ -165,6 +166,9 @@ pub enum FullRead {
     Data { offset: u64 },
     /// The last read failed or was voided by a write; it is tried again later.
     Failed(String),
+    /// A blank proof is kept but no longer holds (the reason: written since, another boot, a
+    /// record of an earlier version): the disk needs a new full read.
+    Void(String),
 }
 
 impl FullRead {
@@ -177,6 +181,7 @@ impl FullRead {
             FullRead::Queued => Some("full read queued behind another device's (one at a time per node)".into()),
             FullRead::Reading { done, total } => Some(format!("full read {}% done", percent_step(*done, *total))),
             FullRead::Failed(why) => Some(format!("the last full read did not finish ({why}); it is tried again")),
+            FullRead::Void(why) => Some(format!("the full read's proof no longer holds ({why}); it is read again")),
         }
     }
 }
@@ -203,15 +208,87 @@ pub struct VerifiedRecord {
     pub data_at: Option<u64>,
     /// When the read finished, in seconds since the Unix epoch.
     pub at: u64,
+    /// The kernel's boot ID (`/proc/sys/kernel/random/boot_id`) when the read finished: the
+    /// write counters below count from that boot. `None` in records of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
+    /// The device's write counters at the end of the read. `None` in records of earlier
+    /// versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<WriteCounters>,
+}
+
+/// The counters of a device's `stat` that move when anything is written to it (see
+/// core::activity::IoStat): writes completed, sectors written, discards completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WriteCounters {
+    /// Write requests completed.
+    pub writes: u64,
+    /// Sectors written.
+    pub write_sectors: u64,
+    /// Discard requests completed.
+    pub discards: u64,
+}
+
+impl From<&IoStat> for WriteCounters {
+    fn from(s: &IoStat) -> Self {
+        WriteCounters { writes: s.writes, write_sectors: s.write_sectors, discards: s.discards }
+    }
+}
+
+/// The device as it is now, to judge a kept blank proof by: this boot's ID and the device's
+/// write counters, each `None` when it cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Now<'a> {
+    /// The boot ID now.
+    pub boot: Option<&'a str>,
+    /// The device's write counters now.
+    pub counters: Option<WriteCounters>,
+}
+
+/// Whether a kept blank proof still holds: only while the node runs the boot it was taken in
+/// and the device's write counters have not moved since (nothing was written or discarded:
+/// the bytes are those read). Anything unknown voids it: a record of an earlier version (no
+/// boot, no counters), a boot ID or counters that cannot be read now. Another boot voids it
+/// because counters restart at zero and the disk may have been written while the node was
+/// down or from another machine. `Err` says why, for the operator.
+pub(crate) fn proof_holds(record: &VerifiedRecord, now: Now<'_>) -> Result<(), String> {
+    let (Some(boot), Some(counters)) = (record.boot.as_deref(), record.counters) else {
+        return Err("recorded by an earlier version, without the boot and the write counters".into());
+    };
+    let Some(now_boot) = now.boot else { return Err("this boot's ID cannot be read".into()) };
+    if boot != now_boot {
+        return Err("the node booted again since the read".into());
+    }
+    let Some(c) = now.counters else { return Err("the device's write counters cannot be read".into()) };
+    if c == counters {
+        return Ok(());
+    }
+    let mut what = Vec::new();
+    if c.writes != counters.writes || c.write_sectors != counters.write_sectors {
+        let sectors = c.write_sectors.wrapping_sub(counters.write_sectors);
+        what.push(format!("{} writes ({} KiB)", c.writes.wrapping_sub(counters.writes), sectors / 2));
+    }
+    if c.discards != counters.discards {
+        what.push(format!("{} discards", c.discards.wrapping_sub(counters.discards)));
+    }
+    Err(format!("written since the read: {}", what.join(", ")))
 }
 
 /// What a kept record says of the device now. A record of data whose offset the probe just
 /// read as zero (`probe_blank` covers that window too) is stale: the operator cleared the
-/// disk, so it is read again.
-pub(crate) fn recorded(records: &[VerifiedRecord], disk: &str, size: u64, probe_blank: bool) -> Option<FullRead> {
+/// disk, so it is read again. A blank record is `Blank` only while [`proof_holds`], else
+/// `Void` (read again).
+pub(crate) fn recorded(
+    records: &[VerifiedRecord],
+    disk: &str,
+    size: u64,
+    probe_blank: bool,
+    now: Now<'_>,
+) -> Option<FullRead> {
     let r = records.iter().find(|r| r.disk == disk && r.size == size)?;
     match r.data_at {
-        None => Some(FullRead::Blank),
+        None => Some(proof_holds(r, now).map_or_else(FullRead::Void, |()| FullRead::Blank)),
         Some(_) if probe_blank => None,
         Some(offset) => Some(FullRead::Data { offset }),
     }

@@ -182,18 +182,66 @@ fn progress_is_told_in_steps_of_ten_percent() {
     assert!(FullRead::Failed("voided".into()).pending().unwrap().contains("voided"));
 }
 
+const C: WriteCounters = WriteCounters { writes: 10, write_sectors: 80, discards: 1 };
+
+fn record(disk: &str, data_at: Option<u64>, boot: Option<&str>, counters: Option<WriteCounters>) -> VerifiedRecord {
+    VerifiedRecord { disk: disk.into(), size: 100, data_at, at: 1, boot: boot.map(String::from), counters }
+}
+
 #[test]
 fn a_record_counts_for_the_same_disk_and_size_and_stale_data_is_read_again() {
-    let records = vec![
-        VerifiedRecord { disk: "wwid:a".into(), size: 100, data_at: None, at: 1 },
-        VerifiedRecord { disk: "wwid:b".into(), size: 100, data_at: Some(42), at: 1 },
+    let records = vec![record("wwid:a", None, Some("b1"), Some(C)), record("wwid:b", Some(42), None, None)];
+    let now = Now { boot: Some("b1"), counters: Some(C) };
+    assert_eq!(recorded(&records, "wwid:a", 100, true, now), Some(FullRead::Blank));
+    assert_eq!(recorded(&records, "wwid:a", 100, false, now), Some(FullRead::Blank));
+    assert_eq!(recorded(&records, "wwid:a", 200, true, now), None, "another size is another disk");
+    assert_eq!(recorded(&records, "wwid:c", 100, true, now), None);
+    assert_eq!(recorded(&records, "wwid:b", 100, false, now), Some(FullRead::Data { offset: 42 }));
+    assert_eq!(recorded(&records, "wwid:b", 100, true, now), None, "cleared since: read again");
+    let moved = Now { counters: Some(WriteCounters { writes: 11, ..C }), ..now };
+    let Some(FullRead::Void(why)) = recorded(&records, "wwid:a", 100, true, moved) else { panic!("void") };
+    assert!(why.contains("written since the read: 1 writes"), "{why}");
+    assert!(FullRead::Void(why).pending().unwrap().contains("read again"));
+}
+
+/// Every combination of the record's boot and counters (kept or not, as an old record) and
+/// the boot and counters now (the same, another, moved in each field, unreadable): the proof
+/// holds only for the same boot and unmoved counters.
+#[test]
+fn a_blank_proof_holds_only_in_its_boot_while_the_write_counters_stay() {
+    let counters = [
+        None,
+        Some(C),
+        Some(WriteCounters { writes: 11, ..C }),
+        Some(WriteCounters { write_sectors: 88, ..C }),
+        Some(WriteCounters { discards: 2, ..C }),
+        Some(WriteCounters { writes: 0, write_sectors: 0, discards: 0 }),
     ];
-    assert_eq!(recorded(&records, "wwid:a", 100, true), Some(FullRead::Blank));
-    assert_eq!(recorded(&records, "wwid:a", 100, false), Some(FullRead::Blank));
-    assert_eq!(recorded(&records, "wwid:a", 200, true), None, "another size is another disk");
-    assert_eq!(recorded(&records, "wwid:c", 100, true), None);
-    assert_eq!(recorded(&records, "wwid:b", 100, false), Some(FullRead::Data { offset: 42 }));
-    assert_eq!(recorded(&records, "wwid:b", 100, true), None, "cleared since: read again");
+    for rec_boot in [None, Some("b1")] {
+        for rec_counters in [None, Some(C)] {
+            for now_boot in [None, Some("b1"), Some("b2")] {
+                for now_counters in counters {
+                    let r = record("wwid:a", None, rec_boot, rec_counters);
+                    let got = proof_holds(&r, Now { boot: now_boot, counters: now_counters });
+                    let holds = rec_boot.is_some()
+                        && rec_counters.is_some()
+                        && now_boot == rec_boot
+                        && now_counters == rec_counters;
+                    let ctx = format!("{rec_boot:?} {rec_counters:?} / {now_boot:?} {now_counters:?}: {got:?}");
+                    assert_eq!(got.is_ok(), holds, "{ctx}");
+                    let why = got.err().unwrap_or_default();
+                    if rec_boot.is_none() || rec_counters.is_none() {
+                        assert!(why.contains("earlier version"), "{ctx}");
+                    } else if now_boot == Some("b2") {
+                        assert!(why.contains("booted again"), "{ctx}");
+                    }
+                }
+            }
+        }
+    }
+    // An old record (no boot, no counters) from verified.json is void.
+    let old: VerifiedRecord = serde_json::from_str(r#"{"disk":"wwid:a","size":100,"data_at":null,"at":1}"#).unwrap();
+    assert!(proof_holds(&old, Now { boot: Some("b1"), counters: Some(C) }).is_err());
 }
 
 mod claim_rules {

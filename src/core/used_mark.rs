@@ -21,7 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::disk_identity::{DiskIdentity, Kind, may_share_disk};
+use super::disk_identity::{DiskIdentity, Kind, may_share_disk, split_partition};
 
 /// The extended attribute that carries the mark on a filesystem volume's root directory.
 pub const XATTR_NAME: &str = "trusted.local-static-provisioner.used";
@@ -256,7 +256,9 @@ pub fn relation_keys(identity: &str) -> Vec<String> {
     let Some(d) = DiskIdentity::parse(identity) else { return vec![format!("text:{identity}")] };
     let mut keys = Vec::new();
     if let Some(disk) = &d.disk {
-        keys.push(format!("disk:{}", disk.split_once("/part").map_or(disk.as_str(), |(whole, _)| whole)));
+        // The whole device only: a partition's number and start are left out, so every span
+        // of a disk (a partition renumbered since, or the disk itself) is found by it.
+        keys.push(format!("disk:{}", split_partition(disk).0));
         // A loop device by its backing file's inode alone: what ids of both formats share
         // (an old one names the file by path), and what every loop device over it shares.
         if let Some(key) = d.loop_key() {

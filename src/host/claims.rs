@@ -561,7 +561,7 @@ pub(crate) fn plan_claims(
         }
         d.probe.activity = since_last_pass.or(d.probe.activity.take());
         if let (Some(v), Some(id)) = (verifier, &d.stable_id) {
-            d.full_read = v.status(id, d.size, d.probe.content == Content::Blank);
+            d.full_read = v.status(id, &d.name, d.size, d.probe.content == Content::Blank);
         }
     }
     // A process that holds a device open across two scans uses it; one seen once only opened
@@ -574,12 +574,13 @@ pub(crate) fn plan_claims(
         }
     }
     let second = plan(&world);
-    // Full reads asked for by a class's verify: full and not started yet.
+    // Full reads asked for by a class's verify: full and not started yet, or whose kept proof
+    // no longer holds.
     if let Some(v) = verifier {
         for decision in &second.decisions {
             let Verdict::Refused(Refusal::Verifying(_)) = decision.verdict else { continue };
             let Some(d) = world.devices.iter().find(|d| d.name == decision.device) else { continue };
-            if let (FullRead::Unknown, Some(disk)) = (&d.full_read, &d.stable_id) {
+            if let (FullRead::Unknown | FullRead::Void(_), Some(disk)) = (&d.full_read, &d.stable_id) {
                 v.request(FullReadJob { name: d.name.clone(), dev: d.dev.clone(), disk: disk.clone(), size: d.size });
             }
         }

@@ -287,6 +287,7 @@ fn loop_id(node: Option<&File>) -> (Option<String>, Option<String>) {
         limit: (info.size_limit > 0).then_some(info.size_limit),
         part: None,
         born: None,
+        size: None,
     };
     (key.render(), Some(backing))
 }

@@ -20,8 +20,11 @@ use std::time::{Duration, Instant};
 use crate::config::ProvisionerConfig;
 use crate::core::device_claim::DeviceFacts;
 use crate::core::operator_wipe::{Opener, Target, WipeWorld, find_target, read_back_ranges, related};
+use crate::core::volume_safety::DiskKey;
 use crate::host::HostError;
-use crate::host::blockdev::{block_device_in_use, device_number, device_size, flush_buffers, reread_partitions};
+use crate::host::blockdev::{
+    block_device_in_use, device_number, device_size, extent, flush_buffers, open_device, reread_partitions,
+};
 use crate::host::claims::{entries, inventory, read_records, roots};
 use crate::host::identity::stable_id;
 use crate::host::mountinfo::MountTable;
@@ -87,9 +90,33 @@ pub(crate) fn gather(
         let node = device_node(target)?;
         world.in_use = in_use(&node, &mounts, &facts)?;
         world.openers = stable_openers(&devices_by_number(&devices, target));
+        let e = extent(&target.dev, &facts);
+        world.backing_disk = e.as_ref().and_then(backing_disk);
+        world.target_disk = Some(DiskKey::block(target.dev.clone()).with_extent(e));
     }
     world.devices = devices;
     Ok((world, notes))
+}
+
+/// The stable id of the device under the filesystem that holds a loop device's backing file
+/// (the extent's base `file:<M:m>:<inode>`), where that filesystem has one.
+fn backing_disk(e: &crate::core::volume_safety::Extent) -> Option<String> {
+    let device = match &e.file {
+        Some(location) => location.device.clone(),
+        None => e.base.strip_prefix("file:")?.rsplit_once(':')?.0.to_string(),
+    };
+    let (major, minor) = device.split_once(':')?;
+    let rdev = nix::sys::stat::makedev(major.parse().ok()?, minor.parse().ok()?);
+    let node = open_device(rdev, None);
+    stable_id(rdev, node.as_ref()).0
+}
+
+/// What the volume at each of `paths` occupies here now, as discovery sees it (`None` where no
+/// volume is there, or the mount table cannot be read).
+pub(crate) fn volumes_at(paths: &[String]) -> Vec<Option<DiskKey>> {
+    let Ok(mounts) = MountTable::read() else { return vec![None; paths.len()] };
+    let facts = mounts.facts();
+    paths.iter().map(|p| crate::host::discovery::disk_at(Path::new(p), &mounts, &facts)).collect()
 }
 
 /// The device's node in /dev, only when it is that very device.

@@ -9,10 +9,15 @@
 //!   and any write or discard in between voids the result (it is read again later).
 //! - Large sequential chunks with `O_DIRECT` (no page cache churn), one reused buffer.
 //! - Each finished read is kept in `verified.json` in the state directory (stable id, size,
-//!   result, when), written like `claims.json` (new file, fsync, rename, directory fsync), so a
-//!   disk is never read whole twice: not after a restart, nor when claimed again after a
-//!   release. A record of data whose offset later reads zero (the operator cleared the disk)
-//!   is read again (core::surface::recorded).
+//!   result, when, and for a blank result the boot ID and the device's write counters at the
+//!   end of the read), written like `claims.json` (new file, fsync, rename, directory fsync),
+//!   so a disk is not read whole twice while nothing changed: not after a restart of the
+//!   agent, nor when claimed again after a release. A blank proof holds only while the node
+//!   runs the same boot and the counters have not moved (core::surface::proof_holds); a record
+//!   of an earlier version has neither and is void. A record of data whose offset later reads
+//!   zero (the operator cleared the disk) is read again (core::surface::recorded).
+//! - A read that failed or was voided is tried again after a delay that doubles from a minute
+//!   up to [`RETRY_POLICY`]'s cap, with jitter (core::backoff, kept per disk and size).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
@@ -26,7 +31,8 @@ use rustix::fs::{Mode, OFlags};
 use tracing::{info, warn};
 
 use crate::core::activity::{IoStat, written_between};
-use crate::core::surface::{FullRead, VerifiedRecord, first_non_zero, percent_step, recorded};
+use crate::core::backoff::{Policy, Retries};
+use crate::core::surface::{FullRead, Now, VerifiedRecord, WriteCounters, first_non_zero, percent_step, recorded};
 use crate::host::blockdev::{device_number, device_size};
 use crate::host::state_file;
 use crate::host::writers;
@@ -38,8 +44,16 @@ pub const VERIFIED_FILE: &str = "verified.json";
 const CHUNK: usize = 4 << 20;
 /// Alignment of the buffer for `O_DIRECT` (any logical block size up to 4 KiB).
 const ALIGN: usize = 4096;
-/// How long a failed or voided read waits before it is tried again.
-const RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How long a failed or voided read waits before it is tried again: a minute, doubled with each
+/// failure in a row up to half an hour, plus jitter.
+pub(crate) const RETRY_POLICY: Policy = Policy { initial: Duration::from_secs(60), max: Duration::from_secs(30 * 60) };
+/// Where the kernel says which boot this is.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This boot's ID, `None` when it cannot be read.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string(BOOT_ID).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
 
 /// A full read that failed, naming the device or file.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +123,12 @@ fn write_counters(name: &str) -> Result<IoStat, VerifyError> {
 /// Reads the whole of `job`'s device, sequentially, and says whether every byte is zero;
 /// `done` follows the bytes read. Logs every 10% and at the end, with the rate.
 pub fn read_whole(job: &FullReadJob, done: &AtomicU64) -> Result<Found, VerifyError> {
+    read_whole_counted(job, done).map(|(found, _)| found)
+}
+
+/// [`read_whole`], with the device's write counters read at its end (after the check that
+/// nothing was written during the read): what a blank proof is kept with.
+fn read_whole_counted(job: &FullReadJob, done: &AtomicU64) -> Result<(Found, IoStat), VerifyError> {
     let node = PathBuf::from(format!("/dev/{}", job.name));
     let base = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
     let fd = match rustix::fs::open(&node, base | OFlags::DIRECT, Mode::empty()) {
@@ -147,7 +167,7 @@ pub fn read_whole(job: &FullReadJob, done: &AtomicU64) -> Result<Found, VerifyEr
         if let Some(i) = first_non_zero(&chunk[..n]) {
             let offset = at + i as u64;
             info!(device = %job.name, disk = %job.disk, offset, "full read: data found");
-            return Ok(Found::Data { offset });
+            return Ok((Found::Data { offset }, before));
         }
         at += n as u64;
         done.store(at, Ordering::Relaxed);
@@ -170,7 +190,7 @@ pub fn read_whole(job: &FullReadJob, done: &AtomicU64) -> Result<Found, VerifyEr
         rate_mib_s = format!("{:.0}", rate(size)),
         "full read: blank"
     );
-    Ok(Found::Blank)
+    Ok((Found::Blank, after))
 }
 
 /// What the running read has done.
@@ -209,6 +229,8 @@ struct Inner {
     state_dir: PathBuf,
     /// Whether reads may run (the agent) or only the records are shown (the commands).
     runs: bool,
+    /// This boot's ID (it cannot change while the process runs).
+    boot: Option<String>,
     state: Mutex<State>,
 }
 
@@ -218,8 +240,9 @@ struct State {
     queue: VecDeque<FullReadJob>,
     running: Option<(FullReadJob, Arc<AtomicU64>)>,
     worker: bool,
-    /// Reads that failed or were voided, with when: tried again after [`RETRY_AFTER`].
-    failed: BTreeMap<(String, u64), (String, Instant)>,
+    /// Reads that failed or were voided, by disk and size: tried again when their backoff
+    /// ([`RETRY_POLICY`]) has passed; dropped once a read of the disk finishes.
+    failed: Retries<(String, u64)>,
     results: BTreeMap<&'static str, u64>,
     wake: Option<Wake>,
 }
@@ -245,11 +268,12 @@ impl Verifier {
             queue: VecDeque::new(),
             running: None,
             worker: false,
-            failed: BTreeMap::new(),
+            failed: Retries::default(),
             results: BTreeMap::new(),
             wake: None,
         };
-        Verifier { inner: Arc::new(Inner { state_dir: state_dir.to_path_buf(), runs, state: Mutex::new(state) }) }
+        let inner = Inner { state_dir: state_dir.to_path_buf(), runs, boot: boot_id(), state: Mutex::new(state) };
+        Verifier { inner: Arc::new(inner) }
     }
 
     /// `wake` is called at every 10% of a read and when it ends, so a pass runs soon.
@@ -269,17 +293,23 @@ impl Verifier {
         records.iter().find(|r| r.disk == disk && r.size == size).and_then(|r| r.data_at)
     }
 
-    /// Where the full read of this disk stands. `probe_blank`: the probe just read the disk's
-    /// samples (and any recorded data offset) as zero.
-    pub fn status(&self, disk: &str, size: u64, probe_blank: bool) -> FullRead {
-        let mut state = self.lock();
+    /// Where the full read of this disk (kernel name `name` now) stands. `probe_blank`: the
+    /// probe just read the disk's samples (and any recorded data offset) as zero. A kept blank
+    /// proof counts only while this boot runs and the device's write counters stay as they
+    /// were at its end; otherwise the disk is `Void` until a new read is under way.
+    pub fn status(&self, disk: &str, name: &str, size: u64, probe_blank: bool) -> FullRead {
+        let counters = writers::io_stat(name).map(|s| WriteCounters::from(&s));
+        let now = Now { boot: self.inner.boot.as_deref(), counters };
+        let state = self.lock();
         let records = match &state.records {
             Ok(r) => r,
             Err(e) => return FullRead::Failed(e.clone()),
         };
-        if let Some(found) = recorded(records, disk, size, probe_blank) {
-            return found;
-        }
+        let void = match recorded(records, disk, size, probe_blank, now) {
+            Some(FullRead::Void(why)) => Some(why),
+            Some(found) => return found,
+            None => None,
+        };
         if let Some((job, done)) = &state.running
             && job.disk == disk
             && job.size == size
@@ -291,19 +321,17 @@ impl Verifier {
         }
         let key = (disk.to_string(), size);
         match state.failed.get(&key) {
-            Some((why, at)) if at.elapsed() < RETRY_AFTER => FullRead::Failed(why.clone()),
-            Some(_) => {
-                state.failed.remove(&key);
-                FullRead::Unknown
-            }
-            None => FullRead::Unknown,
+            // Its record stays until a read finishes, so the next failure doubles the delay.
+            Some(r) if !state.failed.may_try(&key, Instant::now(), None) => FullRead::Failed(r.error.clone()),
+            _ => void.map_or(FullRead::Unknown, FullRead::Void),
         }
     }
 
-    /// Asks for a full read of `job`'s device (nothing when one is recorded, under way, queued
-    /// or failed a moment ago, or when this verifier only shows records).
+    /// Asks for a full read of `job`'s device (nothing when one is recorded and holds, under
+    /// way, queued or failed and still backing off, or when this verifier only shows records).
     pub fn request(&self, job: FullReadJob) {
-        if !self.inner.runs || self.status(&job.disk, job.size, false) != FullRead::Unknown {
+        let status = self.status(&job.disk, &job.name, job.size, false);
+        if !self.inner.runs || !matches!(status, FullRead::Unknown | FullRead::Void(_)) {
             return;
         }
         let mut state = self.lock();
@@ -337,7 +365,7 @@ impl Verifier {
             };
             let progress = ProgressWake { verifier: self, job: &job, done: &done };
             let result = std::thread::scope(|s| {
-                let reader = s.spawn(|| read_whole(&job, &done));
+                let reader = s.spawn(|| read_whole_counted(&job, &done));
                 progress.follow(&reader);
                 reader.join().unwrap_or_else(|_| Err(io("read", Path::new(&job.name), std::io::Error::other("panic"))))
             });
@@ -345,27 +373,31 @@ impl Verifier {
         }
     }
 
-    fn finish(&self, job: &FullReadJob, result: Result<Found, VerifyError>) {
+    fn finish(&self, job: &FullReadJob, result: Result<(Found, IoStat), VerifyError>) {
         let wake = {
             let mut state = self.lock();
             state.running = None;
             let key = (job.disk.clone(), job.size);
-            let data_at = match result {
-                Ok(Found::Blank) => None,
-                Ok(Found::Data { offset }) => Some(offset),
+            let (data_at, counters) = match result {
+                Ok((Found::Blank, after)) => (None, Some(WriteCounters::from(&after))),
+                Ok((Found::Data { offset }, _)) => (Some(offset), None),
                 Err(e) => {
                     let kind = if matches!(e, VerifyError::Written { .. }) { "voided" } else { "failed" };
-                    warn!(device = %job.name, disk = %job.disk, "full read {kind}: {e}; tried again later");
+                    let due =
+                        state.failed.failed(&key, RETRY_POLICY, e.to_string(), None, Instant::now(), fastrand::f64());
+                    let after = due.saturating_duration_since(Instant::now());
+                    warn!(device = %job.name, disk = %job.disk, retry_in_s = after.as_secs(), "full read {kind}: {e}; tried again later");
                     *state.results.entry(kind).or_default() += 1;
-                    state.failed.insert(key, (e.to_string(), Instant::now()));
                     return self.wake_with(state);
                 }
             };
+            state.failed.succeeded(&key);
             *state.results.entry(if data_at.is_some() { "data" } else { "blank" }).or_default() += 1;
             let at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let boot = counters.and(self.inner.boot.clone());
             if let Ok(records) = &mut state.records {
                 records.retain(|r| !(r.disk == job.disk && r.size == job.size));
-                records.push(VerifiedRecord { disk: job.disk.clone(), size: job.size, data_at, at });
+                records.push(VerifiedRecord { disk: job.disk.clone(), size: job.size, data_at, at, boot, counters });
                 if let Err(e) = write_records(&self.inner.state_dir, records) {
                     warn!("full read of {} kept in memory only: {e}", job.name);
                 }
@@ -451,29 +483,76 @@ mod tests {
     fn records_round_trip_and_an_unreadable_file_is_left_as_it_is() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read_records(dir.path()).unwrap(), Vec::new());
+        // A blank proof of this boot.
+        let counters = Some(WriteCounters { writes: 1, write_sectors: 8, discards: 0 });
         let records = vec![
-            VerifiedRecord { disk: "wwid:b".into(), size: 10, data_at: Some(4), at: 2 },
-            VerifiedRecord { disk: "wwid:a".into(), size: 10, data_at: None, at: 1 },
+            VerifiedRecord { disk: "wwid:b".into(), size: 10, data_at: Some(4), at: 2, boot: None, counters: None },
+            VerifiedRecord { disk: "wwid:a".into(), size: 10, data_at: None, at: 1, boot: boot_id(), counters },
         ];
         write_records(dir.path(), &records).unwrap();
         let back = read_records(dir.path()).unwrap();
         assert_eq!(back, vec![records[1].clone(), records[0].clone()]);
         let v = Verifier::view(dir.path());
-        assert_eq!(v.status("wwid:a", 10, false), FullRead::Blank);
-        assert_eq!(v.status("wwid:b", 10, false), FullRead::Data { offset: 4 });
+        // No device of that name: its counters cannot be read, so the blank proof is void.
+        let FullRead::Void(why) = v.status("wwid:a", "no-such-dev", 10, false) else { panic!("void") };
+        assert!(why.contains("write counters cannot be read"), "{why}");
+        assert_eq!(v.status("wwid:b", "no-such-dev", 10, false), FullRead::Data { offset: 4 });
         assert_eq!(v.data_at("wwid:b", 10), Some(4));
-        assert_eq!(v.status("wwid:b", 10, true), FullRead::Unknown);
-        assert_eq!(v.status("wwid:a", 11, false), FullRead::Unknown);
+        assert_eq!(v.status("wwid:b", "no-such-dev", 10, true), FullRead::Unknown);
+        assert_eq!(v.status("wwid:a", "no-such-dev", 11, false), FullRead::Unknown);
         // A view never reads.
         v.request(FullReadJob { name: "loop9".into(), dev: "7:9".into(), disk: "wwid:c".into(), size: 1 });
-        assert_eq!(v.status("wwid:c", 1, false), FullRead::Unknown);
+        assert_eq!(v.status("wwid:c", "loop9", 1, false), FullRead::Unknown);
 
         std::fs::write(dir.path().join(VERIFIED_FILE), b"[{").unwrap();
         let v = Verifier::new(dir.path());
-        let FullRead::Failed(why) = v.status("wwid:a", 10, false) else { panic!("an unreadable file is a failure") };
+        let FullRead::Failed(why) = v.status("wwid:a", "loop9", 10, false) else {
+            panic!("an unreadable file is a failure")
+        };
         assert!(why.contains("verified.json") && why.contains("unreadable"), "{why}");
         v.request(FullReadJob { name: "loop9".into(), dev: "7:9".into(), disk: "wwid:a".into(), size: 10 });
         assert_eq!(std::fs::read(dir.path().join(VERIFIED_FILE)).unwrap(), b"[{");
+    }
+
+    /// A read that fails (no such device) is tried again after a delay that doubles from a
+    /// minute, with jitter, kept per disk: core::backoff's records, not a fixed interval.
+    #[test]
+    fn a_failed_read_backs_off_with_jitter_per_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Verifier::new(dir.path());
+        let job = FullReadJob { name: "lsp-no-such-dev".into(), dev: "7:250".into(), disk: "wwid:f".into(), size: 1 };
+        let key = (job.disk.clone(), job.size);
+        let failed = |v: &Verifier| {
+            let until = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let FullRead::Failed(why) = v.status(&job.disk, &job.name, 1, false) {
+                    return why;
+                }
+                assert!(Instant::now() < until, "the read never failed");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let mut delays = Vec::new();
+        for attempt in 1..=3u32 {
+            v.request(job.clone());
+            let why = failed(&v);
+            assert!(why.contains("lsp-no-such-dev"), "{why}");
+            let state = v.lock();
+            let r = state.failed.get(&key).expect("a retry record");
+            assert_eq!(r.failures, attempt);
+            let wait = r.due.saturating_duration_since(Instant::now());
+            assert!(wait <= r.delay.mul_f64(1.2) && wait + Duration::from_secs(5) >= r.delay, "{wait:?} {r:?}");
+            delays.push(r.delay.as_secs());
+            drop(state);
+            // Asked again before its time: nothing is queued.
+            v.request(job.clone());
+            assert!(matches!(v.status(&job.disk, &job.name, 1, false), FullRead::Failed(_)));
+            v.lock().failed.expire_for_test(Instant::now());
+            assert_eq!(v.status(&job.disk, &job.name, 1, false), FullRead::Unknown, "due: asked again");
+        }
+        assert_eq!(delays, [60, 120, 240]);
+        // Another disk has its own record.
+        assert!(v.lock().failed.get(&("wwid:g".to_string(), 1)).is_none());
     }
 
     #[test]
