@@ -5,8 +5,12 @@
 //!   right verdicts and capacity, owned by its Node; a new volume shows within a second;
 //! - an idle agent writes nothing (counted in the API server's audit log over a minute of passes);
 //! - the object goes with its Node (the garbage collector);
-//! - a used block disk moved to another node is held back while its PV lives and wiped before it
-//!   is offered there once the PV is gone: the cluster-side copy of the used mark;
+//! - a used block disk moved to another node is held back while its PV is bound, and wiped
+//!   before it is offered there once that PV is Released (a claim used it);
+//! - issue 40: a disk a claim used on a node whose LocalStorageNode is gone is wiped first
+//!   while that node's Released PV names it; a forged record of another node's token only holds
+//!   a disk (said, released by `kubectl local-storage release-hold`), a decoy PV by name holds
+//!   nothing, and a disk the node itself published and wiped is never blocked;
 //! - a ledger lost while the PV was deleted unwiped is restored from the copy, so the disk is
 //!   wiped before it is offered again.
 //!
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::used_lab::*;
-use support::{run, wait_until};
+use support::{AgentProcess, run, wait_until};
 
 /// The node's LocalStorageNode, once it has a status.
 fn inventory(h: &Harness, node: &str) -> Option<Value> {
@@ -203,9 +207,9 @@ fn the_inventory_goes_with_its_node() {
 }
 
 /// A used block disk moved to another node (on this host, two agents): held back there while
-/// its PV lives; once the PV is deleted unwiped (node-cleanup or an operator), wiped before it
-/// is offered there. The other node's ledger has never seen it: only the cluster-side copy in
-/// the first node's LocalStorageNode says it was used.
+/// its PV is bound; once its claim is gone (the PV Released, unwiped: its disk is not at A's
+/// path), wiped before it is offered there. The other node's ledger has never seen it: the PV
+/// that names it by its disk-id label, and A's record, say it was used.
 #[test]
 fn a_used_block_disk_moved_to_another_node_is_wiped_before_it_is_offered_there() {
     let Some(h) = Harness::new("inv-moved") else { return };
@@ -243,12 +247,13 @@ fn a_used_block_disk_moved_to_another_node_is_wiped_before_it_is_offered_there()
     never_for(8, &never);
     assert!(has_pattern(&dev), "nothing wiped while its PV lives");
 
-    // The PV goes without a wipe: B wipes the disk before it offers it.
+    // The claim goes while A cannot wipe the disk (it is not at A's path): A's PV is Released,
+    // which proves a claim used the disk, so B wipes it before it offers it.
     h.delete_claim("inv-moved");
-    h.force_delete_pv(&pv);
     let new = wait_never("the disk wiped and published on the other node", &never, || {
         h.pv_at(&b.join("d")).filter(|(_, phase)| phase == "Available").map(|(name, _)| name)
     });
+    h.force_delete_pv(&pv);
     assert!(!has_pattern(&dev), "wiped before it was offered");
     assert!(h.cp.has_event(&other, "VolumeUsed", &format!("held the data of PV {pv}")), "told on the other Node");
     // B records it now, and no longer lets A's record stand for it.
@@ -321,5 +326,194 @@ fn a_lost_ledger_is_restored_from_the_inventory_and_the_disk_wiped_before_it_is_
     assert!(!has_pattern(&dev));
     assert!(h.node_event("UsedMarksRestored", "put back").is_some(), "the restore is told on the Node");
     drop(agent);
+    h.cp.forget_pvs_under(h.lab.root.to_str().unwrap());
+}
+
+/// This version's CRD (status.held, supersededPvs), applied again: the control plane is shared
+/// with tests of other versions that apply theirs.
+fn this_crd(h: &Harness) {
+    h.cp.apply(&std::fs::read_to_string(support::repo_root().join("deploy/base/crd.yaml")).unwrap());
+    h.cp.wait_crd_established("localstoragenodes.local-static-provisioner.io");
+}
+
+/// A kubeconfig with a token of the agent's ServiceAccount bound to a pod on `node`, as the
+/// DaemonSet's pod gets: it carries the node-name claim the admission policies read, so the
+/// agent (or a thief of its token) may write exactly what the policies let node `node` write.
+fn node_kubeconfig(h: &Harness, node: &str) -> std::path::PathBuf {
+    // A pod per run: without a kubelet, a deleted pod stays Terminating, and so its tokens
+    // stop working.
+    let pod = format!("agent-{node}-{}", std::process::id());
+    let (ns, sa) = ("local-static-provisioner", "local-static-provisioner");
+    h.cp.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: {ns}}}\nspec:\n  nodeName: {node}\n  serviceAccountName: {sa}\n  containers: [{{name: agent, image: local-static-provisioner:test}}]\n"
+    ));
+    let token = h.cp.kubectl_ok(&[
+        "create",
+        "token",
+        sa,
+        "-n",
+        ns,
+        "--duration",
+        "1h",
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        &pod,
+    ]);
+    h.cp.token_kubeconfig(&h.lab.root, &format!("agent-{node}"), token.trim())
+}
+
+/// `kubectl local-storage release-hold --node <node> <uid>`, as an operator runs it.
+fn release_hold(h: &Harness, node: &str, uid: &str) {
+    let link = h.lab.path("kubectl-local_storage");
+    if !link.exists() {
+        symlink(support::binary(), &link).unwrap();
+    }
+    let out = Command::new(&link)
+        .args(["release-hold", "--node", node, uid])
+        .env("KUBECONFIG", &h.cp.kubeconfig)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "release-hold: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Issue 40, on two agents of this host under the RBAC from deploy/.
+#[test]
+fn a_block_disk_across_nodes_is_judged_by_evidence_no_single_node_can_forge() {
+    let Some(h) = Harness::new("inv-xnode") else { return };
+    let other = format!("{}-b", h.node);
+    h.cp.create_node(&other);
+    // A run that failed may have left the object this test writes for A (it has no owner).
+    let _ = h.cp.kubectl(&["delete", "localstoragenode", &h.node, &other, "--ignore-not-found"]);
+    let class = "inv-xnode";
+    let (a, b) = (h.lab.dir("a"), h.lab.dir("b"));
+    let block = "  volumeMode: Block\n  blockCleanMethod: zero\n";
+    let config_a = h.config("config-a", &[(class, &a, block)]);
+    let config_b = h.config("config-b", &[(class, &b, block)]);
+    let (d1, _) = h.lab.loop_dev("d1", 32);
+    let (d2, _) = h.lab.loop_dev("d2", 32);
+    symlink(&d1, a.join("d1")).unwrap();
+    symlink(&d2, a.join("d2")).unwrap();
+    let (token_a, token_b) = (node_kubeconfig(&h, &h.node), node_kubeconfig(&h, &other));
+    let agent_a = AgentProcess::start_with(&config_a, &h.node, &token_a, &h.lab.path("agent-a.log"), &[]);
+    let pv1 = h.wait_published(&a.join("d1"));
+    let pv2 = h.wait_published(&a.join("d2"));
+    const IDENTITY: &str = "local-static-provisioner.io/volume-identity";
+    let (id1, id2) = (h.ann(&pv1, IDENTITY).unwrap(), h.ann(&pv2, IDENTITY).unwrap());
+    let label = h.pv(&pv1).unwrap()["metadata"]["labels"]["local-static-provisioner.io/disk-id"].clone();
+    assert!(label.as_str().is_some_and(|l| l.len() == 40), "the PV carries its disk's label: {label}");
+
+    // Item 1: a tenant writes to d1 on A; A's agent is down when the claim is deleted (the PV
+    // stays Released, unwiped); an admin deletes A's LocalStorageNode; d1 shows up on B.
+    h.claim("inv-xnode", class, &pv1, true);
+    write_pattern(&d1);
+    let uid1 = h.uid(&pv1);
+    drop(agent_a);
+    h.delete_claim("inv-xnode");
+    wait_until("A's PV is Released", WAIT, || (h.pv(&pv1)?["status"]["phase"] == "Released").then_some(()));
+    h.cp.kubectl_ok(&["delete", "localstoragenode", &h.node]);
+    std::fs::remove_file(a.join("d1")).unwrap();
+    std::fs::remove_file(a.join("d2")).unwrap();
+    symlink(&d1, b.join("d1")).unwrap();
+    this_crd(&h);
+    let agent_b = AgentProcess::start_with(&config_b, &other, &token_b, &h.lab.path("agent-b.log"), &[]);
+    let never1 = || {
+        let (name, phase) = h.pv_at(&b.join("d1"))?;
+        has_pattern(&d1).then(|| format!("published on {other} as {name} ({phase}) with {pv1}'s data"))
+    };
+    let new1 = wait_never("B wipes d1 first, then publishes it", &never1, || h.available_at(&b.join("d1")));
+    assert!(!has_pattern(&d1), "wiped before it was offered");
+    assert!(h.cp.has_event(&other, "VolumeUsed", &format!("held the data of PV {pv1}")), "told on B's Node");
+    wait_until("B supersedes A's Released PV", WAIT, || {
+        let inv = inventory(&h, &other)?;
+        inv["status"]["supersededPvs"].as_array()?.iter().any(|p| p["uid"] == uid1.as_str()).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(h.available_at(&b.join("d1")), Some(new1.clone()), "not wiped again");
+
+    // Item 3: A's token writes, in its own LocalStorageNode's status (what it may write), records
+    // naming B's disks: d2 (which A's PV named, since deleted) and d1 (B's own now), each under a
+    // decoy PV name; a decoy PV of that name exists on A, naming no disk.
+    h.force_delete_pv(&pv2);
+    let node_uid = h.cp.get_json(&["node", &h.node]).unwrap()["metadata"]["uid"].as_str().unwrap().to_string();
+    let object = format!(
+        "apiVersion: local-static-provisioner.io/v1alpha1\nkind: LocalStorageNode\nmetadata:\n  name: {n}\n  ownerReferences: [{{apiVersion: v1, kind: Node, name: {n}, uid: {node_uid}}}]\nspec:\n  nodeName: {n}\n",
+        n = h.node
+    );
+    let as_a = |args: &[&str], stdin: Option<&str>| {
+        let out = h.cp.kubectl_stdin(&token_a, args, stdin);
+        assert!(out.status.success(), "as node A: {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    as_a(&["create", "-f", "-"], Some(&object));
+    let record = |identity: &str, uid: &str| serde_json::json!({ "identity": identity, "pv": "inv-xnode-decoy", "uid": uid, "path": "/x", "at": "2026-11-29T00:00:00Z", "claimed": true });
+    let status = serde_json::json!({ "status": { "nodeName": h.node, "usedDisks": [record(&id2, "forged-2"), record(&id1, "forged-1")] } });
+    let mut status = status;
+    status["apiVersion"] = serde_json::json!("local-static-provisioner.io/v1alpha1");
+    status["kind"] = serde_json::json!("LocalStorageNode");
+    status["metadata"] = serde_json::json!({ "name": h.node });
+    let apply = ["apply", "--server-side", "--subresource=status", "--force-conflicts", "-f", "-"];
+    as_a(&apply, Some(&status.to_string()));
+    h.cp.apply(&format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: inv-xnode-decoy\nspec:\n  capacity: {{storage: 1Mi}}\n  accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  local: {{path: /nonexistent/decoy}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: kubernetes.io/hostname, operator: In, values: [{n}]}}\n",
+        n = h.node
+    ));
+    // An admin links d2, holding data of its own, into B's directory: held and said, never wiped.
+    write_pattern(&d2);
+    symlink(&d2, b.join("d2")).unwrap();
+    let untouched = || {
+        if !has_pattern(&d2) {
+            return Some("d2 wiped on A's word".to_string());
+        }
+        h.pv_at(&b.join("d2")).map(|(name, phase)| format!("d2 published as {name} ({phase})"))
+    };
+    wait_never("B says A's record holds d2", &untouched, || {
+        h.cp.has_event(&other, "VolumeNotPublished", &format!("node {}'s LocalStorageNode", h.node))
+            .then_some(())
+            .filter(|_| h.cp.has_event(&other, "VolumeNotPublished", "forged-2"))
+    });
+    this_crd(&h);
+    let held = wait_until("B's inventory lists the hold", WAIT, || {
+        let inv = inventory(&h, &other)?;
+        inv["status"]["held"].as_array()?.iter().find(|x| x["uid"] == "forged-2").cloned()
+    });
+    assert_eq!(held["node"], h.node.as_str());
+    assert_eq!(held["reason"], "record");
+    never_for(3, &untouched);
+    // The operator releases it: d2 is wiped first (the record taken as a mark), then published;
+    // the decoy PV of the record's name holds nothing.
+    release_hold(&h, &other, "forged-2");
+    let never2 = || {
+        let (name, phase) = h.pv_at(&b.join("d2"))?;
+        has_pattern(&d2).then(|| format!("published as {name} ({phase}) unwiped"))
+    };
+    wait_never("d2 wiped and published after the release", &never2, || h.available_at(&b.join("d2")));
+
+    // B's own tenant uses d1 and lets it go: B wipes it and publishes it again, whatever A's
+    // forged record of d1 says.
+    h.claim("inv-xnode-b", class, &new1, true);
+    write_pattern(&d1);
+    h.delete_claim("inv-xnode-b");
+    let bound_uid = h.uid(&new1);
+    wait_until("d1 wiped and published again on B", WAIT, || {
+        // The same name (its entry's), a new object.
+        let name = h.available_at(&b.join("d1"))?;
+        let uid = h.pv(&name)?["metadata"]["uid"].as_str()?.to_string();
+        (uid != bound_uid && !has_pattern(&d1)).then_some(name)
+    });
+    assert!(!has_pattern(&d1));
+    assert!(
+        !h.cp.has_event(&other, "VolumeNotPublished", "forged-1"),
+        "a disk B published and wiped is never held by one node's word"
+    );
+    std::fs::remove_file(b.join("d1")).unwrap();
+    std::fs::remove_file(b.join("d2")).unwrap();
+    drop(agent_b);
+    let _ = h.cp.kubectl(&["delete", "pv", "inv-xnode-decoy", "--wait=false"]);
+    let _ = h.cp.kubectl(&["delete", "localstoragenode", &h.node, "--wait=false"]);
+    for node in [&h.node, &other] {
+        let pod = format!("agent-{node}-{}", std::process::id());
+        let delete = ["delete", "pod", "-n", "local-static-provisioner", &pod, "--force", "--grace-period=0"];
+        let _ = h.cp.kubectl(&delete);
+    }
     h.cp.forget_pvs_under(h.lab.root.to_str().unwrap());
 }

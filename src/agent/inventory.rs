@@ -17,12 +17,17 @@ use crate::config::VolumeMode;
 use crate::core::backoff::{Policy, Retries};
 use crate::core::cleanup::PvState;
 use crate::core::device_claim::{DeviceFacts, Verdict};
-use crate::core::inventory::{
-    ClassInput, DeviceInventory, DeviceVerdict, EntryInput, Inputs, InventoryStatus, PvInput, UsedDiskRecord, build,
-    cluster_lookup, missing_from_ledger, only_cycle_steps, own_records, prune_superseded, same_content,
+use crate::core::disk_trust::{
+    Decision, Own, OwnMark, PvWitness, WipeCause, disk_label, hold_words, judge, pv_witness,
 };
+use crate::core::inventory::{
+    ClassInput, DeviceInventory, DeviceVerdict, EntryInput, HeldDisk, Inputs, InventoryStatus, PvInput, SupersededPv,
+    UsedDiskRecord, build, missing_from_ledger, only_cycle_steps, own_records, prune_superseded, record_witnesses,
+    same_content,
+};
+use crate::core::naming::{ANN_RELEASED_HOLDS, LABEL_DISK_ID};
 use crate::core::planner::DesiredPv;
-use crate::core::used_mark::UsedRead;
+use crate::core::used_mark::{UsedMark, UsedRead};
 use crate::host::claims::ClaimReport;
 use crate::host::discovery::{Scan, SkipReason};
 
@@ -56,6 +61,13 @@ pub(super) struct InventoryState {
     superseded: BTreeSet<String>,
     /// Wipes-first under way of disks another node's record named: host path -> that UID.
     wiping_foreign: BTreeMap<String, String>,
+    /// Released PVs of other nodes whose disk this node wiped: UID -> disk label.
+    superseded_pvs: BTreeMap<String, String>,
+    /// Wipes-first under way of disks another node's released PV named: host path -> (its
+    /// UID, the disk label).
+    pv_wipes: BTreeMap<String, (String, String)>,
+    /// The disks held back by another node's PV or record at the last look.
+    holds: Vec<HeldDisk>,
     /// This pass's gathered inputs, until the pass ends.
     devices: Vec<(DeviceInventory, Vec<bool>)>,
     entries: Vec<EntryInput>,
@@ -93,6 +105,34 @@ impl InventoryState {
 
     pub(super) fn superseded_for_test(&self) -> &BTreeSet<String> {
         &self.superseded
+    }
+
+    pub(super) fn superseded_pvs_for_test(&self) -> &BTreeMap<String, String> {
+        &self.superseded_pvs
+    }
+
+    pub(super) fn holds_for_test(&self) -> &[HeldDisk] {
+        &self.holds
+    }
+}
+
+#[cfg(test)]
+impl Agent {
+    /// Judges one new block volume of this identity at /mnt/disks/d as a pass would.
+    pub(super) async fn consult_for_test(&mut self, identity: &str) {
+        let mut desired = vec![DesiredPv {
+            name: "x".into(),
+            host_path: "/mnt/disks/d".into(),
+            class: "local".into(),
+            policy: Default::default(),
+            capacity_bytes: 1,
+            identity: identity.into(),
+            disk: crate::core::volume_safety::DiskKey::block("8:16"),
+            in_use: None,
+            used: UsedRead::Unmarked,
+            mark_holder: None,
+        }];
+        self.consult_cluster_records(&mut desired, |_| true).await;
     }
 }
 
@@ -207,12 +247,15 @@ impl Agent {
                 status
             }
             Ok(Found::Absent) => None,
+            // No CRD: nothing to restore, and no record to wait for (the PVs decide).
+            Err(e) if self.crd_absent(&e).await => None,
             Err(e) => return self.inventory_failed("read", format!("reading this node's LocalStorageNode: {e}")),
         };
         self.inventory.retries.succeeded(&"read");
         self.inventory.loaded = true;
         let Some(status) = status else { return };
         self.inventory.superseded = status.superseded.iter().cloned().collect();
+        self.inventory.superseded_pvs = status.superseded_pvs.iter().map(|p| (p.uid.clone(), p.disk.clone())).collect();
         let copy = status.used_disks.clone();
         let restore = move |ledger: &[crate::core::used_mark::UsedMark]| missing_from_ledger(&copy, ledger, &node);
         match self.on_host(move |host| host.restore_marks(&restore)).await {
@@ -406,7 +449,14 @@ impl Agent {
             pvs,
             used_disks: self.inventory.copy.clone(),
             superseded: self.inventory.superseded.iter().cloned().collect(),
+            superseded_pvs: self.superseded_pvs(),
+            held: self.inventory.holds.clone(),
         })
+    }
+
+    fn superseded_pvs(&self) -> Vec<SupersededPv> {
+        let pvs = &self.inventory.superseded_pvs;
+        pvs.iter().map(|(uid, disk)| SupersededPv { uid: uid.clone(), disk: disk.clone() }).collect()
     }
 
     /// The end of a pass: the inventory is written when its content changed.
@@ -432,6 +482,7 @@ impl Agent {
                 node_name: self.node_info.name.clone(),
                 used_disks: self.inventory.copy.clone(),
                 superseded: self.inventory.superseded.iter().cloned().collect(),
+                superseded_pvs: self.superseded_pvs(),
                 ..Default::default()
             };
             return self.write_status(status, None).await;
@@ -443,82 +494,149 @@ impl Agent {
         self.write_status(status, None).await
     }
 
-    /// Before new volumes are planned: block disks without a local mark are looked up in
-    /// every node's used-disk records (one list, only when there is such a disk). A disk one
-    /// records as used is wiped first (or held back while that node's PV still names it); when
-    /// the records cannot be read, such a disk waits.
+    /// Before new volumes are planned: each block disk named by a stable ID that is not yet
+    /// published here is judged by what the cluster knows of it (core::disk_trust): the PVs
+    /// that name it (one label-selected list per disk) and other nodes' used-disk records (one
+    /// list of the `LocalStorageNode`s, only when there is such a disk; none without the CRD).
+    /// Returns the host paths judged so: their marks are not read back again.
     pub(super) async fn consult_cluster_records(
         &mut self,
         desired: &mut [DesiredPv],
         is_new: impl Fn(&DesiredPv) -> bool,
-    ) {
+    ) -> BTreeSet<String> {
         let candidates: Vec<usize> = desired
             .iter()
             .enumerate()
             .filter(|(_, d)| !matches!(d.used, UsedRead::Unknown(_)))
-            .filter(|(_, d)| crate::core::inventory::names_a_device(&d.identity))
+            .filter(|(_, d)| disk_label(&d.identity).is_some())
             .filter(|(_, d)| is_new(d))
             .map(|(i, _)| i)
             .collect();
+        let mut holds = Vec::new();
+        let mut by_reason: BTreeMap<&'static str, i64> = BTreeMap::new();
+        let mut decided = BTreeSet::new();
         if candidates.is_empty() {
-            return;
+            self.metrics.set_held_disks(&by_reason);
+            self.inventory.holds = holds;
+            return decided;
         }
-        let hold = |desired: &mut [DesiredPv], why: String| {
-            for &i in &candidates {
-                desired[i].used = UsedRead::Unknown(why.clone());
-            }
-        };
         if !self.inventory.loaded {
-            return hold(
-                desired,
-                "this node's LocalStorageNode (its copy of the used-disk records) is not read yet".into(),
-            );
+            for &i in &candidates {
+                let why = "this node's LocalStorageNode (its copy of the used-disk records) is not read yet";
+                desired[i].used = UsedRead::Unknown(why.into());
+            }
+            self.inventory.holds = holds;
+            return decided;
         }
+        let node = self.node_info.name.clone();
+        // Other nodes' records, and the holds an operator released on this node's object (an
+        // annotation no agent token may write). Without the CRD: no records, the PVs decide.
         let listed = match self.cluster.list_inventories().await {
-            Ok(listed) => listed,
-            Err(e) if self.crd_absent(&e).await => return,
+            Ok(listed) => Some(listed),
+            Err(e) if self.crd_absent(&e).await => Some(Vec::new()),
             Err(e) => {
-                return hold(
-                    desired,
-                    format!("the cluster's used-disk records (LocalStorageNodes) cannot be read: {e}"),
-                );
+                warn!(error = %e, "the cluster's used-disk records (LocalStorageNodes) cannot be read");
+                None
             }
         };
-        let records: Vec<(String, Vec<UsedDiskRecord>)> = listed
-            .into_iter()
-            .filter_map(|o: LocalStorageNode| Some((o.metadata.name?, o.status?.used_disks)))
-            .collect();
-        let recorded: BTreeSet<String> =
-            records.iter().flat_map(|(_, r)| r.iter().filter_map(|r| r.uid.clone())).collect();
-        prune_superseded(&mut self.inventory.superseded, &recorded);
-        let node = self.node_info.name.clone();
-        for i in candidates {
-            let lists = records.iter().map(|(n, r)| (n.as_str(), r.as_slice()));
-            let found = cluster_lookup(lists, &self.inventory.superseded, &node, &desired[i].identity);
-            // A disk this node's own mark says was used here, and that another node published
-            // since (it went there and came back): that node's PV may hold its data now. While
-            // it exists, the disk is held by it, whatever this node's older mark says; once it
-            // is gone, this node's own mark decides (wiped first).
-            if let (UsedRead::Marked(own), UsedRead::Marked(other)) = (&desired[i].used, &found) {
-                if own.uid != other.uid && matches!(self.cluster.get_pv(&other.pv).await, Ok(Some(_)) | Err(_)) {
-                    info!(path = %desired[i].host_path, pv = %other.pv, node = %other.node, "a block disk used here was published on another node since: held by that node's PV");
-                    desired[i].used = found;
-                }
-                continue;
-            }
-            let d = &mut desired[i];
-            match found {
-                UsedRead::Unmarked => {}
-                UsedRead::Offered(_) if matches!(d.used, UsedRead::Offered(_) | UsedRead::Marked(_)) => {}
-                UsedRead::Unknown(_) | UsedRead::Offered(_) if matches!(d.used, UsedRead::Marked(_)) => {}
-                found => {
-                    if let UsedRead::Marked(m) = &found {
-                        info!(path = %d.host_path, pv = %m.pv, node = %m.node, "a used block disk recorded by another node: not offered unwiped");
+        let mut released = BTreeSet::new();
+        let records: Option<Vec<(String, Vec<UsedDiskRecord>)>> = listed.map(|listed| {
+            listed
+                .into_iter()
+                .filter_map(|o: LocalStorageNode| {
+                    let name = o.metadata.name?;
+                    if name == node
+                        && let Some(list) = o.metadata.annotations.as_ref().and_then(|a| a.get(ANN_RELEASED_HOLDS))
+                    {
+                        released.extend(list.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from));
                     }
-                    d.used = found;
+                    Some((name, o.status?.used_disks))
+                })
+                .collect()
+        });
+        if let Some(records) = &records {
+            let recorded: BTreeSet<String> =
+                records.iter().flat_map(|(_, r)| r.iter().filter_map(|r| r.uid.clone())).collect();
+            prune_superseded(&mut self.inventory.superseded, &recorded);
+        }
+        let host = self.node_info.hostname().to_string();
+        for i in candidates {
+            let d = &desired[i];
+            let Some(label) = disk_label(&d.identity) else { continue };
+            let pvs = match self.cluster.list_pvs_labelled(LABEL_DISK_ID, &label).await {
+                Ok(found) => {
+                    let superseded = &self.inventory.superseded_pvs;
+                    // A superseded PV that is gone supersedes nothing any more.
+                    let uids: BTreeSet<&str> = found.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+                    let gone: Vec<String> = superseded
+                        .iter()
+                        .filter(|(uid, disk)| **disk == label && !uids.contains(uid.as_str()))
+                        .map(|(uid, _)| uid.clone())
+                        .collect();
+                    let witnesses: Vec<PvWitness> = found
+                        .iter()
+                        .filter_map(|p| {
+                            pv_witness(p, &d.identity, &host, &|u| superseded.contains_key(u), &|u, n| {
+                                released.contains(u) || released.contains(n)
+                            })
+                        })
+                        .collect();
+                    for uid in gone {
+                        self.inventory.superseded_pvs.remove(&uid);
+                    }
+                    Some(witnesses)
                 }
+                Err(e) => {
+                    warn!(path = %d.host_path, error = %e, "the PVs that may name a block disk cannot be listed");
+                    None
+                }
+            };
+            let recs = records.as_ref().map(|records| {
+                let lists = records.iter().map(|(n, r)| (n.as_str(), r.as_slice()));
+                record_witnesses(lists, &self.inventory.superseded, &released, &node, &d.identity)
+            });
+            let mark = match &d.used {
+                UsedRead::Marked(_) => OwnMark::Used,
+                UsedRead::Offered(_) => OwnMark::Offered,
+                _ => OwnMark::None,
+            };
+            // This node published the disk and let it go: its last wipe here was of this very
+            // disk, or it withdrew it unclaimed.
+            let let_go = mark == OwnMark::Offered || self.cleaner.last_wipe_for(&d.host_path, &d.identity).is_some();
+            let decision = judge(Own { mark, let_go }, pvs.as_deref(), recs.as_deref());
+            decided.insert(d.host_path.clone());
+            let d = &mut desired[i];
+            match decision {
+                Decision::Publish | Decision::WipeFirst { because: WipeCause::OwnMark } => {}
+                Decision::WipeFirst { because: WipeCause::ReleasedPv { node: owner, pv, uid } } => {
+                    info!(path = %d.host_path, pv = %pv, node = %owner, "a block disk a claim used on another node (its PV released): wiped before it is offered");
+                    self.inventory.pv_wipes.insert(d.host_path.clone(), (uid.clone(), label.clone()));
+                    d.used = UsedRead::Marked(foreign_mark(&owner, &pv, Some(uid), &d.identity));
+                }
+                Decision::WipeFirst { because: WipeCause::ReleasedRecord { node: owner, pv, uid } } => {
+                    info!(path = %d.host_path, pv = %pv, node = %owner, "a block disk another node recorded, its hold released by an operator: wiped before it is offered");
+                    d.used = UsedRead::Marked(foreign_mark(&owner, &pv, uid, &d.identity));
+                }
+                Decision::Hold { node: owner, record, uid, why } => {
+                    let words = hold_words(&owner, &record, uid.as_deref(), why);
+                    *by_reason.entry(why.code()).or_default() += 1;
+                    info!(path = %d.host_path, "block disk held: {words}");
+                    holds.push(HeldDisk {
+                        path: d.host_path.clone(),
+                        node: owner,
+                        record,
+                        uid,
+                        reason: why.code().to_string(),
+                        message: words.clone(),
+                    });
+                    d.used = UsedRead::Unknown(words);
+                }
+                Decision::Unknown(why) => d.used = UsedRead::Unknown(why),
             }
         }
+        self.metrics.set_held_disks(&by_reason);
+        self.inventory.holds = holds;
+        decided
     }
 
     /// The Node was re-created: what was written went to the old incarnation's object.
@@ -556,13 +674,35 @@ impl Agent {
     }
 
     /// A wipe finished: a completed wipe-first of a disk another node recorded supersedes that
-    /// record here (the disk is clean; it gets this node's own record when published).
+    /// record here (the disk is clean; it gets this node's own record when published), and one
+    /// of a disk another node's released PV named supersedes that PV.
     pub(super) fn inventory_wipe_done(&mut self, key: &crate::core::effect_key::EffectKey, ok: bool) {
-        if let crate::core::effect_key::EffectKey::WipeFirst(path) = key
-            && let Some(uid) = self.inventory.wiping_foreign.remove(path)
+        let crate::core::effect_key::EffectKey::WipeFirst(path) = key else { return };
+        if let Some(uid) = self.inventory.wiping_foreign.remove(path)
             && ok
         {
             self.inventory.superseded.insert(uid);
         }
+        if let Some((uid, disk)) = self.inventory.pv_wipes.remove(path)
+            && ok
+        {
+            self.inventory.superseded_pvs.insert(uid, disk);
+        }
+    }
+}
+
+/// The mark a wipe-first of another node's disk is carried out under (what its events name):
+/// that node's PV, as a used mark of the disk found.
+fn foreign_mark(node: &str, pv: &str, uid: Option<String>, identity: &str) -> UsedMark {
+    UsedMark {
+        pv: pv.to_string(),
+        node: node.to_string(),
+        path: "?".into(),
+        identity: identity.to_string(),
+        at: String::new(),
+        uid,
+        root: None,
+        claimed: true,
+        wiped_filesystems: Vec::new(),
     }
 }

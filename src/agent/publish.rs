@@ -85,8 +85,8 @@ impl Agent {
         let is_new = |d: &DesiredPv| {
             !names.contains(d.name.as_str()) && !expected.iter().any(|e| e.is(&d.name, &d.host_path, &d.identity))
         };
-        self.consult_cluster_records(&mut desired, is_new).await;
-        self.find_mark_holders(&mut desired, &expected).await;
+        let judged = self.consult_cluster_records(&mut desired, is_new).await;
+        self.find_mark_holders(&mut desired, &expected, &judged).await;
         let waiting = self.waiting_collisions(&desired);
         let actions = plan_expecting(&self.identity, &desired, &observed, &waiting, &expected);
         for action in &actions {
@@ -384,12 +384,17 @@ impl Agent {
     /// from another node, or a PV already gone), reads that PV once: the planner holds the disk
     /// back while that PV records it, and wipes it first when no live PV does. A PV that cannot
     /// be read leaves the disk unknown, so it is neither published nor wiped this pass.
-    async fn find_mark_holders(&mut self, desired: &mut [DesiredPv], expected: &[Expected]) {
+    async fn find_mark_holders(&mut self, desired: &mut [DesiredPv], expected: &[Expected], judged: &BTreeSet<String>) {
         let store = self.pv_store.state();
         let busy = self.cleaner.busy(&[]);
         let mut fetched: BTreeMap<String, Result<Option<PvFacts>, String>> = BTreeMap::new();
         for d in desired.iter_mut() {
             let (UsedRead::Marked(mark) | UsedRead::Offered(mark)) = &d.used else { continue };
+            // A block disk judged by every PV that names it (core::disk_trust): a PV of the
+            // mark's name that does not name the disk by identity holds nothing.
+            if judged.contains(&d.host_path) {
+                continue;
+            }
             // A volume this agent just created: the planner waits for the store to show it,
             // whatever its mark says, so its PV is not read back.
             if expected.iter().any(|e| e.is(&d.name, &d.host_path, &d.identity)) {

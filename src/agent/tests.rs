@@ -125,6 +125,9 @@ struct MockApi {
     objects: Arc<Mutex<BTreeMap<String, serde_json::Value>>>,
     /// The reasons of the events posted, in order.
     event_reasons: Arc<Mutex<Vec<String>>>,
+    /// The LocalStorageNode CRD is not installed: its paths answer as the API server does
+    /// then (404, not a Status).
+    no_crd: Arc<AtomicBool>,
 }
 
 impl MockApi {
@@ -152,6 +155,9 @@ impl MockApi {
     }
 
     fn answer(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+        if self.no_crd.load(Ordering::SeqCst) && path.starts_with(INVENTORIES) {
+            return (404, "404 page not found\n".into());
+        }
         let mut scripted = self.scripted.lock().unwrap();
         for (key, codes) in scripted.iter_mut() {
             if format!("{method} {path}").starts_with(key.as_str()) && !codes.is_empty() {
@@ -1175,33 +1181,170 @@ fn recorded_elsewhere(lab: &Lab, list_code: Option<u16>) -> FoundVolume {
     FoundVolume { identity, disk: DiskKey::block("8:16"), ..found("d") }
 }
 
+/// A PV of node n2 naming `identity` (by its disk-id label and identity annotation, unless
+/// `by_name_only`), in the given phase, claimed or not.
+fn pv_of_n2(
+    name: &str,
+    uid: &str,
+    identity: &str,
+    phase: &str,
+    claimed: bool,
+    by_name_only: bool,
+) -> serde_json::Value {
+    let mut pv = serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": { "name": name, "uid": uid, "labels": {}, "annotations": {} },
+        "spec": {
+            "local": { "path": "/mnt/raw/d" }, "storageClassName": CLASS,
+            "nodeAffinity": { "required": { "nodeSelectorTerms": [{ "matchExpressions": [
+                { "key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"] }
+            ]}]}},
+        },
+        "status": { "phase": phase },
+    });
+    if !by_name_only {
+        let label = crate::core::disk_trust::disk_label(identity).unwrap();
+        pv["metadata"]["labels"][crate::core::naming::LABEL_DISK_ID] = serde_json::json!(label);
+        pv["metadata"]["annotations"][crate::core::naming::ANN_VOLUME_IDENTITY] = serde_json::json!(identity);
+    }
+    if claimed {
+        pv["spec"]["claimRef"] = serde_json::json!({ "namespace": "t", "name": "c", "uid": "claim-uid" });
+    }
+    pv
+}
+
+/// Makes the label-selected PV list answer these PVs.
+fn pvs_listed(lab: &Lab, items: Vec<serde_json::Value>) {
+    let list =
+        serde_json::json!({ "kind": "PersistentVolumeList", "apiVersion": "v1", "metadata": {}, "items": items });
+    lab.api.objects.lock().unwrap().insert("/api/v1/persistentvolumes".into(), list);
+}
+
+/// Puts an operator's release of holds on this node's own LocalStorageNode (in the list).
+fn release_holds(lab: &Lab, uids: &str) {
+    let mut objects = lab.api.objects.lock().unwrap();
+    let list = objects.get_mut(INVENTORIES).unwrap();
+    let own = serde_json::json!({
+        "apiVersion": "local-static-provisioner.io/v1alpha1", "kind": "LocalStorageNode",
+        "metadata": { "name": "n1", "annotations": { crate::core::naming::ANN_RELEASED_HOLDS: uids } },
+        "spec": { "nodeName": "n1" },
+    });
+    list["items"].as_array_mut().unwrap().push(own);
+}
+
 #[tokio::test]
-async fn a_block_disk_another_node_recorded_is_held_while_its_pv_lives_and_wiped_first_once_it_is_gone() {
+async fn another_nodes_record_alone_holds_a_block_disk_and_says_so_but_never_has_it_wiped() {
     let mut lab = lab().await;
     let volume = recorded_elsewhere(&lab, None);
     *lab.host.scan.lock().unwrap() = Scan { volumes: vec![volume], ..Default::default() };
-    // The other node's PV still exists: held, neither published nor wiped.
-    let holder = serde_json::json!({
-        "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": { "name": "pv-on-n2", "uid": "u-n2" },
-        "spec": { "local": { "path": "/mnt/raw/d" }, "storageClassName": CLASS },
-        "status": { "phase": "Bound" },
-    });
-    lab.api.objects.lock().unwrap().insert("/api/v1/persistentvolumes/pv-on-n2".into(), holder);
+    // A PV named as the record says, on n2, that does not name the disk: a decoy.
+    pvs_listed(&lab, vec![pv_of_n2("pv-on-n2", "u-n2", "", "Bound", false, true)]);
+    lab.pass().await;
     lab.pass().await;
     assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 0, "not published");
-    assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 0, "not wiped while its PV lives");
-    assert_eq!(lab.api.count("GET", INVENTORIES), 2, "its own object, then the list");
-    // The PV is gone: wiped first; a completed wipe supersedes the other node's record.
-    lab.api.objects.lock().unwrap().remove("/api/v1/persistentvolumes/pv-on-n2");
-    lab.api.script("GET /api/v1/persistentvolumes/pv-on-n2", &[404]);
+    assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 0, "not wiped on one node's word");
+    let holds = lab.agent.inventory.holds_for_test().to_vec();
+    assert_eq!(holds.len(), 1, "{holds:?}");
+    assert_eq!(
+        (holds[0].node.as_str(), holds[0].record.as_str(), holds[0].reason.as_str()),
+        ("n2", "pv-on-n2", "record")
+    );
+    assert_eq!(
+        lab.api.reasons().iter().filter(|r| *r == "VolumeNotPublished").count(),
+        1,
+        "said once: {:?}",
+        lab.api.reasons()
+    );
+    // An operator released it (on this node's object, which no agent token may annotate):
+    // the record is taken as a mark, so the disk is wiped first, then published.
+    release_holds(&lab, "u-n2");
+    lab.agent.effects.forget(&EffectKey::Held("/mnt/disks/d".into()));
+    lab.pass().await;
+    wait_for_wipe(&lab).await;
+    assert!(lab.agent.inventory.holds_for_test().is_empty());
+    lab.agent.inventory_wipe_done(&EffectKey::WipeFirst("/mnt/disks/d".into()), true);
+    assert!(lab.agent.inventory.superseded_for_test().contains("u-n2"));
+    lab.agent.cleaner.cancel_all();
+}
+
+#[tokio::test]
+async fn a_block_disk_a_claim_used_on_another_node_is_wiped_first_once_without_any_record() {
+    let mut lab = lab().await;
+    // n2's LocalStorageNode was deleted (no record); its Released PV, which a claim used,
+    // names the disk.
+    let identity = "v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:16";
+    let volume = FoundVolume { identity: identity.into(), disk: DiskKey::block("8:16"), ..found("d") };
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![volume], ..Default::default() };
+    pvs_listed(&lab, vec![pv_of_n2("pv-on-n2", "u-n2", identity, "Released", true, false)]);
     lab.pass().await;
     assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 0, "not published unwiped");
     wait_for_wipe(&lab).await;
-    let key = EffectKey::WipeFirst("/mnt/disks/d".into());
-    lab.agent.inventory_wipe_done(&key, true);
-    assert!(lab.agent.inventory.superseded_for_test().contains("u-n2"));
+    lab.agent.inventory_wipe_done(&EffectKey::WipeFirst("/mnt/disks/d".into()), true);
+    assert_eq!(lab.agent.inventory.superseded_pvs_for_test().keys().collect::<Vec<_>>(), ["u-n2"]);
     lab.agent.cleaner.cancel_all();
+    // Wiped: that PV no longer has it wiped again, and it is published.
+    lab.pass().await;
+    assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 1, "wiped once");
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1, "published");
+    // The PV is gone: nothing left to supersede.
+    pvs_listed(&lab, Vec::new());
+    lab.agent.consult_for_test(identity).await;
+    assert!(lab.agent.inventory.superseded_pvs_for_test().is_empty());
+}
+
+#[tokio::test]
+async fn a_bound_pv_of_another_node_holds_a_block_disk_while_a_decoy_by_name_does_not() {
+    let mut lab = lab().await;
+    let identity = "v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:16";
+    // This node's own used disk, a record of n2 naming a decoy PV by name only: wiped as its
+    // own mark says.
+    let mark = crate::core::used_mark::UsedMark {
+        pv: "gone-pv".into(),
+        node: "n1".into(),
+        path: "/mnt/disks/d".into(),
+        identity: identity.into(),
+        at: String::new(),
+        uid: Some("u-own".into()),
+        root: None,
+        claimed: true,
+        wiped_filesystems: Vec::new(),
+    };
+    let volume = FoundVolume { used: crate::core::used_mark::UsedRead::Marked(mark), ..recorded_elsewhere(&lab, None) };
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![volume.clone()], ..Default::default() };
+    lab.api.objects.lock().unwrap().insert(
+        "/api/v1/persistentvolumes/pv-on-n2".into(),
+        pv_of_n2("pv-on-n2", "u-n2", identity, "Bound", true, true),
+    );
+    // The claimed PV that names the disk holds it.
+    pvs_listed(&lab, vec![pv_of_n2("pv-bound", "u-b", identity, "Bound", true, false)]);
+    lab.pass().await;
+    assert_eq!(lab.host.wipes.load(Ordering::SeqCst), 0, "not wiped while a claim is bound to it");
+    let holds = lab.agent.inventory.holds_for_test().to_vec();
+    assert_eq!(holds.iter().map(|h| h.reason.as_str()).collect::<Vec<_>>(), ["claimed-pv"]);
+    // Only the decoy is left: wiped as this node's own mark says.
+    pvs_listed(&lab, Vec::new());
+    lab.agent.effects.forget(&EffectKey::Held("/mnt/disks/d".into()));
+    lab.pass().await;
+    wait_for_wipe(&lab).await;
+    lab.agent.cleaner.cancel_all();
+}
+
+#[tokio::test]
+async fn without_the_crd_a_new_block_disk_is_published() {
+    let mut lab = lab().await;
+    lab.api.no_crd.store(true, Ordering::SeqCst);
+    let volume = FoundVolume {
+        identity: "v2;blk;disk=wwid:0x5000e;size=1073741824;dev=8:16".into(),
+        disk: DiskKey::block("8:16"),
+        ..found("d")
+    };
+    *lab.host.scan.lock().unwrap() = Scan { volumes: vec![volume], ..Default::default() };
+    for _ in 0..3 {
+        inventory_due_now(&mut lab);
+        lab.pass().await;
+    }
+    assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1, "published: {:?}", lab.api.seen.lock().unwrap());
+    assert_eq!(lab.api.reasons().iter().filter(|r| *r == "InventoryUnavailable").count(), 1, "said once");
 }
 
 #[tokio::test]

@@ -138,6 +138,40 @@ impl Cluster {
         }
     }
 
+    /// Adds `records` (UIDs or PV names of other nodes' PVs and used-disk records) to the holds
+    /// an operator released on node `node`'s inventory: the annotation
+    /// `local-static-provisioner.io/released-holds`, which no agent token may write (the
+    /// admission policy forbids agents to change metadata). A merge patch under the object's
+    /// resourceVersion, so a concurrent release is not lost. Returns the whole list now.
+    pub async fn release_holds(&self, node: &str, records: &[String]) -> Result<Vec<String>, ApiError> {
+        use crate::core::naming::ANN_RELEASED_HOLDS;
+        let api = self.inventories();
+        let obj = self.call("get", api.get(node)).await.map_err(ApiError::request("get localstoragenode", node))?;
+        let mut released: Vec<String> = obj
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_RELEASED_HOLDS))
+            .map(|v| v.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect())
+            .unwrap_or_default();
+        for r in records {
+            if !released.contains(r) {
+                released.push(r.clone());
+            }
+        }
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": obj.metadata.resource_version,
+                "annotations": { ANN_RELEASED_HOLDS: released.join(",") },
+            }
+        });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        self.call("patch", api.patch(node, &params, &patch))
+            .await
+            .map_err(ApiError::request("annotate localstoragenode", node))?;
+        Ok(released)
+    }
+
     /// Every node's inventory, page by page.
     pub async fn list_inventories(&self) -> Result<Vec<LocalStorageNode>, ApiError> {
         let api = self.inventories();

@@ -43,6 +43,15 @@ impl Cluster {
         self.list_paged("persistentvolumes", keep, async |params| pvs.list(params).await).await
     }
 
+    /// Every node's PVs carrying the label `key=value`, in one label-selected list (page by
+    /// page): the PVs that may name one disk (core::disk_trust), however large the cluster.
+    pub async fn list_pvs_labelled(&self, key: &str, value: &str) -> Result<Vec<PvFacts>, ApiError> {
+        let pvs = self.pvs();
+        let selector = format!("{key}={value}");
+        let page = async |params: &kube::api::ListParams| pvs.list(&params.clone().labels(&selector)).await;
+        self.list_paged("persistentvolumes", |_| true, page).await
+    }
+
     /// Creates a PV; an existing PV of the same name is returned instead of an error.
     pub async fn create_pv(&self, pv: &PersistentVolume) -> Result<Created, ApiError> {
         let name = pv.metadata.name.clone().unwrap_or_default();

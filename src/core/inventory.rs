@@ -10,7 +10,8 @@
 //! The status also carries the node's cluster-side copy of its used block disks
 //! ([`UsedDiskRecord`]): a block device cannot carry its used mark (core::used_mark), so the
 //! node-local ledger was its only record, lost with the node's disk and unseen by another node
-//! the device moves to. [`cluster_lookup`] is what another agent makes of those records.
+//! the device moves to. [`record_witnesses`] is what another agent reads of those records, and
+//! core::disk_trust what it makes of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,7 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use super::capacity::iec;
 use super::disk_identity::DiskIdentity;
-use super::used_mark::{UsedMark, UsedRead, ledger_lookup};
+use super::disk_trust::whole_disk;
+use super::used_mark::UsedMark;
 
 /// The API group of the inventory's kind (that of our annotations and labels).
 pub const GROUP: &str = "local-static-provisioner.io";
@@ -62,17 +64,54 @@ pub struct InventoryStatus {
     #[serde(default)]
     pub volumes: Vec<VolumeInventory>,
     /// Block disks this node published, so that hold or held a tenant's data until wiped: the
-    /// cluster-side copy of the node's ledger (see [`cluster_lookup`]).
+    /// cluster-side copy of the node's ledger (see core::disk_trust).
     #[serde(default)]
     pub used_disks: Vec<UsedDiskRecord>,
     /// PV UIDs of other nodes' used-disk records whose disk this node wiped: those records no
     /// longer hold the disk back here, and their node may drop them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub superseded: Vec<String>,
+    /// Released PVs of other nodes (a claim used them) whose disk this node wiped since: they
+    /// no longer make it wipe the disk again (core::disk_trust). Dropped once a lookup of that
+    /// disk no longer finds the PV.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded_pvs: Vec<SupersededPv>,
+    /// Disks held back here by another node's PV or record (core::disk_trust), and by which.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldDisk>,
     /// When the pass that found this content ended (RFC 3339). Not content: later passes that
     /// found the same write nothing, so this is the time of the last change seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
+}
+
+/// A released PV of another node whose disk this node wiped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SupersededPv {
+    /// The PV's UID.
+    pub uid: String,
+    /// The disk-id label of the disk (core::disk_trust::disk_label).
+    pub disk: String,
+}
+
+/// A volume held back because of another node's PV or used-disk record (core::disk_trust).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HeldDisk {
+    /// The held volume's host path.
+    pub path: String,
+    /// The node whose PV or record holds it.
+    pub node: String,
+    /// The PV named (the PV itself, or the one the record names).
+    pub record: String,
+    /// Its UID: what `kubectl local-storage release-hold` takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// `claimed-pv`, `unclaimed-pv` or `record`.
+    pub reason: String,
+    /// In words.
+    pub message: String,
 }
 
 /// The counts of the printer columns.
@@ -208,7 +247,8 @@ pub struct VolumeInventory {
     /// The claim bound to it (`namespace/name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<String>,
-    /// `missing`, `moved`, `stale`, `unresponsive`, `failing`, `deleting`.
+    /// `missing`, `moved`, `stale`, `unresponsive`, `failing`, `deleting`, `held` (by another
+    /// node's PV or record: see [`HeldDisk`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<String>,
     /// Why an entry is not published (a stable code), or the reason of a flag.
@@ -291,51 +331,34 @@ pub fn is_portable_block(identity: &str) -> bool {
     DiskIdentity::parse(identity).is_some_and(|d| d.kind == super::disk_identity::Kind::Block && d.disk.is_some())
 }
 
-/// The stable ID of the whole device an identity is on (a partition's disk), which names it on
-/// any node; `None` for an identity named by numbers only.
-fn whole_disk(identity: &str) -> Option<String> {
-    super::used_mark::relation_keys(identity).into_iter().find(|k| k.starts_with("disk:"))
-}
-
-/// Whether an identity names a device by a stable ID (what the cluster's records are kept by):
-/// only such a disk is looked up in them.
-pub fn names_a_device(identity: &str) -> bool {
-    whole_disk(identity).is_some()
-}
-
-/// What the used-disk records of the cluster say about a disk found as `identity` on `node`,
-/// before it is offered. `records` are (node, its records) of every inventory read; this node's
-/// own are skipped (its ledger holds them, restored from its copy at start-up:
-/// [`missing_from_ledger`]). `superseded` holds the UIDs of records whose disk this node wiped
-/// since. A record counts only when it names the same device by its stable ID, and is then
-/// judged as a ledger's mark is. Used wins over doubt, doubt over offered.
-pub fn cluster_lookup<'a>(
+/// Other nodes' used-disk records naming the whole disk found as `identity` on `node`, as
+/// witnesses for core::disk_trust. `superseded` holds the UIDs of records whose disk this node
+/// wiped since; `released` the UIDs (or PV names) an operator released holds of.
+pub fn record_witnesses<'a>(
     records: impl IntoIterator<Item = (&'a str, &'a [UsedDiskRecord])>,
     superseded: &BTreeSet<String>,
+    released: &BTreeSet<String>,
     node: &str,
     identity: &str,
-) -> UsedRead {
-    let Some(found_disk) = whole_disk(identity) else { return UsedRead::Unmarked };
-    let (mut marks, mut offered) = (Vec::new(), Vec::new());
+) -> Vec<super::disk_trust::RecordWitness> {
+    let Some(found_disk) = whole_disk(identity) else { return Vec::new() };
+    let mut out = Vec::new();
     for (owner, list) in records {
         if owner == node {
             continue;
         }
-        for r in list {
-            if r.uid.as_ref().is_some_and(|u| superseded.contains(u)) {
-                continue;
-            }
-            if whole_disk(&r.identity).as_ref() != Some(&found_disk) {
-                continue;
-            }
-            if let (true, Some(uid)) = (r.offered, &r.uid) {
-                offered.push(uid.clone());
-            }
-            marks.push(r.mark(owner));
+        for r in list.iter().filter(|r| whole_disk(&r.identity).as_ref() == Some(&found_disk)) {
+            out.push(super::disk_trust::RecordWitness {
+                node: owner.to_string(),
+                pv: r.pv.clone(),
+                uid: r.uid.clone(),
+                offered: r.offered,
+                superseded: r.uid.as_ref().is_some_and(|u| superseded.contains(u)),
+                released_by_operator: r.uid.as_ref().is_some_and(|u| released.contains(u)) || released.contains(&r.pv),
+            });
         }
     }
-    // Judged as a ledger's marks are: a record whose PV was withdrawn unclaimed reads as offered.
-    ledger_lookup(&marks, &offered, identity, None)
+    out
 }
 
 /// The records this node keeps in its copy: its ledger's portable block marks (with whether
@@ -424,6 +447,8 @@ pub struct Inputs {
     pub pvs: Vec<PvInput>,
     pub used_disks: Vec<UsedDiskRecord>,
     pub superseded: Vec<String>,
+    pub superseded_pvs: Vec<SupersededPv>,
+    pub held: Vec<HeldDisk>,
 }
 
 /// The status for a pass's inputs: sorted, so that the same node gives the same content
@@ -521,6 +546,16 @@ pub fn build(inputs: Inputs) -> InventoryStatus {
             }
         }
     }
+    // A disk held by another node's PV or record: its entry says by which.
+    for h in &inputs.held {
+        if let Some(v) = volumes.values_mut().find(|v| v.path == h.path && v.pv.is_none()) {
+            if !v.flags.iter().any(|f| f == "held") {
+                v.flags.push("held".into());
+            }
+            v.reason = Some(format!("held-by-{}", h.reason));
+            v.message = Some(h.message.clone());
+        }
+    }
     problems += volumes.values().filter(|v| v.is_problem()).count() as u32;
     let mut devices: Vec<DeviceInventory> = Vec::new();
     for (mut d, needs) in inputs.devices {
@@ -543,6 +578,12 @@ pub fn build(inputs: Inputs) -> InventoryStatus {
     let mut superseded = inputs.superseded;
     superseded.sort();
     superseded.dedup();
+    let mut superseded_pvs = inputs.superseded_pvs;
+    superseded_pvs.sort();
+    superseded_pvs.dedup();
+    let mut held = inputs.held;
+    held.sort();
+    held.dedup();
     InventoryStatus {
         node_name: inputs.node,
         summary,
@@ -557,6 +598,8 @@ pub fn build(inputs: Inputs) -> InventoryStatus {
         volumes: volumes.into_values().collect(),
         used_disks,
         superseded,
+        superseded_pvs,
+        held,
         observed_at: None,
     }
 }

@@ -61,57 +61,60 @@ fn device(name: &str, verdicts: Vec<DeviceVerdict>) -> DeviceInventory {
 }
 
 #[test]
-fn the_cluster_records_say_a_disk_is_used_only_when_they_name_that_very_device_on_another_node() {
+fn the_cluster_records_witness_a_disk_only_when_they_name_that_very_device_on_another_node() {
     let none = BTreeSet::new();
     let superseded: BTreeSet<String> = ["u-old".to_string()].into();
     let offered = UsedDiskRecord { offered: true, claimed: false, ..record(DISK_A, "u-off") };
-    // (case, records of node "a", found on node, identity found, superseded, expected)
-    type Case<'a> = (&'a str, Vec<UsedDiskRecord>, &'a str, &'a str, &'a BTreeSet<String>, &'a str);
+    // (case, records of node "a", found on node, identity found, superseded, the UIDs that
+    // count: named, not offered, not superseded)
+    type Case<'a> = (&'a str, Vec<UsedDiskRecord>, &'a str, &'a str, &'a BTreeSet<String>, Vec<&'a str>);
     let cases: Vec<Case> = vec![
-        ("the same device under another number", vec![record(DISK_A, "u1")], "b", DISK_A_ELSEWHERE, &none, "marked"),
-        ("the same device", vec![record(DISK_A, "u1")], "b", DISK_A, &none, "marked"),
-        ("a filesystem made on it since", vec![record(DISK_A, "u1")], "b", DISK_A_FS, &none, "marked"),
-        ("one of its partitions", vec![record(DISK_A, "u1")], "b", DISK_A_PART, &none, "unknown"),
-        ("another device", vec![record(DISK_A, "u1")], "b", DISK_B, &none, "unmarked"),
-        ("a device named by numbers only", vec![record(DISK_A, "u1")], "b", NUMBERS_ONLY, &none, "unmarked"),
-        ("a tmpfs", vec![record(DISK_A, "u1")], "b", TMPFS, &none, "unmarked"),
-        ("a record by numbers only", vec![record(NUMBERS_ONLY, "u1")], "b", NUMBERS_ONLY, &none, "unmarked"),
-        ("this node's own record (its ledger has it)", vec![record(DISK_A, "u1")], "a", DISK_A, &none, "unmarked"),
-        ("a record this node wiped since", vec![record(DISK_A, "u-old")], "b", DISK_A, &superseded, "unmarked"),
+        ("the same device under another number", vec![record(DISK_A, "u1")], "b", DISK_A_ELSEWHERE, &none, vec!["u1"]),
+        ("the same device", vec![record(DISK_A, "u1")], "b", DISK_A, &none, vec!["u1"]),
+        ("a filesystem made on it since", vec![record(DISK_A, "u1")], "b", DISK_A_FS, &none, vec!["u1"]),
+        ("one of its partitions", vec![record(DISK_A, "u1")], "b", DISK_A_PART, &none, vec!["u1"]),
+        ("a record of a partition", vec![record(DISK_A_PART, "u1")], "b", DISK_A, &none, vec!["u1"]),
+        ("another device", vec![record(DISK_A, "u1")], "b", DISK_B, &none, vec![]),
+        ("a device named by numbers only", vec![record(DISK_A, "u1")], "b", NUMBERS_ONLY, &none, vec![]),
+        ("a tmpfs", vec![record(DISK_A, "u1")], "b", TMPFS, &none, vec![]),
+        ("a record by numbers only", vec![record(NUMBERS_ONLY, "u1")], "b", NUMBERS_ONLY, &none, vec![]),
+        ("this node's own record (its ledger has it)", vec![record(DISK_A, "u1")], "a", DISK_A, &none, vec![]),
+        ("a record this node wiped since", vec![record(DISK_A, "u-old")], "b", DISK_A, &superseded, vec![]),
         (
             "wiped, but a newer record too",
             vec![record(DISK_A, "u-old"), record(DISK_A, "u2")],
             "b",
             DISK_A,
             &superseded,
-            "marked",
+            vec!["u2"],
         ),
-        ("offered only", vec![offered.clone()], "b", DISK_A, &none, "offered"),
-        ("offered, and used later", vec![offered.clone(), record(DISK_A, "u3")], "b", DISK_A, &none, "marked"),
-        ("offered, and a partition record", vec![offered, record(DISK_A_PART, "u4")], "b", DISK_A, &none, "unknown"),
-        ("no records", vec![], "b", DISK_A, &none, "unmarked"),
+        ("offered only", vec![offered.clone()], "b", DISK_A, &none, vec![]),
+        ("offered, and used later", vec![offered, record(DISK_A, "u3")], "b", DISK_A, &none, vec!["u3"]),
+        ("no records", vec![], "b", DISK_A, &none, vec![]),
     ];
     for (case, records, node, found, superseded, want) in cases {
-        let got = cluster_lookup([("a", records.as_slice())], superseded, node, found);
-        let word = match &got {
-            UsedRead::Marked(m) => {
-                assert_eq!(m.node, "a", "{case}: the mark names the node that recorded it");
-                "marked"
-            }
-            UsedRead::Offered(_) => "offered",
-            UsedRead::Unknown(_) => "unknown",
-            UsedRead::Unmarked => "unmarked",
-        };
-        assert_eq!(word, want, "{case}: {got:?}");
+        let got = record_witnesses([("a", records.as_slice())], superseded, &BTreeSet::new(), node, found);
+        assert!(got.iter().all(|w| w.node == "a"), "{case}: a witness names the node that recorded it");
+        let counted: Vec<&str> =
+            got.iter().filter(|w| !w.offered && !w.superseded).filter_map(|w| w.uid.as_deref()).collect();
+        assert_eq!(counted, want, "{case}: {got:?}");
     }
 }
 
 #[test]
-fn records_of_several_nodes_are_all_consulted() {
+fn records_of_several_nodes_are_all_consulted_and_an_operator_release_is_read_by_uid_or_pv() {
     let a = vec![record(DISK_B, "ua")];
-    let c = vec![record(DISK_A, "uc")];
-    let got = cluster_lookup([("a", a.as_slice()), ("c", c.as_slice())], &BTreeSet::new(), "b", DISK_A);
-    assert!(matches!(got, UsedRead::Marked(ref m) if m.node == "c" && m.uid.as_deref() == Some("uc")), "{got:?}");
+    let c = vec![record(DISK_A, "uc"), UsedDiskRecord { pv: "pv-d".into(), ..record(DISK_A, "ud") }];
+    let released: BTreeSet<String> = ["uc".to_string(), "pv-d".to_string()].into();
+    let none = BTreeSet::new();
+    let got = record_witnesses([("a", a.as_slice()), ("c", c.as_slice())], &none, &none, "b", DISK_A);
+    assert_eq!(
+        got.iter().map(|w| (w.node.as_str(), w.uid.as_deref())).collect::<Vec<_>>(),
+        [("c", Some("uc")), ("c", Some("ud"))]
+    );
+    assert!(got.iter().all(|w| !w.released_by_operator));
+    let got = record_witnesses([("c", c.as_slice())], &none, &released, "b", DISK_A);
+    assert!(got.iter().all(|w| w.released_by_operator), "{got:?}");
 }
 
 #[test]

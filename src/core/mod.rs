@@ -10,6 +10,7 @@ pub mod device_claim;
 pub(crate) mod device_selector;
 pub mod disk_health;
 pub mod disk_identity;
+pub mod disk_trust;
 pub(crate) mod effect_key;
 pub(crate) mod expectations;
 pub mod fence;

@@ -10,6 +10,14 @@ pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 /// Our own label naming the node a PV belongs to; the agent watches only PVs carrying its own
 /// value, so its memory and watch traffic do not grow with the cluster.
 pub const LABEL_NODE: &str = "local-static-provisioner.io/node";
+/// Our label naming the whole disk a PV's volume is on, by a hash of its stable ID
+/// (core::disk_trust::disk_label): another node that finds the disk looks its PVs up with one
+/// label-selected list. Only a hint: the identity annotation is compared in full after it.
+pub const LABEL_DISK_ID: &str = "local-static-provisioner.io/disk-id";
+/// Set by an operator (`kubectl local-storage release-hold`) on a node's LocalStorageNode: the
+/// comma-separated UIDs (or PV names) of other nodes' records that no longer hold that node's
+/// disks back. An agent's token cannot change an object's metadata (admission policy).
+pub const ANN_RELEASED_HOLDS: &str = "local-static-provisioner.io/released-holds";
 /// Our finalizer on every PV we create or adopt: the PV object cannot disappear (crash, manual
 /// `kubectl delete pv`) before its volume has been wiped.
 pub const FINALIZER_WIPE: &str = "local-static-provisioner.io/wipe";

@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use super::capacity::binary_si_quantity;
 use super::fence_label::fence_requirements;
 use super::naming::{
-    ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_HOSTNAME, LABEL_NODE,
-    node_label_value,
+    ANN_ALPHA_NODE_AFFINITY, ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_DISK_ID, LABEL_HOSTNAME,
+    LABEL_NODE, node_label_value,
 };
 pub use super::pv_inputs::ClassPolicy;
 use super::pv_inputs::DesiredPv;
@@ -116,6 +116,11 @@ impl PvContext<'_> {
         }
         labels.extend(self.config.labels_for_pv.iter().map(|(k, v)| (k.clone(), v.clone())));
         labels.insert(LABEL_NODE.to_string(), node_label_value(&self.node.name));
+        // The whole disk it is on, so another node that finds the disk finds this PV with one
+        // label-selected list (core::disk_trust).
+        if let Some(disk) = super::disk_trust::disk_label(volume.identity) {
+            labels.insert(LABEL_DISK_ID.to_string(), disk);
+        }
 
         let mut annotations = BTreeMap::from([
             (ANN_PROVISIONED_BY.to_string(), self.provisioner_name.to_string()),

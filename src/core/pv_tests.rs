@@ -657,3 +657,20 @@ fn container_paths_are_direct_entries_of_the_host_dir_only() {
         assert!(e.contains("is not an entry of hostDir /mnt/disks"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn a_pv_of_a_disk_named_by_a_stable_id_carries_its_disk_label() {
+    let cfg = config_with(&[("sc1", class("/mnt/disks"))]);
+    let prov = uid_provisioner();
+    let ctx = PvContext { config: &cfg, node: &node(), provisioner_name: &prov };
+    let c = &cfg.storage_class_map["sc1"];
+    let mut v = volume("sc1", &c.host_dir, "mount1", GIB);
+    v.identity = "v2;blk;disk=wwid:0x5000c/part1;size=1073741824;dev=8:17".into();
+    let pv = ctx.build("local-pv-aaaafef5", c, &ClassPolicy::default(), v.source());
+    let labels = pv.metadata.labels.unwrap();
+    assert_eq!(
+        labels.get(crate::core::naming::LABEL_DISK_ID),
+        crate::core::disk_trust::disk_label(&v.identity).as_ref()
+    );
+    assert!(labels.contains_key(crate::core::naming::LABEL_DISK_ID));
+}

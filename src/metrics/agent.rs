@@ -170,6 +170,7 @@ pub(super) struct Passes {
     config_valid: Gauge,
     succession: Family<OutcomeLabels, Counter>,
     unpublished: Family<ReasonLabels, Gauge>,
+    held_disks: Family<ReasonLabels, Gauge>,
 }
 
 impl Passes {
@@ -181,6 +182,7 @@ impl Passes {
             config_valid: Gauge::default(),
             succession: Family::default(),
             unpublished: Family::default(),
+            held_disks: Family::default(),
         };
         registry.register(
             "local_volume_provisioner_persistentvolume_discovery",
@@ -206,6 +208,11 @@ impl Passes {
             "local_static_provisioner_unpublished_entries",
             "Entries of the discovery directories not published in the last pass, by reason (symlink, exposes-host, same-disk, device-in-use, ...)",
             group.unpublished.clone(),
+        );
+        registry.register(
+            "local_static_provisioner_held_disks",
+            "Block disks held back at the last look because another node's PV or used-disk record names them, by reason (claimed-pv, unclaimed-pv, record)",
+            group.held_disks.clone(),
         );
         group
     }
@@ -373,6 +380,15 @@ impl Metrics {
         self.inner.passes.unpublished.clear();
         for (reason, n) in by_reason {
             self.inner.passes.unpublished.get_or_create(&ReasonLabels { reason: reason.to_string() }).set(*n);
+        }
+    }
+
+    /// Sets how many block disks another node's PV or record holds back, per reason
+    /// (core::disk_trust); reasons absent from `by_reason` are removed.
+    pub fn set_held_disks(&self, by_reason: &std::collections::BTreeMap<&'static str, i64>) {
+        self.inner.passes.held_disks.clear();
+        for (reason, n) in by_reason {
+            self.inner.passes.held_disks.get_or_create(&ReasonLabels { reason: reason.to_string() }).set(*n);
         }
     }
 

@@ -789,6 +789,7 @@ pub fn library_expositions() -> (String, String) {
     agent.set_volumes(&BTreeMap::from([("Bound".to_string(), 1)]));
     agent.set_flagged(1, 1, 1);
     agent.set_unpublished(&BTreeMap::from([("symlink", 1)]));
+    agent.set_held_disks(&BTreeMap::from([("record", 1)]));
     agent.set_unresponsive(&[("/mnt/disks/v".into(), "inspection".into())], 1);
     agent.set_failing(&[("/mnt/disks/v".into(), "local-pv-1".into(), "read-only".into())]);
     agent.set_fenced(&[("local-pv-1".into(), "not-its-disk")]);

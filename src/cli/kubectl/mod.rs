@@ -8,6 +8,8 @@
 //!   objects, core::inventory) and print it (render.rs, pure, golden-tested), filtered by node
 //!   and class, as a table or the objects (`-o json|yaml`);
 //! - `cleanup PV...` is the main binary's `cleanup` (the wipe-and-recycle request);
+//! - `release-hold --node N UID...` releases holds another node's word put on node N's disks
+//!   (an annotation on N's LocalStorageNode, which no agent token may write; core::disk_trust);
 //! - `prepare` explains how to clear a disk that holds old data (prepare.rs): node-side, with
 //!   `wipe-disk`, because only the agent on the host can prove that nothing uses the disk.
 
@@ -79,6 +81,13 @@ enum PluginCommand {
     /// A Released PV is wiped whatever its reclaim policy; an Available PV is withdrawn first
     /// so it cannot be bound during the wipe; a Bound PV is refused.
     Cleanup(CleanupArgs),
+    /// Release the hold another node's record puts on a node's block disk: the record (a
+    /// used-disk record of another node's LocalStorageNode, or an unclaimed PV of another node
+    /// naming the disk) is written with that node's credentials only, so the agent holds the
+    /// disk and does not wipe it on that word. Released, the disk is wiped first, then
+    /// published. The UIDs are those `disks` and `volumes` show for held disks
+    /// (`status.held`). A claim bound on another node is not released by word.
+    ReleaseHold(ReleaseHoldArgs),
     /// How to clear a disk that holds old data so a class can claim it: the node-side
     /// `wipe-disk` steps, with the node's agent pod and the disk's stable ID filled in. Changes
     /// nothing.
@@ -134,6 +143,18 @@ struct CleanupArgs {
 }
 
 #[derive(Debug, Args)]
+struct ReleaseHoldArgs {
+    /// The node whose disk is held (its LocalStorageNode gets the release).
+    #[arg(long, env = "KUBECTL_LOCAL_STORAGE_NODE", required = true)]
+    node: String,
+    /// The UIDs (or PV names) of the records whose holds to release.
+    #[arg(required = true)]
+    records: Vec<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Debug, Args)]
 struct PrepareArgs {
     /// The disk: its kernel name (sdb), stable ID or /dev/disk/by-id name, as `disks` shows it.
     /// Without it, the steps with placeholders.
@@ -161,6 +182,47 @@ pub fn main(plugin: Plugin) -> ExitCode {
             rt.block_on(super::cleanup::run(args.pvs, args.connect.client(), args.wait, args.timeout))
         }
         PluginCommand::Prepare(args) => rt.block_on(prepare(args)),
+        PluginCommand::ReleaseHold(args) => rt.block_on(release_hold(args)),
+    }
+}
+
+async fn release_hold(args: ReleaseHoldArgs) -> ExitCode {
+    let result = async {
+        let cluster = Cluster::connect_as(&args.connect.client(), "kubectl-plugin", PLUGIN_FILE_NAME).await?;
+        let held = match cluster.get_inventory(&args.node).await? {
+            crate::api::inventory::Found::Present { status, .. } => status.map(|s| s.held).unwrap_or_default(),
+            crate::api::inventory::Found::Absent => {
+                return Err(PluginError::Api(ApiError::Config {
+                    source_name: args.node.clone(),
+                    message: format!("node {} has no LocalStorageNode", args.node),
+                }));
+            }
+        };
+        for r in &args.records {
+            match held.iter().find(|h| h.uid.as_deref() == Some(r.as_str()) || h.record == *r) {
+                Some(h) if h.reason == "claimed-pv" => eprintln!(
+                    "warning: {r} is a PV a claim is bound to; a release does not lift that hold (delete the PV if its data may go)"
+                ),
+                Some(_) => {}
+                None => eprintln!("note: node {} shows no disk held by {r} now; the release is kept for when it does", args.node),
+            }
+        }
+        Ok::<_, PluginError>(cluster.release_holds(&args.node, &args.records).await?)
+    }
+    .await;
+    match result {
+        Ok(released) => {
+            println!(
+                "holds released on node {}: {} (its agent wipes such a disk, then publishes it, at its next look)",
+                args.node,
+                released.join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -309,6 +371,13 @@ mod tests {
         let PluginCommand::Prepare(args) = p.command else { panic!("prepare") };
         assert_eq!((args.node.as_deref(), args.disk.as_deref()), (Some("w1"), Some("sdb")));
         assert!(Plugin::try_parse_from(["kubectl-local_storage", "cleanup"]).is_err(), "cleanup needs a PV");
+        let release = ["kubectl-local_storage", "release-hold", "--node", "worker-2", "u-1", "u-2"];
+        let Plugin { command: PluginCommand::ReleaseHold(args) } = Plugin::try_parse_from(release).unwrap() else {
+            panic!("release-hold")
+        };
+        assert_eq!((args.node.as_str(), args.records), ("worker-2", vec!["u-1".to_string(), "u-2".to_string()]));
+        let no_node = ["kubectl-local_storage", "release-hold", "u-1"];
+        assert!(Plugin::try_parse_from(no_node).is_err(), "release-hold needs the node");
         let help = Plugin::command().render_help().to_string();
         assert!(help.contains("kubectl local-storage"), "{help}");
     }

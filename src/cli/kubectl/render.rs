@@ -164,8 +164,28 @@ pub fn disks(nodes: &[LocalStorageNode], filter: &Filter, format: Format) -> Res
         }
     }
     let mut out = if rows.is_empty() { "No disks found.\n".to_string() } else { table(&header, &rows) };
-    append_notes(&mut out, &selection.notes);
+    let mut notes = held_notes(&selection);
+    notes.extend(selection.notes.iter().cloned());
+    append_notes(&mut out, &notes);
     Ok(out)
+}
+
+/// One note per disk another node's PV or record holds back, with the command that releases a
+/// hold that rests on one node's word.
+fn held_notes(selection: &Selection<'_>) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (node, status) in &selection.shown {
+        for h in &status.held {
+            let mut note = format!("{node}: {} is held: {}", h.path, h.message);
+            if h.reason != "claimed-pv"
+                && let Some(uid) = &h.uid
+            {
+                note.push_str(&format!(" (release: kubectl local-storage release-hold --node {node} {uid})"));
+            }
+            notes.push(note);
+        }
+    }
+    notes
 }
 
 /// `volumes`: one row per discovery entry or PV of each node (with a class filter, of that
@@ -473,5 +493,49 @@ pub(crate) mod tests {
     fn table_columns_are_aligned_by_characters() {
         let t = table(&["A", "B"], &[vec!["é".into(), "x".into()], vec!["abc".into(), "y".into()]]);
         assert_eq!(t, "A     B\né     x\nabc   y\n");
+    }
+
+    #[test]
+    fn a_held_disk_is_a_flagged_volume_and_a_note_with_its_release() {
+        use crate::core::inventory::{EntryInput, HeldDisk, Inputs, build};
+        let held = |reason: &str| HeldDisk {
+            path: "/mnt/raw/d".into(),
+            node: "worker-1".into(),
+            record: "local-pv-1".into(),
+            uid: Some("u-1".into()),
+            reason: reason.into(),
+            message: "node worker-1's LocalStorageNode records this disk".into(),
+        };
+        for (reason, releasable) in [("record", true), ("unclaimed-pv", true), ("claimed-pv", false)] {
+            let status = build(Inputs {
+                node: "worker-2".into(),
+                entries: vec![EntryInput {
+                    class: "raw".into(),
+                    host_path: "/mnt/raw/d".into(),
+                    refused: Some(("used-unknown".into(), "held".into())),
+                    needs_operator: true,
+                    ..Default::default()
+                }],
+                held: vec![held(reason)],
+                ..Default::default()
+            });
+            assert_eq!(status.volumes[0].flags, ["held"]);
+            assert_eq!(status.volumes[0].reason.as_deref(), Some(format!("held-by-{reason}").as_str()));
+            assert_eq!(status.summary.problems, 1, "counted once");
+            let object = LocalStorageNode {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some("worker-2".into()),
+                    ..Default::default()
+                },
+                status: Some(status),
+                ..Default::default()
+            };
+            let all = Filter { nodes: Vec::new(), class: None };
+            let disks = disks(std::slice::from_ref(&object), &all, Format::Table).unwrap();
+            assert!(disks.contains("worker-2: /mnt/raw/d is held: node worker-1's"), "{disks}");
+            assert_eq!(disks.contains("kubectl local-storage release-hold --node worker-2 u-1"), releasable, "{disks}");
+            let volumes = volumes(&[object], &all, Format::Table).unwrap();
+            assert!(volumes.contains("held"), "{volumes}");
+        }
     }
 }
