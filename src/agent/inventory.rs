@@ -600,9 +600,10 @@ impl Agent {
                 UsedRead::Offered(_) => OwnMark::Offered,
                 _ => OwnMark::None,
             };
-            // This node published the disk and let it go: its last wipe here was of this very
-            // disk, or it withdrew it unclaimed.
-            let let_go = mark == OwnMark::Offered || self.cleaner.last_wipe_for(&d.host_path, &d.identity).is_some();
+            // This node published the disk, a claim released it and it wiped it here (its last
+            // wipe, of this very disk). A disk it withdrew unclaimed is not let go in this sense:
+            // it may have been used on another node since (core::disk_trust::Own).
+            let let_go = self.cleaner.last_wipe_for(&d.host_path, &d.identity).is_some();
             let decision = judge(Own { mark, let_go }, pvs.as_deref(), recs.as_deref());
             decided.insert(d.host_path.clone());
             let d = &mut desired[i];

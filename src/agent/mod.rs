@@ -294,6 +294,9 @@ pub(crate) struct Agent {
     /// UIDs of PVs whose disk was found carrying their complete used mark, and whether it
     /// records a claim: not read again until a claim shows up on an unclaimed one.
     marked: BTreeMap<String, bool>,
+    /// PVs (by UID) this process put the disk-id label on, with the resourceVersion they had:
+    /// not patched again while the store still shows that version.
+    disk_labelled: BTreeMap<String, String>,
     /// (host path, identity) of every volume the last scan found, settled or not: where a PV's
     /// disk that left its path went.
     found_disks: Vec<(String, String)>,
@@ -355,6 +358,7 @@ impl Agent {
             foreign: BTreeMap::new(),
             expectations: Expectations::default(),
             marked: BTreeMap::new(),
+            disk_labelled: BTreeMap::new(),
             found_disks: Vec::new(),
             effects: Effects::default(),
             problems: Occurrences::default(),
@@ -529,6 +533,7 @@ impl Agent {
         let kept: Vec<PvState> = states.iter().filter(|pv| !withdrawn.contains(&pv.uid)).cloned().collect();
         self.follow_fences(&kept, &predecessors, &observation.checks, &observation.succession, &missing).await;
         self.upgrade_identities(&states, &observation.upgrades).await;
+        self.label_disks(&observation.upgrades).await;
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
         self.follow_health(&going, &failing).await;

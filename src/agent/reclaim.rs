@@ -9,8 +9,9 @@ use tracing::info;
 use super::Agent;
 use crate::api::AnnotationPatch;
 use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
+use crate::core::disk_trust::missing_disk_label;
 use crate::core::effect_key::EffectKey;
-use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, FINALIZER_WIPE};
+use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_DISK_ID};
 use crate::core::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_pv};
 use crate::wiper::target_for;
 
@@ -149,6 +150,37 @@ impl Agent {
             let patched = self.cluster.patch_annotations(&pv.name, Some(&pv.resource_version), &patch);
             if let Some(Ok(())) = self.effects.run(&EffectKey::Upgrade(pv.name.clone()), patched).await {
                 info!(pv = %pv.name, %identity, "volume identity re-recorded in the current format");
+            }
+        }
+    }
+
+    /// Puts the disk-id label (core::disk_trust) on this node's PVs that lack it: PVs made
+    /// before the label existed (by an older version, or adopted from upstream) are then found
+    /// by another node about to offer their disk, as new ones are. One patch per PV, guarded
+    /// by its resourceVersion; not again while the store has not shown it yet. PVs whose
+    /// identity is re-recorded this pass are labelled at the next, from the new record.
+    pub(super) async fn label_disks(&mut self, upgrades: &[(String, String)]) {
+        let pvs = self.pv_store.state();
+        let live: BTreeSet<&str> = pvs.iter().filter_map(|pv| pv.metadata.uid.as_deref()).collect();
+        self.disk_labelled.retain(|uid, _| live.contains(uid.as_str()));
+        for pv in &pvs {
+            let (Some(name), Some(uid)) = (pv.metadata.name.as_deref(), pv.metadata.uid.as_deref()) else { continue };
+            let rv = pv.metadata.resource_version.clone().unwrap_or_default();
+            if pv.metadata.deletion_timestamp.is_some()
+                || upgrades.iter().any(|(u, _)| u == uid)
+                || self.disk_labelled.get(uid) == Some(&rv)
+            {
+                continue;
+            }
+            let identity = pv.annotation(ANN_VOLUME_IDENTITY).map(String::as_str);
+            let Some(label) = missing_disk_label(identity, pv.label(LABEL_DISK_ID).map(String::as_str)) else {
+                continue;
+            };
+            let labels = BTreeMap::from([(LABEL_DISK_ID.to_string(), label)]);
+            let patched = self.cluster.set_pv_labels(name, Some(&rv), &labels);
+            if let Some(Ok(())) = self.effects.run(&EffectKey::Upgrade(name.to_string()), patched).await {
+                info!(pv = %name, "disk-id label put on a PV made before it existed");
+                self.disk_labelled.insert(uid.to_string(), rv);
             }
         }
     }

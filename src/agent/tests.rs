@@ -329,6 +329,21 @@ fn found(entry: &str) -> FoundVolume {
 
 /// One of this node's PVs as the watch would show it.
 fn own_pv(name: &str, phase: &str, extra_annotations: serde_json::Value) -> PvFacts {
+    own_pv_labelled(name, phase, extra_annotations, serde_json::json!({}), "7")
+}
+
+/// [`own_pv`] with more labels, at a resourceVersion.
+fn own_pv_labelled(
+    name: &str,
+    phase: &str,
+    extra_annotations: serde_json::Value,
+    extra_labels: serde_json::Value,
+    resource_version: &str,
+) -> PvFacts {
+    let mut labels = serde_json::json!({ "local-static-provisioner.io/node": "n1" });
+    for (k, v) in extra_labels.as_object().into_iter().flatten() {
+        labels[k] = v.clone();
+    }
     let mut annotations =
         serde_json::json!({ "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-node-uid" });
     if let Some(extra) = extra_annotations.as_object() {
@@ -338,8 +353,8 @@ fn own_pv(name: &str, phase: &str, extra_annotations: serde_json::Value) -> PvFa
     }
     serde_json::from_value(serde_json::json!({
         "metadata": {
-            "name": name, "uid": format!("uid-{name}"), "resourceVersion": "7",
-            "labels": { "local-static-provisioner.io/node": "n1" },
+            "name": name, "uid": format!("uid-{name}"), "resourceVersion": resource_version,
+            "labels": labels,
             "annotations": annotations,
             "finalizers": ["local-static-provisioner.io/wipe"],
         },
@@ -1400,4 +1415,27 @@ async fn an_inventory_of_an_earlier_incarnation_of_the_node_is_left_to_the_garba
     lab.pass().await;
     assert_eq!(lab.api.count("POST", INVENTORIES), 1);
     assert_eq!(inventory_writes(&lab), 2);
+}
+
+#[tokio::test]
+async fn a_pv_made_before_the_disk_id_label_gets_it_once() {
+    let mut lab = lab().await;
+    let identity = "v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:16";
+    let annotations = serde_json::json!({ crate::core::naming::ANN_VOLUME_IDENTITY: identity });
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("old", "Bound", annotations.clone())));
+    // A directory's PV has no disk to look up: no label, no patch.
+    let dir = serde_json::json!({ crate::core::naming::ANN_VOLUME_IDENTITY: "v2;fs;uuid=u1;ino=2;dev=8:1" });
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("dir", "Bound", dir)));
+    lab.pass().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/old"), 1, "labelled");
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/dir"), 0);
+    // The store has not shown the label yet: not patched again.
+    lab.pass().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/old"), 1, "not again before the store shows it");
+    // The store shows it: nothing more to do.
+    let label =
+        serde_json::json!({ crate::core::naming::LABEL_DISK_ID: crate::core::disk_trust::disk_label(identity) });
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv_labelled("old", "Bound", annotations, label, "8")));
+    lab.pass().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/old"), 1);
 }

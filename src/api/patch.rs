@@ -71,6 +71,17 @@ impl Cluster {
         self.patch_pv_metadata(name, resource_version, serde_json::json!({}), patch.to_json(), None).await
     }
 
+    /// Sets labels of a PV; with `resource_version`, only if the PV is unchanged since it was
+    /// read.
+    pub async fn set_pv_labels(
+        &self,
+        name: &str,
+        resource_version: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), ApiError> {
+        self.patch_pv_metadata(name, resource_version, serde_json::json!(labels), serde_json::json!({}), None).await
+    }
+
     /// Applies a take-over patch, guarded by `resource_version` when given.
     pub async fn take_over_pv(
         &self,

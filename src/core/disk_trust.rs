@@ -21,7 +21,7 @@
 //! - a record any node token can write (another node's used-disk record, an unclaimed PV of
 //!   another node naming the disk) may hold the disk, and is said as such, but never makes
 //!   this node destroy data: and it never holds a disk this node's own records show it
-//!   published and let go (released and wiped here, or withdrawn unclaimed); a used-disk
+//!   published and let go (released and wiped here); a used-disk
 //!   record without a PV does not hold a disk this node's own mark says is used (that mark
 //!   has it wiped: whatever the record says, no tenant uses the disk through a PV now);
 //! - this node's own used mark, a claimed PV of another node that was released (a claim used
@@ -53,6 +53,15 @@ pub fn disk_label(identity: &str) -> Option<String> {
     Some(hex[..LABEL_HEX].to_string())
 }
 
+/// The disk-id label one of this node's PVs should carry and does not: `Some(value)` when its
+/// recorded identity names a device by a stable ID and the label is absent or another value (a
+/// PV made before the label existed, by an older version or adopted from upstream, or one whose
+/// label was changed by hand), so that another node about to offer that disk finds the PV.
+pub fn missing_disk_label(identity: Option<&str>, label: Option<&str>) -> Option<String> {
+    let want = disk_label(identity?)?;
+    (label != Some(want.as_str())).then_some(want)
+}
+
 /// Whether a PV's recorded identity (its annotation) names the same whole disk as the identity
 /// found: the label only finds candidates, a forged or colliding label proves nothing.
 pub fn names_disk(recorded: Option<&str>, found: &str) -> bool {
@@ -78,8 +87,10 @@ pub enum OwnMark {
 pub struct Own {
     /// Its ledger's mark.
     pub mark: OwnMark,
-    /// Its own records show it published the disk and let it go: released and wiped here (the
-    /// volume's last wipe, for this very disk), or withdrawn unclaimed.
+    /// Its own records show it published the disk, a claim released it and it was wiped here:
+    /// the volume's last wipe, for this very disk, whose new PV is not made yet. Not a disk it
+    /// withdrew unclaimed: such a disk may have gone to another node since, been used there and
+    /// come back, and that node's record is then the only word of it (held, not published).
     pub let_go: bool,
 }
 

@@ -17,6 +17,28 @@ fn the_label_is_a_hash_of_the_whole_disk_and_fits_a_label_value() {
 }
 
 #[test]
+fn a_pv_without_its_disks_label_gets_it_and_only_a_device_named_by_a_stable_id_has_one() {
+    let right = disk_label(DISK).unwrap();
+    let other = disk_label("v2;blk;disk=wwid:0x5000d;size=1073741824;dev=8:16").unwrap();
+    let identities = [
+        (Some(DISK), Some(right.as_str())),
+        (Some("v2;blk;disk=wwid:0x5000c/part1;size=1048576;dev=8:17"), Some(right.as_str())),
+        (Some("v2;blk;size=1073741824;dev=8:16"), None),
+        (Some("v2;fs;uuid=u1;ino=2;dev=8:1"), None),
+        (Some("not an identity"), None),
+        (None, None),
+    ];
+    for (identity, want) in identities {
+        for label in [None, Some(right.as_str()), Some(other.as_str()), Some("")] {
+            let got = missing_disk_label(identity, label);
+            // Set exactly when the identity has a label and the PV does not carry that one.
+            let expected = want.filter(|w| label != Some(*w)).map(str::to_string);
+            assert_eq!(got, expected, "{identity:?} {label:?}");
+        }
+    }
+}
+
+#[test]
 fn a_pv_names_the_disk_only_by_its_full_identity() {
     assert!(names_disk(Some("v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:48"), DISK));
     assert!(names_disk(Some("v2;blk;disk=wwid:0x5000c/part2;size=1;dev=8:18"), DISK));
