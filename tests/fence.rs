@@ -163,6 +163,26 @@ fn swapped_disks_are_fenced_on_the_node_and_an_agent_stop_fences_all_until_the_n
         "{metrics}"
     );
 
+    // A fence label removed by hand is back within seconds: the agent watches its Node (no
+    // resync in between: the default resync is minutes).
+    let removed = Instant::now();
+    cp.kubectl_ok(&["label", "node", node, &format!("{}-", fence_of(&pv_a))]);
+    wait_until(&format!("{pv_a} fenced again"), WAIT, || {
+        (label(&cp, node, &fence_of(&pv_a)).as_deref() == Some("not-its-disk")).then_some(())
+    });
+    let back_in = removed.elapsed();
+    eprintln!("a fence label removed by hand was back {} ms later", back_in.as_millis());
+    assert!(back_in < Duration::from_secs(5), "back after {back_in:?}");
+    // The node-wide fence set while the agent runs (kubelet's start sets it so): the running
+    // agent sees it and lifts it after a pass that checked the disks, the swapped ones fenced.
+    cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}=kubelet-restarted")]);
+    wait_until("the node-wide fence lifted by the running agent", WAIT, || {
+        label(&cp, node, LABEL_VOLUMES_UNVERIFIED).is_none().then_some(())
+    });
+    for pv in [&pv_a, &pv_b] {
+        assert_eq!(label(&cp, node, &fence_of(pv)).as_deref(), Some("not-its-disk"), "{pv} stays fenced");
+    }
+
     // Put back: both fences lifted, the claims told.
     put_back(&mut a, &mut b, &path_a, &path_b);
     for pv in [&pv_a, &pv_b] {
@@ -248,13 +268,17 @@ fn cert_kubeconfig(cp: &ControlPlane, dir: &Path, user: &str, group: &str) -> Pa
     path
 }
 
-/// `fence-node` with this test's own boot marker (the host's, under /run, is the real node's).
+/// `fence-node` with this test's own boot marker (the host's, under /run, is the real node's)
+/// and state directory (whose lock tells whether an agent runs).
 fn fence_node(node: &str, kubeconfig: &Path, wait: &str, marker: &Path) -> (i32, String) {
+    let state = marker.parent().unwrap().join("state");
     let out = Command::new(binary())
         .args(["fence-node", "--node", node, "--wait", wait, "--kubeconfig"])
         .arg(kubeconfig)
         .arg("--boot-marker")
         .arg(marker)
+        .arg("--state-dir")
+        .arg(&state)
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -280,13 +304,35 @@ fn the_boot_hook_sets_the_node_wide_fence_with_the_nodes_own_credentials_and_say
     assert!(marker.exists(), "the boot is noted as fenced");
     cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}-")]);
 
-    // kubelet restarted within the same boot: the disks are as they were and the running agent
-    // would not see a new label until it next reads its Node, so nothing is set again.
+    // kubelet restarted within the same boot while no agent holds the node (its state
+    // directory's lock exists and is free: the agent was killed, its SIGTERM fence never set):
+    // fenced again, nobody has checked the disks since the agent went.
+    let state = marker.parent().unwrap().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("lock"), b"").unwrap();
     let (code, text) = fence_node(node, &creds, "30s", &marker);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("fenced earlier in this boot"), "{text}");
-    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED), None);
-    // The next boot (an empty /run) fences again.
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref(), Some("agent-gone"), "{text}");
+    assert!(text.contains("Gone"), "{text}");
+    cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}-")]);
+    // ... and while an agent holds it (an exclusive flock on the lock, as the agent takes it):
+    // fenced too, the running agent lifts it after a pass.
+    let mut holder = Command::new("flock").arg("-o").arg(state.join("lock")).args(["sleep", "60"]).spawn().unwrap();
+    wait_until("the lock held", WAIT, || {
+        std::fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains(&format!(" {} ", holder.id())))
+            .then_some(())
+    });
+    let (code, text) = fence_node(node, &creds, "30s", &marker);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref(), Some("kubelet-restarted"), "{text}");
+    assert!(text.contains("the running agent"), "{text}");
+    cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}-")]);
+    // The next boot (an empty /run) says so.
     std::fs::remove_file(&marker).unwrap();
     let (code, text) = fence_node(node, &creds, "30s", &marker);
     assert_eq!(code, 0, "{text}");

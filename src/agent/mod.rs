@@ -157,6 +157,10 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
             return Ok(());
         }
     }
+    // This node's Node: its fence labels as they are now (a label removed by hand wakes a pass
+    // that puts it back). Not waited for: the Node was just read.
+    let (node_store, node_events) = cluster.watch_own_node(&identity.node);
+    forward_events_until_synced("node", node_events, raw.clone(), None);
     if let Err(e) = watch_mounts(raw.clone()) {
         warn!(error = %e, "mount events unavailable; new mounts are found by the periodic resync");
     }
@@ -214,6 +218,10 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
     agent.watch_needs = Some(watch_needs);
+    agent.node_store = Some(node_store);
+    // Before anything else: no pod newly mounts a volume of this node until this agent's first
+    // pass has checked every disk (the agent before may have been killed without fencing).
+    agent.fence_at_start().await;
     agent.run_loop(&opts, changed, clock, wipes_done, &mut shutdown).await;
     Ok(())
 }
@@ -279,6 +287,10 @@ pub(crate) struct Agent {
     /// When the next volume settles, so the loop wakes up for it.
     next_settle: Option<Instant>,
     node: Node,
+    /// The watch of this Node (None in unit tests that do not give one), and the
+    /// resourceVersion of the copy last taken from it.
+    node_store: Option<Store<Node>>,
+    watched_version: Option<String>,
     node_info: NodeInfo,
     identity: Identity,
     pv_store: Store<PvFacts>,
@@ -346,6 +358,8 @@ impl Agent {
             stale: Settler::default(),
             next_settle: None,
             node: parts.node,
+            node_store: None,
+            watched_version: None,
             node_info,
             identity,
             pv_store: parts.pv_store,
@@ -460,6 +474,7 @@ impl Agent {
 
     async fn reconcile_once(&mut self, revealed: Option<Instant>) {
         let started = Instant::now();
+        self.follow_watched_node();
         self.reload_config().await;
         self.tell_config_findings().await;
         self.watch_dirs();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -15,6 +15,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use crate::core::naming::LABEL_HOSTNAME;
 
 use super::*;
+
+/// What of its own Node wakes the agent: its UID and labels.
+type FenceFacts = (Option<String>, Option<BTreeMap<String, String>>);
 
 /// A Node's metadata, as node-cleanup watches it.
 pub type NodeMeta = PartialObjectMeta<Node>;
@@ -57,6 +60,37 @@ impl Cluster {
         self.send("patch", "patch node labels", name, api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
             .await?
             .map_err(ApiError::request("patch node labels", name))
+    }
+
+    /// A watch of one Node, `name` (the agent's own), by field selector: the labels its volume
+    /// fences are planned from as they are now, not as a read at start-up or at the last resync
+    /// left them, so a fence label removed by hand is put back within a pass. The store holds
+    /// the Node; the stream yields once per change of its UID or labels (kubelet's status
+    /// updates change neither and wake nothing) and must be polled to keep the store fresh.
+    pub fn watch_own_node(
+        &self,
+        name: &str,
+    ) -> (Store<Node>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
+        let (reader, writer) = reflector::store();
+        let api = Api::<Node>::all(self.client.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut last: Option<FenceFacts> = None;
+        let stream = reflector::reflector(writer, watcher(api, config).default_backoff()).touched_objects().filter_map(
+            move |event| {
+                let out = match event {
+                    Ok(node) => {
+                        let now = (node.metadata.uid.clone(), node.metadata.labels.clone());
+                        (last.as_ref() != Some(&now)).then(|| {
+                            last = Some(now);
+                            Ok(())
+                        })
+                    }
+                    Err(e) => Some(Err(e)),
+                };
+                futures::future::ready(out)
+            },
+        );
+        (reader, stream)
     }
 
     /// Whether a Node named `key`, or labelled `kubernetes.io/hostname=key`, exists now: asked

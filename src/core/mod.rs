@@ -3,6 +3,7 @@
 
 pub(crate) mod activity;
 pub(crate) mod backoff;
+pub mod boot_fence;
 pub(crate) mod capacity;
 pub mod cleanup;
 pub(crate) mod desired;
