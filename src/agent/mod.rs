@@ -13,6 +13,7 @@
 mod config;
 mod fence;
 mod health;
+mod heartbeat;
 mod inventory;
 mod marks;
 mod node;
@@ -92,6 +93,8 @@ pub(crate) struct AgentOptions {
     pub host_op_timeout: Duration,
     /// Keep this binary in the state directory for the boot fence (host::boot_fence).
     pub install_boot_fence: bool,
+    /// Namespace of the heartbeat Lease this agent renews (core::heartbeat); None: no heartbeat.
+    pub heartbeat_namespace: Option<String>,
 }
 
 /// Why the agent stopped.
@@ -222,6 +225,12 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     // Before anything else: no pod newly mounts a volume of this node until this agent's first
     // pass has checked every disk (the agent before may have been killed without fencing).
     agent.fence_at_start().await;
+    // Its own task and its own rate limiter (the election's): a burst of PV writes never
+    // delays a renewal, and a renewal never wakes a pass. Ends with the process.
+    let _heartbeat = opts
+        .heartbeat_namespace
+        .clone()
+        .and_then(|ns| heartbeat::spawn(agent.cluster.for_leader_election(), ns, opts.node_name.clone()));
     agent.run_loop(&opts, changed, clock, wipes_done, &mut shutdown).await;
     Ok(())
 }

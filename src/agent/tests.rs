@@ -303,6 +303,7 @@ async fn lab() -> Lab {
         metrics_path: "/metrics".into(),
         host_op_timeout: Duration::from_millis(300),
         install_boot_fence: false,
+        heartbeat_namespace: None,
     };
     let agent = Agent::new(parts, &opts, Some(config), None, source).unwrap();
     Lab { agent, api, host, pvs, wipes_done, _config: config_dir }

@@ -12,6 +12,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use crate::core::fence_label::LABEL_VOLUMES_UNVERIFIED;
 use crate::core::naming::LABEL_HOSTNAME;
 
 use super::*;
@@ -22,21 +23,25 @@ type FenceFacts = (Option<String>, Option<BTreeMap<String, String>>);
 /// A Node's metadata, as node-cleanup watches it.
 pub type NodeMeta = PartialObjectMeta<Node>;
 
-/// Keeps of a Node's metadata only what node-cleanup reads: its name, UID and
-/// `kubernetes.io/hostname` label, the label only when it differs from the name (matching by it
+/// Keeps of a Node's metadata only what node-cleanup reads: its name, UID, its node-wide volume
+/// fence label when it carries one, and its `kubernetes.io/hostname` label, the label only when it differs from the name (matching by it
 /// then adds nothing; it is nearly always so, and a one-entry map costs more than the rest).
 /// A Node carries dozens of labels and annotations (and every status update its kubelet makes
 /// rewrites its managedFields) that no decision needs; the type strings are the same for all.
 pub(super) fn trim_node(node: &mut NodeMeta) {
     let meta = std::mem::take(&mut node.metadata);
-    let hostname =
-        meta.labels.and_then(|mut l| l.remove_entry(LABEL_HOSTNAME)).filter(|(_, v)| meta.name.as_ref() != Some(v));
+    let mut labels = meta.labels.unwrap_or_default();
+    let hostname = labels.remove_entry(LABEL_HOSTNAME).filter(|(_, v)| meta.name.as_ref() != Some(v));
+    // The node-wide volume fence: node-cleanup sets it when the agent's heartbeat lapses, unless
+    // it is there already (core::heartbeat).
+    let fence = labels.remove_entry(LABEL_VOLUMES_UNVERIFIED);
+    let kept: BTreeMap<String, String> = hostname.into_iter().chain(fence).collect();
     node.types = None;
     node.metadata = ObjectMeta {
         name: meta.name,
         uid: meta.uid,
         resource_version: meta.resource_version,
-        labels: hostname.map(|entry| BTreeMap::from([entry])),
+        labels: (!kept.is_empty()).then_some(kept),
         ..ObjectMeta::default()
     };
 }

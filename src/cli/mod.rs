@@ -256,6 +256,11 @@ struct RunArgs {
     /// fence kubelet runs before it starts pods (`fence-node`, deploy/host/). On in deploy/.
     #[arg(long, env = "INSTALL_BOOT_FENCE")]
     install_boot_fence: bool,
+    /// Namespace of the heartbeat Lease (local-static-provisioner-agent-<node>) the agent renews
+    /// every 10 s, so node-cleanup can fence the node when the agent dies without SIGTERM.
+    /// Unset: no heartbeat. deploy/ sets it to the pod's namespace.
+    #[arg(long, env = "HEARTBEAT_NAMESPACE")]
+    heartbeat_namespace: Option<String>,
     /// kubelet's root directory (its --root-dir), mounted at the same path in the agent's
     /// container with mountPropagation HostToContainer: no wipe starts while kubelet still has
     /// the volume mounted for a pod. In a pod, wipes are refused when it is not visible.

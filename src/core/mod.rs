@@ -16,6 +16,7 @@ pub(crate) mod expectations;
 pub mod fence;
 pub(crate) mod fence_label;
 pub(crate) mod go_duration;
+pub(crate) mod heartbeat;
 pub mod inventory;
 pub(crate) mod lease;
 pub mod naming;
