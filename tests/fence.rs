@@ -362,3 +362,86 @@ fn the_boot_hook_sets_the_node_wide_fence_with_the_nodes_own_credentials_and_say
     assert!(text.contains("did not answer within 2s"), "{text}");
     assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED), None);
 }
+
+/// The heartbeat (issue 40): an agent killed without SIGTERM (SIGKILL, by its PID) sets no fence
+/// itself; node-cleanup sees its heartbeat Lease lapse and fences the node (agent-gone) within
+/// the Lease's duration and a few seconds; the next agent lifts it after its first pass. An
+/// agent that is only stopped (SIGSTOP) past its Lease's duration gets its node fenced too, and
+/// lifts the fence itself once it runs again (it watches its Node). Agent and node-cleanup run
+/// with the ServiceAccounts and RBAC of deploy/.
+#[test]
+fn a_killed_agents_lapsed_heartbeat_fences_its_node_and_the_next_agent_lifts_it() {
+    if !require_root("a_killed_agents_lapsed_heartbeat_fences_its_node_and_the_next_agent_lifts_it") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = &format!("fence-hb-{}", std::process::id());
+    cp.create_node(node);
+    let class = format!("fence-hb-{}", std::process::id());
+    cp.create_storage_class(&class, "Retain");
+    let scratch = tempfile::tempdir().unwrap();
+    let disks = scratch.path().join("disks");
+    std::fs::create_dir_all(&disks).unwrap();
+    let config = scratch.path().join("config");
+    write_config(
+        &config,
+        &[("storageClassMap", &format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = disks.display()))],
+    );
+    let ns = "local-static-provisioner";
+    let lease = format!("local-static-provisioner-agent-{node}");
+    let kubeconfig = cp.agent_kubeconfig(scratch.path());
+    let cleanup_kubeconfig = cp.node_cleanup_kubeconfig(scratch.path());
+    let heartbeat = ["--heartbeat-namespace", ns];
+    let start_agent =
+        |log: &str| AgentProcess::start_with(&config, node, &kubeconfig, &scratch.path().join(log), &heartbeat);
+    let unfenced = || label(&cp, node, LABEL_VOLUMES_UNVERIFIED).is_none().then_some(());
+    let fenced_gone = || (label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref() == Some("agent-gone")).then_some(());
+
+    let agent = start_agent("agent1.log");
+    wait_until("the agent's heartbeat Lease", WAIT, || {
+        cp.get_json(&["lease", "-n", ns, &lease]).filter(|l| l["spec"]["holderIdentity"] == node.as_str())
+    });
+    // The starting agent's own fence (agent-stopped) lifted after its first pass.
+    wait_until("the starting agent's fence lifted", WAIT, unfenced);
+    let lease_name = format!("{class}-lease");
+    let cleanup = AgentProcess::start_node_cleanup(
+        &cleanup_kubeconfig,
+        &scratch.path().join("node-cleanup.log"),
+        &["--storage-classes", &class, "--lease-name", &lease_name, "--resync-period", "10m"],
+    );
+    wait_until("node-cleanup leads", WAIT, || cleanup.log_text().contains("leadership acquired").then_some(()));
+
+    // Stopped, not killed: its Lease lapses, node-cleanup fences; resumed, it lifts the fence.
+    let pid = nix::unistd::Pid::from_raw(agent.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    wait_until("node-cleanup fences the stopped agent's node", Duration::from_secs(40 + 15), fenced_gone);
+    let took = stopped.elapsed();
+    assert!(
+        took >= Duration::from_secs(25),
+        "fenced after {took:?}: before the Lease (40 s, renewed every 10 s) lapsed"
+    );
+    assert!(took <= Duration::from_secs(40 + 8), "fenced after {took:?}: lease duration + a few seconds expected");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    wait_until("the resumed agent lifts node-cleanup's fence", WAIT, unfenced);
+
+    // Killed without SIGTERM: nothing of its own fences; node-cleanup does.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    drop(agent);
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED), None, "a SIGKILLed agent sets nothing itself");
+    wait_until("node-cleanup fences the killed agent's node", Duration::from_secs(40 + 15), fenced_gone);
+    let took = killed.elapsed();
+    assert!(took <= Duration::from_secs(40 + 8), "fenced after {took:?}: lease duration + a few seconds expected");
+    // It stays fenced while no agent runs (node-cleanup never lifts it).
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref(), Some("agent-gone"));
+    assert!(cleanup.log_text().contains("the agent's heartbeat lapsed"), "node-cleanup says why");
+
+    // The next agent checks the disks and lifts it.
+    let agent = start_agent("agent2.log");
+    wait_until("the next agent lifts the fence", WAIT, unfenced);
+    agent.stop();
+    cleanup.stop();
+    cp.kubectl_ok(&["delete", "lease", "-n", ns, &lease, "--ignore-not-found"]);
+}

@@ -48,19 +48,22 @@ pub(crate) struct LeaseClock {
 
 impl LeaseClock {
     /// Records a Lease as the watch sees it now: its clock restarts when its record changed
-    /// (a renewal), and starts when it was not known.
-    pub(crate) fn observe(&mut self, name: &str, record: LeaseRecord, now: Instant) {
-        match self.seen.get_mut(name) {
-            Some((old, _)) if *old == record => {}
-            _ => {
+    /// (a renewal), and starts when it was not known. True when the fence check must wake to
+    /// take up its deadline: the Lease is new, or it had lapsed and is renewed again (a lapsed
+    /// Lease has no deadline the check waits for).
+    pub(crate) fn observe(&mut self, name: &str, record: LeaseRecord, now: Instant) -> bool {
+        match self.seen.get(name) {
+            Some((old, _)) if *old == record => false,
+            Some((old, since)) => {
+                let revived = expired(old, now.saturating_duration_since(*since), HEARTBEAT_DURATION);
                 self.seen.insert(name.to_string(), (record, now));
+                revived
+            }
+            None => {
+                self.seen.insert(name.to_string(), (record, now));
+                true
             }
         }
-    }
-
-    /// Whether a Lease of that name is known.
-    pub(crate) fn knows(&self, name: &str) -> bool {
-        self.seen.contains_key(name)
     }
 
     /// Forgets a deleted Lease.
@@ -204,18 +207,20 @@ mod tests {
         let t0 = Instant::now();
         let mut clock = LeaseClock::default();
         let mut r = record(Some("n1"), Some(40));
-        assert!(!clock.knows("l"));
-        clock.observe("l", r.clone(), t0);
-        assert!(clock.knows("l"));
+        assert!(clock.observe("l", r.clone(), t0), "a new Lease wakes the check");
         // The same record seen again (a re-list, an unrelated update) does not restart it.
-        clock.observe("l", r.clone(), t0 + Duration::from_secs(30));
+        assert!(!clock.observe("l", r.clone(), t0 + Duration::from_secs(30)));
         assert_eq!(clock.unchanged(t0 + Duration::from_secs(41))["l"].1, Duration::from_secs(41));
+        // A renewal of a live Lease wakes nothing.
+        r.renew_time = Some("live".into());
+        assert!(!clock.observe("l", r.clone(), t0 + Duration::from_secs(39)));
+        // A renewal after it lapsed wakes the check (its deadline is new again).
         r.renew_time = Some("later".into());
-        clock.observe("l", r.clone(), t0 + Duration::from_secs(45));
-        assert_eq!(clock.unchanged(t0 + Duration::from_secs(50))["l"].1, Duration::from_secs(5));
+        assert!(clock.observe("l", r.clone(), t0 + Duration::from_secs(39 + 40)));
+        assert_eq!(clock.unchanged(t0 + Duration::from_secs(39 + 45))["l"].1, Duration::from_secs(5));
         clock.retain(&std::collections::BTreeSet::new());
         assert!(clock.unchanged(t0).is_empty());
-        clock.observe("m", r, t0);
+        assert!(clock.observe("m", r, t0));
         clock.forget("m");
         assert!(clock.unchanged(t0).is_empty());
     }

@@ -154,8 +154,8 @@ pub(crate) async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError
 }
 
 /// Polls the Lease watch in the background and keeps `clock` (since when each agent's
-/// heartbeat has been unchanged) fresh; wakes `seen` for a heartbeat not known before and at
-/// the end of each (re-)list, never for a renewal.
+/// heartbeat has been unchanged) fresh; wakes `seen` for a heartbeat not known before, one
+/// renewed after it lapsed, and at the end of each (re-)list, never for a live one's renewal.
 fn follow_heartbeats(
     events: impl futures::Stream<Item = Result<watcher::Event<Lease>, watcher::Error>> + Send + 'static,
     clock: Arc<Mutex<LeaseClock>>,
@@ -172,9 +172,7 @@ fn follow_heartbeats(
                 let Some(name) = lease.metadata.name.as_deref().filter(|n| node_of_heartbeat(n).is_some()) else {
                     return false;
                 };
-                let new = !clock.knows(name);
-                clock.observe(name, lease_record(lease), now);
-                new
+                clock.observe(name, lease_record(lease), now)
             };
             match event {
                 Ok(watcher::Event::Apply(lease)) => {
@@ -189,7 +187,7 @@ fn follow_heartbeats(
                 }
                 Ok(watcher::Event::Init) => listing.clear(),
                 Ok(watcher::Event::InitApply(lease)) => {
-                    observe(&lease, &mut clock);
+                    let _ = observe(&lease, &mut clock); // InitDone wakes the check.
                     listing.extend(lease.metadata.name.clone());
                 }
                 Ok(watcher::Event::InitDone) => {
