@@ -44,6 +44,8 @@ const AGENT_POLICY: &str = "local-static-provisioner-node-scope";
 const CLEANUP_POLICY: &str = "local-static-provisioner-node-cleanup-scope";
 const FENCE_POLICY: &str = "local-static-provisioner-node-fence";
 const INVENTORY_POLICY: &str = "local-static-provisioner-inventory";
+const HEARTBEAT_POLICY: &str = "local-static-provisioner-heartbeat";
+const CLEANUP_FENCE_POLICY: &str = "local-static-provisioner-node-cleanup-fence";
 /// The fence labels of a Node (issue 28): one per PV, and the node-wide one.
 const FENCE_PREFIX: &str = "fence.local-static-provisioner.io/";
 const UNVERIFIED: &str = "local-static-provisioner.io/volumes-unverified";
@@ -150,7 +152,9 @@ fn policies_for(yaml: &str, test: &str, agent_sa: Option<&str>, cleanup_sa: Opti
         .replace(CLEANUP_POLICY, &format!("{test}-node-cleanup-scope"))
         .replace(AGENT_POLICY, &format!("{test}-node-scope"))
         .replace(FENCE_POLICY, &format!("{test}-node-fence"))
-        .replace(INVENTORY_POLICY, &format!("{test}-inventory"));
+        .replace(INVENTORY_POLICY, &format!("{test}-inventory"))
+        .replace(HEARTBEAT_POLICY, &format!("{test}-heartbeat"))
+        .replace(CLEANUP_FENCE_POLICY, &format!("{test}-node-cleanup-fence"));
     if let Some(sa) = cleanup_sa {
         assert!(yaml.contains(CLEANUP_MATCH));
         yaml = yaml.replace(CLEANUP_MATCH, &format!(":{sa}$'"));
@@ -1142,6 +1146,22 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
         "vaphelm-local-static-provisioner-inventory"
     );
     assert_eq!(strip(inventory_policy), strip(find(&base, "ValidatingAdmissionPolicy", INVENTORY_POLICY)));
+    // The heartbeat policy: the same agent, its own name; node-cleanup's fence: node-cleanup's.
+    let heartbeat_policy = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-local-static-provisioner-heartbeat");
+    assert_eq!(matched_user(heartbeat_policy), matched_user(policy));
+    assert_eq!(
+        find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-local-static-provisioner-heartbeat")["spec"]["policyName"],
+        "vaphelm-local-static-provisioner-heartbeat"
+    );
+    assert_eq!(strip(heartbeat_policy), strip(find(&base, "ValidatingAdmissionPolicy", HEARTBEAT_POLICY)));
+    let cleanup_fence = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-local-static-provisioner-node-cleanup-fence");
+    assert_eq!(matched_user(cleanup_fence), matched_user(cleanup));
+    assert_eq!(
+        find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-local-static-provisioner-node-cleanup-fence")["spec"]
+            ["policyName"],
+        "vaphelm-local-static-provisioner-node-cleanup-fence"
+    );
+    assert_eq!(strip(cleanup_fence), strip(find(&base, "ValidatingAdmissionPolicy", CLEANUP_FENCE_POLICY)));
     // What the policies narrow is what the chart grants: the base's ClusterRole (nodes patch
     // and the LocalStorageNode rules included).
     let base_rbac = documents(&read("deploy/base/rbac.yaml"));
@@ -1151,7 +1171,7 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
         "templates/rbac.yaml grants other than deploy/base/rbac.yaml"
     );
     let plain = helm_template(ns, &[]);
-    assert_eq!(plain.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmission")).count(), 6);
+    assert_eq!(plain.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmission")).count(), 8);
     assert!(
         helm_template(ns, &["admissionPolicy.enabled=false".into()])
             .iter()
@@ -1621,4 +1641,147 @@ fn inventory_is_deleted_with_its_node() {
         cp.get_json(&["localstoragenode", gone]).is_none().then_some(())
     });
     assert!(cp.get_json(&["localstoragenode", kept]).is_some(), "another Node's LocalStorageNode went too");
+}
+
+/// A Lease in `ns` named `name`, held by `holder`, as the agent's heartbeat writes it.
+fn heartbeat_lease(ns: &str, name: &str, holder: &str) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 40, "renewTime": "2026-11-29T02:00:00.000000Z"}
+    })
+}
+
+#[test]
+fn agent_writes_only_its_own_nodes_heartbeat_lease() {
+    let cp = ControlPlane::get();
+    let test = "vap-hb";
+    let (ns, sa) = ("vap-hb", "vap-hb-agent");
+    let (a, b) = ("vap-hb-a", "vap-hb-b");
+    cp.create_node(a);
+    cp.create_node(b);
+    cp.apply(&read("deploy/base/rbac.yaml"));
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    // deploy/base/rbac.yaml's Role on Leases, for this namespace.
+    cp.apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {sa}, namespace: {ns}}}\nrules: [{{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, create, update]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {sa}, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {sa}}}\nsubjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]\n"
+    ));
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
+    let no_node = plain_kubeconfig(&cp, tmp.path(), ns, sa);
+    let (own, other) = (format!("local-static-provisioner-agent-{a}"), format!("local-static-provisioner-agent-{b}"));
+    for name in [&own, &other] {
+        let _ = cp.kubectl(&["delete", "lease", "-n", ns, name, "--ignore-not-found"]);
+    }
+    let only_own = format!("the agent of node {a} may only write its heartbeat Lease {own}, not {other}");
+    wait_until("the policy to be enforced", WAIT, || {
+        let out = create(&cp, &agent, &heartbeat_lease(ns, &other, b));
+        if out.status.success() {
+            cp.kubectl_ok(&["delete", "lease", "-n", ns, &other]);
+            return None;
+        }
+        stderr(&out).contains(&only_own).then_some(())
+    });
+    // Refused: another node's heartbeat (held by it or by A), its own held by another node,
+    // any Lease without the node-name claim.
+    assert_denied(&create(&cp, &agent, &heartbeat_lease(ns, &other, a)), "B's heartbeat held by A", &only_own);
+    assert_denied(
+        &create(&cp, &agent, &heartbeat_lease(ns, "some-lease", a)),
+        "another Lease",
+        &format!("may only write its heartbeat Lease {own}, not some-lease"),
+    );
+    let held_by = |h: &str| {
+        format!("the agent of node {a} may only hold its heartbeat Lease itself (holderIdentity {a}), not {h}")
+    };
+    assert_denied(&create(&cp, &agent, &heartbeat_lease(ns, &own, b)), "its own held by B", &held_by(b));
+    // (kubectl trims the message's end, an empty holder.)
+    assert_denied(&create(&cp, &agent, &heartbeat_lease(ns, &own, "")), "its own released", held_by("").trim_end());
+    assert_denied(
+        &create(&cp, &no_node, &heartbeat_lease(ns, &own, a)),
+        "a token without the node-name claim",
+        "the agent's token carries no node name",
+    );
+    assert!(cp.get_json(&["lease", "-n", ns, &other]).is_none() && cp.get_json(&["lease", "-n", ns, &own]).is_none());
+    // Allowed: its own, held by its node, created and renewed.
+    assert_allowed(&create(&cp, &agent, &heartbeat_lease(ns, &own, a)), "its own heartbeat");
+    // An update with the resourceVersion read, as the agent renews (its role has no patch).
+    let renew = |holder: &str| {
+        let mut lease = cp.get_json(&["lease", "-n", ns, &own]).unwrap();
+        lease["spec"]["holderIdentity"] = json!(holder);
+        lease["spec"]["renewTime"] = json!("2026-11-29T02:00:10.000000Z");
+        as_user(&cp, &agent, &["replace", "-f", "-"], Some(&lease))
+    };
+    assert_allowed(&renew(a), "renewing its own heartbeat");
+    assert_denied(&renew(b), "handing its heartbeat to B", &held_by(b));
+    cp.kubectl_ok(&["delete", "lease", "-n", ns, &own]);
+}
+
+#[test]
+fn node_cleanup_only_adds_the_agent_gone_fence_to_a_node() {
+    let cp = ControlPlane::get();
+    let test = "vap-ncf";
+    let (ns, sa) = ("vap-ncf", "vap-ncf-cleanup");
+    let node = "vap-ncf-a";
+    cp.create_node(node);
+    cp.apply(&read("deploy/base/namespace.yaml"));
+    cp.apply(&read("deploy/node-cleanup/rbac.yaml"));
+    service_account(&cp, ns, sa, "local-static-provisioner-node-cleanup");
+    // `kubectl patch` reads the Node before it patches (node-cleanup's merge patch does not, so
+    // its role has no get): this test's ServiceAccount may read Nodes.
+    cp.apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {test}-read-nodes}}\nrules: [{{apiGroups: [''], resources: [nodes], verbs: [get]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {test}-read-nodes}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {test}-read-nodes}}\nsubjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]\n"
+    ));
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some("none"), Some(sa)));
+    let tmp = tempfile::tempdir().unwrap();
+    let cleanup = plain_kubeconfig(&cp, tmp.path(), ns, sa);
+    let clear = || {
+        cp.kubectl_ok(&["label", "node", node, &format!("{UNVERIFIED}-"), "zone-"]);
+    };
+    clear();
+    let only_add = format!("node-cleanup may only add {UNVERIFIED}=agent-gone to a Node that carries no {UNVERIFIED}");
+    wait_until("the policy to be enforced", WAIT, || {
+        let out = patch_node(&cp, &cleanup, node, &labels(&[("zone", Some("x"))]));
+        if out.status.success() {
+            clear();
+            return None;
+        }
+        stderr(&out).contains(&only_add).then_some(())
+    });
+    // Refused: another label, another value, another label with the fence.
+    for (what, patch) in [
+        ("another value", labels(&[(UNVERIFIED, Some("agent-stopped"))])),
+        ("another label with the fence", labels(&[(UNVERIFIED, Some("agent-gone")), ("zone", Some("x"))])),
+        ("a per-PV fence", labels(&[(&fence("local-pv-0000fe01"), Some("unverified"))])),
+    ] {
+        assert_denied(&patch_node(&cp, &cleanup, node, &patch), what, &only_add);
+    }
+    assert_denied(
+        &patch_node(&cp, &cleanup, node, &json!({"metadata": {"annotations": {"x": "y"}}})),
+        "an annotation",
+        &format!("node-cleanup may change only the label {UNVERIFIED} of a Node, not metadata.annotations"),
+    );
+    assert_denied(&patch_node(&cp, &cleanup, node, &json!({"spec": {"unschedulable": true}})), "the spec", "not spec");
+    assert_eq!(node_labels(&cp, node).get(UNVERIFIED), None);
+    // Allowed: the fence, and the same again (no change).
+    assert_allowed(&patch_node(&cp, &cleanup, node, &labels(&[(UNVERIFIED, Some("agent-gone"))])), "the fence");
+    assert_allowed(&patch_node(&cp, &cleanup, node, &labels(&[(UNVERIFIED, Some("agent-gone"))])), "the same again");
+    // Refused once set: changing or removing it (the node's agent lifts it).
+    assert_denied(
+        &patch_node(&cp, &cleanup, node, &labels(&[(UNVERIFIED, Some("node-booted"))])),
+        "another value",
+        &only_add,
+    );
+    assert_denied(&patch_node(&cp, &cleanup, node, &labels(&[(UNVERIFIED, None)])), "lifting it", &only_add);
+    // Over a fence set by someone else (agent-stopped), nothing.
+    cp.kubectl_ok(&["label", "node", node, "--overwrite", &format!("{UNVERIFIED}=agent-stopped")]);
+    assert_denied(
+        &patch_node(&cp, &cleanup, node, &labels(&[(UNVERIFIED, Some("agent-gone"))])),
+        "replacing another fence",
+        &only_add,
+    );
+    clear();
 }

@@ -163,6 +163,26 @@ fn swapped_disks_are_fenced_on_the_node_and_an_agent_stop_fences_all_until_the_n
         "{metrics}"
     );
 
+    // A fence label removed by hand is back within seconds: the agent watches its Node (no
+    // resync in between: the default resync is minutes).
+    let removed = Instant::now();
+    cp.kubectl_ok(&["label", "node", node, &format!("{}-", fence_of(&pv_a))]);
+    wait_until(&format!("{pv_a} fenced again"), WAIT, || {
+        (label(&cp, node, &fence_of(&pv_a)).as_deref() == Some("not-its-disk")).then_some(())
+    });
+    let back_in = removed.elapsed();
+    eprintln!("a fence label removed by hand was back {} ms later", back_in.as_millis());
+    assert!(back_in < Duration::from_secs(5), "back after {back_in:?}");
+    // The node-wide fence set while the agent runs (kubelet's start sets it so): the running
+    // agent sees it and lifts it after a pass that checked the disks, the swapped ones fenced.
+    cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}=kubelet-restarted")]);
+    wait_until("the node-wide fence lifted by the running agent", WAIT, || {
+        label(&cp, node, LABEL_VOLUMES_UNVERIFIED).is_none().then_some(())
+    });
+    for pv in [&pv_a, &pv_b] {
+        assert_eq!(label(&cp, node, &fence_of(pv)).as_deref(), Some("not-its-disk"), "{pv} stays fenced");
+    }
+
     // Put back: both fences lifted, the claims told.
     put_back(&mut a, &mut b, &path_a, &path_b);
     for pv in [&pv_a, &pv_b] {
@@ -248,13 +268,17 @@ fn cert_kubeconfig(cp: &ControlPlane, dir: &Path, user: &str, group: &str) -> Pa
     path
 }
 
-/// `fence-node` with this test's own boot marker (the host's, under /run, is the real node's).
+/// `fence-node` with this test's own boot marker (the host's, under /run, is the real node's)
+/// and state directory (whose lock tells whether an agent runs).
 fn fence_node(node: &str, kubeconfig: &Path, wait: &str, marker: &Path) -> (i32, String) {
+    let state = marker.parent().unwrap().join("state");
     let out = Command::new(binary())
         .args(["fence-node", "--node", node, "--wait", wait, "--kubeconfig"])
         .arg(kubeconfig)
         .arg("--boot-marker")
         .arg(marker)
+        .arg("--state-dir")
+        .arg(&state)
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -280,13 +304,35 @@ fn the_boot_hook_sets_the_node_wide_fence_with_the_nodes_own_credentials_and_say
     assert!(marker.exists(), "the boot is noted as fenced");
     cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}-")]);
 
-    // kubelet restarted within the same boot: the disks are as they were and the running agent
-    // would not see a new label until it next reads its Node, so nothing is set again.
+    // kubelet restarted within the same boot while no agent holds the node (its state
+    // directory's lock exists and is free: the agent was killed, its SIGTERM fence never set):
+    // fenced again, nobody has checked the disks since the agent went.
+    let state = marker.parent().unwrap().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("lock"), b"").unwrap();
     let (code, text) = fence_node(node, &creds, "30s", &marker);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("fenced earlier in this boot"), "{text}");
-    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED), None);
-    // The next boot (an empty /run) fences again.
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref(), Some("agent-gone"), "{text}");
+    assert!(text.contains("Gone"), "{text}");
+    cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}-")]);
+    // ... and while an agent holds it (an exclusive flock on the lock, as the agent takes it):
+    // fenced too, the running agent lifts it after a pass.
+    let mut holder = Command::new("flock").arg("-o").arg(state.join("lock")).args(["sleep", "60"]).spawn().unwrap();
+    wait_until("the lock held", WAIT, || {
+        std::fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains(&format!(" {} ", holder.id())))
+            .then_some(())
+    });
+    let (code, text) = fence_node(node, &creds, "30s", &marker);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref(), Some("kubelet-restarted"), "{text}");
+    assert!(text.contains("the running agent"), "{text}");
+    cp.kubectl_ok(&["label", "node", node, &format!("{LABEL_VOLUMES_UNVERIFIED}-")]);
+    // The next boot (an empty /run) says so.
     std::fs::remove_file(&marker).unwrap();
     let (code, text) = fence_node(node, &creds, "30s", &marker);
     assert_eq!(code, 0, "{text}");
@@ -315,4 +361,87 @@ fn the_boot_hook_sets_the_node_wide_fence_with_the_nodes_own_credentials_and_say
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     assert!(text.contains("did not answer within 2s"), "{text}");
     assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED), None);
+}
+
+/// The heartbeat (issue 40): an agent killed without SIGTERM (SIGKILL, by its PID) sets no fence
+/// itself; node-cleanup sees its heartbeat Lease lapse and fences the node (agent-gone) within
+/// the Lease's duration and a few seconds; the next agent lifts it after its first pass. An
+/// agent that is only stopped (SIGSTOP) past its Lease's duration gets its node fenced too, and
+/// lifts the fence itself once it runs again (it watches its Node). Agent and node-cleanup run
+/// with the ServiceAccounts and RBAC of deploy/.
+#[test]
+fn a_killed_agents_lapsed_heartbeat_fences_its_node_and_the_next_agent_lifts_it() {
+    if !require_root("a_killed_agents_lapsed_heartbeat_fences_its_node_and_the_next_agent_lifts_it") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = &format!("fence-hb-{}", std::process::id());
+    cp.create_node(node);
+    let class = format!("fence-hb-{}", std::process::id());
+    cp.create_storage_class(&class, "Retain");
+    let scratch = tempfile::tempdir().unwrap();
+    let disks = scratch.path().join("disks");
+    std::fs::create_dir_all(&disks).unwrap();
+    let config = scratch.path().join("config");
+    write_config(
+        &config,
+        &[("storageClassMap", &format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = disks.display()))],
+    );
+    let ns = "local-static-provisioner";
+    let lease = format!("local-static-provisioner-agent-{node}");
+    let kubeconfig = cp.agent_kubeconfig(scratch.path());
+    let cleanup_kubeconfig = cp.node_cleanup_kubeconfig(scratch.path());
+    let heartbeat = ["--heartbeat-namespace", ns];
+    let start_agent =
+        |log: &str| AgentProcess::start_with(&config, node, &kubeconfig, &scratch.path().join(log), &heartbeat);
+    let unfenced = || label(&cp, node, LABEL_VOLUMES_UNVERIFIED).is_none().then_some(());
+    let fenced_gone = || (label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref() == Some("agent-gone")).then_some(());
+
+    let agent = start_agent("agent1.log");
+    wait_until("the agent's heartbeat Lease", WAIT, || {
+        cp.get_json(&["lease", "-n", ns, &lease]).filter(|l| l["spec"]["holderIdentity"] == node.as_str())
+    });
+    // The starting agent's own fence (agent-stopped) lifted after its first pass.
+    wait_until("the starting agent's fence lifted", WAIT, unfenced);
+    let lease_name = format!("{class}-lease");
+    let cleanup = AgentProcess::start_node_cleanup(
+        &cleanup_kubeconfig,
+        &scratch.path().join("node-cleanup.log"),
+        &["--storage-classes", &class, "--lease-name", &lease_name, "--resync-period", "10m"],
+    );
+    wait_until("node-cleanup leads", WAIT, || cleanup.log_text().contains("leadership acquired").then_some(()));
+
+    // Stopped, not killed: its Lease lapses, node-cleanup fences; resumed, it lifts the fence.
+    let pid = nix::unistd::Pid::from_raw(agent.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    wait_until("node-cleanup fences the stopped agent's node", Duration::from_secs(40 + 15), fenced_gone);
+    let took = stopped.elapsed();
+    assert!(
+        took >= Duration::from_secs(25),
+        "fenced after {took:?}: before the Lease (40 s, renewed every 10 s) lapsed"
+    );
+    assert!(took <= Duration::from_secs(40 + 8), "fenced after {took:?}: lease duration + a few seconds expected");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    wait_until("the resumed agent lifts node-cleanup's fence", WAIT, unfenced);
+
+    // Killed without SIGTERM: nothing of its own fences; node-cleanup does.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    drop(agent);
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED), None, "a SIGKILLed agent sets nothing itself");
+    wait_until("node-cleanup fences the killed agent's node", Duration::from_secs(40 + 15), fenced_gone);
+    let took = killed.elapsed();
+    assert!(took <= Duration::from_secs(40 + 8), "fenced after {took:?}: lease duration + a few seconds expected");
+    // It stays fenced while no agent runs (node-cleanup never lifts it).
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref(), Some("agent-gone"));
+    assert!(cleanup.log_text().contains("the agent's heartbeat lapsed"), "node-cleanup says why");
+
+    // The next agent checks the disks and lifts it.
+    let agent = start_agent("agent2.log");
+    wait_until("the next agent lifts the fence", WAIT, unfenced);
+    agent.stop();
+    cleanup.stop();
+    cp.kubectl_ok(&["delete", "lease", "-n", ns, &lease, "--ignore-not-found"]);
 }

@@ -1110,3 +1110,67 @@ fn real_node_a_crash_and_a_reboot_that_swaps_the_disks_reach_no_other_tenant() {
     lab.put_back_and_read();
     lab.finish();
 }
+
+/// The PID of the process that holds the agent's state-directory lock on this host (the
+/// DaemonSet's agent: it flocks /var/lib/local-static-provisioner/lock for its whole life), read
+/// from the kernel's lock table.
+fn agent_pid() -> Option<i32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata("/var/lib/local-static-provisioner/lock").ok()?;
+    let file =
+        format!("{:02x}:{:02x}:{}", nix::sys::stat::major(meta.dev()), nix::sys::stat::minor(meta.dev()), meta.ino());
+    std::fs::read_to_string("/proc/locks").ok()?.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&"FLOCK") && fields.get(5) == Some(&file.as_str())).then(|| fields[4].parse().ok())?
+    })
+}
+
+/// The agent SIGKILLed by its PID (no SIGTERM: it sets no fence on its way out), the disks
+/// swapped, and kubelet restarted within the same boot, the tenants' pods already placed on the
+/// node: kubelet's start (the boot fence as its ExecStartPre) finds no agent holding the node
+/// and fences it, so kubelet refuses the pods' mounts until the restarted agent's first pass
+/// has fenced both PVs on their own. Before issue 40 the hook trusted "fenced earlier in this
+/// boot", set nothing, and both pods started on the other tenant's disk.
+#[test]
+fn real_node_an_agent_killed_and_a_kubelet_restart_that_swaps_the_disks_reach_no_other_tenant() {
+    let Some(node) =
+        RealNode::get("real_node_an_agent_killed_and_a_kubelet_restart_that_swaps_the_disks_reach_no_other_tenant")
+    else {
+        return;
+    };
+    node.deploy();
+    let boot_fence = Path::new("/var/lib/local-static-provisioner/bin/local-static-provisioner");
+    wait_until("the boot fence's binary on the host", WAIT, || boot_fence.exists().then_some(()));
+    // This boot's kubelet start was fenced already (as systemd ran the hook at boot): what
+    // follows is a restart within the boot. Noted here when the node started before the
+    // binary was on the host.
+    let marker = Path::new("/run/local-static-provisioner/boot-fenced");
+    std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
+    std::fs::write(marker, b"").unwrap();
+    let lab = SwapLab::new(&node, false, "e2e-killed");
+    lab.write_secrets();
+    lab.stop_writers();
+
+    // kubelet first (it would restart the agent's container at once), then the agent, by the
+    // PID that holds its lock: SIGKILL, so no fence on its way out.
+    power(&node, "kubelet-down");
+    let pid = wait_until("the agent's PID", WAIT, agent_pid);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    wait_until("the agent's lock released", WAIT, || agent_pid().is_none().then_some(()));
+    let node_wide = || node.labels().get("local-static-provisioner.io/volumes-unverified").cloned();
+    assert_eq!(node_wide(), None, "a killed agent sets no fence");
+    lab.place(true);
+    lab.start_readers(true);
+
+    let said = power(&node, "kubelet-up");
+    assert!(said.contains("node-wide volume fence set"), "kubelet's start fenced the node:\n{said}");
+    assert!(said.contains("volumes-unverified=agent-gone"), "no agent held the node:\n{said}");
+    lab.note("kubelet up again");
+    lab.wait_kubelet_refuses();
+    lab.wait_swap_fenced();
+    assert_eq!(node_wide(), None, "the agent's first pass replaced the node-wide fence by each PV's own");
+    lab.stay_fenced(5);
+
+    lab.put_back_and_read();
+    lab.finish();
+}

@@ -70,8 +70,9 @@ fi
 echo "== RBAC of the agent and of node-cleanup against what they really did (audit log)"
 ns=local-static-provisioner
 k get clusterrole local-static-provisioner -o json > "$cp_dir/agent-role.json"
+k get role local-static-provisioner -n "$ns" -o json > "$cp_dir/agent-ns-role.json"
 python3 tests/control-plane/check-rbac.py "$cp_dir/logs/audit.log" "$ns:local-static-provisioner" \
-  "$cp_dir/agent-role.json"
+  "$cp_dir/agent-role.json" "$cp_dir/agent-ns-role.json"
 k get clusterrole local-static-provisioner-node-cleanup -o json > "$cp_dir/node-cleanup-clusterrole.json"
 k get role local-static-provisioner-node-cleanup -n "$ns" -o json > "$cp_dir/node-cleanup-role.json"
 python3 tests/control-plane/check-rbac.py "$cp_dir/logs/audit.log" "$ns:local-static-provisioner-node-cleanup" \

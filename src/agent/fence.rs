@@ -15,9 +15,9 @@ use crate::core::fence::{FenceInput, FenceReason, Seen, fence_key, may_be_mounte
 use crate::core::presence::where_moved;
 use crate::core::succession::DiskCheck;
 
-/// How long a stopping agent tries to set the node-wide fence: kubelet's grace period is 30 s
-/// and wipes still have to be stopped after it.
-const STOP_FENCE_DEADLINE: Duration = Duration::from_secs(5);
+/// How long an agent tries to set the node-wide fence when it stops (kubelet's grace period is
+/// 30 s and wipes still have to be stopped after it) or starts.
+const NODE_WIDE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The event action of a fence, per reason (see `follow_fences`).
 fn fence_action(reason: FenceReason) -> &'static str {
@@ -135,7 +135,36 @@ impl Agent {
     /// node until the next agent has checked its disk (a reboot may reorder the disks, or an
     /// operator swap them, while no agent runs). Best effort within a few seconds: an agent that
     /// cannot reach the API cannot fence, and says so.
-    pub(super) async fn fence_on_stop(&self) {
+    pub(super) async fn fence_on_stop(&mut self) {
+        match self.fence_node_wide().await {
+            Ok(true) => info!("node-wide volume fence set until the next agent has checked the disks"),
+            Ok(false) => {}
+            Err(e) => warn!(error = %e, "could not set the node-wide volume fence on stopping"),
+        }
+    }
+
+    /// When the agent starts, before its first pass: the node-wide fence, unless the Node
+    /// carries it already (the agent before stopped cleanly, or kubelet's start set it). An
+    /// agent killed without SIGTERM (OOM, SIGKILL, a crash) set none, and the disks may have
+    /// been swapped since: without it, a pod starting now would mount whatever its path holds
+    /// until the first pass has checked it. The first pass lifts it (core::fence::plan_fences),
+    /// so it costs the pods that mount this node's volumes the time of that pass, which they
+    /// wait after a clean restart anyway. Best effort: the first pass follows either way.
+    pub(super) async fn fence_at_start(&mut self) {
+        let labels = self.node.metadata.labels.as_ref();
+        if labels.is_some_and(|l| l.contains_key(crate::core::fence::LABEL_VOLUMES_UNVERIFIED)) {
+            return info!("the node-wide volume fence is up; the first pass lifts it once it has checked every disk");
+        }
+        match self.fence_node_wide().await {
+            Ok(true) => info!("node-wide volume fence set until the first pass has checked every disk"),
+            Ok(false) => {}
+            Err(e) => warn!(error = %e, "could not set the node-wide volume fence on starting; the first pass follows"),
+        }
+    }
+
+    /// Sets the node-wide fence when any PV of this node honours it (false when none does),
+    /// within a few seconds; the Node as the write returned it is the one the next plan reads.
+    async fn fence_node_wide(&mut self) -> Result<bool, String> {
         // The store holds this node's PVs only (its watch is scoped by our node label).
         let inputs: Vec<FenceInput> = self
             .pv_store
@@ -147,13 +176,16 @@ impl Agent {
                 seen: Seen::NoAnswer,
             })
             .collect();
-        let Some((key, value)) = stop_label(&inputs) else { return };
+        let Some((key, value)) = stop_label(&inputs) else { return Ok(false) };
         let labels = BTreeMap::from([(key, Some(value))]);
         let patched = self.cluster.patch_node_labels(&self.identity.node, &labels);
-        match tokio::time::timeout(STOP_FENCE_DEADLINE, patched).await {
-            Ok(Ok(_)) => info!("node-wide volume fence set until the next agent has checked the disks"),
-            Ok(Err(e)) => warn!(error = %e, "could not set the node-wide volume fence on stopping"),
-            Err(_) => warn!("could not set the node-wide volume fence on stopping: the API did not answer in time"),
+        match tokio::time::timeout(NODE_WIDE_DEADLINE, patched).await {
+            Ok(Ok(node)) => {
+                self.node = node;
+                Ok(true)
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("the API did not answer in time".into()),
         }
     }
 }

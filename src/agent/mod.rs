@@ -13,6 +13,7 @@
 mod config;
 mod fence;
 mod health;
+mod heartbeat;
 mod inventory;
 mod marks;
 mod node;
@@ -92,6 +93,8 @@ pub(crate) struct AgentOptions {
     pub host_op_timeout: Duration,
     /// Keep this binary in the state directory for the boot fence (host::boot_fence).
     pub install_boot_fence: bool,
+    /// Namespace of the heartbeat Lease this agent renews (core::heartbeat); None: no heartbeat.
+    pub heartbeat_namespace: Option<String>,
 }
 
 /// Why the agent stopped.
@@ -157,6 +160,10 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
             return Ok(());
         }
     }
+    // This node's Node: its fence labels as they are now (a label removed by hand wakes a pass
+    // that puts it back). Not waited for: the Node was just read.
+    let (node_store, node_events) = cluster.watch_own_node(&identity.node);
+    forward_events_until_synced("node", node_events, raw.clone(), None);
     if let Err(e) = watch_mounts(raw.clone()) {
         warn!(error = %e, "mount events unavailable; new mounts are found by the periodic resync");
     }
@@ -214,7 +221,22 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
     agent.watch_needs = Some(watch_needs);
+    agent.node_store = Some(node_store);
+    // Before anything else: no pod newly mounts a volume of this node until this agent's first
+    // pass has checked every disk (the agent before may have been killed without fencing).
+    agent.fence_at_start().await;
+    // Its own task and its own rate limiter (the election's): a burst of PV writes never
+    // delays a renewal, and a renewal never wakes a pass. Ends with the process.
+    let heartbeat = opts
+        .heartbeat_namespace
+        .clone()
+        .and_then(|ns| heartbeat::spawn(agent.cluster.for_leader_election(), ns, opts.node_name.clone()));
     agent.run_loop(&opts, changed, clock, wipes_done, &mut shutdown).await;
+    // Stopped (SIGTERM): no more renewals. The Lease is left to lapse; the stopping agent's
+    // own fence (agent-stopped) is on the Node, so node-cleanup has nothing to add.
+    if let Some(heartbeat) = heartbeat {
+        heartbeat.abort();
+    }
     Ok(())
 }
 
@@ -279,6 +301,10 @@ pub(crate) struct Agent {
     /// When the next volume settles, so the loop wakes up for it.
     next_settle: Option<Instant>,
     node: Node,
+    /// The watch of this Node (None in unit tests that do not give one), and the
+    /// resourceVersion of the copy last taken from it.
+    node_store: Option<Store<Node>>,
+    watched_version: Option<String>,
     node_info: NodeInfo,
     identity: Identity,
     pv_store: Store<PvFacts>,
@@ -349,6 +375,8 @@ impl Agent {
             stale: Settler::default(),
             next_settle: None,
             node: parts.node,
+            node_store: None,
+            watched_version: None,
             node_info,
             identity,
             pv_store: parts.pv_store,
@@ -464,6 +492,7 @@ impl Agent {
 
     async fn reconcile_once(&mut self, revealed: Option<Instant>) {
         let started = Instant::now();
+        self.follow_watched_node();
         self.reload_config().await;
         self.tell_config_findings().await;
         self.watch_dirs();

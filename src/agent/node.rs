@@ -72,15 +72,39 @@ pub(super) fn identity_for(node: &NodeInfo, use_node_name_only: bool) -> Identit
 }
 
 impl Agent {
-    /// Re-reads this Node on each resync. When it was deleted and registered again (new UID)
-    /// while the agent kept running, the agent becomes the new incarnation: its earlier PVs turn
-    /// into predecessors and succession decides about them from the disks, as after a restart.
-    /// A Node that cannot be read changes nothing.
+    /// Re-reads this Node on each resync (the watch of it, `follow_watched_node`, keeps it
+    /// current between; this read is the safety net when the watch fails). A Node that cannot
+    /// be read changes nothing.
     pub(super) async fn refresh_node(&mut self) {
         let node = match self.cluster.node(&self.identity.node).await {
             Ok(node) => node,
             Err(e) => return debug!(error = %e, "re-reading the Node failed; keeping what we know"),
         };
+        self.take_node(node);
+    }
+
+    /// At the start of each pass: the Node as the watch shows it, when it changed since the last
+    /// pass took it (an unchanged copy may be older than the Node a fence write of ours
+    /// returned). A pass plans its fences from the labels it saw when it started, before it
+    /// observed the disks: a label set meanwhile (the boot hook's node-wide fence) is lifted
+    /// only by a pass that checked the disks after it was set.
+    pub(super) fn follow_watched_node(&mut self) {
+        let Some(store) = &self.node_store else { return };
+        let Some(node) = store.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(&self.identity.node))
+        else {
+            return;
+        };
+        if node.metadata.resource_version.is_some() && node.metadata.resource_version == self.watched_version {
+            return;
+        }
+        self.watched_version = node.metadata.resource_version.clone();
+        self.take_node((*node).clone());
+    }
+
+    /// When the Node was deleted and registered again (new UID) while the agent kept running,
+    /// the agent becomes the new incarnation: its earlier PVs turn into predecessors and
+    /// succession decides about them from the disks, as after a restart.
+    fn take_node(&mut self, node: Node) {
         let Ok(info) = node_info(&node) else { return };
         if info.uid != self.node_info.uid {
             warn!(node = %info.name, old_uid = %self.node_info.uid, new_uid = %info.uid, "the Node was re-created; taking over as its new incarnation");

@@ -309,6 +309,7 @@ async fn lab() -> Lab {
         metrics_path: "/metrics".into(),
         host_op_timeout: Duration::from_millis(300),
         install_boot_fence: false,
+        heartbeat_namespace: None,
     };
     let agent = Agent::new(parts, &opts, Some(config), None, source).unwrap();
     Lab { agent, api, host, pvs, wipes_done, _config: config_dir }
@@ -1438,4 +1439,59 @@ async fn a_pv_made_before_the_disk_id_label_gets_it_once() {
     lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv_labelled("old", "Bound", annotations, label, "8")));
     lab.pass().await;
     assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/old"), 1);
+}
+
+/// The Node as the watch of it shows it: `labels` on top of the registered ones, at `version`.
+fn watched_node(labels: &BTreeMap<String, String>, version: &str) -> Node {
+    let mut node = node();
+    node.metadata.resource_version = Some(version.into());
+    node.metadata.labels.get_or_insert_default().extend(labels.clone());
+    node
+}
+
+#[tokio::test]
+async fn a_fence_label_removed_by_hand_is_put_back_by_the_next_pass_from_the_watched_node() {
+    let mut lab = lab().await;
+    let (store, mut nodes) = reflector::store::<Node>();
+    lab.agent.node_store = Some(store);
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(fenced_pv("pv-a")));
+    *lab.host.checks.lock().unwrap() = vec![("uid-pv-a".into(), DiskCheck::Different)];
+    lab.pass().await;
+    assert_eq!(fence_label(&lab).as_deref(), Some("not-its-disk"));
+    // The watch shows the Node as the write left it: nothing more to write.
+    let labels = lab.api.node_labels.lock().unwrap().clone();
+    nodes.apply_watcher_event(&watcher::Event::Apply(watched_node(&labels, "2")));
+    let patches = lab.api.count("PATCH", "/api/v1/nodes/n1");
+    lab.pass().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/nodes/n1"), patches);
+    // Removed by hand: the watch shows it gone, and the next pass puts it back (no resync).
+    lab.api.node_labels.lock().unwrap().remove("fence.local-static-provisioner.io/pv-a");
+    let labels = lab.api.node_labels.lock().unwrap().clone();
+    nodes.apply_watcher_event(&watcher::Event::Apply(watched_node(&labels, "3")));
+    lab.pass().await;
+    assert_eq!(fence_label(&lab).as_deref(), Some("not-its-disk"));
+    assert_eq!(lab.api.count("PATCH", "/api/v1/nodes/n1"), patches + 1);
+    // An unchanged watched copy (older than the Node our write returned) is not taken again:
+    // the fence is written once, not on every pass.
+    lab.pass().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/nodes/n1"), patches + 1);
+}
+
+#[tokio::test]
+async fn a_starting_agent_fences_its_node_before_its_first_pass_which_lifts_it() {
+    let mut lab = lab().await;
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(fenced_pv("pv-a")));
+    let node_wide =
+        |lab: &Lab| lab.api.node_labels.lock().unwrap().get("local-static-provisioner.io/volumes-unverified").cloned();
+    lab.agent.fence_at_start().await;
+    assert_eq!(node_wide(&lab).as_deref(), Some("agent-stopped"));
+    // Already up (a clean stop or kubelet's start set it): not written again.
+    let patches = lab.api.count("PATCH", "/api/v1/nodes/n1");
+    lab.agent.fence_at_start().await;
+    assert_eq!(lab.api.count("PATCH", "/api/v1/nodes/n1"), patches);
+    // The first pass checks the disk, finds its own, and lifts it.
+    *lab.host.checks.lock().unwrap() = vec![("uid-pv-a".into(), DiskCheck::Same)];
+    lab.pass().await;
+    assert_eq!(node_wide(&lab), None);
+    assert_eq!(fence_label(&lab), None);
 }

@@ -23,6 +23,17 @@ pub struct ReadLease {
     pub object: Lease,
 }
 
+/// The decision-relevant fields of a Lease.
+pub fn lease_record(object: &Lease) -> LeaseRecord {
+    let spec = object.spec.clone().unwrap_or_default();
+    LeaseRecord {
+        holder: spec.holder_identity,
+        duration: spec.lease_duration_seconds.and_then(|s| u64::try_from(s).ok()).map(Duration::from_secs),
+        renew_time: spec.renew_time.map(|t| t.0.to_string()),
+        transitions: spec.lease_transitions.unwrap_or(0),
+    }
+}
+
 /// The outcome of a guarded write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
@@ -44,16 +55,19 @@ impl Cluster {
             .call("get", api.get_opt(name))
             .await
             .map_err(ApiError::request("get lease", format!("{namespace}/{name}")))?;
-        Ok(lease.map(|object| {
-            let spec = object.spec.clone().unwrap_or_default();
-            let record = LeaseRecord {
-                holder: spec.holder_identity,
-                duration: spec.lease_duration_seconds.and_then(|s| u64::try_from(s).ok()).map(Duration::from_secs),
-                renew_time: spec.renew_time.map(|t| t.0.to_string()),
-                transitions: spec.lease_transitions.unwrap_or(0),
-            };
-            ReadLease { record, object }
-        }))
+        Ok(lease.map(|object| ReadLease { record: lease_record(&object), object }))
+    }
+
+    /// A watch of the Leases of `namespace` (node-cleanup: the agents' heartbeats, core::heartbeat).
+    /// The stream yields every watch event and must be polled.
+    pub fn watch_leases(
+        &self,
+        namespace: &str,
+    ) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<Lease>, kube::runtime::watcher::Error>>
+    + Send
+    + 'static {
+        use kube::runtime::WatchStreamExt;
+        kube::runtime::watcher(self.leases(namespace), kube::runtime::watcher::Config::default()).default_backoff()
     }
 
     /// Writes `holder` into the Lease: creates it when `current` is None, else replaces it with

@@ -525,6 +525,18 @@ mod tests {
             trim_node(&mut bare);
             assert_eq!(bare.metadata, ObjectMeta { name: Some("n2".into()), ..ObjectMeta::default() });
         }
+
+        // The node-wide volume fence is kept (node-cleanup fences a node whose agent's
+        // heartbeat lapsed only when it carries none), with or without the hostname label.
+        let fence = crate::core::fence_label::LABEL_VOLUMES_UNVERIFIED;
+        let mut fenced = PartialObjectMeta::<Node>::default();
+        fenced.metadata.name = Some("n3".into());
+        fenced.metadata.labels = Some(BTreeMap::from([
+            (fence.to_string(), "agent-stopped".to_string()),
+            ("zone".to_string(), "c".to_string()),
+        ]));
+        trim_node(&mut fenced);
+        assert_eq!(fenced.metadata.labels, Some(BTreeMap::from([(fence.to_string(), "agent-stopped".to_string())])));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -12,28 +12,36 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use crate::core::fence_label::LABEL_VOLUMES_UNVERIFIED;
 use crate::core::naming::LABEL_HOSTNAME;
 
 use super::*;
 
+/// What of its own Node wakes the agent: its UID and labels.
+type FenceFacts = (Option<String>, Option<BTreeMap<String, String>>);
+
 /// A Node's metadata, as node-cleanup watches it.
 pub type NodeMeta = PartialObjectMeta<Node>;
 
-/// Keeps of a Node's metadata only what node-cleanup reads: its name, UID and
-/// `kubernetes.io/hostname` label, the label only when it differs from the name (matching by it
+/// Keeps of a Node's metadata only what node-cleanup reads: its name, UID, its node-wide volume
+/// fence label when it carries one, and its `kubernetes.io/hostname` label, the label only when it differs from the name (matching by it
 /// then adds nothing; it is nearly always so, and a one-entry map costs more than the rest).
 /// A Node carries dozens of labels and annotations (and every status update its kubelet makes
 /// rewrites its managedFields) that no decision needs; the type strings are the same for all.
 pub(super) fn trim_node(node: &mut NodeMeta) {
     let meta = std::mem::take(&mut node.metadata);
-    let hostname =
-        meta.labels.and_then(|mut l| l.remove_entry(LABEL_HOSTNAME)).filter(|(_, v)| meta.name.as_ref() != Some(v));
+    let mut labels = meta.labels.unwrap_or_default();
+    let hostname = labels.remove_entry(LABEL_HOSTNAME).filter(|(_, v)| meta.name.as_ref() != Some(v));
+    // The node-wide volume fence: node-cleanup sets it when the agent's heartbeat lapses, unless
+    // it is there already (core::heartbeat).
+    let fence = labels.remove_entry(LABEL_VOLUMES_UNVERIFIED);
+    let kept: BTreeMap<String, String> = hostname.into_iter().chain(fence).collect();
     node.types = None;
     node.metadata = ObjectMeta {
         name: meta.name,
         uid: meta.uid,
         resource_version: meta.resource_version,
-        labels: hostname.map(|entry| BTreeMap::from([entry])),
+        labels: (!kept.is_empty()).then_some(kept),
         ..ObjectMeta::default()
     };
 }
@@ -57,6 +65,37 @@ impl Cluster {
         self.send("patch", "patch node labels", name, api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
             .await?
             .map_err(ApiError::request("patch node labels", name))
+    }
+
+    /// A watch of one Node, `name` (the agent's own), by field selector: the labels its volume
+    /// fences are planned from as they are now, not as a read at start-up or at the last resync
+    /// left them, so a fence label removed by hand is put back within a pass. The store holds
+    /// the Node; the stream yields once per change of its UID or labels (kubelet's status
+    /// updates change neither and wake nothing) and must be polled to keep the store fresh.
+    pub fn watch_own_node(
+        &self,
+        name: &str,
+    ) -> (Store<Node>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
+        let (reader, writer) = reflector::store();
+        let api = Api::<Node>::all(self.client.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut last: Option<FenceFacts> = None;
+        let stream = reflector::reflector(writer, watcher(api, config).default_backoff()).touched_objects().filter_map(
+            move |event| {
+                let out = match event {
+                    Ok(node) => {
+                        let now = (node.metadata.uid.clone(), node.metadata.labels.clone());
+                        (last.as_ref() != Some(&now)).then(|| {
+                            last = Some(now);
+                            Ok(())
+                        })
+                    }
+                    Err(e) => Some(Err(e)),
+                };
+                futures::future::ready(out)
+            },
+        );
+        (reader, stream)
     }
 
     /// Whether a Node named `key`, or labelled `kubernetes.io/hostname=key`, exists now: asked

@@ -1,8 +1,9 @@
-//! `fence-node`: the node-wide volume fence set while a node boots, before kubelet starts any
-//! pod (kubelet's `ExecStartPre`, deploy/host/). An agent sets it when it stops, but a crash or
-//! a power loss stops nothing: without this, kubelet may start the pods of a rebooted node on
-//! disks that came back in another order before the agent's first pass has checked them. The
-//! agent lifts it once its first pass has checked every volume (core::fence).
+//! `fence-node`: the node-wide volume fence set every time kubelet starts, before it starts any
+//! pod (kubelet's `ExecStartPre`, deploy/host/). An agent sets it when it stops, but a crash, a
+//! SIGKILL or a power loss stops nothing: without this, kubelet may start pods on disks that
+//! came back in another order, or were remounted while no agent ran, before any agent has
+//! checked them. The agent lifts it once a pass has checked every volume (core::fence); which
+//! value it gets and why every start fences: core::boot_fence.
 //!
 //! It runs with kubelet's own credentials: a kubelet may label its own Node (NodeRestriction
 //! allows keys outside kubernetes.io and k8s.io).
@@ -14,31 +15,28 @@ use std::time::{Duration, Instant};
 
 use crate::api::{ClientOptions, Cluster};
 use crate::core::backoff::Backoff;
+use crate::core::boot_fence::boot_fence;
 use crate::core::fence::LABEL_VOLUMES_UNVERIFIED;
-use crate::host::boot_fence::{fenced_this_boot, note_fenced};
+use crate::host::boot_fence::{agent_presence, fenced_this_boot, note_fenced};
 
-/// The node-wide fence's value when the boot hook set it.
-pub const NODE_BOOTED: &str = "node-booted";
+/// The kernel's table of file locks: whether an agent holds its state directory.
+const PROC_LOCKS: &str = "/proc/locks";
 
 /// Exit code when the API refused the label (credentials, RBAC): retrying cannot help.
 const REFUSED: u8 = 2;
 
 /// Sets the node-wide fence on `node`, retrying an API server that cannot be reached (a node
-/// boots before its network or the control plane is up) for up to `wait`, once per boot (see
-/// host::boot_fence::BOOT_MARKER). Exit codes: 0 set, or set earlier in this boot, or no such
-/// Node (nothing of it to fence); 1 the API did not answer in time; 2 refused.
-pub async fn run(node: String, client: ClientOptions, wait: Duration, marker: &Path) -> ExitCode {
-    if fenced_this_boot(marker) {
-        println!(
-            "{node}: fenced earlier in this boot ({} exists): a kubelet restarted within a boot finds its disks \
-             as they were, and the running agent lifts no fence it does not see set",
-            marker.display()
-        );
-        return ExitCode::SUCCESS;
-    }
+/// boots before its network or the control plane is up) for up to `wait`. Its value says which
+/// window it covers (core::boot_fence): the first kubelet start in this boot (no `marker`
+/// yet), or a restart while the agent of `state_dir` runs or does not. Exit codes: 0 set, or
+/// no such Node (nothing of it to fence); 1 the API did not answer in time; 2 refused.
+pub async fn run(node: String, client: ClientOptions, wait: Duration, marker: &Path, state_dir: &Path) -> ExitCode {
+    let agent = agent_presence(state_dir, Path::new(PROC_LOCKS));
+    let fence = boot_fence(fenced_this_boot(marker), agent);
+    let value = fence.label_value();
     let deadline = Instant::now() + wait;
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
-    let labels = BTreeMap::from([(LABEL_VOLUMES_UNVERIFIED.to_string(), Some(NODE_BOOTED.to_string()))]);
+    let labels = BTreeMap::from([(LABEL_VOLUMES_UNVERIFIED.to_string(), Some(value.to_string()))]);
     let mut last = String::new();
     loop {
         let attempt = async {
@@ -48,11 +46,11 @@ pub async fn run(node: String, client: ClientOptions, wait: Duration, marker: &P
         match attempt.await {
             Ok(_) => {
                 if let Err(e) = note_fenced(marker) {
-                    eprintln!("{node}: could not note the fence for this boot ({e}); a kubelet restart fences again");
+                    eprintln!("{node}: could not note this boot's kubelet start ({e})");
                 }
                 println!(
-                    "{node}: node-wide volume fence set ({LABEL_VOLUMES_UNVERIFIED}={NODE_BOOTED}); the agent lifts it \
-                     once it has checked every volume's disk"
+                    "{node}: node-wide volume fence set ({LABEL_VOLUMES_UNVERIFIED}={value}; agent: {agent:?}); {}",
+                    fence.lifted_by()
                 );
                 return ExitCode::SUCCESS;
             }

@@ -74,10 +74,10 @@ enum Command {
     /// A Released PV is wiped whatever its reclaim policy; an Available PV is withdrawn first
     /// so it cannot be bound during the wipe; a Bound PV is refused.
     Cleanup(CleanupArgs),
-    /// Set the node-wide volume fence on this node (kubelet's ExecStartPre while the node
-    /// boots, with kubelet's kubeconfig: deploy/host/): no pod newly mounts a volume of the
+    /// Set the node-wide volume fence on this node (kubelet's ExecStartPre, each time kubelet
+    /// starts, with kubelet's kubeconfig: deploy/host/): no pod newly mounts a volume of the
     /// node until its agent has checked every disk, so disks a reboot brought back in another
-    /// order never reach another tenant's pod.
+    /// order, or that were remounted while no agent ran, never reach another tenant's pod.
     FenceNode(FenceNodeArgs),
     /// Release local PVs and claims of deleted Nodes (and stale PVs of re-created ones) for
     /// opted-in StorageClasses; run as a Deployment, one replica acting at a time (Lease).
@@ -256,6 +256,11 @@ struct RunArgs {
     /// fence kubelet runs before it starts pods (`fence-node`, deploy/host/). On in deploy/.
     #[arg(long, env = "INSTALL_BOOT_FENCE")]
     install_boot_fence: bool,
+    /// Namespace of the heartbeat Lease (local-static-provisioner-agent-<node>) the agent renews
+    /// every 10 s, so node-cleanup can fence the node when the agent dies without SIGTERM.
+    /// Unset: no heartbeat. deploy/ sets it to the pod's namespace.
+    #[arg(long, env = "HEARTBEAT_NAMESPACE")]
+    heartbeat_namespace: Option<String>,
     /// kubelet's root directory (its --root-dir), mounted at the same path in the agent's
     /// container with mountPropagation HostToContainer: no wipe starts while kubelet still has
     /// the volume mounted for a pod. In a pod, wipes are refused when it is not visible.
@@ -309,10 +314,13 @@ struct FenceNodeArgs {
     /// How long to retry an API server that cannot be reached yet (Go duration).
     #[arg(long, env = "FENCE_WAIT", default_value = "5m", value_parser = parse_duration)]
     wait: Duration,
-    /// Where it notes that this boot is fenced: a kubelet restarted within the boot does not
-    /// fence again. Under /run, which every boot empties.
+    /// Where it notes that kubelet started in this boot (a later start is a restart: the
+    /// fence's value says so; it fences all the same). Under /run, which every boot empties.
     #[arg(long, env = "FENCE_BOOT_MARKER", default_value = crate::host::boot_fence::BOOT_MARKER)]
     boot_marker: PathBuf,
+    /// The agent's --state-dir: whether an agent runs is told by the lock it holds there.
+    #[arg(long, env = "STATE_DIR", default_value = "/var/lib/local-static-provisioner")]
+    state_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -444,7 +452,7 @@ pub fn main(cli: Cli) -> ExitCode {
             match runtime() {
                 Ok(rt) => {
                     let client = ClientOptions { kubeconfig: Some(args.kubeconfig), qps: 5, burst: 5 };
-                    rt.block_on(fence_node::run(node, client, args.wait, &args.boot_marker))
+                    rt.block_on(fence_node::run(node, client, args.wait, &args.boot_marker, &args.state_dir))
                 }
                 Err(code) => code,
             }

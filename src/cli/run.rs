@@ -23,6 +23,7 @@ pub(super) fn agent(args: RunArgs) -> ExitCode {
         succession_settle: args.succession_settle,
         host_op_timeout: args.host_op_timeout,
         install_boot_fence: args.install_boot_fence,
+        heartbeat_namespace: args.heartbeat_namespace.filter(|ns| !ns.is_empty()),
         state_dir: args.state_dir,
         // kubelet sets KUBERNETES_SERVICE_HOST in every container: in a pod, a missing kubelet
         // directory is a missing hostPath, not a host without kubelet.

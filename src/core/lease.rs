@@ -41,12 +41,33 @@ pub(crate) fn decide(
         Some(h) if h == me => LeaseDecision::Renew,
         None | Some("") => LeaseDecision::Acquire,
         Some(holder) => {
-            let duration = record.duration.filter(|d| !d.is_zero()).unwrap_or(default_duration);
-            if unchanged_for >= duration {
+            if expired(record, unchanged_for, default_duration) {
                 LeaseDecision::Acquire
             } else {
                 LeaseDecision::Follow { holder: holder.to_string() }
             }
+        }
+    }
+}
+
+/// The one rule for whether a Lease's holder has stopped renewing it: nobody holds it, or its
+/// record has stayed unchanged on *our* clock for its whole duration (its own
+/// `leaseDurationSeconds`, `default_duration` when it wrote none). Used by the leader election
+/// (above) and by node-cleanup for the agents' heartbeats (core::heartbeat).
+pub(crate) fn expired(record: &LeaseRecord, unchanged_for: Duration, default_duration: Duration) -> bool {
+    match record.holder.as_deref() {
+        None | Some("") => true,
+        Some(_) => unchanged_for >= record.duration.filter(|d| !d.is_zero()).unwrap_or(default_duration),
+    }
+}
+
+/// How long a Lease may still go unrenewed before it counts as expired, on our clock; zero
+/// once it has (None: nobody holds it).
+pub(crate) fn remaining(record: &LeaseRecord, unchanged_for: Duration, default_duration: Duration) -> Option<Duration> {
+    match record.holder.as_deref() {
+        None | Some("") => None,
+        Some(_) => {
+            Some(record.duration.filter(|d| !d.is_zero()).unwrap_or(default_duration).saturating_sub(unchanged_for))
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod activity;
 pub(crate) mod backoff;
+pub mod boot_fence;
 pub(crate) mod capacity;
 pub mod cleanup;
 pub(crate) mod desired;
@@ -16,6 +17,7 @@ pub(crate) mod expectations;
 pub mod fence;
 pub(crate) mod fence_label;
 pub(crate) mod go_duration;
+pub(crate) mod heartbeat;
 pub mod inventory;
 pub(crate) mod lease;
 pub mod naming;

@@ -26,8 +26,11 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::admin::{Readiness, parse_listen_address, serve};
+use crate::api::lease::lease_record;
 use crate::api::{ApiError, ClientOptions, Cluster, NodeMeta};
+use crate::core::heartbeat::{LeaseClock, node_of_heartbeat};
 use crate::metrics::{Metrics, Role};
+use k8s_openapi::api::coordination::v1::Lease;
 use leader::LeaseOptions;
 use worker::{Views, Worker};
 
@@ -112,27 +115,97 @@ pub(crate) async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError
         cluster.with_fence(request_deadline, move |d| leadership.is_leader_for(d))
     };
 
-    let views = Views { pvs: pv_store, nodes: node_store, node_watch_error };
+    // The agents' heartbeats (core::heartbeat): a Lease seen for the first time, or a re-list,
+    // wakes a fence check; a renewal wakes nothing (its deadline moves; the check wakes at the
+    // earliest one).
+    let heartbeats = Arc::new(Mutex::new(LeaseClock::default()));
+    let heartbeat_seen = Arc::new(Notify::new());
+    follow_heartbeats(cluster.watch_leases(&opts.lease.namespace), heartbeats.clone(), heartbeat_seen.clone());
+    let views = Views { heartbeats, pvs: pv_store, nodes: node_store, node_watch_error };
     let mut worker =
         Worker::new(cluster, metrics, readiness, elector.leadership.clone(), request_deadline, views, opts.clone());
     let mut shutdown = crate::runtime::Shutdown::install();
     let mut next_due: Option<Instant> = None;
+    let mut fence_due: Option<Instant> = None;
+    let mut full = true;
     loop {
-        worker.pass(&mut next_due).await;
+        if full {
+            worker.pass(&mut next_due).await;
+        }
+        worker.fence_lapsed_agents(&mut fence_due).await;
         let wake = next_due.map(tokio::time::Instant::from_std);
-        tokio::select! {
+        let fence_wake = fence_due.map(tokio::time::Instant::from_std);
+        full = tokio::select! {
             _ = shutdown.signalled() => break,
-            _ = tokio::time::sleep(opts.resync) => debug!("periodic pass"),
+            _ = tokio::time::sleep(opts.resync) => { debug!("periodic pass"); true }
             _ = changed.notified() => {
                 // Let a burst of PV events (or Node deletions) settle into one pass.
                 tokio::time::sleep(Duration::from_millis(200)).await;
+                true
             }
-            _ = crate::runtime::sleep_until_opt(wake) => debug!("pass for a grace deadline"),
-        }
+            _ = crate::runtime::sleep_until_opt(wake) => { debug!("pass for a grace deadline"); true }
+            _ = crate::runtime::sleep_until_opt(fence_wake) => { debug!("heartbeat deadline"); false }
+            _ = heartbeat_seen.notified() => false,
+        };
     }
     info!("shutting down");
     elector.release().await;
     Ok(())
+}
+
+/// Polls the Lease watch in the background and keeps `clock` (since when each agent's
+/// heartbeat has been unchanged) fresh; wakes `seen` for a heartbeat not known before, one
+/// renewed after it lapsed, and at the end of each (re-)list, never for a live one's renewal.
+fn follow_heartbeats(
+    events: impl futures::Stream<Item = Result<watcher::Event<Lease>, watcher::Error>> + Send + 'static,
+    clock: Arc<Mutex<LeaseClock>>,
+    seen: Arc<Notify>,
+) {
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        let mut listing = BTreeSet::new();
+        let mut last_error: Option<String> = None;
+        while let Some(event) = events.next().await {
+            let now = Instant::now();
+            let Ok(mut clock) = clock.lock() else { return };
+            let observe = |lease: &Lease, clock: &mut LeaseClock| -> bool {
+                let Some(name) = lease.metadata.name.as_deref().filter(|n| node_of_heartbeat(n).is_some()) else {
+                    return false;
+                };
+                clock.observe(name, lease_record(lease), now)
+            };
+            match event {
+                Ok(watcher::Event::Apply(lease)) => {
+                    if observe(&lease, &mut clock) {
+                        seen.notify_one();
+                    }
+                }
+                Ok(watcher::Event::Delete(lease)) => {
+                    if let Some(name) = lease.metadata.name.as_deref() {
+                        clock.forget(name);
+                    }
+                }
+                Ok(watcher::Event::Init) => listing.clear(),
+                Ok(watcher::Event::InitApply(lease)) => {
+                    let _ = observe(&lease, &mut clock); // InitDone wakes the check.
+                    listing.extend(lease.metadata.name.clone());
+                }
+                Ok(watcher::Event::InitDone) => {
+                    clock.retain(&std::mem::take(&mut listing));
+                    seen.notify_one();
+                }
+                Err(e) => {
+                    let text = crate::api::error_chain(&e);
+                    if last_error.as_deref() != Some(text.as_str()) {
+                        warn!(watch = "leases", error = %text, "watch error (agents' heartbeats); retrying with backoff");
+                    }
+                    last_error = Some(text);
+                    continue;
+                }
+            }
+            last_error = None;
+        }
+    });
 }
 
 /// The last error of the Node watch, cleared by its next answer: said when a pass cannot run

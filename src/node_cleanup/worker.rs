@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow::{self, Break, Continue};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -17,6 +18,8 @@ use super::NodeWatchError;
 use super::leader::Leadership;
 use crate::admin::Readiness;
 use crate::api::{ApiError, Cluster, NodeMeta, claim_reference, pv_reference};
+use crate::core::fence_label::LABEL_VOLUMES_UNVERIFIED;
+use crate::core::heartbeat::{AGENT_GONE, HeartbeatVerdict, LeaseClock, heartbeat_verdict, node_of_heartbeat};
 use crate::core::naming::{FINALIZER_WIPE, LABEL_HOSTNAME};
 use crate::core::node_cleanup::{
     Cause, LocalPv, NodeCleanupAction, NodeView, absent_nodes, plan_node_cleanup, stale_pvs,
@@ -30,6 +33,9 @@ const LEADERSHIP_LOST: &str = "leadership lost during a pass; abandoning the res
 /// Logged when a pass stops because a write outlived its deadline.
 const NO_ANSWER: &str = "a write got no answer within its deadline; abandoning the rest of the pass";
 
+/// When a failed fence of a lapsed agent's Node is tried again.
+const FENCE_RETRY: Duration = Duration::from_secs(5);
+
 /// Whether a write's failure ends the pass: refused by the fence (leadership lost), or abandoned
 /// at its deadline (whether it was applied is unknown: the next pass looks again).
 fn ends_pass(e: &ApiError) -> bool {
@@ -38,6 +44,8 @@ fn ends_pass(e: &ApiError) -> bool {
 
 /// What a pass reads, kept fresh by the watches.
 pub(super) struct Views {
+    /// The agents' heartbeat Leases and since when each has been unchanged (core::heartbeat).
+    pub heartbeats: Arc<Mutex<LeaseClock>>,
     /// Every PV of the cluster.
     pub pvs: Store<PvFacts>,
     /// Every Node, trimmed to name and hostname label.
@@ -193,6 +201,73 @@ impl Worker {
                     warn!(error = %e, "{NO_ANSWER}");
                 }
                 return;
+            }
+        }
+    }
+
+    /// Fences every Node whose agent's heartbeat Lease lapsed (core::heartbeat), on the leader
+    /// only; `due` becomes the earliest time another live Lease would lapse (or a failed fence
+    /// is tried again). Apart from the PV pass: the wake at a Lease's deadline costs no pass.
+    pub(super) async fn fence_lapsed_agents(&mut self, due: &mut Option<Instant>) {
+        *due = None;
+        if self.nodes().is_none() {
+            return; // Not synced: the PV pass says why; its next wake comes here again.
+        }
+        let labels: BTreeMap<String, Option<String>> = self
+            .views
+            .nodes
+            .state()
+            .iter()
+            .filter_map(|n| {
+                let name = n.metadata.name.clone()?;
+                Some((name, n.metadata.labels.as_ref().and_then(|l| l.get(LABEL_VOLUMES_UNVERIFIED).cloned())))
+            })
+            .collect();
+        let now = Instant::now();
+        let leases = match self.views.heartbeats.lock() {
+            Ok(clock) => clock.unchanged(now),
+            Err(_) => return,
+        };
+        let mut lapsed = Vec::new();
+        for (lease, (record, unchanged_for)) in &leases {
+            let Some(node) = node_of_heartbeat(lease) else { continue };
+            let label = labels.get(node).map(|l| l.as_deref());
+            match heartbeat_verdict(label, Some((record, *unchanged_for))) {
+                HeartbeatVerdict::Fence => lapsed.push((node.to_string(), *unchanged_for)),
+                HeartbeatVerdict::WaitFor(left) => *due = Some(due.map_or(now + left, |d| d.min(now + left))),
+                HeartbeatVerdict::Nothing => {}
+            }
+        }
+        if lapsed.is_empty() {
+            return;
+        }
+        if !self.leadership.is_leader() {
+            debug!(due = lapsed.len(), "agents' heartbeats lapsed, but another replica leads");
+            return;
+        }
+        for (node, unchanged_for) in lapsed {
+            let patch = BTreeMap::from([(LABEL_VOLUMES_UNVERIFIED.to_string(), Some(AGENT_GONE.to_string()))]);
+            match self.cluster.patch_node_labels(&node, &patch).await {
+                Ok(_) => {
+                    self.metrics.node_cleanup_action("fence_node", "agent_heartbeat_lapsed", true);
+                    warn!(
+                        node = %node,
+                        unrenewed_s = unchanged_for.as_secs(),
+                        "the agent's heartbeat lapsed (killed, crashed or cut off from the API): node fenced with {LABEL_VOLUMES_UNVERIFIED}={AGENT_GONE}; no pod newly mounts its local volumes until an agent has checked its disks"
+                    );
+                }
+                Err(e) => {
+                    if !e.is_fenced() {
+                        self.metrics.node_cleanup_action("fence_node", "agent_heartbeat_lapsed", false);
+                    }
+                    if ends_pass(&e) {
+                        warn!(error = %e, "fencing nodes abandoned: {}", if e.is_fenced() { LEADERSHIP_LOST } else { NO_ANSWER });
+                        return;
+                    }
+                    warn!(node = %node, error = %e, "fencing the node of a lapsed agent heartbeat failed; retrying in {}s", FENCE_RETRY.as_secs());
+                    let retry = Instant::now() + FENCE_RETRY;
+                    *due = Some(due.map_or(retry, |d| d.min(retry)));
+                }
             }
         }
     }

@@ -9,6 +9,10 @@
 #                         would run it before kubelet, kubelet with the same configuration,
 #                         credentials and images; it starts the node's pods again, as after a
 #                         reboot, and returns once the node is Ready.
+#   restart.sh DIR kubelet-down   kubelet alone killed with SIGKILL (a kubelet restart within a
+#                         boot: containers, mounts and /run stay);
+#   restart.sh DIR kubelet-up     the boot fence as systemd runs it before each kubelet start
+#                         (ExecStartPre), then kubelet; returns once the node is Ready.
 # stop.sh DIR still stops the node and restores the host afterwards.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -74,5 +78,16 @@ case $step in
     start_kubelet
     echo "real node $NODE_NAME: up again" >&2
     ;;
-  *) echo "usage: restart.sh DIR down|up" >&2; exit 2 ;;
+  kubelet-down)
+    # shellcheck disable=SC2046
+    kill_now $(awk '$2 == "kubelet" {print $1}' "$dir/pids")
+    awk '$2 != "kubelet"' "$dir/pids" > "$dir/pids.tmp" && mv "$dir/pids.tmp" "$dir/pids"
+    echo "real node $NODE_NAME: kubelet killed" >&2
+    ;;
+  kubelet-up)
+    boot_fence
+    start_kubelet
+    echo "real node $NODE_NAME: kubelet up again" >&2
+    ;;
+  *) echo "usage: restart.sh DIR down|up|kubelet-down|kubelet-up" >&2; exit 2 ;;
 esac

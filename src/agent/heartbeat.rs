@@ -1,0 +1,188 @@
+//! The agent's heartbeat (core::heartbeat): its own task renews the Lease named after its node
+//! every HEARTBEAT_RENEW, apart from the pass loop, so a renewal never costs a pass and a long
+//! pass never delays a renewal. A failed renewal is retried with the project's backoff (from
+//! 1 s, doubling, capped at the renewal period) and said once per run of failures; node-cleanup
+//! fences the node if none succeeds for the Lease's duration, and this agent lifts that fence
+//! after its next pass.
+
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+
+use crate::api::lease::Written;
+use crate::api::{ApiError, Cluster};
+use crate::core::backoff::Backoff;
+use crate::core::heartbeat::{HEARTBEAT_DURATION, HEARTBEAT_RENEW, heartbeat_lease_name};
+
+/// Renews the heartbeat Lease of `node` in `namespace` until the task is dropped (the agent's
+/// process ends with it). Nothing is done when the node's name makes no valid Lease name.
+pub(crate) fn spawn(cluster: Cluster, namespace: String, node: String) -> Option<tokio::task::JoinHandle<()>> {
+    let Some(name) = heartbeat_lease_name(&node) else {
+        warn!(node = %node, "the node's name is too long for a heartbeat Lease name; no heartbeat (node-cleanup cannot fence this node when the agent dies)");
+        return None;
+    };
+    info!(lease = %format!("{namespace}/{name}"), "heartbeat: renewing the agent's Lease every {}s", HEARTBEAT_RENEW.as_secs());
+    Some(tokio::spawn(async move {
+        let mut backoff = Backoff::new(Duration::from_secs(1), HEARTBEAT_RENEW);
+        let mut failing = false;
+        loop {
+            let outcome = match renew(&cluster, &namespace, &name, &node).await {
+                Ok(Written::Done) => Ok(()),
+                Ok(Written::Lost) => Err("a concurrent write won twice in a row".to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let delay = match outcome {
+                Ok(()) => {
+                    if std::mem::take(&mut failing) {
+                        info!(lease = %name, "heartbeat renewed again");
+                    }
+                    backoff = Backoff::new(Duration::from_secs(1), HEARTBEAT_RENEW);
+                    HEARTBEAT_RENEW
+                }
+                Err(e) => {
+                    if std::mem::replace(&mut failing, true) {
+                        debug!(lease = %name, error = %e, "heartbeat renewal failed again; retrying with backoff");
+                    } else {
+                        warn!(lease = %name, error = %e, "heartbeat renewal failed; retrying with backoff (node-cleanup fences this node if none succeeds for {}s)", HEARTBEAT_DURATION.as_secs());
+                    }
+                    backoff.next_delay(crate::runtime::random_fraction())
+                }
+            };
+            tokio::time::sleep(delay).await;
+        }
+    }))
+}
+
+/// One renewal: read the Lease, then create it or write it back with its resourceVersion and
+/// a new renewTime. Lost to a concurrent write (409): read again at once, once.
+async fn renew(cluster: &Cluster, namespace: &str, name: &str, node: &str) -> Result<Written, ApiError> {
+    let mut written = Written::Lost;
+    for _ in 0..2 {
+        let current = cluster.read_lease(namespace, name).await?;
+        let acquire = current.as_ref().is_none_or(|c| c.record.holder.as_deref() != Some(node));
+        written = cluster.write_lease(namespace, name, current.as_ref(), node, HEARTBEAT_DURATION, acquire).await?;
+        if written == Written::Done {
+            break;
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http::{Request, Response};
+    use kube::client::Body;
+
+    use super::*;
+    use crate::api::ClientOptions;
+
+    /// A Lease store behind a mock API: GET answers the Lease (404 before it exists), POST
+    /// creates it, PUT replaces it when its resourceVersion matches (409 otherwise, or when
+    /// `conflicts` says so). Keeps every request and every body written.
+    #[derive(Clone, Default)]
+    struct Leases {
+        lease: Arc<Mutex<Option<serde_json::Value>>>,
+        conflicts: Arc<Mutex<u32>>,
+        requests: Arc<Mutex<Vec<String>>>,
+        written: Arc<Mutex<Vec<serde_json::Value>>>,
+    }
+
+    impl Leases {
+        fn cluster(&self) -> Cluster {
+            let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let me = self.clone();
+            tokio::spawn(async move {
+                while let Some((request, send)) = handle.next_request().await {
+                    let method = request.method().to_string();
+                    let path = request.uri().path().to_string();
+                    let body = request.into_body().collect_bytes().await.unwrap_or_default();
+                    let (status, reply) = me.answer(&method, &body);
+                    me.requests.lock().unwrap().push(format!("{method} {path}"));
+                    send.send_response(
+                        Response::builder().status(status).body(Body::from(reply.into_bytes())).unwrap(),
+                    );
+                }
+            });
+            let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
+            Cluster::from_client(kube::Client::new(service, "default"), &opts, "n1")
+        }
+
+        fn answer(&self, method: &str, body: &[u8]) -> (u16, String) {
+            let status = |code: u16, reason: &str| {
+                let s = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason});
+                (code, s.to_string())
+            };
+            let mut lease = self.lease.lock().unwrap();
+            match method {
+                "GET" => lease.as_ref().map_or_else(|| status(404, "NotFound"), |l| (200, l.to_string())),
+                "POST" | "PUT" => {
+                    let mut obj: serde_json::Value = serde_json::from_slice(body).unwrap();
+                    self.written.lock().unwrap().push(obj.clone());
+                    let mut conflicts = self.conflicts.lock().unwrap();
+                    let stale = method == "PUT"
+                        && lease.as_ref().map(|l| &l["metadata"]["resourceVersion"])
+                            != Some(&obj["metadata"]["resourceVersion"]);
+                    if *conflicts > 0 || stale || (method == "POST" && lease.is_some()) {
+                        *conflicts = conflicts.saturating_sub(1);
+                        return status(409, "Conflict");
+                    }
+                    let version = lease
+                        .as_ref()
+                        .map_or(0, |l| l["metadata"]["resourceVersion"].as_str().unwrap().parse::<u32>().unwrap());
+                    obj["metadata"]["resourceVersion"] = serde_json::json!((version + 1).to_string());
+                    *lease = Some(obj.clone());
+                    (if method == "POST" { 201 } else { 200 }, obj.to_string())
+                }
+                _ => status(405, "MethodNotAllowed"),
+            }
+        }
+    }
+
+    const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
+
+    #[tokio::test]
+    async fn the_heartbeat_is_created_then_renewed_with_its_resource_version_held_by_its_node() {
+        let api = Leases::default();
+        let cluster = api.cluster();
+        let name = "local-static-provisioner-agent-n1";
+        assert_eq!(renew(&cluster, "ns", name, "n1").await.unwrap(), Written::Done);
+        assert_eq!(renew(&cluster, "ns", name, "n1").await.unwrap(), Written::Done);
+        let requests = api.requests.lock().unwrap().clone();
+        assert_eq!(
+            requests,
+            [
+                format!("GET {PATH}/{name}"),
+                format!("POST {PATH}"),
+                format!("GET {PATH}/{name}"),
+                format!("PUT {PATH}/{name}"),
+            ]
+        );
+        let written = api.written.lock().unwrap().clone();
+        for lease in &written {
+            assert_eq!(lease["metadata"]["name"], name);
+            assert_eq!(lease["spec"]["holderIdentity"], "n1");
+            assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+            assert!(lease["spec"]["renewTime"].as_str().is_some_and(|t| t.contains('.')), "a MicroTime: {lease}");
+        }
+        assert_eq!(written[1]["metadata"]["resourceVersion"], "1", "the renewal replaces what it read");
+    }
+
+    #[tokio::test]
+    async fn a_renewal_lost_to_a_concurrent_write_reads_again_once() {
+        let api = Leases::default();
+        let cluster = api.cluster();
+        let name = "local-static-provisioner-agent-n1";
+        renew(&cluster, "ns", name, "n1").await.unwrap();
+        *api.conflicts.lock().unwrap() = 1;
+        assert_eq!(renew(&cluster, "ns", name, "n1").await.unwrap(), Written::Done, "read again, written");
+        assert_eq!(api.requests.lock().unwrap().len(), 2 + 4);
+        // Lost twice: said as lost (the loop retries with backoff), not taken for done.
+        *api.conflicts.lock().unwrap() = 2;
+        assert_eq!(renew(&cluster, "ns", name, "n1").await.unwrap(), Written::Lost);
+        // An API error is an error.
+        *api.lease.lock().unwrap() = Some(serde_json::json!("not a lease"));
+        assert!(renew(&cluster, "ns", name, "n1").await.is_err());
+    }
+}
