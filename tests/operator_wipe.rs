@@ -331,6 +331,9 @@ fn a_loop_device_over_a_file_inside_a_bound_volume_is_refused_as_that_pvs_disk()
     let img = vol.join("tenant.img");
     run(Command::new("truncate").arg("-s").arg(format!("{OTHER_MIB}M")).arg(&img));
     let dev = h.lab.loop_on(&img);
+    // Detached however the test ends: its image is in a tmpfs the lab's clean-up only
+    // unmounts (lazily), which would leave the device attached.
+    let _detach = Detach(dev.clone());
     old_data(&h, &dev, "inside");
     let id = stable_id(&h, &config, &dev);
     let before = checksum(&img);
@@ -338,5 +341,13 @@ fn a_loop_device_over_a_file_inside_a_bound_volume_is_refused_as_that_pvs_disk()
     assert_refused(&out, "has-pv", &format!("PV {pv}"));
     assert!(!text(&out).contains("no PV has it"), "{}", text(&out));
     assert_eq!(checksum(&img), before, "the tenant's image was written");
-    run(Command::new("losetup").arg("-d").arg(&dev));
+}
+
+/// Detaches a loop device when dropped.
+struct Detach(std::path::PathBuf);
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+    }
 }
