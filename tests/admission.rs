@@ -399,7 +399,7 @@ fn agent_creates_only_local_pvs_pinned_to_its_node_under_a_root() {
     let (a, b) = ("vap-create-a", "vap-create-b");
     let uid_a = cp.create_node(a);
     cp.create_node(b);
-    cp.apply(&read("deploy/base/rbac.yaml"));
+    apply_agent_rbac(&cp);
     service_account(&cp, ns, sa, "local-static-provisioner");
     let mut scratch = Scratch::new(&cp, test);
     scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
@@ -576,7 +576,7 @@ fn agent_changes_only_the_metadata_of_its_own_pvs() {
     let (a, b) = ("vap-update-a", "vap-update-b");
     let uid_a = cp.create_node(a);
     let uid_b = cp.create_node(b);
-    cp.apply(&read("deploy/base/rbac.yaml"));
+    apply_agent_rbac(&cp);
     service_account(&cp, ns, sa, "local-static-provisioner");
     let mut scratch = Scratch::new(&cp, test);
     scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
@@ -704,7 +704,7 @@ fn agent_changes_only_the_fence_labels_of_its_own_node() {
     let (a, b) = ("vap-fence-a", "vap-fence-b");
     cp.create_node(a);
     cp.create_node(b);
-    cp.apply(&read("deploy/base/rbac.yaml"));
+    apply_agent_rbac(&cp);
     service_account(&cp, ns, sa, "local-static-provisioner");
     let mut scratch = Scratch::new(&cp, test);
     scratch.apply_policies(&policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none")));
@@ -1032,7 +1032,7 @@ fn kustomize_namespace_overlay_keeps_the_policy_bound() {
     };
     cp.apply(&pick(&["Namespace", "ServiceAccount"]));
     scratch.apply_policies(&pick(&["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]));
-    cp.apply(&read("deploy/base/rbac.yaml"));
+    apply_agent_rbac(&cp);
     cp.apply(&format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {test}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: local-static-provisioner}}\nsubjects: [{{kind: ServiceAccount, name: local-static-provisioner, namespace: {ns}}}]\n"
     ));
@@ -1390,7 +1390,7 @@ fn agent_writes_only_its_own_nodes_inventory() {
     let uid_a = cp.create_node(a);
     let uid_b = cp.create_node(b);
     install_inventory_crd(&cp);
-    cp.apply(&read("deploy/base/rbac.yaml"));
+    apply_agent_rbac(&cp);
     // The extra RBAC an earlier run granted at its end (kept for the policy's belt and braces
     // below) would let the RBAC checks pass: gone before this run.
     let _ = cp.kubectl(&["delete", "clusterrolebinding,clusterrole", &format!("{test}-extra"), "--ignore-not-found"]);
@@ -1661,7 +1661,7 @@ fn agent_writes_only_its_own_nodes_heartbeat_lease() {
     let (a, b) = ("vap-hb-a", "vap-hb-b");
     cp.create_node(a);
     cp.create_node(b);
-    cp.apply(&read("deploy/base/rbac.yaml"));
+    apply_agent_rbac(&cp);
     service_account(&cp, ns, sa, "local-static-provisioner");
     // deploy/base/rbac.yaml's Role on Leases, for this namespace.
     cp.apply(&format!(
@@ -1784,4 +1784,11 @@ fn node_cleanup_only_adds_the_agent_gone_fence_to_a_node() {
         &only_add,
     );
     clear();
+}
+
+/// The agent's RBAC from deploy/base, with the namespace its Role (the heartbeat Lease) lives
+/// in: on a fresh control plane nothing has made that namespace yet.
+fn apply_agent_rbac(cp: &ControlPlane) {
+    cp.apply(&read("deploy/base/namespace.yaml"));
+    cp.apply(&read("deploy/base/rbac.yaml"));
 }
