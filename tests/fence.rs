@@ -398,9 +398,18 @@ fn a_killed_agents_lapsed_heartbeat_fences_its_node_and_the_next_agent_lifts_it(
     let fenced_gone = || (label(&cp, node, LABEL_VOLUMES_UNVERIFIED).as_deref() == Some("agent-gone")).then_some(());
 
     let agent = start_agent("agent1.log");
-    wait_until("the agent's heartbeat Lease", WAIT, || {
+    let heartbeat_lease = wait_until("the agent's heartbeat Lease", WAIT, || {
         cp.get_json(&["lease", "-n", ns, &lease]).filter(|l| l["spec"]["holderIdentity"] == node.as_str())
     });
+    // Owned by its Node: the garbage collector removes it with the Node.
+    let node_uid = cp.get_json(&["node", node.as_str()]).map(|n| n["metadata"]["uid"].clone());
+    let owners = &heartbeat_lease["metadata"]["ownerReferences"];
+    assert_eq!(
+        (owners[0]["kind"].as_str(), owners[0]["name"].as_str()),
+        (Some("Node"), Some(node.as_str())),
+        "{owners}"
+    );
+    assert_eq!(node_uid.as_ref(), Some(&owners[0]["uid"]), "{owners}");
     // The starting agent's own fence (agent-stopped) lifted after its first pass.
     wait_until("the starting agent's fence lifted", WAIT, unfenced);
     let lease_name = format!("{class}-lease");

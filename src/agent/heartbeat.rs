@@ -9,24 +9,33 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
 use crate::api::lease::Written;
+use crate::api::node_owner;
 use crate::api::{ApiError, Cluster};
 use crate::core::backoff::Backoff;
 use crate::core::heartbeat::{HEARTBEAT_DURATION, HEARTBEAT_RENEW, heartbeat_lease_name};
 
 /// Renews the heartbeat Lease of `node` in `namespace` until the task is dropped (the agent's
 /// process ends with it). Nothing is done when the node's name makes no valid Lease name.
-pub(crate) fn spawn(cluster: Cluster, namespace: String, node: String) -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn spawn(
+    cluster: Cluster,
+    namespace: String,
+    node: String,
+    node_uid: String,
+) -> Option<tokio::task::JoinHandle<()>> {
     let Some(name) = heartbeat_lease_name(&node) else {
         warn!(node = %node, "the node's name is too long for a heartbeat Lease name; no heartbeat (node-cleanup cannot fence this node when the agent dies)");
         return None;
     };
     info!(lease = %format!("{namespace}/{name}"), "heartbeat: renewing the agent's Lease every {}s", HEARTBEAT_RENEW.as_secs());
+    let owner = node_owner(&node, &node_uid);
     Some(tokio::spawn(async move {
         let mut backoff = Backoff::new(Duration::from_secs(1), HEARTBEAT_RENEW);
         let mut failing = false;
         loop {
-            let outcome = match renew(&cluster, &namespace, &name, &node).await {
+            let outcome = match renew(&cluster, &namespace, &name, &node, &owner).await {
                 Ok(Written::Done) => Ok(()),
                 Ok(Written::Lost) => Err("a concurrent write won twice in a row".to_string()),
                 Err(e) => Err(e.to_string()),
@@ -53,14 +62,23 @@ pub(crate) fn spawn(cluster: Cluster, namespace: String, node: String) -> Option
     }))
 }
 
-/// One renewal: read the Lease, then create it or write it back with its resourceVersion and
-/// a new renewTime. Lost to a concurrent write (409): read again at once, once.
-async fn renew(cluster: &Cluster, namespace: &str, name: &str, node: &str) -> Result<Written, ApiError> {
+/// One renewal: read the Lease, then create it (owned by the Node, so the garbage collector
+/// removes it with the Node) or write it back with its resourceVersion and a new renewTime.
+/// Lost to a concurrent write (409): read again at once, once.
+async fn renew(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+    node: &str,
+    owner: &OwnerReference,
+) -> Result<Written, ApiError> {
     let mut written = Written::Lost;
     for _ in 0..2 {
         let current = cluster.read_lease(namespace, name).await?;
         let acquire = current.as_ref().is_none_or(|c| c.record.holder.as_deref() != Some(node));
-        written = cluster.write_lease(namespace, name, current.as_ref(), node, HEARTBEAT_DURATION, acquire).await?;
+        written = cluster
+            .write_lease_owned(namespace, name, current.as_ref(), node, HEARTBEAT_DURATION, acquire, Some(owner))
+            .await?;
         if written == Written::Done {
             break;
         }
@@ -147,8 +165,8 @@ mod tests {
         let api = Leases::default();
         let cluster = api.cluster();
         let name = "local-static-provisioner-agent-n1";
-        assert_eq!(renew(&cluster, "ns", name, "n1").await.unwrap(), Written::Done);
-        assert_eq!(renew(&cluster, "ns", name, "n1").await.unwrap(), Written::Done);
+        assert_eq!(renew(&cluster, "ns", name, "n1", &owner()).await.unwrap(), Written::Done);
+        assert_eq!(renew(&cluster, "ns", name, "n1", &owner()).await.unwrap(), Written::Done);
         let requests = api.requests.lock().unwrap().clone();
         assert_eq!(
             requests,
@@ -160,6 +178,13 @@ mod tests {
             ]
         );
         let written = api.written.lock().unwrap().clone();
+        // Created owned by the Node (gone with it); the renewal keeps what it read.
+        assert_eq!(
+            written[0]["metadata"]["ownerReferences"],
+            serde_json::json!([{
+                "apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid-1"
+            }])
+        );
         for lease in &written {
             assert_eq!(lease["metadata"]["name"], name);
             assert_eq!(lease["spec"]["holderIdentity"], "n1");
@@ -169,20 +194,24 @@ mod tests {
         assert_eq!(written[1]["metadata"]["resourceVersion"], "1", "the renewal replaces what it read");
     }
 
+    fn owner() -> OwnerReference {
+        node_owner("n1", "node-uid-1")
+    }
+
     #[tokio::test]
     async fn a_renewal_lost_to_a_concurrent_write_reads_again_once() {
         let api = Leases::default();
         let cluster = api.cluster();
         let name = "local-static-provisioner-agent-n1";
-        renew(&cluster, "ns", name, "n1").await.unwrap();
+        renew(&cluster, "ns", name, "n1", &owner()).await.unwrap();
         *api.conflicts.lock().unwrap() = 1;
-        assert_eq!(renew(&cluster, "ns", name, "n1").await.unwrap(), Written::Done, "read again, written");
+        assert_eq!(renew(&cluster, "ns", name, "n1", &owner()).await.unwrap(), Written::Done, "read again, written");
         assert_eq!(api.requests.lock().unwrap().len(), 2 + 4);
         // Lost twice: said as lost (the loop retries with backoff), not taken for done.
         *api.conflicts.lock().unwrap() = 2;
-        assert_eq!(renew(&cluster, "ns", name, "n1").await.unwrap(), Written::Lost);
+        assert_eq!(renew(&cluster, "ns", name, "n1", &owner()).await.unwrap(), Written::Lost);
         // An API error is an error.
         *api.lease.lock().unwrap() = Some(serde_json::json!("not a lease"));
-        assert!(renew(&cluster, "ns", name, "n1").await.is_err());
+        assert!(renew(&cluster, "ns", name, "n1", &owner()).await.is_err());
     }
 }

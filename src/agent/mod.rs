@@ -227,10 +227,10 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     agent.fence_at_start().await;
     // Its own task and its own rate limiter (the election's): a burst of PV writes never
     // delays a renewal, and a renewal never wakes a pass. Ends with the process.
-    let heartbeat = opts
-        .heartbeat_namespace
-        .clone()
-        .and_then(|ns| heartbeat::spawn(agent.cluster.for_leader_election(), ns, opts.node_name.clone()));
+    let heartbeat = opts.heartbeat_namespace.clone().and_then(|ns| {
+        let uid = agent.node_info.uid.clone();
+        heartbeat::spawn(agent.cluster.for_leader_election(), ns, opts.node_name.clone(), uid)
+    });
     agent.run_loop(&opts, changed, clock, wipes_done, &mut shutdown).await;
     // Stopped (SIGTERM): no more renewals. The Lease is left to lapse; the stopping agent's
     // own fence (agent-stopped) is on the Node, so node-cleanup has nothing to add.

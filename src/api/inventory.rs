@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
@@ -98,13 +98,7 @@ impl Cluster {
             kind: KIND.into(),
             metadata: ObjectMeta {
                 name: Some(node.to_string()),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "Node".into(),
-                    name: node.to_string(),
-                    uid: node_uid.to_string(),
-                    ..Default::default()
-                }]),
+                owner_references: Some(vec![super::nodes::node_owner(node, node_uid)]),
                 ..Default::default()
             },
             spec: InventorySpec { node_name: node.to_string() },

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
@@ -82,6 +82,23 @@ impl Cluster {
         duration: Duration,
         acquire: bool,
     ) -> Result<Written, ApiError> {
+        self.write_lease_owned(namespace, name, current, holder, duration, acquire, None).await
+    }
+
+    /// [`Self::write_lease`], creating the Lease owned by `owner` when it does not exist yet (an
+    /// agent's heartbeat: owned by its Node, so it goes with the Node). A replace keeps the
+    /// owner the Lease has.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write_lease_owned(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: Option<&ReadLease>,
+        holder: &str,
+        duration: Duration,
+        acquire: bool,
+        owner: Option<&OwnerReference>,
+    ) -> Result<Written, ApiError> {
         let now = MicroTime(Timestamp::now());
         let old = current.and_then(|c| c.object.spec.clone()).unwrap_or_default();
         let transitions = current.map_or(0, |c| c.record.transitions);
@@ -101,6 +118,7 @@ impl Cluster {
                     metadata: ObjectMeta {
                         name: Some(name.to_string()),
                         namespace: Some(namespace.to_string()),
+                        owner_references: owner.map(|o| vec![o.clone()]),
                         ..Default::default()
                     },
                     spec: Some(spec),

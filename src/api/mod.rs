@@ -23,7 +23,7 @@ pub use error::{ApiError, error_chain};
 pub use events::{
     EVENT_NOTE_CUT, EVENT_NOTE_MAX, claim_reference, class_reference, event_note, node_reference, pv_reference,
 };
-pub use nodes::NodeMeta;
+pub use nodes::{NodeMeta, node_owner};
 pub use patch::{AnnotationPatch, TakeOver};
 
 use std::future::Future;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -14,6 +14,19 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::core::fence_label::LABEL_VOLUMES_UNVERIFIED;
 use crate::core::naming::LABEL_HOSTNAME;
+
+/// An owner reference to the Node `name` with UID `uid`: what a node's own objects (its
+/// LocalStorageNode, its agent's heartbeat Lease) carry, so the garbage collector removes them
+/// with the Node and nothing of a deleted node is left behind.
+pub fn node_owner(name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: name.to_string(),
+        uid: uid.to_string(),
+        ..Default::default()
+    }
+}
 
 use super::*;
 
