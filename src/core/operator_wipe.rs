@@ -366,15 +366,20 @@ pub(crate) fn decide(world: &WipeWorld) -> Result<Target, Vec<WipeRefusal>> {
 
 /// Why the named device's data is in `pv`'s volume, if it is: the volume at the PV's path
 /// here shares data with the device by discovery's own rule ([`DiskKey::overlaps`]: a loop
-/// device whose backing file lies inside that volume, overlapping extents), or the PV recorded
-/// the disk that holds the loop device's backing file.
+/// device whose backing file lies inside that volume, overlapping extents), or a PV of this
+/// node recorded the disk that holds the loop device's backing file. Not another node's: its
+/// record names a disk of that node, and disks of different machines can report one serial
+/// (virtual disks do), so a loop image on this node's root disk would be refused for any
+/// node's directory volume (seen on a shared control plane: every node's root disk was
+/// `serial:overlayblk`).
 fn shares_volume(world: &WipeWorld, pv: &KnownPv) -> Option<String> {
     let in_volume = pv.this_node
         && pv.volume.as_ref().zip(world.target_disk.as_ref()).is_some_and(|(volume, target)| volume.overlaps(target));
     if in_volume {
         return Some("the volume at that path holds its data (a loop device over a file inside it)".into());
     }
-    let (Some(recorded), Some(backing)) = (pv.disk.disk.as_deref(), world.backing_disk.as_deref()) else {
+    let (true, Some(recorded), Some(backing)) = (pv.this_node, pv.disk.disk.as_deref(), world.backing_disk.as_deref())
+    else {
         return None;
     };
     ids_overlap(recorded, backing)

@@ -440,7 +440,8 @@ fn a_loop_device_over_a_file_inside_a_pvs_volume_is_that_volumes_disk() {
             }
         }
     }
-    // The disk under the backing file's filesystem, recorded by a PV of any node.
+    // The disk under the backing file's filesystem, recorded by a PV of this node (another
+    // node's record names a disk of that machine, whatever serial it shares with this one's).
     for (recorded, backing, refused) in [
         (Some(DISK), Some(PART1), true),  // a Block PV of the whole disk: the file is in its data
         (Some(PART1), Some(PART1), true), // a Filesystem PV of that partition
@@ -454,7 +455,7 @@ fn a_loop_device_over_a_file_inside_a_pvs_volume_is_that_volumes_disk() {
             w.backing_disk = backing.map(str::to_string);
             w.pvs = Ok(vec![pv("tenant", this_node, "/mnt/disks/vol", recorded, None)]);
             let got = decide(&w).err().map(|r| r.iter().map(|r| r.to_string()).collect::<Vec<_>>());
-            assert_eq!(got.is_some(), refused, "{recorded:?} / {backing:?}: {got:?}");
+            assert_eq!(got.is_some(), refused && this_node, "{recorded:?} / {backing:?} / {this_node}: {got:?}");
             if let Some(r) = got {
                 assert!(r[0].contains("PV tenant") && r[0].contains("backing file"), "{r:?}");
             }
