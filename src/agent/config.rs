@@ -265,6 +265,7 @@ impl Agent {
             .map(|c| (PathBuf::from(&c.mount_dir), Subject::Directory(c.mount_dir.clone())))
             .collect();
         dirs.insert(config_dir.clone(), Subject::Config(config_dir.display().to_string()));
+        let _waiting = self.readiness.host_call();
         let Ok((watcher, problems)) = tokio::task::spawn_blocking(move || {
             let problems = watcher.watch_exactly(&dirs);
             (watcher, problems)

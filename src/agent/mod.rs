@@ -666,6 +666,7 @@ impl Agent {
     /// Runs blocking host work on the blocking pool; `None` when the task itself failed.
     async fn on_host<T: Send + 'static>(&self, f: impl FnOnce(&dyn HostAccess) -> T + Send + 'static) -> Option<T> {
         let host = self.host.clone();
+        let _waiting = self.readiness.host_call();
         match tokio::task::spawn_blocking(move || f(host.as_ref())).await {
             Ok(v) => Some(v),
             Err(e) => {
