@@ -574,7 +574,7 @@ mod tests {
         }
         assert_eq!(w.watched(), BTreeSet::from([slow.clone(), fine.clone()]));
         // A directory no longer wanted is let go.
-        assert!(w.watch_exactly(&dirs(&[fine.clone()])).is_empty());
+        assert!(w.watch_exactly(&dirs(std::slice::from_ref(&fine))).is_empty());
         assert_eq!(w.watched(), BTreeSet::from([fine]));
     }
 
