@@ -420,9 +420,12 @@ pub(crate) fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<Stri
                 .as_deref()
                 .and_then(crate::core::disk_identity::DiskIdentity::parse)
                 .and_then(|id| id.loop_key().and_then(|k| k.render()).or(id.disk)),
-            device: std::fs::metadata(host_path)
-                .ok()
-                .filter(|m| host_path.starts_with("/dev/") && m.file_type().is_block_device())
+            // Only a path under /dev is looked at: any other is a volume's, whose filesystem may
+            // not answer (a stat there would hold the claim pass outside any deadline).
+            device: Some(host_path)
+                .filter(|p| p.starts_with("/dev/"))
+                .and_then(|p| std::fs::metadata(p).ok())
+                .filter(|m| m.file_type().is_block_device())
                 .and_then(|m| kernel_name(m.rdev())),
             unbound: unbound.contains(host_path),
         })
