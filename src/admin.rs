@@ -110,7 +110,7 @@ impl Readiness {
         }
     }
 
-    fn detail(&self) -> Option<String> {
+    pub(crate) fn detail(&self) -> Option<String> {
         let detail = self.detail.lock().ok().and_then(|g| g.clone());
         let waiting = match self.liveness.lock().ok().map(|g| g.verdict(Instant::now())) {
             Some(Verdict::HostWait(why)) => Some(why),
