@@ -33,34 +33,60 @@ pub(crate) struct Readiness {
 /// restarts the pod, which would not help.
 pub(crate) const PASS_BOUND: Duration = Duration::from_secs(180);
 
-/// The loop's heartbeat: when its current pass started, when the last one ended, and the
-/// longest it may wait between passes (twice the resync period).
+/// The loop's heartbeat: when its current pass started, when the last one ended, the longest
+/// it may wait between passes (twice the resync period), and since when the pass has been
+/// waiting on the host (a blocking host call on the blocking pool).
 #[derive(Debug, Clone, Copy, Default)]
 struct Liveness {
     started: Option<Instant>,
     ended: Option<Instant>,
     idle: Duration,
+    /// Blocking host calls the pass awaits now, and since when the first of them.
+    host_calls: u32,
+    host_since: Option<Instant>,
+}
+
+/// What the heartbeat says about the agent itself (a pure judgement of [`Liveness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// The loop turns: passes complete (with or without subjects that do not answer).
+    Alive,
+    /// A pass has waited on the host past the bound: a host call that does not return (a
+    /// filesystem or disk that stopped answering). Not the agent's own fault, and a restart
+    /// would meet the same host (and a thread stuck in the kernel can keep the process from
+    /// exiting at all): reported in `/readyz`, not failed in `/healthz`.
+    HostWait(String),
+    /// The loop itself does not turn: `/healthz` fails so kubelet restarts it.
+    Wedged(String),
 }
 
 impl Liveness {
-    /// Why the loop looks wedged at `now`, if it does.
-    fn problem(&self, now: Instant) -> Option<String> {
+    /// What the heartbeat says at `now`.
+    fn verdict(&self, now: Instant) -> Verdict {
         if let Some(started) = self.started.filter(|s| now.duration_since(*s) > PASS_BOUND) {
-            return Some(format!(
-                "a pass has been running for {}s (bound {}s): the agent's loop is wedged",
-                now.duration_since(started).as_secs(),
+            let running = now.duration_since(started).as_secs();
+            if let Some(since) = self.host_since.filter(|_| self.host_calls > 0) {
+                return Verdict::HostWait(format!(
+                    "a pass has been running for {running}s, waiting on a host call for {}s (a filesystem or \
+                     disk that does not answer; see the unresponsive subjects)",
+                    now.duration_since(since).as_secs()
+                ));
+            }
+            return Verdict::Wedged(format!(
+                "a pass has been running for {running}s (bound {}s): the agent's loop is wedged",
                 PASS_BOUND.as_secs()
             ));
         }
-        let since = self.ended?;
+        let Some(since) = self.ended else { return Verdict::Alive };
         let bound = self.idle + PASS_BOUND;
-        (self.started.is_none() && now.duration_since(since) > bound).then(|| {
-            format!(
+        if self.started.is_none() && now.duration_since(since) > bound {
+            return Verdict::Wedged(format!(
                 "no pass completed for {}s (bound {}s): the agent's loop is wedged",
                 now.duration_since(since).as_secs(),
                 bound.as_secs()
-            )
-        })
+            ));
+        }
+        Verdict::Alive
     }
 }
 
@@ -84,8 +110,16 @@ impl Readiness {
         }
     }
 
-    fn detail(&self) -> Option<String> {
+    pub(crate) fn detail(&self) -> Option<String> {
         let detail = self.detail.lock().ok().and_then(|g| g.clone());
+        let waiting = match self.liveness.lock().ok().map(|g| g.verdict(Instant::now())) {
+            Some(Verdict::HostWait(why)) => Some(why),
+            _ => None,
+        };
+        let detail = match (detail, waiting) {
+            (Some(d), Some(w)) => Some(format!("{d}; {w}")),
+            (d, w) => d.or(w),
+        };
         let unresponsive = self.unresponsive.lock().ok().and_then(|g| g.clone());
         match (detail, unresponsive) {
             (Some(d), Some(u)) => Some(format!("{d}; unresponsive: {u}")),
@@ -117,13 +151,44 @@ impl Readiness {
         }
     }
 
-    /// Why the loop looks wedged, if it does (`/healthz` then fails).
+    /// The pass starts waiting on a blocking host call; the guard ends the wait.
+    pub(crate) fn host_call(&self) -> HostCall {
+        if let Ok(mut g) = self.liveness.lock() {
+            if g.host_calls == 0 {
+                g.host_since = Some(Instant::now());
+            }
+            g.host_calls += 1;
+        }
+        HostCall { liveness: self.liveness.clone() }
+    }
+
+    /// Why the loop itself looks wedged, if it does (`/healthz` then fails). A pass waiting on
+    /// a host call that does not return is not (see [`Verdict::HostWait`]).
     pub(crate) fn wedged(&self) -> Option<String> {
-        self.liveness.lock().ok().and_then(|g| g.problem(Instant::now()))
+        match self.liveness.lock().ok()?.verdict(Instant::now()) {
+            Verdict::Wedged(why) => Some(why),
+            Verdict::Alive | Verdict::HostWait(_) => None,
+        }
     }
 
     pub(crate) fn get(&self) -> Option<String> {
         self.not_ready.lock().map(|g| g.clone()).unwrap_or_else(|_| Some("readiness state poisoned".into()))
+    }
+}
+
+/// A blocking host call the pass awaits (see [`Readiness::host_call`]); dropped when it returns.
+pub(crate) struct HostCall {
+    liveness: Arc<Mutex<Liveness>>,
+}
+
+impl Drop for HostCall {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.liveness.lock() {
+            g.host_calls = g.host_calls.saturating_sub(1);
+            if g.host_calls == 0 {
+                g.host_since = None;
+            }
+        }
     }
 }
 
@@ -226,14 +291,25 @@ mod tests {
         let now = Instant::now();
         let at = |secs: u64| now + Duration::from_secs(secs);
         let idle = Duration::from_secs(600);
+        let wedged = |v: Verdict, text: &str| matches!(v, Verdict::Wedged(w) if w.contains(text));
         let fresh = Liveness::default();
-        assert_eq!(fresh.problem(at(10_000)), None, "before the first pass: starting, not wedged");
-        let running = Liveness { started: Some(now), ended: None, idle };
-        assert_eq!(running.problem(at(179)), None);
-        assert!(running.problem(at(181)).is_some_and(|p| p.contains("running for 181s")));
-        let idle_loop = Liveness { started: None, ended: Some(now), idle };
-        assert_eq!(idle_loop.problem(at(600 + 179)), None, "waiting for events within the resync bound");
-        assert!(idle_loop.problem(at(600 + 181)).is_some_and(|p| p.contains("no pass completed")));
+        assert_eq!(fresh.verdict(at(10_000)), Verdict::Alive, "before the first pass: starting, not wedged");
+        let running = Liveness { started: Some(now), idle, ..Liveness::default() };
+        assert_eq!(running.verdict(at(179)), Verdict::Alive);
+        assert!(wedged(running.verdict(at(181)), "running for 181s"));
+        let idle_loop = Liveness { ended: Some(now), idle, ..Liveness::default() };
+        assert_eq!(idle_loop.verdict(at(600 + 179)), Verdict::Alive, "waiting for events within the resync bound");
+        assert!(wedged(idle_loop.verdict(at(600 + 181)), "no pass completed"));
+        // A pass held by a host call that does not return: the host's fault, not the loop's.
+        let waiting =
+            Liveness { started: Some(now), idle, host_calls: 1, host_since: Some(at(5)), ..Liveness::default() };
+        assert_eq!(waiting.verdict(at(100)), Verdict::Alive);
+        assert!(
+            matches!(waiting.verdict(at(200)), Verdict::HostWait(w) if w.contains("waiting on a host call for 195s"))
+        );
+        // Passes that complete with subjects that do not answer are progress.
+        let completing = Liveness { ended: Some(at(10_000)), idle, ..Liveness::default() };
+        assert_eq!(completing.verdict(at(10_001)), Verdict::Alive);
         let m = Metrics::new();
         let r = Readiness::new("starting");
         assert_eq!(respond("/healthz", "/metrics", &m, &r).status(), StatusCode::OK);
@@ -241,9 +317,19 @@ mod tests {
             g.started = Some(now - Duration::from_secs(200));
         }
         assert_eq!(respond("/healthz", "/metrics", &m, &r).status(), StatusCode::SERVICE_UNAVAILABLE);
-        r.pass_ended();
+        // The same pass, in a host call since long ago: alive, and /readyz says what it waits on.
+        let call = r.host_call();
+        if let Ok(mut g) = r.liveness.lock() {
+            g.host_since = Some(now - Duration::from_secs(190));
+        }
         assert_eq!(respond("/healthz", "/metrics", &m, &r).status(), StatusCode::OK);
         r.set(None);
+        let body = format!("{:?}", respond("/readyz", "/metrics", &m, &r).body());
+        assert!(body.contains("waiting on a host call"), "{body}");
+        drop(call);
+        assert_eq!(respond("/healthz", "/metrics", &m, &r).status(), StatusCode::SERVICE_UNAVAILABLE);
+        r.pass_ended();
+        assert_eq!(respond("/healthz", "/metrics", &m, &r).status(), StatusCode::OK);
         r.set_unresponsive(Some("/mnt/disks/v1 (mark, 42s)".into()));
         let body = respond("/readyz", "/metrics", &m, &r);
         assert_eq!(body.status(), StatusCode::OK, "a wedged volume does not make the agent unready");

@@ -59,6 +59,16 @@ impl Lab {
         dev
     }
 
+    /// A loop device over a sparse (blank) image of `mib` MiB named `name`. Returns the device.
+    fn blank_loop(&mut self, name: &str, mib: u64) -> PathBuf {
+        let img = self.root.join("images").join(name);
+        run(Command::new("truncate").arg("-s").arg(format!("{mib}M")).arg(&img));
+        let out = run(Command::new("losetup").args(["--find", "--show"]).arg(&img));
+        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        self.loops.push(dev.clone());
+        dev
+    }
+
     /// A tmpfs of `mib` MiB mounted at `point`.
     fn tmpfs(&self, point: &Path, mib: u64) {
         std::fs::create_dir_all(point).unwrap();
@@ -731,4 +741,218 @@ fn a_discovery_directory_that_hangs_costs_only_its_class() {
         let m = lab.agent().admin_get("/metrics");
         metric_lines(&m, "local_static_provisioner_volume_unresponsive", &[]).is_empty().then_some(())
     });
+}
+
+/// Polls `/healthz` every 200 ms for `span`: every answer must be 200 (a wedged directory or
+/// file never makes the liveness probe restart the pod into the same hang).
+fn healthy_throughout(agent: &AgentProcess, span: Duration) {
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        let health = agent.admin_get("/healthz");
+        assert!(health.starts_with("HTTP/1.1 200"), "liveness failed: {health}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A discovery directory whose FUSE daemon is stopped, with a tmpfs volume inside it mounted
+/// before it stopped: `(daemon index, the directory)`.
+fn wedged_directory(lab: &mut Lab, name: &str) -> (usize, PathBuf) {
+    let dir = lab.root.join(name);
+    let daemon = lab.fuse(&dir);
+    lab.tmpfs(&dir.join("x"), 16);
+    lab.stop_fuse(daemon, true);
+    (daemon, dir)
+}
+
+/// Waits until the metrics name `dir` as unresponsive.
+fn reported_unresponsive(agent: &AgentProcess, dir: &Path) {
+    let label = format!("path=\"{}\"", dir.display());
+    wait_until("the wedged directory reported unresponsive", WAIT, || {
+        let m = agent.admin_get("/metrics");
+        (!metric_lines(&m, "local_static_provisioner_volume_unresponsive", std::slice::from_ref(&label)).is_empty())
+            .then_some(())
+    });
+}
+
+/// Issue 41: a discovery directory already wedged when the agent starts (its FUSE daemon
+/// stopped; the agent restarted onto it). Adding its watch blocks in the kernel: that now
+/// runs under the executor's deadline, so the first pass and every later one complete, the
+/// other class's volumes are published within seconds, and `/healthz` stays 200. Once the
+/// daemon runs again the directory's watch and its class's volumes follow.
+#[test]
+fn a_discovery_directory_wedged_at_start_costs_only_its_class() {
+    let name = "a_discovery_directory_wedged_at_start_costs_only_its_class";
+    if !require_root(name) {
+        return;
+    }
+    if !support::quiet(Command::new("bindfs").arg("--version")) {
+        return support::cannot_run(name, "bindfs is not installed");
+    }
+    let cp = ControlPlane::get();
+    let (node, good, hung) = (&unique("fd-wstart-node"), &unique("fd-wstart-good"), &unique("fd-wstart-hung"));
+    cp.create_node(node);
+    cp.create_storage_class(good, "Delete");
+    cp.create_storage_class(hung, "Delete");
+    let mut lab = Lab::new("fd-wstart");
+    let good_dir = lab.root.join("good");
+    lab.tmpfs(&good_dir.join("a"), 16);
+    let (daemon, hung_dir) = wedged_directory(&mut lab, "hung");
+    let map = format!("{}{}", class_map(good, &good_dir), class_map(hung, &hung_dir));
+    let started = Instant::now();
+    lab.start_agent(&cp, node, &map);
+    wait_until("the good class's PV", WAIT, || available(&cp, &pv_name("a", node, good)));
+    let latency = started.elapsed();
+    eprintln!("agent started beside a wedged discovery directory: the other class's PV Available after {latency:?}");
+    assert!(latency < Duration::from_secs(15), "the healthy class took {latency:?}");
+    reported_unresponsive(lab.agent(), &hung_dir);
+    assert!(
+        cp.pv_state(&pv_name("x", node, hung)).is_none(),
+        "nothing published from a directory that does not answer"
+    );
+    // Passes go on: a volume mounted now is published within seconds, liveness green throughout.
+    let mounted = Instant::now();
+    lab.tmpfs(&good_dir.join("b"), 16);
+    wait_until("a volume mounted meanwhile", WAIT, || available(&cp, &pv_name("b", node, good)));
+    assert!(mounted.elapsed() < Duration::from_secs(5), "the later volume took {:?}", mounted.elapsed());
+    healthy_throughout(lab.agent(), Duration::from_secs(8));
+
+    lab.stop_fuse(daemon, false);
+    wait_until("the wedged class's volume once its directory answers", WAIT, || {
+        available(&cp, &pv_name("x", node, hung))
+    });
+    // Its directory is watched now: a volume mounted there is published without a resync.
+    lab.tmpfs(&hung_dir.join("y"), 16);
+    wait_until("a volume of the recovered class", Duration::from_secs(20), || {
+        available(&cp, &pv_name("y", node, hung))
+    });
+    let health = lab.agent().admin_get("/healthz");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+}
+
+/// Issue 41: the same with the wedged directory's class added by a config reload.
+#[test]
+fn a_wedged_discovery_directory_added_by_a_reload_costs_only_its_class() {
+    let name = "a_wedged_discovery_directory_added_by_a_reload_costs_only_its_class";
+    if !require_root(name) {
+        return;
+    }
+    if !support::quiet(Command::new("bindfs").arg("--version")) {
+        return support::cannot_run(name, "bindfs is not installed");
+    }
+    let cp = ControlPlane::get();
+    let (node, good, hung) = (&unique("fd-wreload-node"), &unique("fd-wreload-good"), &unique("fd-wreload-hung"));
+    cp.create_node(node);
+    cp.create_storage_class(good, "Delete");
+    cp.create_storage_class(hung, "Delete");
+    let mut lab = Lab::new("fd-wreload");
+    let good_dir = lab.root.join("good");
+    lab.tmpfs(&good_dir.join("a"), 16);
+    lab.start_agent(&cp, node, &class_map(good, &good_dir));
+    wait_until("the good class's PV", WAIT, || available(&cp, &pv_name("a", node, good)));
+    wait_idle(lab.agent());
+
+    let (daemon, hung_dir) = wedged_directory(&mut lab, "hung");
+    let map = format!("{}{}", class_map(good, &good_dir), class_map(hung, &hung_dir));
+    write_config(&lab.root.join("config"), &[("storageClassMap", &map)]);
+    wait_until("the reload", WAIT, || lab.agent().log_text().contains("configuration reloaded").then_some(()));
+    reported_unresponsive(lab.agent(), &hung_dir);
+    let mounted = Instant::now();
+    lab.tmpfs(&good_dir.join("b"), 16);
+    wait_until("a volume mounted after the reload", WAIT, || available(&cp, &pv_name("b", node, good)));
+    let latency = mounted.elapsed();
+    eprintln!("a tmpfs mounted after a reload added a wedged directory: its PV Available after {latency:?}");
+    assert!(latency < Duration::from_secs(5), "the later volume took {latency:?}");
+    healthy_throughout(lab.agent(), Duration::from_secs(8));
+
+    lab.stop_fuse(daemon, false);
+    wait_until("the added class's volume once its directory answers", WAIT, || {
+        available(&cp, &pv_name("x", node, hung))
+    });
+}
+
+/// Issue 41: a process holding open a file of a FUSE filesystem whose daemon stopped (a hung
+/// NFS mount looks the same), that filesystem being a published volume, beside a class that
+/// claims loop devices. Neither the scan of every process's descriptors that a claim needs
+/// (the link is read first, the file looked at without a sync, under the executor's deadline)
+/// nor the claim rules' look at each PV's path asks the hung filesystem: a healthy volume and
+/// a blank unused device that show up meanwhile are published within seconds, a device another
+/// process holds open is not, and `/healthz` stays 200.
+#[test]
+fn a_process_holding_a_hung_file_does_not_stop_the_passes_nor_prove_a_device_unused() {
+    let name = "a_process_holding_a_hung_file_does_not_stop_the_passes_nor_prove_a_device_unused";
+    if !require_root(name) {
+        return;
+    }
+    if !support::quiet(Command::new("bindfs").arg("--version")) {
+        return support::cannot_run(name, "bindfs is not installed");
+    }
+    const MIB: u64 = 51;
+    let cp = ControlPlane::get();
+    let (node, fs_class, dev_class) = (&unique("fd-hfile-node"), &unique("fd-hfile-fs"), &unique("fd-hfile-dev"));
+    cp.create_node(node);
+    cp.create_storage_class(fs_class, "Delete");
+    cp.create_storage_class(dev_class, "Delete");
+    let mut lab = Lab::new("fd-hfile");
+    let fs_dir = lab.root.join("fs");
+    lab.tmpfs(&fs_dir.join("a"), 16);
+    // A FUSE volume of the class, with a file held open (as stdin) by a process of its own.
+    let daemon = lab.fuse(&fs_dir.join("hung"));
+    std::fs::write(fs_dir.join("hung").join("held"), b"x").unwrap();
+    let holder = Killed(
+        Command::new("sleep")
+            .arg("600")
+            .stdin(std::fs::File::open(fs_dir.join("hung").join("held")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    // Blank loop devices of a size no other test uses: one free, one held open by a process.
+    let (free, busy) = (lab.blank_loop("free", MIB), lab.blank_loop("busy", MIB));
+    let busy_holder =
+        Killed(Command::new("sleep").arg("600").stdin(std::fs::File::open(&busy).unwrap()).spawn().unwrap());
+    let claims_dir = lab.root.join("claims");
+    std::fs::create_dir_all(&claims_dir).unwrap();
+    let section =
+        format!("  volumeMode: Block\n  devices:\n    types: [loop]\n    minSize: {MIB}Mi\n    maxSize: {MIB}Mi\n");
+    let map = format!("{}{}{section}", class_map(fs_class, &fs_dir), class_map(dev_class, &claims_dir));
+    lab.start_agent(&cp, node, &map);
+    wait_until("the healthy volume's PV", WAIT, || available(&cp, &pv_name("a", node, fs_class)));
+    wait_until("the FUSE volume's PV", WAIT, || available(&cp, &pv_name("hung", node, fs_class)));
+    let linked = |dev: &Path| {
+        std::fs::read_dir(&claims_dir)
+            .unwrap()
+            .flatten()
+            .any(|e| std::fs::canonicalize(e.path()).is_ok_and(|t| t == dev))
+    };
+    wait_until("the free device claimed", WAIT, || linked(&free).then_some(()));
+    wait_idle(lab.agent());
+
+    lab.stop_fuse(daemon, true);
+    // Past bindfs's attribute cache: an ordinary stat of the held file now blocks.
+    std::thread::sleep(Duration::from_secs(2));
+    let stopped = Instant::now();
+    let later = lab.blank_loop("later", MIB);
+    lab.tmpfs(&fs_dir.join("b"), 16);
+    wait_until("a volume mounted meanwhile", WAIT, || available(&cp, &pv_name("b", node, fs_class)));
+    wait_until("a device attached meanwhile, claimed", WAIT, || linked(&later).then_some(()));
+    let latency = stopped.elapsed();
+    eprintln!("with a hung file held open: a new volume and a new device published after {latency:?}");
+    assert!(latency < Duration::from_secs(10), "took {latency:?}");
+    let prefix = claims_dir.display().to_string();
+    wait_until("the later device's PV", WAIT, || (cp.pvs_under(&prefix).len() == 2).then_some(()));
+    healthy_throughout(lab.agent(), Duration::from_secs(5));
+    assert!(!linked(&busy), "the device another process holds open is not claimed");
+    assert_eq!(cp.pvs_under(&prefix).len(), 2, "only the free devices are published");
+    drop(busy_holder);
+    lab.stop_fuse(daemon, false);
+    drop(holder);
+}
+
+/// A child process killed (by its PID) and reaped when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -1,11 +1,13 @@
 //! Configuration reloads: the ConfigMap directory is re-read only when it changed (a
-//! metadata fingerprint, see config::ConfigSource), on the blocking pool. A valid new config
+//! metadata fingerprint, see config::ConfigSource), as an operation on the config directory
+//! under the executor's deadline (host::ops): a directory that stops answering costs the pass
+//! one grace, and the last good config stays in use meanwhile. A valid new config
 //! applies at once; an invalid one is refused with every problem listed and the last good one
 //! stays in use. A class whose own settings are wrong fails alone (config::effective): at
 //! start-up it is left out, on a reload it keeps its last valid definition, and the other
 //! classes apply.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use tracing::{error, info, warn};
@@ -14,15 +16,22 @@ use super::Agent;
 use crate::admin::Readiness;
 use crate::api::node_reference;
 use crate::config::{ConfigSource, Effective, LoadedConfig, ProvisionerConfig, effective};
+use crate::host::ops::{Answer, Operations, Subject};
 use crate::host::wipe_block::cleaner_warnings_here;
 
-/// Reads the configuration at start-up. An invalid one does not stop the agent: it publishes
-/// nothing, says so in readiness, and picks up the config as soon as it is fixed. Invalid
-/// classes are left out (and named in readiness), the others run.
-pub(super) async fn first_load(source: &mut ConfigSource, readiness: &Readiness) -> FirstLoad {
+/// Reads the configuration at start-up, under the executor's deadline (its directory may sit on
+/// a filesystem that stops answering). An invalid or unread one does not stop the agent: it
+/// publishes nothing, says so in readiness, and picks up the config as soon as it is fixed or
+/// read. Invalid classes are left out (and named in readiness), the others run.
+pub(super) async fn first_load(
+    source: &mut ConfigSource,
+    readiness: &Readiness,
+    ops: &Operations,
+    timeout: std::time::Duration,
+) -> FirstLoad {
     let dir = source.dir().to_path_buf();
-    match on_blocking_pool(source, ConfigSource::load).await {
-        Some(Ok(loaded)) => {
+    match read_config(source, ops, timeout, ConfigSource::load).await {
+        Ok(Ok(loaded)) => {
             let eff = effective(&loaded, None);
             log_findings(&dir, &loaded, &eff);
             info!(classes = eff.config.storage_class_map.len(), config_dir = %dir.display(), "configuration loaded");
@@ -33,11 +42,14 @@ pub(super) async fn first_load(source: &mut ConfigSource, readiness: &Readiness)
             let left_out = eff.left_out_problems();
             FirstLoad { config: Some(eff.config), problem, left_out, warnings: loaded.warnings }
         }
-        Some(Err(e)) => {
+        Ok(Err(e)) => {
             error!(error = %e, "configuration invalid; nothing is published until it is fixed");
             FirstLoad { problem: Some(e.to_string()), ..FirstLoad::default() }
         }
-        None => FirstLoad { problem: Some(format!("reading {} failed", dir.display())), ..FirstLoad::default() },
+        Err(why) => {
+            warn!(config_dir = %dir.display(), "{why}; nothing is published until it is read");
+            FirstLoad { problem: Some(why), ..FirstLoad::default() }
+        }
     }
 }
 
@@ -80,18 +92,39 @@ fn failure_summary(eff: &Effective) -> Option<String> {
     (!eff.is_complete()).then(|| eff.describe_failures().join("; "))
 }
 
-/// Runs `read` on the source on the blocking pool (it stats and reads files); `None` when the
-/// task itself failed.
-async fn on_blocking_pool<T: Send + 'static>(source: &mut ConfigSource, read: fn(&mut ConfigSource) -> T) -> Option<T> {
-    let mut owned = std::mem::replace(source, ConfigSource::new(source.dir()));
-    let (owned, result) = tokio::task::spawn_blocking(move || {
-        let result = read(&mut owned);
-        (owned, result)
+/// Runs `read` on the source as an operation on the config directory under `timeout`
+/// (host::ops), off the runtime's workers: it stats and reads files, which block while their
+/// filesystem does not answer. `Err` says why there is no answer this time: the read is still
+/// running (its answer is kept for the next call) or the directory does not answer. The source
+/// is handed to the operation and back; one that does not come back is replaced by a fresh
+/// one, whose first look reads everything.
+async fn read_config<T: Send + 'static>(
+    source: &mut ConfigSource,
+    ops: &Operations,
+    timeout: std::time::Duration,
+    read: fn(&mut ConfigSource) -> T,
+) -> Result<T, String> {
+    let dir = source.dir().to_path_buf();
+    let mut owned = std::mem::replace(source, ConfigSource::new(&dir));
+    let (ops, subject) = (ops.clone(), Subject::Config(dir.display().to_string()));
+    let answer = tokio::task::spawn_blocking(move || {
+        ops.run(subject, "config read", timeout, move || {
+            let result = read(&mut owned);
+            (owned, result)
+        })
     })
     .await
-    .ok()?;
-    *source = owned;
-    Some(result)
+    .map_err(|e| format!("reading the config directory {} failed: {e}", dir.display()))?;
+    match answer {
+        Answer::Done((owned, result)) => {
+            *source = owned;
+            Ok(result)
+        }
+        Answer::Pending => {
+            Err(format!("the config directory {} is still being read (its filesystem answers slowly)", dir.display()))
+        }
+        Answer::Unresponsive(e) => Err(e.to_string()),
+    }
 }
 
 impl Agent {
@@ -123,9 +156,23 @@ impl Agent {
     /// Applies a changed config directory. New settings apply to new PVs; existing PVs are not
     /// changed. A class that became invalid keeps its last valid definition.
     pub(super) async fn reload_config(&mut self) {
-        let Some(Some(loaded)) = on_blocking_pool(&mut self.source, ConfigSource::load_if_changed).await else {
-            return;
-        };
+        let loaded =
+            match read_config(&mut self.source, &self.ops, self.host_timeout, ConfigSource::load_if_changed).await {
+                Ok(read) => {
+                    if std::mem::take(&mut self.config_unread) {
+                        info!(config_dir = %self.source.dir().display(), "the config directory answers again");
+                        let detail =
+                            self.config_problem.as_ref().filter(|_| self.has_config).map(|p| format!("config: {p}"));
+                        self.readiness.set_detail(detail);
+                        self.say_readiness();
+                    }
+                    match read {
+                        Some(loaded) => loaded,
+                        None => return,
+                    }
+                }
+                Err(why) => return self.config_unread(why),
+            };
         match loaded {
             Ok(loaded) => {
                 self.config_warnings.clone_from(&loaded.warnings);
@@ -189,15 +236,49 @@ impl Agent {
         }
     }
 
+    /// The config directory gave no answer this pass (a read still running, or its filesystem
+    /// not answering): the configuration in use stays, and readiness says so (not ready while
+    /// there is none yet). Logged once per occurrence.
+    fn config_unread(&mut self, why: String) {
+        self.config_unread = true;
+        if self.problems.first_seen(format!("config-read/{why}")) {
+            warn!("{why}; the configuration in use stays until it is read");
+        }
+        if self.has_config {
+            self.readiness.set_detail(Some(format!("config: not read, the last good one stays in use: {why}")));
+        } else {
+            self.readiness.set(Some(format!("no configuration read yet: {why}")));
+        }
+    }
+
     /// inotify on the config directory and every class's discovery directory; a directory
-    /// that cannot be watched is reported once per occurrence.
-    pub(super) fn watch_dirs(&mut self) {
-        let Some(watcher) = self.dir_watcher.as_mut() else { return };
-        let mut dirs = BTreeSet::from([self.source.dir().to_path_buf()]);
-        dirs.extend(self.config.storage_class_map.values().map(|c| PathBuf::from(&c.mount_dir)));
-        for e in watcher.watch_exactly(&dirs) {
+    /// that cannot be watched (missing, or not answering: its add runs under the executor's
+    /// deadline, host::watch::DirWatcher) is reported once per occurrence and tried again on
+    /// the next pass. Off the runtime's workers: it waits up to the executor's grace.
+    pub(super) async fn watch_dirs(&mut self) {
+        let Some(mut watcher) = self.dir_watcher.take() else { return };
+        let config_dir = self.source.dir().to_path_buf();
+        let mut dirs: BTreeMap<PathBuf, Subject> = self
+            .config
+            .storage_class_map
+            .values()
+            .map(|c| (PathBuf::from(&c.mount_dir), Subject::Directory(c.mount_dir.clone())))
+            .collect();
+        dirs.insert(config_dir.clone(), Subject::Config(config_dir.display().to_string()));
+        let _waiting = self.readiness.host_call();
+        let Ok((watcher, problems)) = tokio::task::spawn_blocking(move || {
+            let problems = watcher.watch_exactly(&dirs);
+            (watcher, problems)
+        })
+        .await
+        else {
+            warn!("the directory watcher's task failed; changes are found by mount events and resync");
+            return;
+        };
+        self.dir_watcher = Some(watcher);
+        for e in problems {
             if self.problems.first_seen(format!("watch/{e}")) {
-                warn!(error = %e, "cannot watch directory; changes there are found by mount events and resync");
+                warn!(error = %e, "directory not watched (yet); changes there are found by mount events and resync");
             }
         }
     }

@@ -148,7 +148,8 @@ impl Agent {
 /// How a stalled subject is named in metrics and readiness.
 fn stall_path(subject: &Subject) -> String {
     match subject {
-        Subject::Volume(p) | Subject::Directory(p) => p.clone(),
+        Subject::Volume(p) | Subject::Directory(p) | Subject::Config(p) => p.clone(),
         Subject::Device(d) => format!("/dev/{d}"),
+        Subject::Host(what) => what.to_string(),
     }
 }

@@ -119,8 +119,11 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let mut shutdown = Shutdown::install();
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
+    // Where every host operation that may hang runs under its deadline (host::ops): the
+    // config read below already.
+    let ops = Operations::new();
     let mut source = crate::config::ConfigSource::new(&opts.config_dir);
-    let first = config::first_load(&mut source, &readiness).await;
+    let first = config::first_load(&mut source, &readiness, &ops, opts.host_op_timeout).await;
     metrics.set_config_valid(first.problem.is_none());
     let addr = parse_listen_address(&opts.listen_address)?;
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
@@ -175,7 +178,10 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     if let Err(e) = watch_block_devices(raw.clone(), watch_needs.clone()) {
         warn!(error = %e, "block device changes unavailable; new disks are claimed at the periodic resync");
     }
-    let dir_watcher = match DirWatcher::new(raw.clone()) {
+    // A stuck operation that returns (a disk that answers again) wakes a pass.
+    let answered = raw.clone();
+    ops.on_wake(move || answered.notify_one());
+    let dir_watcher = match DirWatcher::new(raw.clone(), ops.clone(), opts.host_op_timeout) {
         Ok(w) => Some(w),
         Err(e) => {
             warn!(error = %e, "directory events unavailable; relying on mount events and resync");
@@ -203,10 +209,6 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     }
     // A full read (verify: full) that progresses or ends wakes a pass, like a host change.
     let wake = raw.clone();
-    // A stuck operation that returns (a disk that answers again) wakes a pass too.
-    let ops = Operations::new();
-    let answered = raw.clone();
-    ops.on_wake(move || answered.notify_one());
     let real = RealHost::new(ledger, opts.kubelet.clone())
         .watching(watched)
         .on_full_read_change(move || wake.notify_one())
@@ -287,6 +289,8 @@ pub(crate) struct Agent {
     told_warnings: Vec<String>,
     /// Whether the problems of the first read were told (they are read before the API is).
     told_first_load: bool,
+    /// Whether the last read of the config directory gave no answer (host::ops).
+    config_unread: bool,
     dir_watcher: Option<DirWatcher>,
     /// What the block-device watch must read periodically, from what the last pass found.
     watch_needs: Option<Arc<WatchNeeds>>,
@@ -366,6 +370,7 @@ impl Agent {
             config_warnings: Vec::new(),
             told_warnings: Vec::new(),
             told_first_load: false,
+            config_unread: false,
             dir_watcher: None,
             watch_needs: None,
             settle: opts.settle,
@@ -495,7 +500,7 @@ impl Agent {
         self.follow_watched_node();
         self.reload_config().await;
         self.tell_config_findings().await;
-        self.watch_dirs();
+        self.watch_dirs().await;
         if !self.has_config {
             return;
         }
@@ -575,7 +580,7 @@ impl Agent {
         self.ops.retain(|s| match s {
             Subject::Volume(p) => subjects.contains(p),
             Subject::Device(d) => devices.contains(d),
-            Subject::Directory(_) => true,
+            Subject::Directory(_) | Subject::Config(_) | Subject::Host(_) => true,
         });
         self.effects.end_pass();
         // Wipe failures of PVs that are gone, and of used disks no longer found, are forgotten.
@@ -661,6 +666,7 @@ impl Agent {
     /// Runs blocking host work on the blocking pool; `None` when the task itself failed.
     async fn on_host<T: Send + 'static>(&self, f: impl FnOnce(&dyn HostAccess) -> T + Send + 'static) -> Option<T> {
         let host = self.host.clone();
+        let _waiting = self.readiness.host_call();
         match tokio::task::spawn_blocking(move || f(host.as_ref())).await {
             Ok(v) => Some(v),
             Err(e) => {

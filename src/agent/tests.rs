@@ -605,6 +605,47 @@ async fn a_class_broken_by_a_reload_keeps_its_last_valid_definition() {
     assert_eq!(lab.agent.config.storage_class_map[CLASS].host_dir, "/mnt/disks2");
 }
 
+/// A config directory that stops answering (its read stuck in the kernel) costs a reload at
+/// most the executor's grace: the last good configuration stays in use and readiness says so;
+/// once the directory answers, the change on disk applies.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_directory_that_does_not_answer_keeps_the_last_good_config() {
+    let mut lab = lab().await;
+    let dir = lab._config.path().to_path_buf();
+    std::fs::write(dir.join("storageClassMap"), format!("{CLASS}:\n  hostDir: /mnt/d2\n  mountDir: /mnt/d2\n"))
+        .unwrap();
+    // The directory's subject held by a read that does not return.
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held = release.clone();
+    let subject = crate::host::ops::Subject::Config(dir.display().to_string());
+    let ops = lab.agent.ops.clone();
+    let stuck = tokio::task::spawn_blocking(move || {
+        ops.run(subject, "config read", Duration::from_millis(300), move || {
+            while !held.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    });
+    let _ = stuck.await.unwrap();
+    let started = std::time::Instant::now();
+    lab.agent.reload_config().await;
+    assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
+    assert_eq!(lab.agent.config.storage_class_map[CLASS].host_dir, "/mnt/disks", "the last good config stays");
+    assert!(lab.agent.config_unread);
+    let detail = lab.agent.readiness.detail().unwrap_or_default();
+    assert!(detail.contains("not read, the last good one stays in use"), "{detail}");
+    // It answers again: the background retry reads it, a later reload applies it.
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while lab.agent.config.storage_class_map[CLASS].host_dir != "/mnt/d2" && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        lab.agent.reload_config().await;
+    }
+    assert_eq!(lab.agent.config.storage_class_map[CLASS].host_dir, "/mnt/d2");
+    assert!(!lab.agent.config_unread);
+    assert!(lab.agent.readiness.detail().is_none_or(|d| !d.contains("not read")));
+}
+
 fn tampered(name: &str) -> crate::core::device_claim::Tampered {
     crate::core::device_claim::Tampered {
         class: CLASS.into(),

@@ -95,8 +95,10 @@ pub(crate) fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
 fn loop_extent(device: &str, dir: &Path, size: u64, mounts: &[MountFacts<'_>], depth: usize) -> Option<Extent> {
     let backing = sysfs_attr(dir, "loop/backing_file");
     let path = backing.as_deref().map(|b| PathBuf::from(b.trim_end_matches(" (deleted)")));
-    let seen = path.as_ref().and_then(|p| std::fs::metadata(p).ok());
     let status = device_rdev(device).and_then(|r| open_device(r, None)).and_then(|f| loop_status(&f).ok());
+    // The file itself is looked at only without the ioctl's answer: a stat by path asks the
+    // file's filesystem (a hung FUSE or NFS server under a loop device would hold the pass).
+    let seen = path.as_ref().filter(|_| status.is_none()).and_then(|p| std::fs::metadata(p).ok());
     let number = |name: &str| sysfs_attr(dir, name).and_then(|s| s.parse::<u64>().ok());
     let (offset, limit) = match &status {
         Some(st) => (st.offset, (st.size_limit > 0).then_some(st.size_limit)),
@@ -124,8 +126,17 @@ fn loop_extent(device: &str, dir: &Path, size: u64, mounts: &[MountFacts<'_>], d
         seen.as_ref().filter(|m| m.dev() == dev && m.ino() == ino)?;
         std::fs::canonicalize(p).ok().and_then(|p| locate(mounts, &p))
     };
+    // The same from the mount table alone, never asking the file's filesystem: the kernel names
+    // the file by its resolved path (`loop/backing_file`), and the mount that contains that
+    // path here must be the file's filesystem (the device the ioctl reports). Where another
+    // mount namespace's path happens to fall on that filesystem here too, the loop device is
+    // taken to share that place's data: a refusal more, never one less.
+    let in_table = |dev: u64| {
+        let found = locate(mounts, path.as_ref()?)?;
+        (found.device == device_number(dev)).then_some(found)
+    };
     Some(match (&status, &seen) {
-        (Some(st), _) => range(format!("file:{}:{}", device_number(st.device), st.inode), here(st.device, st.inode)),
+        (Some(st), _) => range(format!("file:{}:{}", device_number(st.device), st.inode), in_table(st.device)),
         (None, Some(m)) => range(format!("file:{}:{}", device_number(m.dev()), m.ino()), here(m.dev(), m.ino())),
         // Neither the ioctl nor the file here: its path is all we have.
         (None, None) => range(format!("file:{}", path?.display()), None),

@@ -420,9 +420,12 @@ pub(crate) fn pv_disks(pvs: &[(String, Option<String>)], unbound: &BTreeSet<Stri
                 .as_deref()
                 .and_then(crate::core::disk_identity::DiskIdentity::parse)
                 .and_then(|id| id.loop_key().and_then(|k| k.render()).or(id.disk)),
-            device: std::fs::metadata(host_path)
-                .ok()
-                .filter(|m| host_path.starts_with("/dev/") && m.file_type().is_block_device())
+            // Only a path under /dev is looked at: any other is a volume's, whose filesystem may
+            // not answer (a stat there would hold the claim pass outside any deadline).
+            device: Some(host_path)
+                .filter(|p| p.starts_with("/dev/"))
+                .and_then(|p| std::fs::metadata(p).ok())
+                .filter(|m| m.file_type().is_block_device())
                 .and_then(|m| kernel_name(m.rdev())),
             unbound: unbound.contains(host_path),
         })
@@ -502,7 +505,8 @@ pub(crate) fn plan_claims(
         return (world.devices, first);
     }
     let wanted = wanted_for(world.devices.iter().filter(|d| first.to_probe.contains(&d.name)), &world.devices);
-    let (openers, scanned) = (writers::openers(&wanted), Instant::now());
+    let first_scan = scan_openers(&wanted, deadlines);
+    let scanned = Instant::now();
     // Each device is probed under its own deadline (host::ops): a wedged one is refused as
     // unresponsive and the others are judged as usual.
     let shared = Arc::new(mounts.clone());
@@ -565,13 +569,20 @@ pub(crate) fn plan_claims(
         }
     }
     // A process that holds a device open across two scans uses it; one seen once only opened
-    // it for a moment (another probe: the `disks` command, udev's blkid).
-    if !openers.is_empty() {
-        let stable = writers::still_open(openers, &wanted, scanned, OPENER_PAUSE);
-        for d in world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name) && d.probe.activity.is_none()) {
-            let mine: Vec<Opener> = stable.iter().filter(|o| concerns(d, o)).cloned().collect();
-            d.probe.activity = opened_by_others(&mine);
+    // it for a moment (another probe: the `disks` command, udev's blkid). A scan that gives no
+    // answer proves no device unused.
+    let stable = first_scan.and_then(|openers| {
+        writers::still_open(openers, &wanted, scanned, OPENER_PAUSE, |w| scan_openers(w, deadlines))
+    });
+    let probed = world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name));
+    match stable {
+        Ok(stable) => {
+            for d in probed.filter(|d| d.probe.activity.is_none()) {
+                let mine: Vec<Opener> = stable.iter().filter(|o| concerns(d, o)).cloned().collect();
+                d.probe.activity = opened_by_others(&mine);
+            }
         }
+        Err(why) => probed.for_each(|d| unproven_unused(&mut d.probe, &why)),
     }
     let second = plan(&world);
     // Full reads asked for by a class's verify: full and not started yet, or whose kept proof
@@ -586,6 +597,37 @@ pub(crate) fn plan_claims(
         }
     }
     (world.devices, second)
+}
+
+/// The subject of the scan of every process's open descriptors (host::writers::openers).
+const WRITER_SCAN: Subject = Subject::Host("writer scan");
+
+/// The scan of every process's descriptors for `wanted` (host::writers::openers): one
+/// descriptor on a file of a hung network or FUSE filesystem may hold it, so the agent runs it
+/// as an operation on the whole host under its deadline (`deadlines`; the commands, which have
+/// none, run it as is). `Err`: why there is no answer (still running: its answer is kept for
+/// the next pass; or the scan does not answer).
+fn scan_openers(wanted: &Wanted, deadlines: Option<(&Operations, Duration)>) -> Result<Vec<Opener>, String> {
+    let Some((ops, timeout)) = deadlines else { return Ok(writers::openers(wanted)) };
+    let tag = format!("{:?}", (&wanted.devices, &wanted.files));
+    let wanted = wanted.clone();
+    let job = Job::new(WRITER_SCAN, "scan", timeout, move || writers::openers(&wanted)).tagged(tag);
+    match ops.run_all(vec![job]).pop() {
+        Some(Answer::Done(openers)) => Ok(openers),
+        Some(Answer::Unresponsive(e)) => Err(e.to_string()),
+        _ => Err("the scan of the processes' open descriptors is still running".to_string()),
+    }
+}
+
+/// A probed device that the scan of open descriptors could not clear (`why`): not proven
+/// unused, so it is taken as not answering (never claimed; a recorded one is held with its PV
+/// as it is, core::device_claim), unless the probe already found it in use or written to,
+/// which stands.
+fn unproven_unused(probe: &mut Probe, why: &str) {
+    if probe.in_use.is_some() || probe.activity.is_some() || matches!(probe.content, Content::Unresponsive(_)) {
+        return;
+    }
+    probe.content = Content::Unresponsive(format!("not proven unused: {why}"));
 }
 
 /// The least time between the two scans of the processes' descriptors (see [`plan_claims`]).
@@ -1061,6 +1103,44 @@ mod tests {
             previous: None,
             held: None,
         }
+    }
+
+    #[test]
+    fn a_device_the_descriptor_scan_could_not_clear_is_not_proven_unused() {
+        let blank = Probe { done: true, in_use: None, content: Content::Blank, activity: None };
+        let mut p = blank.clone();
+        unproven_unused(&mut p, "the writer scan is unresponsive");
+        assert!(matches!(&p.content, Content::Unresponsive(w) if w.contains("not proven unused")), "{p:?}");
+        // What the probe found stands: in use, written to, or not answering itself.
+        for found in [
+            Probe { in_use: Some("mounted".into()), ..blank.clone() },
+            Probe { activity: Some("written to".into()), ..blank.clone() },
+            Probe { content: Content::Unresponsive("probe".into()), ..blank.clone() },
+        ] {
+            let mut p = found.clone();
+            unproven_unused(&mut p, "x");
+            assert_eq!(p, found);
+        }
+    }
+
+    #[test]
+    fn a_scan_that_does_not_answer_in_time_is_no_answer() {
+        let ops = Operations::new();
+        let wanted = Wanted { devices: vec![(nix::sys::stat::makedev(7, 250), "loop250".into())], files: vec![] };
+        // Nothing holds that device: the scan answers (empty) within its deadline.
+        assert_eq!(scan_openers(&wanted, Some((&ops, Duration::from_secs(10)))), Ok(vec![]));
+        // The scan's subject held by one that does not return: no answer, never "unused".
+        let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let held = release.clone();
+        let stuck = ops.run(WRITER_SCAN, "scan", Duration::from_millis(100), move || {
+            while !held.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        assert!(!matches!(stuck, Answer::Done(())));
+        let answer = scan_openers(&wanted, Some((&ops, Duration::from_millis(100))));
+        release.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(answer.as_ref().is_err_and(|e| e.contains("writer scan")), "{answer:?}");
     }
 
     #[test]

@@ -157,7 +157,9 @@ fn devices_by_number(devices: &[DeviceFacts], target: &DeviceFacts) -> BTreeMap<
 /// them. Only the processes of this PID namespace are seen (in a pod: hostPID).
 fn stable_openers(devices: &BTreeMap<String, String>) -> Vec<Opener> {
     let wanted = Wanted::devices(devices.iter().map(|(dev, name)| (dev.as_str(), name.as_str())));
-    writers::still_open(writers::openers(&wanted), &wanted, Instant::now(), BUSY_PAUSE)
+    let again = |w: &Wanted| Ok::<_, std::convert::Infallible>(writers::openers(w));
+    writers::still_open(writers::openers(&wanted), &wanted, Instant::now(), BUSY_PAUSE, again)
+        .unwrap_or_else(|e| match e {})
 }
 
 /// What the wipe did.

@@ -108,6 +108,11 @@ pub enum Subject {
     Device(String),
     /// A class's discovery directory, by the path the agent sees.
     Directory(String),
+    /// The configuration directory (the mounted ConfigMap), by the path the agent sees.
+    Config(String),
+    /// Work on the whole host that may meet any hung filesystem, by name (the scan of every
+    /// process's open descriptors: one descriptor on a hung file holds it).
+    Host(&'static str),
 }
 
 impl Subject {
@@ -127,6 +132,8 @@ impl fmt::Display for Subject {
             Subject::Volume(p) => write!(f, "volume {p}"),
             Subject::Device(d) => write!(f, "device /dev/{d}"),
             Subject::Directory(d) => write!(f, "discovery directory {d}"),
+            Subject::Config(d) => write!(f, "config directory {d}"),
+            Subject::Host(what) => write!(f, "the {what}"),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! while something is there to read (see [`WatchNeeds`]): an idle agent with nothing to watch
 //! reads nothing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -15,13 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use notify::{RecursiveMode, Watcher};
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use tokio::sync::Notify;
 use tracing::warn;
 
 use super::HostError;
 use super::mountinfo::MOUNTINFO;
+use super::ops::{Answer, Job, Operations, Subject};
 
 /// Starts a thread that signals `changed` on every mount or unmount in this namespace. The
 /// thread sleeps in poll(2): an idle agent uses no CPU for it.
@@ -367,47 +367,160 @@ impl DeviceWatch {
 }
 
 /// inotify watches on a set of directories (non-recursive), adjusted when the config changes.
+/// One inotify instance; its events are read by a thread of its own. Adding a watch resolves
+/// the directory's path, which blocks for as long as the filesystem there does not answer (a
+/// FUSE daemon stopped, a hung NFS export): each add runs on the executor (host::ops) under
+/// the directory's subject and deadline, so a pass never waits on one longer than the grace,
+/// and a directory that does not answer is reported and tried again once it answers.
 pub(crate) struct DirWatcher {
-    watcher: notify::RecommendedWatcher,
-    watched: BTreeSet<PathBuf>,
+    fd: Arc<std::os::fd::OwnedFd>,
+    /// The directories watched, with their watch descriptors.
+    watched: BTreeMap<PathBuf, i32>,
+    /// Watches added by adds the caller went on without (pending, or a background retry of a
+    /// directory that stopped answering), by directory: taken up by the next call.
+    late: Arc<Mutex<BTreeMap<PathBuf, i32>>>,
+    /// Watch descriptors the kernel dropped (the directory removed, its filesystem unmounted):
+    /// their directories are watched again by the next call.
+    dropped: Arc<Mutex<BTreeSet<i32>>>,
+    ops: Operations,
+    timeout: Duration,
 }
 
+/// Why a directory is not watched (yet): it is tried again by the next call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum WatchProblem {
+    /// The add failed (a missing directory, for example).
+    #[error("cannot watch {dir}: {why}")]
+    Failed { dir: PathBuf, why: String },
+    /// The add is still running within its deadline (a slow filesystem).
+    #[error("watching {dir} is still being set up (its filesystem answers slowly)")]
+    Pending { dir: PathBuf },
+    /// The directory does not answer (host::ops).
+    #[error("cannot watch {dir}: {why}")]
+    Unresponsive { dir: PathBuf, why: String },
+}
+
+/// What a watched directory's events must be to count as a change: names made, removed or
+/// moved, files written or their attributes set, and the directory itself going. Opening and
+/// reading (which every pass does) are not asked for, or every pass would trigger the next.
+const DIR_EVENTS: WatchFlags = WatchFlags::CREATE
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::MODIFY)
+    .union(WatchFlags::CLOSE_WRITE)
+    .union(WatchFlags::ATTRIB)
+    .union(WatchFlags::DELETE_SELF)
+    .union(WatchFlags::MOVE_SELF)
+    .union(WatchFlags::ONLYDIR);
+
 impl DirWatcher {
-    /// A watcher that signals `changed` on any event in a watched directory.
-    pub(crate) fn new(changed: Arc<Notify>) -> Result<Self, HostError> {
-        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-            // Opening and reading (which every pass does) must not trigger the next pass.
-            Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => {}
-            Ok(ev) => {
-                tracing::trace!(kind = ?ev.kind, paths = ?ev.paths, "directory changed");
-                changed.notify_one()
-            }
-            Err(e) => warn!(error = %e, "directory watch error"),
-        })
-        .map_err(|e| HostError::io("create inotify watcher for", "discovery directories", std::io::Error::other(e)))?;
-        Ok(DirWatcher { watcher, watched: BTreeSet::new() })
+    /// A watcher that signals `changed` on any event in a watched directory; its adds run on
+    /// `ops` with `timeout` as their deadline.
+    pub(crate) fn new(changed: Arc<Notify>, ops: Operations, timeout: Duration) -> Result<Self, HostError> {
+        let fd = inotify::init(inotify::CreateFlags::CLOEXEC)
+            .map_err(|e| HostError::io("create inotify watcher for", "discovery directories", e))?;
+        let fd = Arc::new(fd);
+        let dropped: Arc<Mutex<BTreeSet<i32>>> = Arc::default();
+        let (events, gone) = (fd.clone(), dropped.clone());
+        std::thread::Builder::new()
+            .name("dir-watch".into())
+            .spawn(move || read_dir_events(&events, &changed, &gone))
+            .map_err(|e| HostError::io("spawn directory watcher for", "discovery directories", e))?;
+        Ok(DirWatcher { fd, watched: BTreeMap::new(), late: Arc::default(), dropped, ops, timeout })
     }
 
-    /// Watches exactly `dirs` from now on. Returns the directories that could not be watched
-    /// (missing ones, for example); they are retried on the next call.
-    pub(crate) fn watch_exactly(&mut self, dirs: &BTreeSet<PathBuf>) -> Vec<HostError> {
-        let mut errors = Vec::new();
-        for gone in self.watched.difference(dirs).cloned().collect::<Vec<_>>() {
-            let _ = self.watcher.unwatch(&gone);
-            self.watched.remove(&gone);
-        }
-        for dir in dirs {
-            if self.watched.contains(dir) {
-                continue;
+    /// Watches exactly `dirs` from now on, each add as an operation on its subject (a
+    /// discovery directory, the config directory). Returns the directories that are not
+    /// watched (yet): missing ones, ones whose add is still running, ones that do not answer;
+    /// each is tried again by the next call. Waits at most the executor's grace, whatever the
+    /// directories do.
+    pub(crate) fn watch_exactly(&mut self, dirs: &BTreeMap<PathBuf, Subject>) -> Vec<WatchProblem> {
+        // Watches the kernel dropped are made again; watches that adds made after their
+        // caller went on are taken up (or removed, when no longer wanted).
+        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
+        self.watched.retain(|_, wd| !dropped.contains(wd));
+        let late = std::mem::take(&mut *self.late.lock().unwrap_or_else(|e| e.into_inner()));
+        for (dir, wd) in late {
+            if dirs.contains_key(&dir) && !dropped.contains(&wd) {
+                self.watched.insert(dir, wd);
+            } else if !self.watched.values().any(|w| *w == wd) {
+                let _ = inotify::remove_watch(&*self.fd, wd);
             }
-            match self.watcher.watch(dir, RecursiveMode::NonRecursive) {
-                Ok(()) => {
-                    self.watched.insert(dir.clone());
+        }
+        let gone: Vec<PathBuf> = self.watched.keys().filter(|d| !dirs.contains_key(*d)).cloned().collect();
+        for dir in gone {
+            if let Some(wd) = self.watched.remove(&dir)
+                && !self.watched.values().any(|w| *w == wd)
+            {
+                // By descriptor: no path is resolved, nothing can block.
+                let _ = inotify::remove_watch(&*self.fd, wd);
+            }
+        }
+        let wanted: Vec<(&PathBuf, &Subject)> = dirs.iter().filter(|(d, _)| !self.watched.contains_key(*d)).collect();
+        let jobs = wanted
+            .iter()
+            .map(|(dir, subject)| {
+                let (dir, fd, late) = ((*dir).clone(), self.fd.clone(), self.late.clone());
+                Job::new((*subject).clone(), "directory watch", self.timeout, move || add_dir_watch(&fd, &dir, &late))
+            })
+            .collect();
+        let mut problems = Vec::new();
+        for ((dir, _), answer) in wanted.into_iter().zip(self.ops.run_all(jobs)) {
+            let dir = dir.clone();
+            match answer {
+                Answer::Done(Ok(wd)) => {
+                    self.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&dir);
+                    self.watched.insert(dir, wd);
                 }
-                Err(e) => errors.push(HostError::io("watch", dir.clone(), std::io::Error::other(e))),
+                Answer::Done(Err(why)) => problems.push(WatchProblem::Failed { dir, why }),
+                Answer::Pending => problems.push(WatchProblem::Pending { dir }),
+                Answer::Unresponsive(e) => problems.push(WatchProblem::Unresponsive { dir, why: e.to_string() }),
             }
         }
-        errors
+        problems
+    }
+
+    /// The directories watched now.
+    #[cfg(test)]
+    fn watched(&self) -> BTreeSet<PathBuf> {
+        self.watched.keys().cloned().collect()
+    }
+}
+
+/// Adds the watch on `dir` (the call that blocks while its filesystem does not answer): the
+/// watch descriptor, also left in `late` for a caller that went on without it.
+fn add_dir_watch(
+    fd: &std::os::fd::OwnedFd,
+    dir: &std::path::Path,
+    late: &Mutex<BTreeMap<PathBuf, i32>>,
+) -> Result<i32, String> {
+    let wd = inotify::add_watch(fd, dir, DIR_EVENTS).map_err(|e| e.to_string())?;
+    late.lock().unwrap_or_else(|e| e.into_inner()).insert(dir.to_path_buf(), wd);
+    Ok(wd)
+}
+
+/// The directory watcher's thread: signals `changed` for every batch of events, and notes the
+/// watches the kernel dropped in `dropped`. Reading events resolves no path: it never blocks
+/// on a directory that does not answer.
+fn read_dir_events(fd: &std::os::fd::OwnedFd, changed: &Notify, dropped: &Mutex<BTreeSet<i32>>) {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+    let mut reader = inotify::Reader::new(fd, &mut buf);
+    loop {
+        match reader.next() {
+            Ok(event) => {
+                if event.events().contains(ReadFlags::IGNORED) {
+                    dropped.lock().unwrap_or_else(|e| e.into_inner()).insert(event.wd());
+                }
+                tracing::trace!(wd = event.wd(), flags = ?event.events(), "directory changed");
+                changed.notify_one();
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                warn!(error = %e, "reading directory events failed; relying on mount events and resync");
+                std::thread::sleep(Duration::from_secs(5));
+            }
+        }
     }
 }
 
@@ -415,12 +528,62 @@ impl DirWatcher {
 mod tests {
     use super::*;
 
+    /// Directories to watch, each its own discovery directory subject.
+    fn dirs(paths: &[PathBuf]) -> BTreeMap<PathBuf, Subject> {
+        paths.iter().map(|p| (p.clone(), Subject::Directory(p.display().to_string()))).collect()
+    }
+
+    #[test]
+    fn a_directory_that_does_not_answer_costs_only_its_own_watch_and_is_watched_once_it_answers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (slow, fine) = (tmp.path().join("slow"), tmp.path().join("fine"));
+        std::fs::create_dir(&slow).unwrap();
+        std::fs::create_dir(&fine).unwrap();
+        let ops = Operations::new();
+        let timeout = Duration::from_millis(300);
+        // The slow directory's subject is held by an operation that does not return (the
+        // directory check of a pass, stuck in the kernel on a stopped FUSE daemon).
+        let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let held = release.clone();
+        let subject = Subject::Directory(slow.display().to_string());
+        let stuck = ops.run(subject, "directory check", timeout, move || {
+            while !held.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        assert!(!matches!(stuck, Answer::Done(())));
+        let mut w = DirWatcher::new(Arc::new(Notify::new()), ops.clone(), timeout).unwrap();
+        let wanted = dirs(&[slow.clone(), fine.clone()]);
+        let started = std::time::Instant::now();
+        let problems = w.watch_exactly(&wanted);
+        assert!(started.elapsed() < Duration::from_secs(1), "waited {:?}", started.elapsed());
+        assert_eq!(w.watched(), BTreeSet::from([fine.clone()]), "the answering directory is watched at once");
+        assert!(
+            matches!(&problems[..], [WatchProblem::Pending { dir } | WatchProblem::Unresponsive { dir, .. }] if *dir == slow),
+            "{problems:?}"
+        );
+        std::thread::sleep(timeout);
+        let problems = w.watch_exactly(&wanted);
+        assert!(matches!(&problems[..], [WatchProblem::Unresponsive { dir, .. }] if *dir == slow), "{problems:?}");
+        // It answers again: its background retry adds the watch, and a later call takes it up.
+        release.store(true, std::sync::atomic::Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while w.watched().len() < 2 && std::time::Instant::now() < deadline {
+            let _ = w.watch_exactly(&wanted);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(w.watched(), BTreeSet::from([slow.clone(), fine.clone()]));
+        // A directory no longer wanted is let go.
+        assert!(w.watch_exactly(&dirs(std::slice::from_ref(&fine))).is_empty());
+        assert_eq!(w.watched(), BTreeSet::from([fine]));
+    }
+
     #[test]
     fn directory_changes_are_signalled() {
         let tmp = tempfile::tempdir().unwrap();
         let changed = Arc::new(Notify::new());
-        let mut w = DirWatcher::new(changed.clone()).unwrap();
-        let errors = w.watch_exactly(&BTreeSet::from([tmp.path().to_path_buf(), tmp.path().join("missing")]));
+        let mut w = DirWatcher::new(changed.clone(), Operations::new(), Duration::from_secs(5)).unwrap();
+        let errors = w.watch_exactly(&dirs(&[tmp.path().to_path_buf(), tmp.path().join("missing")]));
         assert_eq!(errors.len(), 1, "the missing directory is reported");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {

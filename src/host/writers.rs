@@ -7,7 +7,6 @@
 //! agent's own, and then only the counters and the exclusive-open probe see other users.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -85,20 +84,66 @@ impl Wanted {
 
 /// The openers of `first` (a scan of `wanted` made at `scanned`) that a second scan, at least
 /// `pause` after it, finds again (the same process on the same device): a process seen once
-/// only opened the device for a moment (a probe of the `disks` command, udev's blkid).
-pub(crate) fn still_open(first: Vec<Opener>, wanted: &Wanted, scanned: Instant, pause: Duration) -> Vec<Opener> {
+/// only opened the device for a moment (a probe of the `disks` command, udev's blkid). The
+/// second scan is `scan` (the agent runs it under its deadline); its failure is the answer.
+pub(crate) fn still_open<E>(
+    first: Vec<Opener>,
+    wanted: &Wanted,
+    scanned: Instant,
+    pause: Duration,
+    scan: impl FnOnce(&Wanted) -> Result<Vec<Opener>, E>,
+) -> Result<Vec<Opener>, E> {
     if first.is_empty() {
-        return first;
+        return Ok(first);
     }
     std::thread::sleep(pause.saturating_sub(scanned.elapsed()));
-    let again = openers(wanted);
-    first.into_iter().filter(|o| again.iter().any(|a| a.pid == o.pid && a.what == o.what)).collect()
+    let again = scan(wanted)?;
+    Ok(first.into_iter().filter(|o| again.iter().any(|a| a.pid == o.pid && a.what == o.what)).collect())
+}
+
+/// Whether a descriptor whose `/proc/<pid>/fd/<n>` link reads `target` may be a wanted block
+/// device or loop backing file, and so must be looked at: only a path may (a socket, a pipe,
+/// an anonymous inode or a namespace never is). Decided from the link alone, which the kernel
+/// answers from its own records without asking the filesystem the file is on.
+pub(crate) fn may_be_wanted(target: &[u8]) -> bool {
+    target.first() == Some(&b'/')
+}
+
+/// What a descriptor leads to, as far as the scan needs: its type, (device, inode), and the
+/// device number of a device node. Read with `statx(AT_STATX_DONT_SYNC)` through the magic
+/// link: the attributes the kernel has, without asking the file's filesystem to refresh them
+/// (a stopped FUSE daemon, a hung NFS server would never answer); those three never change
+/// while the file is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Led {
+    block: bool,
+    file: bool,
+    dev: u64,
+    ino: u64,
+    rdev: u64,
+}
+
+fn led_to(path: &Path) -> Option<Led> {
+    use rustix::fs::{AtFlags, FileType, StatxFlags};
+    let st =
+        rustix::fs::statx(rustix::fs::CWD, path, AtFlags::STATX_DONT_SYNC, StatxFlags::TYPE | StatxFlags::INO).ok()?;
+    let kind = FileType::from_raw_mode(u32::from(st.stx_mode));
+    Some(Led {
+        block: kind == FileType::BlockDevice,
+        file: kind == FileType::RegularFile,
+        dev: nix::sys::stat::makedev(u64::from(st.stx_dev_major), u64::from(st.stx_dev_minor)),
+        ino: st.stx_ino,
+        rdev: nix::sys::stat::makedev(u64::from(st.stx_rdev_major), u64::from(st.stx_rdev_minor)),
+    })
 }
 
 /// Every descriptor of another process (not this one, nor its threads, nor another run of this
-/// program) that leads to one of
-/// `wanted`. Processes that exit while they are read are skipped; a `/proc` that cannot be
-/// listed gives nothing (the counters and the exclusive probe still apply).
+/// program) that leads to one of `wanted`. Processes that exit while they are read are
+/// skipped; a `/proc` that cannot be listed gives nothing (the counters and the exclusive
+/// probe still apply). Each descriptor's link is read first; only one that names a path is
+/// looked at, without a sync (see [`Led`]). The filesystem of such a path may still hold the
+/// look (a network filesystem revalidates the path it walks to): the agent runs this under its
+/// deadline (host::claims).
 pub(crate) fn openers(wanted: &Wanted) -> Vec<Opener> {
     let mut out = Vec::new();
     if wanted.is_empty() {
@@ -108,7 +153,7 @@ pub(crate) fn openers(wanted: &Wanted) -> Vec<Opener> {
     // Other runs of this very program (the agent and a `disks` or `wipe-disk` run beside it)
     // only ever open a device briefly to probe it, or hold it `O_EXCL` to wipe it, which the
     // exclusive probe sees: they are not users.
-    let program = |pid: &str| std::fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| (m.dev(), m.ino()));
+    let program = |pid: &str| led_to(Path::new(&format!("/proc/{pid}/exe"))).map(|l| (l.dev, l.ino));
     let own_program = program("self");
     let devices: BTreeSet<u64> = wanted.devices.iter().map(|(d, _)| *d).collect();
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
@@ -119,15 +164,19 @@ pub(crate) fn openers(wanted: &Wanted) -> Vec<Opener> {
         }
         let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
         for fd in fds.flatten() {
-            // stat() follows the magic link to the open file itself, whatever its path.
-            let Ok(meta) = std::fs::metadata(fd.path()) else { continue };
-            let found = if meta.file_type().is_block_device() && devices.contains(&meta.rdev()) {
-                wanted.devices.iter().find(|(d, _)| *d == meta.rdev()).map(|(_, n)| (n.clone(), false))
-            } else if meta.file_type().is_file() {
+            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+            if !may_be_wanted(target.as_os_str().as_encoded_bytes()) {
+                continue;
+            }
+            // statx follows the magic link to the open file itself, whatever its path.
+            let Some(led) = led_to(&fd.path()) else { continue };
+            let found = if led.block && devices.contains(&led.rdev) {
+                wanted.devices.iter().find(|(d, _)| *d == led.rdev).map(|(_, n)| (n.clone(), false))
+            } else if led.file {
                 wanted
                     .files
                     .iter()
-                    .find(|(dev, ino, _)| *dev == meta.dev() && *ino == meta.ino())
+                    .find(|(dev, ino, _)| *dev == led.dev && *ino == led.ino)
                     .map(|(_, _, n)| (n.clone(), true))
             } else {
                 None
@@ -196,6 +245,43 @@ mod tests {
         assert!(lines.iter().all(|l| l.starts_with("written loop0 ")), "{lines:?}");
         assert!(lines.len() <= 1, "{lines:?}");
         assert!(written_counters(&Default::default()).is_empty());
+    }
+
+    #[test]
+    fn only_descriptors_that_name_a_path_are_looked_at() {
+        for target in ["/dev/loop3", "/var/lib/images/disk.img", "/memfd:x (deleted)", "/mnt/gone (deleted)"] {
+            assert!(may_be_wanted(target.as_bytes()), "{target}");
+        }
+        for target in
+            ["socket:[1234]", "pipe:[99]", "anon_inode:[eventfd]", "anon_inode:inotify", "net:[4026531840]", ""]
+        {
+            assert!(!may_be_wanted(target.as_bytes()), "{target}");
+        }
+    }
+
+    #[test]
+    fn a_device_node_is_known_by_its_device_number_without_a_sync() {
+        let led = led_to(Path::new("/dev/null")).expect("/dev/null");
+        assert!(!led.block && !led.file, "a character device is neither");
+        assert_eq!(led.rdev, nix::sys::stat::makedev(1, 3));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"x").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let led = led_to(&path).unwrap();
+        assert!(led.file && (led.dev, led.ino) == (meta.dev(), meta.ino()));
+    }
+
+    #[test]
+    fn a_second_scan_that_fails_is_the_answer() {
+        let o = Opener { pid: 1, comm: "x".into(), fd: 3, writable: true, what: "loop1".into(), backing_file: false };
+        let w = Wanted::default();
+        let gone: Result<Vec<Opener>, &str> =
+            still_open(vec![o.clone()], &w, Instant::now(), Duration::ZERO, |_| Ok(vec![]));
+        assert_eq!(gone, Ok(vec![]));
+        let kept = still_open(vec![o.clone()], &w, Instant::now(), Duration::ZERO, |_| Ok::<_, &str>(vec![o.clone()]));
+        assert_eq!(kept, Ok(vec![o.clone()]));
+        assert_eq!(still_open(vec![o], &w, Instant::now(), Duration::ZERO, |_| Err("no answer")), Err("no answer"));
     }
 
     #[test]
