@@ -8,7 +8,23 @@
 //! that passes its deadline is *overdue*: its thread is left to the kernel (a syscall stuck in
 //! the kernel cannot be cancelled), its subject is *unresponsive*, and every later operation on
 //! that subject is refused at once, without a thread, until the stuck one returns. So a wedged
-//! disk holds at most one thread per kind of operation, and the pool is bounded ([`MAX_THREADS`]).
+//! disk holds at most one thread per kind of operation.
+//!
+//! A job may name its *domain*, the filesystem its subject lies on (as the mount table says,
+//! without touching it): while an operation of one subject of a domain is stuck, the domain's
+//! other subjects are refused at once, and while one is slow (its caller went on without it)
+//! they wait their turn without a thread. So volumes sharing a wedged filesystem cost it one
+//! thread, not one each; volumes on other filesystems are not concerned.
+//!
+//! Threads held by operations that do not answer (stuck, or slow and left by their callers)
+//! do not count against the [`WORKERS`] threads that serve answering subjects: the pool grows
+//! by one for each, up to [`WEDGED_CAP`]. At the cap, which is reported ([`Operations::held`]),
+//! the pool grows no more and only subjects that answered before get new operations, so a new
+//! wedged one cannot take the answering threads.
+//!
+//! Host calls that may hang take an [`OnDeadline`], which only the pool's threads make: a call
+//! outside the executor does not compile (a one-shot command an operator runs in a terminal
+//! uses [`foreground`], by name).
 //!
 //! Once the stuck operation returns, the subject is retried with backoff in the background (the
 //! pass does not wait for it): an operation that finishes within its deadline clears the
@@ -16,7 +32,7 @@
 //! answers but too slowly (a failing disk retrying every read) stays unresponsive without
 //! slowing the passes down.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -25,16 +41,21 @@ use std::time::{Duration, Instant};
 
 use crate::core::backoff::Policy;
 
-/// Threads the pool runs at most: healthy operations take microseconds, so these are mostly
-/// the threads wedged disks hold. Operations beyond it wait in the queue (pending to their
-/// callers; their deadlines count only once they run).
-pub(crate) const MAX_THREADS: usize = 64;
+/// Threads held by operations that do not answer the pool adds at most, beside [`WORKERS`].
+/// A held thread costs little: its stack is virtual memory, of which only the pages the stuck
+/// call touched are resident (a few KiB to tens of KiB), plus a kernel task; 512 of them are a
+/// few MiB at most. Operations on one wedged filesystem hold one thread (see [`Domain`]), so
+/// the cap is reached only by as many separately wedged filesystems or devices: more than a
+/// 90-disk JBOD behind one hung controller, with room for its discovery directories and
+/// probes. Past it, further wedges would only add threads nobody can reclaim: the cap is
+/// reported and new subjects wait for threads to return.
+pub const WEDGED_CAP: usize = 512;
 
 /// Threads for operations that answer: the host calls take microseconds to milliseconds, so
 /// one runs a thousand volumes' inspections in a pass as fast as the single blocking call before
 /// did (bench/bulk-publish.sh 1000: 8.7 to 9.0 s with 1, 2 or 4 threads), and each more costs its
 /// stack (about 0.25 MiB resident). Threads held by wedged or slow disks do not count.
-const WORKERS: usize = 1;
+pub(crate) const WORKERS: usize = 1;
 
 /// How long an idle pool thread stays before it exits (as tokio's blocking pool).
 const IDLE_EXIT: Duration = Duration::from_secs(10);
@@ -154,6 +175,55 @@ pub struct Stall {
     pub stuck: bool,
 }
 
+/// Proof that the code holding it runs on the executor's pool, under its operation's deadline:
+/// host calls that may hang on a volume, device or discovery directory take `&OnDeadline`, so
+/// calling one outside the executor does not compile. Made only by the pool's threads (and
+/// [`foreground`]).
+pub struct OnDeadline(());
+
+/// Runs `work` on the calling thread with no deadline, for a one-shot command an operator runs
+/// in a terminal (`local-static-provisioner disks`): a hang there is the operator's to see and
+/// interrupt. Never for the agent, whose passes must not wait on a disk.
+pub fn foreground<T>(work: impl FnOnce(&OnDeadline) -> T) -> T {
+    work(&OnDeadline(()))
+}
+
+/// The filesystem (or device) a subject lies on, as known without touching it (the mount
+/// table's `major:minor`): subjects of one domain wedge together, so a stuck operation of one
+/// refuses the others at once instead of each holding a thread of its own.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Domain(String);
+
+impl Domain {
+    /// The filesystem on device `major:minor` (a mount table's `device`).
+    pub fn filesystem(device: &str) -> Self {
+        Domain(format!("filesystem {device}"))
+    }
+}
+
+impl fmt::Display for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The threads held by operations that do not answer, as reported (metrics, readiness, logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Threads held now: operations past their deadline, or slow and left by their callers.
+    pub threads: usize,
+    /// The most the pool adds for them ([`WEDGED_CAP`]).
+    pub cap: usize,
+}
+
+impl Held {
+    /// Whether the cap is reached: the pool adds no thread for further held operations, and
+    /// only subjects that answered before get new ones, until some return.
+    pub fn cap_reached(&self) -> bool {
+        self.threads >= self.cap
+    }
+}
+
 /// The executor; cheap to clone (one shared state).
 #[derive(Clone)]
 pub struct Operations {
@@ -166,6 +236,8 @@ struct Inner {
     /// Called when a stuck operation returns or a background retry ends: the owner runs a pass.
     wake: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
     next_id: AtomicU64,
+    /// The cap on held threads ([`WEDGED_CAP`]; smaller in unit tests).
+    cap: usize,
 }
 
 #[derive(Default)]
@@ -176,6 +248,9 @@ struct State {
     suspects: BTreeMap<Subject, Suspect>,
     /// Answers of operations whose callers went on without them, by subject.
     kept: BTreeMap<Subject, Kept>,
+    /// Subjects whose last operation answered within its deadline: at the cap of held threads
+    /// ([`WEDGED_CAP`]), only they get new operations.
+    answered: BTreeSet<Subject>,
 }
 
 impl State {
@@ -193,6 +268,76 @@ impl State {
     fn suspect(&mut self, subject: &Subject, op: &'static str, since: Instant) {
         self.suspects.entry(subject.clone()).or_insert(Suspect { op, since, failures: 1, retry_at: None });
     }
+
+    /// Threads held now by operations past their deadline, or slow (their callers went on
+    /// without them, or they ran past the grace).
+    fn occupied(&self, now: Instant) -> usize {
+        self.flights.values().flatten().filter(|f| f.held(now)).count()
+    }
+
+    /// Why an operation on `subject` may not start at the cap of held threads (`held` of
+    /// `cap`): a subject not seen answering could take the answering threads.
+    fn over_cap(&self, subject: &Subject, held: usize, cap: usize) -> Option<Refusal> {
+        (held >= cap && !self.answered.contains(subject)).then(|| {
+            let what = format!(
+                "the agent holds {held} threads of operations that do not answer (its cap); a volume not seen \
+                 answering before is looked at once some return"
+            );
+            Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what })
+        })
+    }
+
+    /// The flights of other subjects than `subject` on `domain`.
+    fn neighbours<'a>(
+        &'a self,
+        subject: &'a Subject,
+        domain: Option<&'a Domain>,
+    ) -> impl Iterator<Item = (&'a Subject, &'a Flight)> + 'a {
+        let flights = domain.map(|d| {
+            self.flights
+                .iter()
+                .filter(move |(s, _)| *s != subject)
+                .flat_map(move |(s, v)| v.iter().filter(move |f| f.domain.as_ref() == Some(d)).map(move |f| (s, f)))
+        });
+        flights.into_iter().flatten()
+    }
+
+    /// Why an operation on `subject` in `domain` may not start now because of its neighbours:
+    /// one of them is stuck (refused at once), or slow and left by its caller (its turn comes
+    /// once that one ends, without a thread meanwhile).
+    fn held_by_neighbour(&self, subject: &Subject, domain: Option<&Domain>, now: Instant) -> Option<Refusal> {
+        let mut slow = false;
+        for (other, f) in self.neighbours(subject, domain) {
+            if f.running && f.deadline <= now {
+                let domain = f.domain.as_ref().map(ToString::to_string).unwrap_or_default();
+                let what = format!(
+                    "{other} on the same {domain} did not answer its {} within its deadline; looked at again once it returns",
+                    f.op
+                );
+                return Some(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
+            }
+            slow |= f.running && !f.watched && f.held(now);
+        }
+        slow.then_some(Refusal::Busy)
+    }
+}
+
+/// Why an operation is not started.
+enum Refusal {
+    /// Its subject (or its domain) does not answer.
+    Unresponsive(Unresponsive),
+    /// Its domain is busy with a slow operation of another subject, or with another retry: its
+    /// turn comes later (pending to its caller).
+    Busy,
+}
+
+impl Refusal {
+    fn answer<T>(self) -> Answer<T> {
+        match self {
+            Refusal::Unresponsive(e) => Answer::Unresponsive(e),
+            Refusal::Busy => Answer::Pending,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -209,6 +354,22 @@ struct Flight {
     running: bool,
     /// How long it may take once running.
     allowed: Duration,
+    /// The filesystem its subject lies on, when known.
+    domain: Option<Domain>,
+    /// A background retry of an unresponsive subject (one at a time per domain).
+    retry: bool,
+    /// Its owner watches it (a wipe, see [`Operations::start`]): long but not slow while it
+    /// extends its deadline.
+    watched: bool,
+}
+
+impl Flight {
+    /// Whether its thread is held: past its deadline, or slow (its caller went on without it,
+    /// or it ran past the grace).
+    fn held(&self, now: Instant) -> bool {
+        self.running
+            && (self.deadline <= now || self.abandoned || now.duration_since(self.started) >= GRACE.min(self.allowed))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -231,15 +392,33 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// A thread took the operation up: its deadline counts from now.
-    fn start(&self) {
+    /// A thread took the operation up: its deadline counts from now. With `neighbours`, it is
+    /// not run (and the refusal is returned) when another subject of its domain got stuck or
+    /// slow while it waited in the queue: a wedged filesystem holds one thread, not one per
+    /// volume queued in the same pass.
+    fn start(&self, neighbours: bool) -> Option<Refusal> {
         let now = Instant::now();
         let mut state = self.inner.lock();
+        if neighbours {
+            let Some(f) = state.flight(&self.subject, self.id) else { return None };
+            let domain = f.domain.clone();
+            if let Some(refused) = state.held_by_neighbour(&self.subject, domain.as_ref(), now) {
+                return Some(refused);
+            }
+            // Queued before the cap was reached: refused now rather than take an answering thread.
+            if !self.retry {
+                let held = state.occupied(now);
+                if let Some(refused) = state.over_cap(&self.subject, held, self.inner.cap) {
+                    return Some(refused);
+                }
+            }
+        }
         if let Some(f) = state.flight_mut(&self.subject, self.id) {
             f.running = true;
             f.started = now;
             f.deadline = now + f.allowed;
         }
+        None
     }
 
     /// A handle on this operation for its owner.
@@ -256,14 +435,18 @@ impl Ticket {
         tag: String,
         index: usize,
         value: T,
-        to: &mpsc::Sender<(usize, T)>,
+        to: &mpsc::Sender<(usize, Answer<T>)>,
     ) {
         let now = Instant::now();
         let kept = {
             let mut state = self.inner.lock();
             let flight = state.flight(&self.subject, self.id);
             let (abandoned, in_time) = flight.map_or((true, false), |f| (f.abandoned, f.deadline > now));
-            let unheard = if abandoned { Some(value) } else { to.send((index, value)).err().map(|e| e.0.1) };
+            let unheard = if abandoned {
+                Some(value)
+            } else {
+                to.send((index, Answer::Done(value))).err().and_then(|e| e.0.1.done())
+            };
             match unheard {
                 Some(value) if in_time => {
                     state.kept.insert(self.subject.clone(), Kept { op, tag, at: now, value: Box::new(value) });
@@ -292,8 +475,14 @@ impl Drop for Ticket {
             if state.flights.get(&self.subject).is_some_and(Vec::is_empty) {
                 state.flights.remove(&self.subject);
             }
-            let Some(flight) = flight else { return };
+            // Refused before it ran (see `start`): nothing to conclude.
+            let Some(flight) = flight.filter(|f| f.running) else { return };
             let late = flight.deadline <= now;
+            if late {
+                state.answered.remove(&self.subject);
+            } else if !state.answered.contains(&self.subject) {
+                state.answered.insert(self.subject.clone());
+            }
             let others = state.flights.contains_key(&self.subject);
             match (late, state.suspects.get_mut(&self.subject)) {
                 // A timely answer after the subject stalled: it answers again.
@@ -328,8 +517,9 @@ pub struct Job<T> {
     pub op: &'static str,
     /// How long it may take.
     pub deadline: Duration,
-    /// The work.
-    pub work: Box<dyn FnOnce() -> T + Send>,
+    /// The work; run on a pool thread, which hands it the proof ([`OnDeadline`]) the host
+    /// calls that may hang ask for.
+    pub work: Box<dyn FnOnce(&OnDeadline) -> T + Send>,
     /// Whether it may serve as an unresponsive subject's background retry: a read may; an
     /// effect (a used-mark write) waits until a read proved the subject answers, since nobody
     /// would see its result.
@@ -337,6 +527,8 @@ pub struct Job<T> {
     /// What the work is, beyond its subject and operation (a used mark's PV and identity): a
     /// kept answer is only given to a job with the same tag.
     pub tag: String,
+    /// The filesystem its subject lies on, when known (see [`Domain`]).
+    pub domain: Option<Domain>,
 }
 
 impl<T> Job<T> {
@@ -345,9 +537,15 @@ impl<T> Job<T> {
         subject: Subject,
         op: &'static str,
         deadline: Duration,
-        work: impl FnOnce() -> T + Send + 'static,
+        work: impl FnOnce(&OnDeadline) -> T + Send + 'static,
     ) -> Self {
-        Job { subject, op, deadline, work: Box::new(work), may_retry: true, tag: String::new() }
+        Job { subject, op, deadline, work: Box::new(work), may_retry: true, tag: String::new(), domain: None }
+    }
+
+    /// This job on `domain` (see [`Job::domain`]).
+    pub fn on(mut self, domain: Option<Domain>) -> Self {
+        self.domain = domain;
+        self
     }
 
     /// This job with `tag` (see [`Job::tag`]).
@@ -361,7 +559,7 @@ impl<T> Job<T> {
         subject: Subject,
         op: &'static str,
         deadline: Duration,
-        work: impl FnOnce() -> T + Send + 'static,
+        work: impl FnOnce(&OnDeadline) -> T + Send + 'static,
     ) -> Self {
         Job { may_retry: false, ..Job::new(subject, op, deadline, work) }
     }
@@ -376,12 +574,21 @@ impl Default for Operations {
 impl Operations {
     /// An executor with no wake-up (set one with [`Self::on_wake`]).
     pub fn new() -> Self {
+        Self::with_cap(WEDGED_CAP)
+    }
+
+    /// An executor adding at most `cap` threads for held ones.
+    fn with_cap(cap: usize) -> Self {
         Operations {
             inner: Arc::new(Inner {
                 state: Mutex::default(),
-                pool: Arc::default(),
+                pool: Arc::new(Pool {
+                    queue: Mutex::new(PoolState { cap, ..PoolState::default() }),
+                    ..Pool::default()
+                }),
                 wake: Mutex::new(None),
                 next_id: AtomicU64::new(1),
+                cap,
             }),
         }
     }
@@ -391,27 +598,42 @@ impl Operations {
         *self.inner.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(wake));
     }
 
-    /// Registers an operation on `subject`, refused when the subject is unresponsive: an
-    /// operation of it is stuck, or it stalled and its retry is not due (or is running).
+    /// Registers an operation on `subject` (lying on `domain`, when known), refused when the
+    /// subject is unresponsive: an operation of it is stuck, or it stalled and its retry is not
+    /// due (or is running), or an operation of another subject of its domain is stuck or slow.
     /// `Ok((ticket, retry))`: `retry` says the subject is suspect and this is its retry, which
     /// nobody should wait for.
     pub fn begin(
         &self,
         subject: &Subject,
+        domain: Option<Domain>,
         op: &'static str,
         deadline: Duration,
     ) -> Result<(Ticket, bool), Unresponsive> {
-        self.begin_as(subject, op, deadline, true)
+        let held = self.occupied();
+        self.begin_as(subject, domain, op, deadline, true, held, true).map_err(|refused| match refused {
+            Refusal::Unresponsive(e) => e,
+            Refusal::Busy => Unresponsive {
+                subject: subject.clone(),
+                what: "an operation on another volume of its filesystem is slow; tried again once it ends".into(),
+            },
+        })
     }
 
     /// [`Self::begin`]; `may_retry` false: refused rather than run as the subject's retry.
+    /// `held`: the threads held now ([`Self::occupied`]), for the cap; `watched`: its owner
+    /// watches it (see [`Flight::watched`]).
+    #[allow(clippy::too_many_arguments)]
     fn begin_as(
         &self,
         subject: &Subject,
+        domain: Option<Domain>,
         op: &'static str,
         deadline: Duration,
         may_retry: bool,
-    ) -> Result<(Ticket, bool), Unresponsive> {
+        held: usize,
+        watched: bool,
+    ) -> Result<(Ticket, bool), Refusal> {
         let now = Instant::now();
         let mut state = self.inner.lock();
         if let Some(stuck) =
@@ -419,22 +641,32 @@ impl Operations {
         {
             let what = stalled_text(state.suspects.get(subject).map_or(stuck.op, |s| s.op));
             state.suspect(subject, stuck.op, stuck.started);
-            return Err(Unresponsive { subject: subject.clone(), what });
+            return Err(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
+        }
+        if let Some(refused) = state.held_by_neighbour(subject, domain.as_ref(), now) {
+            return Err(refused);
         }
         let busy = state.flights.contains_key(subject);
+        // Retries go one at a time per domain: a wedged filesystem that came back is not asked
+        // about all its volumes at once.
+        let retrying = state.neighbours(subject, domain.as_ref()).any(|(_, f)| f.retry);
         let retry = match state.suspects.get_mut(subject) {
             None => false,
             Some(s) => match s.retry_at {
-                Some(at) if at <= now && !busy && may_retry => {
+                Some(at) if at <= now && !busy && !retrying && may_retry => {
                     s.retry_at = None;
                     true
                 }
                 _ => {
                     let what = stalled_text(s.op);
-                    return Err(Unresponsive { subject: subject.clone(), what });
+                    return Err(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
                 }
             },
         };
+        // At the cap, a subject never seen answering could take the answering threads.
+        if let Some(refused) = state.over_cap(subject, held, self.inner.cap).filter(|_| !retry) {
+            return Err(refused);
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         state.flights.entry(subject.clone()).or_default().push(Flight {
             id,
@@ -444,6 +676,9 @@ impl Operations {
             abandoned: false,
             running: false,
             allowed: deadline,
+            domain,
+            retry,
+            watched,
         });
         drop(state);
         Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry }, retry))
@@ -455,7 +690,7 @@ impl Operations {
     pub fn start<T: Send + 'static>(
         &self,
         ticket: Ticket,
-        work: impl FnOnce() -> T + Send + 'static,
+        work: impl FnOnce(&OnDeadline) -> T + Send + 'static,
     ) -> tokio::sync::oneshot::Receiver<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         // The work may drive a child process on the caller's runtime (a wipe's cleaner command).
@@ -463,9 +698,10 @@ impl Operations {
         self.inner.pool.submit(
             self.occupied(),
             Box::new(move || {
-                ticket.start();
+                // Its domain was looked at when it began; a long operation waits for nobody.
+                let _ = ticket.start(false);
                 let _entered = runtime.as_ref().map(|r| r.enter());
-                let value = work();
+                let value = work(&OnDeadline(()));
                 drop(ticket);
                 let _ = tx.send(value);
             }),
@@ -479,7 +715,7 @@ impl Operations {
         subject: Subject,
         op: &'static str,
         deadline: Duration,
-        work: impl FnOnce() -> T + Send + 'static,
+        work: impl FnOnce(&OnDeadline) -> T + Send + 'static,
     ) -> Answer<T> {
         self.run_all(vec![Job::new(subject, op, deadline, work)]).pop().unwrap_or(Answer::Pending)
     }
@@ -491,7 +727,8 @@ impl Operations {
     /// operation of the same kind still running answers `Pending` without a second thread. A
     /// subject's background retry answers [`Answer::Unresponsive`] now.
     pub fn run_all<T: Send + 'static>(&self, jobs: Vec<Job<T>>) -> Vec<Answer<T>> {
-        let (tx, rx) = mpsc::channel::<(usize, T)>();
+        let (tx, rx) = mpsc::channel::<(usize, Answer<T>)>();
+        let held = self.occupied();
         let mut out: Vec<Option<Answer<T>>> = Vec::with_capacity(jobs.len());
         // index -> (subject, op, queued at, deadline, flight id)
         let mut waiting: BTreeMap<usize, (Subject, &'static str, Instant, Duration, u64)> = BTreeMap::new();
@@ -504,8 +741,8 @@ impl Operations {
                 out.push(Some(Answer::Pending));
                 continue;
             }
-            match self.begin_as(&job.subject, job.op, job.deadline, job.may_retry) {
-                Err(e) => out.push(Some(Answer::Unresponsive(e))),
+            match self.begin_as(&job.subject, job.domain, job.op, job.deadline, job.may_retry, held, false) {
+                Err(refused) => out.push(Some(refused.answer())),
                 Ok((ticket, retry)) => {
                     let started = Instant::now();
                     let id = ticket.id;
@@ -514,8 +751,12 @@ impl Operations {
                     self.inner.pool.submit(
                         self.occupied(),
                         Box::new(move || {
-                            ticket.start();
-                            let value = work();
+                            if let Some(refused) = ticket.start(true) {
+                                drop(ticket);
+                                let _ = tx.send((i, refused.answer()));
+                                return;
+                            }
+                            let value = work(&OnDeadline(()));
                             // An answer nobody waits for any more is kept for the next pass.
                             ticket.answer(op, tag, i, value, &tx);
                         }),
@@ -549,9 +790,9 @@ impl Operations {
             let next = waiting.values().map(until).min().unwrap_or(now);
             let due = if queued { next.min(now + QUEUE_LOOK) } else { next };
             let received = if due > now { rx.recv_timeout(due - now).ok() } else { rx.try_recv().ok() };
-            if let Some((i, value)) = received {
+            if let Some((i, answer)) = received {
                 if waiting.remove(&i).is_some() {
-                    out[i] = Some(Answer::Done(value));
+                    out[i] = Some(answer);
                 }
                 continue;
             }
@@ -576,9 +817,9 @@ impl Operations {
             self.inner.pool.grow(self.occupied());
         }
         // Answers that came in meanwhile are used now rather than kept.
-        while let Ok((i, value)) = rx.try_recv() {
-            if matches!(out.get(i), Some(Some(Answer::Pending))) {
-                out[i] = Some(Answer::Done(value));
+        while let Ok((i, answer)) = rx.try_recv() {
+            if matches!(out.get(i), Some(Some(Answer::Pending))) && matches!(answer, Answer::Done(_)) {
+                out[i] = Some(answer);
             }
         }
         out.into_iter().map(|o| o.unwrap_or(Answer::Pending)).collect()
@@ -595,12 +836,17 @@ impl Operations {
         out
     }
 
-    /// Whether an operation `op` on `subject`, or one its caller went on without, is in
-    /// flight within its deadline: then no other starts.
+    /// Whether an operation `op` on `subject`, or one its caller went on without, is queued or
+    /// running within its deadline: then no other starts. A queued one counts whatever its
+    /// deadline (which counts only once it runs): each pass queueing another job for a subject
+    /// whose first waits behind held threads would grow the queue without end.
     fn running(&self, subject: &Subject, op: &'static str) -> bool {
         let now = Instant::now();
         let state = self.inner.lock();
-        state.flights.get(subject).is_some_and(|v| v.iter().any(|f| (f.op == op || f.abandoned) && f.deadline > now))
+        state
+            .flights
+            .get(subject)
+            .is_some_and(|v| v.iter().any(|f| (f.op == op || f.abandoned) && (!f.running || f.deadline > now)))
     }
 
     /// Notes that the caller of operation `id` on `subject` went on without it.
@@ -656,14 +902,15 @@ impl Operations {
             .collect()
     }
 
+    /// The threads held by operations that do not answer, and the cap on them.
+    pub fn held(&self) -> Held {
+        Held { threads: self.occupied(), cap: self.inner.cap }
+    }
+
     /// Threads held by operations past their deadline or whose callers went on without them:
     /// the pool adds as many threads for the others (see [`Pool::submit`]).
     fn occupied(&self) -> usize {
-        let now = Instant::now();
-        let held = |f: &&Flight| {
-            f.running && (f.deadline <= now || f.abandoned || now.duration_since(f.started) >= GRACE.min(f.allowed))
-        };
-        self.inner.lock().flights.values().flatten().filter(held).count()
+        self.inner.lock().occupied(Instant::now())
     }
 
     /// The flights with these ids (on these subjects), as they are now.
@@ -693,15 +940,30 @@ impl Operations {
     /// an operation of theirs is still in flight.
     pub fn retain(&self, keep: impl Fn(&Subject) -> bool) {
         let mut state = self.inner.lock();
-        let State { flights, suspects, kept } = &mut *state;
+        let State { flights, suspects, kept, answered } = &mut *state;
         suspects.retain(|s, _| keep(s) || flights.contains_key(s));
         kept.retain(|s, _| keep(s));
+        answered.retain(|s| keep(s));
     }
 
     /// Threads the pool holds now (busy or idle).
     #[cfg(test)]
     pub fn threads(&self) -> usize {
         self.inner.pool.threads()
+    }
+
+    /// Grows the pool for jobs still queued, as the next submission or a waiting caller does
+    /// (the agent's next pass).
+    #[cfg(test)]
+    fn grow(&self) {
+        self.inner.pool.grow(self.occupied());
+    }
+
+    /// Operations in flight (queued or running) and jobs waiting in the pool's queue.
+    #[cfg(test)]
+    fn backlog(&self) -> (usize, usize) {
+        let flights = self.inner.lock().flights.values().map(Vec::len).sum();
+        (flights, self.inner.pool.queued())
     }
 }
 
@@ -721,10 +983,10 @@ impl Inner {
 
 type Work = Box<dyn FnOnce() + Send>;
 
-/// The threads operations run on: [`WORKERS`] for answering work plus one for each thread a
-/// slow or wedged disk holds, at most [`MAX_THREADS`], grown when a job waits and shrunk when
-/// idle. Not tokio's blocking pool: a thread stuck in the kernel there would hold up the
-/// runtime's shutdown.
+/// The threads operations run on: [`WORKERS`] for answering work plus one for each thread an
+/// operation that does not answer holds, at most [`WEDGED_CAP`] of them, grown when a job waits
+/// and shrunk as soon as the held threads return. Not tokio's blocking pool: a thread stuck in
+/// the kernel there would hold up the runtime's shutdown.
 #[derive(Default)]
 struct Pool {
     queue: Mutex<PoolState>,
@@ -736,27 +998,40 @@ struct PoolState {
     jobs: VecDeque<Work>,
     idle: usize,
     threads: usize,
+    /// Threads held by operations that do not answer, as last counted by the executor.
+    held: usize,
+    /// The most threads added for held ones ([`WEDGED_CAP`]).
+    cap: usize,
+}
+
+impl PoolState {
+    /// More threads than the answering work and the held ones need: one free now exits. Else a
+    /// pass every 2 s waking one idle thread or another keeps every thread a thaw freed alive.
+    fn surplus(&self) -> bool {
+        self.jobs.is_empty() && self.threads > WORKERS + self.held.min(self.cap)
+    }
 }
 
 impl Pool {
     /// Queues `job`; a thread is added when none is free, up to [`WORKERS`] for answering
-    /// work plus one for each of the `occupied` threads a wedged or slow disk holds, and never
-    /// beyond [`MAX_THREADS`].
-    fn submit(self: &Arc<Pool>, occupied: usize, job: Work) {
+    /// work plus one for each of the `held` threads operations that do not answer hold, at
+    /// most [`WEDGED_CAP`] of those.
+    fn submit(self: &Arc<Pool>, held: usize, job: Work) {
         {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.jobs.push_back(job);
         }
         self.ready.notify_one();
-        self.grow(occupied);
+        self.grow(held);
     }
 
     /// Adds threads while jobs wait and no thread is free, within the cap of [`Self::submit`].
-    fn grow(self: &Arc<Pool>, occupied: usize) {
+    fn grow(self: &Arc<Pool>, held: usize) {
         loop {
             let spawn = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                let spawn = q.jobs.len() > q.idle && q.threads < (WORKERS + occupied).min(MAX_THREADS);
+                q.held = held;
+                let spawn = q.jobs.len() > q.idle && q.threads < WORKERS + held.min(q.cap);
                 if spawn {
                     q.threads += 1;
                 }
@@ -783,6 +1058,10 @@ impl Pool {
                 q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 continue;
             }
+            if q.surplus() {
+                q.threads -= 1;
+                return;
+            }
             q.idle += 1;
             let (next, timeout) = self.ready.wait_timeout(q, IDLE_EXIT).unwrap_or_else(|e| e.into_inner());
             q = next;
@@ -797,6 +1076,11 @@ impl Pool {
     #[cfg(test)]
     fn threads(&self) -> usize {
         self.queue.lock().map(|q| q.threads).unwrap_or(0)
+    }
+
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        self.queue.lock().map(|q| q.jobs.len()).unwrap_or(0)
     }
 }
 
@@ -860,12 +1144,12 @@ mod tests {
         let wedge = Wedge::default();
         let w = wedge.clone();
         let jobs = vec![
-            Job::new(vol("/a"), "inspection", SHORT, || 1),
-            Job::new(vol("/wedged"), "inspection", SHORT, move || {
+            Job::new(vol("/a"), "inspection", SHORT, |_| 1),
+            Job::new(vol("/wedged"), "inspection", SHORT, move |_| {
                 w.hold();
                 2
             }),
-            Job::new(vol("/b"), "inspection", SHORT, || 3),
+            Job::new(vol("/b"), "inspection", SHORT, |_| 3),
         ];
         let started = Instant::now();
         let out = ops.run_all(jobs);
@@ -879,14 +1163,14 @@ mod tests {
         // The next pass: refused at once, without a thread, for every kind of operation.
         let threads = ops.threads();
         let started = Instant::now();
-        let again = ops.run(vol("/wedged"), "used mark write", SHORT, || 9);
+        let again = ops.run(vol("/wedged"), "used mark write", SHORT, |_| 9);
         assert!(started.elapsed() < SHORT / 2, "no wait for a subject known to be stuck");
         assert!(
             matches!(&again, Answer::Unresponsive(e) if e.what.contains("its inspection did not answer")),
             "named after the first stalled operation"
         );
         assert!(ops.threads() <= threads, "no new thread for a stuck subject");
-        assert_eq!(ops.run(vol("/a"), "inspection", SHORT, || 4), Answer::Done(4));
+        assert_eq!(ops.run(vol("/a"), "inspection", SHORT, |_| 4), Answer::Done(4));
         let stalls = ops.stalls();
         assert_eq!(stalls.len(), 1);
         assert!(stalls[0].stuck && stalls[0].op == "inspection");
@@ -903,7 +1187,7 @@ mod tests {
         });
         let wedge = Wedge::default();
         let w = wedge.clone();
-        assert!(ops.run(vol("/v"), "inspection", SHORT, move || w.hold()).done().is_none());
+        assert!(ops.run(vol("/v"), "inspection", SHORT, move |_| w.hold()).done().is_none());
         wedge.release();
         // The stuck call returns (too late): the owner is woken and a retry is due after 1 s.
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -913,34 +1197,36 @@ mod tests {
         assert_eq!(ops.stuck(), 0);
         assert!(woken.load(Ordering::SeqCst) >= 1, "a returning stuck call wakes the owner");
         let retry_at = ops.next_retry().expect("a retry is scheduled");
-        assert!(ops.run(vol("/v"), "inspection", SHORT, || ()).done().is_none(), "before its retry: still refused");
+        assert!(ops.run(vol("/v"), "inspection", SHORT, |_| ()).done().is_none(), "before its retry: still refused");
         std::thread::sleep(retry_at.saturating_duration_since(Instant::now()));
         // The retry runs in the background (nobody waits for it) and clears the subject.
         assert!(
-            matches!(ops.run(vol("/v"), "inspection", SHORT, || ()), Answer::Unresponsive(e) if e.what.contains("did not answer"))
+            matches!(ops.run(vol("/v"), "inspection", SHORT, |_| ()), Answer::Unresponsive(e) if e.what.contains("did not answer"))
         );
         let deadline = Instant::now() + Duration::from_secs(5);
         while !ops.stalls().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(ops.stalls().is_empty(), "a timely answer clears the subject");
-        assert_eq!(ops.run(vol("/v"), "inspection", SHORT, || 7), Answer::Done(7));
+        assert_eq!(ops.run(vol("/v"), "inspection", SHORT, |_| 7), Answer::Done(7));
     }
 
     #[test]
     fn a_slow_subject_stays_unresponsive_with_growing_delays() {
         let ops = Operations::new();
         assert!(
-            ops.run(vol("/slow"), "probe", Duration::from_millis(20), || std::thread::sleep(Duration::from_millis(60)))
-                .done()
-                .is_none()
+            ops.run(vol("/slow"), "probe", Duration::from_millis(20), |_| std::thread::sleep(Duration::from_millis(
+                60
+            )))
+            .done()
+            .is_none()
         );
         std::thread::sleep(Duration::from_millis(80));
         let first = ops.next_retry().expect("retry scheduled");
         std::thread::sleep(first.saturating_duration_since(Instant::now()));
         // The retry is as slow: it ends late, and the next delay is longer.
-        let _ =
-            ops.run(vol("/slow"), "probe", Duration::from_millis(20), || std::thread::sleep(Duration::from_millis(60)));
+        let _ = ops
+            .run(vol("/slow"), "probe", Duration::from_millis(20), |_| std::thread::sleep(Duration::from_millis(60)));
         std::thread::sleep(Duration::from_millis(100));
         let second = ops.next_retry().expect("retry scheduled again");
         assert!(second.saturating_duration_since(Instant::now()) > Duration::from_millis(1500));
@@ -953,20 +1239,20 @@ mod tests {
     fn the_pool_is_bounded_and_a_long_operation_extends_its_deadline() {
         let ops = Operations::new();
         let wedge = Wedge::default();
-        let jobs: Vec<Job<()>> = (0..MAX_THREADS + 8)
+        let jobs: Vec<Job<()>> = (0..WEDGED_CAP + 8)
             .map(|i| {
                 let w = wedge.clone();
-                Job::new(vol(&format!("/v{i}")), "inspection", Duration::from_millis(100), move || w.hold())
+                Job::new(vol(&format!("/v{i}")), "inspection", Duration::from_millis(100), move |_| w.hold())
             })
             .collect();
         let out = ops.run_all(jobs);
         assert!(out.iter().all(|a| !matches!(a, Answer::Done(_))));
-        assert!(ops.threads() <= MAX_THREADS, "{} threads", ops.threads());
+        assert!(ops.threads() <= WORKERS + WEDGED_CAP, "{} threads", ops.threads());
         wedge.release();
         // A wipe's deadline moves while it progresses.
-        let (ticket, retry) = ops.begin(&vol("/w"), "wipe", Duration::from_millis(50)).unwrap();
+        let (ticket, retry) = ops.begin(&vol("/w"), None, "wipe", Duration::from_millis(50)).unwrap();
         assert!(!retry);
-        ticket.start();
+        assert!(ticket.start(false).is_none());
         let watch = ticket.watch();
         std::thread::sleep(Duration::from_millis(30));
         watch.extend(Duration::from_millis(50));
@@ -974,7 +1260,7 @@ mod tests {
         assert!(!watch.overdue());
         std::thread::sleep(Duration::from_millis(40));
         assert!(watch.overdue());
-        assert!(ops.begin(&vol("/w"), "inspection", SHORT).is_err(), "a stuck wipe keeps others off its volume");
+        assert!(ops.begin(&vol("/w"), None, "inspection", SHORT).is_err(), "a stuck wipe keeps others off its volume");
         drop(ticket);
         assert_eq!(ops.stuck(), 0);
     }
@@ -989,7 +1275,7 @@ mod tests {
         });
         let ran = Arc::new(AtomicU64::new(0));
         let slow = |ran: Arc<AtomicU64>| {
-            move || {
+            move |_: &OnDeadline| {
                 ran.fetch_add(1, Ordering::SeqCst);
                 std::thread::sleep(GRACE + Duration::from_millis(300));
                 "surface read"
@@ -999,7 +1285,7 @@ mod tests {
         let started = Instant::now();
         let jobs = vec![
             Job::new(vol("/hdd"), "probe", deadline, slow(ran.clone())),
-            Job::new(vol("/ssd"), "probe", deadline, || "fast"),
+            Job::new(vol("/ssd"), "probe", deadline, |_| "fast"),
         ];
         let out = ops.run_all(jobs);
         assert!(started.elapsed() < GRACE + Duration::from_millis(200), "waited only the grace");
@@ -1017,7 +1303,7 @@ mod tests {
         // A kept answer goes only to the same work (tag).
         let _ = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, slow(ran.clone())).tagged("pv-1".into())]);
         std::thread::sleep(Duration::from_millis(500));
-        let other = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, || "fresh").tagged("pv-2".into())]);
+        let other = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, |_| "fresh").tagged("pv-2".into())]);
         assert_eq!(other, vec![Answer::Done("fresh")]);
     }
 
@@ -1029,18 +1315,18 @@ mod tests {
         let mut jobs: Vec<Job<u32>> = (0..WORKERS)
             .map(|i| {
                 let w = wedge.clone();
-                Job::new(vol(&format!("/wedged{i}")), "inspection", deadline, move || {
+                Job::new(vol(&format!("/wedged{i}")), "inspection", deadline, move |_| {
                     w.hold();
                     0
                 })
             })
             .collect();
-        jobs.extend((0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, move || i + 1)));
+        jobs.extend((0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, move |_| i + 1)));
         let first = ops.run_all(jobs);
         assert!(first.iter().take(WORKERS).all(|a| *a == Answer::Pending));
         std::thread::sleep(Duration::from_millis(300));
         let again: Vec<Job<u32>> =
-            (0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, || 99)).collect();
+            (0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, |_| 99)).collect();
         let answers = ops.run_all(again);
         // Each healthy job answered in the first call, or later and was kept for the second.
         for (i, (a, b)) in first.iter().skip(WORKERS).zip(&answers).enumerate() {
@@ -1049,5 +1335,172 @@ mod tests {
         }
         assert!(ops.stalls().is_empty(), "nothing healthy counts as unresponsive");
         wedge.release();
+    }
+
+    /// Polls `done` every few milliseconds for up to 10 s.
+    fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// `n` jobs on subjects `{prefix}{i}` that block until `wedge` is released.
+    fn wedged_jobs(prefix: &str, n: usize, wedge: &Wedge, deadline: Duration) -> Vec<Job<u32>> {
+        (0..n)
+            .map(|i| {
+                let w = wedge.clone();
+                Job::new(vol(&format!("{prefix}{i}")), "inspection", deadline, move |_| {
+                    w.hold();
+                    0
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn healthy_work_gets_a_thread_whatever_the_number_of_wedged_subjects() {
+        // More wedged subjects than the old pool's 64 threads in all.
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let _ = ops.run_all(wedged_jobs("/wedged", 100, &wedge, Duration::from_millis(100)));
+        until("every wedged job to hold its thread", || {
+            ops.grow();
+            ops.held().threads == 100
+        });
+        assert!(!ops.held().cap_reached());
+        let started = Instant::now();
+        assert_eq!(ops.run(vol("/ok"), "inspection", SHORT, |_| 7), Answer::Done(7));
+        assert!(started.elapsed() < SHORT, "a healthy volume waited {:?}", started.elapsed());
+        assert!(ops.threads() <= WORKERS + 100, "{} threads", ops.threads());
+        wedge.release();
+    }
+
+    #[test]
+    fn at_the_cap_of_wedged_threads_it_is_reported_and_answering_subjects_still_run() {
+        let ops = Operations::with_cap(4);
+        // Volumes seen answering before.
+        for i in 0..3 {
+            assert_eq!(ops.run(vol(&format!("/known{i}")), "inspection", SHORT, |_| 1), Answer::Done(1));
+        }
+        let wedge = Wedge::default();
+        let out = ops.run_all(wedged_jobs("/wedged", 8, &wedge, Duration::from_millis(100)));
+        assert!(out.iter().all(|a| !matches!(a, Answer::Done(_))));
+        // Jobs queued before the cap was reached are refused when their turn comes, not run on
+        // the answering thread.
+        until("the queue to drain at the cap", || {
+            ops.grow();
+            ops.backlog().1 == 0 && ops.held().cap_reached()
+        });
+        let held = ops.held();
+        assert_eq!((held.threads, held.cap), (4, 4));
+        assert!(ops.threads() <= WORKERS + 4, "{} threads", ops.threads());
+        // A subject never seen answering is refused at once, saying why...
+        let started = Instant::now();
+        let refused = ops.run(vol("/new"), "inspection", SHORT, |_| 2);
+        assert!(matches!(&refused, Answer::Unresponsive(e) if e.what.contains("cap")), "{refused:?}");
+        assert!(started.elapsed() < SHORT / 2);
+        // ...and those that answered still get the answering thread.
+        for i in 0..3 {
+            assert_eq!(ops.run(vol(&format!("/known{i}")), "inspection", SHORT, |_| 3), Answer::Done(3));
+        }
+        wedge.release();
+        until("the held threads to return", || !ops.held().cap_reached());
+        assert_eq!(ops.run(vol("/new"), "inspection", SHORT, |_| 4), Answer::Done(4));
+    }
+
+    #[test]
+    fn subjects_sharing_a_wedged_filesystem_cost_one_thread() {
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let frozen = Domain::filesystem("7:1");
+        let deadline = Duration::from_millis(200);
+        let on_frozen = |wedge: &Wedge| {
+            let jobs = wedged_jobs("/frozen", 20, wedge, deadline);
+            jobs.into_iter().map(|j| j.on(Some(frozen.clone()))).collect::<Vec<_>>()
+        };
+        let first = ops.run_all(on_frozen(&wedge));
+        assert!(first.iter().all(|a| !matches!(a, Answer::Done(_))));
+        until("the frozen filesystem's operation to pass its deadline", || ops.stuck() == 1);
+        // Passes keep asking: refused at once, no thread more.
+        for _ in 0..5 {
+            let started = Instant::now();
+            let again = ops.run_all(on_frozen(&wedge));
+            assert!(started.elapsed() < SHORT, "refused at once");
+            assert!(again.iter().all(|a| matches!(a, Answer::Unresponsive(_))), "{again:?}");
+            assert!(
+                again.iter().skip(1).all(|a| matches!(a, Answer::Unresponsive(e) if e.what.contains("filesystem 7:1")))
+            );
+        }
+        assert_eq!(ops.held().threads, 1, "one thread for the whole filesystem");
+        assert!(ops.threads() <= WORKERS + 1, "{} threads", ops.threads());
+        // Another filesystem, and a volume of no known filesystem, are not concerned.
+        let other = Job::new(vol("/other"), "inspection", SHORT, |_| 5).on(Some(Domain::filesystem("7:2")));
+        let plain = Job::new(vol("/plain"), "inspection", SHORT, |_| 6);
+        assert_eq!(ops.run_all(vec![other, plain]), vec![Answer::Done(5), Answer::Done(6)]);
+        // Thawed: the stuck one returns (too late, so its own volume is retried later); its
+        // neighbours answer again.
+        wedge.release();
+        until("the stuck operation to return", || ops.stuck() == 0);
+        let thawed: Vec<Job<u32>> = (1..20)
+            .map(|i| Job::new(vol(&format!("/frozen{i}")), "inspection", SHORT, |_| 8).on(Some(frozen.clone())))
+            .collect();
+        assert!(ops.run_all(thawed).iter().all(|a| *a == Answer::Done(8)));
+    }
+
+    #[test]
+    fn passes_against_a_saturated_pool_queue_nothing_twice() {
+        // Every thread held: the answering one too (a volume that answered before wedged).
+        let ops = Operations::with_cap(2);
+        for i in 0..13 {
+            assert_eq!(ops.run(vol(&format!("/v{i}")), "inspection", SHORT, |_| 0), Answer::Done(0));
+        }
+        let wedge = Wedge::default();
+        let _ = ops.run_all(wedged_jobs("/v", 3, &wedge, Duration::from_millis(50)));
+        until("every thread to be held", || {
+            ops.grow();
+            ops.held().threads == 3 && ops.threads() == 3
+        });
+        // Passes over the other volumes, each job's deadline passing while it waits queued.
+        let pass = || {
+            let jobs: Vec<Job<u32>> = (3..13)
+                .map(|i| Job::new(vol(&format!("/v{i}")), "inspection", Duration::from_millis(10), |_| 1))
+                .collect();
+            ops.run_all(jobs)
+        };
+        for _ in 0..50 {
+            assert!(pass().iter().all(|a| *a == Answer::Pending));
+            let (flights, queued) = ops.backlog();
+            assert!(flights <= 13 && queued <= 10, "{flights} flights, {queued} queued");
+        }
+        wedge.release();
+        until("the queued jobs to run", || ops.backlog() == (0, 0));
+    }
+
+    #[test]
+    fn threads_freed_by_a_thaw_exit_while_passes_go_on() {
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let _ = ops.run_all(wedged_jobs("/wedged", 8, &wedge, Duration::from_millis(100)));
+        until("every wedged job to hold its thread", || {
+            ops.grow();
+            ops.held().threads == 8
+        });
+        assert!(ops.threads() > WORKERS + 4);
+        wedge.release();
+        until("the wedged operations to return", || ops.stuck() == 0);
+        // Passes every few milliseconds wake idle threads before IDLE_EXIT would end them.
+        let started = Instant::now();
+        let mut n = 0u32;
+        while ops.threads() > WORKERS + 1 {
+            assert!(started.elapsed() < IDLE_EXIT / 2, "{} threads after {:?}", ops.threads(), started.elapsed());
+            let jobs: Vec<Job<u32>> =
+                (0..4).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", SHORT, move |_| i)).collect();
+            assert_eq!(ops.run_all(jobs), (0..4).map(Answer::Done).collect::<Vec<_>>());
+            n += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(n < 50, "{n} passes");
     }
 }
