@@ -668,6 +668,8 @@ async fn a_used_mark_write_that_never_returns_costs_its_volume_only() {
         "{metrics}"
     );
     assert!(metrics.contains("local_static_provisioner_host_operations_stuck 1"));
+    assert!(metrics.contains("local_static_provisioner_wedged_threads 1"), "{metrics}");
+    assert!(metrics.contains("local_static_provisioner_wedged_threads_cap_reached 0"), "{metrics}");
 
     // Later passes do not wait for it at all.
     let started = std::time::Instant::now();

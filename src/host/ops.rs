@@ -1002,6 +1002,8 @@ struct PoolState {
     held: usize,
     /// The most threads added for held ones ([`WEDGED_CAP`]).
     cap: usize,
+    /// Whether the held threads were at the cap when last counted (said once per episode).
+    at_cap: bool,
 }
 
 impl PoolState {
@@ -1031,6 +1033,21 @@ impl Pool {
             let spawn = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 q.held = held;
+                if (held >= q.cap) != q.at_cap {
+                    q.at_cap = held >= q.cap;
+                    if q.at_cap {
+                        tracing::warn!(
+                            held,
+                            "the host-operation threads held by disks that do not answer reached their cap: no thread \
+                             is added for more, and volumes not seen answering before are not looked at until some return"
+                        );
+                    } else {
+                        tracing::info!(
+                            held,
+                            "the host-operation threads held by disks that do not answer are below their cap again"
+                        );
+                    }
+                }
                 let spawn = q.jobs.len() > q.idle && q.threads < WORKERS + held.min(q.cap);
                 if spawn {
                     q.threads += 1;
