@@ -400,8 +400,7 @@ impl Ticket {
         let now = Instant::now();
         let mut state = self.inner.lock();
         if neighbours {
-            let Some(f) = state.flight(&self.subject, self.id) else { return None };
-            let domain = f.domain.clone();
+            let domain = state.flight(&self.subject, self.id).and_then(|f| f.domain.clone());
             if let Some(refused) = state.held_by_neighbour(&self.subject, domain.as_ref(), now) {
                 return Some(refused);
             }
