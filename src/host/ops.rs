@@ -269,10 +269,11 @@ impl State {
         self.suspects.entry(subject.clone()).or_insert(Suspect { op, since, failures: 1, retry_at: None });
     }
 
-    /// Threads held now by operations past their deadline, or slow (their callers went on
-    /// without them, or they ran past the grace).
-    fn occupied(&self, now: Instant) -> usize {
-        self.flights.values().flatten().filter(|f| f.held(now)).count()
+    /// The threads held now (see [`Occupied`]).
+    fn occupied(&self, now: Instant) -> Occupied {
+        let held = self.flights.values().flatten().filter(|f| f.held(now));
+        let (long, wedged) = held.fold((0, 0), |(l, w), f| if f.long(now) { (l + 1, w) } else { (l, w + 1) });
+        Occupied { long, wedged }
     }
 
     /// Why an operation on `subject` may not start at the cap of held threads (`held` of
@@ -370,6 +371,22 @@ impl Flight {
         self.running
             && (self.deadline <= now || self.abandoned || now.duration_since(self.started) >= GRACE.min(self.allowed))
     }
+
+    /// Whether it is long but answering: a watched operation (a wipe) within its deadline.
+    fn long(&self, now: Instant) -> bool {
+        self.watched && self.deadline > now
+    }
+}
+
+/// The threads operations hold, for the pool to add as many beside [`WORKERS`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Occupied {
+    /// Held by long operations that answer (wipes progressing): bounded by their callers
+    /// (`--wipe-concurrency`), not by the cap.
+    long: usize,
+    /// Held by operations that do not answer: past their deadline, or slow and left by their
+    /// callers. At most [`WEDGED_CAP`] threads are added for them.
+    wedged: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -406,7 +423,7 @@ impl Ticket {
             }
             // Queued before the cap was reached: refused now rather than take an answering thread.
             if !self.retry {
-                let held = state.occupied(now);
+                let held = state.occupied(now).wedged;
                 if let Some(refused) = state.over_cap(&self.subject, held, self.inner.cap) {
                     return Some(refused);
                 }
@@ -609,7 +626,7 @@ impl Operations {
         op: &'static str,
         deadline: Duration,
     ) -> Result<(Ticket, bool), Unresponsive> {
-        let held = self.occupied();
+        let held = self.occupied().wedged;
         self.begin_as(subject, domain, op, deadline, true, held, true).map_err(|refused| match refused {
             Refusal::Unresponsive(e) => e,
             Refusal::Busy => Unresponsive {
@@ -620,7 +637,7 @@ impl Operations {
     }
 
     /// [`Self::begin`]; `may_retry` false: refused rather than run as the subject's retry.
-    /// `held`: the threads held now ([`Self::occupied`]), for the cap; `watched`: its owner
+    /// `held`: the threads wedged now ([`Occupied::wedged`]), for the cap; `watched`: its owner
     /// watches it (see [`Flight::watched`]).
     #[allow(clippy::too_many_arguments)]
     fn begin_as(
@@ -727,7 +744,7 @@ impl Operations {
     /// subject's background retry answers [`Answer::Unresponsive`] now.
     pub fn run_all<T: Send + 'static>(&self, jobs: Vec<Job<T>>) -> Vec<Answer<T>> {
         let (tx, rx) = mpsc::channel::<(usize, Answer<T>)>();
-        let held = self.occupied();
+        let held = self.occupied().wedged;
         let mut out: Vec<Option<Answer<T>>> = Vec::with_capacity(jobs.len());
         // index -> (subject, op, queued at, deadline, flight id)
         let mut waiting: BTreeMap<usize, (Subject, &'static str, Instant, Duration, u64)> = BTreeMap::new();
@@ -903,12 +920,12 @@ impl Operations {
 
     /// The threads held by operations that do not answer, and the cap on them.
     pub fn held(&self) -> Held {
-        Held { threads: self.occupied(), cap: self.inner.cap }
+        Held { threads: self.occupied().wedged, cap: self.inner.cap }
     }
 
     /// Threads held by operations past their deadline or whose callers went on without them:
     /// the pool adds as many threads for the others (see [`Pool::submit`]).
-    fn occupied(&self) -> usize {
+    fn occupied(&self) -> Occupied {
         self.inner.lock().occupied(Instant::now())
     }
 
@@ -997,8 +1014,8 @@ struct PoolState {
     jobs: VecDeque<Work>,
     idle: usize,
     threads: usize,
-    /// Threads held by operations that do not answer, as last counted by the executor.
-    held: usize,
+    /// Threads held by operations, as last counted by the executor.
+    held: Occupied,
     /// The most threads added for held ones ([`WEDGED_CAP`]).
     cap: usize,
     /// Whether the held threads were at the cap when last counted (said once per episode).
@@ -1009,7 +1026,12 @@ impl PoolState {
     /// More threads than the answering work and the held ones need: one free now exits. Else a
     /// pass every 2 s waking one idle thread or another keeps every thread a thaw freed alive.
     fn surplus(&self) -> bool {
-        self.jobs.is_empty() && self.threads > WORKERS + self.held.min(self.cap)
+        self.jobs.is_empty() && self.threads > WORKERS + self.allowance()
+    }
+
+    /// Threads added beside [`WORKERS`] for those held.
+    fn allowance(&self) -> usize {
+        self.held.long + self.held.wedged.min(self.cap)
     }
 }
 
@@ -1017,7 +1039,7 @@ impl Pool {
     /// Queues `job`; a thread is added when none is free, up to [`WORKERS`] for answering
     /// work plus one for each of the `held` threads operations that do not answer hold, at
     /// most [`WEDGED_CAP`] of those.
-    fn submit(self: &Arc<Pool>, held: usize, job: Work) {
+    fn submit(self: &Arc<Pool>, held: Occupied, job: Work) {
         {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.jobs.push_back(job);
@@ -1027,13 +1049,14 @@ impl Pool {
     }
 
     /// Adds threads while jobs wait and no thread is free, within the cap of [`Self::submit`].
-    fn grow(self: &Arc<Pool>, held: usize) {
+    fn grow(self: &Arc<Pool>, held: Occupied) {
         loop {
             let spawn = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 q.held = held;
-                if (held >= q.cap) != q.at_cap {
-                    q.at_cap = held >= q.cap;
+                if (held.wedged >= q.cap) != q.at_cap {
+                    q.at_cap = held.wedged >= q.cap;
+                    let held = held.wedged;
                     if q.at_cap {
                         tracing::warn!(
                             held,
@@ -1047,7 +1070,7 @@ impl Pool {
                         );
                     }
                 }
-                let spawn = q.jobs.len() > q.idle && q.threads < WORKERS + held.min(q.cap);
+                let spawn = q.jobs.len() > q.idle && q.threads < WORKERS + q.allowance();
                 if spawn {
                     q.threads += 1;
                 }
@@ -1253,9 +1276,9 @@ mod tests {
 
     #[test]
     fn the_pool_is_bounded_and_a_long_operation_extends_its_deadline() {
-        let ops = Operations::new();
+        let ops = Operations::with_cap(8);
         let wedge = Wedge::default();
-        let jobs: Vec<Job<()>> = (0..WEDGED_CAP + 8)
+        let jobs: Vec<Job<()>> = (0..16)
             .map(|i| {
                 let w = wedge.clone();
                 Job::new(vol(&format!("/v{i}")), "inspection", Duration::from_millis(100), move |_| w.hold())
@@ -1263,7 +1286,7 @@ mod tests {
             .collect();
         let out = ops.run_all(jobs);
         assert!(out.iter().all(|a| !matches!(a, Answer::Done(_))));
-        assert!(ops.threads() <= WORKERS + WEDGED_CAP, "{} threads", ops.threads());
+        assert!(ops.threads() <= WORKERS + 8, "{} threads", ops.threads());
         wedge.release();
         // A wipe's deadline moves while it progresses.
         let (ticket, retry) = ops.begin(&vol("/w"), None, "wipe", Duration::from_millis(50)).unwrap();
@@ -1518,5 +1541,24 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(n < 50, "{n} passes");
+    }
+
+    #[test]
+    fn a_long_wipe_that_progresses_is_not_wedged_and_keeps_nobody_waiting() {
+        let ops = Operations::new();
+        let disk = Domain::filesystem("8:16");
+        let wedge = Wedge::default();
+        let w = wedge.clone();
+        let (ticket, _) = ops.begin(&vol("/disk/a"), Some(disk.clone()), "wipe", Duration::from_secs(30)).unwrap();
+        let done = ops.start(ticket, move |_| w.hold());
+        std::thread::sleep(GRACE + Duration::from_millis(100));
+        assert_eq!(ops.held().threads, 0, "a wipe within its deadline is not counted as wedged");
+        // Its neighbours on the same filesystem, and the others, get threads as usual.
+        let neighbour = Job::new(vol("/disk/b"), "inspection", SHORT, |_| 1).on(Some(disk));
+        let other = Job::new(vol("/other"), "inspection", SHORT, |_| 2);
+        assert_eq!(ops.run_all(vec![neighbour, other]), vec![Answer::Done(1), Answer::Done(2)]);
+        wedge.release();
+        until("the wipe to end", || ops.backlog().0 == 0);
+        drop(done);
     }
 }
