@@ -265,8 +265,9 @@ impl State {
 
     /// Notes `subject` as unresponsive since `since`, its operation `op` past its deadline (a
     /// subject already noted keeps its first record).
-    fn suspect(&mut self, subject: &Subject, op: &'static str, since: Instant) {
-        self.suspects.entry(subject.clone()).or_insert(Suspect { op, since, failures: 1, retry_at: None });
+    fn suspect(&mut self, subject: &Subject, op: &'static str, since: Instant, domain: Option<Domain>) {
+        let suspect = Suspect { op, since, failures: 1, retry_at: None, domain, by_neighbour: false };
+        self.suspects.entry(subject.clone()).or_insert(suspect);
     }
 
     /// The threads held now (see [`Occupied`]).
@@ -304,22 +305,52 @@ impl State {
     }
 
     /// Why an operation on `subject` in `domain` may not start now because of its neighbours:
-    /// one of them is stuck (refused at once), or slow and left by its caller (its turn comes
-    /// once that one ends, without a thread meanwhile).
-    fn held_by_neighbour(&self, subject: &Subject, domain: Option<&Domain>, now: Instant) -> Option<Refusal> {
+    /// one of them is stuck (refused at once, and `subject` is unresponsive with it, retried
+    /// once the stuck one returns), or slow and left by its caller (its turn comes once that
+    /// one ends, without a thread meanwhile).
+    fn held_by_neighbour(&mut self, subject: &Subject, domain: Option<&Domain>, now: Instant) -> Option<Refusal> {
         let mut slow = false;
+        let mut stuck = None;
         for (other, f) in self.neighbours(subject, domain) {
             if f.running && f.deadline <= now {
-                let domain = f.domain.as_ref().map(ToString::to_string).unwrap_or_default();
-                let what = format!(
-                    "{other} on the same {domain} did not answer its {} within its deadline; looked at again once it returns",
-                    f.op
-                );
-                return Some(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
+                stuck = Some((other.clone(), f.op, f.started));
+                break;
             }
             slow |= f.running && !f.watched && f.held(now);
         }
+        if let Some((other, op, since)) = stuck {
+            let on = domain.map(ToString::to_string).unwrap_or_default();
+            let what = format!(
+                "{other} on the same {on} did not answer its {op} within its deadline; looked at again once it returns"
+            );
+            let suspect =
+                Suspect { op, since, failures: 1, retry_at: None, domain: domain.cloned(), by_neighbour: true };
+            self.suspects.entry(subject.clone()).or_insert(suspect);
+            return Some(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
+        }
         slow.then_some(Refusal::Busy)
+    }
+
+    /// After an operation on `domain` ended: its neighbours made unresponsive by it (see
+    /// [`Self::held_by_neighbour`]) are cleared when it answered `in_time` (the filesystem
+    /// answers again), else retried with backoff, one at a time. Whether any was.
+    fn retry_neighbours(&mut self, subject: &Subject, domain: Option<&Domain>, in_time: bool, now: Instant) -> bool {
+        let Some(domain) = domain else { return false };
+        let State { flights, suspects, .. } = self;
+        if in_time {
+            let before = suspects.len();
+            suspects.retain(|s, x| !(x.by_neighbour && x.domain.as_ref() == Some(domain) && !flights.contains_key(s)));
+            return suspects.len() < before;
+        }
+        let mut scheduled = false;
+        for (s, suspect) in suspects.iter_mut() {
+            let idle = s != subject && suspect.retry_at.is_none() && !flights.contains_key(s);
+            if idle && suspect.domain.as_ref() == Some(domain) {
+                suspect.retry_at = Some(now + retry_delay(suspect.failures));
+                scheduled = true;
+            }
+        }
+        scheduled
     }
 }
 
@@ -392,6 +423,11 @@ struct Occupied {
 #[derive(Debug, Clone)]
 struct Suspect {
     op: &'static str,
+    /// The filesystem it lies on, when known.
+    domain: Option<Domain>,
+    /// Made unresponsive by another subject of its domain, not by an operation of its own: a
+    /// timely answer on the domain clears it.
+    by_neighbour: bool,
     since: Instant,
     failures: u32,
     /// When a background retry may start (after the stuck operation returned).
@@ -494,6 +530,7 @@ impl Drop for Ticket {
             // Refused before it ran (see `start`): nothing to conclude.
             let Some(flight) = flight.filter(|f| f.running) else { return };
             let late = flight.deadline <= now;
+            let neighbours = state.retry_neighbours(&self.subject, flight.domain.as_ref(), !late, now);
             if late {
                 state.answered.remove(&self.subject);
             } else if !state.answered.contains(&self.subject) {
@@ -506,7 +543,7 @@ impl Drop for Ticket {
                     state.suspects.remove(&self.subject);
                     true
                 }
-                (false, _) => false,
+                (false, _) => neighbours,
                 (true, suspect) => {
                     // Too late: the subject stays unresponsive, retried with backoff once
                     // nothing of it is stuck any more.
@@ -514,7 +551,9 @@ impl Drop for Ticket {
                     let since = suspect.as_ref().map_or(flight.started, |s| s.since);
                     let delay = retry_delay(failures);
                     let retry_at = Some(now + delay);
-                    state.suspects.insert(self.subject.clone(), Suspect { op: flight.op, since, failures, retry_at });
+                    let domain = flight.domain.clone();
+                    let suspect = Suspect { op: flight.op, since, failures, retry_at, domain, by_neighbour: false };
+                    state.suspects.insert(self.subject.clone(), suspect);
                     true
                 }
             }
@@ -656,7 +695,7 @@ impl Operations {
             state.flights.get(subject).and_then(|v| v.iter().find(|f| f.running && f.deadline <= now)).cloned()
         {
             let what = stalled_text(state.suspects.get(subject).map_or(stuck.op, |s| s.op));
-            state.suspect(subject, stuck.op, stuck.started);
+            state.suspect(subject, stuck.op, stuck.started, stuck.domain);
             return Err(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
         }
         if let Some(refused) = state.held_by_neighbour(subject, domain.as_ref(), now) {
@@ -819,7 +858,7 @@ impl Operations {
                 let flight = flights.get(&id);
                 out[i] = Some(match flight {
                     Some(f) if f.running && f.deadline <= now => {
-                        self.note_overdue(&subject, op, f.started);
+                        self.note_overdue(&subject, op, f);
                         let what = stalled_text(self.stalled_op(&subject).unwrap_or(op));
                         Answer::Unresponsive(Unresponsive { subject, what })
                     }
@@ -889,8 +928,8 @@ impl Operations {
     }
 
     /// Records that an operation passed its deadline while its caller waited.
-    fn note_overdue(&self, subject: &Subject, op: &'static str, started: Instant) {
-        self.inner.lock().suspect(subject, op, started);
+    fn note_overdue(&self, subject: &Subject, op: &'static str, flight: &Flight) {
+        self.inner.lock().suspect(subject, op, flight.started, flight.domain.clone());
     }
 
     /// The unresponsive subjects now, in subject order.
@@ -904,7 +943,7 @@ impl Operations {
             .flat_map(|(s, v)| v.iter().filter(|f| f.running && f.deadline <= now).map(move |f| (s.clone(), f.clone())))
             .collect();
         for (subject, f) in overdue {
-            state.suspect(&subject, f.op, f.started);
+            state.suspect(&subject, f.op, f.started, f.domain);
         }
         state
             .suspects
@@ -913,7 +952,15 @@ impl Operations {
                 subject: subject.clone(),
                 op: s.op,
                 for_: now.duration_since(s.since),
-                stuck: state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.running && f.deadline <= now)),
+                // Its own operation, or one of its filesystem's, is still in the kernel.
+                stuck: state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.running && f.deadline <= now))
+                    || s.domain.as_ref().is_some_and(|d| {
+                        state
+                            .flights
+                            .values()
+                            .flatten()
+                            .any(|f| f.domain.as_ref() == Some(d) && f.running && f.deadline <= now)
+                    }),
             })
             .collect()
     }
@@ -1145,8 +1192,8 @@ impl Watch {
         let now = Instant::now();
         let mut state = self.inner.lock();
         let overdue = state.flight(&self.subject, self.id).filter(|f| f.running && f.deadline <= now);
-        let Some((op, since)) = overdue.map(|f| (f.op, f.started)) else { return false };
-        state.suspect(&self.subject, op, since);
+        let Some((op, since, domain)) = overdue.map(|f| (f.op, f.started, f.domain.clone())) else { return false };
+        state.suspect(&self.subject, op, since, domain);
         true
     }
 }
@@ -1473,19 +1520,27 @@ mod tests {
             );
         }
         assert_eq!(ops.held().threads, 1, "one thread for the whole filesystem");
+        let stalls = ops.stalls();
+        assert_eq!(stalls.len(), 20, "every volume of the filesystem is reported: {stalls:?}");
+        assert!(stalls.iter().all(|s| s.stuck));
         assert!(ops.threads() <= WORKERS + 1, "{} threads", ops.threads());
         // Another filesystem, and a volume of no known filesystem, are not concerned.
         let other = Job::new(vol("/other"), "inspection", SHORT, |_| 5).on(Some(Domain::filesystem("7:2")));
         let plain = Job::new(vol("/plain"), "inspection", SHORT, |_| 6);
         assert_eq!(ops.run_all(vec![other, plain]), vec![Answer::Done(5), Answer::Done(6)]);
-        // Thawed: the stuck one returns (too late, so its own volume is retried later); its
-        // neighbours answer again.
+        // Thawed: the stuck one returns (too late). The first retry on the filesystem that
+        // answers in time clears the volumes that were unresponsive only because of it.
         wedge.release();
         until("the stuck operation to return", || ops.stuck() == 0);
-        let thawed: Vec<Job<u32>> = (1..20)
-            .map(|i| Job::new(vol(&format!("/frozen{i}")), "inspection", SHORT, |_| 8).on(Some(frozen.clone())))
-            .collect();
-        assert!(ops.run_all(thawed).iter().all(|a| *a == Answer::Done(8)));
+        let thawed = || -> Vec<Job<u32>> {
+            (0..20)
+                .map(|i| Job::new(vol(&format!("/frozen{i}")), "inspection", SHORT, |_| 8).on(Some(frozen.clone())))
+                .collect()
+        };
+        until("the filesystem's volumes to answer again", || {
+            ops.run_all(thawed()).iter().all(|a| *a == Answer::Done(8))
+        });
+        assert!(ops.stalls().is_empty());
     }
 
     #[test]
