@@ -750,18 +750,39 @@ impl Operations {
         let (tx, rx) = tokio::sync::oneshot::channel();
         // The work may drive a child process on the caller's runtime (a wipe's cleaner command).
         let runtime = tokio::runtime::Handle::try_current().ok();
-        self.inner.pool.submit(
-            self.occupied(),
-            Box::new(move || {
-                // Its domain was looked at when it began; a long operation waits for nobody.
-                let _ = ticket.start(false);
-                let _entered = runtime.as_ref().map(|r| r.enter());
-                let value = work(&OnDeadline(()));
-                drop(ticket);
-                let _ = tx.send(value);
-            }),
-        );
+        self.submit(Box::new(move || {
+            // Its domain was looked at when it began; a long operation waits for nobody.
+            let _ = ticket.start(false);
+            let _entered = runtime.as_ref().map(|r| r.enter());
+            let value = work(&OnDeadline(()));
+            drop(ticket);
+            let _ = tx.send(value);
+        }));
         rx
+    }
+
+    /// Queues `job` on the pool, growing it for the threads held now; while jobs wait behind
+    /// held threads, a watcher grows it as more become held, so they get threads even when no
+    /// pass comes (a queued job's subject is pending, and asks for nothing new meanwhile).
+    fn submit(&self, job: Work) {
+        self.inner.pool.submit(self.occupied(), job);
+        if !self.inner.pool.watch() {
+            return;
+        }
+        let inner = self.inner.clone();
+        let watcher = move || {
+            loop {
+                std::thread::sleep(QUEUE_LOOK);
+                let held = inner.lock().occupied(Instant::now());
+                inner.pool.grow(held);
+                if inner.pool.unwatch() {
+                    return;
+                }
+            }
+        };
+        if std::thread::Builder::new().name("host-op-queue".into()).spawn(watcher).is_err() {
+            self.inner.pool.unwatch_now();
+        }
     }
 
     /// Runs one operation on the pool and waits for it (see [`Self::run_all`]).
@@ -803,19 +824,16 @@ impl Operations {
                     let id = ticket.id;
                     let tx = tx.clone();
                     let (work, op, tag) = (job.work, job.op, job.tag.clone());
-                    self.inner.pool.submit(
-                        self.occupied(),
-                        Box::new(move || {
-                            if let Some(refused) = ticket.start(true) {
-                                drop(ticket);
-                                let _ = tx.send((i, refused.answer()));
-                                return;
-                            }
-                            let value = work(&OnDeadline(()));
-                            // An answer nobody waits for any more is kept for the next pass.
-                            ticket.answer(op, tag, i, value, &tx);
-                        }),
-                    );
+                    self.submit(Box::new(move || {
+                        if let Some(refused) = ticket.start(true) {
+                            drop(ticket);
+                            let _ = tx.send((i, refused.answer()));
+                            return;
+                        }
+                        let value = work(&OnDeadline(()));
+                        // An answer nobody waits for any more is kept for the next pass.
+                        ticket.answer(op, tag, i, value, &tx);
+                    }));
                     if retry {
                         // Nobody waits for a retry: its answer is kept for the next pass.
                         self.abandon(&job.subject, id);
@@ -1015,13 +1033,6 @@ impl Operations {
         self.inner.pool.threads()
     }
 
-    /// Grows the pool for jobs still queued, as the next submission or a waiting caller does
-    /// (the agent's next pass).
-    #[cfg(test)]
-    fn grow(&self) {
-        self.inner.pool.grow(self.occupied());
-    }
-
     /// Operations in flight (queued or running) and jobs waiting in the pool's queue.
     #[cfg(test)]
     fn backlog(&self) -> (usize, usize) {
@@ -1067,6 +1078,8 @@ struct PoolState {
     cap: usize,
     /// Whether the held threads were at the cap when last counted (said once per episode).
     at_cap: bool,
+    /// Whether a watcher grows the pool for jobs queued (see [`Operations::submit`]).
+    watched: bool,
 }
 
 impl PoolState {
@@ -1157,6 +1170,28 @@ impl Pool {
                 return;
             }
         }
+    }
+
+    /// Whether jobs wait with no thread free, the pool may not grow now, and nobody watches
+    /// the queue: the caller starts the watcher.
+    fn watch(&self) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let start = q.jobs.len() > q.idle && q.threads >= WORKERS + q.allowance() && !q.watched;
+        q.watched |= start;
+        start
+    }
+
+    /// Whether the watcher may end: no job waits any more.
+    fn unwatch(&self) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let done = q.jobs.is_empty();
+        q.watched &= !done;
+        done
+    }
+
+    /// The watcher could not start.
+    fn unwatch_now(&self) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).watched = false;
     }
 
     #[cfg(test)]
@@ -1451,10 +1486,7 @@ mod tests {
         let ops = Operations::new();
         let wedge = Wedge::default();
         let _ = ops.run_all(wedged_jobs("/wedged", 100, &wedge, Duration::from_millis(100)));
-        until("every wedged job to hold its thread", || {
-            ops.grow();
-            ops.held().threads == 100
-        });
+        until("every wedged job to hold its thread", || ops.held().threads == 100);
         assert!(!ops.held().cap_reached());
         let started = Instant::now();
         assert_eq!(ops.run(vol("/ok"), "inspection", SHORT, |_| 7), Answer::Done(7));
@@ -1475,10 +1507,7 @@ mod tests {
         assert!(out.iter().all(|a| !matches!(a, Answer::Done(_))));
         // Jobs queued before the cap was reached are refused when their turn comes, not run on
         // the answering thread.
-        until("the queue to drain at the cap", || {
-            ops.grow();
-            ops.backlog().1 == 0 && ops.held().cap_reached()
-        });
+        until("the queue to drain at the cap", || ops.backlog().1 == 0 && ops.held().cap_reached());
         let held = ops.held();
         assert_eq!((held.threads, held.cap), (4, 4));
         assert!(ops.threads() <= WORKERS + 4, "{} threads", ops.threads());
@@ -1552,10 +1581,7 @@ mod tests {
         }
         let wedge = Wedge::default();
         let _ = ops.run_all(wedged_jobs("/v", 3, &wedge, Duration::from_millis(50)));
-        until("every thread to be held", || {
-            ops.grow();
-            ops.held().threads == 3 && ops.threads() == 3
-        });
+        until("every thread to be held", || ops.held().threads == 3 && ops.threads() == 3);
         // Passes over the other volumes, each job's deadline passing while it waits queued.
         let pass = || {
             let jobs: Vec<Job<u32>> = (3..13)
@@ -1577,10 +1603,7 @@ mod tests {
         let ops = Operations::new();
         let wedge = Wedge::default();
         let _ = ops.run_all(wedged_jobs("/wedged", 8, &wedge, Duration::from_millis(100)));
-        until("every wedged job to hold its thread", || {
-            ops.grow();
-            ops.held().threads == 8
-        });
+        until("every wedged job to hold its thread", || ops.held().threads == 8);
         assert!(ops.threads() > WORKERS + 4);
         wedge.release();
         until("the wedged operations to return", || ops.stuck() == 0);
