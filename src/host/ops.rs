@@ -331,18 +331,24 @@ impl State {
         slow.then_some(Refusal::Busy)
     }
 
-    /// After an operation on `domain` ended: its neighbours made unresponsive by it (see
-    /// [`Self::held_by_neighbour`]) are cleared when it answered `in_time` (the filesystem
-    /// answers again), else retried with backoff, one at a time. Whether any was.
+    /// After an operation on `domain` ended, with none of the domain stuck any more: its
+    /// neighbours made unresponsive by a stuck one (see [`Self::held_by_neighbour`]) are cleared
+    /// when it answered `in_time` (the filesystem answers again), else retried with backoff, one
+    /// at a time. Whether any was.
     fn retry_neighbours(&mut self, subject: &Subject, domain: Option<&Domain>, in_time: bool, now: Instant) -> bool {
         let Some(domain) = domain else { return false };
         let State { flights, suspects, .. } = self;
-        if in_time {
+        let now_stuck =
+            flights.values().flatten().any(|f| f.domain.as_ref() == Some(domain) && f.running && f.deadline <= now);
+        if in_time && !now_stuck {
             let before = suspects.len();
             suspects.retain(|s, x| !(x.by_neighbour && x.domain.as_ref() == Some(domain) && !flights.contains_key(s)));
             return suspects.len() < before;
         }
         let mut scheduled = false;
+        if now_stuck {
+            return false;
+        }
         for (s, suspect) in suspects.iter_mut() {
             let idle = s != subject && suspect.retry_at.is_none() && !flights.contains_key(s);
             if idle && suspect.domain.as_ref() == Some(domain) {
