@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use local_static_provisioner::core::disk_health::{Failing, HealthMemory, Signs};
 use local_static_provisioner::host::disk_health::read_signs;
 use local_static_provisioner::host::mountinfo::{MountEntry, MountTable};
+use local_static_provisioner::host::ops::foreground;
 use support::{cannot_run, quiet, remove_scratch_dir, require_root, run};
 
 /// A scratch directory with its loop images in `images/` and mount points in `mnt/`; every
@@ -79,13 +80,13 @@ fn dev_number(device: &Path) -> String {
 /// The signs of the filesystem volume mounted at `point`, timed.
 fn fs_signs(point: &Path) -> Signs {
     let mount = mount_at(point);
-    timed(point, || read_signs(point, Some(&mount), &mount.device))
+    timed(point, || foreground(|on| read_signs(point, Some(&mount), &mount.device, on)))
 }
 
 /// The signs of the block volume `device`, timed.
 fn block_signs(device: &Path) -> Signs {
     let number = dev_number(device);
-    timed(device, || read_signs(device, None, &number))
+    timed(device, || foreground(|on| read_signs(device, None, &number, on)))
 }
 
 /// Runs `read` 200 times and prints the fastest, median and slowest call; the median must be

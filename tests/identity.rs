@@ -14,6 +14,7 @@ use local_static_provisioner::core::disk_identity::{DiskIdentity, Found, Proof, 
 use local_static_provisioner::core::succession::DiskCheck;
 use local_static_provisioner::host::identity::{check_disk, found_identity, volume_identity, volume_present};
 use local_static_provisioner::host::mountinfo::MountTable;
+use local_static_provisioner::host::ops::foreground;
 use support::{Mount, Zram, mount_tmpfs, require_root, run};
 
 /// A loop device attached by this test (optionally at a given number, or scanning partitions),
@@ -147,7 +148,7 @@ fn an_ext4_clone_with_the_same_uuid_is_another_disk() {
     let verdict = judge(&recorded, &now, None);
     assert!(matches!(&verdict, Verdict::Different(r) if r.contains("device")), "{verdict:?}");
     assert!(!volume_present(&vol, Some(&recorded), &mounts()));
-    assert_eq!(check_disk(&vol, Some(&recorded), &mounts()), DiskCheck::Different);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&recorded), &mounts(), on)), DiskCheck::Different);
     // Even an operator's confirmation does not make a proven other disk wipeable.
     assert!(!is_same(&judge(&recorded, &now, Some(&now.identity))));
     drop(_m);
@@ -189,12 +190,12 @@ fn xfs_remade_on_the_same_device_is_another_disk() {
     assert_eq!(now.legacy, old_recorded, "the legacy computation is the old one");
     let verdict = judge(&recorded, &now, None);
     assert!(matches!(&verdict, Verdict::Different(r) if r.contains("UUID")), "{verdict:?}");
-    assert_eq!(check_disk(&vol, Some(&recorded), &mounts()), DiskCheck::Different);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&recorded), &mounts(), on)), DiskCheck::Different);
     assert!(!volume_present(&vol, Some(&recorded), &mounts()));
     // A PV recorded by the old version cannot prove anything on XFS: unproven, confirmable.
     let legacy = judge(&old_recorded, &now, None);
     assert!(matches!(legacy, Verdict::Unproven { plausible: true, .. }), "{legacy:?}");
-    assert_eq!(check_disk(&vol, Some(&old_recorded), &mounts()), DiskCheck::Plausible);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&old_recorded), &mounts(), on)), DiskCheck::Plausible);
     assert_eq!(judge(&old_recorded, &now, Some(&now.identity)), Verdict::Same(Proof::Confirmed));
 }
 
@@ -222,7 +223,7 @@ fn the_same_disk_remounted_or_reattached_is_the_same() {
     let _m = mount(&disk.device, &vol);
     assert_eq!(judge(&recorded, &found(&vol), None), Verdict::Same(Proof::Identity), "remounted");
     assert!(volume_present(&vol, Some(&recorded), &mounts()));
-    assert_eq!(check_disk(&vol, Some(&recorded), &mounts()), DiskCheck::Same);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&recorded), &mounts(), on)), DiskCheck::Same);
     drop(_m);
 
     // A block volume: a symlink to the device, as upstream's by-id links.
@@ -317,7 +318,7 @@ fn a_remounted_tmpfs_is_another_mount() {
     let m = mount_tmpfs(&vol, 16);
     let recorded = volume_identity(&vol).unwrap();
     assert_eq!(parsed(&recorded).volatile.as_deref(), Some("tmpfs"), "{recorded}");
-    assert_eq!(check_disk(&vol, Some(&recorded), &mounts()), DiskCheck::Same);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&recorded), &mounts(), on)), DiskCheck::Same);
     let old_recorded = old_format_fs_identity(&vol);
     assert_eq!(judge(&old_recorded, &found(&vol), None), Verdict::Same(Proof::Legacy));
     drop(m);
@@ -325,7 +326,7 @@ fn a_remounted_tmpfs_is_another_mount() {
     let now = found(&vol);
     assert!(matches!(judge(&recorded, &now, None), Verdict::Different(_)), "{recorded} vs {}", now.identity);
     assert!(matches!(judge(&old_recorded, &now, None), Verdict::Different(_)));
-    assert_eq!(check_disk(&vol, Some(&recorded), &mounts()), DiskCheck::Different);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&recorded), &mounts(), on)), DiskCheck::Different);
     assert!(!volume_present(&vol, Some(&recorded), &mounts()));
 }
 
@@ -343,14 +344,14 @@ fn old_format_identities_keep_working() {
     let m = mount(&disk.device, &vol);
     let old_recorded = old_format_fs_identity(&vol);
     assert_eq!(judge(&old_recorded, &found(&vol), None), Verdict::Same(Proof::Legacy));
-    assert_eq!(check_disk(&vol, Some(&old_recorded), &mounts()), DiskCheck::Same);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&old_recorded), &mounts(), on)), DiskCheck::Same);
     assert!(volume_present(&vol, Some(&old_recorded), &mounts()));
     drop(m);
     // Reformatted: ext4's fsid comes from its UUID, so the old identity proves the difference.
     mkfs_ext4(&disk.device, None);
     let m = mount(&disk.device, &vol);
     assert!(matches!(judge(&old_recorded, &found(&vol), None), Verdict::Different(_)));
-    assert_eq!(check_disk(&vol, Some(&old_recorded), &mounts()), DiskCheck::Different);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&old_recorded), &mounts(), on)), DiskCheck::Different);
     drop(m);
 
     // An old block identity (loop backing file) and one by device number only.
@@ -363,7 +364,10 @@ fn old_format_identities_keep_working() {
     let verdict = judge(&old_by_number, &found(&links.join("d")), None);
     assert!(matches!(verdict, Verdict::Unproven { .. }), "{verdict:?}");
     // (The old code names a loop device by its file, so a record by number never equals it.)
-    assert_eq!(check_disk(&links.join("d"), Some(&old_by_number), &mounts()), DiskCheck::Unverified);
+    assert_eq!(
+        foreground(|on| check_disk(&links.join("d"), Some(&old_by_number), &mounts(), on)),
+        DiskCheck::Unverified
+    );
 }
 
 #[test]
@@ -394,7 +398,7 @@ fn a_device_without_a_stable_id_needs_a_confirmation() {
     let verdict = judge(&recorded, &now, None);
     assert!(matches!(verdict, Verdict::Unproven { plausible: true, .. }), "{verdict:?}");
     assert!(volume_present(&vol, Some(&recorded), &mounts()), "a volume that may be the PV's is there");
-    assert_eq!(check_disk(&vol, Some(&recorded), &mounts()), DiskCheck::Plausible);
+    assert_eq!(foreground(|on| check_disk(&vol, Some(&recorded), &mounts(), on)), DiskCheck::Plausible);
     assert_eq!(judge(&recorded, &now, Some(&now.identity)), Verdict::Same(Proof::Confirmed));
     assert!(!is_same(&judge(&recorded, &now, Some(&recorded))), "only the identity found now confirms");
 }

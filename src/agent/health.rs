@@ -43,12 +43,23 @@ impl Agent {
         failing
     }
 
-    /// Names the subjects that do not answer in the metrics and in /readyz.
+    /// Names the subjects that do not answer in the metrics and in /readyz, with the threads
+    /// they hold (and whether those reached their cap: new volumes are then not looked at).
     pub(super) fn report_stalls(&self, stalls: &[Stall]) {
         let named: Vec<(String, String)> = stalls.iter().map(|s| (stall_path(&s.subject), s.op.to_string())).collect();
         self.metrics.set_unresponsive(&named, self.ops.stuck());
-        let text: Vec<String> =
+        let held = self.ops.held();
+        self.metrics.set_wedged(held.threads, held.cap_reached());
+        let mut text: Vec<String> =
             stalls.iter().map(|s| format!("{} ({}, {}s)", stall_path(&s.subject), s.op, s.for_.as_secs())).collect();
+        if held.cap_reached() {
+            let cap = format!(
+                "{} host-operation threads held by disks that do not answer, at their cap: volumes not seen answering \
+                 before are not looked at until some return",
+                held.threads
+            );
+            text.insert(0, cap);
+        }
         self.readiness.set_unresponsive((!text.is_empty()).then(|| text.join(", ")));
     }
 

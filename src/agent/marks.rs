@@ -231,7 +231,10 @@ impl Agent {
                     let m = &job.mark;
                     let tag = format!("{}|{}|{:?}|{}", m.pv, m.identity, m.uid, m.claimed);
                     let subject = Subject::Volume(m.path.clone());
-                    Job::effect(subject, "used mark write", timeout, move || host.mark_one(&job, &mounts)).tagged(tag)
+                    let domain = mounts.domain_of(&job.path);
+                    Job::effect(subject, "used mark write", timeout, move |on| host.mark_one(&job, &mounts, on))
+                        .tagged(tag)
+                        .on(domain)
                 })
                 .collect();
             let mut outcomes: Vec<Result<MarkOutcome, String>> = ops

@@ -654,12 +654,13 @@ impl Agent {
     async fn volume_identity(&self, host_path: &str, path: PathBuf) -> Result<String, String> {
         let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
         let subject = Subject::Volume(host_path.to_string());
-        let read =
-            self.on_host(move |_| match ops.run(subject, "identity read", timeout, move || shared.identity(&path)) {
+        let read = self.on_host(move |_| {
+            match ops.run(subject, "identity read", timeout, move |on| shared.identity(&path, on)) {
                 Answer::Done(identity) => identity,
                 Answer::Pending => Err("the identity read is still running (a slow disk); tried again later".into()),
                 Answer::Unresponsive(e) => Err(e.to_string()),
-            });
+            }
+        });
         read.await.unwrap_or_else(|| Err("host task failed".into()))
     }
 

@@ -31,6 +31,7 @@ use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
 use crate::host::discovery::{Scan, SkipReason, Skipped};
 use crate::host::mountinfo::MountTable;
+use crate::host::ops::OnDeadline;
 use crate::host::used_mark::MarkOutcome;
 use crate::metrics::Metrics;
 use crate::wiper::{Cleaner, CleanerOptions, Progress, WipeError, WipeJob, WipeOutcome, Wiped, target_for};
@@ -69,7 +70,7 @@ impl HostAccess for FakeHost {
         Ok(Arc::default())
     }
 
-    fn mark_one(&self, job: &MarkJob, _mounts: &MountTable) -> Result<MarkOutcome, String> {
+    fn mark_one(&self, job: &MarkJob, _mounts: &MountTable, _on: &OnDeadline) -> Result<MarkOutcome, String> {
         // A frozen filesystem: the write blocks until it is thawed.
         while self.frozen.lock().unwrap().contains(&job.mark.path) {
             std::thread::sleep(Duration::from_millis(5));
@@ -83,11 +84,17 @@ impl HostAccess for FakeHost {
         Ok(())
     }
 
-    fn identity(&self, path: &Path) -> Result<String, String> {
+    fn identity(&self, path: &Path, _on: &OnDeadline) -> Result<String, String> {
         Ok(format!("id-of-{}", path.display()))
     }
 
-    fn wipe(&self, _job: &WipeJob, cancel: &AtomicBool, _progress: &Progress) -> Result<Wiped, WipeError> {
+    fn wipe(
+        &self,
+        _job: &WipeJob,
+        cancel: &AtomicBool,
+        _progress: &Progress,
+        _on: &OnDeadline,
+    ) -> Result<Wiped, WipeError> {
         self.wipes.fetch_add(1, Ordering::SeqCst);
         if self.held_by_pod.load(Ordering::SeqCst) {
             return Err(WipeError::InUse {
@@ -702,6 +709,8 @@ async fn a_used_mark_write_that_never_returns_costs_its_volume_only() {
         "{metrics}"
     );
     assert!(metrics.contains("local_static_provisioner_host_operations_stuck 1"));
+    assert!(metrics.contains("local_static_provisioner_wedged_threads 1"), "{metrics}");
+    assert!(metrics.contains("local_static_provisioner_wedged_threads_cap_reached 0"), "{metrics}");
 
     // Later passes do not wait for it at all.
     let started = std::time::Instant::now();

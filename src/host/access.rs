@@ -24,7 +24,7 @@ use crate::host::discovery::{self, Examine, Scan};
 use crate::host::identity::{check_disk, presence_and_check, upgraded_identity, volume_identity_in};
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
-use crate::host::ops::{Answer, Job, Operations, Subject};
+use crate::host::ops::{Answer, Job, OnDeadline, Operations, Subject};
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::host::verify::Verifier;
 
@@ -97,18 +97,24 @@ pub trait HostAccess: Send + Sync + 'static {
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError>;
     /// Writes one used mark (on the agent's pool of per-volume operations, under a deadline:
     /// a frozen filesystem blocks the write).
-    fn mark_one(&self, job: &MarkJob, mounts: &MountTable) -> Result<MarkOutcome, String>;
+    fn mark_one(&self, job: &MarkJob, mounts: &MountTable, on: &OnDeadline) -> Result<MarkOutcome, String>;
     /// Records the marks written in the ledger, in one durable write; a failed write turns
     /// their outcomes into errors.
     fn record_marks(&self, outcomes: &mut [Result<MarkOutcome, String>]);
     /// Records PVs let go while no claim was on them (see host::used_mark::Ledger).
     fn record_withdrawn(&self, uids: &[String]) -> Result<(), String>;
     /// The identity of the volume at `path`, in the current format.
-    fn identity(&self, path: &std::path::Path) -> Result<String, String>;
+    fn identity(&self, path: &std::path::Path, on: &OnDeadline) -> Result<String, String>;
     /// Wipes one volume after proving it is the published disk; returns what was wiped.
     /// Stops early (with an error) once `cancel` is set; `progress` gets the size and the bytes
     /// done.
-    fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError>;
+    fn wipe(
+        &self,
+        job: &WipeJob,
+        cancel: &AtomicBool,
+        progress: &Progress,
+        on: &OnDeadline,
+    ) -> Result<Wiped, WipeError>;
     /// Marks the claim record of the link at `host_path` held for `why`, durably: its
     /// unbound PV was withdrawn because its device changed under it.
     fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String>;
@@ -216,9 +222,8 @@ impl RealHost {
             .values()
             .map(|c| {
                 let dir = std::path::PathBuf::from(&c.mount_dir);
-                Job::new(Subject::Directory(c.mount_dir.clone()), "directory check", self.timeout, move || {
-                    // What the scan does first: resolve the directory and list it.
-                    let _ = std::fs::canonicalize(&dir).and_then(std::fs::read_dir).map(|rd| rd.count());
+                Job::new(Subject::Directory(c.mount_dir.clone()), "directory check", self.timeout, move |on| {
+                    list_directory(&dir, on)
                 })
             })
             .collect();
@@ -287,6 +292,12 @@ impl RealHost {
     }
 }
 
+/// What the scan does first with a discovery directory: resolve it and list it (a hung
+/// filesystem under it blocks here).
+fn list_directory(dir: &std::path::Path, _on: &OnDeadline) {
+    let _ = std::fs::canonicalize(dir).and_then(std::fs::read_dir).map(|rd| rd.count());
+}
+
 impl HostAccess for RealHost {
     fn observe(&self, ask: Ask) -> Result<Observation, HostError> {
         let mounts = Arc::new(MountTable::read()?);
@@ -321,13 +332,15 @@ impl HostAccess for RealHost {
             // Only what the check reads: a thousand PVs' whole states would be copied per pass.
             let (identity, deleting) = (pv.identity.clone(), pv.deleting);
             let (path, mounts) = (path.clone(), mounts.clone());
-            Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move || {
-                let (present, check) = presence_and_check(&path, identity.as_deref(), &mounts);
+            let domain = mounts.domain_of(&path);
+            Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move |on| {
+                let (present, check) = presence_and_check(&path, identity.as_deref(), &mounts, on);
                 let recorded = identity.as_deref().filter(|id| crate::core::disk_identity::is_legacy(id));
-                let upgrade = recorded.filter(|_| !deleting).and_then(|id| upgraded_identity(&path, id, &mounts));
-                let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts()) } else { None };
+                let upgrade = recorded.filter(|_| !deleting).and_then(|id| upgraded_identity(&path, id, &mounts, on));
+                let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts(), on) } else { None };
                 (present, check, upgrade, disk)
             })
+            .on(domain)
         });
         let checked = self.ops.run_each(jobs);
         let (mut absent, mut checks, mut upgrades, mut disks) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -349,9 +362,11 @@ impl HostAccess for RealHost {
             .iter()
             .map(|(pv, path)| {
                 let (recorded, path, mounts) = (pv.identity.clone(), path.clone(), mounts.clone());
-                Job::new(Subject::Volume(pv.host_path.clone()), "disk check", self.timeout, move || {
-                    check_disk(&path, recorded.as_deref(), &mounts)
+                let domain = mounts.domain_of(&path);
+                Job::new(Subject::Volume(pv.host_path.clone()), "disk check", self.timeout, move |on| {
+                    check_disk(&path, recorded.as_deref(), &mounts, on)
                 })
+                .on(domain)
             })
             .collect();
         let succession = ask
@@ -368,7 +383,7 @@ impl HostAccess for RealHost {
         Ok(Arc::new(MountTable::read()?))
     }
 
-    fn mark_one(&self, job: &MarkJob, mounts: &MountTable) -> Result<MarkOutcome, String> {
+    fn mark_one(&self, job: &MarkJob, mounts: &MountTable, _on: &OnDeadline) -> Result<MarkOutcome, String> {
         let there_ok = |there: Option<&UsedMark>| job.replace.allows(&job.mark, there);
         mark_volume(
             &job.path,
@@ -401,12 +416,18 @@ impl HostAccess for RealHost {
         Ok(missing.len())
     }
 
-    fn identity(&self, path: &std::path::Path) -> Result<String, String> {
+    fn identity(&self, path: &std::path::Path, _on: &OnDeadline) -> Result<String, String> {
         let mounts = MountTable::read().map_err(|e| e.to_string())?;
         volume_identity_in(path, &mounts).map_err(|e| e.to_string())
     }
 
-    fn wipe(&self, job: &WipeJob, cancel: &AtomicBool, progress: &Progress) -> Result<Wiped, WipeError> {
+    fn wipe(
+        &self,
+        job: &WipeJob,
+        cancel: &AtomicBool,
+        progress: &Progress,
+        _on: &OnDeadline,
+    ) -> Result<Wiped, WipeError> {
         super::wipe::wipe(&self.ledger, &self.kubelet, job, cancel, progress)
     }
 

@@ -30,7 +30,7 @@ use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_at
 use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
-use crate::host::ops::{Answer, Job, Operations, Subject};
+use crate::host::ops::{Answer, Job, OnDeadline, Operations, Subject, foreground};
 use crate::host::state_file;
 use crate::host::verify::{FullReadJob, FullReads, Verifier};
 use crate::host::writers::{self, Wanted};
@@ -235,6 +235,7 @@ pub(crate) fn probe(
     facts: &[MountFacts<'_>],
     reach: &Reach,
     cached: Option<&Content>,
+    _on: &OnDeadline,
 ) -> Probe {
     let mut attempt = 1;
     loop {
@@ -343,7 +344,7 @@ pub(crate) fn entries(
         let names = list_dir(root);
         let look = |name: &String| {
             let (path, class, name) = (root.join(name), class.clone(), name.clone());
-            move || {
+            move |_on: &OnDeadline| {
                 let Ok(lmeta) = std::fs::symlink_metadata(&path) else { return None };
                 let link = lmeta
                     .file_type()
@@ -357,7 +358,8 @@ pub(crate) fn entries(
             }
         };
         let found: Vec<Option<DirEntry>> = match deadlines {
-            None => names.iter().map(|n| look(n)()).collect(),
+            // `local-static-provisioner disks`, an operator's command in a terminal: no deadline.
+            None => names.iter().map(|n| foreground(look(n))).collect(),
             Some((ops, timeout)) => {
                 let host_dir = config.storage_class_map.get(class).map(|c| c.host_dir.clone()).unwrap_or_default();
                 let jobs = names
@@ -540,14 +542,14 @@ pub(crate) fn plan_claims(
             let timeout =
                 deadlines.map_or(Duration::ZERO, |(_, t)| if d.rotational == Some(true) { t * 6 } else { t * 3 });
             let subject = Subject::Device(d.name.clone());
-            Some(Job::new(subject, "probe", timeout, move || {
-                probe(&d, &mounts, &mounts.facts(), &reach, cached.as_ref())
+            Some(Job::new(subject, "probe", timeout, move |on| {
+                probe(&d, &mounts, &mounts.facts(), &reach, cached.as_ref(), on)
             }))
         })
         .collect();
     let probes: Vec<Answer<Probe>> = match deadlines {
         Some((ops, _)) => ops.run_all(jobs),
-        None => jobs.into_iter().map(|j| Answer::Done((j.work)())).collect(),
+        None => jobs.into_iter().map(|j| Answer::Done(foreground(j.work))).collect(),
     };
     for ((name, _, since_last_pass, surface, counters, cached), found) in prepared.into_iter().zip(probes) {
         let Some(d) = world.devices.iter_mut().find(|d| d.name == name) else { continue };

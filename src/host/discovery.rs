@@ -27,7 +27,7 @@ use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
 use crate::host::disk_health::read_signs;
 use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
-use crate::host::ops::{Answer, Job, Operations, Subject};
+use crate::host::ops::{Answer, Job, OnDeadline, Operations, Subject, foreground};
 use crate::host::used_mark::{Ledger, open_volume_root, read_dir_mark};
 use crate::host::volume::{
     EntryKind, block_device_capacity, mount_at, mount_of_fd, mounted_dir_capacity, resolve_entry,
@@ -430,13 +430,18 @@ fn scan_class(
     // None: still being examined (host::ops's grace passed): neither published nor skipped
     // this pass; its answer is kept for the next one.
     let results: Vec<Option<Examined>> = match examine {
-        None => entries.iter().map(|(_, name, entry)| Some(entry_of(name, entry.clone()).run(guard, None))).collect(),
+        // The `discover` dry run, an operator's command in a terminal: no deadline.
+        None => entries
+            .iter()
+            .map(|(_, name, entry)| Some(foreground(|on| entry_of(name, entry.clone()).run(guard, None, on))))
+            .collect(),
         Some(ex) => {
             let jobs = entries.iter().map(|(_, name, entry)| {
                 let job = entry_of(name, entry.clone());
                 let subject = Subject::Volume(job.host_path.clone());
+                let domain = guard.mounts.domain_of(&job.entry);
                 let (guard, ledger) = (guard.clone(), ex.ledger.clone());
-                Job::new(subject, "inspection", ex.timeout, move || job.run(&guard, ledger.as_ref()))
+                Job::new(subject, "inspection", ex.timeout, move |on| job.run(&guard, ledger.as_ref(), on)).on(domain)
             });
             ex.ops
                 .run_each(jobs)
@@ -478,7 +483,7 @@ type Examined = (Result<FoundVolume, SkipReason>, Option<Signs>);
 impl EntryJob {
     /// Examines the entry: with a ledger (the agent), reads its used mark and its disk's
     /// failing signs too.
-    fn run(self, facts: &GuardFacts, ledger: Option<&Ledger>) -> Examined {
+    fn run(self, facts: &GuardFacts, ledger: Option<&Ledger>, on: &OnDeadline) -> Examined {
         let entry = self.entry.clone();
         let found = self.found(facts, ledger);
         let signs = ledger.map(|_| {
@@ -488,7 +493,7 @@ impl EntryJob {
                 Some(m) => m.device.clone(),
                 None => block_device_number(&entry).unwrap_or_default(),
             };
-            read_signs(&entry, mount, &device)
+            read_signs(&entry, mount, &device, on)
         });
         (found, signs)
     }
@@ -652,7 +657,7 @@ fn inspect(
 /// What the volume at `path` (an entry under a class's mountDir) occupies now, judged like
 /// discovery judges it: a mount point at the entry itself, or a block device. `None` when
 /// there is no volume there.
-pub(crate) fn disk_at(path: &Path, mounts: &MountTable, facts: &[MountFacts<'_>]) -> Option<DiskKey> {
+pub(crate) fn disk_at(path: &Path, mounts: &MountTable, facts: &[MountFacts<'_>], _on: &OnDeadline) -> Option<DiskKey> {
     match resolve_entry(path).ok()? {
         (EntryKind::Directory, entry) => Some(filesystem_disk(mount_at(&entry, mounts).ok()??, facts)),
         (EntryKind::BlockDevice, entry) => Some(block_disk(block_device_number(&entry).ok()?, facts)),

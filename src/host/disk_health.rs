@@ -24,6 +24,7 @@ use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
 use rustix::io::Errno;
 
 use super::mountinfo::MountEntry;
+use super::ops::OnDeadline;
 use crate::core::disk_health::Signs;
 
 /// Where the kernel publishes devices and filesystems.
@@ -78,7 +79,7 @@ pub fn superblock_options_hash() -> u64 {
 /// Reads the signs of one volume: `volume` is its path inside the container, `mount` its mount
 /// (None for a block volume), `device` the `major:minor` of the filesystem's device or of the
 /// block volume. Only sysfs reads and, for a filesystem volume, one `statx` of `volume`.
-pub fn read_signs(volume: &Path, mount: Option<&MountEntry>, device: &str) -> Signs {
+pub fn read_signs(volume: &Path, mount: Option<&MountEntry>, device: &str, _on: &OnDeadline) -> Signs {
     read_signs_in(Path::new(SYS), volume, mount, device)
 }
 

@@ -24,6 +24,7 @@ use super::HostError;
 pub(crate) use super::blockdev::open_device;
 use super::blockdev::{device_number, device_size, loop_status, sys_block, sysfs_attr};
 use super::mountinfo::MountTable;
+use super::ops::OnDeadline;
 use super::volume::{EntryKind, mount_at, resolve_entry};
 use crate::core::disk_identity::{DiskIdentity, Found, Kind, LoopKey, Verdict, is_present, judge};
 use crate::core::succession::DiskCheck;
@@ -69,7 +70,12 @@ pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) 
 /// Whether the volume recorded as `recorded` is still at `path` (as `volume_present`) and what
 /// is there compared with the recorded disk (as `check_disk`), from one read of the identity:
 /// the presence check of every PV in every pass, which the fences (core::fence) need too.
-pub fn presence_and_check(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> (bool, DiskCheck) {
+pub fn presence_and_check(
+    path: &Path,
+    recorded: Option<&str>,
+    mounts: &MountTable,
+    _on: &OnDeadline,
+) -> (bool, DiskCheck) {
     if !volume_present(path, None, mounts) {
         return (false, DiskCheck::Missing);
     }
@@ -91,7 +97,7 @@ fn judged(recorded: &str, found: &Found) -> DiskCheck {
 /// What is at a predecessor PV's path compared with the disk it recorded (see core::succession):
 /// `Different` only when proven; `Plausible` when nothing proves either way but everything
 /// that can be compared matches; `Unverified` when the identity cannot tell.
-pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> DiskCheck {
+pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable, _on: &OnDeadline) -> DiskCheck {
     if !volume_present(path, None, mounts) {
         return DiskCheck::Missing;
     }
@@ -102,7 +108,7 @@ pub fn check_disk(path: &Path, recorded: Option<&str>, mounts: &MountTable) -> D
 
 /// The current-format identity to record for a PV whose old-format record still proves the
 /// disk at `path` is the same one (see core::disk_identity::upgrade); `None` otherwise.
-pub fn upgraded_identity(path: &Path, recorded: &str, mounts: &MountTable) -> Option<String> {
+pub fn upgraded_identity(path: &Path, recorded: &str, mounts: &MountTable, _on: &OnDeadline) -> Option<String> {
     if !crate::core::disk_identity::is_legacy(recorded) || !volume_present(path, None, mounts) {
         return None;
     }

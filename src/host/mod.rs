@@ -13,7 +13,7 @@ pub mod identity;
 pub mod kubelet;
 pub mod mountinfo;
 pub(crate) mod operator_wipe;
-pub(crate) mod ops;
+pub mod ops;
 pub(crate) mod process;
 pub(crate) mod state_file;
 pub mod used_mark;

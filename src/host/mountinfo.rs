@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use super::HostError;
+use super::ops::Domain;
 use crate::core::volume_safety::MountFacts;
 
 /// Where the kernel publishes the mount table of our mount namespace.
@@ -92,6 +93,13 @@ impl MountTable {
     /// The mount with this ID (the kernel's `stx_mnt_id`), covered or not.
     pub fn by_id(&self, id: u64) -> Option<&MountEntry> {
         u32::try_from(id).ok().and_then(|id| self.by_id.get(&id))
+    }
+
+    /// The filesystem a volume mounted exactly at `path` lies on, for the executor
+    /// (host::ops::Domain), from the table alone: asking the path itself could hang. `None` for
+    /// anything else (a block device entry, a plain directory), whose domain is not known so.
+    pub fn domain_of(&self, path: &Path) -> Option<Domain> {
+        self.get(path).map(|m| Domain::filesystem(&m.device))
     }
 
     /// Whether `path` is exactly a mount point.

@@ -116,7 +116,10 @@ fn backing_disk(e: &crate::core::volume_safety::Extent) -> Option<String> {
 pub(crate) fn volumes_at(paths: &[String]) -> Vec<Option<DiskKey>> {
     let Ok(mounts) = MountTable::read() else { return vec![None; paths.len()] };
     let facts = mounts.facts();
-    paths.iter().map(|p| crate::host::discovery::disk_at(Path::new(p), &mounts, &facts)).collect()
+    // `wipe-disk` is an operator's command in a terminal: no deadline.
+    crate::host::ops::foreground(|on| {
+        paths.iter().map(|p| crate::host::discovery::disk_at(Path::new(p), &mounts, &facts, on)).collect()
+    })
 }
 
 /// The device's node in /dev, only when it is that very device.

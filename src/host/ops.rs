@@ -8,7 +8,23 @@
 //! that passes its deadline is *overdue*: its thread is left to the kernel (a syscall stuck in
 //! the kernel cannot be cancelled), its subject is *unresponsive*, and every later operation on
 //! that subject is refused at once, without a thread, until the stuck one returns. So a wedged
-//! disk holds at most one thread per kind of operation, and the pool is bounded ([`MAX_THREADS`]).
+//! disk holds at most one thread per kind of operation.
+//!
+//! A job may name its *domain*, the filesystem its subject lies on (as the mount table says,
+//! without touching it): while an operation of one subject of a domain is stuck, the domain's
+//! other subjects are refused at once, and while one is slow (its caller went on without it)
+//! they wait their turn without a thread. So volumes sharing a wedged filesystem cost it one
+//! thread, not one each; volumes on other filesystems are not concerned.
+//!
+//! Threads held by operations that do not answer (stuck, or slow and left by their callers)
+//! do not count against the [`WORKERS`] threads that serve answering subjects: the pool grows
+//! by one for each, up to [`WEDGED_CAP`]. At the cap, which is reported ([`Operations::held`]),
+//! the pool grows no more and only subjects that answered before get new operations, so a new
+//! wedged one cannot take the answering threads.
+//!
+//! Host calls that may hang take an [`OnDeadline`], which only the pool's threads make: a call
+//! outside the executor does not compile (a one-shot command an operator runs in a terminal
+//! uses [`foreground`], by name).
 //!
 //! Once the stuck operation returns, the subject is retried with backoff in the background (the
 //! pass does not wait for it): an operation that finishes within its deadline clears the
@@ -16,7 +32,7 @@
 //! answers but too slowly (a failing disk retrying every read) stays unresponsive without
 //! slowing the passes down.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -25,16 +41,21 @@ use std::time::{Duration, Instant};
 
 use crate::core::backoff::Policy;
 
-/// Threads the pool runs at most: healthy operations take microseconds, so these are mostly
-/// the threads wedged disks hold. Operations beyond it wait in the queue (pending to their
-/// callers; their deadlines count only once they run).
-pub(crate) const MAX_THREADS: usize = 64;
+/// Threads held by operations that do not answer the pool adds at most, beside [`WORKERS`].
+/// A held thread costs little: its stack is virtual memory, of which only the pages the stuck
+/// call touched are resident (a few KiB to tens of KiB), plus a kernel task; 512 of them are a
+/// few MiB at most. Operations on one wedged filesystem hold one thread (see [`Domain`]), so
+/// the cap is reached only by as many separately wedged filesystems or devices: more than a
+/// 90-disk JBOD behind one hung controller, with room for its discovery directories and
+/// probes. Past it, further wedges would only add threads nobody can reclaim: the cap is
+/// reported and new subjects wait for threads to return.
+pub const WEDGED_CAP: usize = 512;
 
 /// Threads for operations that answer: the host calls take microseconds to milliseconds, so
 /// one runs a thousand volumes' inspections in a pass as fast as the single blocking call before
 /// did (bench/bulk-publish.sh 1000: 8.7 to 9.0 s with 1, 2 or 4 threads), and each more costs its
 /// stack (about 0.25 MiB resident). Threads held by wedged or slow disks do not count.
-const WORKERS: usize = 1;
+pub(crate) const WORKERS: usize = 1;
 
 /// How long an idle pool thread stays before it exits (as tokio's blocking pool).
 const IDLE_EXIT: Duration = Duration::from_secs(10);
@@ -161,6 +182,55 @@ pub struct Stall {
     pub stuck: bool,
 }
 
+/// Proof that the code holding it runs on the executor's pool, under its operation's deadline:
+/// host calls that may hang on a volume, device or discovery directory take `&OnDeadline`, so
+/// calling one outside the executor does not compile. Made only by the pool's threads (and
+/// [`foreground`]).
+pub struct OnDeadline(());
+
+/// Runs `work` on the calling thread with no deadline, for a one-shot command an operator runs
+/// in a terminal (`local-static-provisioner disks`): a hang there is the operator's to see and
+/// interrupt. Never for the agent, whose passes must not wait on a disk.
+pub fn foreground<T>(work: impl FnOnce(&OnDeadline) -> T) -> T {
+    work(&OnDeadline(()))
+}
+
+/// The filesystem (or device) a subject lies on, as known without touching it (the mount
+/// table's `major:minor`): subjects of one domain wedge together, so a stuck operation of one
+/// refuses the others at once instead of each holding a thread of its own.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Domain(String);
+
+impl Domain {
+    /// The filesystem on device `major:minor` (a mount table's `device`).
+    pub fn filesystem(device: &str) -> Self {
+        Domain(format!("filesystem {device}"))
+    }
+}
+
+impl fmt::Display for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The threads held by operations that do not answer, as reported (metrics, readiness, logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Threads held now: operations past their deadline, or slow and left by their callers.
+    pub threads: usize,
+    /// The most the pool adds for them ([`WEDGED_CAP`]).
+    pub cap: usize,
+}
+
+impl Held {
+    /// Whether the cap is reached: the pool adds no thread for further held operations, and
+    /// only subjects that answered before get new ones, until some return.
+    pub fn cap_reached(&self) -> bool {
+        self.threads >= self.cap
+    }
+}
+
 /// The executor; cheap to clone (one shared state).
 #[derive(Clone)]
 pub struct Operations {
@@ -173,6 +243,8 @@ struct Inner {
     /// Called when a stuck operation returns or a background retry ends: the owner runs a pass.
     wake: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
     next_id: AtomicU64,
+    /// The cap on held threads ([`WEDGED_CAP`]; smaller in unit tests).
+    cap: usize,
 }
 
 #[derive(Default)]
@@ -183,6 +255,9 @@ struct State {
     suspects: BTreeMap<Subject, Suspect>,
     /// Answers of operations whose callers went on without them, by subject.
     kept: BTreeMap<Subject, Kept>,
+    /// Subjects whose last operation answered within its deadline: at the cap of held threads
+    /// ([`WEDGED_CAP`]), only they get new operations.
+    answered: BTreeSet<Subject>,
 }
 
 impl State {
@@ -197,8 +272,116 @@ impl State {
 
     /// Notes `subject` as unresponsive since `since`, its operation `op` past its deadline (a
     /// subject already noted keeps its first record).
-    fn suspect(&mut self, subject: &Subject, op: &'static str, since: Instant) {
-        self.suspects.entry(subject.clone()).or_insert(Suspect { op, since, failures: 1, retry_at: None });
+    fn suspect(&mut self, subject: &Subject, op: &'static str, since: Instant, domain: Option<Domain>) {
+        let suspect = Suspect { op, since, failures: 1, retry_at: None, domain, by_neighbour: false };
+        self.suspects.entry(subject.clone()).or_insert(suspect);
+    }
+
+    /// The threads held now (see [`Occupied`]).
+    fn occupied(&self, now: Instant) -> Occupied {
+        let held = self.flights.values().flatten().filter(|f| f.held(now));
+        let (long, wedged) = held.fold((0, 0), |(l, w), f| if f.long(now) { (l + 1, w) } else { (l, w + 1) });
+        Occupied { long, wedged }
+    }
+
+    /// Why an operation on `subject` may not start at the cap of held threads (`held` of
+    /// `cap`): a subject not seen answering could take the answering threads.
+    fn over_cap(&self, subject: &Subject, held: usize, cap: usize) -> Option<Refusal> {
+        (held >= cap && !self.answered.contains(subject)).then(|| {
+            let what = format!(
+                "the agent holds {held} threads of operations that do not answer (its cap); a volume not seen \
+                 answering before is looked at once some return"
+            );
+            Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what })
+        })
+    }
+
+    /// The flights of other subjects than `subject` on `domain`.
+    fn neighbours<'a>(
+        &'a self,
+        subject: &'a Subject,
+        domain: Option<&'a Domain>,
+    ) -> impl Iterator<Item = (&'a Subject, &'a Flight)> + 'a {
+        let flights = domain.map(|d| {
+            self.flights
+                .iter()
+                .filter(move |(s, _)| *s != subject)
+                .flat_map(move |(s, v)| v.iter().filter(move |f| f.domain.as_ref() == Some(d)).map(move |f| (s, f)))
+        });
+        flights.into_iter().flatten()
+    }
+
+    /// Why an operation on `subject` in `domain` may not start now because of its neighbours:
+    /// one of them is stuck (refused at once, and `subject` is unresponsive with it, retried
+    /// once the stuck one returns), or slow and left by its caller (its turn comes once that
+    /// one ends, without a thread meanwhile).
+    fn held_by_neighbour(&mut self, subject: &Subject, domain: Option<&Domain>, now: Instant) -> Option<Refusal> {
+        let mut slow = false;
+        let mut stuck = None;
+        for (other, f) in self.neighbours(subject, domain) {
+            if f.running && f.deadline <= now {
+                stuck = Some((other.clone(), f.op, f.started));
+                break;
+            }
+            slow |= f.running && !f.watched && f.held(now);
+        }
+        if let Some((other, op, since)) = stuck {
+            let on = domain.map(ToString::to_string).unwrap_or_default();
+            let what = format!(
+                "{other} on the same {on} did not answer its {op} within its deadline; looked at again once it returns"
+            );
+            let suspect =
+                Suspect { op, since, failures: 1, retry_at: None, domain: domain.cloned(), by_neighbour: true };
+            self.suspects.entry(subject.clone()).or_insert(suspect);
+            return Some(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
+        }
+        slow.then_some(Refusal::Busy)
+    }
+
+    /// After an operation on `domain` ended, with none of the domain stuck any more: its
+    /// neighbours made unresponsive by a stuck one (see [`Self::held_by_neighbour`]) are cleared
+    /// when it answered `in_time` (the filesystem answers again), else retried with backoff, one
+    /// at a time. Whether any was.
+    fn retry_neighbours(&mut self, subject: &Subject, domain: Option<&Domain>, in_time: bool, now: Instant) -> bool {
+        let Some(domain) = domain else { return false };
+        let State { flights, suspects, .. } = self;
+        let now_stuck =
+            flights.values().flatten().any(|f| f.domain.as_ref() == Some(domain) && f.running && f.deadline <= now);
+        if in_time && !now_stuck {
+            let before = suspects.len();
+            suspects.retain(|s, x| !(x.by_neighbour && x.domain.as_ref() == Some(domain) && !flights.contains_key(s)));
+            return suspects.len() < before;
+        }
+        let mut scheduled = false;
+        if now_stuck {
+            return false;
+        }
+        for (s, suspect) in suspects.iter_mut() {
+            let idle = s != subject && suspect.retry_at.is_none() && !flights.contains_key(s);
+            if idle && suspect.domain.as_ref() == Some(domain) {
+                suspect.retry_at = Some(now + retry_delay(suspect.failures));
+                scheduled = true;
+            }
+        }
+        scheduled
+    }
+}
+
+/// Why an operation is not started.
+enum Refusal {
+    /// Its subject (or its domain) does not answer.
+    Unresponsive(Unresponsive),
+    /// Its domain is busy with a slow operation of another subject, or with another retry: its
+    /// turn comes later (pending to its caller).
+    Busy,
+}
+
+impl Refusal {
+    fn answer<T>(self) -> Answer<T> {
+        match self {
+            Refusal::Unresponsive(e) => Answer::Unresponsive(e),
+            Refusal::Busy => Answer::Pending,
+        }
     }
 }
 
@@ -216,11 +399,48 @@ struct Flight {
     running: bool,
     /// How long it may take once running.
     allowed: Duration,
+    /// The filesystem its subject lies on, when known.
+    domain: Option<Domain>,
+    /// A background retry of an unresponsive subject (one at a time per domain).
+    retry: bool,
+    /// Its owner watches it (a wipe, see [`Operations::start`]): long but not slow while it
+    /// extends its deadline.
+    watched: bool,
+}
+
+impl Flight {
+    /// Whether its thread is held: past its deadline, or slow (its caller went on without it,
+    /// or it ran past the grace).
+    fn held(&self, now: Instant) -> bool {
+        self.running
+            && (self.deadline <= now || self.abandoned || now.duration_since(self.started) >= GRACE.min(self.allowed))
+    }
+
+    /// Whether it is long but answering: a watched operation (a wipe) within its deadline.
+    fn long(&self, now: Instant) -> bool {
+        self.watched && self.deadline > now
+    }
+}
+
+/// The threads operations hold, for the pool to add as many beside [`WORKERS`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Occupied {
+    /// Held by long operations that answer (wipes progressing): bounded by their callers
+    /// (`--wipe-concurrency`), not by the cap.
+    long: usize,
+    /// Held by operations that do not answer: past their deadline, or slow and left by their
+    /// callers. At most [`WEDGED_CAP`] threads are added for them.
+    wedged: usize,
 }
 
 #[derive(Debug, Clone)]
 struct Suspect {
     op: &'static str,
+    /// The filesystem it lies on, when known.
+    domain: Option<Domain>,
+    /// Made unresponsive by another subject of its domain, not by an operation of its own: a
+    /// timely answer on the domain clears it.
+    by_neighbour: bool,
     since: Instant,
     failures: u32,
     /// When a background retry may start (after the stuck operation returned).
@@ -238,15 +458,32 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// A thread took the operation up: its deadline counts from now.
-    fn start(&self) {
+    /// A thread took the operation up: its deadline counts from now. With `neighbours`, it is
+    /// not run (and the refusal is returned) when another subject of its domain got stuck or
+    /// slow while it waited in the queue: a wedged filesystem holds one thread, not one per
+    /// volume queued in the same pass.
+    fn start(&self, neighbours: bool) -> Option<Refusal> {
         let now = Instant::now();
         let mut state = self.inner.lock();
+        if neighbours {
+            let domain = state.flight(&self.subject, self.id).and_then(|f| f.domain.clone());
+            if let Some(refused) = state.held_by_neighbour(&self.subject, domain.as_ref(), now) {
+                return Some(refused);
+            }
+            // Queued before the cap was reached: refused now rather than take an answering thread.
+            if !self.retry {
+                let held = state.occupied(now).wedged;
+                if let Some(refused) = state.over_cap(&self.subject, held, self.inner.cap) {
+                    return Some(refused);
+                }
+            }
+        }
         if let Some(f) = state.flight_mut(&self.subject, self.id) {
             f.running = true;
             f.started = now;
             f.deadline = now + f.allowed;
         }
+        None
     }
 
     /// A handle on this operation for its owner.
@@ -263,14 +500,18 @@ impl Ticket {
         tag: String,
         index: usize,
         value: T,
-        to: &mpsc::Sender<(usize, T)>,
+        to: &mpsc::Sender<(usize, Answer<T>)>,
     ) {
         let now = Instant::now();
         let kept = {
             let mut state = self.inner.lock();
             let flight = state.flight(&self.subject, self.id);
             let (abandoned, in_time) = flight.map_or((true, false), |f| (f.abandoned, f.deadline > now));
-            let unheard = if abandoned { Some(value) } else { to.send((index, value)).err().map(|e| e.0.1) };
+            let unheard = if abandoned {
+                Some(value)
+            } else {
+                to.send((index, Answer::Done(value))).err().and_then(|e| e.0.1.done())
+            };
             match unheard {
                 Some(value) if in_time => {
                     state.kept.insert(self.subject.clone(), Kept { op, tag, at: now, value: Box::new(value) });
@@ -299,8 +540,15 @@ impl Drop for Ticket {
             if state.flights.get(&self.subject).is_some_and(Vec::is_empty) {
                 state.flights.remove(&self.subject);
             }
-            let Some(flight) = flight else { return };
+            // Refused before it ran (see `start`): nothing to conclude.
+            let Some(flight) = flight.filter(|f| f.running) else { return };
             let late = flight.deadline <= now;
+            let neighbours = state.retry_neighbours(&self.subject, flight.domain.as_ref(), !late, now);
+            if late {
+                state.answered.remove(&self.subject);
+            } else if !state.answered.contains(&self.subject) {
+                state.answered.insert(self.subject.clone());
+            }
             let others = state.flights.contains_key(&self.subject);
             match (late, state.suspects.get_mut(&self.subject)) {
                 // A timely answer after the subject stalled: it answers again.
@@ -308,7 +556,7 @@ impl Drop for Ticket {
                     state.suspects.remove(&self.subject);
                     true
                 }
-                (false, _) => false,
+                (false, _) => neighbours,
                 (true, suspect) => {
                     // Too late: the subject stays unresponsive, retried with backoff once
                     // nothing of it is stuck any more.
@@ -316,7 +564,9 @@ impl Drop for Ticket {
                     let since = suspect.as_ref().map_or(flight.started, |s| s.since);
                     let delay = retry_delay(failures);
                     let retry_at = Some(now + delay);
-                    state.suspects.insert(self.subject.clone(), Suspect { op: flight.op, since, failures, retry_at });
+                    let domain = flight.domain.clone();
+                    let suspect = Suspect { op: flight.op, since, failures, retry_at, domain, by_neighbour: false };
+                    state.suspects.insert(self.subject.clone(), suspect);
                     true
                 }
             }
@@ -335,8 +585,9 @@ pub struct Job<T> {
     pub op: &'static str,
     /// How long it may take.
     pub deadline: Duration,
-    /// The work.
-    pub work: Box<dyn FnOnce() -> T + Send>,
+    /// The work; run on a pool thread, which hands it the proof ([`OnDeadline`]) the host
+    /// calls that may hang ask for.
+    pub work: Box<dyn FnOnce(&OnDeadline) -> T + Send>,
     /// Whether it may serve as an unresponsive subject's background retry: a read may; an
     /// effect (a used-mark write) waits until a read proved the subject answers, since nobody
     /// would see its result.
@@ -344,6 +595,8 @@ pub struct Job<T> {
     /// What the work is, beyond its subject and operation (a used mark's PV and identity): a
     /// kept answer is only given to a job with the same tag.
     pub tag: String,
+    /// The filesystem its subject lies on, when known (see [`Domain`]).
+    pub domain: Option<Domain>,
 }
 
 impl<T> Job<T> {
@@ -352,9 +605,15 @@ impl<T> Job<T> {
         subject: Subject,
         op: &'static str,
         deadline: Duration,
-        work: impl FnOnce() -> T + Send + 'static,
+        work: impl FnOnce(&OnDeadline) -> T + Send + 'static,
     ) -> Self {
-        Job { subject, op, deadline, work: Box::new(work), may_retry: true, tag: String::new() }
+        Job { subject, op, deadline, work: Box::new(work), may_retry: true, tag: String::new(), domain: None }
+    }
+
+    /// This job on `domain` (see [`Job::domain`]).
+    pub fn on(mut self, domain: Option<Domain>) -> Self {
+        self.domain = domain;
+        self
     }
 
     /// This job with `tag` (see [`Job::tag`]).
@@ -368,7 +627,7 @@ impl<T> Job<T> {
         subject: Subject,
         op: &'static str,
         deadline: Duration,
-        work: impl FnOnce() -> T + Send + 'static,
+        work: impl FnOnce(&OnDeadline) -> T + Send + 'static,
     ) -> Self {
         Job { may_retry: false, ..Job::new(subject, op, deadline, work) }
     }
@@ -383,12 +642,21 @@ impl Default for Operations {
 impl Operations {
     /// An executor with no wake-up (set one with [`Self::on_wake`]).
     pub fn new() -> Self {
+        Self::with_cap(WEDGED_CAP)
+    }
+
+    /// An executor adding at most `cap` threads for held ones.
+    fn with_cap(cap: usize) -> Self {
         Operations {
             inner: Arc::new(Inner {
                 state: Mutex::default(),
-                pool: Arc::default(),
+                pool: Arc::new(Pool {
+                    queue: Mutex::new(PoolState { cap, ..PoolState::default() }),
+                    ..Pool::default()
+                }),
                 wake: Mutex::new(None),
                 next_id: AtomicU64::new(1),
+                cap,
             }),
         }
     }
@@ -398,50 +666,75 @@ impl Operations {
         *self.inner.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(wake));
     }
 
-    /// Registers an operation on `subject`, refused when the subject is unresponsive: an
-    /// operation of it is stuck, or it stalled and its retry is not due (or is running).
+    /// Registers an operation on `subject` (lying on `domain`, when known), refused when the
+    /// subject is unresponsive: an operation of it is stuck, or it stalled and its retry is not
+    /// due (or is running), or an operation of another subject of its domain is stuck or slow.
     /// `Ok((ticket, retry))`: `retry` says the subject is suspect and this is its retry, which
     /// nobody should wait for.
     pub fn begin(
         &self,
         subject: &Subject,
+        domain: Option<Domain>,
         op: &'static str,
         deadline: Duration,
     ) -> Result<(Ticket, bool), Unresponsive> {
-        self.begin_as(subject, op, deadline, true)
+        let held = self.occupied().wedged;
+        self.begin_as(subject, domain, op, deadline, true, held, true).map_err(|refused| match refused {
+            Refusal::Unresponsive(e) => e,
+            Refusal::Busy => Unresponsive {
+                subject: subject.clone(),
+                what: "an operation on another volume of its filesystem is slow; tried again once it ends".into(),
+            },
+        })
     }
 
     /// [`Self::begin`]; `may_retry` false: refused rather than run as the subject's retry.
+    /// `held`: the threads wedged now ([`Occupied::wedged`]), for the cap; `watched`: its owner
+    /// watches it (see [`Flight::watched`]).
+    #[allow(clippy::too_many_arguments)]
     fn begin_as(
         &self,
         subject: &Subject,
+        domain: Option<Domain>,
         op: &'static str,
         deadline: Duration,
         may_retry: bool,
-    ) -> Result<(Ticket, bool), Unresponsive> {
+        held: usize,
+        watched: bool,
+    ) -> Result<(Ticket, bool), Refusal> {
         let now = Instant::now();
         let mut state = self.inner.lock();
         if let Some(stuck) =
             state.flights.get(subject).and_then(|v| v.iter().find(|f| f.running && f.deadline <= now)).cloned()
         {
             let what = stalled_text(state.suspects.get(subject).map_or(stuck.op, |s| s.op));
-            state.suspect(subject, stuck.op, stuck.started);
-            return Err(Unresponsive { subject: subject.clone(), what });
+            state.suspect(subject, stuck.op, stuck.started, stuck.domain);
+            return Err(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
+        }
+        if let Some(refused) = state.held_by_neighbour(subject, domain.as_ref(), now) {
+            return Err(refused);
         }
         let busy = state.flights.contains_key(subject);
+        // Retries go one at a time per domain: a wedged filesystem that came back is not asked
+        // about all its volumes at once.
+        let retrying = state.neighbours(subject, domain.as_ref()).any(|(_, f)| f.retry);
         let retry = match state.suspects.get_mut(subject) {
             None => false,
             Some(s) => match s.retry_at {
-                Some(at) if at <= now && !busy && may_retry => {
+                Some(at) if at <= now && !busy && !retrying && may_retry => {
                     s.retry_at = None;
                     true
                 }
                 _ => {
                     let what = stalled_text(s.op);
-                    return Err(Unresponsive { subject: subject.clone(), what });
+                    return Err(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
                 }
             },
         };
+        // At the cap, a subject never seen answering could take the answering threads.
+        if let Some(refused) = state.over_cap(subject, held, self.inner.cap).filter(|_| !retry) {
+            return Err(refused);
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         state.flights.entry(subject.clone()).or_default().push(Flight {
             id,
@@ -451,6 +744,9 @@ impl Operations {
             abandoned: false,
             running: false,
             allowed: deadline,
+            domain,
+            retry,
+            watched,
         });
         drop(state);
         Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry }, retry))
@@ -462,22 +758,44 @@ impl Operations {
     pub fn start<T: Send + 'static>(
         &self,
         ticket: Ticket,
-        work: impl FnOnce() -> T + Send + 'static,
+        work: impl FnOnce(&OnDeadline) -> T + Send + 'static,
     ) -> tokio::sync::oneshot::Receiver<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         // The work may drive a child process on the caller's runtime (a wipe's cleaner command).
         let runtime = tokio::runtime::Handle::try_current().ok();
-        self.inner.pool.submit(
-            self.occupied(),
-            Box::new(move || {
-                ticket.start();
-                let _entered = runtime.as_ref().map(|r| r.enter());
-                let value = work();
-                drop(ticket);
-                let _ = tx.send(value);
-            }),
-        );
+        self.submit(Box::new(move || {
+            // Its domain was looked at when it began; a long operation waits for nobody.
+            let _ = ticket.start(false);
+            let _entered = runtime.as_ref().map(|r| r.enter());
+            let value = work(&OnDeadline(()));
+            drop(ticket);
+            let _ = tx.send(value);
+        }));
         rx
+    }
+
+    /// Queues `job` on the pool, growing it for the threads held now; while jobs wait behind
+    /// held threads, a watcher grows it as more become held, so they get threads even when no
+    /// pass comes (a queued job's subject is pending, and asks for nothing new meanwhile).
+    fn submit(&self, job: Work) {
+        self.inner.pool.submit(self.occupied(), job);
+        if !self.inner.pool.watch() {
+            return;
+        }
+        let inner = self.inner.clone();
+        let watcher = move || {
+            loop {
+                std::thread::sleep(QUEUE_LOOK);
+                let held = inner.lock().occupied(Instant::now());
+                inner.pool.grow(held);
+                if inner.pool.unwatch() {
+                    return;
+                }
+            }
+        };
+        if std::thread::Builder::new().name("host-op-queue".into()).spawn(watcher).is_err() {
+            self.inner.pool.unwatch_now();
+        }
     }
 
     /// Runs one operation on the pool and waits for it (see [`Self::run_all`]).
@@ -486,7 +804,7 @@ impl Operations {
         subject: Subject,
         op: &'static str,
         deadline: Duration,
-        work: impl FnOnce() -> T + Send + 'static,
+        work: impl FnOnce(&OnDeadline) -> T + Send + 'static,
     ) -> Answer<T> {
         self.run_all(vec![Job::new(subject, op, deadline, work)]).pop().unwrap_or(Answer::Pending)
     }
@@ -498,7 +816,8 @@ impl Operations {
     /// operation of the same kind still running answers `Pending` without a second thread. A
     /// subject's background retry answers [`Answer::Unresponsive`] now.
     pub fn run_all<T: Send + 'static>(&self, jobs: Vec<Job<T>>) -> Vec<Answer<T>> {
-        let (tx, rx) = mpsc::channel::<(usize, T)>();
+        let (tx, rx) = mpsc::channel::<(usize, Answer<T>)>();
+        let held = self.occupied().wedged;
         let mut out: Vec<Option<Answer<T>>> = Vec::with_capacity(jobs.len());
         // index -> (subject, op, queued at, deadline, flight id)
         let mut waiting: BTreeMap<usize, (Subject, &'static str, Instant, Duration, u64)> = BTreeMap::new();
@@ -511,22 +830,23 @@ impl Operations {
                 out.push(Some(Answer::Pending));
                 continue;
             }
-            match self.begin_as(&job.subject, job.op, job.deadline, job.may_retry) {
-                Err(e) => out.push(Some(Answer::Unresponsive(e))),
+            match self.begin_as(&job.subject, job.domain, job.op, job.deadline, job.may_retry, held, false) {
+                Err(refused) => out.push(Some(refused.answer())),
                 Ok((ticket, retry)) => {
                     let started = Instant::now();
                     let id = ticket.id;
                     let tx = tx.clone();
                     let (work, op, tag) = (job.work, job.op, job.tag.clone());
-                    self.inner.pool.submit(
-                        self.occupied(),
-                        Box::new(move || {
-                            ticket.start();
-                            let value = work();
-                            // An answer nobody waits for any more is kept for the next pass.
-                            ticket.answer(op, tag, i, value, &tx);
-                        }),
-                    );
+                    self.submit(Box::new(move || {
+                        if let Some(refused) = ticket.start(true) {
+                            drop(ticket);
+                            let _ = tx.send((i, refused.answer()));
+                            return;
+                        }
+                        let value = work(&OnDeadline(()));
+                        // An answer nobody waits for any more is kept for the next pass.
+                        ticket.answer(op, tag, i, value, &tx);
+                    }));
                     if retry {
                         // Nobody waits for a retry: its answer is kept for the next pass.
                         self.abandon(&job.subject, id);
@@ -556,9 +876,9 @@ impl Operations {
             let next = waiting.values().map(until).min().unwrap_or(now);
             let due = if queued { next.min(now + QUEUE_LOOK) } else { next };
             let received = if due > now { rx.recv_timeout(due - now).ok() } else { rx.try_recv().ok() };
-            if let Some((i, value)) = received {
+            if let Some((i, answer)) = received {
                 if waiting.remove(&i).is_some() {
-                    out[i] = Some(Answer::Done(value));
+                    out[i] = Some(answer);
                 }
                 continue;
             }
@@ -569,7 +889,7 @@ impl Operations {
                 let flight = flights.get(&id);
                 out[i] = Some(match flight {
                     Some(f) if f.running && f.deadline <= now => {
-                        self.note_overdue(&subject, op, f.started);
+                        self.note_overdue(&subject, op, f);
                         let what = stalled_text(self.stalled_op(&subject).unwrap_or(op));
                         Answer::Unresponsive(Unresponsive { subject, what })
                     }
@@ -583,9 +903,9 @@ impl Operations {
             self.inner.pool.grow(self.occupied());
         }
         // Answers that came in meanwhile are used now rather than kept.
-        while let Ok((i, value)) = rx.try_recv() {
-            if matches!(out.get(i), Some(Some(Answer::Pending))) {
-                out[i] = Some(Answer::Done(value));
+        while let Ok((i, answer)) = rx.try_recv() {
+            if matches!(out.get(i), Some(Some(Answer::Pending))) && matches!(answer, Answer::Done(_)) {
+                out[i] = Some(answer);
             }
         }
         out.into_iter().map(|o| o.unwrap_or(Answer::Pending)).collect()
@@ -602,12 +922,17 @@ impl Operations {
         out
     }
 
-    /// Whether an operation `op` on `subject`, or one its caller went on without, is in
-    /// flight within its deadline: then no other starts.
+    /// Whether an operation `op` on `subject`, or one its caller went on without, is queued or
+    /// running within its deadline: then no other starts. A queued one counts whatever its
+    /// deadline (which counts only once it runs): each pass queueing another job for a subject
+    /// whose first waits behind held threads would grow the queue without end.
     fn running(&self, subject: &Subject, op: &'static str) -> bool {
         let now = Instant::now();
         let state = self.inner.lock();
-        state.flights.get(subject).is_some_and(|v| v.iter().any(|f| (f.op == op || f.abandoned) && f.deadline > now))
+        state
+            .flights
+            .get(subject)
+            .is_some_and(|v| v.iter().any(|f| (f.op == op || f.abandoned) && (!f.running || f.deadline > now)))
     }
 
     /// Notes that the caller of operation `id` on `subject` went on without it.
@@ -634,8 +959,8 @@ impl Operations {
     }
 
     /// Records that an operation passed its deadline while its caller waited.
-    fn note_overdue(&self, subject: &Subject, op: &'static str, started: Instant) {
-        self.inner.lock().suspect(subject, op, started);
+    fn note_overdue(&self, subject: &Subject, op: &'static str, flight: &Flight) {
+        self.inner.lock().suspect(subject, op, flight.started, flight.domain.clone());
     }
 
     /// The unresponsive subjects now, in subject order.
@@ -649,7 +974,7 @@ impl Operations {
             .flat_map(|(s, v)| v.iter().filter(|f| f.running && f.deadline <= now).map(move |f| (s.clone(), f.clone())))
             .collect();
         for (subject, f) in overdue {
-            state.suspect(&subject, f.op, f.started);
+            state.suspect(&subject, f.op, f.started, f.domain);
         }
         state
             .suspects
@@ -658,19 +983,28 @@ impl Operations {
                 subject: subject.clone(),
                 op: s.op,
                 for_: now.duration_since(s.since),
-                stuck: state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.running && f.deadline <= now)),
+                // Its own operation, or one of its filesystem's, is still in the kernel.
+                stuck: state.flights.get(subject).is_some_and(|v| v.iter().any(|f| f.running && f.deadline <= now))
+                    || s.domain.as_ref().is_some_and(|d| {
+                        state
+                            .flights
+                            .values()
+                            .flatten()
+                            .any(|f| f.domain.as_ref() == Some(d) && f.running && f.deadline <= now)
+                    }),
             })
             .collect()
     }
 
+    /// The threads held by operations that do not answer, and the cap on them.
+    pub fn held(&self) -> Held {
+        Held { threads: self.occupied().wedged, cap: self.inner.cap }
+    }
+
     /// Threads held by operations past their deadline or whose callers went on without them:
     /// the pool adds as many threads for the others (see [`Pool::submit`]).
-    fn occupied(&self) -> usize {
-        let now = Instant::now();
-        let held = |f: &&Flight| {
-            f.running && (f.deadline <= now || f.abandoned || now.duration_since(f.started) >= GRACE.min(f.allowed))
-        };
-        self.inner.lock().flights.values().flatten().filter(held).count()
+    fn occupied(&self) -> Occupied {
+        self.inner.lock().occupied(Instant::now())
     }
 
     /// The flights with these ids (on these subjects), as they are now.
@@ -700,15 +1034,23 @@ impl Operations {
     /// an operation of theirs is still in flight.
     pub fn retain(&self, keep: impl Fn(&Subject) -> bool) {
         let mut state = self.inner.lock();
-        let State { flights, suspects, kept } = &mut *state;
+        let State { flights, suspects, kept, answered } = &mut *state;
         suspects.retain(|s, _| keep(s) || flights.contains_key(s));
         kept.retain(|s, _| keep(s));
+        answered.retain(|s| keep(s));
     }
 
     /// Threads the pool holds now (busy or idle).
     #[cfg(test)]
     pub fn threads(&self) -> usize {
         self.inner.pool.threads()
+    }
+
+    /// Operations in flight (queued or running) and jobs waiting in the pool's queue.
+    #[cfg(test)]
+    fn backlog(&self) -> (usize, usize) {
+        let flights = self.inner.lock().flights.values().map(Vec::len).sum();
+        (flights, self.inner.pool.queued())
     }
 }
 
@@ -728,10 +1070,10 @@ impl Inner {
 
 type Work = Box<dyn FnOnce() + Send>;
 
-/// The threads operations run on: [`WORKERS`] for answering work plus one for each thread a
-/// slow or wedged disk holds, at most [`MAX_THREADS`], grown when a job waits and shrunk when
-/// idle. Not tokio's blocking pool: a thread stuck in the kernel there would hold up the
-/// runtime's shutdown.
+/// The threads operations run on: [`WORKERS`] for answering work plus one for each thread an
+/// operation that does not answer holds, at most [`WEDGED_CAP`] of them, grown when a job waits
+/// and shrunk as soon as the held threads return. Not tokio's blocking pool: a thread stuck in
+/// the kernel there would hold up the runtime's shutdown.
 #[derive(Default)]
 struct Pool {
     queue: Mutex<PoolState>,
@@ -743,27 +1085,65 @@ struct PoolState {
     jobs: VecDeque<Work>,
     idle: usize,
     threads: usize,
+    /// Threads held by operations, as last counted by the executor.
+    held: Occupied,
+    /// The most threads added for held ones ([`WEDGED_CAP`]).
+    cap: usize,
+    /// Whether the held threads were at the cap when last counted (said once per episode).
+    at_cap: bool,
+    /// Whether a watcher grows the pool for jobs queued (see [`Operations::submit`]).
+    watched: bool,
+}
+
+impl PoolState {
+    /// More threads than the answering work and the held ones need: one free now exits. Else a
+    /// pass every 2 s waking one idle thread or another keeps every thread a thaw freed alive.
+    fn surplus(&self) -> bool {
+        self.jobs.is_empty() && self.threads > WORKERS + self.allowance()
+    }
+
+    /// Threads added beside [`WORKERS`] for those held.
+    fn allowance(&self) -> usize {
+        self.held.long + self.held.wedged.min(self.cap)
+    }
 }
 
 impl Pool {
     /// Queues `job`; a thread is added when none is free, up to [`WORKERS`] for answering
-    /// work plus one for each of the `occupied` threads a wedged or slow disk holds, and never
-    /// beyond [`MAX_THREADS`].
-    fn submit(self: &Arc<Pool>, occupied: usize, job: Work) {
+    /// work plus one for each of the `held` threads operations that do not answer hold, at
+    /// most [`WEDGED_CAP`] of those.
+    fn submit(self: &Arc<Pool>, held: Occupied, job: Work) {
         {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.jobs.push_back(job);
         }
         self.ready.notify_one();
-        self.grow(occupied);
+        self.grow(held);
     }
 
     /// Adds threads while jobs wait and no thread is free, within the cap of [`Self::submit`].
-    fn grow(self: &Arc<Pool>, occupied: usize) {
+    fn grow(self: &Arc<Pool>, held: Occupied) {
         loop {
             let spawn = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                let spawn = q.jobs.len() > q.idle && q.threads < (WORKERS + occupied).min(MAX_THREADS);
+                q.held = held;
+                if (held.wedged >= q.cap) != q.at_cap {
+                    q.at_cap = held.wedged >= q.cap;
+                    let held = held.wedged;
+                    if q.at_cap {
+                        tracing::warn!(
+                            held,
+                            "the host-operation threads held by disks that do not answer reached their cap: no thread \
+                             is added for more, and volumes not seen answering before are not looked at until some return"
+                        );
+                    } else {
+                        tracing::info!(
+                            held,
+                            "the host-operation threads held by disks that do not answer are below their cap again"
+                        );
+                    }
+                }
+                let spawn = q.jobs.len() > q.idle && q.threads < WORKERS + q.allowance();
                 if spawn {
                     q.threads += 1;
                 }
@@ -790,6 +1170,10 @@ impl Pool {
                 q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 continue;
             }
+            if q.surplus() {
+                q.threads -= 1;
+                return;
+            }
             q.idle += 1;
             let (next, timeout) = self.ready.wait_timeout(q, IDLE_EXIT).unwrap_or_else(|e| e.into_inner());
             q = next;
@@ -801,9 +1185,36 @@ impl Pool {
         }
     }
 
+    /// Whether jobs wait with no thread free, the pool may not grow now, and nobody watches
+    /// the queue: the caller starts the watcher.
+    fn watch(&self) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let start = q.jobs.len() > q.idle && q.threads >= WORKERS + q.allowance() && !q.watched;
+        q.watched |= start;
+        start
+    }
+
+    /// Whether the watcher may end: no job waits any more.
+    fn unwatch(&self) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let done = q.jobs.is_empty();
+        q.watched &= !done;
+        done
+    }
+
+    /// The watcher could not start.
+    fn unwatch_now(&self) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).watched = false;
+    }
+
     #[cfg(test)]
     fn threads(&self) -> usize {
         self.queue.lock().map(|q| q.threads).unwrap_or(0)
+    }
+
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        self.queue.lock().map(|q| q.jobs.len()).unwrap_or(0)
     }
 }
 
@@ -829,8 +1240,8 @@ impl Watch {
         let now = Instant::now();
         let mut state = self.inner.lock();
         let overdue = state.flight(&self.subject, self.id).filter(|f| f.running && f.deadline <= now);
-        let Some((op, since)) = overdue.map(|f| (f.op, f.started)) else { return false };
-        state.suspect(&self.subject, op, since);
+        let Some((op, since, domain)) = overdue.map(|f| (f.op, f.started, f.domain.clone())) else { return false };
+        state.suspect(&self.subject, op, since, domain);
         true
     }
 }
@@ -867,12 +1278,12 @@ mod tests {
         let wedge = Wedge::default();
         let w = wedge.clone();
         let jobs = vec![
-            Job::new(vol("/a"), "inspection", SHORT, || 1),
-            Job::new(vol("/wedged"), "inspection", SHORT, move || {
+            Job::new(vol("/a"), "inspection", SHORT, |_| 1),
+            Job::new(vol("/wedged"), "inspection", SHORT, move |_| {
                 w.hold();
                 2
             }),
-            Job::new(vol("/b"), "inspection", SHORT, || 3),
+            Job::new(vol("/b"), "inspection", SHORT, |_| 3),
         ];
         let started = Instant::now();
         let out = ops.run_all(jobs);
@@ -886,14 +1297,14 @@ mod tests {
         // The next pass: refused at once, without a thread, for every kind of operation.
         let threads = ops.threads();
         let started = Instant::now();
-        let again = ops.run(vol("/wedged"), "used mark write", SHORT, || 9);
+        let again = ops.run(vol("/wedged"), "used mark write", SHORT, |_| 9);
         assert!(started.elapsed() < SHORT / 2, "no wait for a subject known to be stuck");
         assert!(
             matches!(&again, Answer::Unresponsive(e) if e.what.contains("its inspection did not answer")),
             "named after the first stalled operation"
         );
         assert!(ops.threads() <= threads, "no new thread for a stuck subject");
-        assert_eq!(ops.run(vol("/a"), "inspection", SHORT, || 4), Answer::Done(4));
+        assert_eq!(ops.run(vol("/a"), "inspection", SHORT, |_| 4), Answer::Done(4));
         let stalls = ops.stalls();
         assert_eq!(stalls.len(), 1);
         assert!(stalls[0].stuck && stalls[0].op == "inspection");
@@ -910,7 +1321,7 @@ mod tests {
         });
         let wedge = Wedge::default();
         let w = wedge.clone();
-        assert!(ops.run(vol("/v"), "inspection", SHORT, move || w.hold()).done().is_none());
+        assert!(ops.run(vol("/v"), "inspection", SHORT, move |_| w.hold()).done().is_none());
         wedge.release();
         // The stuck call returns (too late): the owner is woken and a retry is due after 1 s.
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -920,34 +1331,36 @@ mod tests {
         assert_eq!(ops.stuck(), 0);
         assert!(woken.load(Ordering::SeqCst) >= 1, "a returning stuck call wakes the owner");
         let retry_at = ops.next_retry().expect("a retry is scheduled");
-        assert!(ops.run(vol("/v"), "inspection", SHORT, || ()).done().is_none(), "before its retry: still refused");
+        assert!(ops.run(vol("/v"), "inspection", SHORT, |_| ()).done().is_none(), "before its retry: still refused");
         std::thread::sleep(retry_at.saturating_duration_since(Instant::now()));
         // The retry runs in the background (nobody waits for it) and clears the subject.
         assert!(
-            matches!(ops.run(vol("/v"), "inspection", SHORT, || ()), Answer::Unresponsive(e) if e.what.contains("did not answer"))
+            matches!(ops.run(vol("/v"), "inspection", SHORT, |_| ()), Answer::Unresponsive(e) if e.what.contains("did not answer"))
         );
         let deadline = Instant::now() + Duration::from_secs(5);
         while !ops.stalls().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(ops.stalls().is_empty(), "a timely answer clears the subject");
-        assert_eq!(ops.run(vol("/v"), "inspection", SHORT, || 7), Answer::Done(7));
+        assert_eq!(ops.run(vol("/v"), "inspection", SHORT, |_| 7), Answer::Done(7));
     }
 
     #[test]
     fn a_slow_subject_stays_unresponsive_with_growing_delays() {
         let ops = Operations::new();
         assert!(
-            ops.run(vol("/slow"), "probe", Duration::from_millis(20), || std::thread::sleep(Duration::from_millis(60)))
-                .done()
-                .is_none()
+            ops.run(vol("/slow"), "probe", Duration::from_millis(20), |_| std::thread::sleep(Duration::from_millis(
+                60
+            )))
+            .done()
+            .is_none()
         );
         std::thread::sleep(Duration::from_millis(80));
         let first = ops.next_retry().expect("retry scheduled");
         std::thread::sleep(first.saturating_duration_since(Instant::now()));
         // The retry is as slow: it ends late, and the next delay is longer.
-        let _ =
-            ops.run(vol("/slow"), "probe", Duration::from_millis(20), || std::thread::sleep(Duration::from_millis(60)));
+        let _ = ops
+            .run(vol("/slow"), "probe", Duration::from_millis(20), |_| std::thread::sleep(Duration::from_millis(60)));
         std::thread::sleep(Duration::from_millis(100));
         let second = ops.next_retry().expect("retry scheduled again");
         assert!(second.saturating_duration_since(Instant::now()) > Duration::from_millis(1500));
@@ -958,22 +1371,22 @@ mod tests {
 
     #[test]
     fn the_pool_is_bounded_and_a_long_operation_extends_its_deadline() {
-        let ops = Operations::new();
+        let ops = Operations::with_cap(8);
         let wedge = Wedge::default();
-        let jobs: Vec<Job<()>> = (0..MAX_THREADS + 8)
+        let jobs: Vec<Job<()>> = (0..16)
             .map(|i| {
                 let w = wedge.clone();
-                Job::new(vol(&format!("/v{i}")), "inspection", Duration::from_millis(100), move || w.hold())
+                Job::new(vol(&format!("/v{i}")), "inspection", Duration::from_millis(100), move |_| w.hold())
             })
             .collect();
         let out = ops.run_all(jobs);
         assert!(out.iter().all(|a| !matches!(a, Answer::Done(_))));
-        assert!(ops.threads() <= MAX_THREADS, "{} threads", ops.threads());
+        assert!(ops.threads() <= WORKERS + 8, "{} threads", ops.threads());
         wedge.release();
         // A wipe's deadline moves while it progresses.
-        let (ticket, retry) = ops.begin(&vol("/w"), "wipe", Duration::from_millis(50)).unwrap();
+        let (ticket, retry) = ops.begin(&vol("/w"), None, "wipe", Duration::from_millis(50)).unwrap();
         assert!(!retry);
-        ticket.start();
+        assert!(ticket.start(false).is_none());
         let watch = ticket.watch();
         std::thread::sleep(Duration::from_millis(30));
         watch.extend(Duration::from_millis(50));
@@ -981,7 +1394,7 @@ mod tests {
         assert!(!watch.overdue());
         std::thread::sleep(Duration::from_millis(40));
         assert!(watch.overdue());
-        assert!(ops.begin(&vol("/w"), "inspection", SHORT).is_err(), "a stuck wipe keeps others off its volume");
+        assert!(ops.begin(&vol("/w"), None, "inspection", SHORT).is_err(), "a stuck wipe keeps others off its volume");
         drop(ticket);
         assert_eq!(ops.stuck(), 0);
     }
@@ -996,7 +1409,7 @@ mod tests {
         });
         let ran = Arc::new(AtomicU64::new(0));
         let slow = |ran: Arc<AtomicU64>| {
-            move || {
+            move |_: &OnDeadline| {
                 ran.fetch_add(1, Ordering::SeqCst);
                 std::thread::sleep(GRACE + Duration::from_millis(300));
                 "surface read"
@@ -1006,7 +1419,7 @@ mod tests {
         let started = Instant::now();
         let jobs = vec![
             Job::new(vol("/hdd"), "probe", deadline, slow(ran.clone())),
-            Job::new(vol("/ssd"), "probe", deadline, || "fast"),
+            Job::new(vol("/ssd"), "probe", deadline, |_| "fast"),
         ];
         let out = ops.run_all(jobs);
         assert!(started.elapsed() < GRACE + Duration::from_millis(200), "waited only the grace");
@@ -1024,7 +1437,7 @@ mod tests {
         // A kept answer goes only to the same work (tag).
         let _ = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, slow(ran.clone())).tagged("pv-1".into())]);
         std::thread::sleep(Duration::from_millis(500));
-        let other = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, || "fresh").tagged("pv-2".into())]);
+        let other = ops.run_all(vec![Job::new(vol("/t"), "mark", deadline, |_| "fresh").tagged("pv-2".into())]);
         assert_eq!(other, vec![Answer::Done("fresh")]);
     }
 
@@ -1036,18 +1449,18 @@ mod tests {
         let mut jobs: Vec<Job<u32>> = (0..WORKERS)
             .map(|i| {
                 let w = wedge.clone();
-                Job::new(vol(&format!("/wedged{i}")), "inspection", deadline, move || {
+                Job::new(vol(&format!("/wedged{i}")), "inspection", deadline, move |_| {
                     w.hold();
                     0
                 })
             })
             .collect();
-        jobs.extend((0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, move || i + 1)));
+        jobs.extend((0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, move |_| i + 1)));
         let first = ops.run_all(jobs);
         assert!(first.iter().take(WORKERS).all(|a| *a == Answer::Pending));
         std::thread::sleep(Duration::from_millis(300));
         let again: Vec<Job<u32>> =
-            (0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, || 99)).collect();
+            (0..6).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", deadline, |_| 99)).collect();
         let answers = ops.run_all(again);
         // Each healthy job answered in the first call, or later and was kept for the second.
         for (i, (a, b)) in first.iter().skip(WORKERS).zip(&answers).enumerate() {
@@ -1056,5 +1469,187 @@ mod tests {
         }
         assert!(ops.stalls().is_empty(), "nothing healthy counts as unresponsive");
         wedge.release();
+    }
+
+    /// Polls `done` every few milliseconds for up to 10 s.
+    fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// `n` jobs on subjects `{prefix}{i}` that block until `wedge` is released.
+    fn wedged_jobs(prefix: &str, n: usize, wedge: &Wedge, deadline: Duration) -> Vec<Job<u32>> {
+        (0..n)
+            .map(|i| {
+                let w = wedge.clone();
+                Job::new(vol(&format!("{prefix}{i}")), "inspection", deadline, move |_| {
+                    w.hold();
+                    0
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn healthy_work_gets_a_thread_whatever_the_number_of_wedged_subjects() {
+        // More wedged subjects than the old pool's 64 threads in all.
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let _ = ops.run_all(wedged_jobs("/wedged", 100, &wedge, Duration::from_millis(100)));
+        until("every wedged job to hold its thread", || ops.held().threads == 100);
+        assert!(!ops.held().cap_reached());
+        let started = Instant::now();
+        assert_eq!(ops.run(vol("/ok"), "inspection", SHORT, |_| 7), Answer::Done(7));
+        assert!(started.elapsed() < SHORT, "a healthy volume waited {:?}", started.elapsed());
+        assert!(ops.threads() <= WORKERS + 100, "{} threads", ops.threads());
+        wedge.release();
+    }
+
+    #[test]
+    fn at_the_cap_of_wedged_threads_it_is_reported_and_answering_subjects_still_run() {
+        let ops = Operations::with_cap(4);
+        // Volumes seen answering before.
+        for i in 0..3 {
+            assert_eq!(ops.run(vol(&format!("/known{i}")), "inspection", SHORT, |_| 1), Answer::Done(1));
+        }
+        let wedge = Wedge::default();
+        let out = ops.run_all(wedged_jobs("/wedged", 8, &wedge, Duration::from_millis(100)));
+        assert!(out.iter().all(|a| !matches!(a, Answer::Done(_))));
+        // Jobs queued before the cap was reached are refused when their turn comes, not run on
+        // the answering thread.
+        until("the queue to drain at the cap", || ops.backlog().1 == 0 && ops.held().cap_reached());
+        let held = ops.held();
+        assert_eq!((held.threads, held.cap), (4, 4));
+        assert!(ops.threads() <= WORKERS + 4, "{} threads", ops.threads());
+        // A subject never seen answering is refused at once, saying why...
+        let started = Instant::now();
+        let refused = ops.run(vol("/new"), "inspection", SHORT, |_| 2);
+        assert!(matches!(&refused, Answer::Unresponsive(e) if e.what.contains("cap")), "{refused:?}");
+        assert!(started.elapsed() < SHORT / 2);
+        // ...and those that answered still get the answering thread.
+        for i in 0..3 {
+            assert_eq!(ops.run(vol(&format!("/known{i}")), "inspection", SHORT, |_| 3), Answer::Done(3));
+        }
+        wedge.release();
+        until("the held threads to return", || !ops.held().cap_reached());
+        assert_eq!(ops.run(vol("/new"), "inspection", SHORT, |_| 4), Answer::Done(4));
+    }
+
+    #[test]
+    fn subjects_sharing_a_wedged_filesystem_cost_one_thread() {
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let frozen = Domain::filesystem("7:1");
+        let deadline = Duration::from_millis(200);
+        let on_frozen = |wedge: &Wedge| {
+            let jobs = wedged_jobs("/frozen", 20, wedge, deadline);
+            jobs.into_iter().map(|j| j.on(Some(frozen.clone()))).collect::<Vec<_>>()
+        };
+        let first = ops.run_all(on_frozen(&wedge));
+        assert!(first.iter().all(|a| !matches!(a, Answer::Done(_))));
+        until("the frozen filesystem's operation to pass its deadline", || ops.stuck() == 1);
+        // Passes keep asking: refused at once, no thread more.
+        for _ in 0..5 {
+            let started = Instant::now();
+            let again = ops.run_all(on_frozen(&wedge));
+            assert!(started.elapsed() < SHORT, "refused at once");
+            assert!(again.iter().all(|a| matches!(a, Answer::Unresponsive(_))), "{again:?}");
+            assert!(
+                again.iter().skip(1).all(|a| matches!(a, Answer::Unresponsive(e) if e.what.contains("filesystem 7:1")))
+            );
+        }
+        assert_eq!(ops.held().threads, 1, "one thread for the whole filesystem");
+        let stalls = ops.stalls();
+        assert_eq!(stalls.len(), 20, "every volume of the filesystem is reported: {stalls:?}");
+        assert!(stalls.iter().all(|s| s.stuck));
+        assert!(ops.threads() <= WORKERS + 1, "{} threads", ops.threads());
+        // Another filesystem, and a volume of no known filesystem, are not concerned.
+        let other = Job::new(vol("/other"), "inspection", SHORT, |_| 5).on(Some(Domain::filesystem("7:2")));
+        let plain = Job::new(vol("/plain"), "inspection", SHORT, |_| 6);
+        assert_eq!(ops.run_all(vec![other, plain]), vec![Answer::Done(5), Answer::Done(6)]);
+        // Thawed: the stuck one returns (too late). The first retry on the filesystem that
+        // answers in time clears the volumes that were unresponsive only because of it.
+        wedge.release();
+        until("the stuck operation to return", || ops.stuck() == 0);
+        let thawed = || -> Vec<Job<u32>> {
+            (0..20)
+                .map(|i| Job::new(vol(&format!("/frozen{i}")), "inspection", SHORT, |_| 8).on(Some(frozen.clone())))
+                .collect()
+        };
+        until("the filesystem's volumes to answer again", || {
+            ops.run_all(thawed()).iter().all(|a| *a == Answer::Done(8))
+        });
+        assert!(ops.stalls().is_empty());
+    }
+
+    #[test]
+    fn passes_against_a_saturated_pool_queue_nothing_twice() {
+        // Every thread held: the answering one too (a volume that answered before wedged).
+        let ops = Operations::with_cap(2);
+        for i in 0..13 {
+            assert_eq!(ops.run(vol(&format!("/v{i}")), "inspection", SHORT, |_| 0), Answer::Done(0));
+        }
+        let wedge = Wedge::default();
+        let _ = ops.run_all(wedged_jobs("/v", 3, &wedge, Duration::from_millis(50)));
+        until("every thread to be held", || ops.held().threads == 3 && ops.threads() == 3);
+        // Passes over the other volumes, each job's deadline passing while it waits queued.
+        let pass = || {
+            let jobs: Vec<Job<u32>> = (3..13)
+                .map(|i| Job::new(vol(&format!("/v{i}")), "inspection", Duration::from_millis(10), |_| 1))
+                .collect();
+            ops.run_all(jobs)
+        };
+        for _ in 0..50 {
+            assert!(pass().iter().all(|a| *a == Answer::Pending));
+            let (flights, queued) = ops.backlog();
+            assert!(flights <= 13 && queued <= 10, "{flights} flights, {queued} queued");
+        }
+        wedge.release();
+        until("the queued jobs to run", || ops.backlog() == (0, 0));
+    }
+
+    #[test]
+    fn threads_freed_by_a_thaw_exit_while_passes_go_on() {
+        let ops = Operations::new();
+        let wedge = Wedge::default();
+        let _ = ops.run_all(wedged_jobs("/wedged", 8, &wedge, Duration::from_millis(100)));
+        until("every wedged job to hold its thread", || ops.held().threads == 8);
+        assert!(ops.threads() > WORKERS + 4);
+        wedge.release();
+        until("the wedged operations to return", || ops.stuck() == 0);
+        // Passes every few milliseconds wake idle threads before IDLE_EXIT would end them.
+        let started = Instant::now();
+        let mut n = 0u32;
+        while ops.threads() > WORKERS + 1 {
+            assert!(started.elapsed() < IDLE_EXIT / 2, "{} threads after {:?}", ops.threads(), started.elapsed());
+            let jobs: Vec<Job<u32>> =
+                (0..4).map(|i| Job::new(vol(&format!("/ok{i}")), "inspection", SHORT, move |_| i)).collect();
+            assert_eq!(ops.run_all(jobs), (0..4).map(Answer::Done).collect::<Vec<_>>());
+            n += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(n < 50, "{n} passes");
+    }
+
+    #[test]
+    fn a_long_wipe_that_progresses_is_not_wedged_and_keeps_nobody_waiting() {
+        let ops = Operations::new();
+        let disk = Domain::filesystem("8:16");
+        let wedge = Wedge::default();
+        let w = wedge.clone();
+        let (ticket, _) = ops.begin(&vol("/disk/a"), Some(disk.clone()), "wipe", Duration::from_secs(30)).unwrap();
+        let done = ops.start(ticket, move |_| w.hold());
+        std::thread::sleep(GRACE + Duration::from_millis(100));
+        assert_eq!(ops.held().threads, 0, "a wipe within its deadline is not counted as wedged");
+        // Its neighbours on the same filesystem, and the others, get threads as usual.
+        let neighbour = Job::new(vol("/disk/b"), "inspection", SHORT, |_| 1).on(Some(disk));
+        let other = Job::new(vol("/other"), "inspection", SHORT, |_| 2);
+        assert_eq!(ops.run_all(vec![neighbour, other]), vec![Answer::Done(1), Answer::Done(2)]);
+        wedge.release();
+        until("the wipe to end", || ops.backlog().0 == 0);
+        drop(done);
     }
 }

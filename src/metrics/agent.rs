@@ -222,6 +222,8 @@ impl Passes {
 pub(super) struct Health {
     unresponsive: Family<StallLabels, Gauge>,
     operations_stuck: Gauge,
+    wedged_threads: Gauge,
+    wedged_cap_reached: Gauge,
     fenced: Family<FenceLabels, Gauge>,
     failing: Family<FailingLabels, Gauge>,
 }
@@ -232,6 +234,8 @@ impl Health {
         let group = Health {
             unresponsive: Family::default(),
             operations_stuck: Gauge::default(),
+            wedged_threads: Gauge::default(),
+            wedged_cap_reached: Gauge::default(),
             fenced: Family::default(),
             failing: Family::default(),
         };
@@ -244,6 +248,16 @@ impl Health {
             "local_static_provisioner_host_operations_stuck",
             "Host operations past their deadline whose threads have not returned (threads wedged disks hold; at most one per volume and kind of operation)",
             group.operations_stuck.clone(),
+        );
+        registry.register(
+            "local_static_provisioner_wedged_threads",
+            "Threads of the host-operation pool held by operations that do not answer (past their deadline, or slow and left by their callers); they do not count against the threads that serve answering volumes. One per wedged filesystem, not per volume on it",
+            group.wedged_threads.clone(),
+        );
+        registry.register(
+            "local_static_provisioner_wedged_threads_cap_reached",
+            "1 when the held threads reached their cap (512): the pool adds no thread for more, and only volumes seen answering before get new host operations until some return",
+            group.wedged_cap_reached.clone(),
         );
         registry.register(
             "local_static_provisioner_fenced_volumes",
@@ -400,6 +414,12 @@ impl Metrics {
             self.inner.health.unresponsive.get_or_create(&labels).set(1);
         }
         self.inner.health.operations_stuck.set(stuck as i64);
+    }
+
+    /// The threads held by host operations that do not answer, and whether they reached their cap.
+    pub fn set_wedged(&self, threads: usize, cap_reached: bool) {
+        self.inner.health.wedged_threads.set(threads as i64);
+        self.inner.health.wedged_cap_reached.set(i64::from(cap_reached));
     }
 
     /// The fences in force on this node: (PV name, reason).

@@ -19,6 +19,7 @@ use crate::core::wipe_history::LastWipe;
 use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
 use crate::host::mountinfo::MountTable;
+use crate::host::ops::OnDeadline;
 use crate::host::used_mark::MarkOutcome;
 use crate::metrics::Metrics;
 
@@ -37,14 +38,14 @@ impl HostAccess for QuickHost {
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
         Ok(Arc::default())
     }
-    fn mark_one(&self, job: &MarkJob, _mounts: &MountTable) -> Result<MarkOutcome, String> {
+    fn mark_one(&self, job: &MarkJob, _mounts: &MountTable, _on: &OnDeadline) -> Result<MarkOutcome, String> {
         Ok(MarkOutcome::Written(job.mark.clone(), crate::host::used_mark::Carrier::Attribute))
     }
     fn record_marks(&self, _outcomes: &mut [Result<MarkOutcome, String>]) {}
     fn record_withdrawn(&self, _uids: &[String]) -> Result<(), String> {
         Ok(())
     }
-    fn identity(&self, path: &std::path::Path) -> Result<String, String> {
+    fn identity(&self, path: &std::path::Path, _on: &OnDeadline) -> Result<String, String> {
         Ok(format!("id-of-{}", path.display()))
     }
     fn wipe(
@@ -52,6 +53,7 @@ impl HostAccess for QuickHost {
         job: &WipeJob,
         _cancel: &std::sync::atomic::AtomicBool,
         _progress: &Progress,
+        _on: &OnDeadline,
     ) -> Result<Wiped, WipeError> {
         self.wipes.fetch_add(1, Ordering::SeqCst);
         Ok(Wiped {

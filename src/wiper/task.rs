@@ -200,12 +200,14 @@ impl WipeTask {
     /// node's other wipes go on; at its timeout it is given up on without waiting for it.
     async fn wipe(&self, permit: OwnedSemaphorePermit) -> Result<Wiped, WipeError> {
         let subject = Subject::Volume(self.job.pv.host_path.clone());
+        // Its filesystem, from the mount table: a wipe stuck on it refuses its neighbours at once.
+        let domain = self.host.mount_table().ok().and_then(|m| m.domain_of(&self.job.target.path));
         let (ticket, _) =
-            self.ops.begin(&subject, "wipe", WIPE_STALL).map_err(|e| WipeError::Unresponsive(e.to_string()))?;
+            self.ops.begin(&subject, domain, "wipe", WIPE_STALL).map_err(|e| WipeError::Unresponsive(e.to_string()))?;
         let watch = ticket.watch();
         let (host, job, cancel, progress) =
             (self.host.clone(), self.job.clone(), self.cancel.clone(), self.progress.clone());
-        let mut handle = self.ops.start(ticket, move || host.wipe(&job, &cancel, &progress));
+        let mut handle = self.ops.start(ticket, move |on| host.wipe(&job, &cancel, &progress, on));
         let path = self.job.target.path.clone();
         let started = Instant::now();
         let mut tick = tokio::time::interval(STALL_CHECK_EVERY);
