@@ -108,7 +108,7 @@ async fn read_config<T: Send + 'static>(
     let mut owned = std::mem::replace(source, ConfigSource::new(&dir));
     let (ops, subject) = (ops.clone(), Subject::Config(dir.display().to_string()));
     let answer = tokio::task::spawn_blocking(move || {
-        ops.run(subject, "config read", timeout, move || {
+        ops.run(subject, "config read", timeout, move |_on| {
             let result = read(&mut owned);
             (owned, result)
         })

@@ -627,7 +627,7 @@ async fn a_config_directory_that_does_not_answer_keeps_the_last_good_config() {
     let subject = crate::host::ops::Subject::Config(dir.display().to_string());
     let ops = lab.agent.ops.clone();
     let stuck = tokio::task::spawn_blocking(move || {
-        ops.run(subject, "config read", Duration::from_millis(300), move || {
+        ops.run(subject, "config read", Duration::from_millis(300), move |_| {
             while !held.load(std::sync::atomic::Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(5));
             }

@@ -610,10 +610,10 @@ const WRITER_SCAN: Subject = Subject::Host("writer scan");
 /// none, run it as is). `Err`: why there is no answer (still running: its answer is kept for
 /// the next pass; or the scan does not answer).
 fn scan_openers(wanted: &Wanted, deadlines: Option<(&Operations, Duration)>) -> Result<Vec<Opener>, String> {
-    let Some((ops, timeout)) = deadlines else { return Ok(writers::openers(wanted)) };
+    let Some((ops, timeout)) = deadlines else { return Ok(foreground(|on| writers::openers(wanted, on))) };
     let tag = format!("{:?}", (&wanted.devices, &wanted.files));
     let wanted = wanted.clone();
-    let job = Job::new(WRITER_SCAN, "scan", timeout, move || writers::openers(&wanted)).tagged(tag);
+    let job = Job::new(WRITER_SCAN, "scan", timeout, move |on| writers::openers(&wanted, on)).tagged(tag);
     match ops.run_all(vec![job]).pop() {
         Some(Answer::Done(openers)) => Ok(openers),
         Some(Answer::Unresponsive(e)) => Err(e.to_string()),
@@ -1134,7 +1134,7 @@ mod tests {
         // The scan's subject held by one that does not return: no answer, never "unused".
         let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let held = release.clone();
-        let stuck = ops.run(WRITER_SCAN, "scan", Duration::from_millis(100), move || {
+        let stuck = ops.run(WRITER_SCAN, "scan", Duration::from_millis(100), move |_| {
             while !held.load(std::sync::atomic::Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(5));
             }

@@ -28,6 +28,7 @@ use crate::host::blockdev::{
 use crate::host::claims::{entries, inventory, read_records, roots};
 use crate::host::identity::stable_id;
 use crate::host::mountinfo::MountTable;
+use crate::host::ops::foreground;
 use crate::host::wipe_block::{BlockMethod, BlockWipeError, wipe_block_checked};
 use crate::host::writers::{self, Wanted};
 
@@ -160,8 +161,8 @@ fn devices_by_number(devices: &[DeviceFacts], target: &DeviceFacts) -> BTreeMap<
 /// them. Only the processes of this PID namespace are seen (in a pod: hostPID).
 fn stable_openers(devices: &BTreeMap<String, String>) -> Vec<Opener> {
     let wanted = Wanted::devices(devices.iter().map(|(dev, name)| (dev.as_str(), name.as_str())));
-    let again = |w: &Wanted| Ok::<_, std::convert::Infallible>(writers::openers(w));
-    writers::still_open(writers::openers(&wanted), &wanted, Instant::now(), BUSY_PAUSE, again)
+    let again = |w: &Wanted| Ok::<_, std::convert::Infallible>(foreground(|on| writers::openers(w, on)));
+    writers::still_open(foreground(|on| writers::openers(&wanted, on)), &wanted, Instant::now(), BUSY_PAUSE, again)
         .unwrap_or_else(|e| match e {})
 }
 

@@ -21,7 +21,7 @@ use tracing::warn;
 
 use super::HostError;
 use super::mountinfo::MOUNTINFO;
-use super::ops::{Answer, Job, Operations, Subject};
+use super::ops::{Answer, Job, OnDeadline, Operations, Subject};
 
 /// Starts a thread that signals `changed` on every mount or unmount in this namespace. The
 /// thread sleeps in poll(2): an idle agent uses no CPU for it.
@@ -462,7 +462,9 @@ impl DirWatcher {
             .iter()
             .map(|(dir, subject)| {
                 let (dir, fd, late) = ((*dir).clone(), self.fd.clone(), self.late.clone());
-                Job::new((*subject).clone(), "directory watch", self.timeout, move || add_dir_watch(&fd, &dir, &late))
+                Job::new((*subject).clone(), "directory watch", self.timeout, move |on| {
+                    add_dir_watch(&fd, &dir, &late, on)
+                })
             })
             .collect();
         let mut problems = Vec::new();
@@ -494,6 +496,7 @@ fn add_dir_watch(
     fd: &std::os::fd::OwnedFd,
     dir: &std::path::Path,
     late: &Mutex<BTreeMap<PathBuf, i32>>,
+    _on: &OnDeadline,
 ) -> Result<i32, String> {
     let wd = inotify::add_watch(fd, dir, DIR_EVENTS).map_err(|e| e.to_string())?;
     late.lock().unwrap_or_else(|e| e.into_inner()).insert(dir.to_path_buf(), wd);
@@ -546,7 +549,7 @@ mod tests {
         let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let held = release.clone();
         let subject = Subject::Directory(slow.display().to_string());
-        let stuck = ops.run(subject, "directory check", timeout, move || {
+        let stuck = ops.run(subject, "directory check", timeout, move |_| {
             while !held.load(std::sync::atomic::Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(5));
             }

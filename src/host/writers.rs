@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::activity::{IoStat, Opener};
 use crate::host::blockdev::{loop_status, open_device};
+use crate::host::ops::OnDeadline;
 
 /// The I/O counters of the block device `name` (kernel name), with `in_flight` as `stat`
 /// gives it: every request in flight, reads included. `None` when sysfs has no such device.
@@ -123,7 +124,7 @@ struct Led {
     rdev: u64,
 }
 
-fn led_to(path: &Path) -> Option<Led> {
+fn led_to(path: &Path, _on: &OnDeadline) -> Option<Led> {
     use rustix::fs::{AtFlags, FileType, StatxFlags};
     let st =
         rustix::fs::statx(rustix::fs::CWD, path, AtFlags::STATX_DONT_SYNC, StatxFlags::TYPE | StatxFlags::INO).ok()?;
@@ -144,7 +145,7 @@ fn led_to(path: &Path) -> Option<Led> {
 /// looked at, without a sync (see [`Led`]). The filesystem of such a path may still hold the
 /// look (a network filesystem revalidates the path it walks to): the agent runs this under its
 /// deadline (host::claims).
-pub(crate) fn openers(wanted: &Wanted) -> Vec<Opener> {
+pub(crate) fn openers(wanted: &Wanted, on: &OnDeadline) -> Vec<Opener> {
     let mut out = Vec::new();
     if wanted.is_empty() {
         return out;
@@ -153,7 +154,7 @@ pub(crate) fn openers(wanted: &Wanted) -> Vec<Opener> {
     // Other runs of this very program (the agent and a `disks` or `wipe-disk` run beside it)
     // only ever open a device briefly to probe it, or hold it `O_EXCL` to wipe it, which the
     // exclusive probe sees: they are not users.
-    let program = |pid: &str| led_to(Path::new(&format!("/proc/{pid}/exe"))).map(|l| (l.dev, l.ino));
+    let program = |pid: &str| led_to(Path::new(&format!("/proc/{pid}/exe")), on).map(|l| (l.dev, l.ino));
     let own_program = program("self");
     let devices: BTreeSet<u64> = wanted.devices.iter().map(|(d, _)| *d).collect();
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
@@ -169,7 +170,7 @@ pub(crate) fn openers(wanted: &Wanted) -> Vec<Opener> {
                 continue;
             }
             // statx follows the magic link to the open file itself, whatever its path.
-            let Some(led) = led_to(&fd.path()) else { continue };
+            let Some(led) = led_to(&fd.path(), on) else { continue };
             let found = if led.block && devices.contains(&led.rdev) {
                 wanted.devices.iter().find(|(d, _)| *d == led.rdev).map(|(_, n)| (n.clone(), false))
             } else if led.file {
@@ -202,6 +203,7 @@ fn writable(proc_dir: &Path, fd: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::ops::foreground;
     use std::os::unix::fs::MetadataExt;
 
     #[test]
@@ -213,7 +215,7 @@ mod tests {
         let wanted = Wanted { devices: vec![], files: vec![(meta.dev(), meta.ino(), "image".into())] };
         // This process's own descriptors never count.
         let _mine = std::fs::File::open(&path).unwrap();
-        assert!(openers(&wanted).is_empty());
+        assert!(foreground(|on| openers(&wanted, on)).is_empty());
         let mut child = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!("exec 7>>'{}'; exec sleep 30", path.display()))
@@ -222,7 +224,7 @@ mod tests {
         let pid = child.id();
         let mut found = Vec::new();
         for _ in 0..100 {
-            found = openers(&wanted);
+            found = foreground(|on| openers(&wanted, on));
             if !found.is_empty() {
                 break;
             }
@@ -261,14 +263,14 @@ mod tests {
 
     #[test]
     fn a_device_node_is_known_by_its_device_number_without_a_sync() {
-        let led = led_to(Path::new("/dev/null")).expect("/dev/null");
+        let led = foreground(|on| led_to(Path::new("/dev/null"), on)).expect("/dev/null");
         assert!(!led.block && !led.file, "a character device is neither");
         assert_eq!(led.rdev, nix::sys::stat::makedev(1, 3));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, b"x").unwrap();
         let meta = std::fs::metadata(&path).unwrap();
-        let led = led_to(&path).unwrap();
+        let led = foreground(|on| led_to(&path, on)).unwrap();
         assert!(led.file && (led.dev, led.ino) == (meta.dev(), meta.ino()));
     }
 
@@ -286,7 +288,7 @@ mod tests {
 
     #[test]
     fn nothing_wanted_reads_nothing() {
-        assert!(openers(&Wanted::default()).is_empty());
+        assert!(foreground(|on| openers(&Wanted::default(), on)).is_empty());
     }
 
     #[test]
