@@ -20,15 +20,26 @@ use crate::host::ops::{Stall, Subject};
 
 impl Agent {
     /// The failing signs of every volume examined this pass, by host path, with the volumes
-    /// that do not answer. Reports the stalls (metrics, readiness) on the way.
-    pub(super) fn judge_disks(&mut self, signs: &[(String, Signs)]) -> BTreeMap<String, Vec<Failing>> {
+    /// that do not answer, judged against this node's PVs (`states`: their capacities), and
+    /// the volumes grown past their PV's capacity, to tell. Reports the stalls (metrics,
+    /// readiness) on the way.
+    pub(super) fn judge_disks(
+        &mut self,
+        signs: &[(String, Signs)],
+        states: &[PvState],
+    ) -> (BTreeMap<String, Vec<Failing>>, Vec<Growth>) {
         let stalls = self.ops.stalls();
         let now = Instant::now();
+        let capacity = |path: &str| states.iter().find(|s| s.host_path == path && !s.deleting)?.capacity_bytes;
         let mut failing: BTreeMap<String, Vec<Failing>> = BTreeMap::new();
+        let mut growths = Vec::new();
         for (path, s) in signs {
-            let found = self.health.judge(path, s, now);
+            let found = self.health.judge_volume(path, s, capacity(path), now);
             if !found.is_empty() {
                 failing.insert(path.clone(), found);
+            }
+            if let Some((was, now)) = self.health.growth(path, capacity(path), s.size.as_ref()) {
+                growths.push(Growth { path: path.clone(), was, now });
             }
         }
         let seen: std::collections::BTreeSet<&str> = signs.iter().map(|(p, _)| p.as_str()).collect();
@@ -40,7 +51,26 @@ impl Agent {
             }
         }
         self.report_stalls(&stalls);
-        failing
+        (failing, growths)
+    }
+
+    /// Tells each grown volume's PV and claim once per size (a Normal event `VolumeGrown`): the
+    /// PV's capacity is not changed (a Bound PV's is the claim's; an unbound one never offers
+    /// more than it did), and a new PV of the volume would offer the new size.
+    pub(super) async fn tell_growths(&self, states: &[PvState], growths: &[Growth]) {
+        use crate::core::capacity::iec;
+        for g in growths {
+            let Some(pv) = states.iter().find(|s| s.host_path == g.path) else { continue };
+            let note = format!(
+                "the volume of PV {} at {} grew to {} (the PV offers {}); the PV's capacity is not changed",
+                pv.name,
+                g.path,
+                iec(g.now),
+                iec(g.was)
+            );
+            info!(pv = %pv.name, "{note}");
+            self.tell(pv, false, "VolumeGrown", note).await;
+        }
     }
 
     /// Names the subjects that do not answer in the metrics and in /readyz.
@@ -143,6 +173,13 @@ impl Agent {
             self.cluster.event_related(&claim, Some(pv_ref), warning, reason, action, note).await;
         }
     }
+}
+
+/// A volume grown past its PV's capacity (core::disk_health::grown), in bytes.
+pub(super) struct Growth {
+    path: String,
+    was: u64,
+    now: u64,
 }
 
 /// How a stalled subject is named in metrics and readiness.

@@ -530,7 +530,16 @@ impl Agent {
         // The node's block devices now: an unresponsive device that is gone is forgotten.
         let devices: std::collections::BTreeSet<String> =
             observation.claims.iter().flat_map(|c| c.devices.iter().map(|d| d.name.clone())).collect();
-        let signs = std::mem::take(&mut observation.scan.signs);
+        let mut signs = std::mem::take(&mut observation.scan.signs);
+        // An I/O error a PV's presence check met is the same sign as one the scan met.
+        for (path, what) in std::mem::take(&mut observation.io_failures) {
+            match signs.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, s)) => {
+                    s.io_failure.get_or_insert(what);
+                }
+                None => signs.push((path, crate::core::disk_health::Signs { io_failure: Some(what), ..Default::default() })),
+            }
+        }
         self.say_watch_needs(&observation.scan, &signs);
         let unresponsive_entries: Vec<String> = observation
             .scan
@@ -542,7 +551,7 @@ impl Agent {
                 Some(crate::core::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))
             })
             .collect();
-        let failing = self.judge_disks(&signs);
+        let (failing, growths) = self.judge_disks(&signs, &states);
         self.keep_failing_back(&mut observation.scan, &failing);
         let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
         self.inventory_devices(observation.claims.as_ref());
@@ -566,6 +575,7 @@ impl Agent {
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
         self.follow_health(&going, &failing).await;
+        self.tell_growths(&states, &growths).await;
         // Stalls met in this pass's own operations (a used-mark write) are named at once.
         self.report_stalls(&self.ops.stalls());
         // A volume is remembered as unresponsive while it has a PV or an entry.

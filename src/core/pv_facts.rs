@@ -89,6 +89,20 @@ pub struct PvFactsSpec {
     /// `spec.nodeAffinity`: node-cleanup finds the node a PV is pinned to here.
     #[serde(default)]
     pub node_affinity: Option<VolumeNodeAffinity>,
+    /// `spec.capacity.storage` in bytes (None: absent or not a quantity we read): a volume
+    /// smaller than it is a failing sign (core::disk_health::shrunk).
+    #[serde(default, rename = "capacity", deserialize_with = "storage_bytes")]
+    pub capacity_bytes: Option<u64>,
+}
+
+/// `spec.capacity.storage` as bytes; anything unreadable is None (never a decode failure).
+fn storage_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let map: Option<std::collections::BTreeMap<String, serde_json::Value>> = Option::deserialize(d)?;
+    Ok(map
+        .as_ref()
+        .and_then(|m| m.get("storage"))
+        .and_then(|v| v.as_str())
+        .and_then(|q| super::device_selector::parse_quantity(q).ok()))
 }
 
 /// The parts of `status` the planners read.

@@ -13,6 +13,8 @@
 //! - `mount -o remount,ro`: super options `ro`. A read-only bind mount of a read-write
 //!   filesystem is not a sign (the filesystem is fine).
 //! - `blockdev --setro`: `/sys/dev/block/M:m/ro` is `1` (a partition's shows its disk's too).
+//! - A loop device shrunk under its filesystem (`truncate` + `losetup -c`): statfs still says
+//!   the filesystem's size; `/sys/dev/block/M:m/size` (512-byte sectors) says the device's.
 //! - The block layer counts I/O errors only for SCSI disks (`device/ioerr_cnt`, hex); loop,
 //!   virtio and NVMe devices have no counter, so io_errors is None there.
 
@@ -24,7 +26,7 @@ use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
 use rustix::io::Errno;
 
 use super::mountinfo::MountEntry;
-use crate::core::disk_health::Signs;
+use crate::core::disk_health::{SizeFacts, Signs};
 
 /// Where the kernel publishes devices and filesystems.
 const SYS: &str = "/sys";
@@ -75,16 +77,27 @@ pub fn superblock_options_hash() -> u64 {
     hasher.finish()
 }
 
+/// Filesystems whose size stays what it was made unless resized (see
+/// core::disk_health::SizeFacts::fixed).
+const FIXED_SIZE_FILESYSTEMS: [&str; 8] = ["ext2", "ext3", "ext4", "xfs", "tmpfs", "vfat", "exfat", "f2fs"];
+
 /// Reads the signs of one volume: `volume` is its path inside the container, `mount` its mount
 /// (None for a block volume), `device` the `major:minor` of the filesystem's device or of the
-/// block volume. Only sysfs reads and, for a filesystem volume, one `statx` of `volume`.
-pub fn read_signs(volume: &Path, mount: Option<&MountEntry>, device: &str) -> Signs {
-    read_signs_in(Path::new(SYS), volume, mount, device)
+/// block volume, `bytes` the size the inspection read (statfs or BLKGETSIZE64). Only sysfs
+/// reads and, for a filesystem volume, one `statx` of `volume`.
+pub fn read_signs(volume: &Path, mount: Option<&MountEntry>, device: &str, bytes: Option<u64>) -> Signs {
+    read_signs_in(Path::new(SYS), volume, mount, device, bytes)
 }
 
 /// [`read_signs`] with sysfs at `sys` (a fake tree in unit tests).
-fn read_signs_in(sys: &Path, volume: &Path, mount: Option<&MountEntry>, device: &str) -> Signs {
+fn read_signs_in(sys: &Path, volume: &Path, mount: Option<&MountEntry>, device: &str, bytes: Option<u64>) -> Signs {
+    let fixed = mount.is_none_or(|m| FIXED_SIZE_FILESYSTEMS.contains(&m.fs_type.as_str()));
+    let device_bytes = match (mount, block_device(device)) {
+        (Some(_), Some((major, _))) if major != 0 => device_size(sys, device),
+        _ => None,
+    };
     let mut signs = Signs {
+        size: bytes.map(|bytes| SizeFacts { bytes, device_bytes, fixed }),
         read_only: mount.is_some_and(|m| m.super_read_only),
         shut_down: mount.is_some_and(|m| m.super_shut_down),
         ..Signs::default()
@@ -116,8 +129,35 @@ fn look_at_volume(volume: &Path, mount: &MountEntry, signs: &mut Signs) {
 
 /// Errors that mean the disk or the filesystem on it failed: EIO, EUCLEAN (EFSCORRUPTED),
 /// EBADMSG (EFSBADCRC), ENXIO and ENODEV (the device went away under the filesystem).
-fn is_io_error(errno: Errno) -> bool {
+pub(crate) fn is_io_error(errno: Errno) -> bool {
     [Errno::IO, Errno::UCLEAN, Errno::BADMSG, Errno::NXIO, Errno::NODEV].contains(&errno)
+}
+
+/// Whether a failed call's error is one of [`is_io_error`]'s: the disk failed, not the caller.
+pub(crate) fn is_disk_failure(e: &std::io::Error) -> bool {
+    e.raw_os_error().is_some_and(|n| is_io_error(Errno::from_raw_os_error(n)))
+}
+
+/// Whether the filesystem open as `fd`, which refused a write as read-only, was made so by the
+/// kernel after an error rather than mounted read-only by an operator: its mount's superblock
+/// options now (a fresh read of the mount table) and, for ext4, its error count
+/// (core::disk_health::read_only_after_error). Unreadable facts say no: the operator's case,
+/// which the next pass's signs still judge.
+pub(crate) fn read_only_after_error(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let Ok(mounts) = super::mountinfo::MountTable::read() else { return false };
+    let Some(mount) = super::volume::mount_of_fd(fd, &mounts) else { return false };
+    let errors = fs::read_link(Path::new(SYS).join("dev/block").join(&mount.device))
+        .ok()
+        .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .and_then(|name| read_trimmed(&Path::new(SYS).join("fs/ext4").join(name).join("errors_count")))
+        .and_then(|t| t.parse().ok());
+    crate::core::disk_health::read_only_after_error(&mount.super_options, errors)
+}
+
+/// The size of block device `device` (`major:minor`) from sysfs, in bytes; None if unreadable.
+fn device_size(sys: &Path, device: &str) -> Option<u64> {
+    let sectors: u64 = read_trimmed(&sys.join("dev/block").join(device).join("size"))?.parse().ok()?;
+    sectors.checked_mul(512)
 }
 
 /// The sysfs reads about the block device `device` (`major:minor`, major not 0).
@@ -271,7 +311,35 @@ mod tests {
 
     /// The volume path for the statx: `/`, which is healthy here.
     fn signs(sys: &FakeSys, mount: Option<&MountEntry>, device: &str) -> Signs {
-        read_signs_in(sys.root(), Path::new("/"), mount, device)
+        read_signs_in(sys.root(), Path::new("/"), mount, device, None)
+    }
+
+    #[test]
+    fn sizes_of_the_volume_and_the_device_under_a_filesystem() {
+        let sys = FakeSys::new();
+        sys.device("virtual/block/loop5", "7:5", &[("size", "65536\n")]);
+        let at = |mount: Option<&MountEntry>, device: &str, bytes| {
+            read_signs_in(sys.root(), Path::new("/"), mount, device, bytes).size
+        };
+        // ext4 on the loop device: its device's size (sectors of 512 bytes) beside it.
+        let ext4 = mount("ext4", "7:5");
+        assert_eq!(
+            at(Some(&ext4), "7:5", Some(64 << 20)),
+            Some(SizeFacts { bytes: 64 << 20, device_bytes: Some(32 << 20), fixed: true })
+        );
+        // A block volume: its own size is the fact; no device under it.
+        assert_eq!(at(None, "7:5", Some(32 << 20)), Some(SizeFacts { bytes: 32 << 20, device_bytes: None, fixed: true }));
+        // tmpfs: no device; fixed. NFS or ZFS: not fixed.
+        assert_eq!(
+            at(Some(&mount("tmpfs", "0:40")), "0:40", Some(1 << 20)),
+            Some(SizeFacts { bytes: 1 << 20, device_bytes: None, fixed: true })
+        );
+        assert_eq!(
+            at(Some(&mount("zfs", "0:41")), "0:41", Some(1 << 20)),
+            Some(SizeFacts { bytes: 1 << 20, device_bytes: None, fixed: false })
+        );
+        // Nothing read by the inspection: no size sign.
+        assert_eq!(at(Some(&ext4), "7:5", None), None);
     }
 
     #[test]
@@ -374,5 +442,8 @@ mod tests {
         assert_eq!(parse_hex("0X0"), Some(0));
         assert_eq!(parse_hex(""), None);
         assert_eq!(parse_hex("0x"), None);
+        assert!(is_disk_failure(&std::io::Error::from_raw_os_error(5)));
+        assert!(!is_disk_failure(&std::io::Error::from_raw_os_error(2)));
+        assert!(!is_disk_failure(&std::io::Error::other("not an errno")));
     }
 }
