@@ -236,6 +236,22 @@ mod tests {
     }
 
     #[test]
+    fn capacity_is_read_as_bytes_and_anything_else_is_none() {
+        let with = |capacity: serde_json::Value| -> Option<u64> {
+            let facts: PvFacts = serde_json::from_value(json!({"spec": {"capacity": capacity}})).unwrap();
+            facts.spec.capacity_bytes
+        };
+        assert_eq!(serde_json::from_value::<PvFacts>(full()).unwrap().spec.capacity_bytes, Some(10 << 30));
+        assert_eq!(with(json!({"storage": "1536Mi"})), Some(1536 << 20));
+        assert_eq!(with(json!({"storage": "67108864"})), Some(64 << 20));
+        assert_eq!(with(json!({"storage": "not a size"})), None);
+        assert_eq!(with(json!({"cpu": "1"})), None);
+        assert_eq!(with(json!(null)), None);
+        let facts: PvFacts = serde_json::from_value(json!({"spec": {}})).unwrap();
+        assert_eq!(facts.spec.capacity_bytes, None);
+    }
+
+    #[test]
     fn absent_parts_read_as_empty() {
         let facts: PvFacts = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
         assert_eq!(facts.local_path(), None);
