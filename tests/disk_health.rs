@@ -79,13 +79,13 @@ fn dev_number(device: &Path) -> String {
 /// The signs of the filesystem volume mounted at `point`, timed.
 fn fs_signs(point: &Path) -> Signs {
     let mount = mount_at(point);
-    timed(point, || read_signs(point, Some(&mount), &mount.device))
+    timed(point, || read_signs(point, Some(&mount), &mount.device, None))
 }
 
 /// The signs of the block volume `device`, timed.
 fn block_signs(device: &Path) -> Signs {
     let number = dev_number(device);
-    timed(device, || read_signs(device, None, &number))
+    timed(device, || read_signs(device, None, &number, None))
 }
 
 /// Runs `read` 200 times and prints the fastest, median and slowest call; the median must be

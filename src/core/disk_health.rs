@@ -45,6 +45,10 @@ pub struct Signs {
     pub io_failure: Option<String>,
     /// The volume's size now, to compare with its PV's capacity ([`shrunk`], [`grown`]).
     pub size: Option<SizeFacts>,
+    /// The kernel names of the volume's device and of every device under it, whole disks
+    /// included (`sdb1`, `sdb`): a kernel log line about any of them is about this volume
+    /// (core::kernel_log). Empty for a volume on no block device (tmpfs).
+    pub devices: Vec<String>,
 }
 
 /// A volume's size as read in one look (no I/O on the disk: statfs, an ioctl, sysfs).
@@ -76,6 +80,9 @@ pub enum Failing {
     /// The volume is smaller than its PV says (`device`: false; sizes in bytes), or the
     /// filesystem is larger than the device under it now (`device`: true).
     Shrunk { was: u64, now: u64, device: bool },
+    /// The kernel log named the volume's device (or one under it) in an I/O error line
+    /// (core::kernel_log): the latest such line.
+    KernelLog(String),
     /// An operation on the volume passed its deadline (host::ops): the disk does not answer.
     Unresponsive(String),
 }
@@ -90,6 +97,7 @@ impl Failing {
             Failing::IoErrors { .. } => "io-errors",
             Failing::IoFailure(_) => "io-failure",
             Failing::Shrunk { .. } => "shrunk",
+            Failing::KernelLog(_) => "kernel-log",
             Failing::Unresponsive(_) => "unresponsive",
         }
     }
@@ -128,6 +136,7 @@ impl fmt::Display for Failing {
                 iec(*was),
                 iec(*now)
             ),
+            Failing::KernelLog(line) => write!(f, "the kernel log says: {line}"),
             Failing::Unresponsive(what) => write!(f, "the disk does not answer: {what}"),
         }
     }

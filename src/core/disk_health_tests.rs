@@ -58,6 +58,7 @@ fn all_signs_at_once_come_in_a_stable_order() {
         io_errors: Some(10),
         io_failure: Some("EIO".into()),
         size: Some(SizeFacts { bytes: 64 << 20, device_bytes: Some(32 << 20), fixed: true }),
+        devices: vec!["loop1".into()],
     };
     let first = m.judge("a", &signs, t0);
     assert_eq!(
@@ -248,6 +249,7 @@ fn codes_are_stable_kebab_case_and_sentences_read() {
         Failing::IoFailure("statx /mnt/disks/v1: Input/output error (os error 5)".into()),
         Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: false },
         Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: true },
+        Failing::KernelLog("I/O error, dev sdb, sector 8".into()),
     ];
     for f in &all {
         let code = f.code();
@@ -272,6 +274,7 @@ fn codes_are_stable_kebab_case_and_sentences_read() {
         all[8].to_string(),
         "the filesystem (64 MiB) is larger than its device now (32 MiB): writes beyond the device's end fail"
     );
+    assert_eq!(all[9].to_string(), "the kernel log says: I/O error, dev sdb, sector 8");
 }
 
 // --- plan_health: every PV state against every kind of sign ---
