@@ -33,8 +33,10 @@ impl Agent {
         let capacity = |path: &str| states.iter().find(|s| s.host_path == path && !s.deleting)?.capacity_bytes;
         let mut failing: BTreeMap<String, Vec<Failing>> = BTreeMap::new();
         let mut growths = Vec::new();
+        let mut kernel_log = self.kernel_log.lock().unwrap_or_else(|e| e.into_inner());
         for (path, s) in signs {
-            let found = self.health.judge_volume(path, s, capacity(path), now);
+            let mut found = self.health.judge_volume(path, s, capacity(path), now);
+            found.extend(kernel_log.failing(&s.devices, now));
             if !found.is_empty() {
                 failing.insert(path.clone(), found);
             }
@@ -42,6 +44,7 @@ impl Agent {
                 growths.push(Growth { path: path.clone(), was, now });
             }
         }
+        drop(kernel_log);
         let seen: std::collections::BTreeSet<&str> = signs.iter().map(|(p, _)| p.as_str()).collect();
         self.health.retain(|key| seen.contains(key));
         for stall in &stalls {

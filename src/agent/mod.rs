@@ -175,6 +175,18 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     if let Err(e) = watch_block_devices(raw.clone(), watch_needs.clone()) {
         warn!(error = %e, "block device changes unavailable; new disks are claimed at the periodic resync");
     }
+    // The kernel log's disk-failure lines (core::kernel_log): the only sign of a disk that
+    // fails only writes. Without CAP_SYSLOG (dmesg_restrict) the sign is not seen: said once.
+    let kernel_log = Arc::new(std::sync::Mutex::new(crate::core::kernel_log::KernelLogMemory::default()));
+    let kmsg = std::path::Path::new(crate::host::kernel_log::KMSG);
+    match crate::host::kernel_log::watch_kernel_log(kmsg, kernel_log.clone(), raw.clone()) {
+        Ok(()) => info!("following the kernel log for disk I/O errors"),
+        Err(e) => warn!(
+            error = %e,
+            "the kernel log is not readable (CAP_SYSLOG, kernel.dmesg_restrict): a disk that fails only writes is not \
+             seen (the sign kernel-log); every other failing-disk sign still is"
+        ),
+    }
     let dir_watcher = match DirWatcher::new(raw.clone()) {
         Ok(w) => Some(w),
         Err(e) => {
@@ -221,6 +233,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
     agent.watch_needs = Some(watch_needs);
+    agent.kernel_log = kernel_log;
     agent.node_store = Some(node_store);
     // Before anything else: no pod newly mounts a volume of this node until this agent's first
     // pass has checked every disk (the agent before may have been killed without fencing).
@@ -290,6 +303,8 @@ pub(crate) struct Agent {
     dir_watcher: Option<DirWatcher>,
     /// What the block-device watch must read periodically, from what the last pass found.
     watch_needs: Option<Arc<WatchNeeds>>,
+    /// The devices the kernel log said failed (host::kernel_log fills it).
+    kernel_log: Arc<std::sync::Mutex<crate::core::kernel_log::KernelLogMemory>>,
     settle: Duration,
     succession_settle: Duration,
     /// Since when each found volume (path and identity) has been seen.
@@ -368,6 +383,7 @@ impl Agent {
             told_first_load: false,
             dir_watcher: None,
             watch_needs: None,
+            kernel_log: Arc::default(),
             settle: opts.settle,
             succession_settle: opts.succession_settle.max(opts.settle),
             new_volumes: Settler::default(),

@@ -29,6 +29,9 @@ const MAX_WHAT: usize = 200;
 pub struct Record<'a> {
     /// The record's sequence number (a gap means records were overwritten before being read).
     pub seq: u64,
+    /// Logged by the kernel (facility 0), not written to `/dev/kmsg` by a program: only the
+    /// kernel's lines are believed, so no process can make a disk look failing.
+    pub kernel: bool,
     /// The message text, without its prefix and its continuation lines.
     pub message: &'a str,
 }
@@ -38,10 +41,10 @@ pub struct Record<'a> {
 pub fn parse_record(raw: &str) -> Option<Record<'_>> {
     let (prefix, rest) = raw.split_once(';')?;
     let mut fields = prefix.split(',');
-    let _priority: u32 = fields.next()?.parse().ok()?;
+    let priority: u32 = fields.next()?.parse().ok()?;
     let seq: u64 = fields.next()?.parse().ok()?;
     let message = rest.split('\n').next().unwrap_or_default();
-    Some(Record { seq, message })
+    Some(Record { seq, kernel: priority >> 3 == 0, message })
 }
 
 /// A kernel log line that says a device failed: the device's kernel name (`sdb`, `sdb1`,

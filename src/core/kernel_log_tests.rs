@@ -73,24 +73,28 @@ fn kernel_lines_name_the_failing_device() {
 
 #[test]
 fn records_as_dev_kmsg_returns_them() {
-    let table: &[(&str, Option<(u64, &str)>)] = &[
-        ("3,1234,5678901,-;I/O error, dev loop1, sector 8\n", Some((1234, "I/O error, dev loop1, sector 8"))),
+    let table: &[(&str, Option<(u64, bool, &str)>)] = &[
+        ("3,1234,5678901,-;I/O error, dev loop1, sector 8\n", Some((1234, true, "I/O error, dev loop1, sector 8"))),
+        // Written by a program (facility user, 8 and up): not the kernel's word.
+        ("12,1235,5678902,-;I/O error, dev loop1, sector 8\n", Some((1235, false, "I/O error, dev loop1, sector 8"))),
+        ("14,1236,5678903,-;x\n", Some((1236, false, "x"))),
+        ("7,1237,5678904,-;x\n", Some((1237, true, "x"))),
         // Continuation lines (the device's dictionary) are not the message.
         (
             "3,77,123,-;Buffer I/O error on dev sdb1, logical block 8\n SUBSYSTEM=block\n DEVICE=b8:17\n",
-            Some((77, "Buffer I/O error on dev sdb1, logical block 8")),
+            Some((77, true, "Buffer I/O error on dev sdb1, logical block 8")),
         ),
         // Newer kernels add fields (the caller) after the flags.
-        ("4,99,1000,-,caller=T123;XFS (sdb1): log I/O error -5\n", Some((99, "XFS (sdb1): log I/O error -5"))),
+        ("4,99,1000,-,caller=T123;XFS (sdb1): log I/O error -5\n", Some((99, true, "XFS (sdb1): log I/O error -5"))),
         // A message with a `;` in it keeps it.
-        ("6,5,1,c;a;b\n", Some((5, "a;b"))),
+        ("6,5,1,c;a;b\n", Some((5, true, "a;b"))),
         ("", None),
         ("no prefix\n", None),
         ("x,1,2,-;m\n", None),
         ("6,y,2,-;m\n", None),
     ];
     for (raw, want) in table {
-        let got = parse_record(raw).map(|r| (r.seq, r.message));
+        let got = parse_record(raw).map(|r| (r.seq, r.kernel, r.message));
         assert_eq!(got, *want, "{raw:?}");
     }
 }

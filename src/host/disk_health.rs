@@ -173,6 +173,7 @@ fn look_at_device(sys: &Path, device: &str, mount: Option<&MountEntry>, signs: &
         }
         Err(_) => None,
     };
+    signs.devices = device_names(&dir);
     if read_trimmed(&dir.join("ro")).as_deref() == Some("1") {
         signs.read_only = true;
     }
@@ -183,6 +184,34 @@ fn look_at_device(sys: &Path, device: &str, mount: Option<&MountEntry>, signs: &
             read_trimmed(&sys.join("fs/ext4").join(name).join("errors_count")).and_then(|t| t.parse().ok());
     }
     signs.io_errors = io_error_count(&dir);
+}
+
+/// The kernel names of the block device at `dir` and of every device under it: its slaves,
+/// recursively, and the whole disk of each partition (a request error names the whole disk),
+/// so a kernel log line about any of them is about the volume (core::kernel_log).
+fn device_names(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut add = |dir: &Path| {
+        let Ok(real) = fs::canonicalize(dir) else { return };
+        if let Some(name) = real.file_name().map(|n| n.to_string_lossy().into_owned())
+            && !names.contains(&name)
+        {
+            names.push(name);
+        }
+    };
+    let mut stack = vec![(dir.to_path_buf(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        add(&dir);
+        if dir.join("partition").exists() {
+            add(&dir.join(".."));
+        }
+        if depth < MAX_STACK_DEPTH
+            && let Ok(rd) = fs::read_dir(dir.join("slaves"))
+        {
+            stack.extend(rd.flatten().map(|e| (e.path(), depth + 1)));
+        }
+    }
+    names
 }
 
 /// The sum of the SCSI error counters of the whole disks under `dir` (itself, the disk of a
@@ -310,8 +339,32 @@ mod tests {
     }
 
     /// The volume path for the statx: `/`, which is healthy here.
+    /// The signs, without the device names ([`device_names_cover_the_stack`] checks them).
     fn signs(sys: &FakeSys, mount: Option<&MountEntry>, device: &str) -> Signs {
-        read_signs_in(sys.root(), Path::new("/"), mount, device, None)
+        Signs { devices: Vec::new(), ..read_signs_in(sys.root(), Path::new("/"), mount, device, None) }
+    }
+
+    #[test]
+    fn device_names_cover_the_stack() {
+        let sys = FakeSys::new();
+        sys.device("pci0/a/block/sda", "8:0", &[]);
+        sys.device("pci0/a/block/sda/sda1", "8:1", &[("partition", "1\n")]);
+        sys.device("pci0/b/block/sdb", "8:16", &[]);
+        let md = sys.device("virtual/block/md0", "9:0", &[]);
+        sys.slave(&md, "sda1", "pci0/a/block/sda/sda1");
+        sys.slave(&md, "sdb", "pci0/b/block/sdb");
+        let dm = sys.device("virtual/block/dm-0", "252:0", &[]);
+        sys.slave(&dm, "md0", "virtual/block/md0");
+        let names = |device: &str| {
+            let mut n = read_signs_in(sys.root(), Path::new("/"), None, device, None).devices;
+            n.sort();
+            n
+        };
+        assert_eq!(names("8:1"), ["sda", "sda1"]);
+        assert_eq!(names("8:0"), ["sda"]);
+        assert_eq!(names("252:0"), ["dm-0", "md0", "sda", "sda1", "sdb"]);
+        // tmpfs: no device, no names.
+        assert!(read_signs_in(sys.root(), Path::new("/"), Some(&mount("tmpfs", "0:9")), "0:9", None).devices.is_empty());
     }
 
     #[test]
