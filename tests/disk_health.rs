@@ -398,7 +398,7 @@ fn ext4_on_a_device_shrunk_under_it() {
     let mount_entry = mount_at(&point);
     let bytes = statfs_bytes(&point);
     let name = dev.file_name().unwrap().to_string_lossy().into_owned();
-    assert_eq!(devices_of(&point, Some(&mount_entry), &mount_entry.device), [name.clone()]);
+    assert_eq!(devices_of(&point, Some(&mount_entry), &mount_entry.device), std::slice::from_ref(&name));
     let signs = read_signs(&point, Some(&mount_entry), &mount_entry.device, Some(bytes));
     assert_eq!(signs.size, Some(SizeFacts { bytes, device_bytes: Some(64 << 20), fixed: true }));
     let capacity = Some(bytes.min(64 << 20));

@@ -553,7 +553,9 @@ impl Agent {
                 Some((_, s)) => {
                     s.io_failure.get_or_insert(what);
                 }
-                None => signs.push((path, crate::core::disk_health::Signs { io_failure: Some(what), ..Default::default() })),
+                None => {
+                    signs.push((path, crate::core::disk_health::Signs { io_failure: Some(what), ..Default::default() }))
+                }
             }
         }
         self.say_watch_needs(&observation.scan, &signs);

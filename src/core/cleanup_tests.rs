@@ -765,7 +765,7 @@ fn from_pv_extracts_every_field() {
             claim: Some(("db".into(), "data-0".into(), "c-1".into())),
             // Made before fences: its affinity does not require the fence label's absence.
             honours_fence: false,
-            capacity_bytes: None,
+            capacity_bytes: Some(100 << 30),
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

@@ -371,28 +371,37 @@ fn io_failures_hold_after_the_last_one_and_the_latest_says_why() {
     // (seconds after t0, what the look met (None: a clean read), witnessed then, want)
     type Step = (u64, Option<&'static str>, Option<&'static str>, Option<&'static str>);
     let table: &[(&str, &[Step])] = &[
-        ("one EIO, then clean reads: held, then cleared", &[
-            (0, Some("EIO a"), None, Some("EIO a")),
-            (1, None, None, Some("EIO a")),
-            (hold.as_secs() - 1, None, None, Some("EIO a")),
-            (hold.as_secs(), None, None, None),
-            (hold.as_secs() + 1, None, None, None),
-        ]),
-        ("a later EIO extends the hold and names itself", &[
-            (0, Some("EIO a"), None, Some("EIO a")),
-            (100, Some("EIO b"), None, Some("EIO b")),
-            (hold.as_secs(), None, None, Some("EIO b")),
-            (hold.as_secs() + 100, None, None, None),
-        ]),
-        ("a witnessed failure (a mark write) counts at the next look", &[
-            (0, None, Some("fsync: EIO"), Some("fsync: EIO")),
-            (5, None, None, Some("fsync: EIO")),
-            (hold.as_secs() + 5, None, None, None),
-        ]),
-        ("the look's own failure wins over an older witness", &[
-            (0, None, Some("fsync: EIO"), Some("fsync: EIO")),
-            (5, Some("statx: EIO"), None, Some("statx: EIO")),
-        ]),
+        (
+            "one EIO, then clean reads: held, then cleared",
+            &[
+                (0, Some("EIO a"), None, Some("EIO a")),
+                (1, None, None, Some("EIO a")),
+                (hold.as_secs() - 1, None, None, Some("EIO a")),
+                (hold.as_secs(), None, None, None),
+                (hold.as_secs() + 1, None, None, None),
+            ],
+        ),
+        (
+            "a later EIO extends the hold and names itself",
+            &[
+                (0, Some("EIO a"), None, Some("EIO a")),
+                (100, Some("EIO b"), None, Some("EIO b")),
+                (hold.as_secs(), None, None, Some("EIO b")),
+                (hold.as_secs() + 100, None, None, None),
+            ],
+        ),
+        (
+            "a witnessed failure (a mark write) counts at the next look",
+            &[
+                (0, None, Some("fsync: EIO"), Some("fsync: EIO")),
+                (5, None, None, Some("fsync: EIO")),
+                (hold.as_secs() + 5, None, None, None),
+            ],
+        ),
+        (
+            "the look's own failure wins over an older witness",
+            &[(0, None, Some("fsync: EIO"), Some("fsync: EIO")), (5, Some("statx: EIO"), None, Some("statx: EIO"))],
+        ),
     ];
     for (name, steps) in table {
         let mut m = HealthMemory::default();
@@ -424,15 +433,30 @@ fn shrunk_and_grown_against_the_pv_capacity_and_rounding() {
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
     // (PV capacity, size now, device under it, fixed, shrunk, grown)
-    let table: &[(Option<u64>, u64, Option<u64>, bool, Option<Failing>, Option<(u64, u64)>)] = &[
+    type Case = (Option<u64>, u64, Option<u64>, bool, Option<Failing>, Option<(u64, u64)>);
+    let table: &[Case] = &[
         // Unchanged: the PV offers the size rounded down; nothing either way.
         (Some(10 * GIB), 10 * GIB + 500 * MIB, None, true, None, None),
         (Some(64 * MIB), 64 * MIB, Some(64 * MIB), true, None, None),
         (Some(5 * MIB + 3), 5 * MIB + 3, None, true, None, None),
         // Below the PV's rounded capacity by one byte: shrunk (writes beyond it fail).
-        (Some(10 * GIB), 10 * GIB - 1, None, true, Some(Failing::Shrunk { was: 10 * GIB, now: 10 * GIB - 1, device: false }), None),
+        (
+            Some(10 * GIB),
+            10 * GIB - 1,
+            None,
+            true,
+            Some(Failing::Shrunk { was: 10 * GIB, now: 10 * GIB - 1, device: false }),
+            None,
+        ),
         // A block device halved.
-        (Some(64 * MIB), 32 * MIB, None, true, Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: false }), None),
+        (
+            Some(64 * MIB),
+            32 * MIB,
+            None,
+            true,
+            Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: false }),
+            None,
+        ),
         // Grown within the rounding step: the PV would offer the same: nothing.
         (Some(10 * GIB), 10 * GIB + 1023 * MIB, None, true, None, None),
         // Grown past it: told, not failing.
@@ -442,8 +466,22 @@ fn shrunk_and_grown_against_the_pv_capacity_and_rounding() {
         (Some(10 * GIB), 5 * GIB, None, false, None, None),
         (Some(10 * GIB), 50 * GIB, None, false, None, None),
         // A filesystem larger than its device: shrunk whatever the PV says, even with no PV.
-        (None, 64 * MIB, Some(32 * MIB), true, Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: true }), None),
-        (Some(64 * MIB), 64 * MIB, Some(32 * MIB), false, Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: true }), None),
+        (
+            None,
+            64 * MIB,
+            Some(32 * MIB),
+            true,
+            Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: true }),
+            None,
+        ),
+        (
+            Some(64 * MIB),
+            64 * MIB,
+            Some(32 * MIB),
+            false,
+            Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: true }),
+            None,
+        ),
         // A device larger than its filesystem (grown, not resized yet) is fine.
         (Some(64 * MIB), 64 * MIB, Some(128 * MIB), true, None, None),
         // No PV: no capacity to compare.
@@ -461,7 +499,10 @@ fn a_shrunk_volume_is_judged_failing_with_its_pv_capacity() {
     let mut m = HealthMemory::default();
     let now = Instant::now();
     let signs = Signs { size: Some(size(32 << 20, None, true)), ..Signs::default() };
-    assert_eq!(m.judge_volume("v", &signs, Some(64 << 20), now), vec![Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: false }]);
+    assert_eq!(
+        m.judge_volume("v", &signs, Some(64 << 20), now),
+        vec![Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: false }]
+    );
     // Without its PV (a new volume) the size alone says nothing.
     assert_eq!(m.judge("v", &signs, now), vec![]);
     assert!(m.is_empty(), "size signs are judged afresh, not remembered");
@@ -476,7 +517,11 @@ fn growth_is_told_once_per_size() {
     assert_eq!(m.growth("v", cap, Some(&grown_to(64))), Some((32 << 20, 64 << 20)));
     assert_eq!(m.growth("v", cap, Some(&grown_to(64))), None, "told once");
     assert_eq!(m.growth("v", cap, None), None, "an unread size forgets what was told");
-    assert_eq!(m.growth("v", cap, Some(&grown_to(64))), Some((32 << 20, 64 << 20)), "told again after a look without it");
+    assert_eq!(
+        m.growth("v", cap, Some(&grown_to(64))),
+        Some((32 << 20, 64 << 20)),
+        "told again after a look without it"
+    );
     assert_eq!(m.growth("v", cap, Some(&grown_to(128))), Some((32 << 20, 128 << 20)), "a new size is told");
     assert_eq!(m.growth("w", None, Some(&grown_to(128))), None, "no PV");
     m.retain(|_| false);

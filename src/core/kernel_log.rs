@@ -60,15 +60,8 @@ pub struct DiskError {
 /// The block layer's request errors that mean the disk failed (`<kind> error, dev X, sector`);
 /// `operation not supported`, `nonblocking retry`, `kernel resource`... are the caller's or
 /// the kernel's, not the disk's.
-const REQUEST_ERRORS: [&str; 7] = [
-    "I/O",
-    "critical medium",
-    "critical target",
-    "timeout",
-    "protection",
-    "device offline",
-    "recoverable transport",
-];
+const REQUEST_ERRORS: [&str; 7] =
+    ["I/O", "critical medium", "critical target", "timeout", "protection", "device offline", "recoverable transport"];
 
 /// The device a kernel log line says failed, if it says one did. Recognised (Linux 4.x to
 /// 6.x):

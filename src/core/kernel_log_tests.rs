@@ -11,11 +11,17 @@ const LINES: &[(&str, Option<&str>)] = &[
     ("timeout error, dev nvme0n1, sector 100 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0", Some("nvme0n1")),
     ("device offline error, dev sde, sector 0 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0", Some("sde")),
     // 5.x and 4.x prefixes.
-    ("blk_update_request: I/O error, dev sdb, sector 2048 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0", Some("sdb")),
+    (
+        "blk_update_request: I/O error, dev sdb, sector 2048 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0",
+        Some("sdb"),
+    ),
     ("print_req_error: I/O error, dev sda, sector 12345", Some("sda")),
     ("blk_update_request: critical medium error, dev sdf, sector 77", Some("sdf")),
     // The caller's or the kernel's, not the disk's.
-    ("operation not supported error, dev loop0, sector 556 op 0x9:(WRITE_ZEROES) flags 0x800 phys_seg 0 prio class 2", None),
+    (
+        "operation not supported error, dev loop0, sector 556 op 0x9:(WRITE_ZEROES) flags 0x800 phys_seg 0 prio class 2",
+        None,
+    ),
     ("nonblocking retry error, dev sdb, sector 0 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0", None),
     ("kernel resource error, dev sdb, sector 0", None),
     // The buffer cache.
@@ -23,24 +29,42 @@ const LINES: &[(&str, Option<&str>)] = &[
     ("Buffer I/O error on dev dm-3, logical block 0, async page read", Some("dm-3")),
     // ext4.
     ("EXT4-fs error (device sdb1): ext4_find_entry:1455: inode #2: comm ls: reading directory lblock 0", Some("sdb1")),
-    ("EXT4-fs error (device loop3): ext4_journal_check_start:84: comm kworker/u4:1: Detected aborted journal", Some("loop3")),
-    ("EXT4-fs warning (device loop1): ext4_end_bio:343: I/O error 10 writing to inode 12 starting block 16385)", Some("loop1")),
-    ("EXT4-fs warning (device sdb1): ext4_dx_add_entry:2581: Directory (ino: 2) index full, reach max htree level :2", None),
+    (
+        "EXT4-fs error (device loop3): ext4_journal_check_start:84: comm kworker/u4:1: Detected aborted journal",
+        Some("loop3"),
+    ),
+    (
+        "EXT4-fs warning (device loop1): ext4_end_bio:343: I/O error 10 writing to inode 12 starting block 16385)",
+        Some("loop1"),
+    ),
+    (
+        "EXT4-fs warning (device sdb1): ext4_dx_add_entry:2581: Directory (ino: 2) index full, reach max htree level :2",
+        None,
+    ),
     ("EXT4-fs (sdb1): I/O error while writing superblock", Some("sdb1")),
     ("EXT4-fs (loop3): Remounting filesystem read-only", Some("loop3")),
-    ("EXT4-fs (loop3): mounted filesystem 4b0f0a0c-5f2e-4a5b-9f61-2e0c6a6a2b1d r/w with ordered data mode. Quota mode: none.", None),
+    (
+        "EXT4-fs (loop3): mounted filesystem 4b0f0a0c-5f2e-4a5b-9f61-2e0c6a6a2b1d r/w with ordered data mode. Quota mode: none.",
+        None,
+    ),
     ("EXT4-fs (loop3): unmounting filesystem 4b0f0a0c-5f2e-4a5b-9f61-2e0c6a6a2b1d.", None),
     // jbd2.
     ("JBD2: Error -5 detected when updating journal superblock for sdb1-8.", Some("sdb1")),
     ("JBD2: I/O error when updating journal superblock for loop1-8.", Some("loop1")),
     ("Aborting journal on device loop1-8.", Some("loop1")),
     ("Aborting journal on device dm-0-8.", Some("dm-0")),
-    ("JBD2: Spotted dirty metadata buffer (dev = sdb1, blocknr = 0). There's a risk of filesystem corruption in case of system crash.", None),
+    (
+        "JBD2: Spotted dirty metadata buffer (dev = sdb1, blocknr = 0). There's a risk of filesystem corruption in case of system crash.",
+        None,
+    ),
     // XFS.
     ("XFS (sdb1): metadata I/O error in \"xfs_buf_ioend+0x1a0/0x4a0 [xfs]\" at daddr 0x2 len 1 error 5", Some("sdb1")),
     ("XFS (loop2): log I/O error -5", Some("loop2")),
     ("XFS (loop2): Filesystem has been shut down due to log error (0x2).", Some("loop2")),
-    ("XFS (dm-1): Corruption of in-memory data (0x8) detected at xfs_trans_cancel+0x12c/0x150 [xfs] (fs/xfs/xfs_trans.c:1098).  Shutting down filesystem.", Some("dm-1")),
+    (
+        "XFS (dm-1): Corruption of in-memory data (0x8) detected at xfs_trans_cancel+0x12c/0x150 [xfs] (fs/xfs/xfs_trans.c:1098).  Shutting down filesystem.",
+        Some("dm-1"),
+    ),
     ("XFS (sdc): writeback error on inode 131, offset 0, sector 64", Some("sdc")),
     ("XFS (sdb1): Mounting V5 Filesystem 0b9d1b6e-6a55-4b55-8c38-8dd0a2b2a7a1", None),
     ("XFS (sdb1): Ending clean mount", None),
@@ -73,7 +97,8 @@ fn kernel_lines_name_the_failing_device() {
 
 #[test]
 fn records_as_dev_kmsg_returns_them() {
-    let table: &[(&str, Option<(u64, bool, &str)>)] = &[
+    type Case<'a> = (&'a str, Option<(u64, bool, &'a str)>);
+    let table: &[Case] = &[
         ("3,1234,5678901,-;I/O error, dev loop1, sector 8\n", Some((1234, true, "I/O error, dev loop1, sector 8"))),
         // Written by a program (facility user, 8 and up): not the kernel's word.
         ("12,1235,5678902,-;I/O error, dev loop1, sector 8\n", Some((1235, false, "I/O error, dev loop1, sector 8"))),

@@ -501,7 +501,11 @@ impl EntryJob {
     /// returns the size read (unrounded) and the I/O error met, if any: an entry whose disk
     /// fails a read is skipped as `disk-failing`, and one whose used mark cannot be read for
     /// an I/O error keeps the mark unknown (never published) with the failure told.
-    fn found(self, facts: &GuardFacts, ledger: Option<&Ledger>) -> (Result<FoundVolume, SkipReason>, Option<u64>, Option<String>) {
+    fn found(
+        self,
+        facts: &GuardFacts,
+        ledger: Option<&Ledger>,
+    ) -> (Result<FoundVolume, SkipReason>, Option<u64>, Option<String>) {
         let mount_facts = facts.mounts.facts();
         let guard =
             Guard { facts: &mount_facts, places: &facts.places, anchors: &facts.anchors, host_dirs: &facts.host_dirs };

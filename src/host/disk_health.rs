@@ -26,7 +26,7 @@ use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
 use rustix::io::Errno;
 
 use super::mountinfo::MountEntry;
-use crate::core::disk_health::{SizeFacts, Signs};
+use crate::core::disk_health::{Signs, SizeFacts};
 
 /// Where the kernel publishes devices and filesystems.
 const SYS: &str = "/sys";
@@ -364,7 +364,9 @@ mod tests {
         assert_eq!(names("8:0"), ["sda"]);
         assert_eq!(names("252:0"), ["dm-0", "md0", "sda", "sda1", "sdb"]);
         // tmpfs: no device, no names.
-        assert!(read_signs_in(sys.root(), Path::new("/"), Some(&mount("tmpfs", "0:9")), "0:9", None).devices.is_empty());
+        assert!(
+            read_signs_in(sys.root(), Path::new("/"), Some(&mount("tmpfs", "0:9")), "0:9", None).devices.is_empty()
+        );
     }
 
     #[test]
@@ -381,7 +383,10 @@ mod tests {
             Some(SizeFacts { bytes: 64 << 20, device_bytes: Some(32 << 20), fixed: true })
         );
         // A block volume: its own size is the fact; no device under it.
-        assert_eq!(at(None, "7:5", Some(32 << 20)), Some(SizeFacts { bytes: 32 << 20, device_bytes: None, fixed: true }));
+        assert_eq!(
+            at(None, "7:5", Some(32 << 20)),
+            Some(SizeFacts { bytes: 32 << 20, device_bytes: None, fixed: true })
+        );
         // tmpfs: no device; fixed. NFS or ZFS: not fixed.
         assert_eq!(
             at(Some(&mount("tmpfs", "0:40")), "0:40", Some(1 << 20)),
