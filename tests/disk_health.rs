@@ -83,14 +83,14 @@ fn dev_number(device: &Path) -> String {
 fn fs_signs(point: &Path) -> Signs {
     let mount = mount_at(point);
     let signs = timed(point, || read_signs(point, Some(&mount), &mount.device, None));
-    Signs { devices: Vec::new(), ..signs }
+    Signs { devices: Vec::new(), instance: String::new(), ..signs }
 }
 
 /// The signs of the block volume `device`, timed (without the device names).
 fn block_signs(device: &Path) -> Signs {
     let number = dev_number(device);
     let signs = timed(device, || read_signs(device, None, &number, None));
-    Signs { devices: Vec::new(), ..signs }
+    Signs { devices: Vec::new(), instance: String::new(), ..signs }
 }
 
 /// Runs `read` 200 times and prints the fastest, median and slowest call; the median must be
@@ -413,6 +413,7 @@ fn ext4_on_a_device_shrunk_under_it() {
         }
     };
     let failed_devices = std::sync::Mutex::new(KernelLogMemory::default());
+    let seen = Instant::now();
     if let Some(log) = log.as_mut() {
         log.drain(&failed_devices);
     }
@@ -441,7 +442,7 @@ fn ext4_on_a_device_shrunk_under_it() {
     let names = devices_of(&point, Some(&mount_entry), &mount_entry.device);
     let said = wait_for_value(|| {
         log.drain(&failed_devices);
-        failed_devices.lock().unwrap().failing(&names, Instant::now())
+        failed_devices.lock().unwrap().failing(&names, seen, Instant::now())
     });
     eprintln!("the kernel log says: {said:?}");
     match said {

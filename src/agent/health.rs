@@ -36,7 +36,8 @@ impl Agent {
         let mut kernel_log = self.kernel_log.lock().unwrap_or_else(|e| e.into_inner());
         for (path, s) in signs {
             let mut found = self.health.judge_volume(path, s, capacity(path), now);
-            found.extend(kernel_log.failing(&s.devices, now));
+            let since = self.health.seen_since(path, &s.instance, now);
+            found.extend(kernel_log.failing(&s.devices, since, now));
             if !found.is_empty() {
                 failing.insert(path.clone(), found);
             }

@@ -49,6 +49,11 @@ pub struct Signs {
     /// included (`sdb1`, `sdb`): a kernel log line about any of them is about this volume
     /// (core::kernel_log). Empty for a volume on no block device (tmpfs).
     pub devices: Vec<String>,
+    /// What tells this instance of the volume from an earlier one at the same path (its mount
+    /// ID, its device number, a loop device's backing file): a kernel log line read before the
+    /// current instance was first seen is about another disk that had the name
+    /// ([`HealthMemory::seen_since`]).
+    pub instance: String,
 }
 
 /// A volume's size as read in one look (no I/O on the disk: statfs, an ioctl, sysfs).
@@ -167,6 +172,8 @@ pub struct HealthMemory {
     failures: BTreeMap<String, (String, Instant)>,
     /// The grown size already told for each key ([`HealthMemory::growth`]).
     told_growth: BTreeMap<String, u64>,
+    /// Each key's volume instance and since when it has been seen ([`HealthMemory::seen_since`]).
+    instances: BTreeMap<String, (String, Instant)>,
 }
 
 impl HealthMemory {
@@ -229,6 +236,19 @@ impl HealthMemory {
         self.failures.insert(key.to_string(), (what.to_string(), now));
     }
 
+    /// Since when the volume at `key` has been the instance `instance` (`now` for one not seen
+    /// before, or seen as another): kernel log lines read earlier are about a disk that had
+    /// its device's name before (a reused `loop3`, a replaced `sdb`), not this one.
+    pub fn seen_since(&mut self, key: &str, instance: &str, now: Instant) -> Instant {
+        match self.instances.get(key) {
+            Some((seen, since)) if seen == instance => *since,
+            _ => {
+                self.instances.insert(key.to_string(), (instance.to_string(), now));
+                now
+            }
+        }
+    }
+
     /// The growth of `key` to tell, once per size: (the PV's capacity, the size now) when the
     /// volume grew past its PV's capacity ([`grown`]) and this size was not told yet.
     pub fn growth(&mut self, key: &str, capacity: Option<u64>, size: Option<&SizeFacts>) -> Option<(u64, u64)> {
@@ -278,11 +298,12 @@ impl HealthMemory {
         self.counters.retain(|key, _| keep(key));
         self.failures.retain(|key, _| keep(key));
         self.told_growth.retain(|key, _| keep(key));
+        self.instances.retain(|key, _| keep(key));
     }
 
-    /// Number of entries remembered (counters, held failures, told growths).
+    /// Number of entries remembered (counters, held failures, told growths, instances).
     pub fn len(&self) -> usize {
-        self.counters.len() + self.failures.len() + self.told_growth.len()
+        self.counters.len() + self.failures.len() + self.told_growth.len() + self.instances.len()
     }
 
     /// Whether nothing is remembered.

@@ -59,6 +59,7 @@ fn all_signs_at_once_come_in_a_stable_order() {
         io_failure: Some("EIO".into()),
         size: Some(SizeFacts { bytes: 64 << 20, device_bytes: Some(32 << 20), fixed: true }),
         devices: vec!["loop1".into()],
+        instance: "mount 40".into(),
     };
     let first = m.judge("a", &signs, t0);
     assert_eq!(
@@ -555,4 +556,17 @@ fn read_only_after_an_error_or_by_the_operator() {
     for (options, errors, want) in table {
         assert_eq!(read_only_after_error(options, errors), want, "{options:?} {errors:?}");
     }
+}
+
+#[test]
+fn a_volume_instance_is_seen_since_it_first_was() {
+    let mut m = HealthMemory::default();
+    let t0 = Instant::now();
+    let later = t0 + Duration::from_secs(60);
+    assert_eq!(m.seen_since("v", "mount 40", t0), t0);
+    assert_eq!(m.seen_since("v", "mount 40", later), t0, "the same instance: since it was first seen");
+    assert_eq!(m.seen_since("v", "mount 41", later), later, "mounted again: a new instance");
+    assert_eq!(m.seen_since("w", "mount 40", later), later, "another path");
+    m.retain(|k| k != "v");
+    assert_eq!(m.seen_since("v", "mount 41", later + Duration::from_secs(1)), later + Duration::from_secs(1));
 }

@@ -192,13 +192,16 @@ impl KernelLogMemory {
     }
 
     /// The sign `kernel-log` for a volume on the devices `names` (its own device and every
-    /// device under it, whole disks included), from the latest line about any of them within
-    /// [`KERNEL_LOG_HOLD`]; None when there is none. Lines older than that are forgotten.
-    pub fn failing(&mut self, names: &[String], now: Instant) -> Option<Failing> {
+    /// device under it, whole disks included), from the latest line about any of them read
+    /// since `since` (when this instance of the volume was first seen: an earlier line is about
+    /// a disk that had the name before) and within [`KERNEL_LOG_HOLD`]; None when there is
+    /// none. Lines older than the hold are forgotten.
+    pub fn failing(&mut self, names: &[String], since: Instant, now: Instant) -> Option<Failing> {
         self.devices.retain(|_, (_, at)| now.saturating_duration_since(*at) < KERNEL_LOG_HOLD);
         names
             .iter()
             .filter_map(|n| self.devices.get(n))
+            .filter(|(_, at)| *at >= since)
             .max_by_key(|(_, at)| *at)
             .map(|(what, _)| Failing::KernelLog(what.clone()))
     }

@@ -146,25 +146,25 @@ fn a_volume_fails_while_a_line_names_a_device_under_it_then_clears() {
     let mut m = KernelLogMemory::default();
     let on_sdb1 = names(&["sdb1", "sdb"]);
     let on_sdc = names(&["sdc"]);
-    assert_eq!(m.failing(&on_sdb1, t0), None);
+    assert_eq!(m.failing(&on_sdb1, t0, t0), None);
     // The block layer names the whole disk: every volume on it.
     m.note(error("sdb", "I/O error, dev sdb, sector 8"), t0);
     let failing = Some(Failing::KernelLog("I/O error, dev sdb, sector 8".into()));
-    assert_eq!(m.failing(&on_sdb1, t0), failing);
-    assert_eq!(m.failing(&on_sdc, t0), None);
+    assert_eq!(m.failing(&on_sdb1, t0, t0), failing);
+    assert_eq!(m.failing(&on_sdc, t0, t0), None);
     // The latest line about any device under the volume says why.
     let later = t0 + Duration::from_secs(60);
     m.note(error("sdb1", "EXT4-fs error (device sdb1): x"), later);
-    assert_eq!(m.failing(&on_sdb1, later), Some(Failing::KernelLog("EXT4-fs error (device sdb1): x".into())));
+    assert_eq!(m.failing(&on_sdb1, t0, later), Some(Failing::KernelLog("EXT4-fs error (device sdb1): x".into())));
     // A partition's line is not about its sibling.
-    assert_eq!(m.failing(&names(&["sdb2"]), later), None);
+    assert_eq!(m.failing(&names(&["sdb2"]), t0, later), None);
     // Held KERNEL_LOG_HOLD after the latest line, then forgotten.
-    assert!(m.failing(&on_sdb1, later + KERNEL_LOG_HOLD - Duration::from_secs(1)).is_some());
-    assert_eq!(m.failing(&on_sdb1, later + KERNEL_LOG_HOLD), None);
+    assert!(m.failing(&on_sdb1, t0, later + KERNEL_LOG_HOLD - Duration::from_secs(1)).is_some());
+    assert_eq!(m.failing(&on_sdb1, t0, later + KERNEL_LOG_HOLD), None);
     assert!(m.is_empty());
     // No names (tmpfs): nothing.
     m.note(error("sdb", "x"), later);
-    assert_eq!(m.failing(&[], later), None);
+    assert_eq!(m.failing(&[], t0, later), None);
 }
 
 #[test]
@@ -176,6 +176,26 @@ fn the_memory_is_bounded_and_forgets_the_oldest() {
     }
     assert_eq!(m.len(), MAX_DEVICES);
     let now = t0 + Duration::from_secs(5);
-    assert_eq!(m.failing(&names(&["loop0"]), now), None, "the oldest is forgotten");
-    assert!(m.failing(&names(&[&format!("loop{}", MAX_DEVICES + 9)]), now).is_some());
+    assert_eq!(m.failing(&names(&["loop0"]), t0, now), None, "the oldest is forgotten");
+    assert!(m.failing(&names(&[&format!("loop{}", MAX_DEVICES + 9)]), t0, now).is_some());
+}
+
+#[test]
+fn a_line_from_before_the_volume_was_seen_is_about_another_disk() {
+    let t0 = Instant::now();
+    let mut m = KernelLogMemory::default();
+    let on_loop3 = names(&["loop3"]);
+    // loop3 failed, was detached, and the name given to a new volume's device 5 s later.
+    m.note(error("loop3", "I/O error, dev loop3, sector 8"), t0);
+    let attached = t0 + Duration::from_secs(5);
+    assert_eq!(m.failing(&on_loop3, attached, attached), None);
+    // A line about the new one counts.
+    let later = attached + Duration::from_secs(1);
+    m.note(error("loop3", "I/O error, dev loop3, sector 16"), later);
+    assert_eq!(
+        m.failing(&on_loop3, attached, later),
+        Some(Failing::KernelLog("I/O error, dev loop3, sector 16".into()))
+    );
+    // Seen since exactly the line's time: it counts.
+    assert!(m.failing(&on_loop3, later, later).is_some());
 }

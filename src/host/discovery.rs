@@ -513,7 +513,7 @@ impl EntryJob {
         let probe = !facts.published.contains(&self.host_path);
         let failed = |reason: SkipReason| {
             let io = match &reason {
-                SkipReason::DiskFailing(what) => Some(what.clone()),
+                SkipReason::DiskFailing(what) => Some(what.strip_prefix("io-failure: ").unwrap_or(what).to_string()),
                 _ => None,
             };
             (Err(reason), None, io)
@@ -636,7 +636,7 @@ fn used_mark_read(
     let root = match open_volume_root(&path) {
         Ok(root) => root,
         Err(e) => {
-            let io = e.is_disk_failure().then(|| format!("io-failure: {e}"));
+            let io = e.is_disk_failure().then(|| e.to_string());
             return (UsedRead::Unknown(e.to_string()), io);
         }
     };
@@ -645,7 +645,7 @@ fn used_mark_read(
         Ok(Some(mark)) => (ledger.map_or(UsedRead::Marked(mark.clone()), |l| l.classify(mark)), None),
         Ok(None) => (ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, dir.as_deref())), None),
         Err(e) => {
-            let io = e.disk_failed.then(|| format!("io-failure: {}", e.why));
+            let io = e.disk_failed.then(|| e.why.clone());
             (UsedRead::Unknown(e.why), io)
         }
     }

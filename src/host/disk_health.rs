@@ -98,6 +98,7 @@ fn read_signs_in(sys: &Path, volume: &Path, mount: Option<&MountEntry>, device: 
     };
     let mut signs = Signs {
         size: bytes.map(|bytes| SizeFacts { bytes, device_bytes, fixed }),
+        instance: instance(sys, mount, device),
         read_only: mount.is_some_and(|m| m.super_read_only),
         shut_down: mount.is_some_and(|m| m.super_shut_down),
         ..Signs::default()
@@ -152,6 +153,19 @@ pub(crate) fn read_only_after_error(fd: std::os::fd::BorrowedFd<'_>) -> bool {
         .and_then(|name| read_trimmed(&Path::new(SYS).join("fs/ext4").join(name).join("errors_count")))
         .and_then(|t| t.parse().ok());
     crate::core::disk_health::read_only_after_error(&mount.super_options, errors)
+}
+
+/// What tells this instance of the volume from an earlier one at its path
+/// (core::disk_health::Signs::instance): a filesystem's mount ID and device, a block device's
+/// number and, for a loop device, its backing file (a detached and re-attached `loopN`).
+fn instance(sys: &Path, mount: Option<&MountEntry>, device: &str) -> String {
+    let backing = block_device(device)
+        .and_then(|_| read_trimmed(&sys.join("dev/block").join(device).join("loop/backing_file")))
+        .unwrap_or_default();
+    match mount {
+        Some(m) => format!("mount {} dev {device} {backing}", m.id),
+        None => format!("dev {device} {backing}"),
+    }
 }
 
 /// The size of block device `device` (`major:minor`) from sysfs, in bytes; None if unreadable.
@@ -341,7 +355,23 @@ mod tests {
     /// The volume path for the statx: `/`, which is healthy here.
     /// The signs, without the device names ([`device_names_cover_the_stack`] checks them).
     fn signs(sys: &FakeSys, mount: Option<&MountEntry>, device: &str) -> Signs {
-        Signs { devices: Vec::new(), ..read_signs_in(sys.root(), Path::new("/"), mount, device, None) }
+        let signs = read_signs_in(sys.root(), Path::new("/"), mount, device, None);
+        Signs { devices: Vec::new(), instance: String::new(), ..signs }
+    }
+
+    #[test]
+    fn the_instance_changes_with_the_mount_and_the_loop_backing_file() {
+        let sys = FakeSys::new();
+        let dir = sys.device("virtual/block/loop3", "7:3", &[("loop/backing_file", "/images/a\n")]);
+        let instance =
+            |mount: Option<&MountEntry>| read_signs_in(sys.root(), Path::new("/"), mount, "7:3", None).instance;
+        let mut m = mount("ext4", "7:3");
+        assert_eq!(instance(Some(&m)), "mount 40 dev 7:3 /images/a");
+        m.id = 41;
+        assert_eq!(instance(Some(&m)), "mount 41 dev 7:3 /images/a");
+        assert_eq!(instance(None), "dev 7:3 /images/a");
+        fs::write(dir.join("loop/backing_file"), "/images/b\n").unwrap();
+        assert_eq!(instance(None), "dev 7:3 /images/b");
     }
 
     #[test]

@@ -83,9 +83,7 @@ pub fn presence_and_check(
     let Some(recorded) = recorded else { return (true, DiskCheck::Unrecorded, None) };
     match found_identity(path, Some(mounts)) {
         Ok(found) => (is_present(recorded, &found), judged(recorded, &found), None),
-        Err(e @ HostError::Io { .. }) if disk_failed(&e) => {
-            (true, DiskCheck::Unverified, Some(format!("io-failure: {e}")))
-        }
+        Err(e @ HostError::Io { .. }) if disk_failed(&e) => (true, DiskCheck::Unverified, Some(e.to_string())),
         Err(_) => (false, DiskCheck::Unverified, None),
     }
 }

@@ -130,12 +130,13 @@ mod tests {
         }
         let device = format!("lsptest{}", std::process::id());
         let line = format!("I/O error, dev {device}, sector 8 op 0x1:(WRITE) flags 0x0 phys_seg 1 prio class 0");
+        let opened = Instant::now();
         let mut log = KernelLog::open(Path::new(KMSG)).unwrap();
         let memory = Mutex::new(KernelLogMemory::default());
         log.drain(&memory);
         std::fs::write(KMSG, &line).expect("write to /dev/kmsg");
         assert_eq!(log.drain(&memory), 0);
-        assert_eq!(memory.lock().unwrap().failing(&[device], Instant::now()), None);
+        assert_eq!(memory.lock().unwrap().failing(&[device], opened, Instant::now()), None);
         // A drain without new lines reads nothing and does not block.
         assert_eq!(log.drain(&memory), 0);
     }
