@@ -304,6 +304,8 @@ fn plan_health_withdraws_only_unbound_pvs_on_failing_disks_and_annotates_the_res
         vec![Failing::ShutDown],
         vec![Failing::IoErrors { new: 1 }],
         vec![Failing::IoFailure("EIO".into())],
+        vec![Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: false }],
+        vec![Failing::KernelLog("I/O error, dev sdb, sector 8".into())],
     ];
     for phase in ["Available", "Pending", "Bound", "Released", "Failed", ""] {
         for claimed in [false, true] {
