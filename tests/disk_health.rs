@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use local_static_provisioner::core::disk_health::{Failing, HealthMemory, Signs};
+use local_static_provisioner::core::disk_health::{Failing, HealthMemory, Signs, SizeFacts};
+use local_static_provisioner::core::kernel_log::KernelLogMemory;
 use local_static_provisioner::host::disk_health::read_signs;
+use local_static_provisioner::host::kernel_log::{KMSG, KernelLog};
 use local_static_provisioner::host::mountinfo::{MountEntry, MountTable};
 use local_static_provisioner::host::ops::foreground;
 use support::{cannot_run, quiet, remove_scratch_dir, require_root, run};
@@ -77,16 +79,19 @@ fn dev_number(device: &Path) -> String {
     std::fs::read_to_string(format!("/sys/class/block/{name}/dev")).unwrap().trim().to_string()
 }
 
-/// The signs of the filesystem volume mounted at `point`, timed.
+/// The signs of the filesystem volume mounted at `point`, timed (without the device names,
+/// which [`devices_of`] checks).
 fn fs_signs(point: &Path) -> Signs {
     let mount = mount_at(point);
-    timed(point, || foreground(|on| read_signs(point, Some(&mount), &mount.device, on)))
+    let signs = timed(point, || foreground(|on| read_signs(point, Some(&mount), &mount.device, None, on)));
+    Signs { devices: Vec::new(), instance: String::new(), ..signs }
 }
 
-/// The signs of the block volume `device`, timed.
+/// The signs of the block volume `device`, timed (without the device names).
 fn block_signs(device: &Path) -> Signs {
     let number = dev_number(device);
-    timed(device, || foreground(|on| read_signs(device, None, &number, on)))
+    let signs = timed(device, || foreground(|on| read_signs(device, None, &number, None, on)));
+    Signs { devices: Vec::new(), instance: String::new(), ..signs }
 }
 
 /// Runs `read` 200 times and prints the fastest, median and slowest call; the median must be
@@ -351,4 +356,196 @@ fn wait_for(path: &Path) -> Option<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     None
+}
+
+/// The statfs size of the filesystem at `point`, as discovery reads it (blocks times size).
+fn statfs_bytes(point: &Path) -> u64 {
+    let st = nix::sys::statfs::statfs(point).unwrap();
+    st.blocks() * u64::try_from(st.block_size()).unwrap()
+}
+
+/// `blockdev --getsize64`.
+fn device_bytes(device: &Path) -> u64 {
+    let out = run(Command::new("blockdev").arg("--getsize64").arg(device));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Resizes a loop device's image to `mib` MiB and tells the loop device (`losetup -c`).
+fn resize_loop(lab: &Lab, image: &str, device: &Path, mib: u64) {
+    run(Command::new("truncate").arg("-s").arg(format!("{mib}M")).arg(lab.root.join("images").join(image)));
+    run(Command::new("losetup").arg("-c").arg(device));
+    assert_eq!(device_bytes(device), mib << 20, "{} resized", device.display());
+}
+
+/// The kernel names read_signs gives for the volume's device stack.
+fn devices_of(volume: &Path, mount: Option<&MountEntry>, device: &str) -> Vec<String> {
+    foreground(|on| read_signs(volume, mount, device, None, on)).devices
+}
+
+/// A loop device shrunk under its ext4 filesystem (the 64 MiB filesystem on 32 MiB):
+/// the filesystem is larger than its device (the sign shrunk, with or without a PV); writes
+/// past the device's end then fail with EIO, ext4 counts no error and stays read-write, and
+/// only the kernel log says so (the sign kernel-log, read from /dev/kmsg).
+#[test]
+fn ext4_on_a_device_shrunk_under_it() {
+    if !require_root("ext4_on_a_device_shrunk_under_it") {
+        return;
+    }
+    let mut lab = Lab::new();
+    let dev = lab.loop_device("shrunk.img", 64, false);
+    let point = lab.mount_point("shrunk");
+    mkfs_ext4(&dev);
+    mount(&["-o", "errors=remount-ro"], &dev, &point);
+    let mount_entry = mount_at(&point);
+    let bytes = statfs_bytes(&point);
+    let name = dev.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(devices_of(&point, Some(&mount_entry), &mount_entry.device), std::slice::from_ref(&name));
+    let signs = foreground(|on| read_signs(&point, Some(&mount_entry), &mount_entry.device, Some(bytes), on));
+    assert_eq!(signs.size, Some(SizeFacts { bytes, device_bytes: Some(64 << 20), fixed: true }));
+    let capacity = Some(bytes.min(64 << 20));
+    let mut memory = HealthMemory::default();
+    assert!(memory.judge_volume("v", &signs, capacity, Instant::now()).is_empty(), "{signs:?}");
+
+    let mut log = match KernelLog::open(Path::new(KMSG)) {
+        Ok(log) => Some(log),
+        Err(e) => {
+            cannot_run("ext4_on_a_device_shrunk_under_it (kernel log part)", &format!("{e}"));
+            None
+        }
+    };
+    let failed_devices = std::sync::Mutex::new(KernelLogMemory::default());
+    let seen = Instant::now();
+    if let Some(log) = log.as_mut() {
+        log.drain(&failed_devices);
+    }
+
+    resize_loop(&lab, "shrunk.img", &dev, 32);
+    let signs =
+        foreground(|on| read_signs(&point, Some(&mount_entry), &mount_entry.device, Some(statfs_bytes(&point)), on));
+    assert_eq!(signs.size.and_then(|s| s.device_bytes), Some(32 << 20), "{signs:?}");
+    let judged = memory.judge_volume("v", &signs, capacity, Instant::now());
+    assert_eq!(judged, [Failing::Shrunk { was: bytes, now: 32 << 20, device: true }]);
+    assert_eq!(HealthMemory::default().judge("new", &signs, Instant::now()).len(), 1, "a new volume too");
+
+    // Writes past the device's end: EIO at fsync, no ext4 error, still read-write.
+    let written = (|| -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(point.join("big"))?;
+        for _ in 0..50 {
+            f.write_all(&[7u8; 1 << 20])?;
+        }
+        f.sync_all()
+    })();
+    let err = written.expect_err("writes past the device's end succeeded");
+    assert_eq!(err.raw_os_error(), Some(5), "{err}");
+    let after = fs_signs(&point);
+    assert_eq!((after.read_only, after.fs_errors), (false, Some(0)), "{after:?}");
+    let Some(log) = log.as_mut() else { return };
+    let names = devices_of(&point, Some(&mount_entry), &mount_entry.device);
+    let said = wait_for_value(|| {
+        log.drain(&failed_devices);
+        failed_devices.lock().unwrap().failing(&names, seen, Instant::now())
+    });
+    eprintln!("the kernel log says: {said:?}");
+    match said {
+        Some(Failing::KernelLog(line)) => assert!(line.contains(&name) && line.contains("I/O error"), "{line}"),
+        other => panic!("no kernel log line about {name}: {other:?}"),
+    }
+}
+
+/// Polls `f` for up to 5 s until it gives a value.
+fn wait_for_value<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A Block volume whose device shrank to half, then grew to twice its PV's capacity: shrunk,
+/// then told as grown (once per size), never failing for growth.
+#[test]
+fn block_device_shrunk_then_grown() {
+    if !require_root("block_device_shrunk_then_grown") {
+        return;
+    }
+    let mut lab = Lab::new();
+    let dev = lab.loop_device("block.img", 64, false);
+    let number = dev_number(&dev);
+    let capacity = Some(64u64 << 20);
+    let signs_now = || foreground(|on| read_signs(&dev, None, &number, Some(device_bytes(&dev)), on));
+    let mut memory = HealthMemory::default();
+    assert!(memory.judge_volume("b", &signs_now(), capacity, Instant::now()).is_empty());
+    assert_eq!(memory.growth("b", capacity, signs_now().size.as_ref()), None);
+
+    resize_loop(&lab, "block.img", &dev, 32);
+    let signs = signs_now();
+    assert_eq!(signs.size, Some(SizeFacts { bytes: 32 << 20, device_bytes: None, fixed: true }));
+    assert_eq!(
+        memory.judge_volume("b", &signs, capacity, Instant::now()),
+        [Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: false }]
+    );
+
+    resize_loop(&lab, "block.img", &dev, 128);
+    let signs = signs_now();
+    assert!(memory.judge_volume("b", &signs, capacity, Instant::now()).is_empty(), "growth is no failure");
+    assert_eq!(memory.growth("b", capacity, signs.size.as_ref()), Some((64 << 20, 128 << 20)));
+    assert_eq!(memory.growth("b", capacity, signs.size.as_ref()), None, "told once");
+}
+
+/// The used mark's write on a filesystem the kernel made read-only after an error fails as
+/// the disk failing (not published), while an operator's read-only mount keeps the mark in the
+/// ledger only, as before.
+#[test]
+fn mark_write_on_a_filesystem_read_only_after_an_error() {
+    use local_static_provisioner::core::used_mark::UsedMark;
+    use local_static_provisioner::host::used_mark::{Carrier, MarkError, open_volume_root, write_dir_mark};
+    use std::os::fd::AsFd;
+    if !require_root("mark_write_on_a_filesystem_read_only_after_an_error") {
+        return;
+    }
+    let mark = UsedMark {
+        pv: "local-pv-test".into(),
+        node: "n".into(),
+        path: "/mnt/x".into(),
+        identity: "v2;fs".into(),
+        at: "now".into(),
+        uid: None,
+        root: None,
+        claimed: false,
+        wiped_filesystems: Vec::new(),
+    };
+    let mut lab = Lab::new();
+    // An operator's read-only mount.
+    let tmp = lab.mount_point("tmpfs");
+    run(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m,ro", "tmpfs"]).arg(&tmp));
+    let root = open_volume_root(&tmp).unwrap();
+    let carrier = write_dir_mark(root.as_fd(), &tmp, Some("tmpfs"), &mark).unwrap();
+    assert!(matches!(&carrier, Carrier::LedgerOnly { why, .. } if why.contains("read-only")), "{carrier:?}");
+
+    // ext4 the kernel made read-only after an error.
+    let dev = lab.loop_device("ro-after-error.img", 64, false);
+    let point = lab.mount_point("ext4");
+    mkfs_ext4(&dev);
+    mount(&["-o", "errors=remount-ro"], &dev, &point);
+    let name = dev.file_name().unwrap().to_string_lossy().into_owned();
+    let trigger = PathBuf::from(format!("/sys/fs/ext4/{name}/trigger_fs_error"));
+    if trigger.exists() {
+        std::fs::write(&trigger, "disk_health test").unwrap();
+    } else {
+        corrupt_and_look_up(&dev, &point);
+    }
+    let root = open_volume_root(&point).unwrap();
+    let refused = wait_for_value(|| match write_dir_mark(root.as_fd(), &point, Some("ext4"), &mark) {
+        Err(e @ MarkError::DiskFailing { .. }) => Some(e),
+        _ => None,
+    });
+    let refused = refused.expect("the mark's write on ext4 read-only after an error is the disk failing");
+    assert!(refused.is_disk_failure(), "{refused}");
+    eprintln!("{refused}");
 }

@@ -956,3 +956,99 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// Resizes the image `name` of this lab to `mib` MiB and tells its loop device (`losetup -c`).
+fn resize_image(lab: &Lab, name: &str, dev: &Path, mib: u64) {
+    run(Command::new("truncate").arg("-s").arg(format!("{mib}M")).arg(lab.root.join("images").join(name)));
+    run(Command::new("losetup").arg("-c").arg(dev));
+}
+
+/// The PV's capacity quantity.
+fn capacity(cp: &ControlPlane, name: &str) -> Option<String> {
+    cp.get_json(&["pv", name])?["spec"]["capacity"]["storage"].as_str().map(str::to_string)
+}
+
+/// Issue 41: a size change is a fact. An ext4 filesystem of 64 MiB whose loop device shrank to
+/// 32 MiB under its Available PV: the PV is withdrawn (the sign `shrunk`) and not published
+/// again while the filesystem is larger than its device. A Block PV, Bound, whose device
+/// shrank to half: annotated, Warning `DiskFailing` on the PV and the claim, never deleted;
+/// grown back past its capacity: the annotation removed (`DiskRecovered`) and the growth told
+/// (Normal `VolumeGrown`), its capacity unchanged.
+#[test]
+fn shrunk_and_grown_disks_are_facts() {
+    if !require_root("shrunk_and_grown_disks_are_facts") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let node = &unique("fd-size-node");
+    let (fs_class, block_class, claim) = (&unique("fd-size-fs"), &unique("fd-size-block"), &unique("fd-size-claim"));
+    cp.create_node(node);
+    cp.create_storage_class(fs_class, "Delete");
+    cp.create_storage_class(block_class, "Delete");
+    let mut lab = Lab::new("fd-size");
+    let fs_dir = lab.root.join("fs");
+    let block_dir = lab.root.join("block");
+    std::fs::create_dir_all(&block_dir).unwrap();
+    let fs_dev = lab.ext4(&fs_dir.join("vol"), 64, "defaults");
+    let img = lab.root.join("images").join("blk");
+    run(Command::new("truncate").arg("-s").arg("64M").arg(&img));
+    let out = run(Command::new("losetup").args(["--find", "--show"]).arg(&img));
+    let block_dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    lab.loops.push(block_dev.clone());
+    std::os::unix::fs::symlink(&block_dev, block_dir.join("blk")).unwrap();
+    let classes =
+        format!("{}{}  volumeMode: Block\n", class_map(fs_class, &fs_dir), class_map(block_class, &block_dir));
+    lab.start_agent(&cp, node, &classes);
+    let (fs_pv, block_pv) = (pv_name("vol", node, fs_class), pv_name("blk", node, block_class));
+    wait_until("both PVs Available", WAIT, || {
+        (available(&cp, &fs_pv).is_some() && available(&cp, &block_pv).is_some()).then_some(())
+    });
+    assert_eq!(capacity(&cp, &block_pv).as_deref(), Some("64Mi"));
+    assert_eq!(cp.bind_claim(claim, block_class, true), block_pv);
+    let (block_uid, _) = cp.pv_state(&block_pv).unwrap();
+
+    // Both disks shrink to 32 MiB.
+    resize_image(&lab, "vol", &fs_dev, 32);
+    resize_image(&lab, "blk", &block_dev, 32);
+    let shrunk = Instant::now();
+    wait_until("the Available PV on the shrunk filesystem withdrawn", WAIT, || {
+        cp.pv_state(&fs_pv).is_none().then_some(())
+    });
+    eprintln!("the Available PV withdrawn {:?} after its device shrank", shrunk.elapsed());
+    wait_until("VolumeWithdrawn says shrunk", WAIT, || cp.has_event(&fs_pv, "VolumeWithdrawn", "shrunk").then_some(()));
+    let value = wait_until("the Bound PV annotated", WAIT, || {
+        let pv = cp.get_json(&["pv", &block_pv])?;
+        pv["metadata"]["annotations"][ANN_DISK_FAILING].as_str().map(str::to_string)
+    });
+    eprintln!("the Bound PV annotated {:?} after its device shrank: {value}", shrunk.elapsed());
+    assert!(value.contains("shrunk: the volume is 32 MiB now, smaller than the 64 MiB its PV offers"), "{value}");
+    let on_claim = wait_until("Warning DiskFailing on the claim", WAIT, || {
+        events_about(&cp, "PersistentVolumeClaim", claim, "DiskFailing").into_iter().find(|e| e["type"] == "Warning")
+    });
+    assert!(on_claim["note"].as_str().is_some_and(|n| n.contains("shrunk")), "{on_claim:#}");
+    let path = block_dir.join("blk").display().to_string();
+    let metrics = lab.agent().admin_get("/metrics");
+    let labels = [format!("path=\"{path}\""), "reason=\"shrunk\"".to_string()];
+    assert_eq!(metric_lines(&metrics, "local_static_provisioner_volume_failing", &labels).len(), 1, "{metrics}");
+    // The shrunk filesystem is not offered again; the Bound PV is never deleted.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(cp.pv_state(&fs_pv).is_none(), "a filesystem larger than its device was published again");
+    assert_eq!(cp.pv_state(&block_pv), Some((block_uid.clone(), "Bound".to_string())));
+    assert!(lab.agent().log_text().contains("disk-failing"), "the skip of the shrunk filesystem says disk-failing");
+
+    // The block device grows past the PV's capacity: recovered, the growth told, same capacity.
+    resize_image(&lab, "blk", &block_dev, 128);
+    let grown = Instant::now();
+    wait_until("the annotation removed", WAIT, || {
+        let pv = cp.get_json(&["pv", &block_pv])?;
+        pv["metadata"]["annotations"][ANN_DISK_FAILING].is_null().then_some(())
+    });
+    let told = wait_until("VolumeGrown on the claim", WAIT, || {
+        events_about(&cp, "PersistentVolumeClaim", claim, "VolumeGrown").into_iter().find(|e| e["type"] == "Normal")
+    });
+    eprintln!("grown: unflagged and told {:?} after: {}", grown.elapsed(), told["note"]);
+    assert!(told["note"].as_str().is_some_and(|n| n.contains("grew to 128 MiB (the PV offers 64 MiB)")), "{told:#}");
+    assert!(!events_about(&cp, "PersistentVolume", &block_pv, "VolumeGrown").is_empty());
+    assert_eq!(capacity(&cp, &block_pv).as_deref(), Some("64Mi"), "a Bound PV's capacity is not changed");
+    assert_eq!(cp.pv_state(&block_pv), Some((block_uid, "Bound".to_string())));
+}

@@ -20,17 +20,32 @@ use crate::host::ops::{Stall, Subject};
 
 impl Agent {
     /// The failing signs of every volume examined this pass, by host path, with the volumes
-    /// that do not answer. Reports the stalls (metrics, readiness) on the way.
-    pub(super) fn judge_disks(&mut self, signs: &[(String, Signs)]) -> BTreeMap<String, Vec<Failing>> {
+    /// that do not answer, judged against this node's PVs (`states`: their capacities), and
+    /// the volumes grown past their PV's capacity, to tell. Reports the stalls (metrics,
+    /// readiness) on the way.
+    pub(super) fn judge_disks(
+        &mut self,
+        signs: &[(String, Signs)],
+        states: &[PvState],
+    ) -> (BTreeMap<String, Vec<Failing>>, Vec<Growth>) {
         let stalls = self.ops.stalls();
         let now = Instant::now();
+        let capacity = |path: &str| states.iter().find(|s| s.host_path == path && !s.deleting)?.capacity_bytes;
         let mut failing: BTreeMap<String, Vec<Failing>> = BTreeMap::new();
+        let mut growths = Vec::new();
+        let mut kernel_log = self.kernel_log.lock().unwrap_or_else(|e| e.into_inner());
         for (path, s) in signs {
-            let found = self.health.judge(path, s, now);
+            let mut found = self.health.judge_volume(path, s, capacity(path), now);
+            let since = self.health.seen_since(path, &s.instance, now);
+            found.extend(kernel_log.failing(&s.devices, since, now));
             if !found.is_empty() {
                 failing.insert(path.clone(), found);
             }
+            if let Some((was, now)) = self.health.growth(path, capacity(path), s.size.as_ref()) {
+                growths.push(Growth { path: path.clone(), was, now });
+            }
         }
+        drop(kernel_log);
         let seen: std::collections::BTreeSet<&str> = signs.iter().map(|(p, _)| p.as_str()).collect();
         self.health.retain(|key| seen.contains(key));
         for stall in &stalls {
@@ -40,7 +55,26 @@ impl Agent {
             }
         }
         self.report_stalls(&stalls);
-        failing
+        (failing, growths)
+    }
+
+    /// Tells each grown volume's PV and claim once per size (a Normal event `VolumeGrown`): the
+    /// PV's capacity is not changed (a Bound PV's is the claim's; an unbound one never offers
+    /// more than it did), and a new PV of the volume would offer the new size.
+    pub(super) async fn tell_growths(&self, states: &[PvState], growths: &[Growth]) {
+        use crate::core::capacity::iec;
+        for g in growths {
+            let Some(pv) = states.iter().find(|s| s.host_path == g.path) else { continue };
+            let note = format!(
+                "the volume of PV {} at {} grew to {} (the PV offers {}); the PV's capacity is not changed",
+                pv.name,
+                g.path,
+                iec(g.now),
+                iec(g.was)
+            );
+            info!(pv = %pv.name, "{note}");
+            self.tell(pv, false, "VolumeGrown", note).await;
+        }
     }
 
     /// Names the subjects that do not answer in the metrics and in /readyz, with the threads
@@ -154,6 +188,13 @@ impl Agent {
             self.cluster.event_related(&claim, Some(pv_ref), warning, reason, action, note).await;
         }
     }
+}
+
+/// A volume grown past its PV's capacity (core::disk_health::grown), in bytes.
+pub(super) struct Growth {
+    path: String,
+    was: u64,
+    now: u64,
 }
 
 /// How a stalled subject is named in metrics and readiness.

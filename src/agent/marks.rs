@@ -81,6 +81,13 @@ impl Agent {
                     debug!(pv = %mark.pv, path = %mark.path, "the volume changed since discovery ({why}); not published yet");
                     format!("the volume changed since discovery ({why})")
                 }
+                Ok(MarkOutcome::DiskFailing(why)) => {
+                    // Held as the sign io-failure: the next passes keep the volume back as
+                    // disk-failing (core::disk_health), never "created, then withdrawn".
+                    warn!(pv = %mark.pv, path = %mark.path, "not published: its disk failed the used mark's write ({why})");
+                    self.health.witness(&mark.path, &why, std::time::Instant::now());
+                    format!("its disk is failing: {why}")
+                }
                 Ok(MarkOutcome::Kept(there)) => {
                     let other = there.map(|m| m.pv).unwrap_or_default();
                     warn!(pv = %mark.pv, path = %mark.path, other = %other, "the disk carries another PV's used mark since discovery read it; not published this pass");
@@ -192,8 +199,16 @@ impl Agent {
                 Ok(MarkOutcome::NotTheDisk(why)) => {
                     debug!(pv = %pv.name, "not marking: the disk at its path is not proven to be its own ({why})")
                 }
+                Ok(MarkOutcome::DiskFailing(why)) => {
+                    warn!(pv = %pv.name, "the used mark cannot be kept: its disk is failing ({why})");
+                    self.health.witness(&pv.host_path, why, std::time::Instant::now());
+                }
                 Ok(MarkOutcome::Kept(_)) | Err(_) => {}
             }
+            let outcome = match outcome {
+                Ok(MarkOutcome::DiskFailing(why)) => Err(format!("its disk is failing: {why}")),
+                other => other,
+            };
             self.effects.record(&key, &outcome.map_err(|e| format!("keeping the used mark of PV {}: {e}", pv.name)));
         }
     }

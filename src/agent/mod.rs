@@ -181,6 +181,18 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     // A stuck operation that returns (a disk that answers again) wakes a pass.
     let answered = raw.clone();
     ops.on_wake(move || answered.notify_one());
+    // The kernel log's disk-failure lines (core::kernel_log): the only sign of a disk that
+    // fails only writes. Without CAP_SYSLOG (dmesg_restrict) the sign is not seen: said once.
+    let kernel_log = Arc::new(std::sync::Mutex::new(crate::core::kernel_log::KernelLogMemory::default()));
+    let kmsg = std::path::Path::new(crate::host::kernel_log::KMSG);
+    match crate::host::kernel_log::watch_kernel_log(kmsg, kernel_log.clone(), raw.clone()) {
+        Ok(()) => info!("following the kernel log for disk I/O errors"),
+        Err(e) => warn!(
+            error = %e,
+            "the kernel log is not readable (CAP_SYSLOG, kernel.dmesg_restrict): a disk that fails only writes is not \
+             seen (the sign kernel-log); every other failing-disk sign still is"
+        ),
+    }
     let dir_watcher = match DirWatcher::new(raw.clone(), ops.clone(), opts.host_op_timeout) {
         Ok(w) => Some(w),
         Err(e) => {
@@ -223,6 +235,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
     agent.watch_needs = Some(watch_needs);
+    agent.kernel_log = kernel_log;
     agent.node_store = Some(node_store);
     // Before anything else: no pod newly mounts a volume of this node until this agent's first
     // pass has checked every disk (the agent before may have been killed without fencing).
@@ -294,6 +307,8 @@ pub(crate) struct Agent {
     dir_watcher: Option<DirWatcher>,
     /// What the block-device watch must read periodically, from what the last pass found.
     watch_needs: Option<Arc<WatchNeeds>>,
+    /// The devices the kernel log said failed (host::kernel_log fills it).
+    kernel_log: Arc<std::sync::Mutex<crate::core::kernel_log::KernelLogMemory>>,
     settle: Duration,
     succession_settle: Duration,
     /// Since when each found volume (path and identity) has been seen.
@@ -373,6 +388,7 @@ impl Agent {
             config_unread: false,
             dir_watcher: None,
             watch_needs: None,
+            kernel_log: Arc::default(),
             settle: opts.settle,
             succession_settle: opts.succession_settle.max(opts.settle),
             new_volumes: Settler::default(),
@@ -535,7 +551,18 @@ impl Agent {
         // The node's block devices now: an unresponsive device that is gone is forgotten.
         let devices: std::collections::BTreeSet<String> =
             observation.claims.iter().flat_map(|c| c.devices.iter().map(|d| d.name.clone())).collect();
-        let signs = std::mem::take(&mut observation.scan.signs);
+        let mut signs = std::mem::take(&mut observation.scan.signs);
+        // An I/O error a PV's presence check met is the same sign as one the scan met.
+        for (path, what) in std::mem::take(&mut observation.io_failures) {
+            match signs.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, s)) => {
+                    s.io_failure.get_or_insert(what);
+                }
+                None => {
+                    signs.push((path, crate::core::disk_health::Signs { io_failure: Some(what), ..Default::default() }))
+                }
+            }
+        }
         self.say_watch_needs(&observation.scan, &signs);
         let unresponsive_entries: Vec<String> = observation
             .scan
@@ -547,7 +574,7 @@ impl Agent {
                 Some(crate::core::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))
             })
             .collect();
-        let failing = self.judge_disks(&signs);
+        let (failing, growths) = self.judge_disks(&signs, &states);
         self.keep_failing_back(&mut observation.scan, &failing);
         let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
         self.inventory_devices(observation.claims.as_ref());
@@ -571,6 +598,7 @@ impl Agent {
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
         self.follow_health(&going, &failing).await;
+        self.tell_growths(&states, &growths).await;
         // Stalls met in this pass's own operations (a used-mark write) are named at once.
         self.report_stalls(&self.ops.stalls());
         // A volume is remembered as unresponsive while it has a PV or an entry.

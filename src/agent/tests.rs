@@ -55,6 +55,8 @@ struct FakeHost {
     checks: Mutex<Vec<(String, DiskCheck)>>,
     /// What the device claim pass reports (none: no class claims devices).
     claims: Mutex<Option<crate::host::claims::ClaimReport>>,
+    /// I/O errors the presence checks meet, by host path.
+    io_failures: Mutex<Vec<(String, String)>>,
 }
 
 impl HostAccess for FakeHost {
@@ -63,7 +65,8 @@ impl HostAccess for FakeHost {
         let absent = self.absent.lock().unwrap().clone();
         let checks = self.checks.lock().unwrap().clone();
         let claims = self.claims.lock().unwrap().clone();
-        Ok(Observation { scan, absent, checks, claims, disks: Some(Vec::new()), ..Default::default() })
+        let io_failures = self.io_failures.lock().unwrap().clone();
+        Ok(Observation { scan, absent, checks, claims, io_failures, disks: Some(Vec::new()), ..Default::default() })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
@@ -1544,4 +1547,60 @@ async fn a_starting_agent_fences_its_node_before_its_first_pass_which_lifts_it()
     lab.pass().await;
     assert_eq!(node_wide(&lab), None);
     assert_eq!(fence_label(&lab), None);
+}
+
+/// Issue 41 through the agent: an I/O error the presence check met, a volume smaller than its
+/// PV and one grown past it. The Available PV on a shrunk disk is withdrawn, the Bound one whose
+/// presence check met EIO annotated (io-failure, never absent: no missing flag), and the grown
+/// one told (Normal VolumeGrown), once.
+#[tokio::test]
+async fn presence_io_failures_and_size_changes_are_signs() {
+    use crate::core::disk_health::{Signs, SizeFacts};
+    use crate::core::naming::ANN_DISK_FAILING;
+    let mut lab = lab().await;
+    let annotated = |name: &str, annotations: serde_json::Value| {
+        let mut pv = own_pv(name, "Bound", annotations);
+        pv.spec.claim_ref = Some(Box::new(k8s_openapi::api::core::v1::ObjectReference {
+            namespace: Some("ns".into()),
+            name: Some(format!("claim-{name}")),
+            uid: Some(format!("cu-{name}")),
+            ..Default::default()
+        }));
+        pv
+    };
+    let bound = |name: &str| annotated(name, serde_json::json!({}));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("small", "Available", serde_json::json!({}))));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(bound("eio")));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(bound("big")));
+    let size =
+        |bytes: u64| Signs { size: Some(SizeFacts { bytes, device_bytes: None, fixed: true }), ..Default::default() };
+    lab.host.scan.lock().unwrap().signs = vec![
+        ("/mnt/disks/small".into(), size(512 << 20)),
+        ("/mnt/disks/eio".into(), size(1 << 30)),
+        ("/mnt/disks/big".into(), size(2 << 30)),
+    ];
+    *lab.host.io_failures.lock().unwrap() =
+        vec![("/mnt/disks/eio".into(), "open /mnt/disks/eio: Input/output error (os error 5)".into())];
+    lab.pass().await;
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes/small"), 1, "the shrunk Available PV withdrawn");
+    assert_eq!(lab.api.count("DELETE", "/api/v1/persistentvolumes"), 1, "nothing else deleted");
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/eio"), 1, "the Bound PV annotated");
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/big"), 0, "a grown PV is not annotated");
+    let reasons = lab.api.reasons();
+    let count = |r: &str| reasons.iter().filter(|x| *x == r).count();
+    assert_eq!(count("VolumeWithdrawn"), 1, "{reasons:?}");
+    // On the PV and on its claim.
+    assert_eq!(count("DiskFailing"), 2, "{reasons:?}");
+    assert_eq!(count("VolumeGrown"), 2, "{reasons:?}");
+    assert_eq!(count("VolumeMissing"), 0, "an I/O error is not absence: {reasons:?}");
+
+    // The I/O error is held though the next presence check is clean (the store shows the PV
+    // annotated: a cleared sign would unflag it); the growth is not told again.
+    lab.host.io_failures.lock().unwrap().clear();
+    let flagged = annotated("eio", serde_json::json!({ ANN_DISK_FAILING: "io-failure: earlier" }));
+    lab.pvs.apply_watcher_event(&watcher::Event::Apply(flagged));
+    lab.pass().await;
+    let reasons = lab.api.reasons();
+    assert_eq!(reasons.iter().filter(|x| *x == "VolumeGrown").count(), 2, "told once per size: {reasons:?}");
+    assert_eq!(reasons.iter().filter(|x| *x == "DiskRecovered").count(), 0, "the I/O failure is held: {reasons:?}");
 }

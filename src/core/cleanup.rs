@@ -57,6 +57,8 @@ pub struct PvState {
     pub claim: Option<(String, String, String)>,
     /// Its node affinity honours its volume fence (core::fence::honours_fence).
     pub honours_fence: bool,
+    /// `spec.capacity.storage` in bytes, when readable.
+    pub capacity_bytes: Option<u64>,
 }
 
 impl PvState {
@@ -96,6 +98,7 @@ impl PvState {
                 (part(&c.namespace), part(&c.name), part(&c.uid))
             }),
             honours_fence: pv.fence_honoured,
+            capacity_bytes: pv.spec.capacity_bytes,
         }
     }
 }

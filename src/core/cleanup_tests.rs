@@ -38,6 +38,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         disk_failing: None,
         claim: None,
         honours_fence: true,
+        capacity_bytes: None,
     }
 }
 
@@ -764,6 +765,7 @@ fn from_pv_extracts_every_field() {
             claim: Some(("db".into(), "data-0".into(), "c-1".into())),
             // Made before fences: its affinity does not require the fence label's absence.
             honours_fence: false,
+            capacity_bytes: Some(100 << 30),
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

@@ -7,16 +7,27 @@
 //! down filesystem, ext4's error count), so they are judged afresh on every look and clear by
 //! themselves once repaired. The block layer's I/O error counter only grows, and a count from
 //! before the agent started is no news, so it is judged against memory: a rise above the count
-//! first seen is a failure for [`IO_ERROR_HOLD`] after the last rise, then clears.
+//! first seen is a failure for [`IO_ERROR_HOLD`] after the last rise, then clears. An I/O
+//! error the agent itself met (reading the used mark, the identity, the size; writing the
+//! mark; the presence check) is held the same way, [`IO_FAILURE_HOLD`] after the last one: a
+//! bad sector may answer one read and fail the next, and a PV must not flap.
+//!
+//! Size is a fact too (issue 41): a volume smaller than its PV's capacity, or a filesystem
+//! larger than the device under it, fails writes beyond its end ([`shrunk`]); a grown one is
+//! only told ([`grown`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::core::capacity::{iec, round_down_pretty};
 use crate::core::cleanup::PvState;
 use std::time::{Duration, Instant};
 
 /// How long a rise of the I/O error counter keeps a disk failing after the last rise.
 pub const IO_ERROR_HOLD: Duration = Duration::from_secs(10 * 60);
+
+/// How long an I/O error the agent met keeps a disk failing after the last one.
+pub const IO_FAILURE_HOLD: Duration = Duration::from_secs(10 * 60);
 
 /// What the kernel shows about one volume's filesystem or device, read in one look.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,6 +43,30 @@ pub struct Signs {
     pub io_errors: Option<u64>,
     /// An I/O error (EIO, EUCLEAN...) met while reading the volume's facts, or its device gone.
     pub io_failure: Option<String>,
+    /// The volume's size now, to compare with its PV's capacity ([`shrunk`], [`grown`]).
+    pub size: Option<SizeFacts>,
+    /// The kernel names of the volume's device and of every device under it, whole disks
+    /// included (`sdb1`, `sdb`): a kernel log line about any of them is about this volume
+    /// (core::kernel_log). Empty for a volume on no block device (tmpfs).
+    pub devices: Vec<String>,
+    /// What tells this instance of the volume from an earlier one at the same path (its mount
+    /// ID, its device number, a loop device's backing file): a kernel log line read before the
+    /// current instance was first seen is about another disk that had the name
+    /// ([`HealthMemory::seen_since`]).
+    pub instance: String,
+}
+
+/// A volume's size as read in one look (no I/O on the disk: statfs, an ioctl, sysfs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeFacts {
+    /// The filesystem's size (statfs blocks) or the block device's (BLKGETSIZE64), unrounded.
+    pub bytes: u64,
+    /// For a filesystem on a block device, that device's size now (sysfs); None otherwise.
+    pub device_bytes: Option<u64>,
+    /// Whether the size stays what it was unless someone resizes the disk or the filesystem (a
+    /// block device; ext2/3/4, XFS, tmpfs, vfat, exFAT, f2fs). A pooled filesystem's (ZFS,
+    /// btrfs over several devices, NFS) moves with its neighbours' use and is never compared.
+    pub fixed: bool,
 }
 
 /// Why a volume counts as failing.
@@ -45,8 +80,14 @@ pub enum Failing {
     ShutDown,
     /// The disk's I/O error counter rose by `new` in the current episode.
     IoErrors { new: u64 },
-    /// An I/O error met while reading the volume's facts.
+    /// An I/O error met while reading the volume's facts (or writing its used mark).
     IoFailure(String),
+    /// The volume is smaller than its PV says (`device`: false; sizes in bytes), or the
+    /// filesystem is larger than the device under it now (`device`: true).
+    Shrunk { was: u64, now: u64, device: bool },
+    /// The kernel log named the volume's device (or one under it) in an I/O error line
+    /// (core::kernel_log): the latest such line.
+    KernelLog(String),
     /// An operation on the volume passed its deadline (host::ops): the disk does not answer.
     Unresponsive(String),
 }
@@ -60,6 +101,8 @@ impl Failing {
             Failing::ShutDown => "shut-down",
             Failing::IoErrors { .. } => "io-errors",
             Failing::IoFailure(_) => "io-failure",
+            Failing::Shrunk { .. } => "shrunk",
+            Failing::KernelLog(_) => "kernel-log",
             Failing::Unresponsive(_) => "unresponsive",
         }
     }
@@ -85,7 +128,20 @@ impl fmt::Display for Failing {
                 "the disk reported {new} new I/O error{} (block-layer error counter)",
                 plural(*new)
             ),
-            Failing::IoFailure(what) => write!(f, "an I/O error while reading the volume: {what}"),
+            Failing::IoFailure(what) => write!(f, "an I/O error on the volume: {what}"),
+            Failing::Shrunk { was, now, device: false } => write!(
+                f,
+                "the volume is {} now, smaller than the {} its PV offers: writes beyond its end fail",
+                iec(*now),
+                iec(*was)
+            ),
+            Failing::Shrunk { was, now, device: true } => write!(
+                f,
+                "the filesystem ({}) is larger than its device now ({}): writes beyond the device's end fail",
+                iec(*was),
+                iec(*now)
+            ),
+            Failing::KernelLog(line) => write!(f, "the kernel log says: {line}"),
             Failing::Unresponsive(what) => write!(f, "the disk does not answer: {what}"),
         }
     }
@@ -112,6 +168,12 @@ struct Counter {
 #[derive(Debug, Clone, Default)]
 pub struct HealthMemory {
     counters: BTreeMap<String, Counter>,
+    /// The last I/O error met on each key and when, while held ([`IO_FAILURE_HOLD`]).
+    failures: BTreeMap<String, (String, Instant)>,
+    /// The grown size already told for each key ([`HealthMemory::growth`]).
+    told_growth: BTreeMap<String, u64>,
+    /// Each key's volume instance and since when it has been seen ([`HealthMemory::seen_since`]).
+    instances: BTreeMap<String, (String, Instant)>,
 }
 
 impl HealthMemory {
@@ -130,7 +192,15 @@ impl HealthMemory {
     ///   any episode ends.
     /// - No count (None) after one was seen changes nothing: an unreadable counter is neither a
     ///   rise nor a recovery, so a running episode still ends on time.
+    /// - An I/O failure (in the look, or [`Self::witness`]ed) lasts [`IO_FAILURE_HOLD`] after
+    ///   the latest one; the sentence is the latest one's.
     pub fn judge(&mut self, key: &str, signs: &Signs, now: Instant) -> Vec<Failing> {
+        self.judge_volume(key, signs, None, now)
+    }
+
+    /// [`Self::judge`] for a volume whose PV offers `capacity` bytes (None: no PV): a size
+    /// below it is a failure too ([`shrunk`]).
+    pub fn judge_volume(&mut self, key: &str, signs: &Signs, capacity: Option<u64>, now: Instant) -> Vec<Failing> {
         let mut failing = Vec::new();
         if signs.read_only {
             failing.push(Failing::ReadOnly);
@@ -145,9 +215,48 @@ impl HealthMemory {
             failing.push(Failing::IoErrors { new });
         }
         if let Some(what) = &signs.io_failure {
-            failing.push(Failing::IoFailure(what.clone()));
+            self.witness(key, what, now);
+        }
+        if let Some((what, at)) = self.failures.get(key) {
+            if now.saturating_duration_since(*at) < IO_FAILURE_HOLD {
+                failing.push(Failing::IoFailure(what.clone()));
+            } else {
+                self.failures.remove(key);
+            }
+        }
+        if let Some(shrink) = signs.size.as_ref().and_then(|size| shrunk(capacity, size)) {
+            failing.push(shrink);
         }
         failing
+    }
+
+    /// Records an I/O error met on `key` outside a look (writing the used mark, the presence
+    /// check): the next looks judge it failing for [`IO_FAILURE_HOLD`].
+    pub fn witness(&mut self, key: &str, what: &str, now: Instant) {
+        self.failures.insert(key.to_string(), (what.to_string(), now));
+    }
+
+    /// Since when the volume at `key` has been the instance `instance` (`now` for one not seen
+    /// before, or seen as another): kernel log lines read earlier are about a disk that had
+    /// its device's name before (a reused `loop3`, a replaced `sdb`), not this one.
+    pub fn seen_since(&mut self, key: &str, instance: &str, now: Instant) -> Instant {
+        match self.instances.get(key) {
+            Some((seen, since)) if seen == instance => *since,
+            _ => {
+                self.instances.insert(key.to_string(), (instance.to_string(), now));
+                now
+            }
+        }
+    }
+
+    /// The growth of `key` to tell, once per size: (the PV's capacity, the size now) when the
+    /// volume grew past its PV's capacity ([`grown`]) and this size was not told yet.
+    pub fn growth(&mut self, key: &str, capacity: Option<u64>, size: Option<&SizeFacts>) -> Option<(u64, u64)> {
+        let Some((was, now)) = size.and_then(|s| grown(capacity, s)) else {
+            self.told_growth.remove(key);
+            return None;
+        };
+        (self.told_growth.insert(key.to_string(), now) != Some(now)).then_some((was, now))
     }
 
     /// Updates the counter of `key` with this look's count; the rise of a running episode.
@@ -187,17 +296,55 @@ impl HealthMemory {
     /// Forgets the keys for which `keep` is false (the disks no longer seen).
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
         self.counters.retain(|key, _| keep(key));
+        self.failures.retain(|key, _| keep(key));
+        self.told_growth.retain(|key, _| keep(key));
+        self.instances.retain(|key, _| keep(key));
     }
 
-    /// Number of disks remembered.
+    /// Number of entries remembered (counters, held failures, told growths, instances).
     pub fn len(&self) -> usize {
-        self.counters.len()
+        self.counters.len() + self.failures.len() + self.told_growth.len() + self.instances.len()
     }
 
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
-        self.counters.is_empty()
+        self.len() == 0
     }
+}
+
+/// Whether a read-only filesystem was made so by the kernel after an error, not mounted
+/// read-only by an operator, from its superblock options (mountinfo's field after the source)
+/// and ext4's error count: ext4's `emergency_ro` (Linux 6.x's `errors=remount-ro`) or
+/// `shutdown`, or a read-only superblock with errors recorded (older kernels' remount-ro). A
+/// read-only superblock without errors is an operator's `ro` mount.
+pub fn read_only_after_error(super_options: &str, fs_errors: Option<u64>) -> bool {
+    let mut options = super_options.split(',');
+    let read_only = options.next() == Some("ro");
+    let emergency = super_options.split(',').any(|o| o == "emergency_ro" || o == "shutdown");
+    emergency || (read_only && fs_errors.is_some_and(|n| n > 0))
+}
+
+/// Whether the volume shrank, as a failing sign: a filesystem larger than the device under it
+/// now (whatever its PV says), or a fixed-size volume smaller than its PV's `capacity`.
+///
+/// The PV's capacity is the volume's size rounded down (core::capacity::round_down_pretty),
+/// so a size at or above it is no shrink however the rounding fell, and any size below it is
+/// one (writes beyond it fail). statfs reports a filesystem's blocks less its own overhead, so
+/// a device shrunk by less than that overhead is not seen here.
+pub fn shrunk(capacity: Option<u64>, size: &SizeFacts) -> Option<Failing> {
+    if let Some(device) = size.device_bytes.filter(|d| *d < size.bytes) {
+        return Some(Failing::Shrunk { was: size.bytes, now: device, device: true });
+    }
+    let capacity = capacity.filter(|c| size.fixed && size.bytes < *c)?;
+    Some(Failing::Shrunk { was: capacity, now: size.bytes, device: false })
+}
+
+/// Whether the volume grew past its PV's `capacity`: (capacity, size now) when its size now,
+/// rounded as a new PV's would be, is larger. Told, never acted on: a Bound PV's capacity is
+/// not changed, and an unbound one keeps offering what it offered (never more than is there).
+pub fn grown(capacity: Option<u64>, size: &SizeFacts) -> Option<(u64, u64)> {
+    let capacity = capacity?;
+    (size.fixed && round_down_pretty(size.bytes) > capacity).then_some((capacity, size.bytes))
 }
 
 /// The annotation value for a volume's failing signs: each reason's code and sentence.

@@ -36,16 +36,15 @@ fn each_state_sign_alone() {
         (Signs { fs_errors: Some(1), ..Signs::default() }, vec![Failing::FilesystemErrors { count: 1 }]),
         (Signs { fs_errors: Some(u64::MAX), ..Signs::default() }, vec![Failing::FilesystemErrors { count: u64::MAX }]),
         (Signs { shut_down: true, ..Signs::default() }, vec![Failing::ShutDown]),
-        (
-            Signs { io_failure: Some("statx /v: EIO".into()), ..Signs::default() },
-            vec![Failing::IoFailure("statx /v: EIO".into())],
-        ),
     ];
     for (signs, want) in cases {
         assert_eq!(m.judge("a", &signs, now), want, "{signs:?}");
     }
-    // None of them is remembered: only I/O error counters are.
+    // None of them is remembered: only I/O error counters and I/O failures are.
     assert!(m.is_empty());
+    let failure = Signs { io_failure: Some("statx /v: EIO".into()), ..Signs::default() };
+    assert_eq!(m.judge("a", &failure, now), vec![Failing::IoFailure("statx /v: EIO".into())]);
+    assert_eq!(m.len(), 1);
 }
 
 #[test]
@@ -58,6 +57,9 @@ fn all_signs_at_once_come_in_a_stable_order() {
         shut_down: true,
         io_errors: Some(10),
         io_failure: Some("EIO".into()),
+        size: Some(SizeFacts { bytes: 64 << 20, device_bytes: Some(32 << 20), fixed: true }),
+        devices: vec!["loop1".into()],
+        instance: "mount 40".into(),
     };
     let first = m.judge("a", &signs, t0);
     assert_eq!(
@@ -66,12 +68,13 @@ fn all_signs_at_once_come_in_a_stable_order() {
             Failing::ReadOnly,
             Failing::FilesystemErrors { count: 3 },
             Failing::ShutDown,
-            Failing::IoFailure("EIO".into())
+            Failing::IoFailure("EIO".into()),
+            Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: true },
         ]
     );
     signs.io_errors = Some(12);
     let codes: Vec<&str> = m.judge("a", &signs, t0 + SEC).iter().map(Failing::code).collect();
-    assert_eq!(codes, ["read-only", "filesystem-errors", "shut-down", "io-errors", "io-failure"]);
+    assert_eq!(codes, ["read-only", "filesystem-errors", "shut-down", "io-errors", "io-failure", "shrunk"]);
 }
 
 #[test]
@@ -245,6 +248,9 @@ fn codes_are_stable_kebab_case_and_sentences_read() {
         Failing::IoErrors { new: 1 },
         Failing::IoErrors { new: 30 },
         Failing::IoFailure("statx /mnt/disks/v1: Input/output error (os error 5)".into()),
+        Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: false },
+        Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: true },
+        Failing::KernelLog("I/O error, dev sdb, sector 8".into()),
     ];
     for f in &all {
         let code = f.code();
@@ -261,6 +267,15 @@ fn codes_are_stable_kebab_case_and_sentences_read() {
     assert_eq!(all[4].to_string(), "the disk reported 1 new I/O error (block-layer error counter)");
     assert!(all[5].to_string().contains("30 new I/O errors"));
     assert!(all[6].to_string().ends_with("statx /mnt/disks/v1: Input/output error (os error 5)"));
+    assert_eq!(
+        all[7].to_string(),
+        "the volume is 32 MiB now, smaller than the 64 MiB its PV offers: writes beyond its end fail"
+    );
+    assert_eq!(
+        all[8].to_string(),
+        "the filesystem (64 MiB) is larger than its device now (32 MiB): writes beyond the device's end fail"
+    );
+    assert_eq!(all[9].to_string(), "the kernel log says: I/O error, dev sdb, sector 8");
 }
 
 // --- plan_health: every PV state against every kind of sign ---
@@ -289,6 +304,8 @@ fn plan_health_withdraws_only_unbound_pvs_on_failing_disks_and_annotates_the_res
         vec![Failing::ShutDown],
         vec![Failing::IoErrors { new: 1 }],
         vec![Failing::IoFailure("EIO".into())],
+        vec![Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: false }],
+        vec![Failing::KernelLog("I/O error, dev sdb, sector 8".into())],
     ];
     for phase in ["Available", "Pending", "Bound", "Released", "Failed", ""] {
         for claimed in [false, true] {
@@ -345,4 +362,213 @@ fn plan_health_does_not_repeat_an_annotation_already_there_and_ignores_other_vol
     assert!(value.starts_with("read-only: "));
     let two = annotation_value(&[Failing::ReadOnly, Failing::FilesystemErrors { count: 1 }]);
     assert!(two.contains("; filesystem-errors: "), "{two}");
+}
+
+/// I/O failures met in a look or witnessed elsewhere hold for IO_FAILURE_HOLD after the last.
+#[test]
+fn io_failures_hold_after_the_last_one_and_the_latest_says_why() {
+    let t0 = Instant::now();
+    let failure = |what: &str| Signs { io_failure: Some(what.into()), ..Signs::default() };
+    let clean = Signs::default();
+    let hold = IO_FAILURE_HOLD;
+    // (seconds after t0, what the look met (None: a clean read), witnessed then, want)
+    type Step = (u64, Option<&'static str>, Option<&'static str>, Option<&'static str>);
+    let table: &[(&str, &[Step])] = &[
+        (
+            "one EIO, then clean reads: held, then cleared",
+            &[
+                (0, Some("EIO a"), None, Some("EIO a")),
+                (1, None, None, Some("EIO a")),
+                (hold.as_secs() - 1, None, None, Some("EIO a")),
+                (hold.as_secs(), None, None, None),
+                (hold.as_secs() + 1, None, None, None),
+            ],
+        ),
+        (
+            "a later EIO extends the hold and names itself",
+            &[
+                (0, Some("EIO a"), None, Some("EIO a")),
+                (100, Some("EIO b"), None, Some("EIO b")),
+                (hold.as_secs(), None, None, Some("EIO b")),
+                (hold.as_secs() + 100, None, None, None),
+            ],
+        ),
+        (
+            "a witnessed failure (a mark write) counts at the next look",
+            &[
+                (0, None, Some("fsync: EIO"), Some("fsync: EIO")),
+                (5, None, None, Some("fsync: EIO")),
+                (hold.as_secs() + 5, None, None, None),
+            ],
+        ),
+        (
+            "the look's own failure wins over an older witness",
+            &[(0, None, Some("fsync: EIO"), Some("fsync: EIO")), (5, Some("statx: EIO"), None, Some("statx: EIO"))],
+        ),
+    ];
+    for (name, steps) in table {
+        let mut m = HealthMemory::default();
+        for &(at, met, witnessed, want) in *steps {
+            let now = t0 + Duration::from_secs(at);
+            if let Some(w) = witnessed {
+                m.witness("v", w, now);
+            }
+            let signs = met.map_or_else(|| clean.clone(), failure);
+            let got = m.judge("v", &signs, now);
+            let want: Vec<Failing> = want.map(|w| Failing::IoFailure(w.into())).into_iter().collect();
+            assert_eq!(got, want, "{name} at {at}s");
+        }
+    }
+    // Forgotten with its key.
+    let mut m = HealthMemory::default();
+    m.witness("v", "EIO", t0);
+    m.retain(|k| k != "v");
+    assert!(m.is_empty());
+    assert_eq!(m.judge("v", &clean, t0), vec![]);
+}
+
+fn size(bytes: u64, device_bytes: Option<u64>, fixed: bool) -> SizeFacts {
+    SizeFacts { bytes, device_bytes, fixed }
+}
+
+#[test]
+fn shrunk_and_grown_against_the_pv_capacity_and_rounding() {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    // (PV capacity, size now, device under it, fixed, shrunk, grown)
+    type Case = (Option<u64>, u64, Option<u64>, bool, Option<Failing>, Option<(u64, u64)>);
+    let table: &[Case] = &[
+        // Unchanged: the PV offers the size rounded down; nothing either way.
+        (Some(10 * GIB), 10 * GIB + 500 * MIB, None, true, None, None),
+        (Some(64 * MIB), 64 * MIB, Some(64 * MIB), true, None, None),
+        (Some(5 * MIB + 3), 5 * MIB + 3, None, true, None, None),
+        // Below the PV's rounded capacity by one byte: shrunk (writes beyond it fail).
+        (
+            Some(10 * GIB),
+            10 * GIB - 1,
+            None,
+            true,
+            Some(Failing::Shrunk { was: 10 * GIB, now: 10 * GIB - 1, device: false }),
+            None,
+        ),
+        // A block device halved.
+        (
+            Some(64 * MIB),
+            32 * MIB,
+            None,
+            true,
+            Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: false }),
+            None,
+        ),
+        // Grown within the rounding step: the PV would offer the same: nothing.
+        (Some(10 * GIB), 10 * GIB + 1023 * MIB, None, true, None, None),
+        // Grown past it: told, not failing.
+        (Some(10 * GIB), 11 * GIB, None, true, None, Some((10 * GIB, 11 * GIB))),
+        (Some(32 * MIB), 64 * MIB, None, true, None, Some((32 * MIB, 64 * MIB))),
+        // A pooled filesystem's size moves with its neighbours: never compared with the PV.
+        (Some(10 * GIB), 5 * GIB, None, false, None, None),
+        (Some(10 * GIB), 50 * GIB, None, false, None, None),
+        // A filesystem larger than its device: shrunk whatever the PV says, even with no PV.
+        (
+            None,
+            64 * MIB,
+            Some(32 * MIB),
+            true,
+            Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: true }),
+            None,
+        ),
+        (
+            Some(64 * MIB),
+            64 * MIB,
+            Some(32 * MIB),
+            false,
+            Some(Failing::Shrunk { was: 64 * MIB, now: 32 * MIB, device: true }),
+            None,
+        ),
+        // A device larger than its filesystem (grown, not resized yet) is fine.
+        (Some(64 * MIB), 64 * MIB, Some(128 * MIB), true, None, None),
+        // No PV: no capacity to compare.
+        (None, 32 * MIB, None, true, None, None),
+    ];
+    for (capacity, bytes, device, fixed, want_shrunk, want_grown) in table {
+        let facts = size(*bytes, *device, *fixed);
+        assert_eq!(shrunk(*capacity, &facts), *want_shrunk, "{capacity:?} {facts:?}");
+        assert_eq!(grown(*capacity, &facts), *want_grown, "{capacity:?} {facts:?}");
+    }
+}
+
+#[test]
+fn a_shrunk_volume_is_judged_failing_with_its_pv_capacity() {
+    let mut m = HealthMemory::default();
+    let now = Instant::now();
+    let signs = Signs { size: Some(size(32 << 20, None, true)), ..Signs::default() };
+    assert_eq!(
+        m.judge_volume("v", &signs, Some(64 << 20), now),
+        vec![Failing::Shrunk { was: 64 << 20, now: 32 << 20, device: false }]
+    );
+    // Without its PV (a new volume) the size alone says nothing.
+    assert_eq!(m.judge("v", &signs, now), vec![]);
+    assert!(m.is_empty(), "size signs are judged afresh, not remembered");
+}
+
+#[test]
+fn growth_is_told_once_per_size() {
+    let mut m = HealthMemory::default();
+    let grown_to = |mib: u64| size(mib << 20, None, true);
+    let cap = Some(32u64 << 20);
+    assert_eq!(m.growth("v", cap, Some(&grown_to(32))), None);
+    assert_eq!(m.growth("v", cap, Some(&grown_to(64))), Some((32 << 20, 64 << 20)));
+    assert_eq!(m.growth("v", cap, Some(&grown_to(64))), None, "told once");
+    assert_eq!(m.growth("v", cap, None), None, "an unread size forgets what was told");
+    assert_eq!(
+        m.growth("v", cap, Some(&grown_to(64))),
+        Some((32 << 20, 64 << 20)),
+        "told again after a look without it"
+    );
+    assert_eq!(m.growth("v", cap, Some(&grown_to(128))), Some((32 << 20, 128 << 20)), "a new size is told");
+    assert_eq!(m.growth("w", None, Some(&grown_to(128))), None, "no PV");
+    m.retain(|_| false);
+    assert!(m.is_empty());
+}
+
+#[test]
+fn read_only_after_an_error_or_by_the_operator() {
+    // (superblock options, ext4 errors_count, kernel's after an error)
+    let table = [
+        ("rw", None, false),
+        ("rw", Some(3), false),
+        // An operator's read-only mount: no errors.
+        ("ro", None, false),
+        ("ro", Some(0), false),
+        ("ro,relatime", Some(0), false),
+        // Older kernels' errors=remount-ro: a read-only superblock with errors recorded.
+        ("ro", Some(1), true),
+        ("ro,errors=remount-ro", Some(7), true),
+        // Linux 6.x: the superblock stays rw, emergency_ro says the kernel did it.
+        ("rw,errors=remount-ro,emergency_ro", Some(1), true),
+        ("rw,emergency_ro", None, true),
+        ("ro,shutdown", None, true),
+        ("rw,shutdown", Some(0), true),
+        // Not the words themselves.
+        ("rw,noemergency_ro", None, false),
+        ("rw,shutdowns", None, false),
+        ("", None, false),
+        ("xro", Some(5), false),
+    ];
+    for (options, errors, want) in table {
+        assert_eq!(read_only_after_error(options, errors), want, "{options:?} {errors:?}");
+    }
+}
+
+#[test]
+fn a_volume_instance_is_seen_since_it_first_was() {
+    let mut m = HealthMemory::default();
+    let t0 = Instant::now();
+    let later = t0 + Duration::from_secs(60);
+    assert_eq!(m.seen_since("v", "mount 40", t0), t0);
+    assert_eq!(m.seen_since("v", "mount 40", later), t0, "the same instance: since it was first seen");
+    assert_eq!(m.seen_since("v", "mount 41", later), later, "mounted again: a new instance");
+    assert_eq!(m.seen_since("w", "mount 40", later), later, "another path");
+    m.retain(|k| k != "v");
+    assert_eq!(m.seen_since("v", "mount 41", later + Duration::from_secs(1)), later + Duration::from_secs(1));
 }

@@ -19,6 +19,7 @@ pub(crate) mod fence_label;
 pub(crate) mod go_duration;
 pub(crate) mod heartbeat;
 pub mod inventory;
+pub mod kernel_log;
 pub(crate) mod lease;
 pub mod naming;
 pub(crate) mod node_cleanup;

@@ -89,6 +89,20 @@ pub struct PvFactsSpec {
     /// `spec.nodeAffinity`: node-cleanup finds the node a PV is pinned to here.
     #[serde(default)]
     pub node_affinity: Option<VolumeNodeAffinity>,
+    /// `spec.capacity.storage` in bytes (None: absent or not a quantity we read): a volume
+    /// smaller than it is a failing sign (core::disk_health::shrunk).
+    #[serde(default, rename = "capacity", deserialize_with = "storage_bytes")]
+    pub capacity_bytes: Option<u64>,
+}
+
+/// `spec.capacity.storage` as bytes; anything unreadable is None (never a decode failure).
+fn storage_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let map: Option<std::collections::BTreeMap<String, serde_json::Value>> = Option::deserialize(d)?;
+    Ok(map
+        .as_ref()
+        .and_then(|m| m.get("storage"))
+        .and_then(|v| v.as_str())
+        .and_then(|q| super::device_selector::parse_quantity(q).ok()))
 }
 
 /// The parts of `status` the planners read.
@@ -219,6 +233,22 @@ mod tests {
         assert_eq!(facts.annotation("pv.kubernetes.io/bound-by-controller"), None);
         assert_eq!(facts.annotation("local-static-provisioner.io-other/x"), None);
         assert_eq!((facts.labels.len(), facts.annotations.len()), (2, 2));
+    }
+
+    #[test]
+    fn capacity_is_read_as_bytes_and_anything_else_is_none() {
+        let with = |capacity: serde_json::Value| -> Option<u64> {
+            let facts: PvFacts = serde_json::from_value(json!({"spec": {"capacity": capacity}})).unwrap();
+            facts.spec.capacity_bytes
+        };
+        assert_eq!(serde_json::from_value::<PvFacts>(full()).unwrap().spec.capacity_bytes, Some(10 << 30));
+        assert_eq!(with(json!({"storage": "1536Mi"})), Some(1536 << 20));
+        assert_eq!(with(json!({"storage": "67108864"})), Some(64 << 20));
+        assert_eq!(with(json!({"storage": "not a size"})), None);
+        assert_eq!(with(json!({"cpu": "1"})), None);
+        assert_eq!(with(json!(null)), None);
+        let facts: PvFacts = serde_json::from_value(json!({"spec": {}})).unwrap();
+        assert_eq!(facts.spec.capacity_bytes, None);
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct Observation {
     /// What is at each asked PV's path compared with its recorded disk, by UID (the fences
     /// need to tell another disk from nothing). PVs whose check did not answer are left out.
     pub checks: Vec<(String, DiskCheck)>,
+    /// I/O errors the presence checks met, by host path (the failing sign `io-failure`).
+    pub io_failures: Vec<(String, String)>,
     /// For each asked PV, its volume's identity in the current format when it recorded one in
     /// an old format and the disk proves to be the same (see host::identity::upgraded_identity).
     pub upgrades: Vec<(String, String)>,
@@ -334,18 +336,22 @@ impl HostAccess for RealHost {
             let (path, mounts) = (path.clone(), mounts.clone());
             let domain = mounts.domain_of(&path);
             Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move |on| {
-                let (present, check) = presence_and_check(&path, identity.as_deref(), &mounts, on);
+                let (present, check, io_failure) = presence_and_check(&path, identity.as_deref(), &mounts, on);
                 let recorded = identity.as_deref().filter(|id| crate::core::disk_identity::is_legacy(id));
                 let upgrade = recorded.filter(|_| !deleting).and_then(|id| upgraded_identity(&path, id, &mounts, on));
                 let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts(), on) } else { None };
-                (present, check, upgrade, disk)
+                (present, check, upgrade, disk, io_failure)
             })
             .on(domain)
         });
         let checked = self.ops.run_each(jobs);
         let (mut absent, mut checks, mut upgrades, mut disks) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut io_failures = Vec::new();
         for ((pv, _), result) in ask.pvs.iter().zip(checked) {
-            let Some((present, check, upgrade, disk)) = result.done() else { continue };
+            let Some((present, check, upgrade, disk, io_failure)) = result.done() else { continue };
+            if let Some(what) = io_failure {
+                io_failures.push((pv.host_path.clone(), what));
+            }
             if !present {
                 absent.push(pv.uid.clone());
             }
@@ -376,7 +382,7 @@ impl HostAccess for RealHost {
             .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.done()?)))
             .collect();
         let disks = ask.disks.then_some(disks);
-        Ok(Observation { scan, absent, checks, upgrades, disks, succession, claims })
+        Ok(Observation { scan, absent, checks, io_failures, upgrades, disks, succession, claims })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
@@ -395,7 +401,10 @@ impl HostAccess for RealHost {
             mounts,
             there_ok,
         )
-        .map_err(|e| e.to_string())
+        .or_else(|e| {
+            // The disk failed the write (or the read before it): a failing sign, not a retry.
+            if e.is_disk_failure() { Ok(MarkOutcome::DiskFailing(e.to_string())) } else { Err(e.to_string()) }
+        })
     }
 
     fn record_marks(&self, outcomes: &mut [Result<MarkOutcome, String>]) {

@@ -1142,7 +1142,12 @@ mod tests {
         assert!(!matches!(stuck, Answer::Done(())));
         let answer = scan_openers(&wanted, Some((&ops, Duration::from_millis(100))));
         release.store(true, std::sync::atomic::Ordering::SeqCst);
-        assert!(answer.as_ref().is_err_and(|e| e.contains("writer scan")), "{answer:?}");
+        // Unresponsive (the stuck scan passed its deadline) or, on a loaded machine where the
+        // stuck scan has not yet been taken up by a thread, still running: no answer either way.
+        assert!(
+            answer.as_ref().is_err_and(|e| e.contains("writer scan") || e.contains("still running")),
+            "{answer:?}"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::core::volume_safety::{
 };
 use crate::host::HostError;
 use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
-use crate::host::disk_health::read_signs;
+use crate::host::disk_health::{is_disk_failure, read_signs};
 use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
 use crate::host::ops::{Answer, Job, OnDeadline, Operations, Subject, foreground};
@@ -482,10 +482,10 @@ type Examined = (Result<FoundVolume, SkipReason>, Option<Signs>);
 
 impl EntryJob {
     /// Examines the entry: with a ledger (the agent), reads its used mark and its disk's
-    /// failing signs too.
+    /// failing signs too, with every I/O error met on the way as the sign `io-failure`.
     fn run(self, facts: &GuardFacts, ledger: Option<&Ledger>, on: &OnDeadline) -> Examined {
         let entry = self.entry.clone();
-        let found = self.found(facts, ledger);
+        let (found, bytes, io_failure) = self.found(facts, ledger);
         let signs = ledger.map(|_| {
             // The volume's mount, or the block device it is.
             let mount = facts.mounts.get(&entry);
@@ -493,20 +493,45 @@ impl EntryJob {
                 Some(m) => m.device.clone(),
                 None => block_device_number(&entry).unwrap_or_default(),
             };
-            read_signs(&entry, mount, &device, on)
+            let mut signs = read_signs(&entry, mount, &device, bytes, on);
+            if let Some(what) = io_failure {
+                signs.io_failure.get_or_insert(what);
+            }
+            signs
         });
         (found, signs)
     }
 
-    /// Inspects the entry and reads its identity; with a ledger, its used mark too.
-    fn found(self, facts: &GuardFacts, ledger: Option<&Ledger>) -> Result<FoundVolume, SkipReason> {
+    /// Inspects the entry and reads its identity; with a ledger, its used mark too. Also
+    /// returns the size read (unrounded) and the I/O error met, if any: an entry whose disk
+    /// fails a read is skipped as `disk-failing`, and one whose used mark cannot be read for
+    /// an I/O error keeps the mark unknown (never published) with the failure told.
+    fn found(
+        self,
+        facts: &GuardFacts,
+        ledger: Option<&Ledger>,
+    ) -> (Result<FoundVolume, SkipReason>, Option<u64>, Option<String>) {
         let mount_facts = facts.mounts.facts();
         let guard =
             Guard { facts: &mount_facts, places: &facts.places, anchors: &facts.anchors, host_dirs: &facts.host_dirs };
         let mounts = facts.mounts.as_ref();
         let probe = !facts.published.contains(&self.host_path);
-        let v = inspect(&self.entry, self.mode, mounts, &guard, probe)?;
-        let identity = volume_identity_in(&self.entry, mounts).map_err(|e| SkipReason::Unreadable(e.to_string()))?;
+        let failed = |reason: SkipReason| {
+            let io = match &reason {
+                SkipReason::DiskFailing(what) => Some(what.strip_prefix("io-failure: ").unwrap_or(what).to_string()),
+                _ => None,
+            };
+            (Err(reason), None, io)
+        };
+        let v = match inspect(&self.entry, self.mode, mounts, &guard, probe) {
+            Ok(v) => v,
+            Err(reason) => return failed(reason),
+        };
+        let identity = match volume_identity_in(&self.entry, mounts) {
+            Ok(identity) => identity,
+            Err(e) => return failed(skip_for(e)),
+        };
+        let bytes = v.bytes;
         let mut found = FoundVolume {
             class: self.class,
             entry: self.name,
@@ -517,10 +542,23 @@ impl EntryJob {
             in_use: v.in_use,
             used: Default::default(),
         };
+        let mut io_failure = None;
         if let Some(ledger) = ledger {
-            found.used = used_mark_of(&found, &self.mount_dir, mounts, Some(ledger));
+            let (used, io) = used_mark_read(&found, &self.mount_dir, mounts, Some(ledger));
+            found.used = used;
+            io_failure = io;
         }
-        Ok(found)
+        (Ok(found), Some(bytes), io_failure)
+    }
+}
+
+/// An inspection error as a skip: an I/O error of the disk (EIO...: host::disk_health) is the
+/// failing sign `io-failure`, so the entry is skipped as `disk-failing`; any other error
+/// (gone, not allowed) leaves it unreadable.
+fn skip_for(e: HostError) -> SkipReason {
+    match &e {
+        HostError::Io { source, .. } if is_disk_failure(source) => SkipReason::DiskFailing(format!("io-failure: {e}")),
+        _ => SkipReason::Unreadable(e.to_string()),
     }
 }
 
@@ -584,20 +622,37 @@ pub(crate) fn read_used_marks(
 
 /// The used mark of one volume found under `mount_dir` (see [`read_used_marks`]).
 fn used_mark_of(v: &FoundVolume, mount_dir: &Path, mounts: &MountTable, ledger: Option<&Ledger>) -> UsedRead {
+    used_mark_read(v, mount_dir, mounts, ledger).0
+}
+
+/// [`used_mark_of`], with the I/O error that made it unknown, if one did (the sign
+/// `io-failure`: a bad sector where the root's attributes live fails every read of the mark).
+fn used_mark_read(
+    v: &FoundVolume,
+    mount_dir: &Path,
+    mounts: &MountTable,
+    ledger: Option<&Ledger>,
+) -> (UsedRead, Option<String>) {
     let is_block = DiskIdentity::parse(&v.identity).is_some_and(|d| d.kind == Kind::Block);
     if is_block {
-        return ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, None));
+        return (ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, None)), None);
     }
     let path = mount_dir.join(&v.entry);
     let root = match open_volume_root(&path) {
         Ok(root) => root,
-        Err(e) => return UsedRead::Unknown(e.to_string()),
+        Err(e) => {
+            let io = e.is_disk_failure().then(|| e.to_string());
+            return (UsedRead::Unknown(e.to_string()), io);
+        }
     };
     let dir = mount_of_fd(root.as_fd(), mounts).map(|m| m.root.display().to_string());
     match read_dir_mark(root.as_fd(), &path) {
-        Ok(Some(mark)) => ledger.map_or(UsedRead::Marked(mark.clone()), |l| l.classify(mark)),
-        Ok(None) => ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, dir.as_deref())),
-        Err(why) => UsedRead::Unknown(why),
+        Ok(Some(mark)) => (ledger.map_or(UsedRead::Marked(mark.clone()), |l| l.classify(mark)), None),
+        Ok(None) => (ledger.map_or(UsedRead::Unmarked, |l| l.lookup(&v.identity, dir.as_deref())), None),
+        Err(e) => {
+            let io = e.disk_failed.then(|| e.why.clone());
+            (UsedRead::Unknown(e.why), io)
+        }
     }
 }
 
@@ -617,7 +672,7 @@ fn inspect(
     guard: &Guard<'_>,
     probe_use: bool,
 ) -> Result<Inspected, SkipReason> {
-    let unreadable = |e: HostError| SkipReason::Unreadable(e.to_string());
+    let unreadable = skip_for;
     let (kind, entry) = resolve_entry(entry).map_err(unreadable)?;
     match (kind, mode) {
         (EntryKind::Directory, VolumeMode::Block) => Err(SkipReason::DirectoryInBlockClass),

@@ -13,6 +13,8 @@
 //! - `mount -o remount,ro`: super options `ro`. A read-only bind mount of a read-write
 //!   filesystem is not a sign (the filesystem is fine).
 //! - `blockdev --setro`: `/sys/dev/block/M:m/ro` is `1` (a partition's shows its disk's too).
+//! - A loop device shrunk under its filesystem (`truncate` + `losetup -c`): statfs still says
+//!   the filesystem's size; `/sys/dev/block/M:m/size` (512-byte sectors) says the device's.
 //! - The block layer counts I/O errors only for SCSI disks (`device/ioerr_cnt`, hex); loop,
 //!   virtio and NVMe devices have no counter, so io_errors is None there.
 
@@ -25,7 +27,7 @@ use rustix::io::Errno;
 
 use super::mountinfo::MountEntry;
 use super::ops::OnDeadline;
-use crate::core::disk_health::Signs;
+use crate::core::disk_health::{Signs, SizeFacts};
 
 /// Where the kernel publishes devices and filesystems.
 const SYS: &str = "/sys";
@@ -76,16 +78,34 @@ pub fn superblock_options_hash() -> u64 {
     hasher.finish()
 }
 
+/// Filesystems whose size stays what it was made unless resized (see
+/// core::disk_health::SizeFacts::fixed).
+const FIXED_SIZE_FILESYSTEMS: [&str; 8] = ["ext2", "ext3", "ext4", "xfs", "tmpfs", "vfat", "exfat", "f2fs"];
+
 /// Reads the signs of one volume: `volume` is its path inside the container, `mount` its mount
 /// (None for a block volume), `device` the `major:minor` of the filesystem's device or of the
-/// block volume. Only sysfs reads and, for a filesystem volume, one `statx` of `volume`.
-pub fn read_signs(volume: &Path, mount: Option<&MountEntry>, device: &str, _on: &OnDeadline) -> Signs {
-    read_signs_in(Path::new(SYS), volume, mount, device)
+/// block volume, `bytes` the size the inspection read (statfs or BLKGETSIZE64). Only sysfs
+/// reads and, for a filesystem volume, one `statx` of `volume`.
+pub fn read_signs(
+    volume: &Path,
+    mount: Option<&MountEntry>,
+    device: &str,
+    bytes: Option<u64>,
+    _on: &OnDeadline,
+) -> Signs {
+    read_signs_in(Path::new(SYS), volume, mount, device, bytes)
 }
 
 /// [`read_signs`] with sysfs at `sys` (a fake tree in unit tests).
-fn read_signs_in(sys: &Path, volume: &Path, mount: Option<&MountEntry>, device: &str) -> Signs {
+fn read_signs_in(sys: &Path, volume: &Path, mount: Option<&MountEntry>, device: &str, bytes: Option<u64>) -> Signs {
+    let fixed = mount.is_none_or(|m| FIXED_SIZE_FILESYSTEMS.contains(&m.fs_type.as_str()));
+    let device_bytes = match (mount, block_device(device)) {
+        (Some(_), Some((major, _))) if major != 0 => device_size(sys, device),
+        _ => None,
+    };
     let mut signs = Signs {
+        size: bytes.map(|bytes| SizeFacts { bytes, device_bytes, fixed }),
+        instance: instance(sys, mount, device),
         read_only: mount.is_some_and(|m| m.super_read_only),
         shut_down: mount.is_some_and(|m| m.super_shut_down),
         ..Signs::default()
@@ -117,8 +137,48 @@ fn look_at_volume(volume: &Path, mount: &MountEntry, signs: &mut Signs) {
 
 /// Errors that mean the disk or the filesystem on it failed: EIO, EUCLEAN (EFSCORRUPTED),
 /// EBADMSG (EFSBADCRC), ENXIO and ENODEV (the device went away under the filesystem).
-fn is_io_error(errno: Errno) -> bool {
+pub(crate) fn is_io_error(errno: Errno) -> bool {
     [Errno::IO, Errno::UCLEAN, Errno::BADMSG, Errno::NXIO, Errno::NODEV].contains(&errno)
+}
+
+/// Whether a failed call's error is one of [`is_io_error`]'s: the disk failed, not the caller.
+pub(crate) fn is_disk_failure(e: &std::io::Error) -> bool {
+    e.raw_os_error().is_some_and(|n| is_io_error(Errno::from_raw_os_error(n)))
+}
+
+/// Whether the filesystem open as `fd`, which refused a write as read-only, was made so by the
+/// kernel after an error rather than mounted read-only by an operator: its mount's superblock
+/// options now (a fresh read of the mount table) and, for ext4, its error count
+/// (core::disk_health::read_only_after_error). Unreadable facts say no: the operator's case,
+/// which the next pass's signs still judge.
+pub(crate) fn read_only_after_error(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let Ok(mounts) = super::mountinfo::MountTable::read() else { return false };
+    let Some(mount) = super::volume::mount_of_fd(fd, &mounts) else { return false };
+    let errors = fs::read_link(Path::new(SYS).join("dev/block").join(&mount.device))
+        .ok()
+        .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .and_then(|name| read_trimmed(&Path::new(SYS).join("fs/ext4").join(name).join("errors_count")))
+        .and_then(|t| t.parse().ok());
+    crate::core::disk_health::read_only_after_error(&mount.super_options, errors)
+}
+
+/// What tells this instance of the volume from an earlier one at its path
+/// (core::disk_health::Signs::instance): a filesystem's mount ID and device, a block device's
+/// number and, for a loop device, its backing file (a detached and re-attached `loopN`).
+fn instance(sys: &Path, mount: Option<&MountEntry>, device: &str) -> String {
+    let backing = block_device(device)
+        .and_then(|_| read_trimmed(&sys.join("dev/block").join(device).join("loop/backing_file")))
+        .unwrap_or_default();
+    match mount {
+        Some(m) => format!("mount {} dev {device} {backing}", m.id),
+        None => format!("dev {device} {backing}"),
+    }
+}
+
+/// The size of block device `device` (`major:minor`) from sysfs, in bytes; None if unreadable.
+fn device_size(sys: &Path, device: &str) -> Option<u64> {
+    let sectors: u64 = read_trimmed(&sys.join("dev/block").join(device).join("size"))?.parse().ok()?;
+    sectors.checked_mul(512)
 }
 
 /// The sysfs reads about the block device `device` (`major:minor`, major not 0).
@@ -134,6 +194,7 @@ fn look_at_device(sys: &Path, device: &str, mount: Option<&MountEntry>, signs: &
         }
         Err(_) => None,
     };
+    signs.devices = device_names(&dir);
     if read_trimmed(&dir.join("ro")).as_deref() == Some("1") {
         signs.read_only = true;
     }
@@ -144,6 +205,34 @@ fn look_at_device(sys: &Path, device: &str, mount: Option<&MountEntry>, signs: &
             read_trimmed(&sys.join("fs/ext4").join(name).join("errors_count")).and_then(|t| t.parse().ok());
     }
     signs.io_errors = io_error_count(&dir);
+}
+
+/// The kernel names of the block device at `dir` and of every device under it: its slaves,
+/// recursively, and the whole disk of each partition (a request error names the whole disk),
+/// so a kernel log line about any of them is about the volume (core::kernel_log).
+fn device_names(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut add = |dir: &Path| {
+        let Ok(real) = fs::canonicalize(dir) else { return };
+        if let Some(name) = real.file_name().map(|n| n.to_string_lossy().into_owned())
+            && !names.contains(&name)
+        {
+            names.push(name);
+        }
+    };
+    let mut stack = vec![(dir.to_path_buf(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        add(&dir);
+        if dir.join("partition").exists() {
+            add(&dir.join(".."));
+        }
+        if depth < MAX_STACK_DEPTH
+            && let Ok(rd) = fs::read_dir(dir.join("slaves"))
+        {
+            stack.extend(rd.flatten().map(|e| (e.path(), depth + 1)));
+        }
+    }
+    names
 }
 
 /// The sum of the SCSI error counters of the whole disks under `dir` (itself, the disk of a
@@ -271,8 +360,81 @@ mod tests {
     }
 
     /// The volume path for the statx: `/`, which is healthy here.
+    /// The signs, without the device names ([`device_names_cover_the_stack`] checks them).
     fn signs(sys: &FakeSys, mount: Option<&MountEntry>, device: &str) -> Signs {
-        read_signs_in(sys.root(), Path::new("/"), mount, device)
+        let signs = read_signs_in(sys.root(), Path::new("/"), mount, device, None);
+        Signs { devices: Vec::new(), instance: String::new(), ..signs }
+    }
+
+    #[test]
+    fn the_instance_changes_with_the_mount_and_the_loop_backing_file() {
+        let sys = FakeSys::new();
+        let dir = sys.device("virtual/block/loop3", "7:3", &[("loop/backing_file", "/images/a\n")]);
+        let instance =
+            |mount: Option<&MountEntry>| read_signs_in(sys.root(), Path::new("/"), mount, "7:3", None).instance;
+        let mut m = mount("ext4", "7:3");
+        assert_eq!(instance(Some(&m)), "mount 40 dev 7:3 /images/a");
+        m.id = 41;
+        assert_eq!(instance(Some(&m)), "mount 41 dev 7:3 /images/a");
+        assert_eq!(instance(None), "dev 7:3 /images/a");
+        fs::write(dir.join("loop/backing_file"), "/images/b\n").unwrap();
+        assert_eq!(instance(None), "dev 7:3 /images/b");
+    }
+
+    #[test]
+    fn device_names_cover_the_stack() {
+        let sys = FakeSys::new();
+        sys.device("pci0/a/block/sda", "8:0", &[]);
+        sys.device("pci0/a/block/sda/sda1", "8:1", &[("partition", "1\n")]);
+        sys.device("pci0/b/block/sdb", "8:16", &[]);
+        let md = sys.device("virtual/block/md0", "9:0", &[]);
+        sys.slave(&md, "sda1", "pci0/a/block/sda/sda1");
+        sys.slave(&md, "sdb", "pci0/b/block/sdb");
+        let dm = sys.device("virtual/block/dm-0", "252:0", &[]);
+        sys.slave(&dm, "md0", "virtual/block/md0");
+        let names = |device: &str| {
+            let mut n = read_signs_in(sys.root(), Path::new("/"), None, device, None).devices;
+            n.sort();
+            n
+        };
+        assert_eq!(names("8:1"), ["sda", "sda1"]);
+        assert_eq!(names("8:0"), ["sda"]);
+        assert_eq!(names("252:0"), ["dm-0", "md0", "sda", "sda1", "sdb"]);
+        // tmpfs: no device, no names.
+        assert!(
+            read_signs_in(sys.root(), Path::new("/"), Some(&mount("tmpfs", "0:9")), "0:9", None).devices.is_empty()
+        );
+    }
+
+    #[test]
+    fn sizes_of_the_volume_and_the_device_under_a_filesystem() {
+        let sys = FakeSys::new();
+        sys.device("virtual/block/loop5", "7:5", &[("size", "65536\n")]);
+        let at = |mount: Option<&MountEntry>, device: &str, bytes| {
+            read_signs_in(sys.root(), Path::new("/"), mount, device, bytes).size
+        };
+        // ext4 on the loop device: its device's size (sectors of 512 bytes) beside it.
+        let ext4 = mount("ext4", "7:5");
+        assert_eq!(
+            at(Some(&ext4), "7:5", Some(64 << 20)),
+            Some(SizeFacts { bytes: 64 << 20, device_bytes: Some(32 << 20), fixed: true })
+        );
+        // A block volume: its own size is the fact; no device under it.
+        assert_eq!(
+            at(None, "7:5", Some(32 << 20)),
+            Some(SizeFacts { bytes: 32 << 20, device_bytes: None, fixed: true })
+        );
+        // tmpfs: no device; fixed. NFS or ZFS: not fixed.
+        assert_eq!(
+            at(Some(&mount("tmpfs", "0:40")), "0:40", Some(1 << 20)),
+            Some(SizeFacts { bytes: 1 << 20, device_bytes: None, fixed: true })
+        );
+        assert_eq!(
+            at(Some(&mount("zfs", "0:41")), "0:41", Some(1 << 20)),
+            Some(SizeFacts { bytes: 1 << 20, device_bytes: None, fixed: false })
+        );
+        // Nothing read by the inspection: no size sign.
+        assert_eq!(at(Some(&ext4), "7:5", None), None);
     }
 
     #[test]
@@ -375,5 +537,8 @@ mod tests {
         assert_eq!(parse_hex("0X0"), Some(0));
         assert_eq!(parse_hex(""), None);
         assert_eq!(parse_hex("0x"), None);
+        assert!(is_disk_failure(&std::io::Error::from_raw_os_error(5)));
+        assert!(!is_disk_failure(&std::io::Error::from_raw_os_error(2)));
+        assert!(!is_disk_failure(&std::io::Error::other("not an errno")));
     }
 }

@@ -70,18 +70,29 @@ pub fn volume_present(path: &Path, recorded: Option<&str>, mounts: &MountTable) 
 /// Whether the volume recorded as `recorded` is still at `path` (as `volume_present`) and what
 /// is there compared with the recorded disk (as `check_disk`), from one read of the identity:
 /// the presence check of every PV in every pass, which the fences (core::fence) need too.
+/// The third part is the I/O error the identity read met (the failing sign `io-failure`):
+/// the volume is there (mounted, or the device exists) and its disk fails, which is not
+/// absence, so it counts as present and unverified.
 pub fn presence_and_check(
     path: &Path,
     recorded: Option<&str>,
     mounts: &MountTable,
     _on: &OnDeadline,
-) -> (bool, DiskCheck) {
+) -> (bool, DiskCheck, Option<String>) {
     if !volume_present(path, None, mounts) {
-        return (false, DiskCheck::Missing);
+        return (false, DiskCheck::Missing, None);
     }
-    let Some(recorded) = recorded else { return (true, DiskCheck::Unrecorded) };
-    let Ok(found) = found_identity(path, Some(mounts)) else { return (false, DiskCheck::Unverified) };
-    (is_present(recorded, &found), judged(recorded, &found))
+    let Some(recorded) = recorded else { return (true, DiskCheck::Unrecorded, None) };
+    match found_identity(path, Some(mounts)) {
+        Ok(found) => (is_present(recorded, &found), judged(recorded, &found), None),
+        Err(e @ HostError::Io { .. }) if disk_failed(&e) => (true, DiskCheck::Unverified, Some(e.to_string())),
+        Err(_) => (false, DiskCheck::Unverified, None),
+    }
+}
+
+/// Whether a host error is the disk failing a call (host::disk_health::is_disk_failure).
+fn disk_failed(e: &HostError) -> bool {
+    matches!(e, HostError::Io { source, .. } if super::disk_health::is_disk_failure(source))
 }
 
 /// A recorded identity against the one found, as a disk check.

@@ -40,11 +40,40 @@ pub enum MarkError {
     /// The ledger file exists and is not a ledger.
     #[error("the used-disk ledger {path} cannot be read ({why}); repair or remove it (see docs/data-safety.md)")]
     Corrupt { path: PathBuf, why: String },
+    /// The disk failed the mark: an I/O error reading it, or the filesystem made read-only by
+    /// the kernel after an error (core::disk_health::read_only_after_error).
+    #[error("{path}: {why}")]
+    DiskFailing { path: PathBuf, why: String },
 }
 
 impl MarkError {
     fn io(op: &'static str, path: &Path, source: impl Into<std::io::Error>) -> Self {
         MarkError::Io { op, path: path.to_path_buf(), source: source.into() }
+    }
+
+    /// Whether the disk failed the call (EIO...: the failing sign `io-failure`).
+    pub fn is_disk_failure(&self) -> bool {
+        match self {
+            MarkError::Io { source, .. } => crate::host::disk_health::is_disk_failure(source),
+            MarkError::DiskFailing { .. } => true,
+            MarkError::Corrupt { .. } => false,
+        }
+    }
+}
+
+/// A used mark that cannot be read: why, and whether the disk failed the read (EIO...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableMark {
+    /// What failed, with the path.
+    pub why: String,
+    /// The disk failed the read (the failing sign `io-failure`), rather than the mark being
+    /// foreign or the call refused.
+    pub disk_failed: bool,
+}
+
+impl std::fmt::Display for UnreadableMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
     }
 }
 
@@ -63,15 +92,19 @@ pub fn open_volume_root(path: &Path) -> Result<File, MarkError> {
 
 /// The mark on a directory: `Ok(None)` when there is none or the filesystem cannot carry
 /// one; `Unknown` when it cannot be read or is not a mark of ours.
-pub fn read_dir_mark(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<UsedMark>, String> {
+pub fn read_dir_mark(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<UsedMark>, UnreadableMark> {
     let mut buf = vec![0u8; 64 * 1024];
     match rustix::fs::fgetxattr(fd, XATTR_NAME, &mut buf[..]) {
-        Ok(n) => UsedMark::from_json(&buf[..n])
-            .map(Some)
-            .ok_or_else(|| format!("{XATTR_NAME} on {} is set but is not a mark of ours", path.display())),
+        Ok(n) => UsedMark::from_json(&buf[..n]).map(Some).ok_or_else(|| UnreadableMark {
+            why: format!("{XATTR_NAME} on {} is set but is not a mark of ours", path.display()),
+            disk_failed: false,
+        }),
         Err(Errno::NODATA) => Ok(None),
         Err(e) if unsupported(e) => Ok(None),
-        Err(e) => Err(format!("reading {XATTR_NAME} on {}: {e}", path.display())),
+        Err(e) => Err(UnreadableMark {
+            why: format!("reading {XATTR_NAME} on {}: {e}", path.display()),
+            disk_failed: crate::host::disk_health::is_io_error(e),
+        }),
     }
 }
 
@@ -106,6 +139,13 @@ pub fn write_dir_mark(
     let why = match rustix::fs::fsetxattr(fd, XATTR_NAME, mark.to_json().as_bytes(), rustix::fs::XattrFlags::empty()) {
         Ok(()) => None,
         Err(e) if unsupported(e) => Some(format!("{fs} cannot hold the extended attribute {XATTR_NAME}")),
+        Err(Errno::ROFS) if crate::host::disk_health::read_only_after_error(fd) => {
+            return Err(MarkError::DiskFailing {
+                path: path.to_path_buf(),
+                why: "the kernel made the filesystem read-only after an error (not an operator's read-only mount)"
+                    .into(),
+            });
+        }
         Err(Errno::ROFS) => Some(format!("{fs} is mounted read-only")),
         Err(e) => return Err(MarkError::io("setting the used mark on", path, e)),
     };
@@ -150,6 +190,9 @@ pub enum MarkOutcome {
     Kept(Option<UsedMark>),
     /// The volume at the path is not proven to be the recorded disk: nothing was written.
     NotTheDisk(String),
+    /// The disk failed the write or the read before it (an I/O error, or read-only after an
+    /// error): the failing sign `io-failure`; nothing is published on it.
+    DiskFailing(String),
 }
 
 /// Marks the volume at `path` as used by `mark.pv`, after proving on the descriptor it writes
@@ -172,7 +215,11 @@ pub fn mark_volume(
 ) -> Result<MarkOutcome, MarkError> {
     use crate::host::identity::{device_identity, directory_identity};
     use crate::host::volume::{EntryKind, mount_of_fd, resolve_entry};
-    let io = |op, e: crate::host::HostError| MarkError::io(op, path, std::io::Error::other(e.to_string()));
+    // The errno is kept, so a disk's I/O error stays one (MarkError::is_disk_failure).
+    let io = |op, e: crate::host::HostError| match e {
+        crate::host::HostError::Io { source, .. } => MarkError::io(op, path, source),
+        other => MarkError::io(op, path, std::io::Error::other(other.to_string())),
+    };
     let (kind, resolved) = resolve_entry(path).map_err(|e| io("resolving", e))?;
     // An identity equal to the one recorded also counts: a disk that names no stable device
     // (zram, some virtual disks) is never proven, and marking it errs on the safe side.
@@ -198,6 +245,7 @@ pub fn mark_volume(
                     UsedRead::Marked(m) | UsedRead::Offered(m) => Some(m),
                     _ => None,
                 },
+                Err(e) if e.disk_failed => return Err(MarkError::DiskFailing { path: resolved, why: e.why }),
                 Err(_) => None,
             };
             if !write(there.as_ref()) {
