@@ -130,6 +130,9 @@ impl FailingDisk {
     pub fn resize(&self, bytes: u64) {
         self.command(&format!("resize {bytes}"));
         run(Command::new("losetup").arg("-c").arg(&self.device));
+        let name = self.device.file_name().unwrap().to_string_lossy().into_owned();
+        let sectors = std::fs::read_to_string(format!("/sys/class/block/{name}/size")).unwrap();
+        assert_eq!(sectors.trim().parse::<u64>().unwrap() * 512, bytes, "{} after losetup -c", self.device.display());
     }
 
     /// The server's state: `blocked`, `size`, `ranges`, `pending`, counters of `reads`,
