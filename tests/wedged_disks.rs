@@ -307,9 +307,7 @@ fn many_wedged(n: usize) {
         std::fs::write(fs_dir.join("h0").join("tenant-data"), b"tenant").unwrap();
         cp.kubectl_ok(&["delete", "pvc", &claim, "-n", "default", "--wait=false"]);
         let released = Instant::now();
-        let done = time_until(WAIT, || {
-            cp.pv_state(h0).is_some_and(|(new, phase)| new != uid && phase == "Available")
-        });
+        let done = time_until(WAIT, || cp.pv_state(h0).is_some_and(|(new, phase)| new != uid && phase == "Available"));
         if done.is_some() {
             // wait_recycled's own check: the successor is on an empty volume.
             wait_recycled(&cp, h0, &uid, Some(&fs_dir.join("h0")), WAIT);
@@ -562,13 +560,13 @@ fn a_shrunk_disk_is_not_offered_at_its_old_size_and_a_grown_one_is_said() {
 
     lab.disks[shrinking].resize(32 * MIB);
     let shrunk = Instant::now();
-    let outcome = wait_until("the shrunk disk's PV withdrawn or at its new size", Duration::from_secs(30), || {
-        match cp.get_json(&["pv", &s]) {
-            None => Some("withdrawn".to_string()),
-            Some(pv) => {
-                let cap = pv["spec"]["capacity"]["storage"].as_str().unwrap_or_default();
-                (pv["metadata"]["uid"] != s_uid.as_str() && cap == "32Mi").then(|| format!("republished at {cap}"))
-            }
+    let outcome = wait_until("the shrunk disk's PV withdrawn or at its new size", Duration::from_secs(30), || match cp
+        .get_json(&["pv", &s])
+    {
+        None => Some("withdrawn".to_string()),
+        Some(pv) => {
+            let cap = pv["spec"]["capacity"]["storage"].as_str().unwrap_or_default();
+            (pv["metadata"]["uid"] != s_uid.as_str() && cap == "32Mi").then(|| format!("republished at {cap}"))
         }
     });
     eprintln!("a disk under an Available PV shrank to half: {outcome} after {:?}", shrunk.elapsed());
