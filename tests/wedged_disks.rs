@@ -670,8 +670,10 @@ fn a_shrunk_disk_is_not_offered_at_its_old_size_and_a_grown_one_is_said() {
 }
 
 /// (e) A dead FUSE file held open by a process somewhere on the host (outside any discovery
-/// directory: its daemon stopped, so a `stat` of the descriptor blocks): a device claim (whose
-/// writer scan looks at every process's descriptors) and the passes go on; a healthy volume
+/// directory: its daemon stopped, so a `stat` of the descriptor blocks), and a wedged failing
+/// disk: a loop device over a FUSE file that stops answering, the file held open by another
+/// process too: a device claim (whose writer scan looks at every process's descriptors, and
+/// whose inventory at every loop device's backing file) and the passes go on; a healthy volume
 /// mounted meanwhile is published within 5 s.
 #[test]
 fn a_dead_fuse_file_held_open_elsewhere_stops_nothing() {
@@ -712,7 +714,14 @@ fn a_dead_fuse_file_held_open_elsewhere_stops_nothing() {
     lab.start_agent(&cp, node, &map);
     wait_until("the healthy PV", WAIT, || available(&cp, &pv_name("a", node, fs_class)));
 
+    // The wedged disk (not of the device class's size), its file held open.
+    let wedged = lab.disk(24 * MIB);
+    let wedged_file = std::fs::File::open(lab.disks[wedged].image()).unwrap();
+    let holder = Command::new("sleep").arg("3600").stdin(wedged_file).spawn().expect("sleep runs");
+    lab.holders.push(holder);
+
     lab.stop_fuse(daemon, true);
+    lab.disks[wedged].block();
     // A raw device to claim, and a healthy volume, while the held file is dead.
     let img = lab.root.join("claimable.img");
     run(Command::new("truncate").arg("-s").arg(format!("{mib}M")).arg(&img));
