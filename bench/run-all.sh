@@ -18,5 +18,6 @@ bash "$here/config-scale.sh"                  # issue 14: validate-config with 1
 bash "$here/device-claims.sh" 20                # issue 17: raw devices claimed: attach -> PV, disks, idle
 bash "$here/device-probe.sh" 3                  # figure 14: proving blank: probe 100 GiB / 1 TiB, claim 100 GiB, full read
 bash "$here/wedged-volume.sh" 50                 # issue 27: 50 mounts, then again beside a frozen ext4 volume; its thaw
+bash "$here/wedged-disks.sh" 20 100               # issue 41: 20 and 100 wedged volumes: publish, recycle, threads, RSS
 bash "$here/idle-side-by-side.sh" 100            # issue 29: idle, one agent with 100 volumes, ours vs upstream v2.9.0
 bash "$here/fleet.sh" 50 10                      # issue 29: fleet of 50 agents x 10 volumes, ours vs upstream v2.9.0
