@@ -15,6 +15,7 @@ use nix::sys::stat::SFlag;
 
 use super::HostError;
 use super::mountinfo::MountTable;
+use super::ops::OnDeadline;
 use crate::core::volume_safety::{Extent, MountFacts, locate};
 
 /// Stacked devices deeper than this (a loop over a partition of a loop...) are not followed.
@@ -35,11 +36,11 @@ pub(crate) fn device_number(rdev: u64) -> String {
 /// loop device a range of its backing file (or of the device it is backed by), anything else
 /// the whole of itself. `None` when sysfs does not know the device (tmpfs and other
 /// filesystems without a device).
-pub(crate) fn extent(device: &str, mounts: &[MountFacts<'_>]) -> Option<Extent> {
-    extent_at_depth(device, mounts, 0)
+pub(crate) fn extent(device: &str, mounts: &[MountFacts<'_>], on: &OnDeadline) -> Option<Extent> {
+    extent_at_depth(device, mounts, 0, on)
 }
 
-fn extent_at_depth(device: &str, mounts: &[MountFacts<'_>], depth: usize) -> Option<Extent> {
+fn extent_at_depth(device: &str, mounts: &[MountFacts<'_>], depth: usize, on: &OnDeadline) -> Option<Extent> {
     if depth > MAX_DEPTH {
         return None;
     }
@@ -54,10 +55,10 @@ fn extent_at_depth(device: &str, mounts: &[MountFacts<'_>], depth: usize) -> Opt
     if dir.join("partition").exists() {
         let start = number(&dir, "start")?.saturating_mul(512);
         let disk = sysfs_attr(dir.parent()?, "dev")?;
-        return Some(shifted(extent_at_depth(&disk, mounts, depth + 1)?, start, size));
+        return Some(shifted(extent_at_depth(&disk, mounts, depth + 1, on)?, start, size));
     }
     if dir.join("loop").is_dir()
-        && let Some(e) = loop_extent(device, &dir, size, mounts, depth)
+        && let Some(e) = loop_extent(device, &dir, size, mounts, depth, on)
     {
         return Some(e);
     }
@@ -92,7 +93,14 @@ pub(crate) fn open_device(dev: u64, hint: Option<&Path>) -> Option<File> {
 /// never `O_EXCL`), so it is known even when the file's path is not visible here (another
 /// mount namespace). Without the ioctl (no node to open): the file as its path shows it here,
 /// else the path's text. `None`: no file attached.
-fn loop_extent(device: &str, dir: &Path, size: u64, mounts: &[MountFacts<'_>], depth: usize) -> Option<Extent> {
+fn loop_extent(
+    device: &str,
+    dir: &Path,
+    size: u64,
+    mounts: &[MountFacts<'_>],
+    depth: usize,
+    on: &OnDeadline,
+) -> Option<Extent> {
     let backing = sysfs_attr(dir, "loop/backing_file");
     let path = backing.as_deref().map(|b| PathBuf::from(b.trim_end_matches(" (deleted)")));
     let status = device_rdev(device).and_then(|r| open_device(r, None)).and_then(|f| loop_status(&f).ok());
@@ -113,7 +121,7 @@ fn loop_extent(device: &str, dir: &Path, size: u64, mounts: &[MountFacts<'_>], d
         _ => None,
     };
     if let Some(rdev) = backing_device {
-        let base = extent_at_depth(&device_number(rdev), mounts, depth + 1)?;
+        let base = extent_at_depth(&device_number(rdev), mounts, depth + 1, on)?;
         return Some(Extent {
             start: base.start.saturating_add(offset),
             end: base.start.saturating_add(offset).saturating_add(len).min(base.end),
@@ -176,9 +184,10 @@ pub(crate) fn block_device_in_use(
     path: &Path,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
+    on: &OnDeadline,
 ) -> Result<Option<String>, HostError> {
     let device = block_device_number(path)?;
-    let own = extent(&device, facts);
+    let own = extent(&device, facts, on);
     // (device, kernel name when it is another device, whether to probe it with O_EXCL)
     let mut sharing = vec![(device.clone(), None, true)];
     // The whole disk of ours, when ours is a partition.
@@ -188,7 +197,7 @@ pub(crate) fn block_device_in_use(
         .and_then(|d| sysfs_attr(d.parent()?, "dev"));
     if let Some(own) = &own {
         for (dev, name) in all_devices() {
-            let Some(e) = extent(&dev, facts).filter(|e| e.overlaps(own)) else { continue };
+            let Some(e) = extent(&dev, facts, on).filter(|e| e.overlaps(own)) else { continue };
             if dev != device {
                 // A device spanning more than ours (the whole disk of a partition) is claimed
                 // whenever any of its partitions is, so probing it would blame the others. Not
@@ -355,7 +364,10 @@ pub(crate) struct LoopStatus {
     pub file_name: Vec<u8>,
 }
 
-/// The binding of the loop device open as `fd` (LOOP_GET_STATUS64).
+/// The binding of the loop device open as `fd` (LOOP_GET_STATUS64). The kernel answers it with
+/// a getattr of the backing file, which blocks while the file's filesystem does not answer (a
+/// stopped FUSE daemon, a hung NFS server): it is only called from work that runs under the
+/// executor's deadline (host::ops), as [`extent`] is, which takes the proof.
 pub(crate) fn loop_status(fd: impl AsFd) -> Result<LoopStatus, Errno> {
     let fd = block_device_fd(fd.as_fd())?;
     let mut info = LoopInfo64 {

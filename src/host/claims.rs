@@ -25,7 +25,7 @@ use crate::core::device_claim::{
 };
 use crate::core::signatures::Content as Found;
 use crate::core::surface::{FullRead, WINDOW, offset_text};
-use crate::core::volume_safety::MountFacts;
+use crate::core::volume_safety::{Extent, MountFacts};
 use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_attr};
 use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
@@ -91,15 +91,55 @@ pub(crate) fn write_records(state_dir: &Path, records: &[ClaimRecord]) -> Result
     state_file::write_list(state_dir, &state_dir.join(CLAIMS_FILE), records).map_err(ClaimError::from)
 }
 
-/// Every block device sysfs lists, with the facts that need no opening of the device.
-pub(crate) fn inventory(mounts: &[MountFacts<'_>]) -> Vec<DeviceFacts> {
-    let by_id = by_id_names();
+/// A device as listed: its facts and its extent (None: unknown).
+type Listed = (DeviceFacts, Option<Extent>);
+
+/// Every block device sysfs lists, with the facts that need no opening of the device but a
+/// loop device's status (its stable id and its extent), which the kernel answers with a
+/// getattr of the backing file: that blocks while the file's filesystem does not answer (a
+/// stopped FUSE daemon, a hung NFS server). So each device's facts are gathered as an
+/// operation on the device under its deadline (`deadlines`; the commands gather them as they
+/// are). A device whose facts give no answer is listed from sysfs alone, probed and
+/// unresponsive: never claimed, and its record keeps its PV as it is (plan_claims). Its extent
+/// is unknown, which hides no sharing: only another loop device over the same file shares a
+/// loop device's data, and that one's status blocks just the same.
+pub(crate) fn inventory(mounts: &MountTable, deadlines: Option<(&Operations, Duration)>) -> Vec<DeviceFacts> {
+    let by_id = Arc::new(by_id_names());
     let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return Vec::new() };
-    let mut devices: Vec<DeviceFacts> = rd.flatten().filter_map(|e| device_facts(&e.path(), &by_id)).collect();
+    let entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    let table = Arc::new(mounts.clone());
+    let timeout = deadlines.map_or(Duration::ZERO, |(_, t)| t);
+    let jobs = entries.iter().map(|entry| {
+        let name = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (entry, by_id, table) = (entry.clone(), by_id.clone(), table.clone());
+        Job::new(Subject::Device(name), "device facts", timeout, move |on| {
+            let d = device_facts(&entry, &by_id, Some(on))?;
+            let e = extent(&d.dev, &table.facts(), on);
+            Some((d, e))
+        })
+    });
+    let answers: Vec<Answer<Option<Listed>>> = match deadlines {
+        Some((ops, _)) => ops.run_each(jobs),
+        None => jobs.map(|j| Answer::Done(foreground(j.work))).collect(),
+    };
+    let unanswered = |entry: &Path, why: String| {
+        let d = device_facts(entry, &by_id, None)?;
+        let probe = Probe { done: true, in_use: None, content: Content::Unresponsive(why), activity: None };
+        Some((DeviceFacts { probe, ..d }, None))
+    };
+    let mut listed: Vec<Listed> = entries
+        .iter()
+        .zip(answers)
+        .filter_map(|(entry, answer)| match answer {
+            Answer::Done(found) => found,
+            Answer::Pending => unanswered(entry, "its status is still being read".into()),
+            Answer::Unresponsive(e) => unanswered(entry, e.to_string()),
+        })
+        .collect();
     // In the order people read them: loop2 before loop10.
-    devices.sort_by_key(|d| natural_key(&d.name));
+    listed.sort_by_key(|(d, _)| natural_key(&d.name));
+    let (mut devices, extents): (Vec<DeviceFacts>, Vec<Option<Extent>>) = listed.into_iter().unzip();
     // Devices sharing data: same base (disk or backing file), overlapping byte ranges.
-    let extents: Vec<_> = devices.iter().map(|d| extent(&d.dev, mounts)).collect();
     for i in 0..devices.len() {
         let Some(own) = &extents[i] else { continue };
         let sharing: Vec<String> = extents
@@ -128,7 +168,13 @@ fn list_dir(dir: &Path) -> Vec<String> {
     names
 }
 
-fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Option<DeviceFacts> {
+/// The facts of the device at `class_entry`; `on`: a loop device's status may be read (its
+/// stable id), else it is left unknown.
+fn device_facts(
+    class_entry: &Path,
+    by_id: &BTreeMap<String, Vec<String>>,
+    on: Option<&OnDeadline>,
+) -> Option<DeviceFacts> {
     let dir = std::fs::canonicalize(class_entry).ok()?;
     let name = dir.file_name()?.to_string_lossy().into_owned();
     let dev = sysfs_attr(&dir, "dev")?;
@@ -163,7 +209,7 @@ fn device_facts(class_entry: &Path, by_id: &BTreeMap<String, Vec<String>>) -> Op
     // one answers it for its disk.
     let loop_backed =
         matches!(kind, DeviceKind::Selectable(DeviceType::Loop)) || (is_partition && hw.join("loop").is_dir());
-    let node = loop_backed.then(|| open_device(rdev, None)).flatten();
+    let node = (loop_backed && on.is_some()).then(|| open_device(rdev, None)).flatten();
     let (stable, _) = stable_id(rdev, node.as_ref());
     let flag = |rel: &str| sysfs_attr(&dir, rel).is_some_and(|v| v == "1");
     Some(DeviceFacts {
@@ -235,11 +281,11 @@ pub(crate) fn probe(
     facts: &[MountFacts<'_>],
     reach: &Reach,
     cached: Option<&Content>,
-    _on: &OnDeadline,
+    on: &OnDeadline,
 ) -> Probe {
     let mut attempt = 1;
     loop {
-        let found = probe_once(device, mounts, facts, reach, cached);
+        let found = probe_once(device, mounts, facts, reach, cached, on);
         let busy = matches!(found.content, Content::Busy)
             || found.in_use.as_deref().is_some_and(|why| why.contains("open exclusively"));
         if !busy || attempt >= BUSY_ATTEMPTS {
@@ -256,13 +302,14 @@ fn probe_once(
     facts: &[MountFacts<'_>],
     reach: &Reach,
     cached: Option<&Content>,
+    on: &OnDeadline,
 ) -> Probe {
     let Some(node) = device_node(device) else {
         let content = Content::Unreadable(format!("/dev/{} is not the device {}", device.name, device.dev));
         return Probe { done: true, in_use: None, content, activity: None };
     };
     let before = writers::io_stat(&device.name);
-    let in_use = match block_device_in_use(&node, mounts, facts) {
+    let in_use = match block_device_in_use(&node, mounts, facts, on) {
         Ok(v) => v,
         Err(e) => {
             return Probe { done: true, in_use: None, content: Content::Unreadable(e.to_string()), activity: None };
@@ -302,13 +349,29 @@ fn concerns(device: &DeviceFacts, o: &Opener) -> bool {
 
 /// What to look for in the processes' descriptors for `devices`: each device, the devices
 /// sharing its data, and the backing file of every loop device among them.
-fn wanted_for<'a>(devices: impl Iterator<Item = &'a DeviceFacts>, all: &[DeviceFacts]) -> Wanted {
+fn wanted_for<'a>(
+    devices: impl Iterator<Item = &'a DeviceFacts>,
+    all: &[DeviceFacts],
+    deadlines: Option<(&Operations, Duration)>,
+) -> Result<Wanted, String> {
     let mut names: BTreeSet<&str> = BTreeSet::new();
     for d in devices {
         names.insert(&d.name);
         names.extend(d.sharing.iter().map(String::as_str));
     }
-    Wanted::devices(all.iter().filter(|d| names.contains(d.name.as_str())).map(|d| (d.dev.as_str(), d.name.as_str())))
+    let targets: Vec<(String, String)> =
+        all.iter().filter(|d| names.contains(d.name.as_str())).map(|d| (d.dev.clone(), d.name.clone())).collect();
+    // A loop device's backing file comes from its status, which blocks while the file's
+    // filesystem does not answer: read under the scan's deadline (no answer proves no device
+    // unused).
+    let tag = format!("{targets:?}");
+    let work = move |on: &OnDeadline| Wanted::devices(targets.iter().map(|(d, n)| (d.as_str(), n.as_str())), on);
+    let Some((ops, timeout)) = deadlines else { return Ok(foreground(work)) };
+    match ops.run_all(vec![Job::new(WRITER_SCAN, "scan targets", timeout, work).tagged(tag)]).pop() {
+        Some(Answer::Done(wanted)) => Ok(wanted),
+        Some(Answer::Unresponsive(e)) => Err(e.to_string()),
+        _ => Err("the status of the loop devices to scan for is still being read".to_string()),
+    }
 }
 
 /// How the agent runs the claim pass's host operations (host::ops), and the classes whose
@@ -459,7 +522,7 @@ pub(crate) fn plan_claims(
     let roots = roots(config, &facts);
     let mut world = World {
         classes: claim_classes(config).into_iter().filter(|c| roots.contains_key(&c.class)).collect(),
-        devices: inventory(&facts),
+        devices: inventory(mounts, deadlines),
         entries: entries(&roots, config, deadlines),
         records,
         pvs_known: pvs.is_some(),
@@ -481,6 +544,22 @@ pub(crate) fn plan_claims(
     }
     for pv in &mut world.pvs {
         pv.disk = pv.disk.as_deref().map(now);
+    }
+    // A device whose facts gave no answer (a loop device over a file of a filesystem that
+    // stopped answering) has no stable id of its own: the one record linking to it lends its
+    // disk, so that record keeps its PV as it is (core::device_claim: an unresponsive device
+    // proves nothing either way) instead of counting as gone. Never claimed, probed or
+    // published meanwhile: its probe is done and unresponsive.
+    for d in world
+        .devices
+        .iter_mut()
+        .filter(|d| d.stable_id.is_none() && matches!(d.probe.content, Content::Unresponsive(_)))
+    {
+        let node = format!("/dev/{}", d.name);
+        let mut linked = world.records.iter().filter(|r| r.target == node);
+        if let (Some(r), None) = (linked.next(), linked.next()) {
+            d.stable_id = Some(r.disk.clone());
+        }
     }
     // The devices of unbound PVs, by kernel name, with their PV's path.
     let unbound: BTreeMap<String, String> = world
@@ -506,8 +585,9 @@ pub(crate) fn plan_claims(
     if first.to_probe.is_empty() {
         return (world.devices, first);
     }
-    let wanted = wanted_for(world.devices.iter().filter(|d| first.to_probe.contains(&d.name)), &world.devices);
-    let first_scan = scan_openers(&wanted, deadlines);
+    let wanted =
+        wanted_for(world.devices.iter().filter(|d| first.to_probe.contains(&d.name)), &world.devices, deadlines);
+    let first_scan = wanted.as_ref().map_err(Clone::clone).and_then(|w| scan_openers(w, deadlines));
     let scanned = Instant::now();
     // Each device is probed under its own deadline (host::ops): a wedged one is refused as
     // unresponsive and the others are judged as usual.
@@ -574,7 +654,8 @@ pub(crate) fn plan_claims(
     // it for a moment (another probe: the `disks` command, udev's blkid). A scan that gives no
     // answer proves no device unused.
     let stable = first_scan.and_then(|openers| {
-        writers::still_open(openers, &wanted, scanned, OPENER_PAUSE, |w| scan_openers(w, deadlines))
+        let wanted = wanted.as_ref().map_err(Clone::clone)?;
+        writers::still_open(openers, wanted, scanned, OPENER_PAUSE, |w| scan_openers(w, deadlines))
     });
     let probed = world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name));
     match stable {
@@ -1144,10 +1225,7 @@ mod tests {
         release.store(true, std::sync::atomic::Ordering::SeqCst);
         // Unresponsive (the stuck scan passed its deadline) or, on a loaded machine where the
         // stuck scan has not yet been taken up by a thread, still running: no answer either way.
-        assert!(
-            answer.as_ref().is_err_and(|e| e.contains("writer scan") || e.contains("still running")),
-            "{answer:?}"
-        );
+        assert!(answer.as_ref().is_err_and(|e| e.contains("writer scan") || e.contains("still running")), "{answer:?}");
     }
 
     #[test]

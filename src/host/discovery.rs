@@ -485,7 +485,7 @@ impl EntryJob {
     /// failing signs too, with every I/O error met on the way as the sign `io-failure`.
     fn run(self, facts: &GuardFacts, ledger: Option<&Ledger>, on: &OnDeadline) -> Examined {
         let entry = self.entry.clone();
-        let (found, bytes, io_failure) = self.found(facts, ledger);
+        let (found, bytes, io_failure) = self.found(facts, ledger, on);
         let signs = ledger.map(|_| {
             // The volume's mount, or the block device it is.
             let mount = facts.mounts.get(&entry);
@@ -510,6 +510,7 @@ impl EntryJob {
         self,
         facts: &GuardFacts,
         ledger: Option<&Ledger>,
+        on: &OnDeadline,
     ) -> (Result<FoundVolume, SkipReason>, Option<u64>, Option<String>) {
         let mount_facts = facts.mounts.facts();
         let guard =
@@ -523,7 +524,7 @@ impl EntryJob {
             };
             (Err(reason), None, io)
         };
-        let v = match inspect(&self.entry, self.mode, mounts, &guard, probe) {
+        let v = match inspect(&self.entry, self.mode, mounts, &guard, probe, on) {
             Ok(v) => v,
             Err(reason) => return failed(reason),
         };
@@ -671,6 +672,7 @@ fn inspect(
     mounts: &MountTable,
     guard: &Guard<'_>,
     probe_use: bool,
+    on: &OnDeadline,
 ) -> Result<Inspected, SkipReason> {
     let unreadable = skip_for;
     let (kind, entry) = resolve_entry(entry).map_err(unreadable)?;
@@ -692,16 +694,19 @@ fn inspect(
                 }
             }
             let bytes = mounted_dir_capacity(&entry).map_err(unreadable)?;
-            let disk = filesystem_disk(mount, guard.facts);
+            let disk = filesystem_disk(mount, guard.facts, on);
             Ok(Inspected { bytes, disk, in_use: None })
         }
         // A block device in a Filesystem class is a Filesystem PV that kubelet formats.
         (EntryKind::BlockDevice, _) => {
             let bytes = block_device_capacity(&entry).map_err(unreadable)?;
             let device = block_device_number(&entry).map_err(unreadable)?;
-            let in_use =
-                if probe_use { block_device_in_use(&entry, mounts, guard.facts).map_err(unreadable)? } else { None };
-            let disk = block_disk(device, guard.facts);
+            let in_use = if probe_use {
+                block_device_in_use(&entry, mounts, guard.facts, on).map_err(unreadable)?
+            } else {
+                None
+            };
+            let disk = block_disk(device, guard.facts, on);
             Ok(Inspected { bytes, disk, in_use })
         }
         (EntryKind::Symlink, _) => Err(SkipReason::Symlink(describe_link(&entry))),
@@ -712,23 +717,23 @@ fn inspect(
 /// What the volume at `path` (an entry under a class's mountDir) occupies now, judged like
 /// discovery judges it: a mount point at the entry itself, or a block device. `None` when
 /// there is no volume there.
-pub(crate) fn disk_at(path: &Path, mounts: &MountTable, facts: &[MountFacts<'_>], _on: &OnDeadline) -> Option<DiskKey> {
+pub(crate) fn disk_at(path: &Path, mounts: &MountTable, facts: &[MountFacts<'_>], on: &OnDeadline) -> Option<DiskKey> {
     match resolve_entry(path).ok()? {
-        (EntryKind::Directory, entry) => Some(filesystem_disk(mount_at(&entry, mounts).ok()??, facts)),
-        (EntryKind::BlockDevice, entry) => Some(block_disk(block_device_number(&entry).ok()?, facts)),
+        (EntryKind::Directory, entry) => Some(filesystem_disk(mount_at(&entry, mounts).ok()??, facts, on)),
+        (EntryKind::BlockDevice, entry) => Some(block_disk(block_device_number(&entry).ok()?, facts, on)),
         _ => None,
     }
 }
 
 /// What a mounted directory volume occupies: its filesystem and mounted directory, with the
 /// extent of the block device under it.
-fn filesystem_disk(mount: &crate::host::mountinfo::MountEntry, facts: &[MountFacts<'_>]) -> DiskKey {
-    DiskKey::fs(mount.device.clone(), mount.root.clone()).with_extent(extent(&mount.device, facts))
+fn filesystem_disk(mount: &crate::host::mountinfo::MountEntry, facts: &[MountFacts<'_>], on: &OnDeadline) -> DiskKey {
+    DiskKey::fs(mount.device.clone(), mount.root.clone()).with_extent(extent(&mount.device, facts, on))
 }
 
 /// What a block device volume occupies: the device, with its extent on its base disk or file.
-fn block_disk(device: String, facts: &[MountFacts<'_>]) -> DiskKey {
-    let e = extent(&device, facts);
+fn block_disk(device: String, facts: &[MountFacts<'_>], on: &OnDeadline) -> DiskKey {
+    let e = extent(&device, facts, on);
     DiskKey::block(device).with_extent(e)
 }
 

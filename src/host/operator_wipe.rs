@@ -67,7 +67,7 @@ pub(crate) fn gather(
 ) -> Result<(WipeWorld, Vec<String>), OperatorWipeError> {
     let mounts = MountTable::read()?;
     let facts = mounts.facts();
-    let devices = inventory(&facts);
+    let devices = inventory(&mounts, None);
     let roots = roots(config, &facts);
     let mut unscanned: Vec<String> =
         config.storage_class_map.keys().filter(|c| !roots.contains_key(*c)).cloned().collect();
@@ -91,7 +91,7 @@ pub(crate) fn gather(
         let node = device_node(target)?;
         world.in_use = in_use(&node, &mounts, &facts)?;
         world.openers = stable_openers(&devices_by_number(&devices, target));
-        let e = extent(&target.dev, &facts);
+        let e = foreground(|on| extent(&target.dev, &facts, on));
         world.backing_disk = e.as_ref().and_then(backing_disk);
         world.target_disk = Some(DiskKey::block(target.dev.clone()).with_extent(e));
     }
@@ -139,7 +139,7 @@ fn in_use(
 ) -> Result<Option<String>, HostError> {
     let mut attempt = 1;
     loop {
-        let found = block_device_in_use(node, mounts, facts)?;
+        let found = foreground(|on| block_device_in_use(node, mounts, facts, on))?;
         if !found.as_deref().is_some_and(|why| why.contains("open exclusively")) || attempt >= BUSY_ATTEMPTS {
             return Ok(found);
         }
@@ -160,7 +160,7 @@ fn devices_by_number(devices: &[DeviceFacts], target: &DeviceFacts) -> BTreeMap<
 /// kernel name) or of the backing file of a loop device among them, as host::writers finds
 /// them. Only the processes of this PID namespace are seen (in a pod: hostPID).
 fn stable_openers(devices: &BTreeMap<String, String>) -> Vec<Opener> {
-    let wanted = Wanted::devices(devices.iter().map(|(dev, name)| (dev.as_str(), name.as_str())));
+    let wanted = foreground(|on| Wanted::devices(devices.iter().map(|(dev, name)| (dev.as_str(), name.as_str())), on));
     let again = |w: &Wanted| Ok::<_, std::convert::Infallible>(foreground(|on| writers::openers(w, on)));
     writers::still_open(foreground(|on| writers::openers(&wanted, on)), &wanted, Instant::now(), BUSY_PAUSE, again)
         .unwrap_or_else(|e| match e {})

@@ -61,7 +61,7 @@ pub(crate) struct Wanted {
 impl Wanted {
     /// The devices `(major:minor, kernel name)` and the backing file of each loop device among
     /// them (its status read through a read-only open, never `O_EXCL`).
-    pub(crate) fn devices<'a>(devices: impl IntoIterator<Item = (&'a str, &'a str)>) -> Wanted {
+    pub(crate) fn devices<'a>(devices: impl IntoIterator<Item = (&'a str, &'a str)>, _on: &OnDeadline) -> Wanted {
         let mut wanted = Wanted::default();
         for (dev, name) in devices {
             let Some((major, minor)) = dev.split_once(':') else { continue };
