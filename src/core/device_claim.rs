@@ -169,6 +169,10 @@ pub struct DirEntry {
     pub link: Option<String>,
     /// Kernel name of the block device it is or leads to.
     pub device: Option<String>,
+    /// Its look did not answer (a file system or device that stopped answering): it is there,
+    /// but whether it is still this agent's link is not known. Never taken for someone
+    /// else's entry (which would forget the record of a published disk).
+    pub unanswered: bool,
 }
 
 /// A link this agent made, kept in the state directory: only these are ever changed or
@@ -855,6 +859,9 @@ fn settle_record(
         }
         return;
     };
+    if e.unanswered {
+        return kept(out, "its link does not answer (the look at it passed its deadline); left as it is".into());
+    }
     if !ours(e) {
         // Not a symlink any more, or pointing where this agent never pointed it: someone put
         // something else there, and it is theirs now, left as it is.

@@ -56,7 +56,13 @@ fn record(class: &str, device: &DeviceFacts) -> ClaimRecord {
 /// made by [`disk`] (its by-id name), so a record of that device matches it.
 fn link_entry(class: &str, name: &str, device: Option<&str>) -> DirEntry {
     let link = device.map_or_else(|| "/dev/x".to_string(), |d| format!("/dev/disk/by-id/wwn-{d}"));
-    DirEntry { class: class.into(), name: name.into(), link: Some(link), device: device.map(Into::into) }
+    DirEntry {
+        unanswered: false,
+        class: class.into(),
+        name: name.into(),
+        link: Some(link),
+        device: device.map(Into::into),
+    }
 }
 
 #[test]
@@ -151,6 +157,7 @@ fn exhaustively_a_device_is_claimed_only_when_every_safety_fact_is_clear() {
         }
         if on(10) {
             w.entries.push(DirEntry {
+                unanswered: false,
                 class: "other".into(),
                 name: "manual".into(),
                 link: Some("/dev/sdb".into()),
@@ -357,6 +364,7 @@ fn an_operator_link_to_the_device_or_its_partition_or_whole_disk_makes_it_alread
         d.partitions = vec![];
         let mut w = world(vec![d]);
         w.entries = vec![DirEntry {
+            unanswered: false,
             class: "manual".into(),
             name: "disk1".into(),
             link: Some("/dev/x".into()),
@@ -428,7 +436,13 @@ fn name_pattern_and_taken_names_are_refusals() {
     w.classes[0].name_pattern = "nvme*".into();
     assert!(matches!(verdict(&plan(&w), "fast", "sdb"), Verdict::Refused(Refusal::NameMismatch { .. })));
     w.classes[0].name_pattern = "*".into();
-    w.entries = vec![DirEntry { class: "fast".into(), name: link_name("wwid:naa.1"), link: None, device: None }];
+    w.entries = vec![DirEntry {
+        unanswered: false,
+        class: "fast".into(),
+        name: link_name("wwid:naa.1"),
+        link: None,
+        device: None,
+    }];
     assert!(matches!(verdict(&plan(&w), "fast", "sdb"), Verdict::Refused(Refusal::NameTaken(_))));
 }
 
@@ -439,7 +453,7 @@ fn name_pattern_and_taken_names_are_refusals() {
 fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
     let d = disk("sdb", "wwid:naa.1");
     let r = record("fast", &d);
-    for bits in 0u32..(1 << 6) {
+    for bits in 0u32..(1 << 7) {
         let on = |i: usize| bits & (1 << i) != 0;
         let selected = on(0);
         let has_pv = on(1);
@@ -449,21 +463,30 @@ fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
         let entry = match (on(3), on(4)) {
             (false, _) => None,
             (true, false) => Some(DirEntry {
+                unanswered: false,
                 class: "fast".into(),
                 name: r.name.clone(),
                 link: Some(r.target.clone()),
                 device: Some(if on(5) { "sdb" } else { "sdx" }.into()),
             }),
-            (true, true) if on(5) => {
-                Some(DirEntry { class: "fast".into(), name: r.name.clone(), link: None, device: None })
-            }
+            (true, true) if on(5) => Some(DirEntry {
+                unanswered: false,
+                class: "fast".into(),
+                name: r.name.clone(),
+                link: None,
+                device: None,
+            }),
             (true, true) => Some(DirEntry {
+                unanswered: false,
                 class: "fast".into(),
                 name: r.name.clone(),
                 link: Some("/dev/sdx".into()),
                 device: Some("sdx".into()),
             }),
         };
+        // Whatever is there, its look may not have answered (a wedged disk or filesystem).
+        let unanswered = on(6) && entry.is_some();
+        let entry = entry.map(|e| DirEntry { unanswered, ..e });
         let ours = entry.as_ref().is_some_and(|e| e.link.as_deref() == Some(r.target.as_str()));
         let selector = if selected { Some(DeviceSelector::default()) } else { None };
         let mut dev = d.clone();
@@ -487,6 +510,11 @@ fn exhaustively_a_recorded_link_is_removed_only_without_a_pv() {
         let p = plan(&w);
         let ctx = format!("selected={selected} pv={has_pv} present={device_present} entry={entry:?}: {:?}", p.actions);
         let wanted = selected && device_present;
+        if unanswered {
+            // Not known to be ours, nor known not to be: the record and its link stay as they are.
+            assert!(p.actions.is_empty(), "an entry whose look did not answer is left as it is: {ctx}");
+            continue;
+        }
         for a in &p.actions {
             match a {
                 LinkAction::Remove(x) => {
@@ -562,7 +590,7 @@ fn operator_entries_are_never_acted_on() {
     w.entries = vec![
         link_entry("fast", "by-hand", Some("sdb")),
         link_entry("gone", "other", Some("sdz")),
-        DirEntry { class: "fast".into(), name: "mnt1".into(), link: None, device: None },
+        DirEntry { unanswered: false, class: "fast".into(), name: "mnt1".into(), link: None, device: None },
     ];
     let p = plan(&w);
     assert!(p.actions.is_empty(), "{:?}", p.actions);
@@ -734,8 +762,13 @@ fn a_disk_is_never_linked_by_its_dev_node_and_an_old_dev_node_link_moves_to_by_i
     // Its by-id name not there (yet): a dangling link is not pointed at /dev/sdb...
     let mut w = world(vec![bare.clone()]);
     w.records = vec![r.clone()];
-    w.entries =
-        vec![DirEntry { class: "fast".into(), name: r.name.clone(), link: Some(r.target.clone()), device: None }];
+    w.entries = vec![DirEntry {
+        unanswered: false,
+        class: "fast".into(),
+        name: r.name.clone(),
+        link: Some(r.target.clone()),
+        device: None,
+    }];
     w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None, unbound: false }];
     assert!(plan(&w).actions.is_empty(), "{:?}", plan(&w).actions);
     // ...nor is a lost link of its PV made again by it.
@@ -748,6 +781,7 @@ fn a_disk_is_never_linked_by_its_dev_node_and_an_old_dev_node_link_moves_to_by_i
     let mut w = world(vec![d.clone()]);
     w.records = vec![old.clone()];
     w.entries = vec![DirEntry {
+        unanswered: false,
         class: "fast".into(),
         name: r.name.clone(),
         link: Some("/dev/sdb".into()),
@@ -806,6 +840,7 @@ fn a_link_re_pointed_this_pass_without_a_pv_is_still_judged_before_it_is_publish
     w.records = vec![r.clone()];
     // After a reordering its link leads to loop3, someone else's device.
     w.entries = vec![DirEntry {
+        unanswered: false,
         class: "fast".into(),
         name: r.name.clone(),
         link: Some("/dev/loop3".into()),
@@ -831,6 +866,7 @@ fn a_link_cut_short_while_re_pointing_is_still_ours() {
     w.records = vec![r.clone()];
     w.pvs = vec![PvDisk { host_path: r.host_path.clone(), disk: Some(r.disk.clone()), device: None, unbound: false }];
     w.entries = vec![DirEntry {
+        unanswered: false,
         class: "fast".into(),
         name: r.name.clone(),
         link: Some("/dev/sdb".into()),
@@ -1073,6 +1109,7 @@ fn a_claim_recorded_by_an_earlier_version_still_finds_its_loop_device() {
     w.classes[0].selector = Some(DeviceSelector { types: vec![DeviceType::Loop], ..Default::default() });
     w.records = vec![r];
     w.entries = vec![DirEntry {
+        unanswered: false,
         class: "fast".into(),
         name: name.clone(),
         link: Some("/dev/loop3".into()),

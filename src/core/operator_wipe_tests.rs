@@ -53,6 +53,7 @@ fn codes(w: &WipeWorld) -> Vec<&'static str> {
 
 fn entry(class: &str, name: &str, device: Option<&str>, link: Option<&str>) -> DirEntry {
     DirEntry {
+        unanswered: false,
         class: class.into(),
         name: name.into(),
         link: link.map(str::to_string),

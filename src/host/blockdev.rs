@@ -5,17 +5,20 @@
 //!
 //! The block and loop device ioctls live here too, each declared once behind a safe wrapper.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::stat::SFlag;
 
 use super::HostError;
 use super::mountinfo::MountTable;
-use super::ops::OnDeadline;
+use super::ops::{Job, OnDeadline, Operations, Subject};
 use crate::core::volume_safety::{Extent, MountFacts, locate};
 
 /// Stacked devices deeper than this (a loop over a partition of a loop...) are not followed.
@@ -173,21 +176,49 @@ fn all_devices() -> Vec<(String, String)> {
         .collect()
 }
 
+/// The extent of every block device of the node, by `major:minor`, each read as an operation
+/// on its device under `timeout` (a loop device's status blocks while its backing file's
+/// filesystem does not answer): `None` for a device that gave no answer. What
+/// [`block_device_in_use`] compares with, read once per pass instead of once per device judged.
+pub(crate) fn extents(
+    mounts: &Arc<MountTable>,
+    ops: &Operations,
+    timeout: Duration,
+) -> BTreeMap<String, Option<Extent>> {
+    let devices = all_devices();
+    let jobs = devices.iter().map(|(dev, name)| {
+        let (dev, mounts) = (dev.clone(), mounts.clone());
+        Job::new(Subject::Device(name.clone()), "extent", timeout, move |on| extent(&dev, &mounts.facts(), on))
+    });
+    let answers = ops.run_each(jobs);
+    devices.into_iter().zip(answers).map(|((dev, _), answer)| (dev, answer.done().flatten())).collect()
+}
+
 /// Why the block device at `path` is in use by the host, if it is (`facts` is `mounts` as the
 /// safety rules see it, read once per pass): it, or any device that
 /// shares its data (its partitions, its whole disk, another loop device over the same file),
 /// is mounted, held by device-mapper, md or LVM, or open exclusively. The last is a
 /// non-destructive probe: an `O_EXCL` open (no read, no write) that fails with EBUSY while a
 /// filesystem, a holder or a program like mkfs has claimed the device; our own claim lasts
-/// only until the descriptor is closed a moment later.
+/// only until the descriptor is closed a moment later. `known`: the extents the pass already
+/// read under their own deadlines, by `major:minor`; a device not in it is read here. A device
+/// that gave no answer (None) is not compared: only a loop device's status can fail to answer
+/// (its backing file's filesystem stopped), and a device sharing its data has that data on
+/// the same filesystem, so its own probe of its content does not answer either and proves
+/// nothing blank.
 pub(crate) fn block_device_in_use(
     path: &Path,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
+    known: Option<&BTreeMap<String, Option<Extent>>>,
     on: &OnDeadline,
 ) -> Result<Option<String>, HostError> {
     let device = block_device_number(path)?;
-    let own = extent(&device, facts, on);
+    let extent_of = |dev: &str| match known.and_then(|k| k.get(dev)) {
+        Some(e) => e.clone(),
+        None => extent(dev, facts, on),
+    };
+    let own = extent_of(&device);
     // (device, kernel name when it is another device, whether to probe it with O_EXCL)
     let mut sharing = vec![(device.clone(), None, true)];
     // The whole disk of ours, when ours is a partition.
@@ -197,7 +228,7 @@ pub(crate) fn block_device_in_use(
         .and_then(|d| sysfs_attr(d.parent()?, "dev"));
     if let Some(own) = &own {
         for (dev, name) in all_devices() {
-            let Some(e) = extent(&dev, facts, on).filter(|e| e.overlaps(own)) else { continue };
+            let Some(e) = extent_of(&dev).filter(|e| e.overlaps(own)) else { continue };
             if dev != device {
                 // A device spanning more than ours (the whole disk of a partition) is claimed
                 // whenever any of its partitions is, so probing it would blame the others. Not

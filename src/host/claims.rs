@@ -94,6 +94,9 @@ pub(crate) fn write_records(state_dir: &Path, records: &[ClaimRecord]) -> Result
 /// A device as listed: its facts and its extent (None: unknown).
 type Listed = (DeviceFacts, Option<Extent>);
 
+/// The devices' extents as listed, by `major:minor` (None: unknown).
+pub(crate) type Extents = BTreeMap<String, Option<Extent>>;
+
 /// Every block device sysfs lists, with the facts that need no opening of the device but a
 /// loop device's status (its stable id and its extent), which the kernel answers with a
 /// getattr of the backing file: that blocks while the file's filesystem does not answer (a
@@ -102,10 +105,14 @@ type Listed = (DeviceFacts, Option<Extent>);
 /// are). A device whose facts give no answer is listed from sysfs alone, probed and
 /// unresponsive: never claimed, and its record keeps its PV as it is (plan_claims). Its extent
 /// is unknown, which hides no sharing: only another loop device over the same file shares a
-/// loop device's data, and that one's status blocks just the same.
-pub(crate) fn inventory(mounts: &MountTable, deadlines: Option<(&Operations, Duration)>) -> Vec<DeviceFacts> {
+/// loop device's data, and that one's status blocks just the same. The extents are returned
+/// too, for the probes to judge sharing without reading them again.
+pub(crate) fn inventory(
+    mounts: &MountTable,
+    deadlines: Option<(&Operations, Duration)>,
+) -> (Vec<DeviceFacts>, Extents) {
     let by_id = Arc::new(by_id_names());
-    let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return (Vec::new(), Extents::new()) };
     let entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
     let table = Arc::new(mounts.clone());
     let timeout = deadlines.map_or(Duration::ZERO, |(_, t)| t);
@@ -150,7 +157,8 @@ pub(crate) fn inventory(mounts: &MountTable, deadlines: Option<(&Operations, Dur
             .collect();
         devices[i].sharing = sharing;
     }
-    devices
+    let extents = devices.iter().zip(extents).map(|(d, e)| (d.dev.clone(), e)).collect();
+    (devices, extents)
 }
 
 /// `loop10` -> ("loop", 10, ""), so numbered names sort by number.
@@ -279,13 +287,14 @@ pub(crate) fn probe(
     device: &DeviceFacts,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
+    extents: &Extents,
     reach: &Reach,
     cached: Option<&Content>,
     on: &OnDeadline,
 ) -> Probe {
     let mut attempt = 1;
     loop {
-        let found = probe_once(device, mounts, facts, reach, cached, on);
+        let found = probe_once(device, mounts, facts, extents, reach, cached, on);
         let busy = matches!(found.content, Content::Busy)
             || found.in_use.as_deref().is_some_and(|why| why.contains("open exclusively"));
         if !busy || attempt >= BUSY_ATTEMPTS {
@@ -300,6 +309,7 @@ fn probe_once(
     device: &DeviceFacts,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
+    extents: &Extents,
     reach: &Reach,
     cached: Option<&Content>,
     on: &OnDeadline,
@@ -309,7 +319,7 @@ fn probe_once(
         return Probe { done: true, in_use: None, content, activity: None };
     };
     let before = writers::io_stat(&device.name);
-    let in_use = match block_device_in_use(&node, mounts, facts, on) {
+    let in_use = match block_device_in_use(&node, mounts, facts, Some(extents), on) {
         Ok(v) => v,
         Err(e) => {
             return Probe { done: true, in_use: None, content: Content::Unreadable(e.to_string()), activity: None };
@@ -417,7 +427,7 @@ pub(crate) fn entries(
                     .ok()
                     .filter(|m| m.file_type().is_block_device())
                     .and_then(|m| kernel_name(m.rdev()));
-                Some(DirEntry { class, name, link, device })
+                Some(DirEntry { unanswered: false, class, name, link, device })
             }
         };
         let found: Vec<Option<DirEntry>> = match deadlines {
@@ -441,9 +451,14 @@ pub(crate) fn entries(
                     .zip(&names)
                     .map(|(answer, name)| match answer {
                         Answer::Done(entry) => entry,
-                        Answer::Pending | Answer::Unresponsive(_) => {
-                            Some(DirEntry { class: class.clone(), name: name.clone(), link: None, device: None })
-                        }
+                        // There, but what it is is not known: never taken for not being our link.
+                        Answer::Pending | Answer::Unresponsive(_) => Some(DirEntry {
+                            unanswered: true,
+                            class: class.clone(),
+                            name: name.clone(),
+                            link: None,
+                            device: None,
+                        }),
                     })
                     .collect()
             }
@@ -520,9 +535,11 @@ pub(crate) fn plan_claims(
     let deadlines = deadlines.map(|d| (d.ops, d.timeout));
     let facts = mounts.facts();
     let roots = roots(config, &facts);
+    let (devices, extents) = inventory(mounts, deadlines);
+    let extents = Arc::new(extents);
     let mut world = World {
         classes: claim_classes(config).into_iter().filter(|c| roots.contains_key(&c.class)).collect(),
-        devices: inventory(mounts, deadlines),
+        devices,
         entries: entries(&roots, config, deadlines),
         records,
         pvs_known: pvs.is_some(),
@@ -622,8 +639,9 @@ pub(crate) fn plan_claims(
             let timeout =
                 deadlines.map_or(Duration::ZERO, |(_, t)| if d.rotational == Some(true) { t * 6 } else { t * 3 });
             let subject = Subject::Device(d.name.clone());
+            let extents = extents.clone();
             Some(Job::new(subject, "probe", timeout, move |on| {
-                probe(&d, &mounts, &mounts.facts(), &reach, cached.as_ref(), on)
+                probe(&d, &mounts, &mounts.facts(), &extents, &reach, cached.as_ref(), on)
             }))
         })
         .collect();

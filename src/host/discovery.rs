@@ -239,7 +239,11 @@ pub(crate) fn scan_examined(
     let (roots, problems) = check_roots(config, &facts);
     let host_dirs: Vec<PathBuf> =
         config.storage_class_map.values().map(|c| PathBuf::from(clean_path(&c.host_dir))).collect();
+    let extents = examine
+        .filter(|_| unpublished_block_entries(config, &roots, published))
+        .map(|ex| Arc::new(crate::host::blockdev::extents(&mounts, &ex.ops, ex.timeout)));
     let guard = Arc::new(GuardFacts {
+        extents,
         places: protected_places(&roots, &facts),
         anchors: anchors(config, &roots),
         host_dirs,
@@ -262,6 +266,20 @@ pub(crate) fn scan_examined(
         }
     }
     out
+}
+
+/// Whether a Block class's discovery directory holds an entry not published yet: only such an
+/// entry is checked for being in use, which compares it with every block device's extent.
+fn unpublished_block_entries(config: &ProvisionerConfig, roots: &[RootFacts], published: &BTreeSet<String>) -> bool {
+    roots.iter().any(|root| {
+        let Some(cfg) = config.storage_class_map.get(&root.class).filter(|c| c.volume_mode == VolumeMode::Block) else {
+            return false;
+        };
+        std::fs::read_dir(&root.resolved).is_ok_and(|rd| {
+            rd.flatten()
+                .any(|e| e.file_name().to_str().is_none_or(|n| !published.contains(&host_path(&cfg.host_dir, n))))
+        })
+    })
 }
 
 /// Checks every class's discovery root as it resolves now. Returns the usable roots and, per
@@ -327,6 +345,9 @@ pub(crate) fn check_roots(
 /// thread (host::ops).
 struct GuardFacts {
     mounts: Arc<MountTable>,
+    /// Every block device's extent, read under their deadlines this pass, when an unpublished
+    /// entry of a Block class may need its in-use check (else read by that check).
+    extents: Option<Arc<BTreeMap<String, Option<crate::core::volume_safety::Extent>>>>,
     places: Vec<ProtectedPlace>,
     published: BTreeSet<String>,
     anchors: Vec<HostAnchor>,
@@ -336,6 +357,7 @@ struct GuardFacts {
 /// [`GuardFacts`] with the mount table's facts, as one entry's inspection reads them.
 struct Guard<'a> {
     facts: &'a [MountFacts<'a>],
+    extents: Option<&'a BTreeMap<String, Option<crate::core::volume_safety::Extent>>>,
     places: &'a [ProtectedPlace],
     anchors: &'a [HostAnchor],
     host_dirs: &'a [PathBuf],
@@ -513,8 +535,13 @@ impl EntryJob {
         on: &OnDeadline,
     ) -> (Result<FoundVolume, SkipReason>, Option<u64>, Option<String>) {
         let mount_facts = facts.mounts.facts();
-        let guard =
-            Guard { facts: &mount_facts, places: &facts.places, anchors: &facts.anchors, host_dirs: &facts.host_dirs };
+        let guard = Guard {
+            facts: &mount_facts,
+            extents: facts.extents.as_deref(),
+            places: &facts.places,
+            anchors: &facts.anchors,
+            host_dirs: &facts.host_dirs,
+        };
         let mounts = facts.mounts.as_ref();
         let probe = !facts.published.contains(&self.host_path);
         let failed = |reason: SkipReason| {
@@ -702,7 +729,7 @@ fn inspect(
             let bytes = block_device_capacity(&entry).map_err(unreadable)?;
             let device = block_device_number(&entry).map_err(unreadable)?;
             let in_use = if probe_use {
-                block_device_in_use(&entry, mounts, guard.facts, on).map_err(unreadable)?
+                block_device_in_use(&entry, mounts, guard.facts, guard.extents, on).map_err(unreadable)?
             } else {
                 None
             };

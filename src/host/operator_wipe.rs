@@ -67,7 +67,7 @@ pub(crate) fn gather(
 ) -> Result<(WipeWorld, Vec<String>), OperatorWipeError> {
     let mounts = MountTable::read()?;
     let facts = mounts.facts();
-    let devices = inventory(&mounts, None);
+    let (devices, _) = inventory(&mounts, None);
     let roots = roots(config, &facts);
     let mut unscanned: Vec<String> =
         config.storage_class_map.keys().filter(|c| !roots.contains_key(*c)).cloned().collect();
@@ -139,7 +139,7 @@ fn in_use(
 ) -> Result<Option<String>, HostError> {
     let mut attempt = 1;
     loop {
-        let found = foreground(|on| block_device_in_use(node, mounts, facts, on))?;
+        let found = foreground(|on| block_device_in_use(node, mounts, facts, None, on))?;
         if !found.as_deref().is_some_and(|why| why.contains("open exclusively")) || attempt >= BUSY_ATTEMPTS {
             return Ok(found);
         }
