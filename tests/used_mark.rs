@@ -434,9 +434,13 @@ fn a_clone_of_a_bound_disk_is_never_offered_with_the_tenants_data() {
     let copied = Command::new("cp").arg("--sparse=always").arg(&img).arg(&copy).status();
     run(Command::new("fsfreeze").arg("-u").arg(&orig));
     assert!(copied.unwrap().success());
+    // Checked mounted outside the discovery directory first, then moved in: the agent, which
+    // sees the mount at once, may wipe the clone before an assertion made after it appears.
     let clone = disks.join("clone");
-    h.lab.mount_dev(&h.lab.loop_on(&copy), &clone);
-    assert!(holds_tenant_data(&clone) && used_mark(&clone).is_some_and(|m| m["pv"] == pv.as_str()));
+    let outside = h.lab.path("clone-outside");
+    h.lab.mount_dev(&h.lab.loop_on(&copy), &outside);
+    assert!(holds_tenant_data(&outside) && used_mark(&outside).is_some_and(|m| m["pv"] == pv.as_str()));
+    h.lab.move_mount(&outside, &clone);
 
     let never = || offered_unwiped(&h, &clone);
     let refused_or_wiped = wait_never("the clone wiped and published, or refused", &never, || {
