@@ -96,6 +96,15 @@ pub fn disk_error(message: &str) -> Option<DiskError> {
     Some(DiskError { device: device.to_string(), what: cut(message) })
 }
 
+/// The device a kernel log line says changed size (`loop3: detected capacity change from
+/// 65536 to 98304`, logged by the block layer for every disk, loop device or partition table
+/// rescan since Linux 5.11): no sign, but a size is a fact the next pass must see, and a
+/// resize done without udev leaves no trace in /dev.
+pub fn capacity_change(message: &str) -> Option<&str> {
+    let (device, rest) = message.split_once(": ")?;
+    (rest.starts_with("detected capacity change from ") && is_device_name(device)).then_some(device)
+}
+
 /// `[prefix: ]<kind> error, dev X, sector ...` with a kind of [`REQUEST_ERRORS`].
 fn request_error(message: &str) -> Option<&str> {
     let at = message.find(" error, dev ")?;

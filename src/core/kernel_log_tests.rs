@@ -199,3 +199,20 @@ fn a_line_from_before_the_volume_was_seen_is_about_another_disk() {
     // Seen since exactly the line's time: it counts.
     assert!(m.failing(&on_loop3, later, later).is_some());
 }
+
+#[test]
+fn a_size_change_is_read_from_the_block_layers_line_and_nothing_else() {
+    let cases: [(&str, Option<&str>); 7] = [
+        ("loop3: detected capacity change from 65536 to 98304", Some("loop3")),
+        ("sdb: detected capacity change from 0 to 2097152", Some("sdb")),
+        ("nvme0n1: detected capacity change from 1000 to 0", Some("nvme0n1")),
+        // Not a device name, or another message of the same device.
+        ("some thing: detected capacity change from 1 to 2", None),
+        ("loop3: partition table beyond EOD, truncated", None),
+        ("detected capacity change from 1 to 2", None),
+        ("I/O error, dev loop3, sector 0 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0", None),
+    ];
+    for (line, device) in cases {
+        assert_eq!(capacity_change(line), device, "{line}");
+    }
+}

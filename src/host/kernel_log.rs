@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 use super::HostError;
-use crate::core::kernel_log::{KernelLogMemory, disk_error, parse_record};
+use crate::core::kernel_log::{KernelLogMemory, capacity_change, disk_error, parse_record};
 
 /// The kernel's log device.
 pub const KMSG: &str = "/dev/kmsg";
@@ -50,7 +50,8 @@ impl KernelLog {
     }
 
     /// Reads every record logged since the last read, each line about a failing disk
-    /// remembered in `memory` at `now`; returns how many were. Never blocks.
+    /// remembered in `memory` at `now`; returns how many records call for a pass (those, and
+    /// a disk's size changed). Never blocks.
     pub fn drain(&mut self, memory: &Mutex<KernelLogMemory>) -> usize {
         let mut buf = vec![0u8; RECORD_MAX];
         let mut noted = 0;
@@ -60,6 +61,11 @@ impl KernelLog {
                 Ok(n) => {
                     let text = String::from_utf8_lossy(&buf[..n]);
                     let record = parse_record(&text).filter(|r| r.kernel);
+                    if let Some(device) = record.as_ref().and_then(|r| capacity_change(r.message)) {
+                        debug!(device, "the kernel log says a disk changed size");
+                        noted += 1;
+                        continue;
+                    }
                     let Some(error) = record.and_then(|r| disk_error(r.message)) else { continue };
                     debug!(device = %error.device, line = %error.what, "the kernel log says a disk failed");
                     memory.lock().unwrap_or_else(|e| e.into_inner()).note(error, Instant::now());
