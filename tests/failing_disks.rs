@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use local_static_provisioner::core::naming::{ANN_DISK_FAILING, pv_name};
-use serde_json::Value;
+use support::agent_checks::{available, capacity, class_map, events_about, gauge, metric_lines, unique};
 use support::{
     AgentProcess, ControlPlane, quiet, remove_scratch_dir, require_root, run, umount_when_idle, wait_recycled,
     wait_until, write_config,
@@ -200,41 +200,6 @@ fn wait_idle(agent: &AgentProcess) {
         std::thread::sleep(Duration::from_secs(3));
         (passes() == before).then_some(())
     });
-}
-
-fn class_map(class: &str, dir: &Path) -> String {
-    format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = dir.display())
-}
-
-/// A name unique to this run (`base-<pid>`), for nodes, classes and claims: a rerun against the
-/// same control plane never meets (or binds) the PVs and claims an earlier run left.
-fn unique(base: &str) -> String {
-    format!("{base}-{}", std::process::id())
-}
-
-/// The UID of PV `name` once it exists and is Available.
-fn available(cp: &ControlPlane, name: &str) -> Option<String> {
-    cp.pv_state(name).and_then(|(uid, phase)| (phase == "Available").then_some(uid))
-}
-
-/// The lines of a /metrics answer of `metric` whose labels include every one of `labels`.
-fn metric_lines<'a>(metrics: &'a str, metric: &str, labels: &[String]) -> Vec<&'a str> {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")) && labels.iter().all(|want| l.contains(want.as_str())))
-        .collect()
-}
-
-/// The value of an unlabelled gauge in a /metrics answer.
-fn gauge(metrics: &str, metric: &str) -> Option<i64> {
-    metrics.lines().find_map(|l| l.strip_prefix(&format!("{metric} "))?.trim().parse().ok())
-}
-
-/// The events.k8s.io Events about the object `kind`/`name` with `reason`.
-fn events_about(cp: &ControlPlane, kind: &str, name: &str, reason: &str) -> Vec<Value> {
-    let selector = format!("regarding.kind={kind},regarding.name={name},reason={reason}");
-    let list = cp.get_json(&["events.events.k8s.io", "-A", "--field-selector", &selector]).unwrap();
-    list["items"].as_array().cloned().unwrap_or_default()
 }
 
 #[test]
@@ -466,10 +431,13 @@ fn ext4_errors_on_a_bound_volume_tell_the_claim() {
     eprintln!("annotated {:?} after the error: {value}", triggered.elapsed());
     assert!(value.contains("filesystem-errors"), "{value}");
     wait_until("Warning DiskFailing on the PV", Duration::from_secs(10), || {
-        events_about(&cp, "PersistentVolume", &name, "DiskFailing").iter().any(|e| e["type"] == "Warning").then_some(())
+        events_about(&cp, "PersistentVolume", &name, Some("DiskFailing"))
+            .iter()
+            .any(|e| e["type"] == "Warning")
+            .then_some(())
     });
     let on_claim = wait_until("Warning DiskFailing on the claim", Duration::from_secs(10), || {
-        let found = events_about(&cp, "PersistentVolumeClaim", claim, "DiskFailing");
+        let found = events_about(&cp, "PersistentVolumeClaim", claim, Some("DiskFailing"));
         found.into_iter().find(|e| e["type"] == "Warning")
     });
     assert_eq!(on_claim["regarding"]["namespace"], "default", "{on_claim:#}");
@@ -499,11 +467,11 @@ fn ext4_errors_on_a_bound_volume_tell_the_claim() {
         pv["metadata"]["annotations"][ANN_DISK_FAILING].is_null().then_some(())
     });
     wait_until("DiskRecovered on the claim", Duration::from_secs(15), || {
-        let found = events_about(&cp, "PersistentVolumeClaim", claim, "DiskRecovered");
+        let found = events_about(&cp, "PersistentVolumeClaim", claim, Some("DiskRecovered"));
         found.iter().any(|e| e["type"] == "Normal").then_some(())
     });
     eprintln!("unflagged and the claim told {:?} after the repaired volume was mounted", repaired.elapsed());
-    assert!(!events_about(&cp, "PersistentVolume", &name, "DiskRecovered").is_empty());
+    assert!(!events_about(&cp, "PersistentVolume", &name, Some("DiskRecovered")).is_empty());
     assert_eq!(cp.pv_state(&name), Some((uid, "Bound".to_string())), "the bound PV must stay");
     assert_eq!(std::fs::read(vol.join("tenant-data")).unwrap(), b"tenant", "the tenant's data is untouched");
 }
@@ -963,11 +931,6 @@ fn resize_image(lab: &Lab, name: &str, dev: &Path, mib: u64) {
     run(Command::new("losetup").arg("-c").arg(dev));
 }
 
-/// The PV's capacity quantity.
-fn capacity(cp: &ControlPlane, name: &str) -> Option<String> {
-    cp.get_json(&["pv", name])?["spec"]["capacity"]["storage"].as_str().map(str::to_string)
-}
-
 /// Issue 41: a size change is a fact. An ext4 filesystem of 64 MiB whose loop device shrank to
 /// 32 MiB under its Available PV: the PV is withdrawn (the sign `shrunk`) and not published
 /// again while the filesystem is larger than its device. A Block PV, Bound, whose device
@@ -1023,7 +986,9 @@ fn shrunk_and_grown_disks_are_facts() {
     eprintln!("the Bound PV annotated {:?} after its device shrank: {value}", shrunk.elapsed());
     assert!(value.contains("shrunk: the volume is 32 MiB now, smaller than the 64 MiB its PV offers"), "{value}");
     let on_claim = wait_until("Warning DiskFailing on the claim", WAIT, || {
-        events_about(&cp, "PersistentVolumeClaim", claim, "DiskFailing").into_iter().find(|e| e["type"] == "Warning")
+        events_about(&cp, "PersistentVolumeClaim", claim, Some("DiskFailing"))
+            .into_iter()
+            .find(|e| e["type"] == "Warning")
     });
     assert!(on_claim["note"].as_str().is_some_and(|n| n.contains("shrunk")), "{on_claim:#}");
     let path = block_dir.join("blk").display().to_string();
@@ -1044,11 +1009,13 @@ fn shrunk_and_grown_disks_are_facts() {
         pv["metadata"]["annotations"][ANN_DISK_FAILING].is_null().then_some(())
     });
     let told = wait_until("VolumeGrown on the claim", WAIT, || {
-        events_about(&cp, "PersistentVolumeClaim", claim, "VolumeGrown").into_iter().find(|e| e["type"] == "Normal")
+        events_about(&cp, "PersistentVolumeClaim", claim, Some("VolumeGrown"))
+            .into_iter()
+            .find(|e| e["type"] == "Normal")
     });
     eprintln!("grown: unflagged and told {:?} after: {}", grown.elapsed(), told["note"]);
     assert!(told["note"].as_str().is_some_and(|n| n.contains("grew to 128 MiB (the PV offers 64 MiB)")), "{told:#}");
-    assert!(!events_about(&cp, "PersistentVolume", &block_pv, "VolumeGrown").is_empty());
+    assert!(!events_about(&cp, "PersistentVolume", &block_pv, Some("VolumeGrown")).is_empty());
     assert_eq!(capacity(&cp, &block_pv).as_deref(), Some("64Mi"), "a Bound PV's capacity is not changed");
     assert_eq!(cp.pv_state(&block_pv), Some((block_uid, "Bound".to_string())));
 }

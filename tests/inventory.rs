@@ -492,8 +492,9 @@ fn a_block_disk_across_nodes_is_judged_by_evidence_no_single_node_can_forge() {
     // forged record of d1 says.
     h.claim("inv-xnode-b", class, &new1, true);
     write_pattern(&d1);
-    h.delete_claim("inv-xnode-b");
+    // Read before the claim goes: the agent may wipe and delete the Released PV at once.
     let bound_uid = h.uid(&new1);
+    h.delete_claim("inv-xnode-b");
     wait_until("d1 wiped and published again on B", WAIT, || {
         // The same name (its entry's), a new object.
         let name = h.available_at(&b.join("d1"))?;

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use local_static_provisioner::core::naming::pv_name;
+use support::agent_checks::{available, gauge, threads_and_rss};
 use support::{
     AgentProcess, ControlPlane, quiet, remove_scratch_dir, require_root, run, wait_recycled, wait_until, write_config,
 };
@@ -92,27 +93,6 @@ impl Drop for Lab {
         }
         remove_scratch_dir(&self.root, "many_wedged");
     }
-}
-
-/// The agent's thread count and resident memory (KiB), from /proc.
-fn threads_and_rss(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("Threads:"), field("VmRSS:"))
-}
-
-fn gauge(metrics: &str, metric: &str) -> Option<i64> {
-    metrics.lines().find_map(|l| l.strip_prefix(&format!("{metric} "))?.trim().parse().ok())
-}
-
-fn available(cp: &ControlPlane, name: &str) -> Option<String> {
-    cp.pv_state(name).and_then(|(uid, phase)| (phase == "Available").then_some(uid))
 }
 
 #[test]

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 
 use local_static_provisioner::core::naming::{ANN_DISK_FAILING, pv_name};
 use serde_json::Value;
+use support::agent_checks::{
+    available, block_class_map, capacity, class_map, events_about, metric_lines, proc_status, unique,
+};
 use support::failing_disk::{FailingDisk, drop_caches, read_fails};
 use support::{
     AgentProcess, ControlPlane, quiet, remove_scratch_dir, require_root, run, wait_recycled, wait_until, write_config,
@@ -198,46 +201,8 @@ impl Drop for Lab {
     }
 }
 
-fn class_map(class: &str, dir: &Path) -> String {
-    format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = dir.display())
-}
-
-/// A name unique to this run, for nodes, classes and claims.
-fn unique(base: &str) -> String {
-    format!("{base}-{}", std::process::id())
-}
-
-fn available(cp: &ControlPlane, name: &str) -> Option<String> {
-    cp.pv_state(name).and_then(|(uid, phase)| (phase == "Available").then_some(uid))
-}
-
-/// A field of /proc/PID/status as a number (`Threads`, `VmRSS` in kB).
-fn proc_status(pid: u32, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{field} missing from /proc/{pid}/status"))
-}
-
-/// The events.k8s.io Events about the object `kind`/`name` (any reason).
-fn events_about(cp: &ControlPlane, kind: &str, name: &str) -> Vec<Value> {
-    let selector = format!("regarding.kind={kind},regarding.name={name}");
-    let list = cp.get_json(&["events.events.k8s.io", "-A", "--field-selector", &selector]).unwrap();
-    list["items"].as_array().cloned().unwrap_or_default()
-}
-
 fn has_event(cp: &ControlPlane, kind: &str, name: &str, reason: &str, kind_of: &str) -> Option<Value> {
-    events_about(cp, kind, name).into_iter().find(|e| e["reason"] == reason && e["type"] == kind_of)
-}
-
-/// The lines of a /metrics answer of `metric` whose labels include every one of `labels`.
-fn metric_lines<'a>(metrics: &'a str, metric: &str, labels: &[String]) -> Vec<&'a str> {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")) && labels.iter().all(|want| l.contains(want.as_str())))
-        .collect()
+    events_about(cp, kind, name, None).into_iter().find(|e| e["reason"] == reason && e["type"] == kind_of)
 }
 
 /// The ext4 error count of the filesystem on `device` (0 when unreadable).
@@ -487,7 +452,7 @@ fn eio_under_an_available_pv_withdraws_it_and_healthy_again_returns_it() {
         failed.elapsed(),
         ext4_errors(&device)
     );
-    let withdrawal = events_about(&cp, "PersistentVolume", &name)
+    let withdrawal = events_about(&cp, "PersistentVolume", &name, None)
         .into_iter()
         .find(|e| e["reason"] == "VolumeWithdrawn")
         .map(|e| e["note"].as_str().unwrap_or_default().to_string());
@@ -601,16 +566,6 @@ fn eio_under_a_bound_pv_flags_it_and_tells_the_claim() {
     assert_eq!(cp.pv_state(&name), Some((uid, "Bound".to_string())), "a Bound PV is never deleted");
 }
 
-/// The block-mode class of `dir`.
-fn block_class_map(class: &str, dir: &Path) -> String {
-    format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n  volumeMode: Block\n", d = dir.display())
-}
-
-/// PV `name`'s capacity as the API server gives it (`64Mi`).
-fn capacity(cp: &ControlPlane, name: &str) -> Option<String> {
-    cp.get_json(&["pv", name])?["spec"]["capacity"]["storage"].as_str().map(str::to_string)
-}
-
 /// (d) A Block volume's disk shrinks to half (the loop device told, `losetup -c`): its
 /// Available PV is withdrawn or published again at the new size, never offered at the old
 /// one. A Bound one's disk grows: an event says so.
@@ -660,7 +615,7 @@ fn a_shrunk_disk_is_not_offered_at_its_old_size_and_a_grown_one_is_said() {
     lab.disks[growing].resize(48 * MIB);
     let grown = Instant::now();
     let event = wait_until("an event saying the Bound disk grew", Duration::from_secs(30), || {
-        events_about(&cp, "PersistentVolume", &g).into_iter().find(|e| {
+        events_about(&cp, "PersistentVolume", &g, None).into_iter().find(|e| {
             let reason = e["reason"].as_str().unwrap_or_default();
             reason.contains("Grow") || reason.contains("Grew") || reason.contains("Resize")
         })

@@ -3,6 +3,7 @@
 //! its own process under the ServiceAccount and RBAC from deploy/.
 #![allow(dead_code)]
 
+pub mod agent_checks;
 pub mod failing_disk;
 pub mod real_node;
 pub mod used_lab;
