@@ -131,6 +131,10 @@ fn agent_publishes_once_and_restarts_without_churn() {
     cp.kubectl_ok(&["delete", "pod", "agent-pod", "-n", "default", "--grace-period=0", "--force"]);
     cp.kubectl_ok(&["delete", "pvc", "agent-claim", "-n", "default", "--wait=false"]);
     drop(agent);
+    // Its PVs go with the test: the loop image's inode is freed with the scratch directory, and
+    // a later test's image given the same inode would be that disk to the agent, held by these
+    // unclaimed PVs of another node (core::disk_trust).
+    cp.forget_pvs_under(&root.display().to_string());
 }
 
 #[test]
