@@ -286,8 +286,13 @@ fn a_claimed_device_is_released_wiped_and_published_again() {
     let pv = h.wait_published(&path);
     let uid = h.uid(&pv);
     h.claim("dc-cycle", class, &pv, true);
-    // The tenant makes a filesystem and writes data, as a pod with the raw device would.
-    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev));
+    // The tenant makes a filesystem and writes data, as a pod with the raw device would. A
+    // probe the agent started before the claim bound may still hold the device exclusively for
+    // a moment (mkfs refuses then): tried again for a few seconds.
+    wait_until("mkfs by the tenant", std::time::Duration::from_secs(10), || {
+        let out = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev).output().unwrap();
+        out.status.success().then_some(())
+    });
     std::fs::OpenOptions::new().write(true).open(&dev).unwrap().write_all_at(TENANT, 4096).unwrap();
     h.delete_claim("dc-cycle");
     let new = wait_until("published again after the wipe", WAIT, || {
