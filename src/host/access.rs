@@ -313,7 +313,12 @@ impl HostAccess for RealHost {
         // Claims first, so the links made now are scanned (and held ones kept back) this pass.
         let claims = self.claim_devices(&ask, &mounts, &wedged_classes);
         self.ledger.reload_if_unreadable();
-        let examine = Examine { ops: self.ops.clone(), timeout: self.timeout, ledger: Some(self.ledger.clone()) };
+        let examine = Examine {
+            ops: self.ops.clone(),
+            timeout: self.timeout,
+            ledger: Some(self.ledger.clone()),
+            extents: Default::default(),
+        };
         let mut scan = discovery::scan_examined(&ask.config, mounts.clone(), &ask.published, &[], Some(&examine));
         for (class, (dir, why)) in wedged {
             let reason = discovery::SkipReason::UnreadableDirectory(format!("{dir}: {why}"));

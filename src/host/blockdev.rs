@@ -176,15 +176,14 @@ fn all_devices() -> Vec<(String, String)> {
         .collect()
 }
 
+/// Block devices' extents by `major:minor` (None: that device gave no answer).
+pub(crate) type Extents = BTreeMap<String, Option<Extent>>;
+
 /// The extent of every block device of the node, by `major:minor`, each read as an operation
 /// on its device under `timeout` (a loop device's status blocks while its backing file's
 /// filesystem does not answer): `None` for a device that gave no answer. What
 /// [`block_device_in_use`] compares with, read once per pass instead of once per device judged.
-pub(crate) fn extents(
-    mounts: &Arc<MountTable>,
-    ops: &Operations,
-    timeout: Duration,
-) -> BTreeMap<String, Option<Extent>> {
+pub(crate) fn extents(mounts: &Arc<MountTable>, ops: &Operations, timeout: Duration) -> Extents {
     let devices = all_devices();
     let jobs = devices.iter().map(|(dev, name)| {
         let (dev, mounts) = (dev.clone(), mounts.clone());
@@ -210,7 +209,7 @@ pub(crate) fn block_device_in_use(
     path: &Path,
     mounts: &MountTable,
     facts: &[MountFacts<'_>],
-    known: Option<&BTreeMap<String, Option<Extent>>>,
+    known: Option<&Extents>,
     on: &OnDeadline,
 ) -> Result<Option<String>, HostError> {
     let device = block_device_number(path)?;

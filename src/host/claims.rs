@@ -26,7 +26,7 @@ use crate::core::device_claim::{
 use crate::core::signatures::Content as Found;
 use crate::core::surface::{FullRead, WINDOW, offset_text};
 use crate::core::volume_safety::{Extent, MountFacts};
-use crate::host::blockdev::{block_device_in_use, device_number, extent, sysfs_attr};
+use crate::host::blockdev::{Extents, block_device_in_use, device_number, extent, sysfs_attr};
 use crate::host::device_content::{self, Probe as ContentProbe, Reach};
 use crate::host::identity::{open_device, stable_id};
 use crate::host::mountinfo::MountTable;
@@ -93,9 +93,6 @@ pub(crate) fn write_records(state_dir: &Path, records: &[ClaimRecord]) -> Result
 
 /// A device as listed: its facts and its extent (None: unknown).
 type Listed = (DeviceFacts, Option<Extent>);
-
-/// The devices' extents as listed, by `major:minor` (None: unknown).
-pub(crate) type Extents = BTreeMap<String, Option<Extent>>;
 
 /// Every block device sysfs lists, with the facts that need no opening of the device but a
 /// loop device's status (its stable id and its extent), which the kernel answers with a

@@ -23,7 +23,7 @@ use crate::core::volume_safety::{
     shared_roots,
 };
 use crate::host::HostError;
-use crate::host::blockdev::{block_device_in_use, block_device_number, extent};
+use crate::host::blockdev::{Extents, block_device_in_use, block_device_number, extent};
 use crate::host::disk_health::{is_disk_failure, read_signs};
 use crate::host::identity::volume_identity_in;
 use crate::host::mountinfo::MountTable;
@@ -210,6 +210,9 @@ pub(crate) struct Examine {
     pub timeout: Duration,
     /// The ledger the used marks are classified against.
     pub ledger: Option<Ledger>,
+    /// Every block device's extent, read under their deadlines once per scan, by the first
+    /// Block class with an entry not published yet (its in-use check compares with them).
+    pub extents: std::sync::OnceLock<Arc<Extents>>,
 }
 
 /// Scans all classes against a given mount table (one read of the table per pass; roots are
@@ -239,11 +242,7 @@ pub(crate) fn scan_examined(
     let (roots, problems) = check_roots(config, &facts);
     let host_dirs: Vec<PathBuf> =
         config.storage_class_map.values().map(|c| PathBuf::from(clean_path(&c.host_dir))).collect();
-    let extents = examine
-        .filter(|_| unpublished_block_entries(config, &roots, published))
-        .map(|ex| Arc::new(crate::host::blockdev::extents(&mounts, &ex.ops, ex.timeout)));
     let guard = Arc::new(GuardFacts {
-        extents,
         places: protected_places(&roots, &facts),
         anchors: anchors(config, &roots),
         host_dirs,
@@ -266,20 +265,6 @@ pub(crate) fn scan_examined(
         }
     }
     out
-}
-
-/// Whether a Block class's discovery directory holds an entry not published yet: only such an
-/// entry is checked for being in use, which compares it with every block device's extent.
-fn unpublished_block_entries(config: &ProvisionerConfig, roots: &[RootFacts], published: &BTreeSet<String>) -> bool {
-    roots.iter().any(|root| {
-        let Some(cfg) = config.storage_class_map.get(&root.class).filter(|c| c.volume_mode == VolumeMode::Block) else {
-            return false;
-        };
-        std::fs::read_dir(&root.resolved).is_ok_and(|rd| {
-            rd.flatten()
-                .any(|e| e.file_name().to_str().is_none_or(|n| !published.contains(&host_path(&cfg.host_dir, n))))
-        })
-    })
 }
 
 /// Checks every class's discovery root as it resolves now. Returns the usable roots and, per
@@ -345,9 +330,6 @@ pub(crate) fn check_roots(
 /// thread (host::ops).
 struct GuardFacts {
     mounts: Arc<MountTable>,
-    /// Every block device's extent, read under their deadlines this pass, when an unpublished
-    /// entry of a Block class may need its in-use check (else read by that check).
-    extents: Option<Arc<BTreeMap<String, Option<crate::core::volume_safety::Extent>>>>,
     places: Vec<ProtectedPlace>,
     published: BTreeSet<String>,
     anchors: Vec<HostAnchor>,
@@ -357,7 +339,7 @@ struct GuardFacts {
 /// [`GuardFacts`] with the mount table's facts, as one entry's inspection reads them.
 struct Guard<'a> {
     facts: &'a [MountFacts<'a>],
-    extents: Option<&'a BTreeMap<String, Option<crate::core::volume_safety::Extent>>>,
+    extents: Option<&'a Extents>,
     places: &'a [ProtectedPlace],
     anchors: &'a [HostAnchor],
     host_dirs: &'a [PathBuf],
@@ -441,7 +423,15 @@ fn scan_class(
         let entry = extra.get(name).map_or_else(|| root.join(name), |target| target.to_path_buf());
         entries.push((path, name.to_string(), entry));
     }
+    let unpublished = |name: &str| !guard.published.contains(&host_path(&cfg.host_dir, name));
+    if let (Some(ex), VolumeMode::Block) = (examine, cfg.volume_mode)
+        && entries.iter().any(|(_, name, _)| unpublished(name))
+    {
+        ex.extents.get_or_init(|| Arc::new(crate::host::blockdev::extents(&guard.mounts, &ex.ops, ex.timeout)));
+    }
+    let extents = examine.and_then(|ex| ex.extents.get().cloned());
     let entry_of = |name: &str, entry: PathBuf| EntryJob {
+        extents: extents.clone(),
         class: class.to_string(),
         entry,
         name: name.to_string(),
@@ -490,6 +480,9 @@ fn scan_class(
 
 /// One entry to examine, owned so it can run on another thread.
 struct EntryJob {
+    /// Every block device's extent as read this pass, when its class needed them (see
+    /// scan_class); else its in-use check reads them.
+    extents: Option<Arc<Extents>>,
     class: String,
     /// The entry (the discovery root joined with its name, or a claim link's target).
     entry: PathBuf,
@@ -537,7 +530,7 @@ impl EntryJob {
         let mount_facts = facts.mounts.facts();
         let guard = Guard {
             facts: &mount_facts,
-            extents: facts.extents.as_deref(),
+            extents: self.extents.as_deref(),
             places: &facts.places,
             anchors: &facts.anchors,
             host_dirs: &facts.host_dirs,
