@@ -399,6 +399,15 @@ fn a_hundred_wedged_volumes_never_hold_the_healthy_ones() {
     many_wedged(n);
 }
 
+/// One more direct read of a failing disk, a few sectors on from the last: the disk stays in
+/// use, as a failing disk on a host does. The kernel prints request errors rate-limited (10
+/// per 5 s for all devices together), so the line of a single read may be suppressed after an
+/// earlier test's errors; a read every half second gets one through within the window.
+fn keep_reading(device: &Path, sector: &mut u64) {
+    *sector = (*sector + 8) % (32 * MIB / 512);
+    read_fails(device, *sector * 512, 4096);
+}
+
 /// (b) Reads of the disk under an Available PV fail with EIO (a bad disk, the whole of it):
 /// the PV is withdrawn, as docs/operations.md promises (`io-failure`, or ext4's own count of
 /// the errors it met); once the disk reads again (and the filesystem is repaired, when ext4
@@ -432,12 +441,14 @@ fn eio_under_an_available_pv_withdraws_it_and_healthy_again_returns_it() {
     let deadline = Duration::from_secs(30);
     let mut annotation = None;
     let mut dropped = Instant::now();
+    let mut sector = 0;
     while failed.elapsed() < deadline {
         // Whatever the agent still had cached goes again: what it reads next comes from the disk.
         if dropped.elapsed() > Duration::from_secs(5) {
             drop_caches();
             dropped = Instant::now();
         }
+        keep_reading(&device, &mut sector);
         match cp.get_json(&["pv", &name]) {
             None => break,
             Some(pv) => annotation = pv["metadata"]["annotations"][ANN_DISK_FAILING].as_str().map(str::to_string),
@@ -534,11 +545,13 @@ fn eio_under_a_bound_pv_flags_it_and_tells_the_claim() {
     assert!(read_fails(&device, 0, 4096), "a direct read of {} does not fail with EIO", device.display());
     let failed = Instant::now();
     let mut dropped = Instant::now();
+    let mut sector = 0;
     let value = wait_until("the disk-failing annotation", Duration::from_secs(30), || {
         if dropped.elapsed() > Duration::from_secs(5) {
             drop_caches();
             dropped = Instant::now();
         }
+        keep_reading(&device, &mut sector);
         let pv = cp.get_json(&["pv", &name])?;
         pv["metadata"]["annotations"][ANN_DISK_FAILING].as_str().map(str::to_string)
     });
