@@ -10,7 +10,13 @@
 #                                                    image-archive`, `skopeo copy oci-archive:...`)
 #   local-static-provisioner-<tag>-<arch>.sbom.cdx.json   its SBOM (CycloneDX, every crate linked)
 #   SHA256SUMS                                       checksums of both
+#   SHA256SUMS                                       checksums of every archive and SBOM built into
+#                                                    OUT_DIR (an amd64 and an arm64 build there are both listed)
 # and prints "<name> <manifest digest> <layer bytes>", then the archive's path.
+# Reproducible: two builds of the same commit give the same digest wherever they are checked out.
+# SOURCE_DATE_EPOCH (the binary's build date, the SBOM's timestamp) defaults to the commit's time.
+# LSP_PREBUILT_DIR: a directory holding the release binary already built for ARCH (a CI job that
+# built it once): packed as it is instead of building it here.
 # IMAGE: the image reference to record (default local-static-provisioner:<Chart appVersion>).
 # The architecture is this machine's unless ARCH says (amd64 or arm64): another one is
 # cross-built with Rust's target for it and Debian's cross linker and libraries
@@ -39,6 +45,12 @@ case $arch in
   arm64) triple=aarch64-unknown-linux-gnu gnu=aarch64-linux-gnu ;;
   *) fail "ARCH=$arch: the image is built for amd64 or arm64" ;;
 esac
+# The same commit, the same date: the binary's build date and the SBOM's timestamp.
+if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
+  SOURCE_DATE_EPOCH=$(git -C "$repo" log -1 --format=%ct 2> /dev/null) \
+    || { SOURCE_DATE_EPOCH=$(date +%s); echo "build-image: no git history: the build date is now (set SOURCE_DATE_EPOCH for a reproducible archive)" >&2; }
+fi
+export SOURCE_DATE_EPOCH
 work=$(mktemp -d -t lsp-image.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 base_name=local-static-provisioner-$tag-$arch
@@ -78,8 +90,16 @@ done
 # shellcheck source=scripts/toolchain.sh
 source "$repo/scripts/toolchain.sh"
 release=$(dirname "$(lsp_release_binary "$repo")")
-if [[ $arch == "$host_arch" ]]; then
-  (cd "$repo" && lsp_stage image "the agent (cargo build --release)" cargo build --release --locked -q && bash scripts/sbom.sh 2> /dev/null)
+# The SBOM is written here, never into a prebuilt directory.
+sbom_dir=$work/release
+mkdir -p "$sbom_dir"
+sbom_target=()
+[[ $arch == "$host_arch" ]] || sbom_target=("LSP_SBOM_TARGET=$triple")
+if [[ -n ${LSP_PREBUILT_DIR:-} ]]; then
+  release=$(cd "$LSP_PREBUILT_DIR" && pwd) || fail "LSP_PREBUILT_DIR=$LSP_PREBUILT_DIR is not a directory"
+  echo "build-image: packing the binary in $release (LSP_PREBUILT_DIR), not building it" >&2
+elif [[ $arch == "$host_arch" ]]; then
+  (cd "$repo" && lsp_stage image "the agent (cargo build --release)" cargo build --release --locked -q)
 else
   # Cross-built: Rust's target for the architecture, Debian's cross linker, and the image's
   # libraries from Debian's cross packages of the same release (libc6-<arch>-cross).
@@ -91,12 +111,15 @@ else
   release=$(dirname "$release")/$triple/release
   (cd "$repo" && export "CARGO_TARGET_${upper//-/_}_LINKER=$gnu-gcc" "CC_${triple//-/_}=$gnu-gcc" \
     && lsp_stage image "the agent for $arch (cargo build --release --target $triple)" \
-      cargo build --release --locked -q --target "$triple" \
-    && LSP_SBOM_TARGET=$triple bash scripts/sbom.sh "$release/local-static-provisioner.cdx.json" 2> /dev/null)
+      cargo build --release --locked -q --target "$triple")
 fi
+env "${sbom_target[@]}" bash "$repo/scripts/sbom.sh" "$sbom_dir/local-static-provisioner.cdx.json" \
+  || fail "the SBOM (scripts/sbom.sh) failed"
+
 files=()
 for copy in "${copies[@]}"; do
   artifact=$release/${copy%%:*}
+  [[ -f $sbom_dir/${copy%%:*} ]] && artifact=$sbom_dir/${copy%%:*}
   [[ -f $artifact ]] || fail "$artifact was not built"
   if [[ ! -x $artifact ]]; then
     files+=(--file "$artifact:${copy#*:}:0644")
@@ -130,7 +153,14 @@ agent_args=(--name "$image" --arch "$arch" --file "$work/passwd:/etc/passwd:0644
 line=$(python3 "$repo/scripts/oci-image.py" "$archive" "${agent_args[@]}")
 
 
-cp "$release/local-static-provisioner.cdx.json" "$out/$base_name.sbom.cdx.json"
-(cd "$out" && sha256sum "$base_name.oci.tar" "$base_name.sbom.cdx.json" > SHA256SUMS)
+cp "$sbom_dir/local-static-provisioner.cdx.json" "$out/$base_name.sbom.cdx.json"
+# SHA256SUMS lists every archive and SBOM of OUT_DIR: this build's lines replace their own, the
+# other builds' (another architecture or tag) stay.
+(
+  cd "$out"
+  { [[ -f SHA256SUMS ]] && grep -v -F -e "  $base_name.oci.tar" -e "  $base_name.sbom.cdx.json" SHA256SUMS || true
+    sha256sum "$base_name.oci.tar" "$base_name.sbom.cdx.json"; } | sort -k 2 > SHA256SUMS.tmp
+  mv SHA256SUMS.tmp SHA256SUMS
+)
 echo "$line"
 echo "$archive"

@@ -106,10 +106,14 @@ PY
 # binary is an AArch64 executable, and that binary starts on the image's own loader and
 # libraries, under qemu-user (-L: the image's root for every absolute path it opens).
 if [[ $arch == amd64 ]]; then
-  adist=$images/arm64
+  # Into the amd64 image's directory, as docs/install.md shows: SHA256SUMS then lists both.
+  adist=$dist
   ARCH=arm64 IMAGE=registry.example.com/storage/local-static-provisioner:9.9.9 bash scripts/build-image.sh "$adist" \
     > "$images/arm64.out" 2> "$images/arm64.log" || { cat "$images/arm64.log" >&2; exit 1; }
   (cd "$adist" && sha256sum --quiet -c SHA256SUMS) || { echo "ARCH=arm64: SHA256SUMS does not verify" >&2; exit 1; }
+  summed=$(awk '{print $2}' "$adist/SHA256SUMS" | tr '\n' ' ')
+  [[ $summed == "local-static-provisioner-9.9.9-amd64.oci.tar local-static-provisioner-9.9.9-amd64.sbom.cdx.json local-static-provisioner-9.9.9-arm64.oci.tar local-static-provisioner-9.9.9-arm64.sbom.cdx.json " ]] \
+    || { echo "amd64 then arm64 into one directory: SHA256SUMS lists $summed" >&2; exit 1; }
   root=$images/arm64-root
   mkdir "$root"
   python3 - "$adist/local-static-provisioner-9.9.9-arm64.oci.tar" "$root" <<'PY'
