@@ -45,10 +45,13 @@ case $arch in
   arm64) triple=aarch64-unknown-linux-gnu gnu=aarch64-linux-gnu ;;
   *) fail "ARCH=$arch: the image is built for amd64 or arm64" ;;
 esac
+# shellcheck source=scripts/toolchain.sh
+source "$repo/scripts/toolchain.sh"
 # The same commit, the same date: the binary's build date and the SBOM's timestamp.
-if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
-  SOURCE_DATE_EPOCH=$(git -C "$repo" log -1 --format=%ct 2> /dev/null) \
-    || { SOURCE_DATE_EPOCH=$(date +%s); echo "build-image: no git history: the build date is now (set SOURCE_DATE_EPOCH for a reproducible archive)" >&2; }
+SOURCE_DATE_EPOCH=$(lsp_source_date_epoch "$repo")
+if [[ -z $SOURCE_DATE_EPOCH ]]; then
+  SOURCE_DATE_EPOCH=$(date +%s)
+  echo "build-image: no git history: the build date is now (set SOURCE_DATE_EPOCH for a reproducible archive)" >&2
 fi
 export SOURCE_DATE_EPOCH
 work=$(mktemp -d -t lsp-image.XXXXXX)
@@ -87,8 +90,6 @@ for json in "$entrypoint" "$cmd"; do
 done
 
 # As the Dockerfile's build stage: the release binary, then its SBOM.
-# shellcheck source=scripts/toolchain.sh
-source "$repo/scripts/toolchain.sh"
 release=$(dirname "$(lsp_release_binary "$repo")")
 # The SBOM is written here, never into a prebuilt directory.
 sbom_dir=$work/release

@@ -5,6 +5,11 @@
 # crates the binary links. Prints the figures; fails on a mismatch.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/toolchain.sh
+source scripts/toolchain.sh
+# As build-image.sh builds it (the commit's date), so its build below reuses this one.
+SOURCE_DATE_EPOCH=$(lsp_source_date_epoch "$PWD")
+export SOURCE_DATE_EPOCH
 cargo build --release --locked -q
 rel=target/release/local-static-provisioner  # where the image build puts it
 bin=${CARGO_TARGET_DIR:-target}/release/local-static-provisioner  # where this build did

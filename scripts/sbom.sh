@@ -24,7 +24,12 @@ tool="$cache_root/cargo-cyclonedx-$CYCLONEDX_VERSION"
 if [[ ! -x "$tool/bin/cargo-cyclonedx" ]]; then
   mkdir -p "$tool"
   exec 9> "$tool/.lock"
-  flock 9
+  if ! flock -n 9; then
+    t0=$(date +%s)
+    echo "sbom: waiting for another build of cargo-cyclonedx into $tool (lock $tool/.lock) ..." >&2
+    flock 9
+    echo "sbom: waited $(( $(date +%s) - t0 )) s for the other build of cargo-cyclonedx" >&2
+  fi
   if [[ ! -x "$tool/bin/cargo-cyclonedx" ]]; then
     echo "sbom: building cargo-cyclonedx $CYCLONEDX_VERSION into $tool (first time only)" >&2
     cargo install --quiet --locked --root "$tool" --version "$CYCLONEDX_VERSION" cargo-cyclonedx >&2

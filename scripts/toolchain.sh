@@ -109,16 +109,64 @@ lsp_find_toolchains() {
   return "$missing"
 }
 
-# lsp_stage WHO WHAT COMMAND...: runs COMMAND, saying before what it builds and after how long it
-# took, so a long first build is not minutes of silence.
+# lsp_ticker_start LINE T0: every LSP_TICK seconds (default 60) prints "LINE (N s so far)" to
+# stderr, N counted from T0 ($(date +%s)), until lsp_ticker_stop; its PID is in lsp_ticker. Its
+# stdout is /dev/null and its sleep ends with it, so a caller's $(...) does not wait for it.
+lsp_ticker_start() {
+  local line=$1 t0=$2 tick=${LSP_TICK:-60}
+  (
+    trap 'kill "$s" 2> /dev/null; exit 0' TERM
+    while :; do
+      sleep "$tick" & s=$!
+      wait "$s"
+      echo "$line ($(( $(date +%s) - t0 )) s so far)" >&2
+    done
+  ) > /dev/null &
+  lsp_ticker=$!
+}
+
+lsp_ticker_stop() {
+  [[ -n ${lsp_ticker:-} ]] || return 0
+  kill "$lsp_ticker" 2> /dev/null || true
+  wait "$lsp_ticker" 2> /dev/null || true
+  lsp_ticker=''
+}
+
+# lsp_stage WHO WHAT COMMAND...: runs COMMAND, saying before what it builds, every minute that it
+# still does (a quiet cargo build waiting on another build's lock of its target directory says
+# nothing itself), and after how long it took, so a long first build is not minutes of silence.
 lsp_stage() {
   local who=$1 what=$2 t0 rc=0
   shift 2
   t0=$(date +%s)
   echo "$who: building $what ..." >&2
+  lsp_ticker_start "$who: still building $what" "$t0"
   "$@" || rc=$?
+  lsp_ticker_stop
   echo "$who: $what $( ((rc == 0)) && echo built || echo "FAILED (exit $rc)") in $(( $(date +%s) - t0 )) s" >&2
   return "$rc"
+}
+
+# lsp_lock WHO FD LOCKFILE WHAT: takes the lock open on FD (flock); when another process holds
+# it, says so (WHAT: what that process builds, and its lock file), every minute that it still
+# waits, and how long it waited.
+lsp_lock() {
+  local who=$1 fd=$2 file=$3 what=$4 t0 holders
+  flock -n "$fd" && return 0
+  t0=$(date +%s)
+  holders=$(lslocks -n -o PID,PATH 2> /dev/null | awk -v f="$file" '$2 == f {print $1}' | sort -u | tr '\n' ' ')
+  echo "$who: waiting for another build of $what to finish (lock $file${holders:+, held by pid ${holders% }}) ..." >&2
+  lsp_ticker_start "$who: still waiting for the other build of $what" "$t0"
+  flock "$fd"
+  lsp_ticker_stop
+  echo "$who: waited $(( $(date +%s) - t0 )) s for the other build of $what" >&2
+}
+
+# lsp_source_date_epoch REPO: SOURCE_DATE_EPOCH when set, else the time of REPO's commit (empty
+# without git). The release builds of the scripts all build with it, so the binary's build date
+# is the commit's (build.rs) and one script's release build is the next one's, not rebuilt.
+lsp_source_date_epoch() {
+  if [[ -n ${SOURCE_DATE_EPOCH:-} ]]; then echo "$SOURCE_DATE_EPOCH"; else git -C "$1" log -1 --format=%ct 2> /dev/null || true; fi
 }
 
 # lsp_release_binary REPO: where `cargo build --release` run in REPO puts the agent

@@ -63,8 +63,8 @@ reuse_or_lock() {
   lsp_find_toolchains go || exit 1
   mkdir -p "$out/bin"
   exec 9> "$out/.lock"
-  flock 9
-  if complete; then echo "$out/bin"; exit 0; fi
+  lsp_lock "$who" 9 "$out/.lock" "$out"
+  if complete; then echo "$who: reusing $out, which the other build completed" >&2; echo "$out/bin"; exit 0; fi
 }
 
 # build_done WHO OUT START: marks OUT's build complete, says how long it took since START

@@ -130,3 +130,45 @@ fn install_deps_passes_under_secure_path() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A long build says every LSP_TICK seconds that it still runs, and how long it took; the line
+/// printer ends with it (a caller's `$(...)` returns at once).
+#[test]
+fn a_long_stage_says_it_still_runs_and_how_long_it_took() {
+    let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let started = std::time::Instant::now();
+    let (code, out, err) = run(
+        "x=$(lsp_stage demo 'the agent' sleep 2.5; echo done); echo \"$x\"",
+        home.path(),
+        user.path(),
+        &[("LSP_TICK", "1")],
+    );
+    assert_eq!((code, out.as_str()), (0, "done"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "the ticker outlived the stage: {err}");
+    assert!(err.contains("demo: building the agent ..."), "{err}");
+    assert!(err.contains("demo: still building the agent (1 s so far)"), "{err}");
+    assert!(err.contains("demo: the agent built in 2 s") || err.contains("demo: the agent built in 3 s"), "{err}");
+}
+
+/// A build that waits for another build's lock says what it waits for (the lock file and the
+/// holder's PID), that it still waits, and how long it waited (tests/lib.sh's reuse_or_lock).
+#[test]
+fn a_build_waiting_on_a_lock_says_what_for_and_how_long() {
+    let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let lock = home.path().join("build.lock");
+    let mut holder = Command::new("flock").arg(&lock).args(["sleep", "2.5"]).spawn().unwrap();
+    // The holder has the lock once flock -n fails.
+    while Command::new("flock").args(["-n"]).arg(&lock).arg("true").status().unwrap().success() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let snippet = format!("exec 9> {0}; lsp_lock cp 9 {0} 'the control plane'; echo locked", lock.display());
+    let (code, out, err) = run(&snippet, home.path(), user.path(), &[("LSP_TICK", "1")]);
+    holder.wait().unwrap();
+    assert_eq!((code, out.as_str()), (0, "locked"), "{err}");
+    let waiting =
+        format!("cp: waiting for another build of the control plane to finish (lock {}, held by pid ", lock.display());
+    assert!(err.contains(&waiting), "{err}");
+    assert!(err.contains(&holder.id().to_string()), "the holder's PID is not named: {err}");
+    assert!(err.contains("cp: still waiting for the other build of the control plane (1 s so far)"), "{err}");
+    assert!(err.contains("cp: waited 2 s for") || err.contains("cp: waited 3 s for"), "{err}");
+}
