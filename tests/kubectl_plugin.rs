@@ -18,6 +18,9 @@ const CRD: &str = "localstoragenodes.local-static-provisioner.io";
 /// whatever other inventories the shared control plane holds.
 const FIXTURE_NODES: &str = "worker-1,worker-2,worker-3";
 
+/// The tests of this file write and delete the same fixture objects: one at a time.
+static FIXTURE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn golden(name: &str) -> String {
     std::fs::read_to_string(repo_root().join("tests/golden/kubectl-plugin").join(name)).unwrap()
 }
@@ -81,6 +84,7 @@ fn path_with(dir: &Path) -> std::ffi::OsString {
 
 #[test]
 fn the_plugin_lists_the_inventories_as_the_golden_files_show() {
+    let _one = FIXTURE.lock().unwrap_or_else(|e| e.into_inner());
     let cp = ControlPlane::get();
     let _remove = RemoveFixture(cp.dir.clone());
     let items = install_fixture(&cp);
@@ -175,4 +179,112 @@ fn the_plugin_lists_the_inventories_as_the_golden_files_show() {
     assert_eq!(row("worker-2")[1..8], ["2", "1", "1", "1", "3.5", "TiB", "0"], "{table}");
     let wide = cp.kubectl_ok(&["get", "lsn", "worker-1", "-o", "wide"]);
     assert!(wide.contains("VERSION") && wide.contains("0.1.0 (bc283b1)"), "{wide}");
+}
+
+/// Deletes the test's RBAC objects when it ends.
+struct RemoveRbac(PathBuf);
+
+impl Drop for RemoveRbac {
+    fn drop(&mut self) {
+        let cp = ControlPlane::at(&self.0);
+        let _ = cp.kubectl(&[
+            "delete",
+            "clusterrole,clusterrolebinding",
+            "kubectl-plugin-test-worker-1",
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// kubectl's connection flags, given after the command as kubectl leaves them to plugins:
+/// `--context` picks a context of the kubeconfig (its current one points nowhere here), `--as` and
+/// `--as-group` impersonate; and `--node` is filtered by the API server. The user `jane` may list
+/// worker-1's LocalStorageNode only (RBAC resourceNames, which authorizes a list only with the
+/// field selector `metadata.name=worker-1`): as her, `--node worker-1` answers and a list of every
+/// node is forbidden.
+#[test]
+fn kubectl_flags_and_the_node_filter_reach_the_api_server() {
+    let _one = FIXTURE.lock().unwrap_or_else(|e| e.into_inner());
+    let cp = ControlPlane::get();
+    let _remove = RemoveFixture(cp.dir.clone());
+    let _rbac = RemoveRbac(cp.dir.clone());
+    install_fixture(&cp);
+    let (dir, link) = plugin_dir();
+
+    // A kubeconfig whose current context reaches no API server; "good" is the admin's.
+    let kubeconfig = dir.path().join("contexts.kubeconfig");
+    std::fs::copy(&cp.kubeconfig, &kubeconfig).unwrap();
+    let config = |args: &[&str]| {
+        let mut all = vec!["config"];
+        all.extend_from_slice(args);
+        let out = cp.kubectl_as(&kubeconfig, &all);
+        assert!(out.status.success(), "kubectl config {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let user = String::from_utf8(
+        cp.kubectl_as(&kubeconfig, &["config", "view", "-o", "jsonpath={.contexts[0].context.user}"]).stdout,
+    )
+    .unwrap();
+    config(&["set-cluster", "nowhere", "--server=https://127.0.0.1:1", "--insecure-skip-tls-verify=true"]);
+    config(&["set-context", "broken", "--cluster=nowhere", &format!("--user={user}")]);
+    config(&["set-context", "good", "--cluster=local", &format!("--user={user}")]);
+    config(&["use-context", "broken"]);
+    let plugin = |args: &[&str], kubeconfig_env: &Path| {
+        Command::new(&link).args(args).env("KUBECONFIG", kubeconfig_env).output().expect("running the plugin")
+    };
+    let worker_1 = golden("disks-node-worker-1.txt");
+
+    // --context, with the kubeconfig from KUBECONFIG and from --kubeconfig.
+    let out = plugin(&["disks", "--node", "worker-1"], &kubeconfig);
+    assert!(!out.status.success(), "the current context reaches no API server: {:?}", text(&out));
+    let out = plugin(&["disks", "--node", "worker-1", "--context", "good"], &kubeconfig);
+    assert_eq!(text(&out).0, worker_1, "--context good: {}", text(&out).1);
+    let flag = format!("--kubeconfig={}", kubeconfig.display());
+    let out = plugin(&["disks", "--node", "worker-1", &flag, "--context=good"], Path::new("/nonexistent"));
+    assert_eq!(text(&out).0, worker_1, "--kubeconfig and --context: {}", text(&out).1);
+    let out = plugin(&["disks", "--context", "no-such-context"], &kubeconfig);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success() && stderr.contains("no-such-context"), "{stderr}");
+
+    // jane may list worker-1's inventory, by name only.
+    cp.apply(
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "kubectl-plugin-test-worker-1"},
+            "rules": [{"apiGroups": ["local-static-provisioner.io"], "resources": ["localstoragenodes"],
+                       "verbs": ["list"], "resourceNames": ["worker-1"]}],
+        })
+        .to_string(),
+    );
+    cp.apply(
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kubectl-plugin-test-worker-1"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubectl-plugin-test-worker-1"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "jane"}],
+        })
+        .to_string(),
+    );
+    let admin = cp.kubeconfig.clone();
+    support::wait_until("jane's role in effect", std::time::Duration::from_secs(10), || {
+        plugin(&["disks", "--node", "worker-1", "--as", "jane"], &admin).status.success().then_some(())
+    });
+    let out = plugin(&["disks", "--node", "worker-1", "--as", "jane"], &admin);
+    assert_eq!(text(&out).0, worker_1, "--as jane --node worker-1: {}", text(&out).1);
+    for args in [&["disks", "--as", "jane"][..], &["volumes", "--as=jane", "--node", "worker-1,worker-2"]] {
+        let out = plugin(args, &admin);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success() && stderr.contains("jane") && stderr.contains("forbidden"), "{args:?}: {stderr}");
+    }
+    // --as-group: jane in system:masters may list everything.
+    let out = plugin(&["disks", "--node", FIXTURE_NODES, "--as", "jane", "--as-group", "system:masters"], &admin);
+    assert_eq!(text(&out).0, golden("disks.txt"), "--as-group: {}", text(&out).1);
+
+    // -n: accepted by every command (cluster-scoped objects), the agent's namespace for prepare.
+    let out = plugin(&["disks", "--node", "worker-1", "-n", "storage"], &admin);
+    assert_eq!(text(&out).0, worker_1, "-n: {}", text(&out).1);
+    let (stdout, stderr) = text(&plugin(&["prepare", "--node", "worker-1", "sdc", "-n", "storage"], &admin));
+    assert!(
+        stdout.contains("kubectl -n storage exec") && !stdout.contains("-n local-static-provisioner"),
+        "{stdout}{stderr}"
+    );
 }

@@ -123,7 +123,7 @@ mod tests {
                     );
                 }
             });
-            let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
+            let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000, ..Default::default() };
             Cluster::from_client(kube::Client::new(service, "default"), &opts, "n1")
         }
 

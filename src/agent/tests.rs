@@ -278,7 +278,7 @@ async fn lab() -> Lab {
     let mut source = ConfigSource::new(config_dir.path());
     let config: ProvisionerConfig = source.load().unwrap().config;
     let api = MockApi::default();
-    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
+    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000, ..Default::default() };
     let cluster = Cluster::from_client(api.client(), &opts, "n1");
     let host = Arc::new(FakeHost::default());
     let metrics = Metrics::new();
@@ -561,7 +561,7 @@ async fn a_failed_wipe_first_backs_off_like_any_wipe() {
 async fn the_node_wait_retries_every_failure_and_says_why_in_readiness() {
     let api = MockApi::default();
     api.script("GET /api/v1/nodes/n1", &[403, 500]);
-    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
+    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000, ..Default::default() };
     let cluster = Cluster::from_client(api.client(), &opts, "n1");
     let readiness = Readiness::new("starting");
     let waiting = {

@@ -171,4 +171,19 @@ impl Cluster {
         let api = self.inventories();
         self.list_paged("localstoragenodes", |_| true, async |params: &ListParams| api.list(params).await).await
     }
+
+    /// The inventories of these nodes only, filtered by the API server (a list per node with the
+    /// field selector `metadata.name=NODE`: the objects are named after their Nodes), so that
+    /// asking for one node of a large cluster does not carry every node's status. A list, not a
+    /// get: the same `list` permission as the whole inventory.
+    pub async fn list_inventories_of(&self, nodes: &[String]) -> Result<Vec<LocalStorageNode>, ApiError> {
+        let api = self.inventories();
+        let mut out = Vec::new();
+        for node in nodes.iter().collect::<std::collections::BTreeSet<_>>() {
+            let selector = format!("metadata.name={node}");
+            let page = async |params: &ListParams| api.list(&params.clone().fields(&selector)).await;
+            out.extend(self.list_paged("localstoragenodes", |_| true, page).await?);
+        }
+        Ok(out)
+    }
 }

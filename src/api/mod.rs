@@ -81,7 +81,7 @@ const NODE_PAGE: u32 = 100;
 const ELECTION_QPS: u32 = 10;
 
 /// How to reach the API server and how hard to use it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ClientOptions {
     /// Path of a kubeconfig file; in-cluster config (or ~/.kube/config) when absent.
     pub kubeconfig: Option<PathBuf>,
@@ -89,6 +89,12 @@ pub struct ClientOptions {
     pub qps: u32,
     /// Requests that may go out at once above the sustained rate.
     pub burst: u32,
+    /// The kubeconfig context to use instead of its current one (the plugin's `--context`).
+    pub context: Option<String>,
+    /// The user to act as (`Impersonate-User`, the plugin's `--as`), as kubectl's `--as`.
+    pub impersonate: Option<String>,
+    /// The groups to act as (`Impersonate-Group`, `--as-group`).
+    pub impersonate_groups: Vec<String>,
 }
 
 /// The result of trying to create a PV.
@@ -122,23 +128,39 @@ impl Cluster {
     /// node-cleanup, cleanup) and `instance` (node name, Lease identity): both go into the
     /// User-Agent, `instance` also into our Events' reporting instance.
     pub async fn connect_as(opts: &ClientOptions, role: &str, instance: &str) -> Result<Self, ApiError> {
-        let mut config = match &opts.kubeconfig {
-            Some(path) => {
+        let options = KubeConfigOptions { context: opts.context.clone(), ..Default::default() };
+        let mut config = match (&opts.kubeconfig, &opts.context) {
+            (Some(path), _) => {
                 let cfg_err = |message: String| ApiError::Config { source_name: path.display().to_string(), message };
                 let kubeconfig = Kubeconfig::read_from(path).map_err(|e| cfg_err(e.to_string()))?;
-                Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                    .await
-                    .map_err(|e| cfg_err(e.to_string()))?
+                Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| cfg_err(e.to_string()))?
             }
+            // A context is one of a kubeconfig's: KUBECONFIG's files (merged) or ~/.kube/config.
+            (None, Some(_)) => Config::from_kubeconfig(&options).await.map_err(|e| ApiError::Config {
+                source_name: "KUBECONFIG or ~/.kube/config".into(),
+                message: e.to_string(),
+            })?,
             // In a pod this is the in-cluster service account; on a workstation ~/.kube/config.
-            None => Config::infer().await.map_err(|e| ApiError::Config {
+            (None, None) => Config::infer().await.map_err(|e| ApiError::Config {
                 source_name: "in-cluster or ~/.kube/config".into(),
                 message: e.to_string(),
             })?,
         };
-        let agent = hyper::header::HeaderValue::from_str(&user_agent(role, instance))
-            .map_err(|e| ApiError::Config { source_name: "user agent".into(), message: e.to_string() })?;
-        config.headers.push((hyper::header::USER_AGENT, agent));
+        let header = |name: &str, value: &str| {
+            hyper::header::HeaderValue::from_str(value)
+                .map_err(|e| ApiError::Config { source_name: name.to_string(), message: e.to_string() })
+        };
+        config.headers.push((hyper::header::USER_AGENT, header("user agent", &user_agent(role, instance))?));
+        // Impersonation as kubectl's --as and --as-group: the API server authorizes the
+        // request as that user (the caller needs the `impersonate` verb).
+        if let Some(user) = &opts.impersonate {
+            config.headers.push((hyper::header::HeaderName::from_static("impersonate-user"), header("--as", user)?));
+        }
+        for group in &opts.impersonate_groups {
+            config
+                .headers
+                .push((hyper::header::HeaderName::from_static("impersonate-group"), header("--as-group", group)?));
+        }
         let server = config.cluster_url.to_string();
         tracing::info!(server = %server, kubeconfig = ?opts.kubeconfig, "API server");
         let client = Client::try_from(config)
@@ -447,7 +469,7 @@ mod tests {
             let extra = handle.next_request().await.map(|(request, _)| request.uri().to_string());
             (asked, extra)
         });
-        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100 };
+        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100, ..Default::default() };
         let cluster = Cluster::from_client(Client::new(service, "default"), &opts, "test");
         let kept = cluster
             .list_pvs_where(|pv| pv.metadata.name.as_deref().is_some_and(|n| n.starts_with("ours-")))

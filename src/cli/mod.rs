@@ -439,6 +439,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
                 qps: 20,
                 burst: 40,
+                ..Default::default()
             },
             state_dir: args.state_dir,
         }),
@@ -451,7 +452,8 @@ pub fn main(cli: Cli) -> ExitCode {
             };
             match runtime() {
                 Ok(rt) => {
-                    let client = ClientOptions { kubeconfig: Some(args.kubeconfig), qps: 5, burst: 5 };
+                    let client =
+                        ClientOptions { kubeconfig: Some(args.kubeconfig), qps: 5, burst: 5, ..Default::default() };
                     rt.block_on(fence_node::run(node, client, args.wait, &args.boot_marker, &args.state_dir))
                 }
                 Err(code) => code,
@@ -464,6 +466,7 @@ pub fn main(cli: Cli) -> ExitCode {
                     kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
                     qps: 20,
                     burst: 40,
+                    ..Default::default()
                 },
                 args.wait,
                 args.timeout,

@@ -33,6 +33,7 @@ pub(super) fn run(args: NodeCleanupArgs) -> ExitCode {
             kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
             qps: args.kube_api_qps,
             burst: args.kube_api_burst,
+            ..Default::default()
         },
         listen_address: args.listen_address,
         metrics_path: args.metrics_path,

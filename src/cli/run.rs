@@ -17,6 +17,7 @@ pub(super) fn agent(args: RunArgs) -> ExitCode {
             kubeconfig: kubeconfig_file(args.kubeconfig, std::env::var_os("KUBECONFIG")),
             qps: args.kube_api_qps,
             burst: args.kube_api_burst,
+            ..Default::default()
         },
         discovery_period: args.discovery_period,
         settle: args.settle,

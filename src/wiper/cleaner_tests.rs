@@ -109,7 +109,7 @@ fn mock_client(seen: Seen) -> kube::Client {
 
 fn cleaner() -> (Cleaner, mpsc::UnboundedReceiver<WipeOutcome>, Seen, Arc<QuickHost>) {
     let seen = Seen::default();
-    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000 };
+    let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000, ..Default::default() };
     let cluster = Cluster::from_client(mock_client(seen.clone()), &opts, "n1");
     let host = Arc::new(QuickHost::default());
     let cleaner_opts = CleanerOptions { concurrency: 2, timeout_base: Duration::from_secs(60), min_rate: 1 << 20 };

@@ -94,10 +94,29 @@ enum PluginCommand {
     Prepare(PrepareArgs),
 }
 
+/// The agent's namespace when `--namespace` is not given.
+const AGENT_NAMESPACE: &str = "local-static-provisioner";
+
+/// kubectl's connection flags, which kubectl does not pass to plugins (they go after the
+/// command: `kubectl local-storage disks --context prod`).
 #[derive(Debug, Args)]
 struct ConnectArgs {
     #[arg(long, env = "KUBECONFIG", long_help = super::KUBECONFIG_HELP)]
     kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context), as kubectl's --context.
+    #[arg(long, env = "KUBECTL_LOCAL_STORAGE_CONTEXT")]
+    context: Option<String>,
+    /// Act as this user (impersonation, as kubectl's --as; you need the `impersonate` verb).
+    #[arg(long = "as", env = "KUBECTL_LOCAL_STORAGE_AS", value_name = "USER")]
+    impersonate: Option<String>,
+    /// Act as this group too (repeatable or comma-separated), as kubectl's --as-group.
+    #[arg(long = "as-group", env = "KUBECTL_LOCAL_STORAGE_AS_GROUP", value_name = "GROUP", value_delimiter = ',')]
+    impersonate_groups: Vec<String>,
+    /// The agent's namespace (with Helm, the release's; default local-static-provisioner): the
+    /// commands `prepare` prints use it. The inventory and PVs are cluster-scoped, so the other
+    /// commands accept it and read the same objects, as `kubectl get pv -n NS` does.
+    #[arg(short = 'n', long, env = "KUBECTL_LOCAL_STORAGE_NAMESPACE")]
+    namespace: Option<String>,
 }
 
 impl ConnectArgs {
@@ -106,6 +125,9 @@ impl ConnectArgs {
             kubeconfig: super::kubeconfig_file(self.kubeconfig, std::env::var_os("KUBECONFIG")),
             qps: 20,
             burst: 40,
+            context: self.context,
+            impersonate: self.impersonate,
+            impersonate_groups: self.impersonate_groups,
         }
     }
 }
@@ -162,9 +184,6 @@ struct PrepareArgs {
     /// The node the disk is on (needed when the name is not unique in the cluster).
     #[arg(long, env = "KUBECTL_LOCAL_STORAGE_NODE")]
     node: Option<String>,
-    /// The agent's namespace (with Helm, the release's), for the commands printed.
-    #[arg(short = 'n', long, env = "KUBECTL_LOCAL_STORAGE_NAMESPACE", default_value = "local-static-provisioner")]
-    namespace: String,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -231,7 +250,7 @@ type Renderer = fn(&[LocalStorageNode], &Filter, Format) -> Result<String, rende
 async fn list(args: ListArgs, render: Renderer) -> ExitCode {
     let filter = Filter { nodes: args.node, class: args.class };
     let result = async {
-        let nodes = inventories(args.connect.client()).await?;
+        let nodes = inventories(args.connect.client(), &filter.nodes).await?;
         let text = render(&nodes, &filter, args.output)?;
         Ok::<_, PluginError>((text, render::notes(&nodes, &filter)))
     }
@@ -255,9 +274,10 @@ async fn list(args: ListArgs, render: Renderer) -> ExitCode {
 }
 
 async fn prepare(args: PrepareArgs) -> ExitCode {
-    let request = prepare::Request { node: args.node, disk: args.disk, namespace: args.namespace };
+    let namespace = args.connect.namespace.clone().unwrap_or_else(|| AGENT_NAMESPACE.to_string());
+    let request = prepare::Request { node: args.node.clone(), disk: args.disk, namespace };
     // The steps are worth printing even when the inventory cannot be read.
-    let nodes = match inventories(args.connect.client()).await {
+    let nodes = match inventories(args.connect.client(), args.node.as_slice()).await {
         Ok(nodes) => Some(nodes),
         Err(e) => {
             eprintln!(
@@ -270,15 +290,18 @@ async fn prepare(args: PrepareArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Every node's inventory: one paged list.
-async fn inventories(client: ClientOptions) -> Result<Vec<LocalStorageNode>, PluginError> {
+/// Every node's inventory (one paged list), or only those of `nodes` when named (selected by
+/// the API server).
+async fn inventories(client: ClientOptions, nodes: &[String]) -> Result<Vec<LocalStorageNode>, PluginError> {
     let cluster = Cluster::connect_as(&client, "kubectl-plugin", PLUGIN_FILE_NAME).await?;
-    list_inventories(&cluster).await
+    list_inventories(&cluster, nodes).await
 }
 
 /// The list, with a 404 (the API server does not serve the kind) said as the CRD to install.
-async fn list_inventories(cluster: &Cluster) -> Result<Vec<LocalStorageNode>, PluginError> {
-    match cluster.list_inventories().await {
+async fn list_inventories(cluster: &Cluster, nodes: &[String]) -> Result<Vec<LocalStorageNode>, PluginError> {
+    let listed =
+        if nodes.is_empty() { cluster.list_inventories().await } else { cluster.list_inventories_of(nodes).await };
+    match listed {
         Ok(nodes) => Ok(nodes),
         Err(e) if e.is_not_found() => Err(PluginError::CrdMissing),
         Err(e) => Err(e.into()),
@@ -309,9 +332,9 @@ mod tests {
             respond.send_response(response);
             request.uri().to_string()
         });
-        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100 };
+        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100, ..Default::default() };
         let cluster = Cluster::from_client(kube::Client::new(service, "default"), &opts, "test");
-        let err = list_inventories(&cluster).await.expect_err("no CRD");
+        let err = list_inventories(&cluster, &[]).await.expect_err("no CRD");
         let uri = server.await.expect("the mock server ran");
         assert!(uri.starts_with("/apis/local-static-provisioner.io/v1alpha1/localstoragenodes?"), "{uri}");
         assert!(matches!(err, PluginError::CrdMissing), "{err:?}");
@@ -370,6 +393,24 @@ mod tests {
         let p = Plugin::try_parse_from(["kubectl-local_storage", "prepare", "--node", "w1", "sdb"]).unwrap();
         let PluginCommand::Prepare(args) = p.command else { panic!("prepare") };
         assert_eq!((args.node.as_deref(), args.disk.as_deref()), (Some("w1"), Some("sdb")));
+        // kubectl's connection flags, after the command as kubectl leaves them to plugins.
+        let p = Plugin::try_parse_from([
+            "kubectl-local_storage",
+            "volumes",
+            "--context",
+            "prod",
+            "--as",
+            "jane",
+            "--as-group=ops,audit",
+            "-n",
+            "storage",
+        ])
+        .unwrap();
+        let PluginCommand::Volumes(args) = p.command else { panic!("volumes") };
+        assert_eq!(args.connect.namespace.as_deref(), Some("storage"));
+        let client = args.connect.client();
+        assert_eq!((client.context.as_deref(), client.impersonate.as_deref()), (Some("prod"), Some("jane")));
+        assert_eq!(client.impersonate_groups, ["ops", "audit"]);
         assert!(Plugin::try_parse_from(["kubectl-local_storage", "cleanup"]).is_err(), "cleanup needs a PV");
         let release = ["kubectl-local_storage", "release-hold", "--node", "worker-2", "u-1", "u-2"];
         let Plugin { command: PluginCommand::ReleaseHold(args) } = Plugin::try_parse_from(release).unwrap() else {
