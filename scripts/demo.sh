@@ -95,5 +95,7 @@ kubectl get localstoragenodes
 mkdir -p "$demo/bin"
 ln -sf "$bin" "$demo/bin/kubectl-local_storage"
 PATH="$demo/bin:$CONTROL_PLANE_BIN:$PATH" "$CONTROL_PLANE_BIN/kubectl" local-storage volumes
+# This machine's disks, listed without probing (no class of the demo claims devices).
+PATH="$demo/bin:$CONTROL_PLANE_BIN:$PATH" "$CONTROL_PLANE_BIN/kubectl" local-storage disks
 echo "== agent running (pid $agent_pid); KUBECONFIG=$KUBECONFIG; mount more tmpfs under $demo/disks to see new PVs"
 if [[ -n "${DEMO_SECONDS:-}" ]]; then sleep "$DEMO_SECONDS"; else wait "$agent_pid"; fi

@@ -186,13 +186,18 @@ fn device_inventory(d: &DeviceFacts, report: &ClaimReport) -> (DeviceInventory, 
 }
 
 impl Agent {
-    /// Notes this pass's devices and verdicts, before the claim report is used up.
-    pub(super) fn inventory_devices(&mut self, report: Option<&ClaimReport>) {
+    /// Notes this pass's devices and verdicts, before the claim report is used up; without a
+    /// claim pass, the devices listed without probing (`listed`), with no verdicts.
+    pub(super) fn inventory_devices(&mut self, report: Option<&ClaimReport>, listed: &[DeviceFacts]) {
         self.inventory.devices = match report {
             Some(r) if r.failed.is_none() => {
                 r.devices.iter().filter(|d| !d.is_unattached_loop()).map(|d| device_inventory(d, r)).collect()
             }
-            _ => Vec::new(),
+            Some(_) => Vec::new(),
+            None => {
+                let none = ClaimReport::default();
+                listed.iter().filter(|d| !d.is_unattached_loop()).map(|d| device_inventory(d, &none)).collect()
+            }
         };
     }
 

@@ -577,7 +577,7 @@ impl Agent {
         let (failing, growths) = self.judge_disks(&signs, &states);
         self.keep_failing_back(&mut observation.scan, &failing);
         let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
-        self.inventory_devices(observation.claims.as_ref());
+        self.inventory_devices(observation.claims.as_ref(), &observation.devices);
         self.report_claims(observation.claims.take().as_ref()).await;
         self.withdraw_tampered(&going, &tampered).await;
         // Only changes since the previous scan can have revealed something it did not see.

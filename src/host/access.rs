@@ -71,6 +71,9 @@ pub struct Observation {
     pub succession: Vec<(String, DiskCheck)>,
     /// The device claim pass (when a class has a `devices` section or links were recorded).
     pub claims: Option<ClaimReport>,
+    /// Without a claim pass, the node's block devices for the inventory, listed from sysfs
+    /// without opening any (host::claims::listing); empty when a claim pass ran.
+    pub devices: Vec<crate::core::device_claim::DeviceFacts>,
 }
 
 /// One used mark to write (see host::used_mark::mark_volume).
@@ -312,6 +315,11 @@ impl HostAccess for RealHost {
         let wedged_classes: Vec<String> = wedged.keys().cloned().collect();
         // Claims first, so the links made now are scanned (and held ones kept back) this pass.
         let claims = self.claim_devices(&ask, &mounts, &wedged_classes);
+        // No claim pass: the inventory still lists every disk (an operator's first look).
+        let devices = match claims {
+            None => claims::listing(&mounts, Some((&self.ops, self.timeout))),
+            Some(_) => Vec::new(),
+        };
         self.ledger.reload_if_unreadable();
         let examine = Examine {
             ops: self.ops.clone(),
@@ -387,7 +395,7 @@ impl HostAccess for RealHost {
             .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.done()?)))
             .collect();
         let disks = ask.disks.then_some(disks);
-        Ok(Observation { scan, absent, checks, io_failures, upgrades, disks, succession, claims })
+        Ok(Observation { scan, absent, checks, io_failures, upgrades, disks, succession, claims, devices })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {

@@ -94,6 +94,34 @@ pub(crate) fn write_records(state_dir: &Path, records: &[ClaimRecord]) -> Result
 /// A device as listed: its facts and its extent (None: unknown).
 type Listed = (DeviceFacts, Option<Extent>);
 
+/// Every block device of the node, for the inventory when no claim pass runs (no class has a
+/// `devices` section): listed from sysfs as a claim pass lists them, but no device is opened,
+/// read or probed. Whether one is in use is what the mount table and sysfs say without opening
+/// it: it, or a device sharing its data (a partition, its whole disk, another loop device over
+/// the same file), is mounted or held by device-mapper, md or LVM. A program holding it open
+/// is not seen: that takes the exclusive-open probe of a claim pass.
+pub(crate) fn listing(mounts: &MountTable, deadlines: Option<(&Operations, Duration)>) -> Vec<DeviceFacts> {
+    let (mut devices, _) = inventory(mounts, deadlines);
+    let seen: Vec<Option<String>> = devices.iter().map(|d| seen_in_use(d, &devices, mounts)).collect();
+    for (d, in_use) in devices.iter_mut().zip(seen) {
+        d.probe.in_use = d.probe.in_use.take().or(in_use);
+    }
+    devices
+}
+
+/// Why `d` is in use as the mount table and sysfs show it (see [`listing`]), if it is.
+fn seen_in_use(d: &DeviceFacts, all: &[DeviceFacts], mounts: &MountTable) -> Option<String> {
+    let sharing = d.sharing.iter().filter_map(|name| all.iter().find(|o| o.name == *name));
+    std::iter::once(d).chain(sharing).find_map(|o| {
+        // "in use: mounted at /", "in use: sda1, which shares its data, is mounted at /".
+        let which = if o.name == d.name { String::new() } else { format!("{}, which shares its data, is ", o.name) };
+        if let Some(m) = mounts.mount_of_device(&o.dev) {
+            return Some(format!("{which}mounted at {}", m.mount_point.display()));
+        }
+        (!o.holders.is_empty()).then(|| format!("{which}held by {} (device-mapper, md or LVM)", o.holders.join(", ")))
+    })
+}
+
 /// Every block device sysfs lists, with the facts that need no opening of the device but a
 /// loop device's status (its stable id and its extent), which the kernel answers with a
 /// getattr of the backing file: that blocks while the file's filesystem does not answer (a
