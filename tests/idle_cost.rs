@@ -103,13 +103,15 @@ fn a_pv_deleted_by_hand_costs_one_patch_and_its_re_creation() {
     });
     // Whatever the re-creation causes comes within the settle window and a pass or two.
     std::thread::sleep(Duration::from_secs(3));
-    let (requests, inventory) = split_inventory(requests_of(&cp, node, from));
+    // The heartbeat's renewals (one write every 10 s, whatever the PVs do) are not the PV's.
+    let all: Vec<String> = requests_of(&cp, node, from).into_iter().filter(|r| !r.contains(" leases/")).collect();
+    let (requests, inventory) = split_inventory(all);
     let log = agent.stop();
     assert!(!requests.is_empty(), "no request of the agent in the audit log: is its User-Agent right?\n{log}");
-    // The node inventory follows the PV (deleted, then published again): changes that come
-    // within its delay go out as one write.
-    assert!(inventory.len() <= 2, "inventory writes per deleted PV: {inventory:?}");
-    assert!(inventory.iter().all(|r| r == &format!("patch localstoragenodes/{node}")), "{inventory:?}");
+    eprintln!("requests per deleted PV: {} ({requests:?}; inventory {inventory:?})", requests.len() + inventory.len());
+    // The node inventory follows the PV (deleted, then published again): steps of that cycle
+    // wait for its end, which shows the volume as it was, so nothing is written.
+    assert!(inventory.is_empty(), "inventory writes per deleted PV: {inventory:?}");
     let creates = requests.iter().filter(|r| r.starts_with("create persistentvolumes")).count();
     assert_eq!(creates, 1, "{requests:?}");
     // The finalizer the deletion waits on is released with one patch (the store already has

@@ -11,7 +11,7 @@ use tracing::{debug, info, warn};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use crate::api::lease::Written;
+use crate::api::lease::{ReadLease, Written};
 use crate::api::node_owner;
 use crate::api::{ApiError, Cluster};
 use crate::core::backoff::Backoff;
@@ -34,8 +34,9 @@ pub(crate) fn spawn(
     Some(tokio::spawn(async move {
         let mut backoff = Backoff::new(Duration::from_secs(1), HEARTBEAT_RENEW);
         let mut failing = false;
+        let mut last = None;
         loop {
-            let outcome = match renew(&cluster, &namespace, &name, &node, &owner).await {
+            let outcome = match renew(&cluster, &namespace, &name, &node, &owner, &mut last).await {
                 Ok(Written::Done) => Ok(()),
                 Ok(Written::Lost) => Err("a concurrent write won twice in a row".to_string()),
                 Err(e) => Err(e.to_string()),
@@ -62,28 +63,35 @@ pub(crate) fn spawn(
     }))
 }
 
-/// One renewal: read the Lease, then create it (owned by the Node, so the garbage collector
-/// removes it with the Node) or write it back with its resourceVersion and a new renewTime.
-/// Lost to a concurrent write (409): read again at once, once.
+/// One renewal: one write, from `last`, the Lease as the API server answered this task's last
+/// write (its resourceVersion); the Lease is read first only when there is none (the first
+/// renewal, or after a failed one). It is created when it does not exist (owned by the Node,
+/// so the garbage collector removes it with the Node), else replaced with a new renewTime.
+/// Lost (409: someone else wrote it since; 404: it is gone): read again at once, once.
+/// `last` holds the answer of a successful write, and nothing after a failure.
 async fn renew(
     cluster: &Cluster,
     namespace: &str,
     name: &str,
     node: &str,
     owner: &OwnerReference,
+    last: &mut Option<ReadLease>,
 ) -> Result<Written, ApiError> {
-    let mut written = Written::Lost;
-    for _ in 0..2 {
-        let current = cluster.read_lease(namespace, name).await?;
+    for attempt in 0..2 {
+        let current = match last.take() {
+            Some(answered) if attempt == 0 => Some(answered),
+            _ => cluster.read_lease(namespace, name).await?,
+        };
         let acquire = current.as_ref().is_none_or(|c| c.record.holder.as_deref() != Some(node));
-        written = cluster
-            .write_lease_owned(namespace, name, current.as_ref(), node, HEARTBEAT_DURATION, acquire, Some(owner))
+        let answered = cluster
+            .write_lease_answered(namespace, name, current.as_ref(), node, HEARTBEAT_DURATION, acquire, Some(owner))
             .await?;
-        if written == Written::Done {
-            break;
+        if answered.is_some() {
+            *last = answered;
+            return Ok(Written::Done);
         }
     }
-    Ok(written)
+    Ok(Written::Lost)
 }
 
 #[cfg(test)]
@@ -98,7 +106,7 @@ mod tests {
 
     /// A Lease store behind a mock API: GET answers the Lease (404 before it exists), POST
     /// creates it, PUT replaces it when its resourceVersion matches (409 otherwise, or when
-    /// `conflicts` says so). Keeps every request and every body written.
+    /// `conflicts` says so; 404 when there is none). Keeps every request and every body written.
     #[derive(Clone, Default)]
     struct Leases {
         lease: Arc<Mutex<Option<serde_json::Value>>>,
@@ -135,6 +143,7 @@ mod tests {
             let mut lease = self.lease.lock().unwrap();
             match method {
                 "GET" => lease.as_ref().map_or_else(|| status(404, "NotFound"), |l| (200, l.to_string())),
+                "PUT" if lease.is_none() => status(404, "NotFound"),
                 "POST" | "PUT" => {
                     let mut obj: serde_json::Value = serde_json::from_slice(body).unwrap();
                     self.written.lock().unwrap().push(obj.clone());
@@ -165,20 +174,23 @@ mod tests {
         let api = Leases::default();
         let cluster = api.cluster();
         let name = "local-static-provisioner-agent-n1";
-        assert_eq!(renew(&cluster, "ns", name, "n1", &owner()).await.unwrap(), Written::Done);
-        assert_eq!(renew(&cluster, "ns", name, "n1", &owner()).await.unwrap(), Written::Done);
+        let mut last = None;
+        for _ in 0..3 {
+            assert_eq!(renew(&cluster, "ns", name, "n1", &owner(), &mut last).await.unwrap(), Written::Done);
+        }
         let requests = api.requests.lock().unwrap().clone();
+        // Read once, when there is no answer to start from; then one write per renewal.
         assert_eq!(
             requests,
             [
                 format!("GET {PATH}/{name}"),
                 format!("POST {PATH}"),
-                format!("GET {PATH}/{name}"),
+                format!("PUT {PATH}/{name}"),
                 format!("PUT {PATH}/{name}"),
             ]
         );
         let written = api.written.lock().unwrap().clone();
-        // Created owned by the Node (gone with it); the renewal keeps what it read.
+        // Created owned by the Node (gone with it); a renewal keeps what it started from.
         assert_eq!(
             written[0]["metadata"]["ownerReferences"],
             serde_json::json!([{
@@ -191,7 +203,9 @@ mod tests {
             assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
             assert!(lease["spec"]["renewTime"].as_str().is_some_and(|t| t.contains('.')), "a MicroTime: {lease}");
         }
-        assert_eq!(written[1]["metadata"]["resourceVersion"], "1", "the renewal replaces what it read");
+        // Each renewal replaces what the last write's answer said.
+        assert_eq!(written[1]["metadata"]["resourceVersion"], "1");
+        assert_eq!(written[2]["metadata"]["resourceVersion"], "2");
     }
 
     fn owner() -> OwnerReference {
@@ -203,15 +217,41 @@ mod tests {
         let api = Leases::default();
         let cluster = api.cluster();
         let name = "local-static-provisioner-agent-n1";
-        renew(&cluster, "ns", name, "n1", &owner()).await.unwrap();
+        let mut last = None;
+        renew(&cluster, "ns", name, "n1", &owner(), &mut last).await.unwrap();
         *api.conflicts.lock().unwrap() = 1;
-        assert_eq!(renew(&cluster, "ns", name, "n1", &owner()).await.unwrap(), Written::Done, "read again, written");
-        assert_eq!(api.requests.lock().unwrap().len(), 2 + 4);
-        // Lost twice: said as lost (the loop retries with backoff), not taken for done.
+        let done = renew(&cluster, "ns", name, "n1", &owner(), &mut last).await.unwrap();
+        assert_eq!(done, Written::Done, "read again, written");
+        // Created (GET, POST); then the write from the answer lost, a read, a write.
+        let tail: Vec<String> = api.requests.lock().unwrap()[2..].iter().map(|r| r[..3].to_string()).collect();
+        assert_eq!(tail, ["PUT", "GET", "PUT"]);
+        // Someone else wrote it meanwhile (its resourceVersion moved on): the write from the
+        // last answer is refused, the Lease read again, written from that.
+        {
+            let mut lease = api.lease.lock().unwrap();
+            let l = lease.as_mut().unwrap();
+            l["metadata"]["resourceVersion"] = serde_json::json!("40");
+        }
+        let done = renew(&cluster, "ns", name, "n1", &owner(), &mut last).await.unwrap();
+        assert_eq!(done, Written::Done);
+        assert_eq!(last.as_ref().and_then(|l| l.object.metadata.resource_version.as_deref()), Some("41"));
+        // Lost twice: said as lost (the loop retries with backoff), not taken for done, and the
+        // next renewal reads first.
         *api.conflicts.lock().unwrap() = 2;
-        assert_eq!(renew(&cluster, "ns", name, "n1", &owner()).await.unwrap(), Written::Lost);
-        // An API error is an error.
+        assert_eq!(renew(&cluster, "ns", name, "n1", &owner(), &mut last).await.unwrap(), Written::Lost);
+        assert!(last.is_none());
+        // Gone (deleted by hand): the replace finds nothing, the Lease is read and created again.
+        let mut last = None;
+        renew(&cluster, "ns", name, "n1", &owner(), &mut last).await.unwrap();
+        *api.lease.lock().unwrap() = None;
+        let before = api.requests.lock().unwrap().len();
+        assert_eq!(renew(&cluster, "ns", name, "n1", &owner(), &mut last).await.unwrap(), Written::Done);
+        let tail: Vec<String> = api.requests.lock().unwrap()[before..].iter().map(|r| r[..4].to_string()).collect();
+        assert_eq!(tail, ["PUT ", "GET ", "POST"]);
+        // An API error is an error, and leaves nothing to start the next renewal from.
         *api.lease.lock().unwrap() = Some(serde_json::json!("not a lease"));
-        assert!(renew(&cluster, "ns", name, "n1", &owner()).await.is_err());
+        let mut last = None;
+        assert!(renew(&cluster, "ns", name, "n1", &owner(), &mut last).await.is_err());
+        assert!(last.is_none());
     }
 }

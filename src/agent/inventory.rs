@@ -43,7 +43,11 @@ const DELAY: Duration = Duration::from_millis(250);
 /// How long a change that is only steps of a volume's cycle under way (a released PV wiped,
 /// deleted and published again; see core::inventory::only_cycle_steps) waits for the cycle's
 /// end, so a released PV costs one write: a cycle that lasts longer is shown as it stands.
-const CYCLE_DELAY: Duration = Duration::from_secs(3);
+/// 15 s, not 3: on a busy cluster (50 agents releasing 100 PVs at once, bench/fleet.sh) a
+/// cycle often outlasted 3 s, and its Released step was a second write (1.65 writes per
+/// released PV). The PV itself shows its phase at once; the inventory's view of a volume in
+/// its cycle is behind by at most this.
+pub(super) const CYCLE_DELAY: Duration = Duration::from_secs(15);
 
 /// What the agent keeps of its inventory between passes.
 #[derive(Default)]
@@ -52,6 +56,9 @@ pub(super) struct InventoryState {
     written: Option<InventoryStatus>,
     /// Whether this agent read its node's object at start-up (its copy restored the ledger).
     loaded: bool,
+    /// The object was found absent and not created since: the next write creates it first
+    /// instead of learning that from a refused write (one request less per new node).
+    absent: bool,
     /// The CRD is not installed: nothing to write or read, said once.
     absent_crd: bool,
     /// The ledger's generation the copy was last taken at, and the copy.
@@ -251,7 +258,10 @@ impl Agent {
                 self.inventory.check_owner = owner_uid.as_deref() != Some(self.node_info.uid.as_str());
                 status
             }
-            Ok(Found::Absent) => None,
+            Ok(Found::Absent) => {
+                self.inventory.absent = true;
+                None
+            }
             // No CRD: nothing to restore, and no record to wait for (the PVs decide).
             Err(e) if self.crd_absent(&e).await => None,
             Err(e) => return self.inventory_failed("read", format!("reading this node's LocalStorageNode: {e}")),
@@ -365,7 +375,8 @@ impl Agent {
         }
         status.observed_at = Some(k8s_openapi::jiff::Timestamp::now().to_string());
         let node = self.node_info.name.clone();
-        let mut result = self.cluster.apply_inventory_status(&node, &status).await;
+        let mut result =
+            if self.inventory.absent { Ok(false) } else { self.cluster.apply_inventory_status(&node, &status).await };
         if let Ok(false) = result {
             result = match self.cluster.create_inventory(&node, &self.node_info.uid).await {
                 Ok(()) => {
@@ -379,6 +390,7 @@ impl Agent {
             Ok(true) => {
                 self.inventory.retries.succeeded(&"write");
                 self.inventory.absent_crd = false;
+                self.inventory.absent = false;
                 if whole {
                     self.inventory.changed_at = None;
                 }

@@ -40,13 +40,6 @@ pub(super) const PUBLISH_BATCH: usize = 100;
 pub(super) const COLLISION_RETRY: Policy =
     Policy { initial: std::time::Duration::from_secs(5), max: std::time::Duration::from_secs(300) };
 
-/// A PV created for a volume wiped after its last PV was released, and that wipe told.
-struct Recycled {
-    name: String,
-    uid: String,
-    note: String,
-}
-
 impl Agent {
     /// Plans and carries out this pass's publishing from the scan. Returns the number of
     /// desired PVs and of actions planned.
@@ -179,7 +172,7 @@ impl Agent {
             creates.retain(|d| !portable(d));
         }
         let mut created = Vec::new();
-        let (mut recycled, mut published) = (Vec::new(), BTreeSet::new());
+        let mut published = BTreeSet::new();
         let cluster = &self.cluster;
         let ctx =
             PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };
@@ -187,8 +180,9 @@ impl Agent {
         let cleaner = &self.cleaner;
         // Each object is built as its request starts, so no more than `concurrency` of them
         // exist at once, however many volumes a pass publishes. A volume wiped after its last
-        // PV was released carries that wipe (core::wipe_history), and the note of the event
-        // that tells it on the new PV comes with the answer.
+        // PV was released carries that wipe on its new PV's annotation (core::wipe_history),
+        // which `kubectl describe pv` shows: no request more than the create; the log tells
+        // it in words.
         let results: Vec<(&DesiredPv, Option<String>, Result<Created, ApiError>)> = stream::iter(creates)
             .filter_map(|d| async move {
                 let mut pv = ctx.pv_for(d)?;
@@ -210,7 +204,7 @@ impl Agent {
                     info!(pv = %name, path = %path, "created PV");
                     self.name_free(&name);
                     if let Some(note) = told {
-                        recycled.push(Recycled { name: name.clone(), uid: uid.clone(), note });
+                        info!(pv = %name, uid = %uid, "{note}");
                     }
                     published.insert(path.clone());
                     if !uid.is_empty() {
@@ -288,17 +282,8 @@ impl Agent {
         // The UID goes on the disk's mark at once: from now on the mark alone says the disk was
         // offered, whatever happens to the PV while this agent is down.
         self.mark_pvs(created).await;
-        self.tell_recycled(recycled, published).await;
-    }
-
-    /// Tells on each new PV of a wiped volume how it was wiped (`kubectl describe pv` shows
-    /// the events of this object only, not of the PV before it), then forgets those wipes.
-    /// Wipes of paths published now by another disk are forgotten too: they were not its.
-    async fn tell_recycled(&mut self, recycled: Vec<Recycled>, published: BTreeSet<String>) {
-        for Recycled { name, uid, note } in recycled {
-            let uid = Some(uid.as_str()).filter(|u| !u.is_empty());
-            self.cluster.event(&crate::api::pv_reference(&name, uid), false, "VolumeRecycled", "Publish", note).await;
-        }
+        // The wipes told on the new PVs are forgotten; so are wipes of paths published now by
+        // another disk: they were not its.
         self.cleaner.forget_history(published);
     }
 

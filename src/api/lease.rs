@@ -99,6 +99,25 @@ impl Cluster {
         acquire: bool,
         owner: Option<&OwnerReference>,
     ) -> Result<Written, ApiError> {
+        let written = self.write_lease_answered(namespace, name, current, holder, duration, acquire, owner).await?;
+        Ok(if written.is_some() { Written::Done } else { Written::Lost })
+    }
+
+    /// [`Self::write_lease_owned`], returning the Lease as the API server answered the write
+    /// (with its new resourceVersion), so the next write can start from it instead of a read;
+    /// None when the write was lost: someone else wrote it first (409), or the Lease replaced
+    /// is gone (404). Either way the caller reads it again.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write_lease_answered(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: Option<&ReadLease>,
+        holder: &str,
+        duration: Duration,
+        acquire: bool,
+        owner: Option<&OwnerReference>,
+    ) -> Result<Option<ReadLease>, ApiError> {
         let now = MicroTime(Timestamp::now());
         let old = current.and_then(|c| c.object.spec.clone()).unwrap_or_default();
         let transitions = current.map_or(0, |c| c.record.transitions);
@@ -132,8 +151,8 @@ impl Cluster {
             }
         };
         match result {
-            Ok(_) => Ok(Written::Done),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Written::Lost),
+            Ok(object) => Ok(Some(ReadLease { record: lease_record(&object), object })),
+            Err(kube::Error::Api(s)) if s.code == 409 || (s.code == 404 && current.is_some()) => Ok(None),
             Err(e) => Err(ApiError::request("write lease", object)(e)),
         }
     }

@@ -1,8 +1,10 @@
 //! A volume's history across recycling: when its PV is wiped and deleted, the PV that
 //! discovery creates for the clean volume is a new object (a new UID), so `kubectl describe pv`
 //! would show none of what happened. The agent keeps the last completed wipe of each volume
-//! until the new PV exists (host::wipe_history), puts it on the new PV as the annotation
-//! [`ANN_LAST_WIPE`] and tells it in an event regarding the new PV.
+//! until the new PV exists (host::wipe_history) and puts it on the new PV, in the create
+//! itself, as the annotation [`ANN_LAST_WIPE`] (which `kubectl describe pv` shows), and in its
+//! log. No event tells it: an event was one request more per released PV (issue 42) for what
+//! the annotation already says.
 //!
 //! The history goes only to the same disk at the same path: a disk swapped in at that path
 //! meanwhile was not wiped by us, and must not look as if it had been.
@@ -72,7 +74,7 @@ impl LastWipe {
         )
     }
 
-    /// The note of the event on the new PV.
+    /// The words of the agent's log line when the new PV is created.
     pub fn note(&self) -> String {
         let what = if self.method == FILESYSTEM {
             format!("every entry removed, {} freed", iec(self.bytes))

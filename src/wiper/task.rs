@@ -4,8 +4,8 @@
 //!
 //! Requests per released PV are kept to what a decision or an operator needs: the PV's
 //! delete and the removal of our finalizer (its position read from the watch's store, not
-//! asked again), then discovery's create of the clean volume and the event on it that tells
-//! the wipe (core::wipe_history: the new PV's own history). A wipe that ends within
+//! asked again), then discovery's create of the clean volume, whose annotation tells the wipe
+//! (core::wipe_history: the new PV's own history, in the create). A wipe that ends within
 //! [`PROGRESS_EVERY`] is told in the log and the metrics only; a longer one is announced with
 //! an Event when it passes that time, and its end with another, so whoever saw it start sees it
 //! end. Failures are always Events (and the PV's cleanup-result annotation).
