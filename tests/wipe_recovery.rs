@@ -275,8 +275,8 @@ fn requests_of(entries: &[Value], node: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_released_filesystem_pv_costs_three_requests_and_one_inventory_write() {
-    if !require_root("a_released_filesystem_pv_costs_three_requests_and_one_inventory_write") {
+fn a_released_filesystem_pv_costs_three_requests_and_its_inventory_view_waits() {
+    if !require_root("a_released_filesystem_pv_costs_three_requests_and_its_inventory_view_waits") {
         return;
     }
     let cp = ControlPlane::get();
@@ -315,13 +315,10 @@ fn a_released_filesystem_pv_costs_three_requests_and_one_inventory_write() {
         .partition(|r| r.ends_with(" localstoragenodes"));
     eprintln!("requests of the agent for one released PV: {requests:?}, and its node inventory: {inventory:?}");
     eprintln!("requests per released PV: {} (inventory writes {})", requests.len() + inventory.len(), inventory.len());
-    // The node inventory follows the PV's phases: the steps of the cycle (Released, deleted, the
-    // new PV Pending) wait up to 15 s for its end, so a cycle done within them is one write, of
-    // the PV Available again; one that took longer also shows where it stood.
+    // The node inventory's view of the PV's phases (Released, deleted, the new PV Available)
+    // waits up to a minute and goes out with the node's other changes: none of its own here.
     eprintln!("the release cycle took {cycle:?}");
-    assert!(inventory.iter().all(|r| r == "patch localstoragenodes"), "{inventory:?}");
-    let most = if cycle < Duration::from_secs(14) { 1 } else { 2 };
-    assert!(!inventory.is_empty() && inventory.len() <= most, "{inventory:?} after a cycle of {cycle:?}");
+    assert!(inventory.is_empty(), "{inventory:?} after a cycle of {cycle:?}");
     assert!(requests.len() <= 3, "{} requests for one released PV: {requests:?}", requests.len());
     // The PV's delete, our finalizer's removal, and the clean volume's new PV, which carries how
     // the volume was wiped in its annotation (core::wipe_history): no event more.
@@ -329,6 +326,14 @@ fn a_released_filesystem_pv_costs_three_requests_and_one_inventory_write() {
     let new = cp.get_json(&["pv", &name]).unwrap();
     let last = new["metadata"]["annotations"]["local-static-provisioner.io/last-wipe"].as_str().unwrap_or_default();
     assert!(last.contains(&format!("previous-pv={uid}")), "the history is on the new PV: {last:?}");
+    // Deferred, not lost: the inventory shows the new PV Available within its minute.
+    let new_uid = new["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let shown = wait_until("the inventory shows the volume Available again", Duration::from_secs(90), || {
+        let inv = cp.get_json(&["localstoragenode", node])?;
+        let volumes = inv["status"]["volumes"].as_array()?.clone();
+        volumes.into_iter().find(|v| v["pv"] == name.as_str() && v["phase"] == "Available" && v["claim"].is_null())
+    });
+    eprintln!("the inventory's view {:?} after the release: {shown} (new PV {new_uid})", released.elapsed());
     drop(agent);
     leave_nothing(&cp, &name, node, "wipe-req-claim");
 }

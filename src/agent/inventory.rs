@@ -22,7 +22,7 @@ use crate::core::disk_trust::{
 };
 use crate::core::inventory::{
     ClassInput, DeviceInventory, DeviceVerdict, EntryInput, HeldDisk, Inputs, InventoryStatus, PvInput, SupersededPv,
-    UsedDiskRecord, build, missing_from_ledger, only_cycle_steps, own_records, prune_superseded, record_witnesses,
+    UsedDiskRecord, build, missing_from_ledger, only_pv_view_changes, own_records, prune_superseded, record_witnesses,
     same_content,
 };
 use crate::core::naming::{ANN_RELEASED_HOLDS, LABEL_DISK_ID};
@@ -40,14 +40,15 @@ const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::f
 /// write, and a change is in the API within this delay of the pass that saw it.
 const DELAY: Duration = Duration::from_millis(250);
 
-/// How long a change that is only steps of a volume's cycle under way (a released PV wiped,
-/// deleted and published again; see core::inventory::only_cycle_steps) waits for the cycle's
-/// end, so a released PV costs one write: a cycle that lasts longer is shown as it stands.
-/// 15 s, not 3: on a busy cluster (50 agents releasing 100 PVs at once, bench/fleet.sh) a
-/// cycle often outlasted 3 s, and its Released step was a second write (1.65 writes per
-/// released PV). The PV itself shows its phase at once; the inventory's view of a volume in
-/// its cycle is behind by at most this.
-pub(super) const CYCLE_DELAY: Duration = Duration::from_secs(15);
+/// How long a change that is only the API's view of this node's PVs (a phase, a claim, a
+/// released PV's cycle under way; see core::inventory::only_pv_view_changes) waits before it is
+/// written, so it goes out with the changes of a minute: a claim bound or a released PV wiped,
+/// deleted and published again costs no write of its own (issue 42: requests per released PV at
+/// most 3, the PV's delete, finalizer and create). The PV objects show their phase at once; the
+/// inventory's view of them is behind by at most this. Every other change (a disk, a verdict, a
+/// problem, the used-disk records another node judges by) goes out after [`DELAY`], and takes
+/// the waiting view with it.
+pub(super) const VIEW_DELAY: Duration = Duration::from_secs(60);
 
 /// What the agent keeps of its inventory between passes.
 #[derive(Default)]
@@ -99,7 +100,7 @@ impl InventoryState {
             *at = Instant::now();
         }
         if let Some(at) = self.changed_at.as_mut() {
-            *at = Instant::now() - CYCLE_DELAY;
+            *at = Instant::now() - VIEW_DELAY;
         }
     }
 
@@ -340,11 +341,10 @@ impl Agent {
 
     /// Writes `status` when it differs from what was last written; creates the object first
     /// when it does not exist. Returns whether the API holds it now (or there is no CRD).
-    /// `recycling`: host paths of the PVs released for this agent to wipe, for a pass's whole
-    /// status; `None`: the used-disk copy over what was last written, now. Only a whole status
-    /// settles a change seen (its clock and deadline stay until one is written).
-    async fn write_status(&mut self, mut status: InventoryStatus, recycling: Option<&BTreeSet<String>>) -> bool {
-        let whole = recycling.is_some();
+    /// `whole`: a pass's whole status (a change waits its delay); otherwise the used-disk copy
+    /// over what was last written, now. Only a whole status settles a change seen (its clock and
+    /// deadline stay until one is written).
+    async fn write_status(&mut self, mut status: InventoryStatus, whole: bool) -> bool {
         if self.inventory.written.as_ref().is_some_and(|w| same_content(w, &status)) {
             if whole {
                 self.inventory.changed_at = None;
@@ -355,11 +355,11 @@ impl Agent {
         if !self.inventory.retries.may_try(&"write", Instant::now(), None) {
             return self.inventory.absent_crd;
         }
-        if let Some(recycling) = recycling {
+        if whole {
             let now = Instant::now();
             let since = *self.inventory.changed_at.get_or_insert(now);
-            let steps = self.inventory.written.as_ref().is_some_and(|w| only_cycle_steps(w, &status, recycling));
-            let due = since + if steps { CYCLE_DELAY } else { DELAY };
+            let view = self.inventory.written.as_ref().is_some_and(|w| only_pv_view_changes(w, &status));
+            let due = since + if view { VIEW_DELAY } else { DELAY };
             if due > now {
                 // Written by the pass this deadline wakes, which builds the status anew.
                 self.inventory.pending = Some(due);
@@ -480,12 +480,7 @@ impl Agent {
     pub(super) async fn write_inventory(&mut self, states: &[PvState]) {
         self.refresh_copy().await;
         let status = self.inventory_status(states);
-        let recycling: BTreeSet<String> = states
-            .iter()
-            .filter(|pv| pv.phase == "Released" && pv.reclaim_policy == "Delete")
-            .map(|pv| pv.host_path.clone())
-            .collect();
-        self.write_status(status, Some(&recycling)).await;
+        self.write_status(status, true).await;
     }
 
     /// Before block PVs are created: the copy of the ledger (whose new marks were just
@@ -502,13 +497,13 @@ impl Agent {
                 superseded_pvs: self.superseded_pvs(),
                 ..Default::default()
             };
-            return self.write_status(status, None).await;
+            return self.write_status(status, false).await;
         };
         if written.used_disks == self.inventory.copy {
             return true;
         }
         let status = InventoryStatus { used_disks: self.inventory.copy.clone(), ..written };
-        self.write_status(status, None).await
+        self.write_status(status, false).await
     }
 
     /// Before new volumes are planned: each block disk named by a stable ID that is not yet

@@ -609,36 +609,46 @@ pub fn same_content(a: &InventoryStatus, b: &InventoryStatus) -> bool {
     InventoryStatus { observed_at: None, ..a.clone() } == InventoryStatus { observed_at: None, ..b.clone() }
 }
 
-/// Whether every difference between the status `written` and the status `now` is a step of a
-/// volume's cycle still under way, so that its write may wait for the cycle's end and go out as
-/// one: a released PV is wiped, deleted and its volume published again in a second or two, and
-/// writing each step would cost the API server more per released PV than the PV's own requests.
+/// Whether every difference between the status `written` and the status `now` is the API's
+/// own view of this node's PVs (a phase, a claim, a PV being deleted or made again), which the
+/// PV objects show at once: such a write may wait and go out with the next, so a claim bound or
+/// a released PV wiped, deleted and published again costs no write of its own (a node writes
+/// that view at most about once a minute whatever its churn: agent::inventory's VIEW_DELAY).
 ///
-/// A step is a volume that `written` showed with a PV and that `now` shows released for this
-/// agent to wipe (its host path in `recycling`), being deleted, unpublished with no reason yet,
-/// or with a new PV the binder has not made Available (`Pending`). Anything else is not a step:
-/// a device, a verdict, a claim, any other flag, a refusal, the configuration, the used-disk
-/// copy, and a volume `written` did not show (a new disk is shown at once). The counts derive
-/// from the volumes, so they follow what the volumes say.
-pub fn only_cycle_steps(written: &InventoryStatus, now: &InventoryStatus, recycling: &BTreeSet<String>) -> bool {
-    let had_pv: BTreeSet<(&str, &str)> =
-        written.volumes.iter().filter(|v| v.pv.is_some()).map(|v| (v.class.as_str(), v.path.as_str())).collect();
-    let is_step = |v: &VolumeInventory| {
-        let step = match (v.pv.as_deref(), v.phase.as_str()) {
-            (None, _) => v.flags.is_empty() && v.reason.is_none() && v.message.is_none(),
-            (Some(_), _) if v.flags == ["deleting"] => v.message.is_none(),
-            (Some(_), "Released") => v.flags.is_empty() && recycling.contains(&v.path),
-            (Some(_), "Pending") => v.flags.is_empty(),
-            (Some(_), _) => false,
+/// A volume's change is of that view when `written` showed it with a settled PV (Available,
+/// Bound or Released: a new PV's first phase, Pending, is shown Available at once) and no
+/// problem (no flag but `deleting`, no words), and `now` shows it with a PV and no problem, or unpublished with no
+/// reason yet (between the delete and the create). Anything else is not: a device, a verdict,
+/// any other flag, a refusal, the configuration, the used-disk copy and the records of other
+/// nodes' disks (evidence another node judges by), a volume `written` did not show (a new disk
+/// is shown at once), and the capacity of a volume whose PV is Available or Bound (a disk that
+/// shrank). The counts derive from the volumes, so they follow what the volumes say.
+pub fn only_pv_view_changes(written: &InventoryStatus, now: &InventoryStatus) -> bool {
+    let quiet = |v: &VolumeInventory| v.flags.iter().all(|f| f == "deleting") && v.message.is_none();
+    let had_pv: BTreeSet<(&str, &str)> = written
+        .volumes
+        .iter()
+        .filter(|v| v.pv.is_some() && quiet(v) && matches!(v.phase.as_str(), "Available" | "Bound" | "Released"))
+        .map(|v| (v.class.as_str(), v.path.as_str()))
+        .collect();
+    let is_view = |v: &VolumeInventory| {
+        let view = match v.pv {
+            None => v.flags.is_empty() && v.reason.is_none() && v.message.is_none(),
+            Some(_) => quiet(v),
         };
-        step && had_pv.contains(&(v.class.as_str(), v.path.as_str()))
+        view && had_pv.contains(&(v.class.as_str(), v.path.as_str()))
     };
-    let steps: BTreeSet<(&str, &str)> =
-        now.volumes.iter().filter(|v| is_step(v)).map(|v| (v.class.as_str(), v.path.as_str())).collect();
-    if steps.is_empty() {
+    // The volumes whose view changed, and whether their capacity still counts (a settled PV's).
+    let views: BTreeMap<(&str, &str), bool> = now
+        .volumes
+        .iter()
+        .filter(|v| is_view(v))
+        .map(|v| ((v.class.as_str(), v.path.as_str()), v.pv.is_some() && matches!(v.phase.as_str(), "Available" | "Bound")))
+        .collect();
+    if views.is_empty() {
         return false;
     }
-    // Both sides without the volumes in a step and without what is counted from volumes.
+    // Both sides with those volumes reduced to what is not the view, and without the counts.
     let settled = |s: &InventoryStatus| InventoryStatus {
         summary: Summary {
             volumes: 0,
@@ -653,7 +663,19 @@ pub fn only_cycle_steps(written: &InventoryStatus, now: &InventoryStatus, recycl
             .iter()
             .map(|c| ClassInventory { volumes: 0, available: 0, available_bytes: 0, ..c.clone() })
             .collect(),
-        volumes: s.volumes.iter().filter(|v| !steps.contains(&(v.class.as_str(), v.path.as_str()))).cloned().collect(),
+        volumes: s
+            .volumes
+            .iter()
+            .map(|v| match views.get(&(v.class.as_str(), v.path.as_str())) {
+                Some(keep_capacity) => VolumeInventory {
+                    class: v.class.clone(),
+                    path: v.path.clone(),
+                    capacity_bytes: if *keep_capacity { v.capacity_bytes } else { None },
+                    ..Default::default()
+                },
+                None => v.clone(),
+            })
+            .collect(),
         observed_at: None,
         ..s.clone()
     };

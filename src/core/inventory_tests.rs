@@ -405,10 +405,9 @@ fn before_release() -> Inputs {
 }
 
 #[test]
-fn only_the_steps_of_a_cycle_under_way_may_wait_for_its_end() {
+fn only_the_apis_view_of_this_nodes_pvs_may_wait() {
     const P2: &str = "/mnt/fast/p2";
     let written = build(before_release());
-    let recycling: BTreeSet<String> = [P2.to_string()].into();
     type Change = fn(&mut Inputs);
     let released: Change = |i| i.pvs[1].phase = "Released".into();
     let unpublished: Change = |i| {
@@ -443,15 +442,17 @@ fn only_the_steps_of_a_cycle_under_way_may_wait_for_its_end() {
             },
             true,
         ),
-        // The end of the cycle, and everything that is not a step.
         (
             "Available again: the cycle's end",
             |i| {
                 i.pvs[1].phase = "Available".into();
                 i.pvs[1].claim = None;
             },
-            false,
+            true,
         ),
+        ("a claim bound", |i| i.pvs[0].claim = Some("ns/new".into()), true),
+        ("released under Retain", released, true),
+        // Everything that is not the API's view.
         (
             "released and missing",
             |i| {
@@ -490,6 +491,14 @@ fn only_the_steps_of_a_cycle_under_way_may_wait_for_its_end() {
             |i| {
                 i.pvs[1].phase = "Released".into();
                 i.pvs[0].claim = Some("ns/other".into());
+            },
+            true,
+        ),
+        (
+            "a step and a shrunk disk",
+            |i| {
+                i.pvs[1].phase = "Released".into();
+                i.pvs[0].capacity_bytes = Some(1 << 20);
             },
             false,
         ),
@@ -554,14 +563,20 @@ fn only_the_steps_of_a_cycle_under_way_may_wait_for_its_end() {
         change(&mut i);
         let now = build(i);
         assert!(!same_content(&written, &now), "{case}: the change must be content");
-        assert_eq!(only_cycle_steps(&written, &now, &recycling), want, "{case}");
+        assert_eq!(only_pv_view_changes(&written, &now), want, "{case}");
     }
-    // Released is a step only for the PVs this agent recycles.
-    let mut i = before_release();
-    released(&mut i);
-    assert!(!only_cycle_steps(&written, &build(i), &BTreeSet::new()), "released under Retain");
+    // A volume shown with a problem: its recovery is no view change, it goes out at once.
+    let mut failing = before_release();
+    failing.pvs[1].failing = Some("I/O errors".into());
+    let mut healthy = before_release();
+    released(&mut healthy);
+    assert!(!only_pv_view_changes(&build(failing), &build(healthy)), "a problem cleared");
+    // A new PV shown Pending: Available is shown at once (a node's new volumes are offered).
+    let mut pending = before_release();
+    pending.pvs[0].phase = "Pending".into();
+    assert!(!only_pv_view_changes(&build(pending), &written), "a new PV Available");
     // Nothing written before: nothing to wait against (the caller writes its first status).
     let mut i = before_release();
     unpublished(&mut i);
-    assert!(!only_cycle_steps(&build(Inputs { pvs: vec![], ..before_release() }), &build(i), &recycling));
+    assert!(!only_pv_view_changes(&build(Inputs { pvs: vec![], ..before_release() }), &build(i)));
 }
