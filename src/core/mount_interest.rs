@@ -58,27 +58,27 @@ pub(crate) struct MountInterest {
 /// - while block devices matter: its filesystem is on a block device (major not 0, or a source
 ///   under /dev: btrfs shows an anonymous device number), it is a devtmpfs, or it binds a
 ///   single file (root not `/`: a device node) below kubelet's directory.
-pub(crate) fn relevant_mounts<'a>(
-    table: &[MountLine<'a>],
-    interest: Option<&MountInterest>,
-) -> Vec<MountLine<'a>> {
-    let Some(interest) = interest else { return table.to_vec() };
-    let near_path = |m: &MountLine<'_>| {
-        interest.paths.iter().any(|p| m.mount_point.starts_with(p) || p.starts_with(m.mount_point))
-    };
+pub(crate) fn relevant_mounts<'a>(table: &[MountLine<'a>], interest: Option<&MountInterest>) -> Vec<MountLine<'a>> {
+    relevant_indices(table, interest).into_iter().map(|i| table[i]).collect()
+}
+
+/// The positions in `table` of the entries [`relevant_mounts`] returns.
+pub(crate) fn relevant_indices(table: &[MountLine<'_>], interest: Option<&MountInterest>) -> Vec<usize> {
+    let Some(interest) = interest else { return (0..table.len()).collect() };
+    let near_path =
+        |m: &MountLine<'_>| interest.paths.iter().any(|p| m.mount_point.starts_with(p) || p.starts_with(m.mount_point));
     // The filesystems found at or around the paths: every other mount of them matters too.
     let mut devices: BTreeSet<&str> = interest.devices.iter().map(String::as_str).collect();
     devices.extend(table.iter().filter(|m| near_path(m)).map(|m| m.device));
     let kubelet = interest.kubelet_dir.as_deref();
-    table
-        .iter()
-        .filter(|m| {
+    (0..table.len())
+        .filter(|i| {
+            let m = &table[*i];
             near_path(m)
                 || devices.contains(m.device)
                 || kubelet.is_some_and(|k| k.starts_with(m.mount_point))
                 || (interest.block_devices && on_block_device(m, kubelet))
         })
-        .copied()
         .collect()
 }
 

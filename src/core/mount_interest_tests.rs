@@ -96,7 +96,10 @@ fn every_mount_of_a_volumes_filesystem_is_relevant_wherever_it_is() {
     // kubelet's bind mount of vol1 (tmpfs 0:40) and of vol2 (8:16) into pods.
     let pod1 = "/var/lib/kubelet/pods/u2/volumes/kubernetes.io~local-volume/pv1";
     assert!(wakes(("0:40", "/", pod1, "tmpfs", "tmpfs"), &i));
-    assert!(wakes(("8:16", "/", "/var/lib/kubelet/pods/u3/volumes/kubernetes.io~local-volume/pv2", "ext4", "/dev/sdb"), &i));
+    assert!(wakes(
+        ("8:16", "/", "/var/lib/kubelet/pods/u3/volumes/kubernetes.io~local-volume/pv2", "ext4", "/dev/sdb"),
+        &i
+    ));
     // A subPath of it, and a bind mount of it anywhere else.
     assert!(wakes(("8:16", "/data", "/var/lib/kubelet/pods/u3/volume-subpaths/pv2/c/0", "ext4", "/dev/sdb"), &i));
     assert!(wakes(("0:40", "/", "/srv/elsewhere", "tmpfs", "tmpfs"), &i));
@@ -148,7 +151,10 @@ fn while_block_devices_matter_every_mount_that_may_hold_one_is_relevant() {
     assert!(wakes(("0:5", "/", "/srv/dev", "devtmpfs", "udev"), &block));
     // tmpfs churn still costs nothing, and nor does a pod's token.
     assert!(!wakes(("0:99", "/", "/tmp/churn", "tmpfs", "tmpfs"), &block));
-    assert!(!wakes(("0:99", "/", "/var/lib/kubelet/pods/u5/volumes/kubernetes.io~projected/t", "tmpfs", "tmpfs"), &block));
+    assert!(!wakes(
+        ("0:99", "/", "/var/lib/kubelet/pods/u5/volumes/kubernetes.io~projected/t", "tmpfs", "tmpfs"),
+        &block
+    ));
     // None of it matters without block devices.
     assert!(!wakes(("8:33", "/", "/srv/part", "ext4", "/dev/sdc1"), &interest()));
     assert!(!wakes(("0:5", "/loop3", map, "devtmpfs", "udev"), &interest()));
@@ -170,11 +176,12 @@ fn relevant_entries_keep_the_table_order_and_each_entry_once() {
 }
 
 fn partitions(extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = ["major minor  #blocks  name", "", "   8        0   10485760 sda", "   8       16    1048576 sdb"]
-        .iter()
-        .chain(extra)
-        .map(|s| s.to_string())
-        .collect();
+    let mut v: Vec<String> =
+        ["major minor  #blocks  name", "", "   8        0   10485760 sda", "   8       16    1048576 sdb"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
     v.sort();
     v
 }

@@ -71,6 +71,9 @@ pub struct Observation {
     pub succession: Vec<(String, DiskCheck)>,
     /// The device claim pass (when a class has a `devices` section or links were recorded).
     pub claims: Option<ClaimReport>,
+    /// The mount table this pass read: the mount watch compares what it reads with it
+    /// (host::watch::MountWatch).
+    pub mounts: Option<Arc<MountTable>>,
 }
 
 /// One used mark to write (see host::used_mark::mark_volume).
@@ -387,7 +390,7 @@ impl HostAccess for RealHost {
             .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.done()?)))
             .collect();
         let disks = ask.disks.then_some(disks);
-        Ok(Observation { scan, absent, checks, io_failures, upgrades, disks, succession, claims })
+        Ok(Observation { scan, absent, checks, io_failures, upgrades, disks, succession, claims, mounts: Some(mounts) })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {
