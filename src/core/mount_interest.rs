@@ -47,7 +47,13 @@ pub(crate) struct MountInterest {
     pub block_devices: bool,
 }
 
-/// The entries of `table` the agent cares about, in table order; `None` interest means every
+/// The entries [`relevant_indices`] finds, themselves.
+#[cfg(test)]
+pub(crate) fn relevant_mounts<'a>(table: &[MountLine<'a>], interest: Option<&MountInterest>) -> Vec<MountLine<'a>> {
+    relevant_indices(table, interest).into_iter().map(|i| table[i]).collect()
+}
+
+/// The positions in `table` of the entries the agent cares about, in table order; `None` interest means every
 /// entry (nothing known yet). An entry is relevant when:
 /// - its mount point is one of the interest paths, below one (a discovery entry mounted, a
 ///   mount nested in a volume) or above one (a mount that covers a discovery directory);
@@ -58,11 +64,6 @@ pub(crate) struct MountInterest {
 /// - while block devices matter: its filesystem is on a block device (major not 0, or a source
 ///   under /dev: btrfs shows an anonymous device number), it is a devtmpfs, or it binds a
 ///   single file (root not `/`: a device node) below kubelet's directory.
-pub(crate) fn relevant_mounts<'a>(table: &[MountLine<'a>], interest: Option<&MountInterest>) -> Vec<MountLine<'a>> {
-    relevant_indices(table, interest).into_iter().map(|i| table[i]).collect()
-}
-
-/// The positions in `table` of the entries [`relevant_mounts`] returns.
 pub(crate) fn relevant_indices(table: &[MountLine<'_>], interest: Option<&MountInterest>) -> Vec<usize> {
     let Some(interest) = interest else { return (0..table.len()).collect() };
     let near_path =
