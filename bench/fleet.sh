@@ -249,7 +249,7 @@ if [[ ${NOISE:-0} == 1 ]]; then
 fi
 t0=$(now); a0=$(cpu_each "${pids[@]}"); s0=$(cpu_ticks "$api_pid")
 sleep "$idle"
-for p in "${noise_pids[@]}"; do kill "$p" 2> /dev/null; wait "$p" 2> /dev/null; done
+for p in "${noise_pids[@]}"; do kill "$p" 2> /dev/null; wait "$p" 2> /dev/null || true; done
 noise_pids=()
 wait "$mount_events_pid" || echo '{"mount_events":null}' > "$work/mount-events.json"
 t1=$(now); a1=$(cpu_each "${pids[@]}"); s1=$(cpu_ticks "$api_pid")
