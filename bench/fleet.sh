@@ -29,6 +29,9 @@
 # ours does not grant), with its config bind-mounted in its namespace at the fixed
 # /etc/provisioner/config (an empty directory made on the host for that if missing, removed
 # again at the end).
+# NOISE=1: during the idle window a tmpfs outside every discovery directory is mounted and
+# unmounted twice a second in each agent's mount namespace (a busy node: kubelet mounts and
+# unmounts for every pod); bench/busy-node.sh sets it.
 # Prints JSON lines and tables; never fails on timing (a phase that times out reports what it
 # saw). Needs root. Usage: fleet.sh [A] [V]; BENCH_BIN as in lib.sh; FIGURE names the figures
 # (default fleet).
@@ -92,6 +95,7 @@ py() { "$python" "$here/fleet.py" "$@"; }
 jget() { "$python" -c "import json,sys; d=json.loads(sys.argv[1]); print(d$2)" "$1"; }
 
 pids=()
+noise_pids=()
 watch_pid=""
 made_etc=""
 fleet_cleanup() {
@@ -100,8 +104,8 @@ fleet_cleanup() {
   if [[ -n "$watch_pid" ]]; then
     kill -STOP "$watch_pid"; pkill -P "$watch_pid"; kill "$watch_pid"; kill -CONT "$watch_pid"
   fi
-  for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done
-  for p in "${pids[@]}" $watch_pid; do wait "$p" 2> /dev/null; done
+  for p in "${noise_pids[@]}" "${pids[@]}"; do kill "$p" 2> /dev/null; done
+  for p in "${noise_pids[@]}" "${pids[@]}" $watch_pid; do wait "$p" 2> /dev/null; done
   # Every mount under $work, deepest first (volumes), before lib.sh's cleanup removes $work.
   awk -v w="$work/" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
     umount "$m"
@@ -236,8 +240,17 @@ echo "{\"figure\":\"${figure}_publish\",\"impl\":\"$impl\",\"agents\":$agents,\"
 w0=$(watch_events)
 py mount-events "$idle" > "$work/mount-events.json" &
 mount_events_pid=$!
+if [[ ${NOISE:-0} == 1 ]]; then
+  for i in "${!pids[@]}"; do
+    mkdir -p "$work/noise-$i"
+    nsenter -t "${pids[$i]}" -m sh -c 'while :; do mount -t tmpfs noise "$1"; umount "$1"; sleep 0.5; done' sh "$work/noise-$i" &
+    noise_pids+=($!)
+  done
+fi
 t0=$(now); a0=$(cpu_each "${pids[@]}"); s0=$(cpu_ticks "$api_pid")
 sleep "$idle"
+for p in "${noise_pids[@]}"; do kill "$p" 2> /dev/null; wait "$p" 2> /dev/null || true; done
+noise_pids=()
 wait "$mount_events_pid" || echo '{"mount_events":null}' > "$work/mount-events.json"
 t1=$(now); a1=$(cpu_each "${pids[@]}"); s1=$(cpu_ticks "$api_pid")
 w1=$(watch_events)

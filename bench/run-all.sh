@@ -20,4 +20,5 @@ bash "$here/device-probe.sh" 3                  # figure 14: proving blank: prob
 bash "$here/wedged-volume.sh" 50                 # issue 27: 50 mounts, then again beside a frozen ext4 volume; its thaw
 bash "$here/wedged-disks.sh" 20 100               # issue 41: 20 and 100 wedged volumes: publish, recycle, threads, RSS
 bash "$here/idle-side-by-side.sh" 100            # issue 29: idle, one agent with 100 volumes, ours vs upstream v2.9.0
+bash "$here/busy-node.sh" 100                  # issue 42: idle with 100 volumes while a tmpfs elsewhere is mounted and unmounted twice a second
 bash "$here/fleet.sh" 50 10                      # issue 29: fleet of 50 agents x 10 volumes, ours vs upstream v2.9.0

@@ -201,3 +201,71 @@ fn an_idle_agent_without_devices_or_disks_does_not_poll_block_devices() {
     // on this machine attaching a loop device, say): a few at most.
     assert!(after - before < 8, "the block-device watch woke {} times in 5 s of idleness", after - before);
 }
+
+/// The passes the agent has run (its reconcile-duration histogram's count).
+fn passes(agent: &AgentProcess) -> u64 {
+    let metrics = agent.admin_get("/metrics");
+    let line = metrics.lines().find(|l| l.starts_with("local_static_provisioner_reconcile_duration_seconds_count"));
+    line.and_then(|l| l.split_whitespace().last()).and_then(|n| n.parse().ok()).expect("the pass counter")
+}
+
+/// Waits up to 5 s for a pass after `before`; whether one ran.
+fn a_pass_after(agent: &AgentProcess, before: u64) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if passes(agent) > before {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn mounts_elsewhere_cost_no_pass_and_mounts_of_its_volumes_still_wake_one() {
+    if !require_root("mounts_elsewhere_cost_no_pass_and_mounts_of_its_volumes_still_wake_one") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let node = &node_of_run(&cp, "idle-cost-mounts", root);
+    let (mounts, config) = lab(&cp, root, "idle-cost-mounts", 3);
+    let kubeconfig = cp.agent_kubeconfig(root);
+    let prefix = root.display().to_string();
+    let agent = AgentProcess::start(&config, node, &kubeconfig, &root.join("agent.log"));
+    wait_until("3 PVs published", WAIT, || (cp.pvs_under(&prefix).len() == 3).then_some(()));
+    std::thread::sleep(Duration::from_secs(2));
+    // A tmpfs outside the discovery directory, mounted and unmounted ten times (kubelet does so
+    // for every pod on a busy node): each used to wake about four passes.
+    let elsewhere = root.join("elsewhere");
+    let before = passes(&agent);
+    for _ in 0..10 {
+        drop(mount_tmpfs(&elsewhere, 1));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let churned = passes(&agent) - before;
+    // A bind mount of a volume elsewhere (kubelet's into a pod: a wipe must wait for it), its
+    // unmount, and a new entry mounted in the discovery directory each wake a pass promptly.
+    let before = passes(&agent);
+    let bind = support::bind_mount(&mounts[0].path, &root.join("pod/volumes/pv"));
+    let bind_woke = a_pass_after(&agent, before);
+    let before = passes(&agent);
+    drop(bind);
+    let unbind_woke = a_pass_after(&agent, before);
+    let before = passes(&agent);
+    let run = root.file_name().unwrap().to_string_lossy().replace('.', "");
+    let entry = mount_tmpfs(&root.join(format!("disks/new-{run}")), 4);
+    let entry_woke = a_pass_after(&agent, before);
+    wait_until("the new entry's PV", WAIT, || (cp.pvs_under(&prefix).len() == 4).then_some(()));
+    agent.stop();
+    drop(entry);
+    drop(mounts);
+    cp.forget_pvs_under(&prefix);
+    // One stray pass is allowed (a timer of the agent's own); the churn used to cost ~40.
+    assert!(churned <= 1, "10 mounts and unmounts elsewhere cost {churned} passes");
+    assert!(bind_woke, "a bind mount of a volume elsewhere woke no pass");
+    assert!(unbind_woke, "its unmount woke no pass");
+    assert!(entry_woke, "a new entry mounted in the discovery directory woke no pass");
+}

@@ -14,6 +14,7 @@ mod config;
 mod fence;
 mod health;
 mod heartbeat;
+mod interest;
 mod inventory;
 mod marks;
 mod node;
@@ -53,7 +54,7 @@ use crate::host::access::{HostAccess, RealHost};
 use crate::host::kubelet::KubeletView;
 use crate::host::ops::{Answer, Operations, Subject};
 use crate::host::used_mark::Ledger;
-use crate::host::watch::{DirWatcher, Needs, WatchNeeds, watch_block_devices, watch_mounts};
+use crate::host::watch::{DirWatcher, MountWatch, Needs, WatchNeeds, watch_block_devices, watch_mounts};
 use crate::metrics::Metrics;
 use crate::runtime::{EventClock, Shutdown, debounced, forward_events_until_synced, jittered, sleep_until_opt};
 use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
@@ -167,7 +168,9 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     // that puts it back). Not waited for: the Node was just read.
     let (node_store, node_events) = cluster.watch_own_node(&identity.node);
     forward_events_until_synced("node", node_events, raw.clone(), None);
-    if let Err(e) = watch_mounts(raw.clone()) {
+    // Which mounts wake a pass: each pass says (Agent::say_interest).
+    let mount_watch = Arc::new(MountWatch::new(Some(opts.kubelet.dir.clone())));
+    if let Err(e) = watch_mounts(raw.clone(), mount_watch.clone()) {
         warn!(error = %e, "mount events unavailable; new mounts are found by the periodic resync");
     }
     // The claimed devices of unbound PVs: the claim pass names them, the watch follows their
@@ -235,6 +238,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
     agent.watch_needs = Some(watch_needs);
+    agent.mount_watch = Some(mount_watch);
     agent.kernel_log = kernel_log;
     agent.node_store = Some(node_store);
     // Before anything else: no pod newly mounts a volume of this node until this agent's first
@@ -307,6 +311,8 @@ pub(crate) struct Agent {
     dir_watcher: Option<DirWatcher>,
     /// What the block-device watch must read periodically, from what the last pass found.
     watch_needs: Option<Arc<WatchNeeds>>,
+    /// Which mount changes wake a pass, from what the last pass read.
+    mount_watch: Option<Arc<MountWatch>>,
     /// The devices the kernel log said failed (host::kernel_log fills it).
     kernel_log: Arc<std::sync::Mutex<crate::core::kernel_log::KernelLogMemory>>,
     settle: Duration,
@@ -388,6 +394,7 @@ impl Agent {
             config_unread: false,
             dir_watcher: None,
             watch_needs: None,
+            mount_watch: None,
             kernel_log: Arc::default(),
             settle: opts.settle,
             succession_settle: opts.succession_settle.max(opts.settle),
@@ -564,6 +571,7 @@ impl Agent {
             }
         }
         self.say_watch_needs(&observation.scan, &signs);
+        self.say_interest(&observation);
         let unresponsive_entries: Vec<String> = observation
             .scan
             .skipped

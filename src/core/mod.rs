@@ -21,6 +21,7 @@ pub(crate) mod heartbeat;
 pub mod inventory;
 pub mod kernel_log;
 pub(crate) mod lease;
+pub(crate) mod mount_interest;
 pub mod naming;
 pub(crate) mod node_cleanup;
 pub(crate) mod occurrence;

@@ -74,6 +74,9 @@ pub struct Observation {
     /// Without a claim pass, the node's block devices for the inventory, listed from sysfs
     /// without opening any (host::claims::listing); empty when a claim pass ran.
     pub devices: Vec<crate::core::device_claim::DeviceFacts>,
+    /// The mount table this pass read: the mount watch compares what it reads with it
+    /// (host::watch::MountWatch).
+    pub mounts: Option<Arc<MountTable>>,
 }
 
 /// One used mark to write (see host::used_mark::mark_volume).
@@ -395,7 +398,8 @@ impl HostAccess for RealHost {
             .filter_map(|((pv, _), check)| Some((pv.uid.clone(), check.done()?)))
             .collect();
         let disks = ask.disks.then_some(disks);
-        Ok(Observation { scan, absent, checks, io_failures, upgrades, disks, succession, claims, devices })
+        let mounts = Some(mounts);
+        Ok(Observation { scan, absent, checks, io_failures, upgrades, disks, succession, claims, devices, mounts })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {

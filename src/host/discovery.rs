@@ -198,6 +198,9 @@ pub struct Scan {
     /// What the kernel shows of each examined entry's disk (host path, signs): read by the
     /// agent only (core::disk_health judges them).
     pub signs: Vec<(String, Signs)>,
+    /// The discovery directories as they resolved (the mount table names real paths): the
+    /// agent's mount watch follows mounts there (core::mount_interest).
+    pub roots: Vec<PathBuf>,
 }
 
 /// How the agent examines entries: each on the pool of per-volume operations, with a deadline
@@ -240,6 +243,7 @@ pub(crate) fn scan_examined(
     let mut out = Scan::default();
     let facts = mounts.facts();
     let (roots, problems) = check_roots(config, &facts);
+    out.roots = roots.iter().map(|r| r.resolved.clone()).collect();
     let host_dirs: Vec<PathBuf> =
         config.storage_class_map.values().map(|c| PathBuf::from(clean_path(&c.host_dir))).collect();
     let guard = Arc::new(GuardFacts {

@@ -135,6 +135,11 @@ impl MountTable {
         self.by_point.values().filter_map(|id| self.by_id.get(id))
     }
 
+    /// Every mount in ID order, covered and stacked ones included.
+    pub fn entries(&self) -> impl Iterator<Item = &MountEntry> {
+        self.by_id.values()
+    }
+
     /// Number of mounts, for logs.
     pub fn len(&self) -> usize {
         self.by_point.len()

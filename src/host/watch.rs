@@ -20,28 +20,135 @@ use tokio::sync::Notify;
 use tracing::warn;
 
 use super::HostError;
-use super::mountinfo::MOUNTINFO;
+use super::mountinfo::{MOUNTINFO, MountTable};
 use super::ops::{Answer, Job, OnDeadline, Operations, Subject};
+use crate::core::mount_interest::{DeviceInterest, MountInterest, MountLine, device_change_matters, relevant_indices};
 
-/// Starts a thread that signals `changed` on every mount or unmount in this namespace. The
-/// thread sleeps in poll(2): an idle agent uses no CPU for it.
-pub(crate) fn watch_mounts(changed: Arc<Notify>) -> Result<(), HostError> {
+/// What the mount watch compares (core::mount_interest): set by the agent after each pass
+/// from what it found, with the fingerprint of the relevant part of the table that pass read.
+/// Until the first pass, every mount event wakes a pass.
+pub(crate) struct MountWatch {
+    /// The interest and the fingerprint last seen of the entries it finds relevant.
+    state: Mutex<Option<(MountInterest, u64)>>,
+    /// kubelet's directory, as configured, and as the watch thread resolved it (it may wait
+    /// on it; a pass does not).
+    kubelet_dir: Option<PathBuf>,
+    kubelet_resolved: std::sync::OnceLock<Option<PathBuf>>,
+    /// Wakes the watch thread to compare the table now with a new interest.
+    waker: Mutex<Option<std::io::PipeWriter>>,
+}
+
+impl MountWatch {
+    /// A watch that knows nothing yet; `kubelet_dir` is where kubelet mounts pods' volumes.
+    pub(crate) fn new(kubelet_dir: Option<PathBuf>) -> Self {
+        MountWatch {
+            state: Mutex::new(None),
+            kubelet_dir,
+            kubelet_resolved: Default::default(),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// From now on only changes to the entries `interest` finds relevant wake a pass. `table`
+    /// is the table the pass read: a change between its read and this call is found by the
+    /// comparison the watch thread makes at once.
+    pub(crate) fn set(&self, mut interest: MountInterest, table: &MountTable) {
+        interest.kubelet_dir = self.kubelet_resolved.get().cloned().flatten().or_else(|| self.kubelet_dir.clone());
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let fingerprint = relevant_fingerprint(table, Some(&interest));
+        if state.as_ref().is_some_and(|(i, f)| *i == interest && *f == fingerprint) {
+            return;
+        }
+        *state = Some((interest, fingerprint));
+        drop(state);
+        use std::io::Write;
+        if let Some(w) = self.waker.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            let _ = w.write(&[1]);
+        }
+    }
+
+    /// Whether `table` differs from what was last seen in what matters, noting it as seen.
+    /// Every change matters until the first pass said what it depends on.
+    fn differs(&self, table: &MountTable) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((interest, seen)) = state.as_mut() else { return true };
+        let now = relevant_fingerprint(table, Some(interest));
+        std::mem::replace(seen, now) != now
+    }
+}
+
+/// A hash of the entries of `table` that `interest` finds relevant, with every field a pass
+/// reads of them (the mount ID too: an entry unmounted and mounted again is a change).
+fn relevant_fingerprint(table: &MountTable, interest: Option<&MountInterest>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let entries: Vec<&super::mountinfo::MountEntry> = table.entries().collect();
+    let lines: Vec<MountLine<'_>> = entries
+        .iter()
+        .map(|e| MountLine {
+            device: &e.device,
+            root: &e.root,
+            mount_point: &e.mount_point,
+            fs_type: &e.fs_type,
+            source: &e.source,
+        })
+        .collect();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for e in relevant_indices(&lines, interest).into_iter().map(|i| entries[i]) {
+        (e.id, &e.device, &e.root, &e.mount_point, &e.fs_type, &e.source, &e.super_options).hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// Starts a thread that signals `changed` on a mount or unmount in this namespace that touches
+/// what the last pass read (see [`MountWatch`]): the table is read on each kernel event and only
+/// its relevant entries compared, so kubelet mounting a pod's token or another program's tmpfs
+/// costs one read of the table, not a pass. The thread sleeps in poll(2) otherwise.
+pub(crate) fn watch_mounts(changed: Arc<Notify>, watch: Arc<MountWatch>) -> Result<(), HostError> {
     let file = File::open(MOUNTINFO).map_err(|e| HostError::io("open", MOUNTINFO, e))?;
+    let (reader, writer) = std::io::pipe().map_err(|e| HostError::io("create a pipe for", MOUNTINFO, e))?;
+    nix::fcntl::fcntl(&writer, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+        .map_err(|e| HostError::io("set non-blocking the pipe for", MOUNTINFO, std::io::Error::from(e)))?;
+    *watch.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(writer);
     std::thread::Builder::new()
         .name("mount-watch".into())
         .spawn(move || {
+            let mut reader = reader;
+            // Resolved here, not in a pass: kubelet's directory on a filesystem that does not
+            // answer holds only this thread (and every mount event then wakes a pass).
+            let kubelet = watch.kubelet_dir.as_deref().and_then(|d| std::fs::canonicalize(d).ok());
+            let _ = watch.kubelet_resolved.set(kubelet);
             loop {
-                let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLPRI)];
-                match poll(&mut fds, PollTimeout::NONE) {
-                    Ok(_) => {
-                        tracing::trace!("mount table changed");
-                        changed.notify_one()
+                let (event, woken) = {
+                    let mut fds =
+                        [PollFd::new(file.as_fd(), PollFlags::POLLPRI), PollFd::new(reader.as_fd(), PollFlags::POLLIN)];
+                    match poll(&mut fds, PollTimeout::NONE) {
+                        Ok(_) => {
+                            let ready = |fd: &PollFd, f: PollFlags| fd.revents().is_some_and(|r| r.intersects(f));
+                            (ready(&fds[0], PollFlags::POLLPRI | PollFlags::POLLERR), ready(&fds[1], PollFlags::POLLIN))
+                        }
+                        Err(nix::errno::Errno::EINTR) => continue,
+                        Err(e) => {
+                            warn!(error = %e, "polling the mount table failed; relying on the periodic resync");
+                            std::thread::sleep(Duration::from_secs(5));
+                            continue;
+                        }
                     }
-                    Err(nix::errno::Errno::EINTR) => {}
-                    Err(e) => {
-                        warn!(error = %e, "polling the mount table failed; relying on the periodic resync");
-                        std::thread::sleep(Duration::from_secs(5));
-                    }
+                };
+                if woken {
+                    use std::io::Read;
+                    let _ = reader.read(&mut [0u8; 64]);
+                }
+                if !event && !woken {
+                    continue;
+                }
+                // A table that cannot be read is a change: the pass finds out.
+                let differs = match MountTable::read() {
+                    Ok(table) => watch.differs(&table),
+                    Err(_) => true,
+                };
+                if differs {
+                    tracing::trace!("mount table changed where it matters");
+                    changed.notify_one();
                 }
             }
         })
@@ -81,6 +188,9 @@ pub(crate) struct WatchNeeds {
     state: Mutex<(Needs, bool)>,
     /// Wakes the watch thread when what it must read changed.
     waker: Mutex<Option<std::io::PipeWriter>>,
+    /// Which changes of the device list wake a pass (core::mount_interest); every change until
+    /// the first pass said.
+    devices: Mutex<Option<DeviceInterest>>,
 }
 
 /// The periodic reads wanted, besides the watched devices' write counters.
@@ -99,7 +209,12 @@ pub(crate) struct Needs {
 impl WatchNeeds {
     /// Needs that want nothing yet, following the write counters of the names in `watched`.
     pub(crate) fn new(watched: Arc<Mutex<BTreeSet<String>>>) -> Self {
-        WatchNeeds { watched, state: Mutex::new((Needs::default(), false)), waker: Mutex::new(None) }
+        WatchNeeds {
+            watched,
+            state: Mutex::new((Needs::default(), false)),
+            waker: Mutex::new(None),
+            devices: Mutex::new(None),
+        }
     }
 
     /// Sets what is wanted from now on: the watch thread is woken to adjust its timers when
@@ -112,6 +227,19 @@ impl WatchNeeds {
             drop(state);
             self.wake();
         }
+    }
+
+    /// Which changes of the device list wake a pass from now on.
+    pub(crate) fn set_devices(&self, interest: DeviceInterest) {
+        *self.devices.lock().unwrap_or_else(|e| e.into_inner()) = Some(interest);
+    }
+
+    /// Puts `now` in `listed`; whether the change matters to a pass.
+    fn list_changed(&self, listed: &mut Vec<String>, now: Vec<String>) -> bool {
+        let interest = self.devices.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let matters = device_change_matters(listed, &now, interest.as_ref());
+        *listed = now;
+        matters
     }
 
     /// Wakes the watch thread.
@@ -214,7 +342,7 @@ pub(crate) fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) 
                 looks.retain(|at| *at > now);
                 // The device list is read at most once per wake-up, for an event or the safety net.
                 let listed_now = events || look_again;
-                let mut change = listed_now && replace_if_differs(&mut listed, block_devices_now());
+                let mut change = listed_now && needs.list_changed(&mut listed, block_devices_now());
                 let now = std::time::Instant::now();
                 for i in 0..4 {
                     if !wanted[i] || next[i] > now {
@@ -223,7 +351,7 @@ pub(crate) fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) 
                     // The next one a whole period on, skipping what a long sleep missed.
                     next[i] = (next[i] + periods[i]).max(now);
                     let differs = match i {
-                        0 => !listed_now && replace_if_differs(&mut listed, block_devices_now()),
+                        0 => !listed_now && needs.list_changed(&mut listed, block_devices_now()),
                         1 => replace_if_differs(&mut written, crate::host::writers::written_counters(&names)),
                         2 => replace_if_differs(
                             &mut counters,
@@ -644,7 +772,7 @@ mod tests {
         }
         let tmp = tempfile::tempdir().unwrap();
         let changed = Arc::new(Notify::new());
-        watch_mounts(changed.clone()).unwrap();
+        watch_mounts(changed.clone(), Arc::new(MountWatch::new(None))).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let status = std::process::Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(tmp.path()).status();
@@ -653,5 +781,64 @@ mod tests {
             let _ = std::process::Command::new("umount").arg(tmp.path()).status();
             got.expect("mount event");
         });
+    }
+
+    #[test]
+    fn only_mounts_the_last_pass_depends_on_are_signalled() {
+        if !crate::host::test_env::require_root("only_mounts_the_last_pass_depends_on_are_signalled") {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let (disks, elsewhere, bind) = (base.join("disks"), base.join("elsewhere"), base.join("bind"));
+        let (vol, new) = (disks.join("vol1"), disks.join("vol2"));
+        for d in [&disks, &elsewhere, &bind, &vol, &new] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let run = |args: &[&std::ffi::OsStr]| {
+            let ok = std::process::Command::new(args[0]).args(&args[1..]).status().is_ok_and(|s| s.success());
+            assert!(ok, "{args:?}");
+        };
+        let tmpfs_at = |at: &std::path::Path| {
+            run(&["mount".as_ref(), "-t".as_ref(), "tmpfs".as_ref(), "tmpfs".as_ref(), at.as_ref()])
+        };
+        let umount = |at: &std::path::Path| {
+            let _ = std::process::Command::new("umount").arg(at).status();
+        };
+        tmpfs_at(&vol);
+        let changed = Arc::new(Notify::new());
+        let watch = Arc::new(MountWatch::new(None));
+        watch_mounts(changed.clone(), watch.clone()).unwrap();
+        let interest = MountInterest { paths: BTreeSet::from([disks.clone()]), ..Default::default() };
+        watch.set(interest, &MountTable::read().unwrap());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let signalled = |within_ms: u64| {
+            rt.block_on(async {
+                tokio::time::timeout(Duration::from_millis(within_ms), changed.notified()).await.is_ok()
+            })
+        };
+        let quiet_after_set = !signalled(300);
+        // Another tmpfs mounted and unmounted elsewhere, three times: nothing the pass read.
+        for _ in 0..3 {
+            tmpfs_at(&elsewhere);
+            umount(&elsewhere);
+        }
+        let quiet_after_churn = !signalled(500);
+        // A bind mount of the volume elsewhere (kubelet's into a pod), its unmount, a new entry.
+        run(&["mount".as_ref(), "--bind".as_ref(), vol.as_os_str(), bind.as_os_str()]);
+        let bind_seen = signalled(5000);
+        umount(&bind);
+        let unbind_seen = signalled(5000);
+        tmpfs_at(&new);
+        let entry_seen = signalled(5000);
+        umount(&new);
+        let entry_gone_seen = signalled(5000);
+        umount(&vol);
+        let volume_gone_seen = signalled(5000);
+        assert!(quiet_after_set, "setting the interest alone is no change");
+        assert!(quiet_after_churn, "a mount elsewhere must not wake a pass");
+        assert!(bind_seen && unbind_seen, "a bind mount of a volume: {bind_seen} {unbind_seen}");
+        assert!(entry_seen && entry_gone_seen, "an entry mounted: {entry_seen} {entry_gone_seen}");
+        assert!(volume_gone_seen, "a volume unmounted");
     }
 }
