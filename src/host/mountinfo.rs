@@ -2,8 +2,9 @@
 //! directory is a mount point (a bind mount of a directory onto itself included) as seen from
 //! inside the agent's container.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
@@ -54,6 +55,9 @@ pub struct MountTable {
     by_point: BTreeMap<PathBuf, u32>,
     /// Every mount by ID, covered and stacked ones included (see host::volume::mount_at).
     by_id: BTreeMap<u32, MountEntry>,
+    /// The text it was read from: the mount watch compares the table it reads on a kernel
+    /// event with the one the last pass read by the same lines (host::watch::MountWatch).
+    text: String,
 }
 
 impl MountTable {
@@ -82,7 +86,12 @@ impl MountTable {
             by_point.insert(entry.mount_point.clone(), entry.id);
             by_id.insert(entry.id, entry);
         }
-        Ok(MountTable { by_point, by_id })
+        Ok(MountTable { by_point, by_id, text: text.to_string() })
+    }
+
+    /// The text the table was read from.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// The mount whose mount point is exactly `path`.
@@ -149,6 +158,39 @@ impl MountTable {
     pub fn is_empty(&self) -> bool {
         self.by_point.is_empty()
     }
+}
+
+/// One line of mountinfo as it is, with the fields relevance needs borrowed from it: the mount
+/// watch reads the table on every kernel event (kubelet mounts and unmounts for every pod), and
+/// a view costs no table built and, unless a path has an escape, no allocation.
+pub(crate) struct LineView<'a> {
+    /// The whole line.
+    pub line: &'a str,
+    pub device: &'a str,
+    pub root: Cow<'a, Path>,
+    pub mount_point: Cow<'a, Path>,
+    /// Filesystem type and mount source, undecoded (compared with plain names only).
+    pub fs_type: &'a str,
+    pub source: &'a str,
+}
+
+/// The views of the lines of mountinfo `text`; `Err` with the line for one that is malformed.
+pub(crate) fn line_views(text: &str) -> impl Iterator<Item = Result<LineView<'_>, &str>> {
+    text.lines().filter(|l| !l.trim().is_empty()).map(|line| view_line(line).ok_or(line))
+}
+
+fn view_line(line: &str) -> Option<LineView<'_>> {
+    let mut fields = line.split(' ');
+    let (_id, _parent, device) = (fields.next()?, fields.next()?, fields.next()?);
+    let (root, mount_point) = (fields.next()?, fields.next()?);
+    fields.by_ref().find(|f| *f == "-")?;
+    let (fs_type, source) = (fields.next()?, fields.next()?);
+    Some(LineView { line, device, root: path_field(root), mount_point: path_field(mount_point), fs_type, source })
+}
+
+/// A path field, decoded only when it has an escape.
+fn path_field(field: &str) -> Cow<'_, Path> {
+    if field.contains('\\') { Cow::Owned(unescape_path(field)) } else { Cow::Borrowed(Path::new(OsStr::new(field))) }
 }
 
 // Format (proc(5)): id parent major:minor root mount-point options [optional...] - fstype source super-options

@@ -55,7 +55,7 @@ impl MountWatch {
     pub(crate) fn set(&self, mut interest: MountInterest, table: &MountTable) {
         interest.kubelet_dir = self.kubelet_resolved.get().cloned().flatten().or_else(|| self.kubelet_dir.clone());
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let fingerprint = relevant_fingerprint(table, Some(&interest));
+        let fingerprint = relevant_fingerprint(table.text(), Some(&interest));
         if state.as_ref().is_some_and(|(i, f)| *i == interest && *f == fingerprint) {
             return;
         }
@@ -69,32 +69,40 @@ impl MountWatch {
 
     /// Whether `table` differs from what was last seen in what matters, noting it as seen.
     /// Every change matters until the first pass said what it depends on.
-    fn differs(&self, table: &MountTable) -> bool {
+    fn differs(&self, text: &str) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let Some((interest, seen)) = state.as_mut() else { return true };
-        let now = relevant_fingerprint(table, Some(interest));
+        let now = relevant_fingerprint(text, Some(interest));
         std::mem::replace(seen, now) != now
     }
 }
 
-/// A hash of the entries of `table` that `interest` finds relevant, with every field a pass
-/// reads of them (the mount ID too: an entry unmounted and mounted again is a change).
-fn relevant_fingerprint(table: &MountTable, interest: Option<&MountInterest>) -> u64 {
+/// A hash of the lines of the mount table `text` that `interest` finds relevant, each whole (its
+/// mount ID too: an entry unmounted and mounted again is a change). A malformed line counts as
+/// relevant. The pass's table and the watch's reads are hashed by this one function from their
+/// text, so they agree byte for byte.
+fn relevant_fingerprint(text: &str, interest: Option<&MountInterest>) -> u64 {
     use std::hash::{Hash, Hasher};
-    let entries: Vec<&super::mountinfo::MountEntry> = table.entries().collect();
-    let lines: Vec<MountLine<'_>> = entries
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut views = Vec::new();
+    for view in super::mountinfo::line_views(text) {
+        match view {
+            Ok(view) => views.push(view),
+            Err(malformed) => malformed.hash(&mut hasher),
+        }
+    }
+    let lines: Vec<MountLine<'_>> = views
         .iter()
-        .map(|e| MountLine {
-            device: &e.device,
-            root: &e.root,
-            mount_point: &e.mount_point,
-            fs_type: &e.fs_type,
-            source: &e.source,
+        .map(|v| MountLine {
+            device: v.device,
+            root: &v.root,
+            mount_point: &v.mount_point,
+            fs_type: v.fs_type,
+            source: v.source,
         })
         .collect();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    for e in relevant_indices(&lines, interest).into_iter().map(|i| entries[i]) {
-        (e.id, &e.device, &e.root, &e.mount_point, &e.fs_type, &e.source, &e.super_options).hash(&mut hasher);
+    for i in relevant_indices(&lines, interest) {
+        views[i].line.hash(&mut hasher);
     }
     hasher.finish()
 }
@@ -117,6 +125,7 @@ pub(crate) fn watch_mounts(changed: Arc<Notify>, watch: Arc<MountWatch>) -> Resu
             // answer holds only this thread (and every mount event then wakes a pass).
             let kubelet = watch.kubelet_dir.as_deref().and_then(|d| std::fs::canonicalize(d).ok());
             let _ = watch.kubelet_resolved.set(kubelet);
+            let mut buf = Vec::with_capacity(64 * 1024);
             loop {
                 let (event, woken) = {
                     let mut fds =
@@ -141,9 +150,12 @@ pub(crate) fn watch_mounts(changed: Arc<Notify>, watch: Arc<MountWatch>) -> Resu
                 if !event && !woken {
                     continue;
                 }
-                // A table that cannot be read is a change: the pass finds out.
-                let differs = match MountTable::read() {
-                    Ok(table) => watch.differs(&table),
+                // A table that cannot be read is a change: the pass finds out. Read as
+                // MountTable::read reads it (lossily as UTF-8), into the same buffer each time.
+                buf.clear();
+                let read = File::open(MOUNTINFO).and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut buf));
+                let differs = match read {
+                    Ok(_) => watch.differs(&String::from_utf8_lossy(&buf)),
                     Err(_) => true,
                 };
                 if differs {
@@ -781,6 +793,24 @@ mod tests {
             let _ = std::process::Command::new("umount").arg(tmp.path()).status();
             got.expect("mount event");
         });
+    }
+
+    #[test]
+    fn the_fingerprint_follows_only_relevant_lines_and_a_table_agrees_with_its_text() {
+        let interest = MountInterest { paths: [PathBuf::from("/mnt/disks")].into(), ..Default::default() };
+        let fp = |text: &str| relevant_fingerprint(text, Some(&interest));
+        let base = "20 1 0:50 / /mnt/disks/a rw - tmpfs tmpfs rw\n21 1 0:51 / /other rw - tmpfs tmpfs rw\n";
+        assert_eq!(fp(base), relevant_fingerprint(MountTable::parse(base).unwrap().text(), Some(&interest)));
+        // Churn elsewhere: no change.
+        assert_eq!(fp(base), fp("20 1 0:50 / /mnt/disks/a rw - tmpfs tmpfs rw\n"));
+        assert_eq!(fp(base), fp(&format!("{base}30 1 0:60 / /var/lib/kubelet/pods/x rw - tmpfs tmpfs rw\n")));
+        // A new entry, the same one mounted again (a new ID), an escaped name, its bind elsewhere.
+        assert_ne!(fp(base), fp(&format!("{base}22 1 0:52 / /mnt/disks/b rw - tmpfs tmpfs rw\n")));
+        assert_ne!(fp(base), fp(&base.replace("20 1 0:50", "23 1 0:50")));
+        assert_ne!(fp(base), fp(&format!("{base}24 1 0:53 / /mnt/disks/with\\040space rw - tmpfs tmpfs rw\n")));
+        assert_ne!(fp(base), fp(&format!("{base}25 1 0:50 / /var/lib/kubelet/pods/p/v rw - tmpfs tmpfs rw\n")));
+        // A line that cannot be read counts.
+        assert_ne!(fp(base), fp(&format!("{base}garbage\n")));
     }
 
     #[test]
