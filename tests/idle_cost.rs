@@ -96,6 +96,7 @@ fn a_pv_deleted_by_hand_costs_one_patch_and_its_re_creation() {
     // Idle first: what follows the publication (its mark, its events) is not counted.
     std::thread::sleep(Duration::from_secs(3));
     let from = audit_len(&cp);
+    let disks = support::DiskChanges::start();
     cp.kubectl_ok(&["delete", "pv", &name, "--wait=false"]);
     wait_until("the PV re-created", WAIT, || {
         let pvs = cp.pvs_under(&prefix);
@@ -111,7 +112,10 @@ fn a_pv_deleted_by_hand_costs_one_patch_and_its_re_creation() {
     eprintln!("requests per deleted PV: {} ({requests:?}; inventory {inventory:?})", requests.len() + inventory.len());
     // The node inventory follows the PV (deleted, then published again): steps of that cycle
     // wait for its end, which shows the volume as it was, so nothing is written.
-    assert!(inventory.is_empty(), "inventory writes per deleted PV: {inventory:?}");
+    // (A loop device another test attached meanwhile is a change of the host's disks, which
+    // the inventory lists: written, and allowed for.)
+    let changes = disks.stop();
+    assert!(inventory.len() <= changes, "inventory writes per deleted PV: {inventory:?} ({changes} changes of the disks)");
     let creates = requests.iter().filter(|r| r.starts_with("create persistentvolumes")).count();
     assert_eq!(creates, 1, "{requests:?}");
     // The finalizer the deletion waits on is released with one patch (the store already has

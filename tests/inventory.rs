@@ -124,36 +124,6 @@ fn a_node_shows_its_claimed_refused_and_plain_volumes_and_a_new_one_within_a_sec
     drop(agent);
 }
 
-/// How many times the host's block devices (name and size, as the inventory lists them: no
-/// unattached loop device) changed within `period`, sampled every 20 ms.
-fn block_device_changes(period: Duration) -> usize {
-    let listed = || {
-        let mut devices: Vec<(String, String)> = std::fs::read_dir("/sys/class/block")
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| {
-                        let size = std::fs::read_to_string(e.path().join("size")).unwrap_or_default();
-                        (e.file_name().to_string_lossy().into_owned(), size.trim().to_string())
-                    })
-                    .filter(|(name, size)| !(name.starts_with("loop") && size == "0"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        devices.sort();
-        devices
-    };
-    let (end, mut last, mut changes) = (Instant::now() + period, listed(), 0);
-    while Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = listed();
-        if now != last {
-            changes += 1;
-            last = now;
-        }
-    }
-    changes
-}
-
 /// The agent's requests on LocalStorageNodes in the audit log from byte `from` on: (verb,
 /// subresource), one per audit ID.
 fn inventory_requests(h: &Harness, from: u64) -> Vec<(String, String)> {
@@ -198,7 +168,9 @@ fn an_idle_agent_writes_its_inventory_only_when_something_changes() {
     let passes_before = agent.log_text().matches("pass done").count();
     // The inventory lists the host's disks: a loop device another test attaches meanwhile is a
     // change, told with a write. Those changes are counted, every 20 ms.
-    let changes = block_device_changes(Duration::from_secs(60));
+    let sampler = support::DiskChanges::start();
+    std::thread::sleep(Duration::from_secs(60));
+    let changes = sampler.stop();
     let writes: Vec<_> =
         inventory_requests(&h, from).into_iter().filter(|(verb, _)| verb != "get" && verb != "list").collect();
     let passes = agent.log_text().matches("pass done").count() - passes_before;

@@ -302,6 +302,7 @@ fn a_released_filesystem_pv_costs_three_requests_and_its_inventory_view_waits() 
     // Whatever the binding caused is done before the count starts.
     std::thread::sleep(Duration::from_secs(3));
     let mark = audit_len(&cp);
+    let disks = support::DiskChanges::start();
     let released = Instant::now();
     cp.release_claim("wipe-req-claim");
     wait_recycled(&cp, &name, &uid, Some(&vol), WAIT);
@@ -318,7 +319,10 @@ fn a_released_filesystem_pv_costs_three_requests_and_its_inventory_view_waits() 
     // The node inventory's view of the PV's phases (Released, deleted, the new PV Available)
     // waits up to a minute and goes out with the node's other changes: none of its own here.
     eprintln!("the release cycle took {cycle:?}");
-    assert!(inventory.is_empty(), "{inventory:?} after a cycle of {cycle:?}");
+    // (A loop device another test attached meanwhile is a change of the host's disks, which
+    // the inventory lists: written, and allowed for.)
+    let changes = disks.stop();
+    assert!(inventory.len() <= changes, "{inventory:?} after a cycle of {cycle:?} ({changes} changes of the disks)");
     assert!(requests.len() <= 3, "{} requests for one released PV: {requests:?}", requests.len());
     // The PV's delete, our finalizer's removal, and the clean volume's new PV, which carries how
     // the volume was wiped in its annotation (core::wipe_history): no event more.

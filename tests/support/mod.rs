@@ -816,3 +816,55 @@ pub fn library_expositions() -> (String, String) {
     node_cleanup.api_request("delete", false, Duration::from_millis(1));
     (agent.encode(), node_cleanup.encode())
 }
+
+/// The host's block devices (name and size, as the node inventory lists them: no unattached
+/// loop device), sorted.
+fn block_devices_listed() -> Vec<(String, String)> {
+    let mut devices: Vec<(String, String)> = std::fs::read_dir("/sys/class/block")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let size = std::fs::read_to_string(e.path().join("size")).unwrap_or_default();
+                    (e.file_name().to_string_lossy().into_owned(), size.trim().to_string())
+                })
+                .filter(|(name, size)| !(name.starts_with("loop") && size == "0"))
+                .collect()
+        })
+        .unwrap_or_default();
+    devices.sort();
+    devices
+}
+
+/// Counts, in the background, how often the host's block devices change (sampled every 20 ms):
+/// the node inventory lists them, so a loop device another test attaches meanwhile is a change
+/// an agent rightly writes, which a test counting an agent's inventory writes must allow.
+pub struct DiskChanges {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+}
+
+impl DiskChanges {
+    pub fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut last, mut changes) = (block_devices_listed(), 0);
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(20));
+                let now = block_devices_listed();
+                if now != last {
+                    changes += 1;
+                    last = now;
+                }
+            }
+            changes
+        });
+        DiskChanges { stop, thread }
+    }
+
+    /// How many changes were seen since the start.
+    pub fn stop(self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().expect("the disk sampler")
+    }
+}
