@@ -1792,3 +1792,181 @@ fn apply_agent_rbac(cp: &ControlPlane) {
     cp.apply(&read("deploy/base/namespace.yaml"));
     cp.apply(&read("deploy/base/rbac.yaml"));
 }
+
+// The start-up taint (upstream's removeNodeNotReadyTaint): the agent of a node may remove the
+// configured taint key from its own Node, and no other taint change.
+
+const STARTUP_TAINT: &str = "example.com/storage-not-ready";
+
+/// The shipped policies with variable 0 of the Node policy naming `key`, as
+/// deploy/components/startup-taint and the chart write it.
+fn with_startup_taint(yaml: &str, key: &str) -> String {
+    let base = "- name: startupTaint\n      expression: \"''\"";
+    assert!(yaml.contains(base), "the Node policy's startupTaint variable moved");
+    yaml.replace(base, &format!("- name: startupTaint\n      expression: \"'{key}'\""))
+}
+
+fn taint(key: &str, effect: &str) -> Value {
+    json!({"key": key, "effect": effect})
+}
+
+/// The Node's taints as the admin sets them (a merge patch replaces the list).
+fn set_taints(cp: &ControlPlane, node: &str, taints: &[Value]) {
+    cp.kubectl_ok(&["patch", "node", node, "--type=merge", "-p", &json!({"spec": {"taints": taints}}).to_string()]);
+}
+
+fn node_taints(cp: &ControlPlane, node: &str) -> Vec<Value> {
+    cp.get_json(&["node", node]).unwrap()["spec"]["taints"].as_array().cloned().unwrap_or_default()
+}
+
+/// The taints of `node` replaced, as the agent sends it (src/api/nodes.rs: test, then replace).
+fn replace_taints(cp: &ControlPlane, kubeconfig: &Path, node: &str, old: &[Value], new: &[Value]) -> Output {
+    let patch = json!([
+        {"op": "test", "path": "/spec/taints", "value": old},
+        {"op": "replace", "path": "/spec/taints", "value": new},
+    ]);
+    as_user(cp, kubeconfig, &["patch", "node", node, "--type=json", "-p", &patch.to_string()], None)
+}
+
+#[test]
+fn agent_removes_only_the_startup_taint_of_its_own_node() {
+    let cp = ControlPlane::get();
+    let test = "vap-taint";
+    let (ns, sa) = ("vap-taint", "vap-taint-agent");
+    let (a, b) = ("vap-taint-a", "vap-taint-b");
+    cp.create_node(a);
+    cp.create_node(b);
+    apply_agent_rbac(&cp);
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
+    let mine = taint(STARTUP_TAINT, "NoSchedule");
+    let mine_exec = taint(STARTUP_TAINT, "NoExecute");
+    let cni = taint("node.cilium.io/agent-not-ready", "NoExecute");
+    let dedicated = json!({"key": "dedicated", "value": "storage", "effect": "NoSchedule"});
+
+    // The base policy names no key: the start-up taint is as much out of reach as any other.
+    let mut scratch = Scratch::new(&cp, test);
+    let base = policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none"));
+    scratch.apply_policies(&base);
+    set_taints(&cp, a, &[cni.clone(), mine.clone()]);
+    let refused = format!("the agent of node {a} may change only fence labels of its Node, not spec.taints");
+    wait_until("the base policy to be enforced", WAIT, || {
+        let out = replace_taints(&cp, &agent, a, &[cni.clone(), mine.clone()], std::slice::from_ref(&cni));
+        if out.status.success() {
+            set_taints(&cp, a, &[cni.clone(), mine.clone()]);
+            return None;
+        }
+        stderr(&out).contains(&refused).then_some(())
+    });
+    assert_eq!(node_taints(&cp, a), vec![cni.clone(), mine.clone()]);
+    drop(scratch);
+
+    // With the key configured (what the component and the chart render).
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&with_startup_taint(&base, STARTUP_TAINT));
+    let rest = format!("the agent of node {a} may change only fence labels of its Node and remove its taint {STARTUP_TAINT}, not ");
+    wait_until("the policy with the key to be enforced", WAIT, || {
+        let out = replace_taints(&cp, &agent, a, &[cni.clone(), mine.clone()], &[]);
+        if out.status.success() {
+            set_taints(&cp, a, &[cni.clone(), mine.clone()]);
+            return None;
+        }
+        stderr(&out).contains(&format!("{rest}spec.taints")).then_some(())
+    });
+
+    // Refused: every other change of the taints, with or without the start-up one's removal, and
+    // other spec changes along with it; each leaves the Node as it was.
+    set_taints(&cp, a, &[cni.clone(), mine.clone(), dedicated.clone()]);
+    let before = [cni.clone(), mine.clone(), dedicated.clone()];
+    for (what, new, named) in [
+        ("another taint removed", vec![mine.clone(), dedicated.clone()], "spec.taints"),
+        ("both removed", vec![dedicated.clone()], "spec.taints"),
+        ("all removed", vec![], "spec.taints"),
+        ("a taint added", vec![cni.clone(), mine.clone(), dedicated.clone(), taint("x", "NoSchedule")], "spec.taints"),
+        ("ours removed, one added", vec![cni.clone(), dedicated.clone(), taint("x", "NoSchedule")], "spec.taints"),
+        ("ours changed to NoExecute", vec![cni.clone(), mine_exec.clone(), dedicated.clone()], "spec.taints"),
+        ("ours removed, the others reordered", vec![dedicated.clone(), cni.clone()], "spec.taints"),
+        (
+            "ours removed, another's value changed",
+            vec![cni.clone(), json!({"key": "dedicated", "value": "other", "effect": "NoSchedule"})],
+            "spec.taints",
+        ),
+    ] {
+        assert_denied(&replace_taints(&cp, &agent, a, &before, &new), what, &format!("{rest}{named}"));
+        assert_eq!(node_taints(&cp, a), before.to_vec(), "{what}");
+    }
+    let with_spec = json!([
+        {"op": "replace", "path": "/spec/taints", "value": [cni.clone(), dedicated.clone()]},
+        {"op": "add", "path": "/spec/unschedulable", "value": true},
+    ]);
+    let out = as_user(&cp, &agent, &["patch", "node", a, "--type=json", "-p", &with_spec.to_string()], None);
+    assert_denied(&out, "ours removed with unschedulable set", &format!("{rest}spec"));
+    // Another Node's start-up taint is not its own.
+    set_taints(&cp, b, std::slice::from_ref(&mine));
+    let out = replace_taints(&cp, &agent, b, std::slice::from_ref(&mine), &[]);
+    assert_denied(&out, "B's start-up taint", &format!("the agent of node {a} may only change its own Node, not {b}"));
+    assert_eq!(node_taints(&cp, b), vec![mine.clone()]);
+    assert_eq!(node_taints(&cp, a), before.to_vec());
+
+    // Allowed: the start-up taint removed, the others kept in order; then both of its effects
+    // at once; then the last taint, leaving none.
+    assert_allowed(
+        &replace_taints(&cp, &agent, a, &before, &[cni.clone(), dedicated.clone()]),
+        "the start-up taint removed",
+    );
+    assert_eq!(node_taints(&cp, a), vec![cni.clone(), dedicated.clone()]);
+    set_taints(&cp, a, &[mine.clone(), cni.clone(), mine_exec.clone()]);
+    let out = replace_taints(&cp, &agent, a, &[mine.clone(), cni.clone(), mine_exec.clone()], std::slice::from_ref(&cni));
+    assert_allowed(&out, "both effects of the start-up taint removed");
+    set_taints(&cp, a, std::slice::from_ref(&mine));
+    assert_allowed(&replace_taints(&cp, &agent, a, std::slice::from_ref(&mine), &[]), "the only taint removed");
+    assert_eq!(node_taints(&cp, a), Vec::<Value>::new());
+    // Fence labels are still the agent's to change under the policy with the key.
+    let fence_ok = labels(&[(fence("local-pv-0000ab01").as_str(), Some("unverified"))]);
+    assert_allowed(&patch_node(&cp, &agent, a, &fence_ok), "a fence under the policy with the key");
+
+    // The real agent: a Node registered with the start-up taint (and a CNI's), a volume to
+    // publish; once its PV is published the start-up taint goes and the CNI's stays, with no
+    // request refused.
+    if !require_root("agent_removes_only_the_startup_taint_of_its_own_node (agent part)") {
+        return;
+    }
+    let node = "vap-taint-node";
+    cp.create_node(node);
+    set_taints(&cp, node, &[cni.clone(), mine.clone()]);
+    let class = "vap-taint-fs";
+    cp.create_storage_class(class, "Delete");
+    let fs_dir = tmp.path().join("fs");
+    let _v1 = mount_tmpfs(&fs_dir.join("vol1"), 8);
+    let root = fs_dir.display().to_string();
+    let with_root = base.replace("\n        ['/mnt/fast-disks']\n", &format!("\n        ['{root}']\n"));
+    drop(scratch);
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&with_startup_taint(&with_root, STARTUP_TAINT));
+    let kubeconfig = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, node);
+    let probe = agent_pv(test, "vap-taint-probe", node, "x", "/mnt/fast-disks/probe");
+    wait_enforced(&scratch, &kubeconfig, &probe, &format!("is not directly under one of [{root}]"));
+    let config = tmp.path().join("config");
+    let class_map = format!("{class}:\n  hostDir: {root}\n  mountDir: {root}\n");
+    write_config(
+        &config,
+        &[
+            ("storageClassMap", &class_map),
+            ("labelsForPV", &format!("vap-test: {test}\n")),
+            ("removeNodeNotReadyTaint", "true\n"),
+            ("provisionerNotReadyNodeTaintKey", &format!("{STARTUP_TAINT}\n")),
+        ],
+    );
+    let started = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+    let published = pv_name("vol1", node, class);
+    wait_until("the start-up taint removed", WAIT, || (node_taints(&cp, node) == vec![cni.clone()]).then_some(()));
+    // Not before the volume was published.
+    assert_eq!(cp.pv_state(&published).map(|s| s.1).as_deref(), Some("Available"));
+    wait_until("the removal told on the Node", WAIT, || {
+        cp.has_event(node, "StartupTaintRemoved", STARTUP_TAINT).then_some(())
+    });
+    let log = started.stop();
+    assert!(!log.contains("ValidatingAdmissionPolicy"), "the agent was refused something:\n{log}");
+    assert!(log.contains("removed the start-up taint"), "{log}");
+}

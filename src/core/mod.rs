@@ -33,6 +33,7 @@ pub(crate) mod pv_facts;
 pub(crate) mod pv_inputs;
 pub(crate) mod settings;
 pub(crate) mod settle;
+pub mod startup_taint;
 pub mod signatures;
 pub mod succession;
 pub(crate) mod surface;
