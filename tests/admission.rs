@@ -1865,7 +1865,9 @@ fn agent_removes_only_the_startup_taint_of_its_own_node() {
     // With the key configured (what the component and the chart render).
     let mut scratch = Scratch::new(&cp, test);
     scratch.apply_policies(&with_startup_taint(&base, STARTUP_TAINT));
-    let rest = format!("the agent of node {a} may change only fence labels of its Node and remove its taint {STARTUP_TAINT}, not ");
+    let rest = format!(
+        "the agent of node {a} may change only fence labels of its Node and remove its taint {STARTUP_TAINT}, not "
+    );
     wait_until("the policy with the key to be enforced", WAIT, || {
         let out = replace_taints(&cp, &agent, a, &[cni.clone(), mine.clone()], &[]);
         if out.status.success() {
@@ -1917,7 +1919,8 @@ fn agent_removes_only_the_startup_taint_of_its_own_node() {
     );
     assert_eq!(node_taints(&cp, a), vec![cni.clone(), dedicated.clone()]);
     set_taints(&cp, a, &[mine.clone(), cni.clone(), mine_exec.clone()]);
-    let out = replace_taints(&cp, &agent, a, &[mine.clone(), cni.clone(), mine_exec.clone()], std::slice::from_ref(&cni));
+    let out =
+        replace_taints(&cp, &agent, a, &[mine.clone(), cni.clone(), mine_exec.clone()], std::slice::from_ref(&cni));
     assert_allowed(&out, "both effects of the start-up taint removed");
     set_taints(&cp, a, std::slice::from_ref(&mine));
     assert_allowed(&replace_taints(&cp, &agent, a, std::slice::from_ref(&mine), &[]), "the only taint removed");

@@ -23,7 +23,9 @@ impl Agent {
             Some("") if !self.startup_taint_done => {
                 // Upstream's binary has no default key either: say once why nothing happens.
                 self.startup_taint_done = true;
-                warn!("removeNodeNotReadyTaint is true but provisionerNotReadyNodeTaintKey is empty: no taint is removed");
+                warn!(
+                    "removeNodeNotReadyTaint is true but provisionerNotReadyNodeTaintKey is empty: no taint is removed"
+                );
                 return;
             }
             other => other.map(str::to_string),
@@ -33,7 +35,10 @@ impl Agent {
             TaintStep::Wait => {}
             TaintStep::Absent => {
                 self.startup_taint_done = true;
-                info!(taint = key.as_deref().unwrap_or_default(), "the start-up taint is not on this Node; nothing to remove");
+                info!(
+                    taint = key.as_deref().unwrap_or_default(),
+                    "the start-up taint is not on this Node; nothing to remove"
+                );
             }
             TaintStep::Remove { expected, remaining } => {
                 let key = key.unwrap_or_default();
@@ -44,7 +49,9 @@ impl Agent {
                         self.startup_taint_done = true;
                         let note = format!("this node's volumes are published: removed the start-up taint {key}");
                         info!(taint = %key, "{note}");
-                        self.cluster.event(&node_reference(&self.node), false, "StartupTaintRemoved", "Discover", note).await;
+                        self.cluster
+                            .event(&node_reference(&self.node), false, "StartupTaintRemoved", "Discover", note)
+                            .await;
                     }
                     Some(Err(e)) => {
                         warn!(taint = %key, error = %e, "could not remove the start-up taint; tried again on a later pass")

@@ -87,7 +87,8 @@ mod tests {
         let remaining = remaining_taints(&taints, KEY).unwrap();
         assert_eq!(remaining, vec![taints[0].clone(), taints[2].clone()]);
         // A look-alike key (prefix, other case) is another taint.
-        let others = vec![taint(&format!("{KEY}-x"), None, "NoSchedule"), taint(&KEY.to_uppercase(), None, "NoSchedule")];
+        let others =
+            vec![taint(&format!("{KEY}-x"), None, "NoSchedule"), taint(&KEY.to_uppercase(), None, "NoSchedule")];
         assert_eq!(remaining_taints(&others, KEY), None);
         assert_eq!(remaining_taints(&[], KEY), None);
         assert_eq!(remaining_taints(&[taint(KEY, None, "NoSchedule")], KEY), Some(vec![]));
