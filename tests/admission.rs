@@ -28,7 +28,8 @@ use local_static_provisioner::core::naming::pv_name;
 use local_static_provisioner::core::pv::clean_path;
 use serde_json::{Value, json};
 use support::{
-    AgentProcess, ControlPlane, mount_tmpfs, relative, repo_root, require_root, run, wait_until, write_config,
+    AgentProcess, ControlPlane, cannot_run, mount_tmpfs, relative, repo_root, require_root, run, wait_until,
+    write_config,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -541,10 +542,38 @@ fn agent_creates_only_local_pvs_pinned_to_its_node_under_a_root() {
     let other_label =
         with(pv("vap-create-label", &format!("{ROOT}/vol9")), |p| p["metadata"]["labels"][LABEL] = json!(b));
     assert_create_denied(&cp, &agent, &other_label, "labelled for B", "may only change PVs labelled");
+    // Unlabelled (as an upstream agent still running during the swap creates them): only with
+    // upstream's provisioned-by for this node, and under every other check.
     let no_label = with(other_label.clone(), |p| {
         p["metadata"]["labels"].as_object_mut().unwrap().remove(LABEL);
     });
-    assert_create_denied(&cp, &agent, &no_label, "unlabelled", "may only change PVs labelled");
+    let annotated_b = with(no_label.clone(), |p| {
+        p["metadata"]["annotations"][PROVISIONED_BY] = json!(format!("local-volume-provisioner-{b}-x"));
+    });
+    assert_create_denied(&cp, &agent, &annotated_b, "unlabelled, annotated for B", "may only change PVs labelled");
+    let unannotated = with(no_label.clone(), |p| {
+        p["metadata"]["annotations"].as_object_mut().unwrap().remove(PROVISIONED_BY);
+    });
+    assert_create_denied(&cp, &agent, &unannotated, "unlabelled, unannotated", "may only change PVs labelled");
+    let pinned_b = with(no_label.clone(), |p| set_terms(p, vec![hostname(b)]));
+    assert_create_denied(&cp, &agent, &pinned_b, "unlabelled, pinned to B", &not_pinned);
+    let outside = with(no_label.clone(), |p| p["spec"]["local"]["path"] = json!("/etc"));
+    assert_create_denied(&cp, &agent, &outside, "unlabelled, outside the roots", "is not directly under one of");
+    let upstream_shaped = with(no_label.clone(), |p| {
+        p["metadata"]["name"] = json!("vap-create-upstream");
+        p["metadata"]["finalizers"] = json!([]);
+    });
+    assert_allowed(&create(&cp, &agent, &upstream_shaped), "an upstream agent's PV for its own node");
+    // Once created, it changes as any of its node's: our label for A may be added (adoption),
+    // one for B may not.
+    let label_b = json!({"metadata": {"labels": {LABEL: b}}});
+    assert_denied(
+        &merge_patch(&cp, &agent, "vap-create-upstream", &label_b),
+        "labelled for B",
+        "may only change PVs labelled",
+    );
+    let label_a = json!({"metadata": {"labels": {LABEL: a}}});
+    assert_allowed(&merge_patch(&cp, &agent, "vap-create-upstream", &label_a), "adopted");
     for provisioned_by in [Some(format!("local-volume-provisioner-{b}-x")), Some("someone-else".into()), None] {
         let p = with(pv("vap-create-annotation", &format!("{ROOT}/vol9")), |p| match &provisioned_by {
             Some(v) => p["metadata"]["annotations"][PROVISIONED_BY] = json!(v),
@@ -1791,4 +1820,347 @@ fn node_cleanup_only_adds_the_agent_gone_fence_to_a_node() {
 fn apply_agent_rbac(cp: &ControlPlane) {
     cp.apply(&read("deploy/base/namespace.yaml"));
     cp.apply(&read("deploy/base/rbac.yaml"));
+}
+
+// The start-up taint (upstream's removeNodeNotReadyTaint): the agent of a node may remove the
+// configured taint key from its own Node, and no other taint change.
+
+const STARTUP_TAINT: &str = "example.com/storage-not-ready";
+
+/// The shipped policies with variable 0 of the Node policy naming `key`, as
+/// deploy/components/startup-taint and the chart write it.
+fn with_startup_taint(yaml: &str, key: &str) -> String {
+    let base = "- name: startupTaint\n      expression: \"''\"";
+    assert!(yaml.contains(base), "the Node policy's startupTaint variable moved");
+    yaml.replace(base, &format!("- name: startupTaint\n      expression: \"'{key}'\""))
+}
+
+fn taint(key: &str, effect: &str) -> Value {
+    json!({"key": key, "effect": effect})
+}
+
+/// The Node's taints as the admin sets them (a merge patch replaces the list).
+fn set_taints(cp: &ControlPlane, node: &str, taints: &[Value]) {
+    cp.kubectl_ok(&["patch", "node", node, "--type=merge", "-p", &json!({"spec": {"taints": taints}}).to_string()]);
+}
+
+fn node_taints(cp: &ControlPlane, node: &str) -> Vec<Value> {
+    cp.get_json(&["node", node]).unwrap()["spec"]["taints"].as_array().cloned().unwrap_or_default()
+}
+
+/// The taints of `node` replaced, as the agent sends it (src/api/nodes.rs: test, then replace).
+fn replace_taints(cp: &ControlPlane, kubeconfig: &Path, node: &str, old: &[Value], new: &[Value]) -> Output {
+    let patch = json!([
+        {"op": "test", "path": "/spec/taints", "value": old},
+        {"op": "replace", "path": "/spec/taints", "value": new},
+    ]);
+    as_user(cp, kubeconfig, &["patch", "node", node, "--type=json", "-p", &patch.to_string()], None)
+}
+
+#[test]
+fn agent_removes_only_the_startup_taint_of_its_own_node() {
+    let cp = ControlPlane::get();
+    let test = "vap-taint";
+    let (ns, sa) = ("vap-taint", "vap-taint-agent");
+    let (a, b) = ("vap-taint-a", "vap-taint-b");
+    cp.create_node(a);
+    cp.create_node(b);
+    apply_agent_rbac(&cp);
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
+    let mine = taint(STARTUP_TAINT, "NoSchedule");
+    // No NoExecute taints: the taint manager would evict the pod the tokens are bound to.
+    let mine_exec = taint(STARTUP_TAINT, "PreferNoSchedule");
+    let cni = json!({"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoSchedule"});
+    let dedicated = json!({"key": "dedicated", "value": "storage", "effect": "NoSchedule"});
+
+    // The base policy names no key: the start-up taint is as much out of reach as any other.
+    let mut scratch = Scratch::new(&cp, test);
+    let base = policies_for(&read("deploy/base/admission-policy.yaml"), test, Some(sa), Some("none"));
+    scratch.apply_policies(&base);
+    set_taints(&cp, a, &[cni.clone(), mine.clone()]);
+    let refused = format!("the agent of node {a} may change only fence labels of its Node, not spec.taints");
+    let mut last = String::new();
+    let enforced = (0..45).any(|_| {
+        let out = replace_taints(&cp, &agent, a, &[cni.clone(), mine.clone()], std::slice::from_ref(&cni));
+        if out.status.success() {
+            set_taints(&cp, a, &[cni.clone(), mine.clone()]);
+        } else {
+            last = stderr(&out);
+        }
+        let done = last.contains(&refused);
+        if !done {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        done
+    });
+    assert!(enforced, "the base policy was not enforced; the last answer: {last}");
+    assert_eq!(node_taints(&cp, a), vec![cni.clone(), mine.clone()]);
+    drop(scratch);
+
+    // With the key configured (what the component and the chart render).
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&with_startup_taint(&base, STARTUP_TAINT));
+    let rest = format!(
+        "the agent of node {a} may change only fence labels of its Node and remove its taint {STARTUP_TAINT}, not "
+    );
+    wait_until("the policy with the key to be enforced", WAIT, || {
+        let out = replace_taints(&cp, &agent, a, &[cni.clone(), mine.clone()], &[]);
+        if out.status.success() {
+            set_taints(&cp, a, &[cni.clone(), mine.clone()]);
+            return None;
+        }
+        stderr(&out).contains(&format!("{rest}spec.taints")).then_some(())
+    });
+
+    // Refused: every other change of the taints, with or without the start-up one's removal, and
+    // other spec changes along with it; each leaves the Node as it was.
+    set_taints(&cp, a, &[cni.clone(), mine.clone(), dedicated.clone()]);
+    let before = [cni.clone(), mine.clone(), dedicated.clone()];
+    for (what, new, named) in [
+        ("another taint removed", vec![mine.clone(), dedicated.clone()], "spec.taints"),
+        ("both removed", vec![dedicated.clone()], "spec.taints"),
+        ("all removed", vec![], "spec.taints"),
+        ("a taint added", vec![cni.clone(), mine.clone(), dedicated.clone(), taint("x", "NoSchedule")], "spec.taints"),
+        ("ours removed, one added", vec![cni.clone(), dedicated.clone(), taint("x", "NoSchedule")], "spec.taints"),
+        ("ours changed to another effect", vec![cni.clone(), mine_exec.clone(), dedicated.clone()], "spec.taints"),
+        ("ours removed, the others reordered", vec![dedicated.clone(), cni.clone()], "spec.taints"),
+        (
+            "ours removed, another's value changed",
+            vec![cni.clone(), json!({"key": "dedicated", "value": "other", "effect": "NoSchedule"})],
+            "spec.taints",
+        ),
+    ] {
+        assert_denied(&replace_taints(&cp, &agent, a, &before, &new), what, &format!("{rest}{named}"));
+        assert_eq!(node_taints(&cp, a), before.to_vec(), "{what}");
+    }
+    let with_spec = json!([
+        {"op": "replace", "path": "/spec/taints", "value": [cni.clone(), dedicated.clone()]},
+        {"op": "add", "path": "/spec/unschedulable", "value": true},
+    ]);
+    let out = as_user(&cp, &agent, &["patch", "node", a, "--type=json", "-p", &with_spec.to_string()], None);
+    assert_denied(&out, "ours removed with unschedulable set", &format!("{rest}spec"));
+    // Another Node's start-up taint is not its own.
+    set_taints(&cp, b, std::slice::from_ref(&mine));
+    let out = replace_taints(&cp, &agent, b, std::slice::from_ref(&mine), &[]);
+    assert_denied(&out, "B's start-up taint", &format!("the agent of node {a} may only change its own Node, not {b}"));
+    assert_eq!(node_taints(&cp, b), vec![mine.clone()]);
+    assert_eq!(node_taints(&cp, a), before.to_vec());
+
+    // Allowed: the start-up taint removed, the others kept in order; then both of its effects
+    // at once; then the last taint, leaving none.
+    assert_allowed(
+        &replace_taints(&cp, &agent, a, &before, &[cni.clone(), dedicated.clone()]),
+        "the start-up taint removed",
+    );
+    assert_eq!(node_taints(&cp, a), vec![cni.clone(), dedicated.clone()]);
+    set_taints(&cp, a, &[mine.clone(), cni.clone(), mine_exec.clone()]);
+    let out =
+        replace_taints(&cp, &agent, a, &[mine.clone(), cni.clone(), mine_exec.clone()], std::slice::from_ref(&cni));
+    assert_allowed(&out, "both effects of the start-up taint removed");
+    set_taints(&cp, a, std::slice::from_ref(&mine));
+    assert_allowed(&replace_taints(&cp, &agent, a, std::slice::from_ref(&mine), &[]), "the only taint removed");
+    assert_eq!(node_taints(&cp, a), Vec::<Value>::new());
+    // Fence labels are still the agent's to change under the policy with the key.
+    let fence_ok = labels(&[(fence("local-pv-0000ab01").as_str(), Some("unverified"))]);
+    assert_allowed(&patch_node(&cp, &agent, a, &fence_ok), "a fence under the policy with the key");
+
+    // The real agent: a Node registered with the start-up taint (and a CNI's), a volume to
+    // publish; once its PV is published the start-up taint goes and the CNI's stays, with no
+    // request refused.
+    if !require_root("agent_removes_only_the_startup_taint_of_its_own_node (agent part)") {
+        return;
+    }
+    let node = "vap-taint-node";
+    cp.create_node(node);
+    set_taints(&cp, node, &[cni.clone(), mine.clone()]);
+    let class = "vap-taint-fs";
+    cp.create_storage_class(class, "Delete");
+    let fs_dir = tmp.path().join("fs");
+    let _v1 = mount_tmpfs(&fs_dir.join("vol1"), 8);
+    let root = fs_dir.display().to_string();
+    let with_root = base.replace("\n        ['/mnt/fast-disks']\n", &format!("\n        ['{root}']\n"));
+    drop(scratch);
+    let mut scratch = Scratch::new(&cp, test);
+    scratch.apply_policies(&with_startup_taint(&with_root, STARTUP_TAINT));
+    let kubeconfig = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, node);
+    let probe = agent_pv(test, "vap-taint-probe", node, "x", "/mnt/fast-disks/probe");
+    wait_enforced(&scratch, &kubeconfig, &probe, &format!("is not directly under one of [{root}]"));
+    let config = tmp.path().join("config");
+    let class_map = format!("{class}:\n  hostDir: {root}\n  mountDir: {root}\n");
+    write_config(
+        &config,
+        &[
+            ("storageClassMap", &class_map),
+            ("labelsForPV", &format!("vap-test: {test}\n")),
+            ("removeNodeNotReadyTaint", "true\n"),
+            ("provisionerNotReadyNodeTaintKey", &format!("{STARTUP_TAINT}\n")),
+        ],
+    );
+    let started = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
+    let published = pv_name("vol1", node, class);
+    wait_until("the start-up taint removed", WAIT, || (node_taints(&cp, node) == vec![cni.clone()]).then_some(()));
+    // Not before the volume was published.
+    assert_eq!(cp.pv_state(&published).map(|s| s.1).as_deref(), Some("Available"));
+    wait_until("the removal told on the Node", WAIT, || {
+        cp.has_event(node, "StartupTaintRemoved", STARTUP_TAINT).then_some(())
+    });
+    let log = started.stop();
+    assert!(!log.contains("ValidatingAdmissionPolicy"), "the agent was refused something:\n{log}");
+    assert!(log.contains("removed the start-up taint"), "{log}");
+}
+
+// A rolling swap from upstream under the policies as shipped: while the DaemonSet rolls, some
+// nodes still run upstream's agent (v2.9.0, bench/upstream/build.sh) with the same
+// ServiceAccount, and its PVs (which carry no label of ours) must not be refused.
+
+/// Upstream's agent on `node`, in a mount namespace of its own where `config` is bound at
+/// /etc/provisioner/config (the path it reads); killed when dropped.
+struct UpstreamAgent {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl UpstreamAgent {
+    fn start(bin: &Path, config: &Path, node: &str, kubeconfig: &Path, log: &Path) -> UpstreamAgent {
+        let script = "mount --bind \"$1\" /etc/provisioner/config || exit 1; shift; exec \"$@\"";
+        let out = std::fs::File::create(log).unwrap();
+        let child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
+            .arg(config)
+            .arg(bin)
+            .arg("--listen-address=127.0.0.1:0")
+            .env("MY_NODE_NAME", node)
+            .env("MY_NAMESPACE", "default")
+            .env("KUBECONFIG", kubeconfig)
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("starting upstream's agent");
+        UpstreamAgent { child, log: log.to_path_buf() }
+    }
+
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for UpstreamAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn rolling_swap_from_upstream_under_the_shipped_policies() {
+    let test = "rolling_swap_from_upstream_under_the_shipped_policies";
+    if !require_root(test) {
+        return;
+    }
+    let built = Command::new("bash").arg(repo_root().join("bench/upstream/build.sh")).output().unwrap();
+    if !built.status.success() {
+        cannot_run(test, &format!("upstream v2.9.0 not built: {}", String::from_utf8_lossy(&built.stderr)));
+        return;
+    }
+    let upstream_bin = PathBuf::from(String::from_utf8_lossy(&built.stdout).trim()).join("local-volume-provisioner");
+    // The mount point upstream's config is bound onto, on the host: an empty directory, removed
+    // again if this test made it.
+    let etc = Path::new("/etc/provisioner/config");
+    let made_etc = !etc.exists();
+    std::fs::create_dir_all(etc).unwrap();
+    struct RemoveEtc(bool);
+    impl Drop for RemoveEtc {
+        fn drop(&mut self) {
+            if self.0 {
+                let _ = std::fs::remove_dir("/etc/provisioner/config");
+                let _ = std::fs::remove_dir("/etc/provisioner");
+            }
+        }
+    }
+    let _etc = RemoveEtc(made_etc);
+
+    let cp = ControlPlane::get();
+    let scratch_name = "vap-swap";
+    let (ns, sa) = ("vap-swap", "vap-swap-agent");
+    let (old, new) = ("vap-swap-old", "vap-swap-new");
+    let old_uid = cp.create_node(old);
+    cp.create_node(new);
+    apply_agent_rbac(&cp);
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    let class = "vap-swap-fs";
+    cp.create_storage_class(class, "Delete");
+    let tmp = tempfile::tempdir().unwrap();
+    let (old_dir, new_dir) = (tmp.path().join("old"), tmp.path().join("new"));
+    let _o1 = mount_tmpfs(&old_dir.join("vol1"), 8);
+    // Two volumes on the old node: upstream's agent runs in a private mount namespace, which
+    // sees only what was mounted before it started.
+    let _o2 = mount_tmpfs(&old_dir.join("vol2"), 8);
+    let _n1 = mount_tmpfs(&new_dir.join("vol1"), 8);
+    // The shipped policies, with the two nodes' discovery roots.
+    let roots = format!("\n        ['{}', '{}']\n", old_dir.display(), new_dir.display());
+    let yaml = policies_for(&read("deploy/base/admission-policy.yaml"), scratch_name, Some(sa), Some("none"))
+        .replace("\n        ['/mnt/fast-disks']\n", &roots);
+    let mut scratch = Scratch::new(&cp, scratch_name);
+    scratch.apply_policies(&with_startup_taint(&yaml, STARTUP_TAINT));
+    let old_kc = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, old);
+    let new_kc = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, new);
+    let probe = agent_pv(scratch_name, "vap-swap-probe", old, &old_uid, "/mnt/fast-disks/probe");
+    wait_enforced(&scratch, &old_kc, &probe, "is not directly under one of");
+
+    let config = |dir: &Path, name: &str| -> PathBuf {
+        let path = tmp.path().join(name);
+        let class_map = format!("{class}:\n  hostDir: {d}\n  mountDir: {d}\n", d = dir.display());
+        write_config(
+            &path,
+            &[
+                ("storageClassMap", &class_map),
+                ("labelsForPV", &format!("vap-test: {scratch_name}\n")),
+                ("removeNodeNotReadyTaint", "true\n"),
+                ("provisionerNotReadyNodeTaintKey", &format!("{STARTUP_TAINT}\n")),
+            ],
+        );
+        path
+    };
+    // The old node was registered with a start-up taint, which both agents are configured to
+    // remove (upstream v2.9.0's check of its own flag is inverted: it never does).
+    let startup = taint(STARTUP_TAINT, "NoSchedule");
+    set_taints(&cp, old, std::slice::from_ref(&startup));
+    let (old_config, new_config) = (config(&old_dir, "config-old"), config(&new_dir, "config-new"));
+
+    // Mid-rollout: node "old" still runs upstream, node "new" runs ours. Both publish.
+    let upstream = UpstreamAgent::start(&upstream_bin, &old_config, old, &old_kc, &tmp.path().join("upstream.log"));
+    let ours_new = AgentProcess::start(&new_config, new, &new_kc, &tmp.path().join("ours-new.log"));
+    let up_pv = pv_name("vol1", old, class);
+    let our_pv = pv_name("vol1", new, class);
+    wait_until("upstream's PV on the old node", WAIT, || (cp.pv_state(&up_pv)?.1 == "Available").then_some(()));
+    wait_until("our PV on the new node", WAIT, || (cp.pv_state(&our_pv)?.1 == "Available").then_some(()));
+    let pv = cp.get_json(&["pv", &up_pv]).unwrap();
+    assert!(pv["metadata"]["labels"].get(LABEL).is_none(), "upstream labelled its PV: {pv}");
+    assert_eq!(pv["metadata"]["annotations"][PROVISIONED_BY], format!("local-volume-provisioner-{old}-{old_uid}"));
+    let up_pv2 = pv_name("vol2", old, class);
+    wait_until("upstream's second PV", WAIT, || (cp.pv_state(&up_pv2)?.1 == "Available").then_some(()));
+    // Two of upstream's loops (10 s each) have published: its start-up taint is still there.
+    assert_eq!(node_taints(&cp, old), vec![startup.clone()], "upstream v2.9.0 removed its start-up taint");
+    let up_log = upstream.stop();
+    assert!(!up_log.contains("ValidatingAdmissionPolicy"), "upstream's agent was refused:\n{up_log}");
+
+    // The old node's pod replaced: ours adopts upstream's PVs there and publishes a new volume.
+    let ours_old = AgentProcess::start(&old_config, old, &old_kc, &tmp.path().join("ours-old.log"));
+    for name in [&up_pv, &up_pv2] {
+        wait_until(&format!("{name} adopted"), WAIT, || {
+            let pv = cp.get_json(&["pv", name])?;
+            (pv["metadata"]["labels"][LABEL] == old).then_some(())
+        });
+    }
+    let _o3 = mount_tmpfs(&old_dir.join("vol3"), 8);
+    let our_pv3 = pv_name("vol3", old, class);
+    wait_until("our PV on the swapped node", WAIT, || (cp.pv_state(&our_pv3)?.1 == "Available").then_some(()));
+    wait_until("the start-up taint removed by ours", WAIT, || node_taints(&cp, old).is_empty().then_some(()));
+    for agent in [ours_old.stop(), ours_new.stop()] {
+        assert!(!agent.contains("ValidatingAdmissionPolicy"), "our agent was refused:\n{agent}");
+    }
 }

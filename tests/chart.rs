@@ -312,7 +312,18 @@ fn unknown_keys_and_settings_the_agent_cannot_honour_fail_by_name() {
     // Upstream settings the agent cannot honour, with the reason.
     refused(&[], &["enableWindows=true"], &[], &["enableWindows", "Linux"]);
     refused(&[], &["mountDevVolume=false"], &[], &["mountDevVolume", "/dev"]);
-    refused(&[], &["removeNodeNotReadyTaint=true"], &[], &["removeNodeNotReadyTaint", "taint"]);
+    refused(
+        &[],
+        &["removeNodeNotReadyTaint=true", "provisionerNotReadyNodeTaintKey="],
+        &[],
+        &["removeNodeNotReadyTaint", "provisionerNotReadyNodeTaintKey"],
+    );
+    refused(
+        &[],
+        &["removeNodeNotReadyTaint=true", "provisionerNotReadyNodeTaintKey=a'b"],
+        &[],
+        &["provisionerNotReadyNodeTaintKey", "a'b"],
+    );
     refused(&[], &["nodeSelector.kubernetes\\.io/os=windows"], &[], &["kubernetes.io/os=windows"]);
     refused(&[], &["podLabels.app\\.kubernetes\\.io/name=x"], &[], &["podLabels.app.kubernetes.io/name", "selector"]);
     refused(&[], &["imagePullPolicy=Always", "image.pullPolicy=Never"], &[], &["imagePullPolicy", "image.pullPolicy"]);
@@ -796,4 +807,57 @@ fn the_packaged_chart_is_a_repository_helm_installs_from() {
     let _ = server.wait();
     assert!(from_repo.status.success(), "{}", String::from_utf8_lossy(&from_repo.stderr));
     assert_eq!(String::from_utf8_lossy(&from_repo.stdout), template(&[], &[]));
+}
+
+/// removeNodeNotReadyTaint as upstream's chart renders it (the two ConfigMap keys, a toleration
+/// of the key with any effect), plus the Node policy's startupTaint variable naming the key;
+/// off, none of them.
+#[test]
+fn remove_node_not_ready_taint_renders_the_config_the_toleration_and_the_policy_key() {
+    let key = "sig-storage-local-static-provisioner/agent-not-ready";
+    let policy = |docs: &[Value]| -> Value {
+        let name = format!("{RELEASE}-node-fence");
+        docs.iter()
+            .find(|d| {
+                d["kind"] == "ValidatingAdmissionPolicy"
+                    && d["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-node-fence"))
+            })
+            .unwrap_or_else(|| panic!("no {name}"))["spec"]["variables"][0]
+            .clone()
+    };
+    let docs = documents(&template(&[], &["removeNodeNotReadyTaint=true"]));
+    let config = docs.iter().find(|d| d["kind"] == "ConfigMap" && d["data"]["storageClassMap"].is_string()).unwrap();
+    assert_eq!(config["data"]["removeNodeNotReadyTaint"], "true");
+    assert_eq!(config["data"]["provisionerNotReadyNodeTaintKey"], key);
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    let tolerations = ds["spec"]["template"]["spec"]["tolerations"].as_array().unwrap();
+    assert!(tolerations.contains(&json!({"key": key, "operator": "Exists"})), "{tolerations:?}");
+    assert!(tolerations.contains(&json!({"operator": "Exists", "effect": "NoSchedule"})), "{tolerations:?}");
+    assert_eq!(policy(&docs), json!({"name": "startupTaint", "expression": format!("'{key}'")}));
+    let docs = documents(&template(&[], &[]));
+    let config = docs.iter().find(|d| d["kind"] == "ConfigMap" && d["data"]["storageClassMap"].is_string()).unwrap();
+    assert!(config["data"].get("removeNodeNotReadyTaint").is_none());
+    assert!(config["data"].get("provisionerNotReadyNodeTaintKey").is_none());
+    assert_eq!(policy(&docs), json!({"name": "startupTaint", "expression": "''"}));
+}
+
+/// hostPID only where a class claims devices (upstream: never), unless given.
+#[test]
+fn host_pid_only_where_a_class_claims_devices() {
+    let host_pid = |sets: &[&str]| -> Value {
+        let docs = documents(&template(&[], sets));
+        docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap()["spec"]["template"]["spec"]["hostPID"].clone()
+    };
+    assert_eq!(host_pid(&[]), false, "the default classes claim no devices");
+    let devices = [
+        "classes[0].name=raw",
+        "classes[0].hostDir=/dev/disk/kubernetes",
+        "classes[0].volumeMode=Block",
+        "classes[0].devices.types[0]=disk",
+    ];
+    assert_eq!(host_pid(&devices), true, "a class with devices");
+    let mut off = devices.to_vec();
+    off.push("hostPID=false");
+    assert_eq!(host_pid(&off), false, "given false");
+    assert_eq!(host_pid(&["hostPID=true"]), true, "given true");
 }

@@ -10,6 +10,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use serde_json::json;
+
 use support::{ControlPlane, binary, relative, repo_root, run, write_config};
 
 fn helm() -> PathBuf {
@@ -508,4 +510,98 @@ fn shipped_manifests_pin_the_image_to_this_release() {
     let chart = std::fs::read_to_string(repo_root().join("deploy/helm/local-static-provisioner/Chart.yaml")).unwrap();
     let chart: serde_json::Value = serde_saphyr::from_str(&chart).unwrap();
     assert_eq!(chart["appVersion"], version, "Chart.yaml appVersion");
+}
+
+/// An overlay of deploy/base with the given components (paths under deploy/components) and
+/// extra files, written in a temporary directory the caller keeps.
+fn overlay_with(components: &[&str], files: &[(&str, &str)]) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = relative(tmp.path(), &repo_root().join("deploy/base"));
+    let mut text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n",
+        base.display()
+    );
+    for (name, _) in files {
+        text.push_str(&format!("  - {name}\n"));
+    }
+    text.push_str("components:\n");
+    for c in components {
+        text.push_str(&format!(
+            "  - {}\n",
+            relative(tmp.path(), &repo_root().join("deploy/components").join(c)).display()
+        ));
+    }
+    std::fs::write(tmp.path().join("kustomization.yaml"), text).unwrap();
+    for (name, content) in files {
+        std::fs::write(tmp.path().join(name), content).unwrap();
+    }
+    tmp
+}
+
+/// The base runs without the host's PID namespace (as upstream); deploy/components/host-pid
+/// adds it and nothing else.
+#[test]
+fn kustomize_base_has_no_host_pid_and_the_component_adds_only_it() {
+    let cp = ControlPlane::get();
+    let base = kustomize(&cp, &repo_root().join("deploy/base"));
+    let docs = documents(&base);
+    let pod = &find(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    assert!(pod.get("hostPID").is_none_or(|v| v == false), "the base sets hostPID: {pod}");
+    let overlay = overlay_with(&["host-pid"], &[]);
+    let out = kustomize(&cp, overlay.path());
+    let docs = documents(&out);
+    assert_eq!(find(&docs, "DaemonSet")["spec"]["template"]["spec"]["hostPID"], true);
+    let differing: Vec<String> = diff_lines(&base, &out);
+    assert_eq!(differing, ["+      hostPID: true"], "deploy/components/host-pid changes more than hostPID");
+}
+
+/// The lines of `b` that `a` lacks (+) and of `a` that `b` lacks (-), in order.
+fn diff_lines(a: &str, b: &str) -> Vec<String> {
+    let (la, lb): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    let mut out: Vec<String> = la.iter().filter(|l| !lb.contains(l)).map(|l| format!("-{l}")).collect();
+    out.extend(lb.iter().filter(|l| !la.contains(l)).map(|l| format!("+{l}")));
+    out
+}
+
+/// deploy/components/startup-taint writes one key into the ConfigMap (with the flag on), a
+/// toleration of the DaemonSet and the Node policy's startupTaint variable; the API server
+/// takes the result.
+#[test]
+fn kustomize_startup_taint_is_written_from_one_value() {
+    let cp = ControlPlane::get();
+    let _ = cp.kubectl(&["create", "namespace", "local-static-provisioner"]);
+    let key = "example.com/storage-not-ready";
+    let value = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: local-static-provisioner-startup-taint\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\ndata:\n  key: {key}\n"
+    );
+    let overlay = overlay_with(&["startup-taint"], &[("startup-taint.yaml", &value)]);
+    let out = kustomize(&cp, overlay.path());
+    let docs = documents(&out);
+    let config = find(&docs, "ConfigMap");
+    assert_eq!(config["data"]["removeNodeNotReadyTaint"], "true");
+    assert_eq!(config["data"]["provisionerNotReadyNodeTaintKey"], key);
+    let tolerations = &find(&docs, "DaemonSet")["spec"]["template"]["spec"]["tolerations"];
+    assert_eq!(
+        tolerations,
+        &json!([{"operator": "Exists", "effect": "NoSchedule"}, {"key": key, "operator": "Exists"}])
+    );
+    let fence = find_named(&docs, "ValidatingAdmissionPolicy", "local-static-provisioner-node-fence");
+    let vars = fence["spec"]["variables"].as_array().unwrap();
+    assert_eq!(vars[0], json!({"name": "startupTaint", "expression": format!("'{key}'")}));
+    // Only variable 0: the others that name it are unchanged.
+    let base = kustomize(&cp, &repo_root().join("deploy/base"));
+    let base_docs = documents(&base);
+    let base_vars = find_named(&base_docs, "ValidatingAdmissionPolicy", "local-static-provisioner-node-fence")["spec"]
+        ["variables"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(base_vars[0]["expression"], "''");
+    assert_eq!(vars[1..], base_vars[1..]);
+    assert!(!out.contains("local-static-provisioner-startup-taint"), "the local-config value was rendered");
+    server_dry_run(&cp, &out);
+    // Without the value the build fails rather than leave a placeholder behind.
+    let bare = overlay_with(&["startup-taint"], &[]);
+    let failed = cp.kubectl(&["kustomize", bare.path().to_str().unwrap()]);
+    assert!(!failed.status.success(), "the component built without its value");
 }

@@ -278,6 +278,52 @@ fn real_node_a_mount_made_after_the_agent_started_is_published() {
     wait_until("PV withdrawn after the unmount", WAIT, || node.cp.pv_state(&pv).is_none().then_some(()));
 }
 
+/// The start-up taint of the test overlay (deploy/components/startup-taint, tests/node/overlay.sh).
+const STARTUP_TAINT: &str = "lsp-e2e.example.com/storage-not-ready";
+
+/// The real Node's taints (kubelet's own `not-ready` one among them: nothing removes it here).
+fn taints(node: &RealNode) -> Vec<serde_json::Value> {
+    let got = node.cp.get_json(&["node", &node.name]).unwrap();
+    got["spec"]["taints"].as_array().cloned().unwrap_or_default()
+}
+
+/// removeNodeNotReadyTaint on the real node, as deploy/ installs it with its component: the
+/// Node tainted NoExecute with the start-up key (as a node pool registers it), the agent's pod
+/// replaced; the DaemonSet's toleration lets the new pod run there, and once its pass published
+/// the node's volumes its pod-bound token removes that taint, under the shipped Node policy;
+/// the other taints stay.
+#[test]
+fn real_node_the_start_up_taint_goes_once_the_volumes_are_published() {
+    let Some(node) = RealNode::get("real_node_the_start_up_taint_goes_once_the_volumes_are_published") else { return };
+    let agent = node.deploy();
+    let (entry, _path, _mount) = disk("/mnt/fast-disks", "e2e-taint", 16);
+    let pv = pv_name(&entry, &node.name, "fast-disks");
+    wait_until("the PV of the disk", WAIT, || node.cp.get_json(&["pv", &pv]));
+    let others = taints(&node);
+    assert!(others.iter().all(|t| t["key"] != STARTUP_TAINT), "{others:?}");
+    node.cp.kubectl_ok(&["taint", "node", &node.name, &format!("{STARTUP_TAINT}=true:NoExecute")]);
+    let old_uid = agent["metadata"]["uid"].as_str().unwrap().to_string();
+    node.cp.kubectl_ok(&[
+        "delete",
+        "pod",
+        "-n",
+        "local-static-provisioner",
+        agent["metadata"]["name"].as_str().unwrap(),
+        "--wait=false",
+    ]);
+    let new = wait_until("the agent's pod replaced on the tainted node", WAIT, || {
+        let pod = node.ready_pod("local-static-provisioner", "app.kubernetes.io/name=local-static-provisioner");
+        (pod["metadata"]["uid"] != old_uid.as_str()).then_some(pod)
+    });
+    let tolerations = new["spec"]["tolerations"].as_array().unwrap();
+    assert!(tolerations.iter().any(|t| t["key"] == STARTUP_TAINT && t["operator"] == "Exists"), "{tolerations:?}");
+    wait_until("the start-up taint removed", WAIT, || (taints(&node) == others).then_some(()));
+    wait_until("the removal told on the Node", WAIT, || {
+        node.cp.has_event(&node.name, "StartupTaintRemoved", STARTUP_TAINT).then_some(())
+    });
+    // node-cleanup's pod may have been evicted meanwhile: the next test's deploy waits for it.
+}
+
 /// A kubeconfig holding the agent pod's own pod-bound token, read where kubelet projected it.
 fn agent_pod_kubeconfig(node: &RealNode, agent: &serde_json::Value, dir: &Path) -> std::path::PathBuf {
     let pod_uid = agent["metadata"]["uid"].as_str().unwrap();

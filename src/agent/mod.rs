@@ -23,6 +23,7 @@ mod presence;
 mod publish;
 mod reclaim;
 mod report;
+mod startup_taint;
 mod succession;
 #[cfg(test)]
 mod tests;
@@ -50,6 +51,7 @@ use crate::core::planner::{Identity, ObservedPv};
 use crate::core::pv::NodeInfo;
 use crate::core::pv_facts::PvFacts;
 use crate::core::settle::Settler;
+use crate::core::startup_taint::PassOutcome;
 use crate::host::access::{HostAccess, RealHost};
 use crate::host::kubelet::KubeletView;
 use crate::host::ops::{Answer, Operations, Subject};
@@ -360,6 +362,11 @@ pub(crate) struct Agent {
     last_scan: Option<Instant>,
     /// The node inventory: what was last written, this pass's inputs, the used-disk copy.
     inventory: inventory::InventoryState,
+    /// Found volumes the last publishing left inside their settle window.
+    settling: usize,
+    /// Whether the start-up taint was removed (or found absent) since this process started
+    /// (core::startup_taint).
+    startup_taint_done: bool,
 }
 
 impl Agent {
@@ -420,6 +427,8 @@ impl Agent {
             problems: Occurrences::default(),
             last_scan: None,
             inventory: inventory::InventoryState::default(),
+            settling: 0,
+            startup_taint_done: false,
         })
     }
 
@@ -648,6 +657,9 @@ impl Agent {
         );
         self.metrics.pass_done(started.elapsed(), discovery_time);
         self.write_inventory(&states).await;
+        let failed_creates = self.effects.failed_keys().filter(|k| matches!(k, EffectKey::Create(_))).count();
+        let outcome = PassOutcome { configured: true, settling: self.settling, failed_creates };
+        self.follow_startup_taint(outcome).await;
     }
 
     /// `pvs` with those this agent deleted (the store not showing it yet) marked as being

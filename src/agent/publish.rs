@@ -56,7 +56,9 @@ impl Agent {
         let keys = scan.volumes.iter().map(|v| format!("{}\n{}", v.host_path, v.identity));
         let (settled, next_new) = self.new_volumes.observe_since(keys, revealed, Instant::now(), self.settle);
         self.next_settle = next_new;
+        let found = scan.volumes.len();
         scan.volumes.retain(|v| settled.contains(&format!("{}\n{}", v.host_path, v.identity)));
+        self.settling = found - scan.volumes.len();
         let policies = self.class_policies();
         let ctx =
             PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };

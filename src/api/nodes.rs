@@ -80,6 +80,29 @@ impl Cluster {
             .map_err(ApiError::request("patch node labels", name))
     }
 
+    /// Replaces the taints of a Node with `remaining`, nothing else, with a JSON patch that first
+    /// tests they are still `expected` (what the caller read): a taint added or removed
+    /// meanwhile fails the write (422) instead of being undone. The agent's start-up taint
+    /// removal (core::startup_taint). Returns the Node as it is now.
+    pub async fn replace_node_taints(
+        &self,
+        name: &str,
+        expected: &[k8s_openapi::api::core::v1::Taint],
+        remaining: &[k8s_openapi::api::core::v1::Taint],
+    ) -> Result<Node, ApiError> {
+        let ops = serde_json::json!([
+            {"op": "test", "path": "/spec/taints", "value": expected},
+            {"op": "replace", "path": "/spec/taints", "value": remaining},
+        ]);
+        let patch: json_patch::Patch = serde_json::from_value(ops)
+            .map_err(|e| ApiError::Config { source_name: "taint patch".into(), message: e.to_string() })?;
+        let api = Api::<Node>::all(self.client.clone());
+        let patched = Patch::<()>::Json(patch);
+        self.send("patch", "remove node taint", name, api.patch(name, &PatchParams::default(), &patched))
+            .await?
+            .map_err(ApiError::request("remove node taint", name))
+    }
+
     /// A watch of one Node, `name` (the agent's own), by field selector: the labels its volume
     /// fences are planned from as they are now, not as a read at start-up or at the last resync
     /// left them, so a fence label removed by hand is put back within a pass. The store holds

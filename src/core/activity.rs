@@ -102,6 +102,36 @@ pub(crate) fn opened_by_others(openers: &[Opener]) -> Option<String> {
     Some(format!("a process has it open: {}{tail}", listed.join("; ")))
 }
 
+/// The inode of the kernel's initial PID namespace (`PROC_PID_INIT_INO`): a process whose
+/// `/proc/self/ns/pid` has it shares the host's.
+pub(crate) const INITIAL_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
+
+/// Whether the processes in this agent's `/proc` are the host's, so that a scan of their
+/// descriptors can prove a device unused; `Err` says why not. From the inode of its PID
+/// namespace, its own PID and the name (`comm`) of PID 1 there. The host's: the initial PID
+/// namespace, or (a node that is itself a container, kind) one whose PID 1 is an init system
+/// other than this process. In a pod without `hostPID`, PID 1 is the container's own first
+/// process (this agent, a shell, or `pause` with a shared process namespace).
+pub(crate) fn host_processes_seen(
+    pid_namespace: Option<u64>,
+    own_pid: u32,
+    pid1_comm: Option<&str>,
+) -> Result<(), String> {
+    if pid_namespace == Some(INITIAL_PID_NAMESPACE) {
+        return Ok(());
+    }
+    let comm = pid1_comm.map(str::trim);
+    if own_pid != 1 && matches!(comm, Some("systemd" | "init")) {
+        return Ok(());
+    }
+    Err(format!(
+        "this agent does not see the host's processes (its PID namespace is its own, PID 1 is {}): no scan can show a \
+         host process holding a disk open, so no disk is proven unused; run the agent with hostPID: true \
+         (deploy/components/host-pid; the chart sets it for classes with devices)",
+        if own_pid == 1 { "the agent itself".to_string() } else { comm.unwrap_or("unknown").to_string() }
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +207,26 @@ mod tests {
             opened_by_others(&[file]).unwrap(),
             "a process has it open: p9 (pid 9) has the backing file of loop7 open for writing (fd 3)"
         );
+    }
+
+    #[test]
+    fn only_the_hosts_processes_prove_a_device_unused() {
+        // The host's PID namespace, whatever PID 1 is called.
+        assert!(host_processes_seen(Some(INITIAL_PID_NAMESPACE), 4242, Some("process_api")).is_ok());
+        assert!(host_processes_seen(Some(INITIAL_PID_NAMESPACE), 4242, None).is_ok());
+        // A node that is a container (kind): its init is PID 1, the agent is not.
+        assert!(host_processes_seen(Some(4026532300), 4242, Some("systemd\n")).is_ok());
+        assert!(host_processes_seen(Some(4026532300), 4242, Some("init")).is_ok());
+        // A pod without hostPID: the agent, a wrapper shell or the pause container is PID 1.
+        let own = host_processes_seen(Some(4026532300), 1, Some("local-static-pr")).unwrap_err();
+        assert!(own.contains("PID 1 is the agent itself") && own.contains("hostPID: true"), "{own}");
+        let own_init = host_processes_seen(Some(4026532300), 1, Some("init")).unwrap_err();
+        assert!(own_init.contains("the agent itself"), "{own_init}");
+        for comm in ["sh", "pause", "tini"] {
+            let why = host_processes_seen(Some(4026532300), 7, Some(comm)).unwrap_err();
+            assert!(why.contains(&format!("PID 1 is {comm}")), "{why}");
+        }
+        // Nothing readable: not proven.
+        assert!(host_processes_seen(None, 7, None).is_err());
     }
 }

@@ -50,6 +50,8 @@ pub enum EffectKey {
     Mark(String),
     /// Change the Node's fence labels (the changes, joined).
     Fences(String),
+    /// Remove the start-up taint (core::startup_taint) from the Node.
+    StartupTaint,
     /// Carry out the device claims.
     Claims,
     /// Change one claim link (verb, class, link name).
@@ -92,6 +94,7 @@ impl fmt::Display for EffectKey {
             FlagStale(n) => write!(f, "flag-stale/{n}"),
             Mark(uid) => write!(f, "mark/{uid}"),
             Fences(c) => write!(f, "fences/{c}"),
+            StartupTaint => write!(f, "startup-taint"),
             Claims => write!(f, "claims"),
             ClaimLink(verb, class, link) => write!(f, "claim/{verb}/{class}/{link}"),
             ClaimInUse(class, device) => write!(f, "claim/in-use/{class}/{device}"),

@@ -35,6 +35,7 @@ pub(crate) mod pv_inputs;
 pub(crate) mod settings;
 pub(crate) mod settle;
 pub mod signatures;
+pub mod startup_taint;
 pub mod succession;
 pub(crate) mod surface;
 pub mod used_mark;

@@ -732,8 +732,12 @@ const WRITER_SCAN: Subject = Subject::Host("writer scan");
 /// descriptor on a file of a hung network or FUSE filesystem may hold it, so the agent runs it
 /// as an operation on the whole host under its deadline (`deadlines`; the commands, which have
 /// none, run it as is). `Err`: why there is no answer (still running: its answer is kept for
-/// the next pass; or the scan does not answer).
+/// the next pass; or the scan does not answer; or the agent does not see the host's
+/// processes, writers::host_processes).
 fn scan_openers(wanted: &Wanted, deadlines: Option<(&Operations, Duration)>) -> Result<Vec<Opener>, String> {
+    // Only the host's processes can show that none holds the device: without them (a pod
+    // without hostPID) the scan proves nothing, and no device is claimed.
+    writers::host_processes()?;
     let Some((ops, timeout)) = deadlines else { return Ok(foreground(|on| writers::openers(wanted, on))) };
     let tag = format!("{:?}", (&wanted.devices, &wanted.files));
     let wanted = wanted.clone();

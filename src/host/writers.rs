@@ -3,16 +3,26 @@
 //!
 //! What the agent can see: the counters are the kernel's, whatever namespace the agent runs
 //! in. `/proc` shows the processes of the agent's PID namespace only: in a pod, that is the
-//! host's processes only with `hostPID: true` (deploy/ and the chart set it), otherwise the
-//! agent's own, and then only the counters and the exclusive-open probe see other users.
+//! host's processes only with `hostPID: true` (deploy/components/host-pid; the chart sets it
+//! for classes with devices), otherwise the agent's own: then [`host_processes`] says so and
+//! device claims prove nothing unused (core::activity::host_processes_seen).
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::core::activity::{IoStat, Opener};
+use crate::core::activity::{IoStat, Opener, host_processes_seen};
 use crate::host::blockdev::{loop_status, open_device};
 use crate::host::ops::OnDeadline;
+
+/// Whether this agent's `/proc` shows the host's processes (core::activity::host_processes_seen),
+/// read from `/proc/self/ns/pid` and `/proc/1/comm`.
+pub(crate) fn host_processes() -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let namespace = std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino());
+    let comm = std::fs::read_to_string("/proc/1/comm").ok();
+    host_processes_seen(namespace, std::process::id(), comm.as_deref())
+}
 
 /// The I/O counters of the block device `name` (kernel name), with `in_flight` as `stat`
 /// gives it: every request in flight, reads included. `None` when sysfs has no such device.

@@ -8,7 +8,10 @@
 #   - a second StorageClass, block-disks (volumeMode Block, /mnt/block-disks), with its entry in
 #     the ConfigMap, its hostPath and its root in the admission policy, as an operator adds a class;
 #   - a third, claimed-disks (Filesystem, ext4, /mnt/claimed-disks), whose devices section claims
-#     loop devices of exactly 57 MiB (a size no other test uses), the same way.
+#     loop devices of exactly 57 MiB (a size no other test uses), the same way, and with it
+#     deploy/components/host-pid (claims need the host's processes), as an operator adds it;
+#   - deploy/components/startup-taint with the key lsp-e2e.example.com/storage-not-ready
+#     (upstream's removeNodeNotReadyTaint), as an operator whose node pool taints new Nodes.
 # Usage: overlay.sh OUT_DIR CONTROL_PLANE_DIR   then `kubectl apply -k OUT_DIR`
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +40,10 @@ resources:
   - $rel/deploy/node-cleanup
   - block-storageclass.yaml
   - claimed-storageclass.yaml
+  - startup-taint.yaml
+components:
+  - $rel/deploy/components/host-pid
+  - $rel/deploy/components/startup-taint
 images:
   - name: local-static-provisioner
     newTag: e2e
@@ -127,6 +134,17 @@ YAML
         maxSize: 57Mi
 YAML
 } > "$out/configmap.yaml"
+
+cat > "$out/startup-taint.yaml" <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: local-static-provisioner-startup-taint
+  annotations:
+    config.kubernetes.io/local-config: "true"
+data:
+  key: lsp-e2e.example.com/storage-not-ready
+YAML
 
 for class in block claimed; do
   cat > "$out/$class-storageclass.yaml" <<YAML

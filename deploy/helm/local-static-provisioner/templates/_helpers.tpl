@@ -105,7 +105,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail "mountDevVolume: false is not supported: the agent needs the host's /dev to prove which disk it is about to wipe (/dev/block/<major:minor>, /dev/<name>) and to reach block volumes. Remove mountDevVolume." -}}
 {{- end -}}
 {{- if .Values.removeNodeNotReadyTaint -}}
-{{- fail "removeNodeNotReadyTaint: true is not supported: this agent does not remove start-up taints, so the taint would stay on every Node and keep pods off it. Remove removeNodeNotReadyTaint (and the start-up taint from your node pools)." -}}
+{{- $key := .Values.provisionerNotReadyNodeTaintKey | default "" -}}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $key) -}}
+{{- fail (printf "removeNodeNotReadyTaint: true needs provisionerNotReadyNodeTaintKey, a taint key ([prefix/]name), not %q: the agent removes that taint from its Node once its volumes are published" $key) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.nodeSelector (hasKey .Values.nodeSelector "kubernetes.io/os") (ne (index .Values.nodeSelector "kubernetes.io/os") "linux") -}}
 {{- fail (printf "nodeSelector kubernetes.io/os=%s: the agent runs on Linux nodes only" (index .Values.nodeSelector "kubernetes.io/os")) -}}
@@ -146,5 +149,19 @@ is inside a kernel pseudo-filesystem
 is inside the host directory {{ $inside }}{{ if eq $inside "/dev" }} ({{ $devAdvice }}){{ end }}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* hostPID: the value when given (true or false), else true only when a class claims
+     devices (a `devices` section): the scan that proves no host process holds a disk open
+     before it is claimed needs the host's processes in /proc. Without it the agent refuses to
+     claim (docs/security.md). Upstream's default is false. */ -}}
+{{- define "lsp.hostPID" -}}
+{{- if kindIs "bool" .Values.hostPID -}}
+{{- .Values.hostPID -}}
+{{- else -}}
+{{- $claims := false -}}
+{{- range .Values.classes -}}{{- if hasKey . "devices" -}}{{- $claims = true -}}{{- end -}}{{- end -}}
+{{- $claims -}}
 {{- end -}}
 {{- end -}}
