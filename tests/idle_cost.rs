@@ -115,7 +115,10 @@ fn a_pv_deleted_by_hand_costs_one_patch_and_its_re_creation() {
     // (A loop device another test attached meanwhile is a change of the host's disks, which
     // the inventory lists: written, and allowed for.)
     let changes = disks.stop();
-    assert!(inventory.len() <= changes, "inventory writes per deleted PV: {inventory:?} ({changes} changes of the disks)");
+    assert!(
+        inventory.len() <= changes,
+        "inventory writes per deleted PV: {inventory:?} ({changes} changes of the disks)"
+    );
     let creates = requests.iter().filter(|r| r.starts_with("create persistentvolumes")).count();
     assert_eq!(creates, 1, "{requests:?}");
     // The finalizer the deletion waits on is released with one patch (the store already has

@@ -643,7 +643,9 @@ pub fn only_pv_view_changes(written: &InventoryStatus, now: &InventoryStatus) ->
         .volumes
         .iter()
         .filter(|v| is_view(v))
-        .map(|v| ((v.class.as_str(), v.path.as_str()), v.pv.is_some() && matches!(v.phase.as_str(), "Available" | "Bound")))
+        .map(|v| {
+            ((v.class.as_str(), v.path.as_str()), v.pv.is_some() && matches!(v.phase.as_str(), "Available" | "Bound"))
+        })
         .collect();
     if views.is_empty() {
         return false;
