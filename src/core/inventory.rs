@@ -615,6 +615,9 @@ pub fn same_content(a: &InventoryStatus, b: &InventoryStatus) -> bool {
 /// a released PV wiped, deleted and published again costs no write of its own (a node writes
 /// that view at most about once a minute whatever its churn: agent::inventory's VIEW_DELAY).
 ///
+/// So is what a device no class judges holds (mounted where, held by what): its appearing,
+/// going or resizing, and every verdict, are not.
+///
 /// A volume's change is of that view when `written` showed it with a settled PV (Available,
 /// Bound or Released: a new PV's first phase, Pending, is shown Available at once) and no
 /// problem (no flag but `deleting`, no words), and `now` shows it with a PV and no problem, or unpublished with no
@@ -647,40 +650,51 @@ pub fn only_pv_view_changes(written: &InventoryStatus, now: &InventoryStatus) ->
             ((v.class.as_str(), v.path.as_str()), v.pv.is_some() && matches!(v.phase.as_str(), "Available" | "Bound"))
         })
         .collect();
-    if views.is_empty() {
-        return false;
-    }
     // Both sides with those volumes reduced to what is not the view, and without the counts.
-    let settled = |s: &InventoryStatus| InventoryStatus {
-        summary: Summary {
-            volumes: 0,
-            available: 0,
-            available_bytes: 0,
-            available_capacity: String::new(),
-            problems: 0,
-            ..s.summary.clone()
-        },
-        classes: s
-            .classes
-            .iter()
-            .map(|c| ClassInventory { volumes: 0, available: 0, available_bytes: 0, ..c.clone() })
-            .collect(),
-        volumes: s
-            .volumes
-            .iter()
-            .map(|v| match views.get(&(v.class.as_str(), v.path.as_str())) {
-                Some(keep_capacity) => VolumeInventory {
-                    class: v.class.clone(),
-                    path: v.path.clone(),
-                    capacity_bytes: if *keep_capacity { v.capacity_bytes } else { None },
-                    ..Default::default()
-                },
-                None => v.clone(),
-            })
-            .collect(),
-        observed_at: None,
-        ..s.clone()
-    };
+    let settled =
+        |s: &InventoryStatus| InventoryStatus {
+            summary: Summary {
+                volumes: 0,
+                available: 0,
+                available_bytes: 0,
+                available_capacity: String::new(),
+                problems: 0,
+                ..s.summary.clone()
+            },
+            classes: s
+                .classes
+                .iter()
+                .map(|c| ClassInventory { volumes: 0, available: 0, available_bytes: 0, ..c.clone() })
+                .collect(),
+            volumes: s
+                .volumes
+                .iter()
+                .map(|v| match views.get(&(v.class.as_str(), v.path.as_str())) {
+                    Some(keep_capacity) => VolumeInventory {
+                        class: v.class.clone(),
+                        path: v.path.clone(),
+                        capacity_bytes: if *keep_capacity { v.capacity_bytes } else { None },
+                        ..Default::default()
+                    },
+                    None => v.clone(),
+                })
+                .collect(),
+            // What a device no class judges holds (where it is mounted, by whom it is held) is
+            // the host's view, shown with the next write: kubelet mounts a CSI disk for every pod.
+            devices: s
+                .devices
+                .iter()
+                .map(|d| {
+                    if d.classes.is_empty() {
+                        DeviceInventory { content: String::new(), ..d.clone() }
+                    } else {
+                        d.clone()
+                    }
+                })
+                .collect(),
+            observed_at: None,
+            ..s.clone()
+        };
     settled(written) == settled(now)
 }
 

@@ -565,6 +565,21 @@ fn only_the_apis_view_of_this_nodes_pvs_may_wait() {
         assert!(!same_content(&written, &now), "{case}: the change must be content");
         assert_eq!(only_pv_view_changes(&written, &now), want, "{case}");
     }
+    // What a device no class judges holds is the host's view too; its size is not.
+    let with_plain = |content: &str, size: u64| {
+        let mut i = before_release();
+        let mut d = i.devices[0].clone();
+        d.0.name = "sdz".into();
+        d.0.classes.clear();
+        d.1.clear();
+        d.0.content = content.into();
+        d.0.size = size;
+        i.devices.push(d);
+        build(i)
+    };
+    assert!(only_pv_view_changes(&with_plain("not probed", 1), &with_plain("in use: mounted at /x", 1)));
+    assert!(!only_pv_view_changes(&with_plain("not probed", 1), &with_plain("not probed", 2)), "resized");
+    assert!(!only_pv_view_changes(&written, &with_plain("not probed", 1)), "a new disk");
     // A volume shown with a problem: its recovery is no view change, it goes out at once.
     let mut failing = before_release();
     failing.pvs[1].failing = Some("I/O errors".into());

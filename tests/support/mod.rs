@@ -818,7 +818,8 @@ pub fn library_expositions() -> (String, String) {
 }
 
 /// The host's block devices (name and size, as the node inventory lists them: no unattached
-/// loop device), sorted.
+/// loop device), sorted, and the mounts of block devices (the inventory says where a device is
+/// mounted).
 fn block_devices_listed() -> Vec<(String, String)> {
     let mut devices: Vec<(String, String)> = std::fs::read_dir("/sys/class/block")
         .map(|rd| {
@@ -831,13 +832,21 @@ fn block_devices_listed() -> Vec<(String, String)> {
                 .collect()
         })
         .unwrap_or_default();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.len() > 4 && !fields[2].starts_with("0:") {
+            devices.push((format!("mount {}", fields[2]), fields[4].to_string()));
+        }
+    }
     devices.sort();
     devices
 }
 
-/// Counts, in the background, how often the host's block devices change (sampled every 20 ms):
-/// the node inventory lists them, so a loop device another test attaches meanwhile is a change
-/// an agent rightly writes, which a test counting an agent's inventory writes must allow.
+/// Counts, in the background, how often the host's block devices or their mounts change
+/// (sampled every 20 ms): the node inventory lists them, so a loop device another test attaches
+/// or mounts meanwhile is a change an agent rightly writes, which a test counting an agent's
+/// inventory writes must allow.
 pub struct DiskChanges {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<usize>,
