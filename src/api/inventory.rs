@@ -169,6 +169,7 @@ impl Cluster {
     /// Every node's inventory, page by page.
     pub async fn list_inventories(&self) -> Result<Vec<LocalStorageNode>, ApiError> {
         let api = self.inventories();
-        self.list_paged("localstoragenodes", |_| true, async |params: &ListParams| api.list(params).await).await
+        self.list_paged("localstoragenodes", LIST_PAGE, |_| true, async |params: &ListParams| api.list(params).await)
+            .await
     }
 }
