@@ -1634,12 +1634,14 @@ async fn adoption_reads_again_and_labels_only_this_nodes_unlabelled_pvs() {
         "kind": "PersistentVolumeList", "apiVersion": "v1", "metadata": {},
         "items": [other.clone(), upstream.clone(), labelled.clone()],
     });
-    let mut objects = lab.api.objects.lock().unwrap();
-    objects.insert("/api/v1/persistentvolumes".into(), list);
-    for pv in [&upstream, &other, &labelled] {
-        objects.insert(format!("/api/v1/persistentvolumes/{}", pv["metadata"]["name"].as_str().unwrap()), pv.clone());
+    {
+        let mut objects = lab.api.objects.lock().unwrap();
+        objects.insert("/api/v1/persistentvolumes".into(), list);
+        for pv in [&upstream, &other, &labelled] {
+            objects
+                .insert(format!("/api/v1/persistentvolumes/{}", pv["metadata"]["name"].as_str().unwrap()), pv.clone());
+        }
     }
-    drop(objects);
     lab.pass().await;
     assert!(lab.agent.adopted, "adoption completed");
     assert_eq!(lab.api.count("GET", "/api/v1/persistentvolumes/upstream-n1"), 1, "the kept PV is read whole");
