@@ -4,10 +4,21 @@
 # resident memory (now and peak, VmHWM) and the watch events it received: for an agent started
 # before the foreign PVs exist, with none and then with F (the label-scoped watch means neither
 # may grow with F); then for a second agent started after they exist, whose start-up adoption
-# reads every PV of the cluster. Needs root.
+# reads every PV of the cluster. Then start-up among them: an agent for a fresh Node with V
+# fresh volumes, ours and upstream's v2.9.0 (IMPL=ours|upstream|both, default both), each in a
+# mount namespace of its own (as in bench/fleet.sh): seconds from its start until its V PVs
+# exist (the API server answered its V creates, from the audit log), its peak RSS by then, and
+# (ours) the unfiltered PV list pages it asked for. Needs root.
 v=${1:-10}
 f=${2:-20000}
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+impl=${IMPL:-both}
+[[ $impl == ours || $impl == upstream || $impl == both ]] || { echo "IMPL must be ours, upstream or both" >&2; exit 2; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+up_bin=""
+if [[ $impl != ours ]]; then
+  up_bin=$(bash "$here/upstream/build.sh")/local-volume-provisioner || exit 1
+fi
+source "$here/lib.sh"
 for i in $(seq 1 "$v"); do mkdir -p "$work/disks/v$i"; mount -t tmpfs -o size=16m tmpfs "$work/disks/v$i"; done
 
 # measure FOREIGN STARTED LOG: idle 20 s, then report VmRSS/VmHWM and the PV watch events the
@@ -51,9 +62,111 @@ with=$(measure "$f" before "$work/agent.log")
 kill "$agent_pid" && wait "$agent_pid" || true
 RUST_LOG=$trace start_agent 2> "$work/agent-after.log"
 after=$(measure "$f" after "$work/agent-after.log")
+kill "$agent_pid" && wait "$agent_pid" || true
+agent_pid=""
+
+# ---- start-up among the F foreign PVs ----
+# startup IMPL: a fresh Node startup-IMPL with V fresh tmpfs volumes, mounted in the agent's own
+# mount namespace (they vanish with it), its own config and state dir; upstream's config is
+# bound at its fixed /etc/provisioner/config there. Prints the figure's JSON line.
+node_sh='d=$1; n=$2; cfg=$3; shift 3
+i=1; while [ "$i" -le "$n" ]; do mount -t tmpfs -o size=16m tmpfs "$d/v$i" || exit 1; i=$((i + 1)); done
+[ -z "$cfg" ] || mount --bind "$cfg" /etc/provisioner/config || exit 1
+exec "$@"'
+startup() {
+  local who=$1 node=startup-$1 d=$work/startup-$1 t0 hwm pages pid secs
+  local user=system:serviceaccount:local-static-provisioner:local-static-provisioner
+  mkdir -p "$d/config" "$d/state"
+  for i in $(seq 1 "$v"); do mkdir -p "$d/vols/v$i"; done
+  printf 'fast-disks:\n  hostDir: %s\n  mountDir: %s\n' "$d/vols" "$d/vols" > "$d/config/storageClassMap"
+  printf 'apiVersion: v1\nkind: Node\nmetadata: {name: %s, labels: {kubernetes.io/hostname: %s}}\n' "$node" "$node" \
+    | k apply -f - > /dev/null
+  k patch node "$node" --subresource=status --type=merge -p \
+    '{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"bench"}]}}' > /dev/null
+  t0=$EPOCHREALTIME
+  if [[ $who == ours ]]; then
+    RUST_LOG=warn unshare -m --propagation private sh -c "$node_sh" sh "$d/vols" "$v" "" "$bin" run \
+      --listen-address 127.0.0.1:0 --config-dir "$d/config" --node-name "$node" \
+      --kubeconfig "$work/agent.kubeconfig" --state-dir "$d/state" 2> "$d/agent.log" &
+  else
+    MY_NODE_NAME=$node MY_NAMESPACE=local-static-provisioner KUBECONFIG=$work/agent.kubeconfig \
+      unshare -m --propagation private sh -c "$node_sh" sh "$d/vols" "$v" "$d/config" "$up_bin" \
+      --listen-address=127.0.0.1:0 2> "$d/agent.log" &
+  fi
+  pid=$!
+  agent_pid=$pid
+  # Created: the API server answered the agent's create (the audit log: a PV watch would lag
+  # by its own initial list of the F foreign PVs). Only this agent runs, as the ServiceAccount.
+  creates() {
+    python3 -c '
+import json, sys
+from datetime import datetime
+t0, user, node = float(sys.argv[2]), sys.argv[3], sys.argv[4]
+done, pages = [], 0
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("user", {}).get("username") != user:
+        continue
+    at = datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+    uri, verb = e.get("requestURI", ""), e.get("verb")
+    if at < t0:
+        continue
+    if verb == "create" and uri.startswith("/api/v1/persistentvolumes") and e.get("responseStatus", {}).get("code") == 201:
+        done.append(datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp())
+    # Lists of every PV, unfiltered (no label selector): the pages of adoption.
+    if verb == "list" and uri.startswith("/api/v1/persistentvolumes?") and "labelSelector" not in uri:
+        pages += 1
+done.sort()
+print(len(done), round(done[-1] - t0, 2) if done else "null", pages)' "$work/cp/logs/audit.log" "$t0" "$user" "$node"
+  }
+  local deadline=$((SECONDS + 300)) got=(0 null 0)
+  until (( got[0] >= v )); do
+    (( SECONDS < deadline )) || { echo "scale-foreign: $who: not all $v PVs after 300 s" >&2; break; }
+    sleep 0.5
+    read -r -a got <<< "$(creates)"
+  done
+  hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  kill "$pid" && wait "$pid" || true
+  agent_pid=""
+  secs=${got[1]}
+  pages=${got[2]}
+  [[ $who == ours ]] || pages=null
+  echo "{\"figure\":\"scale_foreign_startup\",\"impl\":\"$who\",\"foreign_pvs\":$f,\"own_volumes\":$v,\"seconds_to_all_pvs\":$secs,\"vmhwm_kib\":$hwm,\"unfiltered_pv_list_pages\":$pages}"
+}
+made_etc=""
+if [[ $impl != ours ]]; then
+  # Upstream's node ClusterRole (its Helm chart's), bound to the agent ServiceAccount besides
+  # ours, as bench/fleet.sh does.
+  k apply -f - > /dev/null <<'YAML'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: bench-upstream-v2.9.0}
+rules:
+- {apiGroups: [""], resources: ["persistentvolumes"], verbs: ["get", "list", "watch", "create", "delete"]}
+- {apiGroups: ["storage.k8s.io"], resources: ["storageclasses"], verbs: ["get", "list", "watch"]}
+- {apiGroups: [""], resources: ["events"], verbs: ["watch"]}
+- {apiGroups: ["", "events.k8s.io"], resources: ["events"], verbs: ["create", "update", "patch"]}
+- {apiGroups: [""], resources: ["nodes"], verbs: ["get", "update"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: bench-upstream-v2.9.0}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bench-upstream-v2.9.0}
+subjects: [{kind: ServiceAccount, name: local-static-provisioner, namespace: local-static-provisioner}]
+YAML
+  if [[ ! -d /etc/provisioner/config ]]; then mkdir -p /etc/provisioner/config; made_etc=1; fi
+fi
+: > "$work/starts"
+# Not in a subshell: the cleanup trap must see each agent's PID while it runs.
+if [[ $impl != upstream ]]; then startup ours >> "$work/starts"; fi
+if [[ $impl != ours ]]; then startup upstream >> "$work/starts"; fi
+if [[ -n "$made_etc" ]]; then rmdir /etc/provisioner/config /etc/provisioner 2> /dev/null || true; fi
+mapfile -t starts < "$work/starts"
+
 echo "$base"
 echo "$with"
 echo "$after"
+for s in "${starts[@]}"; do echo "$s"; done
 python3 - "$base" "$with" "$after" "$created" <<'PY'
 import json, sys
 rows = [json.loads(a) for a in sys.argv[1:4]]
@@ -62,4 +175,10 @@ for r in rows:
     print(f"{r['foreign_pvs']:>12} {r['agent_started'] + ' them':>14} {r['rss_kib']/1024:>8.1f} {r['rss_anon_kib']/1024:>9.1f} "
           f"{r['vmhwm_kib']/1024:>9.1f} {r['pv_watch_events']:>16}")
 print(f"(creating {rows[1]['foreign_pvs']} foreign PVs took {sys.argv[4]} s)")
+PY
+python3 - "${starts[@]}" <<'PY'
+import json, sys
+print(f"{'start-up':>10} {'seconds_to_all_pvs':>19} {'peak_MiB':>9} {'unfiltered_pv_lists':>20}")
+for r in map(json.loads, sys.argv[1:]):
+    print(f"{r['impl']:>10} {str(r['seconds_to_all_pvs']):>19} {r['vmhwm_kib']/1024:>9.1f} {str(r['unfiltered_pv_list_pages']):>20}")
 PY

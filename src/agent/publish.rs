@@ -304,14 +304,29 @@ impl Agent {
             return;
         }
         let identity = self.identity.clone();
-        // Judged page by page: only this node's PVs are ever held, however many the cluster has.
-        let listed = self.cluster.list_pvs_where(|pv| needs_adoption(&identity, &ObservedPv::from_pv(pv))).await;
-        let all = match listed {
-            Ok(all) => all,
+        // Judged page by page from names, labels and annotations alone: only this node's PVs
+        // are ever held, however many the cluster has, and no other PV is decoded whole.
+        let listed =
+            self.cluster.list_pv_ownership_where(|pv| needs_adoption(&identity, &ObservedPv::from_ownership(pv))).await;
+        let kept = match listed {
+            Ok(kept) => kept,
             Err(e) => {
                 return self.effects.record::<(), _>(&EffectKey::Adopt, &Err(format!("listing PVs for adoption: {e}")));
             }
         };
+        // Each kept PV read whole (what taking it over reads and its resourceVersion), and
+        // judged again below as it is now; one gone meanwhile has nothing to adopt.
+        let mut all = Vec::with_capacity(kept.len());
+        for name in kept.iter().filter_map(|pv| pv.metadata.name.as_deref()) {
+            match self.cluster.get_pv(name).await {
+                Ok(Some(pv)) => all.push(pv),
+                Ok(None) => {}
+                Err(e) => {
+                    let why = format!("reading PV {name} for adoption: {e}");
+                    return self.effects.record::<(), _>(&EffectKey::Adopt, &Err(why));
+                }
+            }
+        }
         let observed: Vec<ObservedPv> = all.iter().map(ObservedPv::from_pv).collect();
         let names = plan_adoption(&identity, &observed);
         let mut ok = true;

@@ -1615,3 +1615,81 @@ async fn presence_io_failures_and_size_changes_are_signs() {
     assert_eq!(reasons.iter().filter(|x| *x == "VolumeGrown").count(), 2, "told once per size: {reasons:?}");
     assert_eq!(reasons.iter().filter(|x| *x == "DiskRecovered").count(), 0, "the I/O failure is held: {reasons:?}");
 }
+
+/// Adoption lists every PV of the cluster, but reads in full (GET) and patches only the one
+/// made for this node that lacks our label; another node's PV and one already labelled are
+/// neither read again nor touched. The listing answered here carries fields an ownership
+/// read skips (spec, managedFields), as the API server's does.
+#[tokio::test]
+async fn adoption_reads_again_and_labels_only_this_nodes_unlabelled_pvs() {
+    let mut lab = lab().await;
+    let pv = |name: &str, provisioned_by: &str, labels: serde_json::Value| {
+        serde_json::json!({
+            "metadata": {
+                "name": name, "uid": format!("uid-{name}"), "resourceVersion": "5", "labels": labels,
+                "annotations": { "pv.kubernetes.io/provisioned-by": provisioned_by },
+                "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+            },
+            "spec": { "storageClassName": CLASS, "local": { "path": format!("/mnt/disks/{name}") } },
+            "status": { "phase": "Available" },
+        })
+    };
+    let upstream = pv("upstream-n1", "local-volume-provisioner-n1-node-uid", serde_json::json!(null));
+    let other = pv("upstream-n2", "local-volume-provisioner-n2-other-uid", serde_json::json!({}));
+    let labelled = pv(
+        "ours-n1",
+        "local-volume-provisioner-n1-node-uid",
+        serde_json::json!({"local-static-provisioner.io/node": "n1"}),
+    );
+    let list = serde_json::json!({
+        "kind": "PersistentVolumeList", "apiVersion": "v1", "metadata": {},
+        "items": [other.clone(), upstream.clone(), labelled.clone()],
+    });
+    {
+        let mut objects = lab.api.objects.lock().unwrap();
+        objects.insert("/api/v1/persistentvolumes".into(), list);
+        for pv in [&upstream, &other, &labelled] {
+            objects
+                .insert(format!("/api/v1/persistentvolumes/{}", pv["metadata"]["name"].as_str().unwrap()), pv.clone());
+        }
+    }
+    lab.pass().await;
+    assert!(lab.agent.adopted, "adoption completed");
+    assert_eq!(lab.api.count("GET", "/api/v1/persistentvolumes/upstream-n1"), 1, "the kept PV is read whole");
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/upstream-n1"), 1, "and labelled");
+    for name in ["upstream-n2", "ours-n1"] {
+        let path = format!("/api/v1/persistentvolumes/{name}");
+        assert_eq!(lab.api.count("GET", &path) + lab.api.count("PATCH", &path), 0, "{name} is left alone");
+    }
+    // Once done, a later pass lists nothing again.
+    let lists =
+        lab.api.seen.lock().unwrap().iter().filter(|(m, p)| m == "GET" && p == "/api/v1/persistentvolumes").count();
+    lab.pass().await;
+    let again =
+        lab.api.seen.lock().unwrap().iter().filter(|(m, p)| m == "GET" && p == "/api/v1/persistentvolumes").count();
+    assert_eq!((lists, again), (1, 1));
+}
+
+/// A kept PV that cannot be read whole leaves adoption undone, tried again at its deadline,
+/// and nothing is patched meanwhile.
+#[tokio::test]
+async fn adoption_that_cannot_read_a_kept_pv_is_retried() {
+    let mut lab = lab().await;
+    let upstream = serde_json::json!({
+        "metadata": { "name": "upstream-n1", "uid": "u", "resourceVersion": "5",
+                      "annotations": { "pv.kubernetes.io/provisioned-by": "local-volume-provisioner-n1-node-uid" } },
+        "spec": { "storageClassName": CLASS, "local": { "path": "/mnt/disks/upstream-n1" } },
+    });
+    let list = serde_json::json!({"kind": "PersistentVolumeList", "apiVersion": "v1", "metadata": {}, "items": [upstream.clone()]});
+    lab.api.objects.lock().unwrap().insert("/api/v1/persistentvolumes".into(), list);
+    lab.api.objects.lock().unwrap().insert("/api/v1/persistentvolumes/upstream-n1".into(), upstream);
+    lab.api.script("GET /api/v1/persistentvolumes/upstream-n1", &[500]);
+    lab.pass().await;
+    assert!(!lab.agent.adopted);
+    assert!(lab.agent.effects.failure_keys().contains(&EffectKey::Adopt));
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/upstream-n1"), 0);
+    lab.deadlines_pass();
+    lab.pass().await;
+    assert!(lab.agent.adopted, "adopted on the retry");
+    assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/upstream-n1"), 1);
+}

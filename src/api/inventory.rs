@@ -169,7 +169,8 @@ impl Cluster {
     /// Every node's inventory, page by page.
     pub async fn list_inventories(&self) -> Result<Vec<LocalStorageNode>, ApiError> {
         let api = self.inventories();
-        self.list_paged("localstoragenodes", |_| true, async |params: &ListParams| api.list(params).await).await
+        self.list_paged("localstoragenodes", LIST_PAGE, |_| true, async |params: &ListParams| api.list(params).await)
+            .await
     }
 
     /// The inventories of these nodes only, filtered by the API server (a list per node with the

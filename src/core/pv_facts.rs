@@ -162,6 +162,115 @@ impl k8s_openapi::Metadata for PvFacts {
     }
 }
 
+/// What a listing of every PV of the cluster reads of each: its name and the labels and
+/// annotations a decision reads (`read_by_us`), nothing more. Adoption judges tens of thousands
+/// of other nodes' PVs by whose they are (core::planner::needs_adoption reads only these);
+/// decoding each as `PvFacts` built its managedFields (a JSON tree per field manager) and node
+/// affinity only to drop them, which was most of a start-up's time among 20,000 foreign PVs
+/// (bench/scale-foreign.sh). The rest of each object is skipped unbuilt; the few PVs kept are
+/// read again whole.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PvOwnership {
+    /// The name only (labels and annotations are below).
+    pub metadata: ObjectMeta,
+    labels: Box<[(String, String)]>,
+    annotations: Box<[(String, String)]>,
+}
+
+impl PvOwnership {
+    /// One annotation's value, if it is one we read (see `read_by_us`).
+    pub fn annotation(&self, key: &str) -> Option<&String> {
+        self.annotations.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// One label's value, if it is one we read (see `read_by_us`).
+    pub fn label(&self, key: &str) -> Option<&String> {
+        self.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+}
+
+impl<'de> Deserialize<'de> for PvOwnership {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// `metadata` with only the fields read; serde skips the others (managedFields too)
+        /// without building them.
+        #[derive(Deserialize, Default)]
+        struct Meta {
+            #[serde(default)]
+            name: Option<String>,
+            #[serde(default, deserialize_with = "read_keys")]
+            labels: Vec<(String, String)>,
+            #[serde(default, deserialize_with = "read_keys")]
+            annotations: Vec<(String, String)>,
+        }
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(default)]
+            metadata: Meta,
+        }
+        let Raw { metadata } = Raw::deserialize(d)?;
+        Ok(PvOwnership {
+            metadata: ObjectMeta { name: metadata.name, ..ObjectMeta::default() },
+            labels: metadata.labels.into_boxed_slice(),
+            annotations: metadata.annotations.into_boxed_slice(),
+        })
+    }
+}
+
+/// The entries of a string map whose key a decision reads (`read_by_us`); the others are
+/// dropped as they are read. A null map reads as empty.
+fn read_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = Vec<(String, String)>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of strings")
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut kept = Vec::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let value = map.next_value::<String>()?;
+                if read_by_us(&key) {
+                    kept.push((key, value));
+                }
+            }
+            Ok(kept)
+        }
+    }
+    d.deserialize_any(Keys)
+}
+
+/// Addressed as a PersistentVolume, like `PvFacts`.
+impl k8s_openapi::Resource for PvOwnership {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "PersistentVolume";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "persistentvolumes";
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::ListableResource for PvOwnership {
+    const LIST_KIND: &'static str = "PersistentVolumeList";
+}
+
+impl k8s_openapi::Metadata for PvOwnership {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::Resource as _;
@@ -298,6 +407,24 @@ mod tests {
         {
             assert!(!read_by_us(key), "{key}");
         }
+    }
+
+    #[test]
+    fn ownership_reads_the_name_and_the_keys_facts_read_and_nothing_else() {
+        let facts: PvFacts = serde_json::from_value(full()).unwrap();
+        let owner: PvOwnership = serde_json::from_value(full()).unwrap();
+        assert_eq!(owner.metadata, ObjectMeta { name: Some("local-pv-1".into()), ..ObjectMeta::default() });
+        assert_eq!(&*owner.labels, &*facts.labels);
+        assert_eq!(&*owner.annotations, &*facts.annotations);
+        // Null or absent maps, and no metadata at all, read as empty.
+        let bare: PvOwnership = serde_json::from_value(json!({"metadata": {"name": "x", "labels": null}})).unwrap();
+        assert_eq!((bare.label(LABEL_NODE), bare.annotation(ANN_PROVISIONED_BY)), (None, None));
+        let empty: PvOwnership = serde_json::from_value(json!({"spec": {}})).unwrap();
+        assert_eq!(empty, PvOwnership::default());
+        // A map that is not one of strings is refused, as the full type refuses it.
+        assert!(serde_json::from_value::<PvOwnership>(json!({"metadata": {"labels": {"a": 1}}})).is_err());
+        assert_eq!(PvOwnership::URL_PATH_SEGMENT, PersistentVolume::URL_PATH_SEGMENT);
+        assert_eq!(PvOwnership::KIND, PersistentVolume::KIND);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! onto each. Below both, so neither imports the other (planner and pv re-export them).
 
 use super::naming::{ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE};
-use super::pv_facts::PvFacts;
+use super::pv_facts::{PvFacts, PvOwnership};
 use super::used_mark::UsedRead;
 use super::volume_safety::DiskKey;
 
@@ -74,6 +74,19 @@ impl ObservedPv {
         ObservedPv {
             name: pv.metadata.name.clone().unwrap_or_default(),
             host_path: pv.local_path().map(str::to_string),
+            provisioned_by: pv.annotation(ANN_PROVISIONED_BY).cloned(),
+            hostname_label: pv.label(LABEL_HOSTNAME).cloned(),
+            node_label: pv.label(LABEL_NODE).cloned(),
+            identity: pv.annotation(ANN_VOLUME_IDENTITY).cloned(),
+        }
+    }
+
+    /// The same from a PV's name, labels and annotations only (a listing of every PV of the
+    /// cluster): no host path, which whose PV it is (`needs_adoption`) never reads.
+    pub fn from_ownership(pv: &PvOwnership) -> Self {
+        ObservedPv {
+            name: pv.metadata.name.clone().unwrap_or_default(),
+            host_path: None,
             provisioned_by: pv.annotation(ANN_PROVISIONED_BY).cloned(),
             hostname_label: pv.label(LABEL_HOSTNAME).cloned(),
             node_label: pv.label(LABEL_NODE).cloned(),
