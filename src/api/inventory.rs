@@ -183,7 +183,7 @@ impl Cluster {
         for node in nodes.iter().collect::<std::collections::BTreeSet<_>>() {
             let selector = format!("metadata.name={node}");
             let page = async |params: &ListParams| api.list(&params.clone().fields(&selector)).await;
-            out.extend(self.list_paged("localstoragenodes", |_| true, page).await?);
+            out.extend(self.list_paged("localstoragenodes", LIST_PAGE, |_| true, page).await?);
         }
         Ok(out)
     }

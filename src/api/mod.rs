@@ -521,7 +521,7 @@ mod tests {
             respond.send_response(Response::new(Body::from(serde_json::to_vec(&list).expect("serializes"))));
             (uri, accept)
         });
-        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100 };
+        let opts = ClientOptions { kubeconfig: None, qps: 100, burst: 100, ..Default::default() };
         let cluster = Cluster::from_client(Client::new(service, "default"), &opts, "test");
         let kept = cluster.list_pv_ownership_where(|_| true).await.expect("the list succeeds");
         let (uri, accept) = server.await.expect("the mock server ran");
