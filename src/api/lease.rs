@@ -82,28 +82,13 @@ impl Cluster {
         duration: Duration,
         acquire: bool,
     ) -> Result<Written, ApiError> {
-        self.write_lease_owned(namespace, name, current, holder, duration, acquire, None).await
-    }
-
-    /// [`Self::write_lease`], creating the Lease owned by `owner` when it does not exist yet (an
-    /// agent's heartbeat: owned by its Node, so it goes with the Node). A replace keeps the
-    /// owner the Lease has.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn write_lease_owned(
-        &self,
-        namespace: &str,
-        name: &str,
-        current: Option<&ReadLease>,
-        holder: &str,
-        duration: Duration,
-        acquire: bool,
-        owner: Option<&OwnerReference>,
-    ) -> Result<Written, ApiError> {
-        let written = self.write_lease_answered(namespace, name, current, holder, duration, acquire, owner).await?;
+        let written = self.write_lease_answered(namespace, name, current, holder, duration, acquire, None).await?;
         Ok(if written.is_some() { Written::Done } else { Written::Lost })
     }
 
-    /// [`Self::write_lease_owned`], returning the Lease as the API server answered the write
+    /// [`Self::write_lease`], creating the Lease owned by `owner` when it does not exist yet (an
+    /// agent's heartbeat: owned by its Node, so it goes with the Node; a replace keeps the owner
+    /// the Lease has), and returning the Lease as the API server answered the write
     /// (with its new resourceVersion), so the next write can start from it instead of a read;
     /// None when the write was lost: someone else wrote it first (409), or the Lease replaced
     /// is gone (404). Either way the caller reads it again.
