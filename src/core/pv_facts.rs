@@ -135,32 +135,38 @@ impl PvFacts {
     }
 }
 
-/// The API knows this type as a PersistentVolume: kube's `Api`, watcher and store use it
-/// through these constants, exactly as for the full type.
-impl k8s_openapi::Resource for PvFacts {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "PersistentVolume";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "persistentvolumes";
-    type Scope = k8s_openapi::ClusterResourceScope;
+/// Makes a light PV type addressable as a PersistentVolume: kube's `Api`, watcher and store use
+/// it through these constants, exactly as for the full type.
+macro_rules! addressed_as_a_pv {
+    ($ty:ty) => {
+        impl k8s_openapi::Resource for $ty {
+            const API_VERSION: &'static str = "v1";
+            const GROUP: &'static str = "";
+            const KIND: &'static str = "PersistentVolume";
+            const VERSION: &'static str = "v1";
+            const URL_PATH_SEGMENT: &'static str = "persistentvolumes";
+            type Scope = k8s_openapi::ClusterResourceScope;
+        }
+
+        impl k8s_openapi::ListableResource for $ty {
+            const LIST_KIND: &'static str = "PersistentVolumeList";
+        }
+
+        impl k8s_openapi::Metadata for $ty {
+            type Ty = ObjectMeta;
+
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
 
-impl k8s_openapi::ListableResource for PvFacts {
-    const LIST_KIND: &'static str = "PersistentVolumeList";
-}
-
-impl k8s_openapi::Metadata for PvFacts {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+addressed_as_a_pv!(PvFacts);
 
 /// What a listing of every PV of the cluster reads of each: its name and the labels and
 /// annotations a decision reads (`read_by_us`), nothing more. Adoption judges tens of thousands
@@ -245,31 +251,7 @@ fn read_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(String, Stri
     d.deserialize_any(Keys)
 }
 
-/// Addressed as a PersistentVolume, like `PvFacts`.
-impl k8s_openapi::Resource for PvOwnership {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "PersistentVolume";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "persistentvolumes";
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::ListableResource for PvOwnership {
-    const LIST_KIND: &'static str = "PersistentVolumeList";
-}
-
-impl k8s_openapi::Metadata for PvOwnership {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+addressed_as_a_pv!(PvOwnership);
 
 #[cfg(test)]
 mod tests {
