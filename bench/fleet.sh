@@ -127,25 +127,7 @@ for a in $(seq 1 "$agents"); do
     > "$work/agent-$a/config/storageClassMap"
 done
 if [[ $impl == upstream ]]; then
-  k apply -f - > /dev/null <<'YAML'
-# Upstream v2.9.0's Helm chart node ClusterRole (helm/provisioner/templates/rbac.yaml), bound to
-# the agent ServiceAccount besides ours so the audit log keeps attributing its requests.
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: bench-upstream-v2.9.0}
-rules:
-- {apiGroups: [""], resources: ["persistentvolumes"], verbs: ["get", "list", "watch", "create", "delete"]}
-- {apiGroups: ["storage.k8s.io"], resources: ["storageclasses"], verbs: ["get", "list", "watch"]}
-- {apiGroups: [""], resources: ["events"], verbs: ["watch"]}
-- {apiGroups: ["", "events.k8s.io"], resources: ["events"], verbs: ["create", "update", "patch"]}
-- {apiGroups: [""], resources: ["nodes"], verbs: ["get", "update"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: bench-upstream-v2.9.0}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bench-upstream-v2.9.0}
-subjects: [{kind: ServiceAccount, name: local-static-provisioner, namespace: local-static-provisioner}]
-YAML
+  upstream_node_rbac
   # The mount point upstream's config is bound onto in each agent's namespace; an empty
   # directory on the host, removed again at the end if this script made it.
   if [[ ! -d /etc/provisioner/config ]]; then

@@ -98,3 +98,26 @@ idle_cost() {
   pct=$(python3 -c "print(round(100 * ($t1 - $t0) / $hz / $1, 4))")
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent_pid/status")
 }
+
+# Upstream v2.9.0's Helm chart node ClusterRole (helm/provisioner/templates/rbac.yaml), bound to
+# the agent ServiceAccount besides ours so the audit log keeps attributing its requests (with
+# the script's own `k`, kubectl on its control plane).
+upstream_node_rbac() {
+  k apply -f - > /dev/null <<'YAML'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: bench-upstream-v2.9.0}
+rules:
+- {apiGroups: [""], resources: ["persistentvolumes"], verbs: ["get", "list", "watch", "create", "delete"]}
+- {apiGroups: ["storage.k8s.io"], resources: ["storageclasses"], verbs: ["get", "list", "watch"]}
+- {apiGroups: [""], resources: ["events"], verbs: ["watch"]}
+- {apiGroups: ["", "events.k8s.io"], resources: ["events"], verbs: ["create", "update", "patch"]}
+- {apiGroups: [""], resources: ["nodes"], verbs: ["get", "update"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: bench-upstream-v2.9.0}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bench-upstream-v2.9.0}
+subjects: [{kind: ServiceAccount, name: local-static-provisioner, namespace: local-static-provisioner}]
+YAML
+}

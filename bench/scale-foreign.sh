@@ -135,25 +135,7 @@ print(len(done), round(done[-1] - t0, 2) if done else "null", pages)' "$work/cp/
 }
 made_etc=""
 if [[ $impl != ours ]]; then
-  # Upstream's node ClusterRole (its Helm chart's), bound to the agent ServiceAccount besides
-  # ours, as bench/fleet.sh does.
-  k apply -f - > /dev/null <<'YAML'
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: bench-upstream-v2.9.0}
-rules:
-- {apiGroups: [""], resources: ["persistentvolumes"], verbs: ["get", "list", "watch", "create", "delete"]}
-- {apiGroups: ["storage.k8s.io"], resources: ["storageclasses"], verbs: ["get", "list", "watch"]}
-- {apiGroups: [""], resources: ["events"], verbs: ["watch"]}
-- {apiGroups: ["", "events.k8s.io"], resources: ["events"], verbs: ["create", "update", "patch"]}
-- {apiGroups: [""], resources: ["nodes"], verbs: ["get", "update"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: bench-upstream-v2.9.0}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bench-upstream-v2.9.0}
-subjects: [{kind: ServiceAccount, name: local-static-provisioner, namespace: local-static-provisioner}]
-YAML
+  upstream_node_rbac
   if [[ ! -d /etc/provisioner/config ]]; then mkdir -p /etc/provisioner/config; made_etc=1; fi
 fi
 : > "$work/starts"
