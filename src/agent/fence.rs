@@ -11,7 +11,9 @@ use super::Agent;
 use crate::core::cleanup::PvState;
 use crate::core::disk_identity::may_share_disk;
 use crate::core::effect_key::EffectKey;
-use crate::core::fence::{FenceInput, FenceReason, Seen, fence_key, may_be_mounted, plan_fences, stop_label};
+use crate::core::fence::{
+    FenceFacts, FenceInput, FenceReason, Seen, fence_key, fences_to_tell, may_be_mounted, plan_fences, stop_label,
+};
 use crate::core::presence::where_moved;
 use crate::core::succession::DiskCheck;
 
@@ -72,12 +74,25 @@ impl Agent {
         let in_force: Vec<(String, &'static str)> =
             plan.in_force.iter().map(|(pv, reason)| (pv.clone(), reason.label_value())).collect();
         self.metrics.set_fenced(&in_force);
-        for (name, reason) in &plan.fenced {
-            let Some(pv) = all.iter().find(|pv| pv.name == *name) else { continue };
-            let note = self.fence_note(pv, *reason, &all);
+        let facts: BTreeMap<String, FenceFacts> = plan
+            .in_force
+            .iter()
+            .filter_map(|(name, reason)| {
+                let pv = all.iter().find(|pv| pv.name == *name)?;
+                Some((name.clone(), self.fence_facts(pv, *reason, &all)))
+            })
+            .collect();
+        let (tell, told) = fences_to_tell(&self.fences_told, &plan, &facts);
+        self.fences_told = told;
+        for name in &tell {
+            let (Some(pv), Some(reason)) = (all.iter().find(|pv| pv.name == *name), plan.in_force.get(name)) else {
+                continue;
+            };
+            let note = self.fence_note(pv, *reason, &facts.get(name).cloned().unwrap_or_default());
             warn!(pv = %name, reason = reason.label_value(), "{note}");
             // One action per reason: events with the same reason, object and action fold into
             // one series that keeps its first note, and a fence that changes reason must say so.
+            // A note that says more (core::fence::fences_to_tell) is an event of its own.
             self.tell_as(pv, true, "VolumeFenced", fence_action(*reason), note).await;
         }
         for name in &plan.lifted {
@@ -92,9 +107,29 @@ impl Agent {
         }
     }
 
+    /// What this node shows of a fenced PV's disks (core::fence::FenceFacts): for a path that
+    /// holds another disk, whose disk it is and where the PV's own disk is now.
+    fn fence_facts(&self, pv: &PvState, reason: FenceReason, all: &[&PvState]) -> FenceFacts {
+        if reason != FenceReason::NotItsDisk {
+            return FenceFacts::default();
+        }
+        let here = self.found_disks.iter().find(|(path, _)| *path == pv.host_path).map(|(_, id)| id.as_str());
+        let owner = here.and_then(|id| {
+            all.iter()
+                .find(|other| other.name != pv.name && other.identity.as_deref().is_some_and(|r| may_share_disk(r, id)))
+        });
+        FenceFacts {
+            disk_there_of: owner.map(|other| match &other.claim {
+                Some((ns, claim, _)) => format!("{} (claim {ns}/{claim})", other.name),
+                None => other.name.clone(),
+            }),
+            own_disk_at: where_moved(pv, &self.found_disks),
+        }
+    }
+
     /// What the owner of a fenced PV is told: why, what is at its path and where its own disk
-    /// is when this node shows it, and what to do.
-    fn fence_note(&self, pv: &PvState, reason: FenceReason, all: &[&PvState]) -> String {
+    /// is when this node shows it (`facts`), and what to do.
+    fn fence_note(&self, pv: &PvState, reason: FenceReason, facts: &FenceFacts) -> String {
         let key = fence_key(&pv.name).unwrap_or_default();
         let mut note = format!(
             "no pod may newly mount PV {} at {} on node {}: {}. kubelet and the scheduler refuse it by its node \
@@ -105,23 +140,11 @@ impl Agent {
             reason.describe(),
             reason.label_value()
         );
-        if reason == FenceReason::NotItsDisk {
-            let here = self.found_disks.iter().find(|(path, _)| *path == pv.host_path).map(|(_, id)| id.as_str());
-            let owner = here.and_then(|id| {
-                all.iter().find(|other| {
-                    other.name != pv.name && other.identity.as_deref().is_some_and(|r| may_share_disk(r, id))
-                })
-            });
-            if let Some(other) = owner {
-                note.push_str(&format!(" The disk there is the disk of PV {}", other.name));
-                if let Some((ns, claim, _)) = &other.claim {
-                    note.push_str(&format!(" (claim {ns}/{claim})"));
-                }
-                note.push('.');
-            }
-            if let Some(to) = where_moved(pv, &self.found_disks) {
-                note.push_str(&format!(" Its own disk is at {to} on this node now."));
-            }
+        if let Some(other) = &facts.disk_there_of {
+            note.push_str(&format!(" The disk there is the disk of PV {other}."));
+        }
+        if let Some(to) = &facts.own_disk_at {
+            note.push_str(&format!(" Its own disk is at {to} on this node now."));
         }
         note.push_str(
             " Put each disk back at its own path (`local-static-provisioner disks` on the node and the PV's \

@@ -353,6 +353,8 @@ pub(crate) struct Agent {
     /// (host path, identity) of every volume the last scan found, settled or not: where a PV's
     /// disk that left its path went.
     found_disks: Vec<(String, String)>,
+    /// What each fence in force last told its owners (core::fence::fences_to_tell).
+    fences_told: BTreeMap<String, (crate::core::fence::FenceReason, crate::core::fence::FenceFacts)>,
     /// Failed effects and their retry deadlines.
     effects: Effects,
     /// Problems reported in this pass and the last: each is reported once per occurrence and
@@ -423,6 +425,7 @@ impl Agent {
             marked: BTreeMap::new(),
             disk_labelled: BTreeMap::new(),
             found_disks: Vec::new(),
+            fences_told: BTreeMap::new(),
             effects: Effects::default(),
             problems: Occurrences::default(),
             last_scan: None,

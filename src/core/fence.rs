@@ -137,6 +137,61 @@ pub fn plan_fences(pvs: &[FenceInput], node_labels: &BTreeMap<String, String>) -
     plan
 }
 
+/// What a fence's note says beyond its reason: whose disk is at the PV's path, and where the
+/// PV's own disk is now (each when this node shows it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FenceFacts {
+    /// The PV whose disk is at this PV's path.
+    pub disk_there_of: Option<String>,
+    /// The path on this node that holds this PV's own disk.
+    pub own_disk_at: Option<String>,
+}
+
+/// Which fences in force to tell their owners about, and what is then told, from what was told
+/// before (`told`), this pass's plan and what this pass knows of each fenced PV (`facts`).
+///
+/// A swap passes through half-swapped states (one disk mounted at its new path, the other not
+/// yet), and a pass that sees one fences with half the story; events fold only identical notes,
+/// so the owner would keep reading that half. So:
+/// - a PV newly fenced, or fenced for another reason, is told, with what is known now;
+/// - a fence whose facts changed to something known (a disk now recognised at its path, its own
+///   disk found elsewhere, or at another place) is told again; a fact no longer known is not
+///   (a slow disk is not news, and the owner keeps the better story);
+/// - a fence in force that nobody here told (the agent restarted) is recorded, not told again;
+/// - lifted fences are forgotten: what is returned holds only the fences in force.
+pub fn fences_to_tell(
+    told: &BTreeMap<String, (FenceReason, FenceFacts)>,
+    plan: &FencePlan,
+    facts: &BTreeMap<String, FenceFacts>,
+) -> (Vec<String>, BTreeMap<String, (FenceReason, FenceFacts)>) {
+    let mut tell = Vec::new();
+    let mut now = BTreeMap::new();
+    for (name, reason) in &plan.in_force {
+        let known = facts.get(name).cloned().unwrap_or_default();
+        let newly = plan.fenced.iter().any(|(n, _)| n == name);
+        let kept = match told.get(name) {
+            _ if newly => {
+                tell.push(name.clone());
+                known
+            }
+            Some((was, before)) if was == reason => {
+                let learnt = |now: &Option<String>, before: &Option<String>| now.is_some() && now != before;
+                if learnt(&known.disk_there_of, &before.disk_there_of)
+                    || learnt(&known.own_disk_at, &before.own_disk_at)
+                {
+                    tell.push(name.clone());
+                    known
+                } else {
+                    before.clone()
+                }
+            }
+            _ => known,
+        };
+        now.insert(name.clone(), (*reason, kept));
+    }
+    (tell, now)
+}
+
 /// The label an agent sets on its node when it stops, when any of its PVs honours it.
 pub fn stop_label(pvs: &[FenceInput]) -> Option<(String, String)> {
     pvs.iter().any(|pv| pv.honours).then(|| (LABEL_VOLUMES_UNVERIFIED.to_string(), AGENT_STOPPED.to_string()))

@@ -238,3 +238,88 @@ fn a_stored_pv_keeps_whether_it_honours_its_fence_not_the_requirements() {
     assert!(!old.fence_honoured);
     assert_eq!(old.spec.node_affinity, Some(affinity(vec![vec![host]])));
 }
+
+/// Every combination of what was told of a fence, whether the plan fences it anew, and what
+/// this pass knows: the owner is told exactly when the fence is new or a known fact changed,
+/// what is recorded is what the last note said, and nothing outlives the fences in force.
+#[test]
+fn a_fence_is_told_again_exactly_when_something_new_is_known_of_its_disks() {
+    let values = [None, Some("x".to_string()), Some("y".to_string())];
+    let facts: Vec<FenceFacts> = values
+        .iter()
+        .flat_map(|d| values.iter().map(|o| FenceFacts { disk_there_of: d.clone(), own_disk_at: o.clone() }))
+        .collect();
+    let reasons = [FenceReason::NotItsDisk, FenceReason::DiskMissing, FenceReason::Unverified];
+    let mut told_states: Vec<Option<(FenceReason, FenceFacts)>> = vec![None];
+    for r in reasons {
+        told_states.extend(facts.iter().map(|f| Some((r, f.clone()))));
+    }
+    let mut cases = 0;
+    for reason in reasons {
+        for newly in [false, true] {
+            for told in &told_states {
+                for known in &facts {
+                    let plan = FencePlan {
+                        fenced: if newly { vec![("pv".into(), reason)] } else { vec![] },
+                        in_force: BTreeMap::from([("pv".to_string(), reason)]),
+                        ..Default::default()
+                    };
+                    let mut before: BTreeMap<String, (FenceReason, FenceFacts)> =
+                        told.iter().map(|t| ("pv".to_string(), t.clone())).collect();
+                    before.insert("lifted".into(), (FenceReason::DiskMissing, FenceFacts::default()));
+                    let (tell, after) =
+                        fences_to_tell(&before, &plan, &BTreeMap::from([("pv".to_string(), known.clone())]));
+                    let changed = |now: &Option<String>, was: &Option<String>| now.is_some() && now != was;
+                    let expected = match told {
+                        _ if newly => true,
+                        Some((r, was)) if *r == reason => {
+                            changed(&known.disk_there_of, &was.disk_there_of)
+                                || changed(&known.own_disk_at, &was.own_disk_at)
+                        }
+                        _ => false,
+                    };
+                    let ctx = format!("{reason:?} newly={newly} told={told:?} known={known:?}");
+                    assert_eq!(tell, if expected { vec!["pv".to_string()] } else { vec![] }, "{ctx}");
+                    assert_eq!(after.keys().collect::<Vec<_>>(), ["pv"], "only fences in force are kept: {ctx}");
+                    let recorded = &after["pv"];
+                    assert_eq!(recorded.0, reason, "{ctx}");
+                    match told {
+                        Some((r, was)) if !expected && *r == reason => assert_eq!(&recorded.1, was, "{ctx}"),
+                        _ => assert_eq!(&recorded.1, known, "{ctx}"),
+                    }
+                    cases += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 3 * 2 * 28 * 9);
+}
+
+/// A swap seen half-way (the other disk not yet mounted at the other path) and then whole: the
+/// owner is told once with half the story and once with the whole; a slow disk after that
+/// tells nothing; the lifted fence is forgotten.
+#[test]
+fn a_half_seen_swap_is_told_again_once_seen_whole() {
+    let plan = |newly: bool| FencePlan {
+        fenced: if newly { vec![("b".into(), FenceReason::NotItsDisk)] } else { vec![] },
+        in_force: BTreeMap::from([("b".to_string(), FenceReason::NotItsDisk)]),
+        ..Default::default()
+    };
+    let facts = |there: Option<&str>, own: Option<&str>| {
+        BTreeMap::from([(
+            "b".to_string(),
+            FenceFacts { disk_there_of: there.map(str::to_string), own_disk_at: own.map(str::to_string) },
+        )])
+    };
+    let (tell, told) = fences_to_tell(&BTreeMap::new(), &plan(true), &facts(None, Some("/mnt/a")));
+    assert_eq!(tell, ["b"]);
+    let (tell, told) = fences_to_tell(&told, &plan(false), &facts(Some("pv-a"), Some("/mnt/a")));
+    assert_eq!(tell, ["b"], "the disk at its path is now known");
+    let (tell, told) = fences_to_tell(&told, &plan(false), &facts(Some("pv-a"), Some("/mnt/a")));
+    assert!(tell.is_empty(), "nothing new");
+    let (tell, told) = fences_to_tell(&told, &plan(false), &facts(None, None));
+    assert!(tell.is_empty(), "a disk that did not answer is not news");
+    assert_eq!(told["b"].1.disk_there_of.as_deref(), Some("pv-a"));
+    let (tell, told) = fences_to_tell(&told, &FencePlan::default(), &BTreeMap::new());
+    assert!(tell.is_empty() && told.is_empty(), "lifted: forgotten");
+}
