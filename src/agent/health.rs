@@ -3,7 +3,7 @@
 //! published, an unbound PV on one is withdrawn, and every other PV on one is annotated and
 //! its claim's owner told, until the signs clear.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use tracing::{info, warn};
@@ -23,11 +23,7 @@ impl Agent {
     /// that do not answer, judged against this node's PVs (`states`: their capacities), and
     /// the volumes grown past their PV's capacity, to tell. Reports the stalls (metrics,
     /// readiness) on the way.
-    pub(super) fn judge_disks(
-        &mut self,
-        signs: &[(String, Signs)],
-        states: &[PvState],
-    ) -> (BTreeMap<String, Vec<Failing>>, Vec<Growth>) {
+    pub(super) fn judge_disks(&mut self, signs: &[(String, Signs)], states: &[PvState]) -> Judged {
         let stalls = self.ops.stalls();
         let now = Instant::now();
         let capacity = |path: &str| states.iter().find(|s| s.host_path == path && !s.deleting)?.capacity_bytes;
@@ -46,7 +42,10 @@ impl Agent {
             }
         }
         drop(kernel_log);
-        let seen: std::collections::BTreeSet<&str> = signs.iter().map(|(p, _)| p.as_str()).collect();
+        // A PV's disk whose look is still running keeps what was learnt of it (its I/O error
+        // baseline, a held failure): a pass that did not look is not a recovery.
+        let seen: BTreeSet<&str> =
+            signs.iter().map(|(p, _)| p.as_str()).chain(states.iter().map(|s| s.host_path.as_str())).collect();
         self.health.retain(|key| seen.contains(key));
         for stall in &stalls {
             if let Subject::Volume(path) = &stall.subject {
@@ -55,7 +54,8 @@ impl Agent {
             }
         }
         self.report_stalls(&stalls);
-        (failing, growths)
+        let looked = signs.iter().map(|(p, _)| p.clone()).chain(failing.keys().cloned()).collect();
+        Judged { failing, looked, growths }
     }
 
     /// Tells each grown volume's PV and claim once per size (a Normal event `VolumeGrown`): the
@@ -119,14 +119,15 @@ impl Agent {
 
     /// Annotates, withdraws and unflags this node's PVs as their disks' signs say
     /// (core::disk_health::plan_health), telling the PV and its claim.
-    pub(super) async fn follow_health(&mut self, states: &[PvState], failing: &BTreeMap<String, Vec<Failing>>) {
+    pub(super) async fn follow_health(&mut self, states: &[PvState], judged: &Judged) {
+        let failing = &judged.failing;
         let mut labels = Vec::new();
         for (path, reasons) in failing {
             let pv = states.iter().find(|s| s.host_path == *path).map(|s| s.name.clone()).unwrap_or_default();
             labels.extend(reasons.iter().map(|r| (path.clone(), pv.clone(), r.code().to_string())));
         }
         self.metrics.set_failing(&labels);
-        for action in plan_health(states, failing) {
+        for action in plan_health(states, failing, &judged.looked) {
             match action {
                 HealthAction::Withdraw { name, uid, resource_version, why } => {
                     let key = EffectKey::WithdrawFailing(name.clone());
@@ -188,6 +189,16 @@ impl Agent {
             self.cluster.event_related(&claim, Some(pv_ref), warning, reason, action, note).await;
         }
     }
+}
+
+/// What a pass learnt of its volumes' disks (see `Agent::judge_disks`).
+pub(super) struct Judged {
+    /// The failing signs by host path (those that do not answer among them).
+    pub(super) failing: BTreeMap<String, Vec<Failing>>,
+    /// The host paths whose disks this pass looked at: signs read, or a look that did not answer.
+    pub(super) looked: BTreeSet<String>,
+    /// The volumes grown past their PV's capacity.
+    pub(super) growths: Vec<Growth>,
 }
 
 /// A volume grown past its PV's capacity (core::disk_health::grown), in bytes.

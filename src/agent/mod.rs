@@ -594,8 +594,8 @@ impl Agent {
                 Some(crate::core::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))
             })
             .collect();
-        let (failing, growths) = self.judge_disks(&signs, &states);
-        self.keep_failing_back(&mut observation.scan, &failing);
+        let judged = self.judge_disks(&signs, &states);
+        self.keep_failing_back(&mut observation.scan, &judged.failing);
         let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
         self.inventory_devices(observation.claims.as_ref(), &observation.devices);
         self.report_claims(observation.claims.take().as_ref()).await;
@@ -617,8 +617,8 @@ impl Agent {
         self.label_disks(&observation.upgrades).await;
         self.ensure_marks(&states, &missing).await;
         self.clean(&states, &missing, observation.disks).await;
-        self.follow_health(&going, &failing).await;
-        self.tell_growths(&states, &growths).await;
+        self.follow_health(&going, &judged).await;
+        self.tell_growths(&states, &judged.growths).await;
         // Stalls met in this pass's own operations (a used-mark write) are named at once.
         self.report_stalls(&self.ops.stalls());
         // A volume is remembered as unresponsive while it has a PV or an entry.

@@ -16,7 +16,7 @@
 //! larger than the device under it, fails writes beyond its end ([`shrunk`]); a grown one is
 //! only told ([`grown`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::core::capacity::{iec, round_down_pretty};
@@ -366,10 +366,17 @@ pub enum HealthAction {
     Withdraw { name: String, uid: String, resource_version: String, why: String },
 }
 
-/// Plans what to do about each PV given the failing signs of the volumes by host path. Pure:
-/// a Bound, Released or deleting PV is only ever annotated; an unbound one on a failing disk
-/// is withdrawn; the annotation follows the signs, so it clears when they do.
-pub fn plan_health(pvs: &[PvState], failing: &BTreeMap<String, Vec<Failing>>) -> Vec<HealthAction> {
+/// Plans what to do about each PV given the failing signs of the volumes by host path, and
+/// the paths whose disks this pass looked at (`judged`: signs read, or a look that did not
+/// answer). Pure: a Bound, Released or deleting PV is only ever annotated; an unbound one on a
+/// failing disk is withdrawn; the annotation follows the signs, so it clears when they do, and
+/// only then: a disk not looked at this pass (its look still running, its volume not found) is
+/// not proven healthy, and its annotation stays.
+pub fn plan_health(
+    pvs: &[PvState],
+    failing: &BTreeMap<String, Vec<Failing>>,
+    judged: &BTreeSet<String>,
+) -> Vec<HealthAction> {
     let mut out = Vec::new();
     for pv in pvs {
         let signs = failing.get(&pv.host_path).filter(|f| !f.is_empty());
@@ -395,7 +402,9 @@ pub fn plan_health(pvs: &[PvState], failing: &BTreeMap<String, Vec<Failing>>) ->
                     out.push(HealthAction::Flag { name: pv.name.clone(), value });
                 }
             }
-            None if pv.disk_failing.is_some() => out.push(HealthAction::Unflag { name: pv.name.clone() }),
+            None if pv.disk_failing.is_some() && judged.contains(&pv.host_path) => {
+                out.push(HealthAction::Unflag { name: pv.name.clone() })
+            }
             None => {}
         }
     }

@@ -311,15 +311,20 @@ fn plan_health_withdraws_only_unbound_pvs_on_failing_disks_and_annotates_the_res
         for claimed in [false, true] {
             for deleting in [false, true] {
                 for annotated in [None, Some("read-only: old")] {
-                    for signs in &kinds {
+                    for (signs, looked) in kinds.iter().flat_map(|k| [(k, true), (k, false)]) {
                         let pv = pv_state(phase, claimed, deleting, annotated);
                         let failing: BTreeMap<String, Vec<Failing>> = if signs.is_empty() {
                             BTreeMap::new()
                         } else {
                             BTreeMap::from([("/mnt/disks/a".to_string(), signs.clone())])
                         };
-                        let actions = plan_health(std::slice::from_ref(&pv), &failing);
-                        let case = format!("{phase} claimed={claimed} deleting={deleting} ann={annotated:?} {signs:?}");
+                        // A disk with signs was looked at; one without may or may not have been.
+                        let judged: BTreeSet<String> =
+                            (looked || !signs.is_empty()).then(|| "/mnt/disks/a".to_string()).into_iter().collect();
+                        let actions = plan_health(std::slice::from_ref(&pv), &failing, &judged);
+                        let case = format!(
+                            "{phase} claimed={claimed} deleting={deleting} ann={annotated:?} {signs:?} looked={looked}"
+                        );
                         let unbound = !claimed && !deleting && matches!(phase, "Available" | "Pending");
                         let really_failing = signs.iter().any(|f| !matches!(f, Failing::Unresponsive(_)));
                         let withdrawn = actions.iter().any(|a| matches!(a, HealthAction::Withdraw { .. }));
@@ -329,9 +334,10 @@ fn plan_health_withdraws_only_unbound_pvs_on_failing_disks_and_annotates_the_res
                             assert_eq!(resource_version, "7", "withdrawn under its resourceVersion: {case}");
                         }
                         if signs.is_empty() {
+                            // Cleared only when proven: looked at and found healthy.
                             let unflagged = actions == vec![HealthAction::Unflag { name: "pv".into() }];
-                            assert_eq!(unflagged, annotated.is_some(), "{case}");
-                            assert!(annotated.is_some() || actions.is_empty(), "{case}");
+                            assert_eq!(unflagged, annotated.is_some() && looked, "{case}");
+                            assert!(unflagged || actions.is_empty(), "{case}");
                         } else if deleting && !claimed {
                             assert!(actions.is_empty(), "a PV being withdrawn is left to go: {case}");
                         } else if !withdrawn {
@@ -355,10 +361,11 @@ fn plan_health_does_not_repeat_an_annotation_already_there_and_ignores_other_vol
     let value = annotation_value(&signs);
     let pv = pv_state("Bound", true, false, Some(&value));
     let failing = BTreeMap::from([("/mnt/disks/a".to_string(), signs)]);
-    assert!(plan_health(std::slice::from_ref(&pv), &failing).is_empty());
+    let judged = BTreeSet::from(["/mnt/disks/a".to_string(), "/mnt/disks/b".to_string()]);
+    assert!(plan_health(std::slice::from_ref(&pv), &failing, &judged).is_empty());
     let elsewhere = BTreeMap::from([("/mnt/disks/b".to_string(), vec![Failing::ShutDown])]);
     let fresh = pv_state("Bound", true, false, None);
-    assert!(plan_health(&[fresh], &elsewhere).is_empty());
+    assert!(plan_health(&[fresh], &elsewhere, &judged).is_empty());
     assert!(value.starts_with("read-only: "));
     let two = annotation_value(&[Failing::ReadOnly, Failing::FilesystemErrors { count: 1 }]);
     assert!(two.contains("; filesystem-errors: "), "{two}");
