@@ -954,6 +954,9 @@ impl<'a> SwapLab<'a> {
             wait_recycled(self.node, &t.pv, &uids[i], volume);
         }
         let (node, pvs) = (self.node, self.tenants.each_ref().map(|t| t.pv.clone()));
+        // Only what follows counts: a put-back that left a path empty for longer than the
+        // settle window (an umount refused as busy a moment) fenced it as missing, rightly.
+        let taken_away = Timestamp::now();
         drop(self);
         for pv in &pvs {
             wait_until(&format!("PV {pv} withdrawn"), WAIT, || node.cp.pv_state(pv).is_none().then_some(()));
@@ -962,7 +965,7 @@ impl<'a> SwapLab<'a> {
         std::thread::sleep(std::time::Duration::from_secs(1));
         for pv in &pvs {
             assert!(
-                !node.cp.has_event(pv, "VolumeFenced", "nothing is mounted at its path"),
+                !node.cp.has_event_since(pv, "VolumeFenced", "nothing is mounted at its path", Some(taken_away)),
                 "PV {pv} was fenced as its disk went away, on its way out"
             );
         }

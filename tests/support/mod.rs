@@ -675,12 +675,31 @@ impl ControlPlane {
 
     /// Whether an events.k8s.io Event about `pv` with `reason` exists whose note contains `text`.
     pub fn has_event(&self, pv: &str, reason: &str, text: &str) -> bool {
+        self.has_event_since(pv, reason, text, None)
+    }
+
+    /// [`ControlPlane::has_event`], counting only Events observed at or after `since` (their
+    /// eventTime, or their series' last observation): what happened after a step, not before.
+    pub fn has_event_since(
+        &self,
+        pv: &str,
+        reason: &str,
+        text: &str,
+        since: Option<k8s_openapi::jiff::Timestamp>,
+    ) -> bool {
         let Some(events) = self.get_json(&["events.events.k8s.io", "-A"]) else { return false };
+        let observed = |e: &serde_json::Value| {
+            [&e["series"]["lastObservedTime"], &e["eventTime"]]
+                .into_iter()
+                .filter_map(|t| t.as_str()?.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .max()
+        };
         events["items"].as_array().is_some_and(|items| {
             items.iter().any(|e| {
                 e["regarding"]["name"] == pv
                     && e["reason"] == reason
                     && e["note"].as_str().is_some_and(|n| n.contains(text))
+                    && since.is_none_or(|since| observed(e).is_some_and(|at| at >= since))
             })
         })
     }
