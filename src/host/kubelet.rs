@@ -108,7 +108,7 @@ impl KubeletView {
 }
 
 /// The first directory kubelet mounts local volumes in, below `dir` (resolved), whose mounts do
-/// not show in this container (core::volume_safety::kubelet_mounts_visible): judged at the
+/// not show in this container (`kubelet_mounts_visible` of core::volume_safety): judged at the
 /// directory, or at its nearest existing parent inside `dir` when kubelet has not made it yet
 /// (a whole-directory mount shows it once made; narrower hostPaths make it beforehand).
 fn unseen_dir(dir: &Path, mounts: &MountTable) -> Option<PathBuf> {
