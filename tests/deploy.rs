@@ -3,7 +3,8 @@
 //! upstream chart, with and without node-cleanup) are accepted by a server-side dry run, and
 //! the ConfigMap the chart renders is a valid config for the agent. The kustomize components:
 //! discovery-dir moves the discovery directory everywhere the base writes it from one value,
-//! and monitoring's alerts are the chart's.
+//! kubelet-dir does the same for kubelet's directory (of which base and chart mount only the
+//! three directories kubelet mounts local volumes in), and monitoring's alerts are the chart's.
 
 mod support;
 
@@ -177,6 +178,138 @@ fn kustomize_discovery_dir_with_the_base_value_is_the_base() {
     for (a, b) in changed {
         assert_eq!(a.replace(old, "/srv/disks"), b);
     }
+}
+
+/// The directories kubelet mounts local volumes in (`KUBELET_LOCAL_VOLUME_DIRS` of core::volume_safety).
+const KUBELET_LOCAL_VOLUME_DIRS: [&str; 3] =
+    ["pods", "plugins/kubernetes.io~local-volume", "plugins/kubernetes.io/local-volume"];
+
+/// What a DaemonSet's pod spec mounts from kubelet's directory `kubelet` (or above it): each
+/// hostPath volume at or below it, or covering it, as (hostPath, mountPath, readOnly,
+/// mountPropagation), sorted.
+fn kubelet_mounts_in(pod: &serde_json::Value, kubelet: &str) -> Vec<(String, String, bool, String)> {
+    let volumes = pod["volumes"].as_array().unwrap();
+    let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
+    let mut out: Vec<_> = volumes
+        .iter()
+        .filter_map(|v| Some((v["name"].as_str()?, v["hostPath"]["path"].as_str()?)))
+        .filter(|(_, path)| Path::new(path).starts_with(kubelet) || Path::new(kubelet).starts_with(path))
+        .map(|(name, path)| {
+            let m = mounts.iter().find(|m| m["name"] == name).unwrap_or_else(|| panic!("{name} is not mounted"));
+            (
+                path.to_string(),
+                m["mountPath"].as_str().unwrap().to_string(),
+                m["readOnly"] == true,
+                m["mountPropagation"].as_str().unwrap_or("None").to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn kubelet_mounts(pod: &serde_json::Value) -> Vec<(String, String, bool, String)> {
+    kubelet_mounts_in(pod, "/var/lib/kubelet")
+}
+
+/// The three directories below `kubelet`, each mounted read-only at its own path with
+/// HostToContainer: what the wipe-while-mounted check needs (docs/security.md), no more.
+fn narrow_kubelet_mounts(kubelet: &str) -> Vec<(String, String, bool, String)> {
+    let mut out: Vec<_> = KUBELET_LOCAL_VOLUME_DIRS
+        .iter()
+        .map(|d| (format!("{kubelet}/{d}"), format!("{kubelet}/{d}"), true, "HostToContainer".to_string()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The base and the chart (its defaults, and another kubeletDir) mount the same three
+/// directories of kubelet's and nothing else of it: no hostPath of kubelet's directory as a
+/// whole (its pki/, other plugins' state), none above it; the agent is told where kubelet's
+/// directory is.
+#[test]
+fn kustomize_and_chart_mount_only_the_directories_kubelet_mounts_local_volumes_in() {
+    let cp = ControlPlane::get();
+    let base = documents(&kustomize(&cp, &repo_root().join("deploy/base")));
+    let pod = &find(&base, "DaemonSet")["spec"]["template"]["spec"];
+    let expected = narrow_kubelet_mounts("/var/lib/kubelet");
+    assert_eq!(kubelet_mounts(pod), expected, "deploy/base");
+    let env = pod["containers"][0]["env"].as_array().unwrap();
+    assert!(env.iter().any(|e| e["name"] == "KUBELET_DIR" && e["value"] == "/var/lib/kubelet"), "{env:?}");
+    // No hostPath covers kubelet's credentials.
+    for v in pod["volumes"].as_array().unwrap() {
+        if let Some(path) = v["hostPath"]["path"].as_str() {
+            assert!(!Path::new("/var/lib/kubelet/pki").starts_with(path), "hostPath {path} exposes kubelet's pki/");
+        }
+    }
+
+    let chart = repo_root().join("deploy/helm/local-static-provisioner");
+    let render = |sets: &[&str]| {
+        let mut cmd = Command::new(helm());
+        cmd.args(["template", "lsp", "--namespace", "lsp", "--kube-version", "1.30.0"]).arg(&chart);
+        for set in sets {
+            cmd.args(["--set", set]);
+        }
+        documents(&String::from_utf8(run(&mut cmd).stdout).unwrap())
+    };
+    let args = |docs: &[serde_json::Value]| -> Vec<String> {
+        serde_json::from_value(find(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+            .unwrap()
+    };
+    let defaults = render(&[]);
+    assert_eq!(kubelet_mounts(&find(&defaults, "DaemonSet")["spec"]["template"]["spec"]), expected, "the chart");
+    assert!(args(&defaults).contains(&"--kubelet-dir=/var/lib/kubelet".to_string()));
+    let moved = render(&["kubeletDir=/var/lib/k0s/kubelet"]);
+    let moved_pod = &find(&moved, "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(kubelet_mounts_in(moved_pod, "/var/lib/k0s/kubelet"), narrow_kubelet_mounts("/var/lib/k0s/kubelet"));
+    assert_eq!(kubelet_mounts(moved_pod), [], "nothing of /var/lib/kubelet left");
+    assert!(args(&moved).contains(&"--kubelet-dir=/var/lib/k0s/kubelet".to_string()));
+    // A trailing '/' would give paths with '//': refused by the values' schema.
+    let mut cmd = Command::new(helm());
+    cmd.args(["template", "lsp", "--kube-version", "1.30.0", "--set", "kubeletDir=/var/lib/kubelet/"]).arg(&chart);
+    let refused = cmd.output().unwrap();
+    assert!(!refused.status.success(), "kubeletDir with a trailing '/' rendered");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("kubeletDir"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+/// The overlay of deploy/components/kubelet-dir with kubelet's directory at `dir`.
+fn kubelet_dir_overlay(dir: &str) -> tempfile::TempDir {
+    let value = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: local-static-provisioner-kubelet-dir\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\ndata:\n  dir: {dir}\n"
+    );
+    overlay_with(&["kubelet-dir"], &[("kubelet-dir.yaml", &value)])
+}
+
+/// deploy/components/kubelet-dir moves kubelet's directory in the seven places the base writes
+/// it (the agent's KUBELET_DIR, the three hostPaths and their mountPaths) from one value: with
+/// the base's value the output is the base's; with another only those seven lines change and
+/// no /var/lib/kubelet is left. Without the value the build fails.
+#[test]
+fn kustomize_kubelet_dir_is_moved_from_one_value() {
+    let cp = ControlPlane::get();
+    let base = kustomize(&cp, &repo_root().join("deploy/base"));
+    let same = kubelet_dir_overlay("/var/lib/kubelet");
+    assert_eq!(kustomize(&cp, same.path()), base, "deploy/components/kubelet-dir changes more than the directory");
+    let new = "/var/snap/microk8s/common/var/lib/kubelet";
+    let overlay = kubelet_dir_overlay(new);
+    let moved = kustomize(&cp, overlay.path());
+    assert_eq!(base.lines().count(), moved.lines().count());
+    let changed: Vec<(&str, &str)> = base.lines().zip(moved.lines()).filter(|(a, b)| a != b).collect();
+    assert_eq!(changed.len(), 7, "KUBELET_DIR, three hostPaths, three mountPaths: {changed:#?}");
+    for (a, b) in changed {
+        assert_eq!(a.replace("/var/lib/kubelet", new), b);
+    }
+    assert!(!moved.replace(new, "").contains("/var/lib/kubelet"), "a /var/lib/kubelet left behind");
+    let docs = documents(&moved);
+    let pod = &find(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(kubelet_mounts_in(pod, new), narrow_kubelet_mounts(new));
+    server_dry_run(&cp, &moved);
+    let bare = overlay_with(&["kubelet-dir"], &[]);
+    assert!(!cp.kubectl(&["kustomize", bare.path().to_str().unwrap()]).status.success(), "built without the value");
 }
 
 /// The head of deploy/components/monitoring/prometheusrule.yaml; the chart's rule groups follow.
@@ -364,10 +497,9 @@ fn helm_chart_takes_upstream_values_and_renders_a_valid_config() {
     assert_eq!(pod["tolerations"][0]["key"], "storage-node");
     let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
     assert!(mounts.iter().any(|m| m["mountPath"] == "/mnt/block-disks" && m["mountPropagation"] == "HostToContainer"));
-    // kubelet's pod mounts are visible to the agent: no wipe while kubelet still holds a volume.
-    assert!(mounts.iter().any(|m| m["mountPath"] == "/var/lib/kubelet"
-        && m["readOnly"] == true
-        && m["mountPropagation"] == "HostToContainer"));
+    // kubelet's mounts of local volumes are visible to the agent: no wipe while kubelet still
+    // holds a volume; kubelet's whole directory is not mounted.
+    assert_eq!(kubelet_mounts(pod), narrow_kubelet_mounts("/var/lib/kubelet"));
     let default_sc =
         docs.iter().find(|d| d["kind"] == "StorageClass" && d["metadata"]["name"] == "fast-disks").unwrap();
     assert_eq!(default_sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"], "true");

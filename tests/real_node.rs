@@ -218,7 +218,17 @@ fn real_node_wipe_never_starts_while_kubelet_still_has_the_volume_mounted() {
     let Some(node) = RealNode::get("real_node_wipe_never_starts_while_kubelet_still_has_the_volume_mounted") else {
         return;
     };
-    node.deploy();
+    let agent = node.deploy();
+    // The agent sees kubelet's mounts through the three directories of deploy/base only: no
+    // hostPath of kubelet's directory as a whole or above it.
+    let kubelet = node.var("KUBELET_ROOT");
+    let host_paths: Vec<&str> =
+        agent["spec"]["volumes"].as_array().unwrap().iter().filter_map(|v| v["hostPath"]["path"].as_str()).collect();
+    assert!(
+        !host_paths.iter().any(|p| Path::new(kubelet).starts_with(p)),
+        "kubelet's directory mounted: {host_paths:?}"
+    );
+    assert!(host_paths.contains(&format!("{kubelet}/pods").as_str()), "{host_paths:?}");
     let (entry, vol, mount) = disk("/mnt/fast-disks", "e2e-held", 24);
     let pv = pv_name(&entry, &node.name, "fast-disks");
     let mut uid = wait_until("PV of e2e-held", WAIT, || node.cp.pv_state(&pv).map(|(u, _)| u));
@@ -254,6 +264,61 @@ fn real_node_wipe_never_starts_while_kubelet_still_has_the_volume_mounted() {
         assert_eq!(std::fs::read_dir(&vol).unwrap().count(), 0, "round {round}: written after the wipe");
     }
     drop(mount);
+}
+
+/// The same for a Block PV, whose device node kubelet bind-mounts under
+/// plugins/kubernetes.io~local-volume (a directory of its own among the agent's hostPaths): a
+/// pod deleted by force still writes to the device until kubelet has unmapped it, and the wipe
+/// waits for that (VolumeStillMounted), so nothing it wrote reaches the next tenant.
+#[test]
+fn real_node_block_wipe_never_starts_while_kubelet_still_has_the_device_mapped() {
+    let Some(node) = RealNode::get("real_node_block_wipe_never_starts_while_kubelet_still_has_the_device_mapped")
+    else {
+        return;
+    };
+    node.deploy();
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = LoopDevice::new(&tmp.path().join("e2e-blk-held.img"), 48);
+    let entry = unique("e2e-blk-held");
+    let link = Link::new(&disk.device, &Path::new("/mnt/block-disks").join(&entry));
+    let pv = pv_name(&entry, &node.name, "block-disks");
+    let uid = wait_until("PV of e2e-blk-held", WAIT, || node.cp.pv_state(&pv).map(|(u, _)| u));
+    let first_sector = || {
+        let out = Command::new("dd")
+            .arg(format!("if={}", disk.device.display()))
+            .args(["bs=512", "count=1", "iflag=direct"])
+            .output()
+            .unwrap();
+        out.stdout
+    };
+    // Writes its count to the device's first sector (which every wipe clears) until killed.
+    let stubborn = "trap '' TERM; i=0; while true; do i=$((i+1)); echo $i | dd of=/dev/xvda bs=512 count=1 conv=fsync,notrunc 2>/dev/null; sleep 0.1; done";
+    node.claim("e2e-blk-held-1", "block-disks", true, "48Mi");
+    node.workload("e2e-blk-held-writer", "e2e-blk-held-1", true, stubborn, 6);
+    node.wait_phase("e2e-blk-held-writer", &["Running"]);
+    wait_until("the pod writes", WAIT, || first_sector().iter().any(|b| *b != 0).then_some(()));
+    node.delete_pod("e2e-blk-held-writer", true);
+    node.delete_claim("e2e-blk-held-1");
+    // Until kubelet has unmapped the device, the PV is not wiped.
+    while node.kubelet_holds(&pv) {
+        let (now_uid, _) = node.cp.pv_state(&pv).expect("the PV stays while kubelet maps its device");
+        assert_eq!(now_uid, uid, "PV republished while kubelet still mapped the device");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    wait_recycled(&node, &pv, &uid, None);
+    assert!(node.cp.has_event(&pv, "VolumeStillMounted", "still mounted for a pod"), "the wait is said in an event");
+    wait_until("pod e2e-blk-held-writer gone", WAIT, || {
+        node.cp.get_json(&["pod", "e2e-blk-held-writer", "-n", "default"]).is_none().then_some(())
+    });
+    // Nothing written after the wipe: the first sector is still zero once the writer is gone.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(
+        first_sector().iter().all(|b| *b == 0),
+        "written after the wipe: {:?}",
+        String::from_utf8_lossy(&first_sector())
+    );
+    drop(link);
+    wait_until("block PV withdrawn", WAIT, || node.cp.pv_state(&pv).is_none().then_some(()));
 }
 
 /// The agent's container sees a disk mounted on the host after it started: the discovery

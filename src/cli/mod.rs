@@ -261,9 +261,11 @@ struct RunArgs {
     /// Unset: no heartbeat. deploy/ sets it to the pod's namespace.
     #[arg(long, env = "HEARTBEAT_NAMESPACE")]
     heartbeat_namespace: Option<String>,
-    /// kubelet's root directory (its --root-dir), mounted at the same path in the agent's
-    /// container with mountPropagation HostToContainer: no wipe starts while kubelet still has
-    /// the volume mounted for a pod. In a pod, wipes are refused when it is not visible.
+    /// kubelet's root directory (its --root-dir). Its pods/, plugins/kubernetes.io~local-volume
+    /// and plugins/kubernetes.io/local-volume (where kubelet mounts local volumes) are mounted
+    /// at the same paths in the agent's container, read-only with mountPropagation
+    /// HostToContainer: no wipe starts while kubelet still has the volume mounted for a pod. In
+    /// a pod, wipes are refused while any of them is not visible.
     #[arg(long, env = "KUBELET_DIR", default_value = "/var/lib/kubelet")]
     kubelet_dir: std::path::PathBuf,
     /// Log as JSON lines instead of human-readable text.

@@ -107,7 +107,8 @@ pub(crate) fn opened_by_others(openers: &[Opener]) -> Option<String> {
 pub(crate) const INITIAL_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
 
 /// Whether the processes in this agent's `/proc` are the host's, so that a scan of their
-/// descriptors can prove a device unused; `Err` says why not. From the inode of its PID
+/// descriptors can prove a device unused; `Err` says why not (the refusal of every claim,
+/// core::device_claim::Refusal::HostProcessesUnseen, says what to do). From the inode of its PID
 /// namespace, its own PID and the name (`comm`) of PID 1 there. The host's: the initial PID
 /// namespace, or (a node that is itself a container, kind) one whose PID 1 is an init system
 /// other than this process. In a pod without `hostPID`, PID 1 is the container's own first
@@ -125,9 +126,7 @@ pub(crate) fn host_processes_seen(
         return Ok(());
     }
     Err(format!(
-        "this agent does not see the host's processes (its PID namespace is its own, PID 1 is {}): no scan can show a \
-         host process holding a disk open, so no disk is proven unused; run the agent with hostPID: true \
-         (deploy/components/host-pid; the chart sets it for classes with devices)",
+        "its PID namespace is its own and PID 1 is {}",
         if own_pid == 1 { "the agent itself".to_string() } else { comm.unwrap_or("unknown").to_string() }
     ))
 }
@@ -219,7 +218,7 @@ mod tests {
         assert!(host_processes_seen(Some(4026532300), 4242, Some("init")).is_ok());
         // A pod without hostPID: the agent, a wrapper shell or the pause container is PID 1.
         let own = host_processes_seen(Some(4026532300), 1, Some("local-static-pr")).unwrap_err();
-        assert!(own.contains("PID 1 is the agent itself") && own.contains("hostPID: true"), "{own}");
+        assert_eq!(own, "its PID namespace is its own and PID 1 is the agent itself");
         let own_init = host_processes_seen(Some(4026532300), 1, Some("init")).unwrap_err();
         assert!(own_init.contains("the agent itself"), "{own_init}");
         for comm in ["sh", "pause", "tini"] {

@@ -267,6 +267,9 @@ pub enum Refusal {
     Unreadable(String),
     /// The probe did not return within its deadline (a wedged device).
     Unresponsive(String),
+    /// This agent cannot see the host's processes (why: [`World::host_processes_unseen`]), so
+    /// nothing proves that no program on the host holds the device open.
+    HostProcessesUnseen(String),
     /// Its class reads it whole before its first claim (`verify: full`), and that read has
     /// not finished blank yet.
     Verifying(String),
@@ -299,6 +302,7 @@ impl Refusal {
             Refusal::NotBlank(_) => "not-blank",
             Refusal::Unreadable(_) => "unreadable",
             Refusal::Unresponsive(_) => "unresponsive",
+            Refusal::HostProcessesUnseen(_) => "host-processes-unseen",
             Refusal::Verifying(_) => "verifying",
             Refusal::NotProbed => "not-probed",
             Refusal::Unscanned(_) => "unscanned",
@@ -320,6 +324,7 @@ impl Refusal {
                 | Refusal::NoById
                 | Refusal::NotBlank(_)
                 | Refusal::Unreadable(_)
+                | Refusal::HostProcessesUnseen(_)
                 | Refusal::NameMismatch { .. }
                 | Refusal::NameTaken(_)
                 | Refusal::Unscanned(_)
@@ -353,6 +358,10 @@ impl fmt::Display for Refusal {
             ),
             Refusal::Unreadable(e) => write!(f, "it could not be read: {e}"),
             Refusal::Unresponsive(e) => write!(f, "it does not answer: {e}"),
+            Refusal::HostProcessesUnseen(why) => write!(
+                f,
+                "it is not proven unused: this agent cannot see the host's processes ({why}: hostPID is off), so nothing shows whether a program on the host holds it open; run the agent with hostPID: true (deploy/components/host-pid; the chart sets it when a class has devices)"
+            ),
             Refusal::Verifying(what) => write!(f, "it is read whole before its first claim (verify: full): {what}"),
             Refusal::NotProbed => write!(f, "it has not been probed yet"),
             Refusal::Unscanned(classes) => write!(
@@ -612,6 +621,11 @@ pub struct World {
     /// commands, which have no cluster): then a recorded device is never probed or held, since
     /// it may be a tenant's.
     pub pvs_known: bool,
+    /// Why the processes in this agent's `/proc` are not the host's, when they are not
+    /// (core::activity::host_processes_seen: a pod without hostPID). Then no scan of open
+    /// descriptors proves a device unused: no device is claimed, and a recorded one is judged
+    /// as one that does not answer.
+    pub host_processes_unseen: Option<String>,
 }
 
 /// The safety rules for one device a class's filter selects (see the module documentation).
@@ -677,6 +691,8 @@ fn judge(world: &World, class: &ClassClaims, device: &DeviceFacts, stable_id: &s
         Some(Refusal::InUse(why.clone()))
     } else if let Some(why) = &device.probe.activity {
         Some(Refusal::Writer(why.clone()))
+    } else if let Some(why) = &world.host_processes_unseen {
+        Some(Refusal::HostProcessesUnseen(why.clone()))
     } else {
         match &device.probe.content {
             Content::Blank if class.selector.as_ref().is_some_and(|s| s.verify == Verify::Full) => {
@@ -961,6 +977,15 @@ fn judge_record(
     // hold stays, until it answers again. It is never published meanwhile.
     if let Content::Unresponsive(why) = &d.probe.content {
         let why = r.held.clone().unwrap_or_else(|| format!("it does not answer: {why}"));
+        if !has_pv || pv_unbound {
+            hold(out, why);
+        }
+        return;
+    }
+    // Without the host's processes nothing proves it unused either: the same, unless the probe
+    // found it in use or used by a writer, which stands.
+    if let (Some(why), None, None) = (&world.host_processes_unseen, &d.probe.in_use, &d.probe.activity) {
+        let why = r.held.clone().unwrap_or_else(|| Refusal::HostProcessesUnseen(why.clone()).to_string());
         if !has_pv || pv_unbound {
             hold(out, why);
         }

@@ -126,7 +126,7 @@ fn an_upstream_pv_whose_path_leads_to_the_device_makes_it_already_a_volume() {
 /// holds, and the refusal names the first that does.
 #[test]
 fn exhaustively_a_device_is_claimed_only_when_every_safety_fact_is_clear() {
-    const FACTS: usize = 12;
+    const FACTS: usize = 13;
     for bits in 0u32..(1 << FACTS) {
         let on = |i: usize| bits & (1 << i) != 0;
         let mut d = disk("sdb", "wwid:naa.1");
@@ -172,6 +172,9 @@ fn exhaustively_a_device_is_claimed_only_when_every_safety_fact_is_clear() {
                 unbound: false,
             });
         }
+        if on(12) {
+            w.host_processes_unseen = Some("its PID namespace is its own and PID 1 is sh".into());
+        }
         w.devices = vec![d];
         let v = verdict(&plan(&w), "fast", "sdb");
         if bits == 0 {
@@ -184,6 +187,84 @@ fn exhaustively_a_device_is_claimed_only_when_every_safety_fact_is_clear() {
         // A device whose probe is missing is asked for, and only then.
         let needs_probe = matches!(v, Verdict::Refused(Refusal::NotProbed));
         assert_eq!(p.to_probe.contains("sdb"), needs_probe, "facts {bits:#b}");
+        // Without the host's processes alone, that is the reason given.
+        if bits == 1 << 12 {
+            assert!(
+                matches!(v, Verdict::Refused(Refusal::HostProcessesUnseen(ref w)) if w.contains("PID 1 is sh")),
+                "{v:?}"
+            );
+        }
+    }
+}
+
+/// Without the host's processes no candidate is claimed, and that is the reason it is given
+/// exactly when nothing the probe or the device's facts show refuses it first: whatever the
+/// probe read (a blank disk, one not answering, one read whole under `verify: full`), a device
+/// not probed yet is still asked for, and a device in use or used by a writer says so. With
+/// them, the same devices are judged as before.
+#[test]
+fn exhaustively_without_the_hosts_processes_no_device_is_claimed_and_that_is_said() {
+    let probes: Vec<(&str, Probe, Option<&str>)> = {
+        let p = |in_use: Option<&str>, activity: Option<&str>, content: Content| Probe {
+            done: true,
+            in_use: in_use.map(Into::into),
+            content,
+            activity: activity.map(Into::into),
+        };
+        vec![
+            ("blank", p(None, None, Content::Blank), None),
+            ("not blank", p(None, None, Content::NotBlank("xfs superblock at 0".into())), Some("not-blank")),
+            ("busy", p(None, None, Content::Busy), Some("in-use")),
+            ("unreadable", p(None, None, Content::Unreadable("EIO".into())), Some("unreadable")),
+            ("unresponsive", p(None, None, Content::Unresponsive("probe".into())), Some("unresponsive")),
+            ("mounted", p(Some("it is mounted at /srv"), None, Content::Blank), Some("in-use")),
+            ("written", p(None, Some("someone is using it: 3 writes (12 KiB)"), Content::Blank), Some("in-use")),
+            ("not probed", Probe::default(), Some("not-probed")),
+        ]
+    };
+    for (what, probe, with_hosts) in probes {
+        for verify in [Verify::Sample, Verify::Full] {
+            for unseen in [None, Some("its PID namespace is its own and PID 1 is pause")] {
+                let mut d = disk("sdb", "wwid:naa.1");
+                d.probe = probe.clone();
+                let selector = DeviceSelector { verify, ..Default::default() };
+                let mut w = world(vec![d]);
+                w.classes = vec![class("fast", Some(selector))];
+                w.host_processes_unseen = unseen.map(Into::into);
+                let p = plan(&w);
+                let v = verdict(&p, "fast", "sdb");
+                let case = format!("{what}, verify {verify:?}, unseen {unseen:?}");
+                // What refuses it first, the host's processes aside.
+                let first = match (with_hosts, verify) {
+                    (None, Verify::Full) => Some("verifying"),
+                    (found, _) => found,
+                };
+                let stands = matches!(what, "mounted" | "written" | "not probed");
+                let expected = match (unseen, stands) {
+                    (Some(_), false) => Some("host-processes-unseen"),
+                    _ => first,
+                };
+                match (&v, expected) {
+                    (Verdict::Claim { .. }, None) => {}
+                    (Verdict::Refused(r), Some(code)) => {
+                        assert_eq!(r.code(), code, "{case}: {r}");
+                        if code == "host-processes-unseen" {
+                            let text = r.to_string();
+                            assert!(
+                                text.contains("cannot see the host's processes (its PID namespace is its own and PID 1 is pause: hostPID is off)")
+                                    && text.contains("deploy/components/host-pid")
+                                    && !text.contains("does not answer"),
+                                "{case}: {text}"
+                            );
+                            assert!(r.needs_operator(), "{case}");
+                        }
+                    }
+                    _ => panic!("{case}: {v:?}, expected {expected:?}"),
+                }
+                assert_eq!(p.to_probe.contains("sdb"), what == "not probed", "{case}");
+                assert!(unseen.is_none() || p.actions.is_empty(), "{case}: {:?}", p.actions);
+            }
+        }
     }
 }
 
@@ -734,6 +815,7 @@ fn refusals_that_need_an_operator_are_the_ones_a_used_host_disk_never_gives() {
         Refusal::NameMismatch { name: "wwid-x".into(), pattern: "nvme*".into() },
         Refusal::NameTaken("wwid-x".into()),
         Refusal::Unscanned(vec!["slow".into()]),
+        Refusal::HostProcessesUnseen("its PID namespace is its own and PID 1 is sh".into()),
     ] {
         assert!(r.needs_operator(), "{r}");
     }
@@ -932,46 +1014,69 @@ fn exhaustively_a_recorded_device_is_checked_only_while_no_tenant_has_it() {
         for held in [None, Some("while its PV was unbound: a writer")] {
             for pvs_known in [true, false] {
                 for (what, probe, foreign) in findings() {
-                    let mut d = disk("sdb", "wwid:naa.1");
-                    d.probe = probe.clone();
-                    let mut r = record("fast", &d);
-                    r.held = held.map(Into::into);
-                    let mut w = world(vec![d.clone()]);
-                    w.pvs_known = pvs_known;
-                    w.records = vec![r.clone()];
-                    w.entries = vec![link_entry("fast", &r.name, Some("sdb"))];
-                    if pv != Pv::None {
-                        w.pvs = vec![PvDisk {
-                            host_path: r.host_path.clone(),
-                            disk: Some(r.disk.clone()),
-                            device: None,
-                            unbound: pv == Pv::Unbound,
-                        }];
+                    for unseen in [None, Some("its PID namespace is its own and PID 1 is sh")] {
+                        let mut d = disk("sdb", "wwid:naa.1");
+                        d.probe = probe.clone();
+                        let mut r = record("fast", &d);
+                        r.held = held.map(Into::into);
+                        let mut w = world(vec![d.clone()]);
+                        w.pvs_known = pvs_known;
+                        w.host_processes_unseen = unseen.map(Into::into);
+                        w.records = vec![r.clone()];
+                        w.entries = vec![link_entry("fast", &r.name, Some("sdb"))];
+                        if pv != Pv::None {
+                            w.pvs = vec![PvDisk {
+                                host_path: r.host_path.clone(),
+                                disk: Some(r.disk.clone()),
+                                device: None,
+                                unbound: pv == Pv::Unbound,
+                            }];
+                        }
+                        let p = plan(&w);
+                        let case =
+                            format!("pv {pv:?}, held {held:?}, pvs known {pvs_known}, probe {what}, unseen {unseen:?}");
+                        let judged = pvs_known && pv != Pv::Bound;
+                        let probed = probe.done;
+                        // Without the host's processes, a probe that found no use (in use, a writer)
+                        // proves nothing: held as it is, or held for that, never released or taken
+                        // for tampering.
+                        let unproven = unseen.is_some() && probe.in_use.is_none() && probe.activity.is_none();
+                        if judged && probed && unproven {
+                            assert!(p.tampered.is_empty() && p.actions.is_empty(), "{case}: {p:?}");
+                            let expected: Vec<String> = match held {
+                                Some(h) => vec![h.to_string()],
+                                None => vec![Refusal::HostProcessesUnseen(unseen.unwrap().into()).to_string()],
+                            };
+                            let got: Vec<String> = p.held.iter().map(|(_, _, why)| why.clone()).collect();
+                            assert_eq!(got, expected, "{case}");
+                            continue;
+                        }
+                        // A tenant's device (bound, or PVs unknown with a PV) is never probed.
+                        assert_eq!(p.to_probe.contains("sdb"), judged && !probed, "{case}: to_probe {:?}", p.to_probe);
+                        let tampered = judged && probed && pv == Pv::Unbound && (foreign || held.is_some());
+                        assert_eq!(!p.tampered.is_empty(), tampered, "{case}: {:?}", p.tampered);
+                        if tampered {
+                            assert_eq!(p.tampered[0].host_path, r.host_path, "{case}");
+                        }
+                        let released = judged && probed && pv == Pv::None && held.is_some() && !foreign;
+                        assert_eq!(
+                            p.actions.iter().any(|a| matches!(a, LinkAction::Release(x) if x.held.is_none())),
+                            released,
+                            "{case}: {:?}",
+                            p.actions
+                        );
+                        // Held: whatever is found on a device no tenant has, and a hold not yet
+                        // lifted, except on a bound PV's device (the tenant's).
+                        let held_now =
+                            (judged && probed && foreign) || (held.is_some() && !released && pv != Pv::Bound);
+                        assert_eq!(!p.held.is_empty(), held_now, "{case}: {:?}", p.held);
+                        // Nothing else is ever done to a recorded link by these checks.
+                        assert!(
+                            p.actions.iter().all(|a| matches!(a, LinkAction::Release(_))),
+                            "{case}: {:?}",
+                            p.actions
+                        );
                     }
-                    let p = plan(&w);
-                    let case = format!("pv {pv:?}, held {held:?}, pvs known {pvs_known}, probe {what}");
-                    let judged = pvs_known && pv != Pv::Bound;
-                    let probed = probe.done;
-                    // A tenant's device (bound, or PVs unknown with a PV) is never probed.
-                    assert_eq!(p.to_probe.contains("sdb"), judged && !probed, "{case}: to_probe {:?}", p.to_probe);
-                    let tampered = judged && probed && pv == Pv::Unbound && (foreign || held.is_some());
-                    assert_eq!(!p.tampered.is_empty(), tampered, "{case}: {:?}", p.tampered);
-                    if tampered {
-                        assert_eq!(p.tampered[0].host_path, r.host_path, "{case}");
-                    }
-                    let released = judged && probed && pv == Pv::None && held.is_some() && !foreign;
-                    assert_eq!(
-                        p.actions.iter().any(|a| matches!(a, LinkAction::Release(x) if x.held.is_none())),
-                        released,
-                        "{case}: {:?}",
-                        p.actions
-                    );
-                    // Held: whatever is found on a device no tenant has, and a hold not yet
-                    // lifted, except on a bound PV's device (the tenant's).
-                    let held_now = (judged && probed && foreign) || (held.is_some() && !released && pv != Pv::Bound);
-                    assert_eq!(!p.held.is_empty(), held_now, "{case}: {:?}", p.held);
-                    // Nothing else is ever done to a recorded link by these checks.
-                    assert!(p.actions.iter().all(|a| matches!(a, LinkAction::Release(_))), "{case}: {:?}", p.actions);
                 }
             }
         }

@@ -9,6 +9,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use crate::core::volume_safety::KUBELET_LOCAL_VOLUME_DIRS;
+
 /// One mount-table entry, as far as relevance goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct MountLine<'a> {
@@ -38,8 +40,9 @@ pub(crate) struct MountInterest {
     /// disks of the volumes and entries found (a Filesystem volume's device, a Block
     /// volume's device number).
     pub devices: BTreeSet<String>,
-    /// kubelet's directory (resolved): a mount covering it decides whether kubelet's mounts
-    /// are visible at all.
+    /// kubelet's directory (resolved): a mount covering it, or one of the directories below it
+    /// where kubelet mounts local volumes (core::volume_safety::KUBELET_LOCAL_VOLUME_DIRS, the
+    /// hostPaths deploy/ mounts), decides whether kubelet's mounts are visible at all.
     pub kubelet_dir: Option<PathBuf>,
     /// A class claims devices, has Block volumes, or a Block volume or entry was found: the
     /// in-use checks of block devices read every mount of a block device (a partition or a
@@ -60,7 +63,8 @@ pub(crate) fn relevant_mounts<'a>(table: &[MountLine<'a>], interest: Option<&Mou
 /// - its device is the device of such an entry, or one of the interest devices (the same
 ///   filesystem mounted elsewhere: kubelet's bind mount of a volume into a pod, a second
 ///   mount of a volume's disk, a host-area mount of it);
-/// - its mount point covers kubelet's directory;
+/// - its mount point covers kubelet's directory or one of the directories below it where
+///   kubelet mounts local volumes;
 /// - while block devices matter: its filesystem is on a block device (major not 0, or a source
 ///   under /dev: btrfs shows an anonymous device number), it is a devtmpfs, or it binds a
 ///   single file (root not `/`: a device node) below kubelet's directory.
@@ -72,12 +76,16 @@ pub(crate) fn relevant_indices(table: &[MountLine<'_>], interest: Option<&MountI
     let mut devices: BTreeSet<&str> = interest.devices.iter().map(String::as_str).collect();
     devices.extend(table.iter().filter(|m| near_path(m)).map(|m| m.device));
     let kubelet = interest.kubelet_dir.as_deref();
+    let kubelet_views: Vec<PathBuf> = kubelet
+        .into_iter()
+        .flat_map(|k| std::iter::once(k.to_path_buf()).chain(KUBELET_LOCAL_VOLUME_DIRS.iter().map(|d| k.join(d))))
+        .collect();
     (0..table.len())
         .filter(|i| {
             let m = &table[*i];
             near_path(m)
                 || devices.contains(m.device)
-                || kubelet.is_some_and(|k| k.starts_with(m.mount_point))
+                || kubelet_views.iter().any(|k| k.starts_with(m.mount_point))
                 || (interest.block_devices && on_block_device(m, kubelet))
         })
         .collect()

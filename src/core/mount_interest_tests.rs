@@ -133,6 +133,20 @@ fn a_mount_covering_kubelets_directory_is_relevant() {
     assert!(wakes(("8:3", "/", "/var", "ext4", "/dev/sda3"), &interest()));
     let none = MountInterest { kubelet_dir: None, ..interest() };
     assert!(!wakes(("0:99", "/", "/var/lib/kubelet", "tmpfs", "tmpfs"), &none));
+    // The narrower hostPaths of deploy/: each directory kubelet mounts local volumes in.
+    for at in [
+        "/var/lib/kubelet/pods",
+        "/var/lib/kubelet/plugins",
+        "/var/lib/kubelet/plugins/kubernetes.io~local-volume",
+        "/var/lib/kubelet/plugins/kubernetes.io/local-volume",
+    ] {
+        assert!(wakes(("8:3", "/var/lib/kubelet/pods", at, "ext4", "/dev/sda3"), &interest()), "{at}");
+        assert!(!wakes(("8:3", "/var/lib/kubelet/pods", at, "ext4", "/dev/sda3"), &none), "{at}");
+    }
+    // Elsewhere in kubelet's directory, a mount decides nothing of what the agent sees.
+    for at in ["/var/lib/kubelet/pki", "/var/lib/kubelet/plugins/kubernetes.io/csi", "/var/lib/kubelet/podsx"] {
+        assert!(!wakes(("8:3", "/var/lib/kubelet/x", at, "ext4", "/dev/sda3"), &interest()), "{at}");
+    }
 }
 
 #[test]

@@ -613,6 +613,31 @@ pub(crate) enum WipeSubject<'a> {
     Device { rdev: &'a str },
 }
 
+/// The directories below kubelet's root (`--root-dir`) where kubelet mounts local volumes for
+/// pods (kubelet's pkg/volume/local and volumepathhandler): a Filesystem PV is bind-mounted at
+/// `pods/<uid>/volumes/kubernetes.io~local-volume/<pv>` (its subPaths at
+/// `pods/<uid>/volume-subpaths/<pv>/...`); a Block PV's device node is bind-mounted at
+/// `plugins/kubernetes.io~local-volume/volumeDevices/<pv>/<pod uid>` (the pod's own entry is a
+/// symlink); a Filesystem PV whose path is a block device is formatted and mounted by kubelet
+/// at `plugins/kubernetes.io/local-volume/mounts/<pv>` before that bind mount. The agent's
+/// container mounts these three from the host, not kubelet's whole directory (its `pki/`, other
+/// plugins' state); kubelet removes only the entries it makes inside them.
+pub(crate) const KUBELET_LOCAL_VOLUME_DIRS: [&str; 3] =
+    ["pods", "plugins/kubernetes.io~local-volume", "plugins/kubernetes.io/local-volume"];
+
+/// Whether the mounts kubelet makes in one of [`KUBELET_LOCAL_VOLUME_DIRS`] show in this mount
+/// namespace, from the mount that holds `nearest`: that directory, resolved, or (not made by
+/// kubelet yet) its nearest existing parent inside kubelet's directory. Only a mount from the
+/// host shows them: not the container's own root filesystem (`/`, an image that happens to
+/// have the directory, or the parents the runtime made for narrower mounts), and not a mount
+/// whose directory was removed on the host (the kernel shows its root as `...//deleted`): what
+/// kubelet mounts in the directory made again would never reach it.
+pub(crate) fn kubelet_mounts_visible(nearest: &Path, mounts: &[MountFacts<'_>]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    containing_mount(mounts, nearest)
+        .is_some_and(|m| m.mount_point != Path::new("/") && !m.root.as_os_str().as_bytes().ends_with(b"//deleted"))
+}
+
 /// One mount under kubelet's directory: what kubelet has mounted for pods. `node_rdev` is the
 /// `major:minor` of the device node at the mount point when the mount is a bind-mounted device
 /// node (how kubelet maps a Block volume for a pod).

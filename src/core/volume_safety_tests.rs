@@ -476,6 +476,7 @@ fn kubelet_mount_of_finds_exactly_the_pod_mounts_of_the_volume() {
         ("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~local-volume/pv1", true),
         ("/var/lib/kubelet/plugins/kubernetes.io~local-volume/volumeDevices/pv1/u1", true),
         ("/var/lib/kubelet/pods/u1/volume-subpaths/pv1/app/0", true),
+        ("/var/lib/kubelet/plugins/kubernetes.io/local-volume/mounts/pv1", true),
         ("/var/lib/kubelet", false),
         ("/var/lib/kubelet-other/pods/u1", false),
         ("/var/lib/kubeletx", false),
@@ -555,5 +556,44 @@ fn kubelet_mount_of_looks_at_every_mount() {
             kubelet_mount_of(subject, &mounts, kubelet),
             Some(Path::new("/var/lib/kubelet/pods/u1/volumes/x/pv1"))
         );
+    }
+}
+
+/// kubelet's mounts in a directory show only through a mount from the host that holds it: the
+/// whole kubelet directory or the directory itself (deploy/), or anything above them other than
+/// the container's root filesystem; never through `/` (an image's own directory, or the parent
+/// the runtime made for a narrower mount), nor through a mount whose directory was removed on
+/// the host, nor in a table that holds nothing.
+#[test]
+fn kubelet_mounts_show_only_through_a_live_mount_from_the_host() {
+    let pods = Path::new("/var/lib/kubelet/pods");
+    let rootfs = m("0:30", "/", "/", "overlay");
+    let cases: [(&[MountFacts<'_>], &Path, bool); 11] = [
+        (&[], pods, false),
+        (&[rootfs], pods, false),
+        (&[rootfs, m("8:1", "/var/lib/kubelet", "/var/lib/kubelet", "ext4")], pods, true),
+        (&[rootfs, m("8:1", "/var/lib/kubelet/pods", "/var/lib/kubelet/pods", "ext4")], pods, true),
+        (&[rootfs, m("8:1", "/var/lib", "/var/lib", "ext4")], pods, true),
+        // A narrower mount beside it: the directory itself is still the image's.
+        (&[rootfs, m("8:1", "/k/plugins/x", "/var/lib/kubelet/plugins/x", "ext4")], pods, false),
+        // Not made by kubelet yet: its parent must be on a mount from the host.
+        (
+            &[rootfs, m("8:1", "/var/lib/kubelet", "/var/lib/kubelet", "ext4")],
+            Path::new("/var/lib/kubelet/plugins"),
+            true,
+        ),
+        (
+            &[rootfs, m("8:1", "/var/lib/kubelet/pods", "/var/lib/kubelet/pods", "ext4")],
+            Path::new("/var/lib/kubelet/plugins"),
+            false,
+        ),
+        // Removed on the host and made again: nothing kubelet mounts now reaches the container.
+        (&[rootfs, m("8:1", "/var/lib/kubelet/pods//deleted", "/var/lib/kubelet/pods", "ext4")], pods, false),
+        (&[rootfs, m("8:1", "/var/lib/kubelet//deleted", "/var/lib/kubelet", "ext4")], pods, false),
+        // A directory that is merely called so is not a removed one.
+        (&[rootfs, m("8:1", "/srv/deleted", "/var/lib/kubelet/pods", "ext4")], pods, true),
+    ];
+    for (mounts, nearest, visible) in cases {
+        assert_eq!(kubelet_mounts_visible(nearest, mounts), visible, "{} in {mounts:?}", nearest.display());
     }
 }

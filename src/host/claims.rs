@@ -576,6 +576,7 @@ pub(crate) fn plan_claims(
             .chain(unanswered)
             .cloned()
             .collect(),
+        host_processes_unseen: writers::host_processes().err(),
     };
     // Loop ids recorded by earlier versions (by path) as the devices report them now, so an
     // old record or PV still finds its device.
@@ -700,6 +701,7 @@ pub(crate) fn plan_claims(
         let wanted = wanted.as_ref().map_err(Clone::clone)?;
         writers::still_open(openers, wanted, scanned, OPENER_PAUSE, |w| scan_openers(w, deadlines))
     });
+    let unseen = world.host_processes_unseen.is_some();
     let probed = world.devices.iter_mut().filter(|d| first.to_probe.contains(&d.name));
     match stable {
         Ok(stable) => {
@@ -708,6 +710,9 @@ pub(crate) fn plan_claims(
                 d.probe.activity = opened_by_others(&mine);
             }
         }
+        // No scan without the host's processes: the planner refuses every candidate for that
+        // by itself (Refusal::HostProcessesUnseen), whatever the probe found.
+        Err(_) if unseen => {}
         Err(why) => probed.for_each(|d| unproven_unused(&mut d.probe, &why)),
     }
     let second = plan(&world);
@@ -733,7 +738,7 @@ const WRITER_SCAN: Subject = Subject::Host("writer scan");
 /// as an operation on the whole host under its deadline (`deadlines`; the commands, which have
 /// none, run it as is). `Err`: why there is no answer (still running: its answer is kept for
 /// the next pass; or the scan does not answer; or the agent does not see the host's
-/// processes, writers::host_processes).
+/// processes, writers::host_processes, which the planner refuses claims for by itself).
 fn scan_openers(wanted: &Wanted, deadlines: Option<(&Operations, Duration)>) -> Result<Vec<Opener>, String> {
     // Only the host's processes can show that none holds the device: without them (a pod
     // without hostPID) the scan proves nothing, and no device is claimed.

@@ -1,15 +1,19 @@
 //! What kubelet has mounted for pods, as this agent sees it: the host side of the rule that a
 //! wipe waits until kubelet has unmounted the volume (core::volume_safety::kubelet_mount_of).
-//! In a pod the agent sees kubelet's mounts only through a hostPath of kubelet's directory with
-//! `mountPropagation: HostToContainer` (deploy/ and the chart mount it); without that view it
-//! cannot tell, and refuses to wipe.
+//! In a pod the agent sees kubelet's mounts only through hostPaths of the directories kubelet
+//! mounts local volumes in (core::volume_safety::KUBELET_LOCAL_VOLUME_DIRS: `pods/` and the
+//! local-volume plugin's two directories), read-only with `mountPropagation: HostToContainer`,
+//! at the same paths (deploy/ and the chart mount them; kubelet's whole directory works too);
+//! without that view it cannot tell, and refuses to wipe.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::HostError;
 use super::mountinfo::MountTable;
-use crate::core::volume_safety::{KubeletMount, WipeSubject, containing_mount, kubelet_mount_of};
+use crate::core::volume_safety::{
+    KUBELET_LOCAL_VOLUME_DIRS, KubeletMount, WipeSubject, kubelet_mount_of, kubelet_mounts_visible,
+};
 
 /// Where kubelet keeps pods' mounts, and whether this agent must be able to see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,11 +29,12 @@ pub struct KubeletView {
 /// Why kubelet's hold on a volume could not be checked.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
-    /// The agent runs in a pod but kubelet's directory is not visible in it.
+    /// The agent runs in a pod but a directory kubelet mounts local volumes in (`unseen`, below
+    /// kubelet's directory `dir`) is not mounted from the host in it.
     #[error(
-        "cannot see kubelet's mounts: {dir} is not visible in this container, so nothing shows whether a pod still has the volume mounted; mount the host's {dir} (read-only, mountPropagation: HostToContainer) as deploy/ and the chart do, or point --kubelet-dir at kubelet's --root-dir"
+        "cannot see kubelet's mounts: {unseen} is not mounted from the host in this container, so nothing shows whether a pod still has the volume mounted there; mount the host's {dir}/pods, {dir}/plugins/kubernetes.io~local-volume and {dir}/plugins/kubernetes.io/local-volume at the same paths (read-only, mountPropagation: HostToContainer) as deploy/ and the chart do, or point --kubelet-dir at kubelet's --root-dir"
     )]
-    NotVisible { dir: PathBuf },
+    NotVisible { dir: PathBuf, unseen: PathBuf },
     /// A mount point or the volume could not be examined.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -68,17 +73,19 @@ impl KubeletView {
     /// and a look at each mount point below kubelet's directory (a bind-mounted device node
     /// shows the device it is).
     pub fn holder(&self, subject: &Subject, mounts: &MountTable) -> Result<Option<PathBuf>, KubeletError> {
+        let not_visible =
+            |unseen: &Path| KubeletError::NotVisible { dir: self.dir.clone(), unseen: unseen.to_path_buf() };
         // The mount table names real paths: a kubelet directory reached through a symlink is
         // looked for where it really is.
         let dir = match std::fs::canonicalize(&self.dir) {
             Ok(dir) if dir.is_dir() => dir,
-            _ if self.required => return Err(KubeletError::NotVisible { dir: self.dir.clone() }),
+            _ if self.required => return Err(not_visible(&self.dir)),
             _ => return Ok(None),
         };
-        // In a pod, a directory of the image's own root filesystem (an image that happens to
-        // have it) shows nothing of the host: it must come from a mount.
-        if self.required && containing_mount(&mounts.facts(), &dir).is_none_or(|m| m.mount_point == Path::new("/")) {
-            return Err(KubeletError::NotVisible { dir: self.dir.clone() });
+        if self.required
+            && let Some(unseen) = unseen_dir(&dir, mounts)
+        {
+            return Err(not_visible(&unseen));
         }
         let below: Vec<_> = mounts.mounts_below(&dir).collect();
         let mut nodes = Vec::with_capacity(below.len());
@@ -98,6 +105,18 @@ impl KubeletView {
             .collect();
         Ok(kubelet_mount_of(subject.borrowed(), &facts, &dir).map(Path::to_path_buf))
     }
+}
+
+/// The first directory kubelet mounts local volumes in, below `dir` (resolved), whose mounts do
+/// not show in this container (`kubelet_mounts_visible` of core::volume_safety): judged at the
+/// directory, or at its nearest existing parent inside `dir` when kubelet has not made it yet
+/// (a whole-directory mount shows it once made; narrower hostPaths make it beforehand).
+fn unseen_dir(dir: &Path, mounts: &MountTable) -> Option<PathBuf> {
+    let facts = mounts.facts();
+    KUBELET_LOCAL_VOLUME_DIRS.iter().map(|sub| dir.join(sub)).find(|wanted| {
+        let nearest = wanted.ancestors().take_while(|p| p.starts_with(dir)).find(|p| p.is_dir());
+        !nearest.and_then(|p| std::fs::canonicalize(p).ok()).is_some_and(|p| kubelet_mounts_visible(&p, &facts))
+    })
 }
 
 /// `major:minor` as the mount table writes a device number.
@@ -166,5 +185,84 @@ mod tests {
         assert_eq!(through_link.holder(&vol1, &mounts).unwrap(), Some(pod));
         let other = Subject::Filesystem { device: "0:42".into(), root: "/".into() };
         assert_eq!(view.holder(&other, &mounts).unwrap(), None);
+    }
+
+    /// The layout deploy/ and the chart mount: only kubelet's `pods/` and the local-volume
+    /// plugin's two directories, each a hostPath at its own path, below a kubelet directory of
+    /// the container's root filesystem.
+    fn narrow_layout(kubelet: &Path) -> String {
+        let mut table = String::from("1 0 0:30 / / rw - overlay overlay rw\n");
+        for (i, sub) in KUBELET_LOCAL_VOLUME_DIRS.iter().enumerate() {
+            std::fs::create_dir_all(kubelet.join(sub)).unwrap();
+            table.push_str(&format!(
+                "{} 1 254:0 /var/lib/kubelet/{sub} {} ro - ext4 /dev/vda rw\n",
+                10 + i,
+                kubelet.join(sub).display()
+            ));
+        }
+        table
+    }
+
+    #[test]
+    fn the_narrow_layout_shows_kubelets_mounts_and_each_of_its_mounts_is_needed() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = std::fs::canonicalize(dir.path()).unwrap().join("kubelet");
+        let table = narrow_layout(&kubelet);
+        let view = KubeletView { dir: kubelet.clone(), required: true };
+        let vol1 = Subject::Filesystem { device: "0:40".into(), root: "/".into() };
+        assert_eq!(view.holder(&vol1, &MountTable::parse(&table).unwrap()).unwrap(), None);
+        // A pod's mount of the volume, and kubelet's own mount of a block device it formatted.
+        for at in ["pods/u1/volumes/kubernetes.io~local-volume/pv1", "plugins/kubernetes.io/local-volume/mounts/pv1"] {
+            let point = kubelet.join(at);
+            let held = format!("{table}40 10 0:40 / {} rw - xfs /dev/sdb rw\n", point.display());
+            assert_eq!(view.holder(&vol1, &MountTable::parse(&held).unwrap()).unwrap(), Some(point));
+        }
+        // Without any one of the three mounts the agent cannot tell, whatever else it sees.
+        for (i, sub) in KUBELET_LOCAL_VOLUME_DIRS.iter().enumerate() {
+            let without: String =
+                table.lines().filter(|l| !l.starts_with(&format!("{} ", 10 + i))).map(|l| format!("{l}\n")).collect();
+            let err = view.holder(&vol1, &MountTable::parse(&without).unwrap()).unwrap_err();
+            match &err {
+                KubeletError::NotVisible { dir, unseen } => {
+                    assert_eq!((dir, unseen), (&kubelet, &kubelet.join(sub)));
+                }
+                other => panic!("{other:?}"),
+            }
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("{}/pods", kubelet.display())) && text.contains("HostToContainer"),
+                "{text}"
+            );
+        }
+        // One removed on the host after the container started shows nothing kubelet mounts now.
+        let deleted = table.replace("/var/lib/kubelet/pods ", "/var/lib/kubelet/pods//deleted ");
+        assert!(matches!(
+            view.holder(&vol1, &MountTable::parse(&deleted).unwrap()),
+            Err(KubeletError::NotVisible { unseen, .. }) if unseen == kubelet.join("pods")
+        ));
+    }
+
+    #[test]
+    fn a_directory_kubelet_has_not_made_yet_is_seen_through_a_mount_above_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = std::fs::canonicalize(dir.path()).unwrap().join("kubelet");
+        std::fs::create_dir_all(kubelet.join("pods")).unwrap();
+        let view = KubeletView { dir: kubelet.clone(), required: true };
+        let subject = Subject::Device { rdev: "7:0".into() };
+        // kubelet's whole directory mounted: plugins/ appears in it once kubelet makes it.
+        let whole = format!(
+            "1 0 0:30 / / rw - overlay overlay rw\n2 1 254:0 /var/lib/kubelet {} ro - ext4 /dev/vda rw\n",
+            kubelet.display()
+        );
+        assert_eq!(view.holder(&subject, &MountTable::parse(&whole).unwrap()).unwrap(), None);
+        // Only pods/ mounted: the plugin's directories, missing, would never show kubelet's mounts.
+        let pods_only = format!(
+            "1 0 0:30 / / rw - overlay overlay rw\n2 1 254:0 /var/lib/kubelet/pods {} ro - ext4 /dev/vda rw\n",
+            kubelet.join("pods").display()
+        );
+        assert!(matches!(
+            view.holder(&subject, &MountTable::parse(&pods_only).unwrap()),
+            Err(KubeletError::NotVisible { unseen, .. }) if unseen == kubelet.join(KUBELET_LOCAL_VOLUME_DIRS[1])
+        ));
     }
 }
