@@ -121,6 +121,7 @@ impl WatchTable {
 
     /// The union of the events the holds on `wd` ask for (what the kernel watches for at
     /// least: adds use IN_MASK_ADD, so its mask only grows while the descriptor lives).
+    #[cfg(test)]
     pub(crate) fn mask(&self, wd: Wd) -> u32 {
         self.holds.get(&wd).map_or(0, |owners| owners.values().flatten().fold(0, |a, m| a | m))
     }
@@ -267,8 +268,7 @@ mod tests {
                     assert_eq!(t.mask(5), union, "sequence {n} of {len}");
                     let holders: Vec<Owner> = (0..3).filter(|i| counts[*i] > 0).map(|i| OWNERS[i].0).collect();
                     assert_eq!(t.owners_of(5, UNMOUNT), holders);
-                    let creators: Vec<Owner> =
-                        holders.iter().copied().filter(|h| OWNERS[*h].1 & CREATE != 0).collect();
+                    let creators: Vec<Owner> = holders.iter().copied().filter(|h| OWNERS[*h].1 & CREATE != 0).collect();
                     assert_eq!(t.owners_of(5, CREATE), creators);
                     for (i, c) in counts.iter().enumerate() {
                         assert_eq!(t.holds_of(OWNERS[i].0, 5), *c);
