@@ -841,6 +841,7 @@ pub fn library_expositions() -> (String, String) {
     agent.set_full_reads(Some(("sdb", "wwn-0x1", 1, 2)), &BTreeMap::from([("blank", 1)]));
     agent.api_request("create", false, Duration::from_millis(1));
     agent.set_config_valid(true);
+    agent.set_watch_degraded(false, true);
     agent.succession("flagged_stale");
     let node_cleanup = Metrics::for_role(Role::NodeCleanup);
     for ok in [true, false] {
