@@ -38,7 +38,8 @@ pub(crate) struct WatchTable {
     /// Adds started whose result is not recorded yet. Such an add may return a descriptor
     /// whose last hold goes meanwhile: while any runs, a descriptor no one holds is removed
     /// only once they all returned, so an add never records a descriptor the kernel no longer
-    /// has.
+    /// has. (An add stuck on a directory that does not answer thus keeps the watches let go
+    /// meanwhile until it returns: their events go to no one.)
     adds_running: usize,
     /// Descriptors no one holds, removed once no add runs.
     to_remove: BTreeSet<Wd>,

@@ -19,6 +19,7 @@ use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use super::ops::OnDeadline;
 use crate::core::backoff::Backoff;
 use crate::core::inotify::{ALL_EVENTS, Added, Owner, Shortage, WatchTable, Wd};
 
@@ -49,6 +50,32 @@ pub(crate) enum InotifyError {
     /// The reading thread could not be started.
     #[error("spawn the inotify reader: {0}")]
     Spawn(#[source] std::io::Error),
+}
+
+/// A path on the host's devtmpfs that a watch may be added on outside the executor: /dev, a
+/// name directly in it, /dev/disk, /dev/disk/by-id (only ever looked up in devtmpfs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DevPath(PathBuf);
+
+impl DevPath {
+    pub(crate) fn dev() -> Self {
+        DevPath(PathBuf::from("/dev"))
+    }
+
+    pub(crate) fn disk() -> Self {
+        DevPath(PathBuf::from("/dev/disk"))
+    }
+
+    pub(crate) fn by_id() -> Self {
+        DevPath(PathBuf::from("/dev/disk/by-id"))
+    }
+
+    /// `/dev/<name>`, for a name read from /dev (none with a slash, `.` or `..`).
+    pub(crate) fn node(name: &std::ffi::OsStr) -> Option<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let plain = !name.is_empty() && name != "." && name != ".." && !name.as_bytes().contains(&b'/');
+        plain.then(|| DevPath(Path::new("/dev").join(name)))
+    }
 }
 
 /// What the reading thread tells an owner.
@@ -126,10 +153,26 @@ impl Inotify {
     }
 
     /// Adds a watch on `path` for `owner`'s events `mask` (with IN_MASK_ADD: another owner's
-    /// events on the same inode stay asked for). Resolves `path`: it blocks while the
-    /// filesystem there does not answer, so callers on the agent's paths run it under the
-    /// executor's deadline (host::ops). No lock is held meanwhile.
-    pub(crate) fn add(&self, owner: Owner, path: &Path, mask: WatchFlags) -> Result<Wd, InotifyError> {
+    /// events on the same inode stay asked for). Resolves `path`, which blocks while the
+    /// filesystem there does not answer: so it runs on the executor, under its deadline
+    /// (`OnDeadline`, host::ops). No lock is held meanwhile.
+    pub(crate) fn add(
+        &self,
+        owner: Owner,
+        path: &Path,
+        mask: WatchFlags,
+        _on: &OnDeadline,
+    ) -> Result<Wd, InotifyError> {
+        self.add_resolving(owner, path, mask)
+    }
+
+    /// [`Self::add`] on the host's devtmpfs ([`DevPath`]), which is in memory: resolving it
+    /// never waits on a disk, so it needs no deadline.
+    pub(crate) fn add_dev(&self, owner: Owner, path: &DevPath, mask: WatchFlags) -> Result<Wd, InotifyError> {
+        self.add_resolving(owner, &path.0, mask)
+    }
+
+    fn add_resolving(&self, owner: Owner, path: &Path, mask: WatchFlags) -> Result<Wd, InotifyError> {
         let Some(fd) = self.fd.get() else { return Err(InotifyError::NoInstance { path: path.to_path_buf() }) };
         self.lock().table.add_started();
         let result = inotify::add_watch(fd, path, mask | WatchFlags::MASK_ADD);
@@ -346,6 +389,19 @@ fn events(mask: WatchFlags) -> u32 {
 mod tests {
     use super::*;
 
+    /// An add on the calling thread (the test's directories answer).
+    fn add(inotify: &Inotify, owner: Owner, path: &Path, mask: WatchFlags) -> Result<Wd, InotifyError> {
+        crate::host::ops::foreground(|on| inotify.add(owner, path, mask, on))
+    }
+
+    #[test]
+    fn only_plain_names_under_dev_are_dev_paths() {
+        assert_eq!(DevPath::node("loop0".as_ref()), Some(DevPath(PathBuf::from("/dev/loop0"))));
+        for name in ["", ".", "..", "disk/by-id", "../etc"] {
+            assert_eq!(DevPath::node(name.as_ref()), None, "{name:?}");
+        }
+    }
+
     /// Deliveries recorded by an owner.
     fn recorder() -> (Sink, Arc<Mutex<Vec<Delivery>>>) {
         let got: Arc<Mutex<Vec<Delivery>>> = Arc::default();
@@ -371,8 +427,8 @@ mod tests {
         assert!(inotify.has_instance());
         let ((sink_a, got_a), (sink_b, got_b)) = (recorder(), recorder());
         let (a, b) = (inotify.register(sink_a), inotify.register(sink_b));
-        let wd_a = inotify.add(a, tmp.path(), WatchFlags::CREATE).unwrap();
-        let wd_b = inotify.add(b, tmp.path(), WatchFlags::DELETE).unwrap();
+        let wd_a = add(&inotify, a, tmp.path(), WatchFlags::CREATE).unwrap();
+        let wd_b = add(&inotify, b, tmp.path(), WatchFlags::DELETE).unwrap();
         assert_eq!(wd_a, wd_b, "one inode, one descriptor");
         std::fs::write(tmp.path().join("f"), b"").unwrap();
         assert!(wait_for(&got_a, |d| matches!(d, Delivery::Event { wd, .. } if *wd == wd_a)), "A asked for creates");
@@ -405,10 +461,10 @@ mod tests {
         let inotify = Inotify::start(Arc::new(Notify::new())).unwrap();
         let (sink, got) = recorder();
         let owner = inotify.register(sink);
-        let wd = inotify.add(owner, &dir, WatchFlags::CREATE).unwrap();
+        let wd = add(&inotify, owner, &dir, WatchFlags::CREATE).unwrap();
         std::fs::remove_dir(&dir).unwrap();
         assert!(wait_for(&got, |d| *d == Delivery::Dropped { wd }), "{:?}", got.lock().unwrap());
-        assert!(matches!(inotify.add(owner, &dir, WatchFlags::CREATE), Err(InotifyError::Failed { .. })));
+        assert!(matches!(add(&inotify, owner, &dir, WatchFlags::CREATE), Err(InotifyError::Failed { .. })));
     }
 
     #[test]

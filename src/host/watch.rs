@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use tracing::warn;
 
 use super::HostError;
-use super::inotify::{Delivery, Inotify, InotifyError, Sink};
+use super::inotify::{Delivery, DevPath, Inotify, InotifyError, Sink};
 use super::mountinfo::{MOUNTINFO, MountTable};
 use super::ops::{Answer, Job, OnDeadline, Operations, Subject};
 use crate::core::inotify::Owner;
@@ -415,8 +415,8 @@ fn block_devices_now() -> Vec<String> {
 /// (written to through it, or its attributes set) and on /dev/disk/by-id when it exists, as
 /// one owner of the agent's shared instance (host::inotify), whose reading thread queues this
 /// watch's events and wakes its thread. /dev's other nodes (`null`, ttys) are written all the
-/// time and never watched one by one. Adds here resolve paths on devtmpfs only (as before the
-/// instance was shared): they never wait on a filesystem that does not answer.
+/// time and never watched one by one. Adds here resolve paths on devtmpfs only ([`DevPath`]):
+/// they never wait on a filesystem that does not answer, so they run on this thread.
 struct DeviceWatch {
     inotify: Arc<Inotify>,
     owner: Owner,
@@ -469,8 +469,8 @@ impl DeviceWatch {
     }
 
     /// Adds a watch; notes in `short` when watches ran out.
-    fn add(&self, path: &std::path::Path, flags: WatchFlags, short: &mut bool) -> Option<i32> {
-        match self.inotify.add(self.owner, path, flags) {
+    fn add(&self, path: &DevPath, flags: WatchFlags, short: &mut bool) -> Option<i32> {
+        match self.inotify.add_dev(self.owner, path, flags) {
             Ok(wd) => Some(wd),
             Err(InotifyError::Exhausted { .. }) => {
                 *short = true;
@@ -486,7 +486,7 @@ impl DeviceWatch {
     fn follow_names(&mut self) {
         let mut short = false;
         if self.dev.is_none() {
-            self.dev = self.add(std::path::Path::new(DEV), Self::NAMES, &mut short);
+            self.dev = self.add(&DevPath::dev(), Self::NAMES, &mut short);
         }
         let mut nodes = std::collections::BTreeMap::new();
         if let Ok(rd) = std::fs::read_dir(DEV) {
@@ -495,8 +495,9 @@ impl DeviceWatch {
                 if !e.file_type().is_ok_and(|t| t.is_block_device()) {
                     continue;
                 }
+                let Some(path) = DevPath::node(&e.file_name()) else { continue };
                 let name = e.file_name().to_string_lossy().into_owned();
-                match self.add(&e.path(), Self::NODE, &mut short) {
+                match self.add(&path, Self::NODE, &mut short) {
                     Some(wd) => {
                         nodes.insert(name, wd);
                     }
@@ -516,10 +517,10 @@ impl DeviceWatch {
         }
         self.nodes = nodes;
         if self.disk.is_none() {
-            self.disk = self.add(std::path::Path::new("/dev/disk"), Self::NAMES, &mut short);
+            self.disk = self.add(&DevPath::disk(), Self::NAMES, &mut short);
         }
         if self.by_id.is_none() {
-            self.by_id = self.add(std::path::Path::new(BY_ID), Self::NAMES, &mut short);
+            self.by_id = self.add(&DevPath::by_id(), Self::NAMES, &mut short);
         }
         self.inotify.set_short(self.owner, short);
     }
@@ -712,9 +713,9 @@ fn add_dir_watch(
     owner: Owner,
     dir: &std::path::Path,
     late: &Mutex<BTreeMap<PathBuf, i32>>,
-    _on: &OnDeadline,
+    on: &OnDeadline,
 ) -> Result<i32, InotifyError> {
-    let wd = inotify.add(owner, dir, DIR_EVENTS)?;
+    let wd = inotify.add(owner, dir, DIR_EVENTS, on)?;
     // A late add of the same directory not taken up yet is one hold too many: let go of it.
     if let Some(earlier) = late.lock().unwrap_or_else(|e| e.into_inner()).insert(dir.to_path_buf(), wd) {
         inotify.release(owner, earlier, DIR_EVENTS);
