@@ -1,10 +1,11 @@
-//! inotify per agent (issue 42): a real agent process with a Filesystem class, a Block class and
-//! a class that claims devices holds exactly one inotify instance (the directory watcher and
-//! the block-device watch share it); and an agent that cannot make its instance, or add its
-//! watches, keeps working, says so with a Warning event on its Node and a metric, and heals
-//! when the limit is raised, without a restart. The limits are lowered in a user namespace of
-//! the agent's own (`unshare --user`: /proc/sys/user/max_inotify_* are per user namespace), so
-//! nothing host-wide is touched. Against the real control plane; needs root.
+//! inotify per agent (issue 42): a real agent process with a Filesystem class, a Block class
+//! and a class that claims devices holds exactly one inotify instance (the directory watcher
+//! and the block-device watch share it, read by one thread); and an agent that cannot make its
+//! instance, or add its watches, keeps working, says so with a Warning event on its Node and a
+//! metric, and heals when the limit is raised, without a restart. The limits are lowered in a
+//! user namespace of the agent's own (`unshare --user`: /proc/sys/user/max_inotify_* are per
+//! user namespace), so nothing host-wide is touched. Against the real control plane; needs
+//! root.
 
 mod support;
 
@@ -22,6 +23,18 @@ fn inotify_instances(pid: u32) -> usize {
         .flatten()
         .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:inotify"))
         .count()
+}
+
+/// The names of process `pid`'s threads, sorted.
+fn threads(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect();
+    names.sort();
+    names
 }
 
 /// A Filesystem class with one tmpfs volume, a Block class, and a class claiming loop devices
@@ -57,6 +70,13 @@ fn an_agent_with_filesystem_block_and_device_classes_holds_one_inotify_instance(
     let log = agent.log_text();
     assert!(!log.contains("inotify unavailable") && !log.contains("directory not watched"), "{log}");
     assert_eq!(inotify_instances(agent.pid()), 1, "inotify instances of the agent");
+    // As many watch threads as with two instances: the instance's reader took the directory
+    // watcher's place.
+    let watch_threads: Vec<String> = threads(agent.pid())
+        .into_iter()
+        .filter(|t| ["inotify", "dir-watch", "mount-watch", "block-device-wa"].contains(&t.as_str()))
+        .collect();
+    assert_eq!(watch_threads, ["block-device-wa", "inotify", "mount-watch"]);
     // The shared instance still tells the directory watcher: a new volume is published
     // without waiting for the resync (the config's default resync is minutes).
     let second = h.lab.path("disks/vol2");
