@@ -91,7 +91,7 @@ fn an_agent_with_filesystem_block_and_device_classes_holds_one_inotify_instance(
 }
 
 /// An agent in a user namespace of its own whose `limit` (max_inotify_instances or
-/// max_inotify_watches) is 0: (the agent, the limit's file).
+/// max_inotify_watches, in /proc/sys/user/) is 0 there.
 fn agent_without(h: &Harness, config: &Path, limit: &str) -> AgentProcess {
     let set = format!("echo 0 > /proc/sys/user/{limit} && exec \"$@\"");
     let wrapper = ["unshare", "--user", "--map-root-user", "sh", "-c", &set, "sh"];
