@@ -282,4 +282,28 @@ impl Agent {
             }
         }
     }
+
+    /// What the agent lacks of inotify (host::inotify: instances or watches exhausted): in the
+    /// metric every pass, and on the Node as a Warning once per onset and a Normal event when
+    /// it healed (core::inotify::shortage_notice). The shared instance wakes a pass when it
+    /// changes.
+    pub(super) async fn say_watch_shortage(&mut self) {
+        use crate::core::inotify::{EXHAUSTED_REASON, RESTORED_REASON, ShortageNotice, shortage_notice};
+        let Some(inotify) = &self.inotify else { return };
+        let now = inotify.shortage();
+        self.metrics.set_watch_degraded(now.instances, now.watches);
+        let notice = shortage_notice(self.told_shortage, now);
+        self.told_shortage = now;
+        match notice {
+            Some(ShortageNotice::Exhausted { note }) => {
+                warn!(%note, "inotify exhausted");
+                self.cluster.event(&node_reference(&self.node), true, EXHAUSTED_REASON, "Watch", note).await;
+            }
+            Some(ShortageNotice::Restored { note }) => {
+                info!(%note, "inotify restored");
+                self.cluster.event(&node_reference(&self.node), false, RESTORED_REASON, "Watch", note).await;
+            }
+            None => {}
+        }
+    }
 }

@@ -53,6 +53,7 @@ use crate::core::pv_facts::PvFacts;
 use crate::core::settle::Settler;
 use crate::core::startup_taint::PassOutcome;
 use crate::host::access::{HostAccess, RealHost};
+use crate::host::inotify::Inotify;
 use crate::host::kubelet::KubeletView;
 use crate::host::ops::{Answer, Operations, Subject};
 use crate::host::used_mark::Ledger;
@@ -180,7 +181,19 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let watched = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
     // What the watch reads periodically: each pass says (Agent::say_watch_needs).
     let watch_needs = Arc::new(WatchNeeds::new(watched.clone()));
-    if let Err(e) = watch_block_devices(raw.clone(), watch_needs.clone()) {
+    // One inotify instance for the whole agent (host::inotify): the block-device watch and the
+    // directory watcher share it. When instances or watches run out, it says so (the pass
+    // tells it on the Node, Agent::say_watch_shortage) and retries on its own.
+    let inotify = match Inotify::start(raw.clone()) {
+        Ok(inotify) => Some(inotify),
+        Err(e) => {
+            warn!(error = %e, "inotify unavailable; changes are found by mount events and the periodic resync");
+            None
+        }
+    };
+    if let Some(inotify) = &inotify
+        && let Err(e) = watch_block_devices(raw.clone(), watch_needs.clone(), inotify.clone())
+    {
         warn!(error = %e, "block device changes unavailable; new disks are claimed at the periodic resync");
     }
     // A stuck operation that returns (a disk that answers again) wakes a pass.
@@ -198,13 +211,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
              seen (the sign kernel-log); every other failing-disk sign still is"
         ),
     }
-    let dir_watcher = match DirWatcher::new(raw.clone(), ops.clone(), opts.host_op_timeout) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            warn!(error = %e, "directory events unavailable; relying on mount events and resync");
-            None
-        }
-    };
+    let dir_watcher = inotify.clone().map(|i| DirWatcher::new(i, raw.clone(), ops.clone(), opts.host_op_timeout));
     let ledger = Ledger::open(&opts.state_dir)?;
     info!(ledger = %ledger.path().display(), "ledger of used disks opened");
     // The boot fence's binary on the host (deploy/host/): this agent's version. In the
@@ -239,6 +246,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     agent.config_warnings = first.warnings;
     agent.say_readiness();
     agent.dir_watcher = dir_watcher;
+    agent.inotify = inotify;
     agent.watch_needs = Some(watch_needs);
     agent.mount_watch = Some(mount_watch);
     agent.kernel_log = kernel_log;
@@ -311,6 +319,9 @@ pub(crate) struct Agent {
     /// Whether the last read of the config directory gave no answer (host::ops).
     config_unread: bool,
     dir_watcher: Option<DirWatcher>,
+    /// The agent's one inotify instance, and the shortage of it last told on the Node.
+    inotify: Option<Arc<Inotify>>,
+    told_shortage: crate::core::inotify::Shortage,
     /// What the block-device watch must read periodically, from what the last pass found.
     watch_needs: Option<Arc<WatchNeeds>>,
     /// Which mount changes wake a pass, from what the last pass read.
@@ -402,6 +413,8 @@ impl Agent {
             told_first_load: false,
             config_unread: false,
             dir_watcher: None,
+            inotify: None,
+            told_shortage: Default::default(),
             watch_needs: None,
             mount_watch: None,
             kernel_log: Arc::default(),
@@ -536,6 +549,7 @@ impl Agent {
         self.reload_config().await;
         self.tell_config_findings().await;
         self.watch_dirs().await;
+        self.say_watch_shortage().await;
         if !self.has_config {
             return;
         }

@@ -18,6 +18,7 @@ pub mod fence;
 pub(crate) mod fence_label;
 pub(crate) mod go_duration;
 pub(crate) mod heartbeat;
+pub(crate) mod inotify;
 pub mod inventory;
 pub mod kernel_log;
 pub(crate) mod lease;

@@ -10,6 +10,7 @@ pub mod device_content;
 pub(crate) mod discovery;
 pub mod disk_health;
 pub mod identity;
+pub(crate) mod inotify;
 pub mod kernel_log;
 pub mod kubelet;
 pub mod mountinfo;

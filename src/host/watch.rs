@@ -15,13 +15,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
+use rustix::fs::inotify::WatchFlags;
 use tokio::sync::Notify;
 use tracing::warn;
 
 use super::HostError;
+use super::inotify::{Delivery, DevPath, Inotify, InotifyError, Sink};
 use super::mountinfo::{MOUNTINFO, MountTable};
 use super::ops::{Answer, Job, OnDeadline, Operations, Subject};
+use crate::core::inotify::Owner;
 use crate::core::mount_interest::{DeviceInterest, MountInterest, MountLine, device_change_matters, relevant_indices};
 
 /// What the mount watch compares (core::mount_interest): set by the agent after each pass
@@ -287,13 +289,17 @@ const BY_ID: &str = "/dev/disk/by-id";
 /// safety net ([`SAFETY_POLL`]) while a class claims devices, `/proc/diskstats` once a second
 /// while any device is watched, the failing-disk counters while a volume has them. So an agent
 /// with nothing to watch reads nothing while nothing happens. No device is opened.
-pub(crate) fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) -> Result<(), HostError> {
+pub(crate) fn watch_block_devices(
+    changed: Arc<Notify>,
+    needs: Arc<WatchNeeds>,
+    inotify: Arc<Inotify>,
+) -> Result<(), HostError> {
     let (reader, writer) = std::io::pipe().map_err(|e| HostError::io("create a pipe for", DEV, e))?;
     // A pass never waits on the thread: a full pipe (the thread gone) drops the wake-up.
     nix::fcntl::fcntl(&writer, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
         .map_err(|e| HostError::io("set non-blocking the pipe for", DEV, std::io::Error::from(e)))?;
     *needs.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(writer);
-    let mut devices = DeviceWatch::new().map_err(|e| HostError::io("inotify on", DEV, e))?;
+    let mut devices = DeviceWatch::new(inotify, needs.clone());
     std::thread::Builder::new()
         .name("block-device-watch".into())
         .spawn(move || {
@@ -320,12 +326,13 @@ pub(crate) fn watch_block_devices(changed: Arc<Notify>, needs: Arc<WatchNeeds>) 
                     }
                 };
                 let (signalled, woken) = {
-                    let mut fds =
-                        [PollFd::new(devices.fd(), PollFlags::POLLIN), PollFd::new(reader.as_fd(), PollFlags::POLLIN)];
+                    // The shared instance's events for this watch are queued by its reading thread
+                    // (host::inotify), which wakes this one through the same pipe as a pass does.
+                    let mut fds = [PollFd::new(reader.as_fd(), PollFlags::POLLIN)];
                     match poll(&mut fds, timeout) {
                         Ok(_) => {
                             let ready = |fd: &PollFd| fd.revents().is_some_and(|r| r.intersects(PollFlags::POLLIN));
-                            (ready(&fds[0]), ready(&fds[1]))
+                            (devices.has_queued(), ready(&fds[0]))
                         }
                         Err(nix::errno::Errno::EINTR) => (false, false),
                         Err(e) => {
@@ -405,11 +412,17 @@ fn block_devices_now() -> Vec<String> {
 }
 
 /// inotify on /dev (names created, deleted or moved), on each block device node in it
-/// (written to through it, or its attributes set) and on /dev/disk/by-id when it exists.
-/// /dev's other nodes (`null`, ttys) are written all the time and never watched one by one.
+/// (written to through it, or its attributes set) and on /dev/disk/by-id when it exists, as
+/// one owner of the agent's shared instance (host::inotify), whose reading thread queues this
+/// watch's events and wakes its thread. /dev's other nodes (`null`, ttys) are written all the
+/// time and never watched one by one. Adds here resolve paths on devtmpfs only ([`DevPath`]):
+/// they never wait on a filesystem that does not answer, so they run on this thread.
 struct DeviceWatch {
-    fd: std::os::fd::OwnedFd,
-    /// The watch on /dev.
+    inotify: Arc<Inotify>,
+    owner: Owner,
+    /// What the reading thread delivered, not yet looked at.
+    queue: Arc<Mutex<Vec<Delivery>>>,
+    /// The watch on /dev (missing while there is no instance, or no watch left).
     dev: Option<i32>,
     /// The watches on /dev/disk and /dev/disk/by-id (missing without udev until it makes them).
     disk: Option<i32>,
@@ -418,25 +431,63 @@ struct DeviceWatch {
     nodes: std::collections::BTreeMap<String, i32>,
 }
 
+/// Deliveries queued beyond this are replaced by one overflow (the device list is read again).
+const QUEUE_MAX: usize = 1024;
+
 impl DeviceWatch {
-    const NAMES: WatchFlags =
-        WatchFlags::CREATE.union(WatchFlags::DELETE).union(WatchFlags::MOVED_FROM).union(WatchFlags::MOVED_TO);
+    const NAMES: WatchFlags = WatchFlags::CREATE
+        .union(WatchFlags::DELETE)
+        .union(WatchFlags::MOVED_FROM)
+        .union(WatchFlags::MOVED_TO)
+        .union(WatchFlags::ONLYDIR);
+    const NODE: WatchFlags = WatchFlags::CLOSE_WRITE.union(WatchFlags::ATTRIB).union(WatchFlags::DONT_FOLLOW);
 
-    fn new() -> std::io::Result<Self> {
-        let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
-        let dev = Some(inotify::add_watch(&fd, DEV, Self::NAMES | WatchFlags::ONLYDIR)?);
-        let mut watch = DeviceWatch { fd, dev, disk: None, by_id: None, nodes: Default::default() };
+    /// Registers with `inotify` (its deliveries wake the thread through `needs`) and watches
+    /// what it can now; what it cannot is added when the instance tells it to retry.
+    fn new(inotify: Arc<Inotify>, needs: Arc<WatchNeeds>) -> Self {
+        let queue: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+        let into = queue.clone();
+        let owner = inotify.register(Arc::new(move |delivery| {
+            let mut queue = into.lock().unwrap_or_else(|e| e.into_inner());
+            if queue.len() < QUEUE_MAX {
+                queue.push(delivery);
+            } else if queue.last() != Some(&Delivery::Overflow) {
+                queue.push(Delivery::Overflow);
+            }
+            drop(queue);
+            needs.wake();
+        }));
+        let mut watch =
+            DeviceWatch { inotify, owner, queue, dev: None, disk: None, by_id: None, nodes: Default::default() };
         watch.follow_names();
-        Ok(watch)
+        watch
     }
 
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// Whether deliveries wait to be looked at.
+    fn has_queued(&self) -> bool {
+        !self.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 
-    /// Watches every block device node now in /dev (and no longer the ones gone), and
-    /// /dev/disk/by-id once it exists.
+    /// Adds a watch; notes in `short` when watches ran out.
+    fn add(&self, path: &DevPath, flags: WatchFlags, short: &mut bool) -> Option<i32> {
+        match self.inotify.add_dev(self.owner, path, flags) {
+            Ok(wd) => Some(wd),
+            Err(InotifyError::Exhausted { .. }) => {
+                *short = true;
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Watches /dev, every block device node now in it (again: a node made anew under the same
+    /// name is another inode; no longer the ones gone), /dev/disk and /dev/disk/by-id once they
+    /// exist. Tells the instance whether watches ran out.
     fn follow_names(&mut self) {
+        let mut short = false;
+        if self.dev.is_none() {
+            self.dev = self.add(&DevPath::dev(), Self::NAMES, &mut short);
+        }
         let mut nodes = std::collections::BTreeMap::new();
         if let Ok(rd) = std::fs::read_dir(DEV) {
             for e in rd.flatten() {
@@ -444,59 +495,65 @@ impl DeviceWatch {
                 if !e.file_type().is_ok_and(|t| t.is_block_device()) {
                     continue;
                 }
-                let flags = WatchFlags::CLOSE_WRITE | WatchFlags::ATTRIB | WatchFlags::DONT_FOLLOW;
-                if let Ok(wd) = inotify::add_watch(&self.fd, e.path(), flags) {
-                    nodes.insert(e.file_name().to_string_lossy().into_owned(), wd);
+                let Some(path) = DevPath::node(&e.file_name()) else { continue };
+                let name = e.file_name().to_string_lossy().into_owned();
+                match self.add(&path, Self::NODE, &mut short) {
+                    Some(wd) => {
+                        nodes.insert(name, wd);
+                    }
+                    // Not added again: the last round's hold, if any, is kept.
+                    None => {
+                        if let Some(wd) = self.nodes.remove(&name) {
+                            nodes.insert(name, wd);
+                        }
+                    }
                 }
             }
         }
-        for (name, wd) in &self.nodes {
-            if nodes.get(name) != Some(wd) {
-                let _ = inotify::remove_watch(&self.fd, *wd);
-            }
+        // The other holds of the last round go (each node added again above holds a new one
+        // first, so a watch that stays never drops to no hold in between).
+        for wd in std::mem::take(&mut self.nodes).into_values() {
+            self.inotify.release(self.owner, wd, Self::NODE);
         }
         self.nodes = nodes;
         if self.disk.is_none() {
-            self.disk = inotify::add_watch(&self.fd, "/dev/disk", Self::NAMES | WatchFlags::ONLYDIR).ok();
+            self.disk = self.add(&DevPath::disk(), Self::NAMES, &mut short);
         }
         if self.by_id.is_none() {
-            self.by_id = inotify::add_watch(&self.fd, BY_ID, Self::NAMES | WatchFlags::ONLYDIR).ok();
+            self.by_id = self.add(&DevPath::by_id(), Self::NAMES, &mut short);
         }
+        self.inotify.set_short(self.owner, short);
     }
 
-    /// Reads the queued events: whether any was a change (a watch removed by the kernel, the
-    /// node of a device that went, is not one), and whether /dev's names changed.
+    /// Looks at the queued deliveries: whether any was a change (a watch the kernel dropped,
+    /// the node of a device that went, is not one), and whether /dev's names changed (then
+    /// they are followed anew).
     fn changed(&mut self) -> (bool, bool) {
-        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-        let mut reader = inotify::Reader::new(&self.fd, &mut buf);
+        let queued = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()));
         let (mut change, mut names) = (false, false);
-        loop {
-            match reader.next() {
-                Ok(event) => {
-                    let flags = event.events();
-                    if flags.contains(ReadFlags::IGNORED) {
-                        // A watched directory went (/dev/disk/by-id removed): watched again
-                        // when it returns.
-                        let wd = event.wd();
-                        if self.disk == Some(wd) {
-                            self.disk = None;
+        for delivery in queued {
+            match delivery {
+                Delivery::Dropped { wd } => {
+                    // A watched directory went (/dev/disk/by-id removed), or a node: watched
+                    // again when it returns.
+                    for slot in [&mut self.dev, &mut self.disk, &mut self.by_id] {
+                        if *slot == Some(wd) {
+                            *slot = None;
                         }
-                        if self.by_id == Some(wd) {
-                            self.by_id = None;
-                        }
-                        continue;
                     }
-                    if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
-                        names = true;
-                    }
-                    if Some(event.wd()) == self.dev || Some(event.wd()) == self.disk {
-                        names = true;
-                    }
+                    self.nodes.retain(|_, w| *w != wd);
+                    names |= self.dev.is_none();
+                }
+                Delivery::Event { wd, .. } => {
+                    names |= Some(wd) == self.dev || Some(wd) == self.disk;
                     change = true;
                 }
-                Err(rustix::io::Errno::INTR) => {}
-                // AGAIN: every queued event read.
-                Err(_) => break,
+                // Events lost, or watches that could not be added are to be tried again (the
+                // instance made at last, watches freed): what they would have shown is read.
+                Delivery::Overflow | Delivery::Retry => {
+                    names = true;
+                    change = true;
+                }
             }
         }
         if names {
@@ -506,15 +563,17 @@ impl DeviceWatch {
     }
 }
 
-/// inotify watches on a set of directories (non-recursive), adjusted when the config changes.
-/// One inotify instance; its events are read by a thread of its own. Adding a watch resolves
-/// the directory's path, which blocks for as long as the filesystem there does not answer (a
-/// FUSE daemon stopped, a hung NFS export): each add runs on the executor (host::ops) under
-/// the directory's subject and deadline, so a pass never waits on one longer than the grace,
-/// and a directory that does not answer is reported and tried again once it answers.
+/// inotify watches on a set of directories (non-recursive), adjusted when the config changes,
+/// as one owner of the agent's shared instance (host::inotify), whose reading thread signals
+/// `changed` for this watcher's events. Adding a watch resolves the directory's path, which
+/// blocks for as long as the filesystem there does not answer (a FUSE daemon stopped, a hung
+/// NFS export): each add runs on the executor (host::ops) under the directory's subject and
+/// deadline, so a pass never waits on one longer than the grace, and a directory that does not
+/// answer is reported and tried again once it answers.
 pub(crate) struct DirWatcher {
-    fd: Arc<std::os::fd::OwnedFd>,
-    /// The directories watched, with their watch descriptors.
+    inotify: Arc<Inotify>,
+    owner: Owner,
+    /// The directories watched, with their watch descriptors (one hold each).
     watched: BTreeMap<PathBuf, i32>,
     /// Watches added by adds the caller went on without (pending, or a background retry of a
     /// directory that stopped answering), by directory: taken up by the next call.
@@ -529,9 +588,12 @@ pub(crate) struct DirWatcher {
 /// Why a directory is not watched (yet): it is tried again by the next call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum WatchProblem {
-    /// The add failed (a missing directory, for example).
+    /// The add failed (a missing directory, no inotify instance, for example).
     #[error("cannot watch {dir}: {why}")]
     Failed { dir: PathBuf, why: String },
+    /// No inotify watch was left (fs.inotify.max_user_watches).
+    #[error("cannot watch {dir}: inotify watches exhausted (fs.inotify.max_user_watches)")]
+    Exhausted { dir: PathBuf },
     /// The add is still running within its deadline (a slow filesystem).
     #[error("watching {dir} is still being set up (its filesystem answers slowly)")]
     Pending { dir: PathBuf },
@@ -555,55 +617,59 @@ const DIR_EVENTS: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::ONLYDIR);
 
 impl DirWatcher {
-    /// A watcher that signals `changed` on any event in a watched directory; its adds run on
-    /// `ops` with `timeout` as their deadline.
-    pub(crate) fn new(changed: Arc<Notify>, ops: Operations, timeout: Duration) -> Result<Self, HostError> {
-        let fd = inotify::init(inotify::CreateFlags::CLOEXEC)
-            .map_err(|e| HostError::io("create inotify watcher for", "discovery directories", e))?;
-        let fd = Arc::new(fd);
+    /// A watcher on `inotify` that signals `changed` on any event in a watched directory (and
+    /// when its watches are to be tried again); its adds run on `ops` with `timeout` as their
+    /// deadline.
+    pub(crate) fn new(inotify: Arc<Inotify>, changed: Arc<Notify>, ops: Operations, timeout: Duration) -> Self {
         let dropped: Arc<Mutex<BTreeSet<i32>>> = Arc::default();
-        let (events, gone) = (fd.clone(), dropped.clone());
-        std::thread::Builder::new()
-            .name("dir-watch".into())
-            .spawn(move || read_dir_events(&events, &changed, &gone))
-            .map_err(|e| HostError::io("spawn directory watcher for", "discovery directories", e))?;
-        Ok(DirWatcher { fd, watched: BTreeMap::new(), late: Arc::default(), dropped, ops, timeout })
+        let gone = dropped.clone();
+        let sink: Sink = Arc::new(move |delivery| {
+            if let Delivery::Dropped { wd } = delivery {
+                gone.lock().unwrap_or_else(|e| e.into_inner()).insert(wd);
+            }
+            tracing::trace!(?delivery, "directory changed");
+            changed.notify_one();
+        });
+        let owner = inotify.register(sink);
+        DirWatcher { inotify, owner, watched: BTreeMap::new(), late: Arc::default(), dropped, ops, timeout }
     }
 
     /// Watches exactly `dirs` from now on, each add as an operation on its subject (a
     /// discovery directory, the config directory). Returns the directories that are not
     /// watched (yet): missing ones, ones whose add is still running, ones that do not answer;
     /// each is tried again by the next call. Waits at most the executor's grace, whatever the
-    /// directories do.
+    /// directories do. Tells the instance whether watches ran out.
     pub(crate) fn watch_exactly(&mut self, dirs: &BTreeMap<PathBuf, Subject>) -> Vec<WatchProblem> {
-        // Watches the kernel dropped are made again; watches that adds made after their
-        // caller went on are taken up (or removed, when no longer wanted).
+        // Watches the kernel dropped are made again (no one holds them any more); watches that
+        // adds made after their caller went on are taken up (or let go, when no longer wanted
+        // or already held).
         let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
         self.watched.retain(|_, wd| !dropped.contains(wd));
         let late = std::mem::take(&mut *self.late.lock().unwrap_or_else(|e| e.into_inner()));
         for (dir, wd) in late {
-            if dirs.contains_key(&dir) && !dropped.contains(&wd) {
+            if dropped.contains(&wd) {
+                continue;
+            }
+            if dirs.contains_key(&dir) && !self.watched.contains_key(&dir) {
                 self.watched.insert(dir, wd);
-            } else if !self.watched.values().any(|w| *w == wd) {
-                let _ = inotify::remove_watch(&*self.fd, wd);
+            } else {
+                self.inotify.release(self.owner, wd, DIR_EVENTS);
             }
         }
         let gone: Vec<PathBuf> = self.watched.keys().filter(|d| !dirs.contains_key(*d)).cloned().collect();
         for dir in gone {
-            if let Some(wd) = self.watched.remove(&dir)
-                && !self.watched.values().any(|w| *w == wd)
-            {
+            if let Some(wd) = self.watched.remove(&dir) {
                 // By descriptor: no path is resolved, nothing can block.
-                let _ = inotify::remove_watch(&*self.fd, wd);
+                self.inotify.release(self.owner, wd, DIR_EVENTS);
             }
         }
         let wanted: Vec<(&PathBuf, &Subject)> = dirs.iter().filter(|(d, _)| !self.watched.contains_key(*d)).collect();
         let jobs = wanted
             .iter()
             .map(|(dir, subject)| {
-                let (dir, fd, late) = ((*dir).clone(), self.fd.clone(), self.late.clone());
+                let (dir, inotify, owner, late) = ((*dir).clone(), self.inotify.clone(), self.owner, self.late.clone());
                 Job::new((*subject).clone(), "directory watch", self.timeout, move |on| {
-                    add_dir_watch(&fd, &dir, &late, on)
+                    add_dir_watch(&inotify, owner, &dir, &late, on)
                 })
             })
             .collect();
@@ -612,14 +678,24 @@ impl DirWatcher {
             let dir = dir.clone();
             match answer {
                 Answer::Done(Ok(wd)) => {
-                    self.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&dir);
-                    self.watched.insert(dir, wd);
+                    // Taken now: the copy in `late` is for a caller that went on. (An answer the
+                    // executor kept from an earlier call may name a hold let go since: then the
+                    // directory is added again by the next call.)
+                    let mut late = self.late.lock().unwrap_or_else(|e| e.into_inner());
+                    if late.get(&dir) == Some(&wd) {
+                        late.remove(&dir);
+                        drop(late);
+                        self.watched.insert(dir, wd);
+                    }
                 }
-                Answer::Done(Err(why)) => problems.push(WatchProblem::Failed { dir, why }),
+                Answer::Done(Err(InotifyError::Exhausted { .. })) => problems.push(WatchProblem::Exhausted { dir }),
+                Answer::Done(Err(why)) => problems.push(WatchProblem::Failed { dir, why: why.to_string() }),
                 Answer::Pending => problems.push(WatchProblem::Pending { dir }),
                 Answer::Unresponsive(e) => problems.push(WatchProblem::Unresponsive { dir, why: e.to_string() }),
             }
         }
+        let short = problems.iter().any(|p| matches!(p, WatchProblem::Exhausted { .. }));
+        self.inotify.set_short(self.owner, short);
         problems
     }
 
@@ -633,38 +709,18 @@ impl DirWatcher {
 /// Adds the watch on `dir` (the call that blocks while its filesystem does not answer): the
 /// watch descriptor, also left in `late` for a caller that went on without it.
 fn add_dir_watch(
-    fd: &std::os::fd::OwnedFd,
+    inotify: &Inotify,
+    owner: Owner,
     dir: &std::path::Path,
     late: &Mutex<BTreeMap<PathBuf, i32>>,
-    _on: &OnDeadline,
-) -> Result<i32, String> {
-    let wd = inotify::add_watch(fd, dir, DIR_EVENTS).map_err(|e| e.to_string())?;
-    late.lock().unwrap_or_else(|e| e.into_inner()).insert(dir.to_path_buf(), wd);
-    Ok(wd)
-}
-
-/// The directory watcher's thread: signals `changed` for every batch of events, and notes the
-/// watches the kernel dropped in `dropped`. Reading events resolves no path: it never blocks
-/// on a directory that does not answer.
-fn read_dir_events(fd: &std::os::fd::OwnedFd, changed: &Notify, dropped: &Mutex<BTreeSet<i32>>) {
-    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-    let mut reader = inotify::Reader::new(fd, &mut buf);
-    loop {
-        match reader.next() {
-            Ok(event) => {
-                if event.events().contains(ReadFlags::IGNORED) {
-                    dropped.lock().unwrap_or_else(|e| e.into_inner()).insert(event.wd());
-                }
-                tracing::trace!(wd = event.wd(), flags = ?event.events(), "directory changed");
-                changed.notify_one();
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => {
-                warn!(error = %e, "reading directory events failed; relying on mount events and resync");
-                std::thread::sleep(Duration::from_secs(5));
-            }
-        }
+    on: &OnDeadline,
+) -> Result<i32, InotifyError> {
+    let wd = inotify.add(owner, dir, DIR_EVENTS, on)?;
+    // A late add of the same directory not taken up yet is one hold too many: let go of it.
+    if let Some(earlier) = late.lock().unwrap_or_else(|e| e.into_inner()).insert(dir.to_path_buf(), wd) {
+        inotify.release(owner, earlier, DIR_EVENTS);
     }
+    Ok(wd)
 }
 
 #[cfg(test)]
@@ -695,7 +751,8 @@ mod tests {
             }
         });
         assert!(!matches!(stuck, Answer::Done(())));
-        let mut w = DirWatcher::new(Arc::new(Notify::new()), ops.clone(), timeout).unwrap();
+        let inotify = Inotify::start(Arc::new(Notify::new())).unwrap();
+        let mut w = DirWatcher::new(inotify, Arc::new(Notify::new()), ops.clone(), timeout);
         let wanted = dirs(&[slow.clone(), fine.clone()]);
         let started = std::time::Instant::now();
         let problems = w.watch_exactly(&wanted);
@@ -725,7 +782,8 @@ mod tests {
     fn directory_changes_are_signalled() {
         let tmp = tempfile::tempdir().unwrap();
         let changed = Arc::new(Notify::new());
-        let mut w = DirWatcher::new(changed.clone(), Operations::new(), Duration::from_secs(5)).unwrap();
+        let inotify = Inotify::start(Arc::new(Notify::new())).unwrap();
+        let mut w = DirWatcher::new(inotify, changed.clone(), Operations::new(), Duration::from_secs(5));
         let errors = w.watch_exactly(&dirs(&[tmp.path().to_path_buf(), tmp.path().join("missing")]));
         assert_eq!(errors.len(), 1, "the missing directory is reported");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -756,7 +814,8 @@ mod tests {
         std::fs::File::create(&img).unwrap().set_len(8 << 20).unwrap();
         let changed = Arc::new(Notify::new());
         // Nothing wanted: no class claims devices, so only inotify on /dev can tell.
-        watch_block_devices(changed.clone(), Arc::new(WatchNeeds::new(Arc::default()))).unwrap();
+        let inotify = Inotify::start(Arc::new(Notify::new())).unwrap();
+        watch_block_devices(changed.clone(), Arc::new(WatchNeeds::new(Arc::default())), inotify).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let out = std::process::Command::new("losetup").args(["--find", "--show"]).arg(&img).output().unwrap();

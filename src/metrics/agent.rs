@@ -226,6 +226,7 @@ pub(super) struct Health {
     wedged_cap_reached: Gauge,
     fenced: Family<FenceLabels, Gauge>,
     failing: Family<FailingLabels, Gauge>,
+    watch_degraded: Family<KindLabels, Gauge>,
 }
 
 impl Health {
@@ -238,6 +239,7 @@ impl Health {
             wedged_cap_reached: Gauge::default(),
             fenced: Family::default(),
             failing: Family::default(),
+            watch_degraded: Family::default(),
         };
         registry.register(
             "local_static_provisioner_volume_unresponsive",
@@ -268,6 +270,11 @@ impl Health {
             "local_static_provisioner_volume_failing",
             "1 for each volume and sign of a failing disk (unresponsive, read-only, filesystem-errors, shut-down, io-errors, io-failure)",
             group.failing.clone(),
+        );
+        registry.register(
+            "local_static_provisioner_watch_degraded",
+            "1 while the agent lacks inotify, by kind: instances (fs.inotify.max_user_instances reached) or watches (fs.inotify.max_user_watches reached); changes are then found by the periodic resync",
+            group.watch_degraded.clone(),
         );
         group
     }
@@ -416,6 +423,17 @@ impl Metrics {
         self.inner.health.operations_stuck.set(stuck as i64);
     }
 
+    /// Whether the agent lacks inotify instances or watches (core::inotify::Shortage).
+    pub fn set_watch_degraded(&self, instances: bool, watches: bool) {
+        for (kind, short) in [("instances", instances), ("watches", watches)] {
+            self.inner
+                .health
+                .watch_degraded
+                .get_or_create(&KindLabels { kind: kind.to_string() })
+                .set(i64::from(short));
+        }
+    }
+
     /// The threads held by host operations that do not answer, and whether they reached their cap.
     pub fn set_wedged(&self, threads: usize, cap_reached: bool) {
         self.inner.health.wedged_threads.set(threads as i64);
@@ -531,6 +549,12 @@ struct FailingLabels {
     path: String,
     pv: String,
     reason: String,
+}
+
+/// What the agent lacks of inotify: instances or watches.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
 }
 
 /// Why entries of the discovery directories are not published.

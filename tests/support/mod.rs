@@ -563,6 +563,17 @@ impl AgentProcess {
 
     /// Starts the agent with extra flags (none: event-driven with the config's resync).
     pub fn start_with(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path, extra: &[&str]) -> Self {
+        Self::start_with_prefix(&[], config_dir, node, kubeconfig, log, extra)
+    }
+
+    fn start_with_prefix(
+        wrapper: &[&str],
+        config_dir: &Path,
+        node: &str,
+        kubeconfig: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> Self {
         let mut args = vec!["run".to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
         if !extra.contains(&"--state-dir") {
@@ -572,7 +583,21 @@ impl AgentProcess {
         }
         args.extend(["--node-name".to_string(), node.to_string(), "--config-dir".to_string()]);
         args.push(config_dir.display().to_string());
-        Self::spawn(&args, kubeconfig, log)
+        Self::spawn_by(wrapper, &args, kubeconfig, log)
+    }
+
+    /// [`AgentProcess::start_with`], the binary run by `wrapper` (its command words, the
+    /// agent's command line after them: `unshare --user ...`); the wrapper must exec the agent,
+    /// so the process is the agent's.
+    pub fn start_wrapped(
+        wrapper: &[&str],
+        config_dir: &Path,
+        node: &str,
+        kubeconfig: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> Self {
+        Self::start_with_prefix(wrapper, config_dir, node, kubeconfig, log, extra)
     }
 
     /// Starts `node-cleanup` with these flags (it is the same binary).
@@ -583,8 +608,20 @@ impl AgentProcess {
     }
 
     fn spawn(args: &[String], kubeconfig: &Path, log: &Path) -> Self {
+        Self::spawn_by(&[], args, kubeconfig, log)
+    }
+
+    fn spawn_by(wrapper: &[&str], args: &[String], kubeconfig: &Path, log: &Path) -> Self {
         let log_file = std::fs::File::create(log).unwrap();
-        let child = Command::new(binary())
+        let mut command = match wrapper.split_first() {
+            None => Command::new(binary()),
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(binary());
+                command
+            }
+        };
+        let child = command
             .args(args)
             .args(["--listen-address", "127.0.0.1:0"])
             .arg("--kubeconfig")
@@ -823,6 +860,7 @@ pub fn library_expositions() -> (String, String) {
     agent.set_full_reads(Some(("sdb", "wwn-0x1", 1, 2)), &BTreeMap::from([("blank", 1)]));
     agent.api_request("create", false, Duration::from_millis(1));
     agent.set_config_valid(true);
+    agent.set_watch_degraded(false, true);
     agent.succession("flagged_stale");
     let node_cleanup = Metrics::for_role(Role::NodeCleanup);
     for ok in [true, false] {
