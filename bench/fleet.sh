@@ -216,7 +216,7 @@ creates=$(jget "$pubreq" '["by"].get("create persistentvolumes", 0)')
 conflicts=$(jget "$pubreq" '["conflicts"]')
 k get events -A -o json > "$work/events.json"
 refusals=$(py refusals "$work/events.json")
-echo "{\"figure\":\"${figure}_publish\",\"impl\":\"$impl\",\"agents\":$agents,\"volumes_each\":$v,\"pvs\":$total,\"pvs_seen\":$seen,\"seconds_to_all_pvs\":$secs,\"creates_sent\":$creates,\"conflicts_409\":$conflicts,\"already_published_warnings\":$(jget "$refusals" '["already_published_warnings"]'),\"volumes_refused\":$(jget "$refusals" '["volumes_refused"]'),\"requests_until_settled\":$(jget "$pubreq" '["total"]'),\"failed_answers\":$(jget "$pubreq" '["failed"]' | tr "'" '"')}"
+echo "{\"figure\":\"${figure}_publish\",\"impl\":\"$impl\",\"agents\":$agents,\"volumes_each\":$v,\"pvs\":$total,\"pvs_seen\":$seen,\"seconds_to_all_pvs\":$secs,\"creates_sent\":$creates,\"conflicts_409\":$conflicts,\"already_published_warnings\":$(jget "$refusals" '["already_published_warnings"]'),\"volumes_refused\":$(jget "$refusals" '["volumes_refused"]'),\"requests_until_settled\":$(jget "$pubreq" '["total"]'),\"requests_by\":$(jget "$pubreq" '["by"]' | tr "'" '"'),\"failed_answers\":$(jget "$pubreq" '["failed"]' | tr "'" '"')}"
 
 # ---- idle ----
 w0=$(watch_events)
