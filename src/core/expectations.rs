@@ -113,8 +113,7 @@ impl Expectations {
         self.created.len() + self.deleted.len()
     }
 
-    /// Whether none is pending.
-    #[cfg(test)]
+    /// Whether none is pending (the inventory waits for them: core::inventory::WriteWait).
     pub(crate) fn is_empty(&self) -> bool {
         self.created.is_empty() && self.deleted.is_empty()
     }

@@ -609,6 +609,36 @@ pub fn same_content(a: &InventoryStatus, b: &InventoryStatus) -> bool {
     InventoryStatus { observed_at: None, ..a.clone() } == InventoryStatus { observed_at: None, ..b.clone() }
 }
 
+/// How long a change of the inventory may wait before it is written (agent::inventory turns
+/// each into a delay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteWait {
+    /// Written promptly (a disk, a verdict, a problem, the used-disk records).
+    Prompt,
+    /// The pass's publishing is under way (volumes settling, PVs created or deleted that the
+    /// store does not show yet): the next passes change the view again within a second, so the
+    /// change waits for them, a little, and a node coming up writes its volumes and their PVs
+    /// in one write instead of one per step.
+    Publishing,
+    /// Only the API's view of this node's PVs changed ([`only_pv_view_changes`]).
+    View,
+}
+
+/// How long the change from `written` (None: nothing written by this process yet) to `now` may
+/// wait, `publishing` saying whether this node's publishing is under way. The used-disk records
+/// (evidence other nodes judge by) never wait for publishing: a change to them is prompt.
+pub fn write_wait(written: Option<&InventoryStatus>, now: &InventoryStatus, publishing: bool) -> WriteWait {
+    if written.is_some_and(|w| only_pv_view_changes(w, now)) {
+        return WriteWait::View;
+    }
+    let records = |s: &InventoryStatus| (s.used_disks.clone(), s.superseded.clone(), s.superseded_pvs.clone());
+    let records_kept = match written {
+        Some(w) => records(w) == records(now),
+        None => now.used_disks.is_empty() && now.superseded.is_empty() && now.superseded_pvs.is_empty(),
+    };
+    if publishing && records_kept { WriteWait::Publishing } else { WriteWait::Prompt }
+}
+
 /// Whether every difference between the status `written` and the status `now` is the API's
 /// own view of this node's PVs (a phase, a claim, a PV being deleted or made again), which the
 /// PV objects show at once: such a write may wait and go out with the next, so a claim bound or

@@ -595,3 +595,55 @@ fn only_the_apis_view_of_this_nodes_pvs_may_wait() {
     unpublished(&mut i);
     assert!(!only_pv_view_changes(&build(Inputs { pvs: vec![], ..before_release() }), &build(i)));
 }
+
+/// How long each kind of change may wait, with and without publishing under way, after a
+/// write and before any: only the view waits its minute; publishing folds every other change
+/// but one to the used-disk records, which is always prompt.
+#[test]
+fn a_change_waits_for_publishing_unless_it_touches_the_used_disk_records() {
+    let written = build(before_release());
+    fn new_disk(i: &mut Inputs) {
+        i.entries.push(EntryInput {
+            class: "fast".into(),
+            host_path: "/mnt/fast/brand-new".into(),
+            ..Default::default()
+        })
+    }
+    let cases: Vec<(&str, fn(&mut Inputs), bool, bool)> = vec![
+        // (case, change, a view change only, touches the records)
+        ("a step of a released PV's cycle", |i| i.pvs[1].phase = "Released".into(), true, false),
+        ("a new disk found", new_disk, false, false),
+        ("a new PV, Pending", |i| i.pvs.push(pv("p9", "fast", "Pending", 1 << 30)), false, false),
+        ("a used-disk record", |i| i.used_disks.push(record(DISK_A, "1")), false, true),
+        (
+            "a new disk and a used-disk record",
+            |i| {
+                new_disk(i);
+                i.used_disks.push(record(DISK_A, "1"));
+            },
+            false,
+            true,
+        ),
+    ];
+    for (case, change, view, records) in cases {
+        for publishing in [false, true] {
+            let mut i = before_release();
+            change(&mut i);
+            let now = build(i);
+            let want = match (view, publishing && !records) {
+                (true, _) => WriteWait::View,
+                (false, true) => WriteWait::Publishing,
+                (false, false) => WriteWait::Prompt,
+            };
+            assert_eq!(write_wait(Some(&written), &now, publishing), want, "{case}, publishing={publishing}");
+            // Before any write: the view is not known to the API, so nothing is a view change;
+            // a status without records waits for publishing, one with records does not.
+            let first = if publishing && now.used_disks.is_empty() && now.superseded.is_empty() {
+                WriteWait::Publishing
+            } else {
+                WriteWait::Prompt
+            };
+            assert_eq!(write_wait(None, &now, publishing), first, "{case}, first write, publishing={publishing}");
+        }
+    }
+}
