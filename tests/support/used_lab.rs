@@ -133,6 +133,9 @@ impl Harness {
         let cp = ControlPlane::get();
         let node = format!("um-{name}").replace('_', "-");
         cp.create_node(&node);
+        // The node's inventory an earlier run on this control plane left: its agent would
+        // start from that status (and a view change waits a minute), not from this run's.
+        cp.kubectl_ok(&["delete", "localstoragenode", &node, "--ignore-not-found", "--wait=false"]);
         let kubeconfig = cp.agent_kubeconfig(&lab.root);
         Some(Harness { cp, lab, node, kubeconfig, logs: Cell::new(0) })
     }
