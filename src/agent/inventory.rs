@@ -53,9 +53,20 @@ pub(super) const VIEW_DELAY: Duration = Duration::from_secs(60);
 /// How long a change waits while this node's publishing is under way (core::inventory::
 /// WriteWait::Publishing): the passes of a node coming up (volumes found, settled, their PVs
 /// created, the store showing them) take about a second, and their changes go out in one write
-/// (measured with bench/fleet.sh: 3.8 inventory writes per agent coming up with 10 volumes
-/// before, one after). A publishing that takes longer writes what it has by then.
+/// (one agent coming up with 100 tmpfs volumes wrote 8 times before, once per batch the
+/// throttled PV controller made Available; twice now). A publishing that takes longer writes
+/// what it has by then.
 const PUBLISHING_DELAY: Duration = Duration::from_secs(3);
+
+/// What a status write carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writing {
+    /// A pass's whole status; `publishing`: this node's publishing is under way
+    /// (core::inventory::WriteWait::Publishing).
+    Whole { publishing: bool },
+    /// The used-disk copy over what was last written, before block PVs are created.
+    Copy,
+}
 
 /// What the agent keeps of its inventory between passes.
 #[derive(Default)]
@@ -348,10 +359,11 @@ impl Agent {
 
     /// Writes `status` when it differs from what was last written; creates the object first
     /// when it does not exist. Returns whether the API holds it now (or there is no CRD).
-    /// `whole`: a pass's whole status (a change waits its delay); otherwise the used-disk copy
-    /// over what was last written, now. Only a whole status settles a change seen (its clock and
-    /// deadline stay until one is written).
-    async fn write_status(&mut self, mut status: InventoryStatus, whole: bool) -> bool {
+    /// A pass's whole status waits its delay; the used-disk copy over what was last written
+    /// goes now. Only a whole status settles a change seen (its clock and deadline stay until
+    /// one is written).
+    async fn write_status(&mut self, mut status: InventoryStatus, what: Writing) -> bool {
+        let whole = matches!(what, Writing::Whole { .. });
         if self.inventory.written.as_ref().is_some_and(|w| same_content(w, &status)) {
             if whole {
                 self.inventory.changed_at = None;
@@ -365,7 +377,7 @@ impl Agent {
         if whole {
             let now = Instant::now();
             let since = *self.inventory.changed_at.get_or_insert(now);
-            let publishing = self.settling > 0 || !self.expectations.is_empty();
+            let publishing = matches!(what, Writing::Whole { publishing: true });
             let due = since
                 + match write_wait(self.inventory.written.as_ref(), &status, publishing) {
                     WriteWait::Prompt => DELAY,
@@ -386,6 +398,15 @@ impl Agent {
             return false;
         }
         status.observed_at = Some(k8s_openapi::jiff::Timestamp::now().to_string());
+        tracing::debug!(
+            ?what,
+            volumes = status.summary.volumes,
+            available = status.summary.available,
+            settling = self.settling,
+            expected = !self.expectations.is_empty(),
+            first = self.inventory.written.is_none(),
+            "node inventory: writing"
+        );
         let node = self.node_info.name.clone();
         let mut result =
             if self.inventory.absent { Ok(false) } else { self.cluster.apply_inventory_status(&node, &status).await };
@@ -492,7 +513,13 @@ impl Agent {
     pub(super) async fn write_inventory(&mut self, states: &[PvState]) {
         self.refresh_copy().await;
         let status = self.inventory_status(states);
-        self.write_status(status, true).await;
+        // Publishing is under way while volumes settle, while PVs created or deleted are not
+        // yet in the store, and while this node's new PVs wait for the PV controller to make
+        // them Available (it is throttled: 20 a second for the whole cluster).
+        let publishing = self.settling > 0
+            || !self.expectations.is_empty()
+            || states.iter().any(|pv| pv.phase == "Pending" && !pv.deleting);
+        self.write_status(status, Writing::Whole { publishing }).await;
     }
 
     /// Before block PVs are created: the copy of the ledger (whose new marks were just
@@ -509,13 +536,13 @@ impl Agent {
                 superseded_pvs: self.superseded_pvs(),
                 ..Default::default()
             };
-            return self.write_status(status, false).await;
+            return self.write_status(status, Writing::Copy).await;
         };
         if written.used_disks == self.inventory.copy {
             return true;
         }
         let status = InventoryStatus { used_disks: self.inventory.copy.clone(), ..written };
-        self.write_status(status, false).await
+        self.write_status(status, Writing::Copy).await
     }
 
     /// Before new volumes are planned: each block disk named by a stable ID that is not yet
