@@ -609,8 +609,9 @@ fn a_change_waits_for_publishing_unless_it_touches_the_used_disk_records() {
             ..Default::default()
         })
     }
-    let cases: Vec<(&str, fn(&mut Inputs), bool, bool)> = vec![
-        // (case, change, a view change only, touches the records)
+    /// (case, change, a view change only, touches the records)
+    type Case = (&'static str, fn(&mut Inputs), bool, bool);
+    let cases: Vec<Case> = vec![
         ("a step of a released PV's cycle", |i| i.pvs[1].phase = "Released".into(), true, false),
         ("a new disk found", new_disk, false, false),
         ("a new PV, Pending", |i| i.pvs.push(pv("p9", "fast", "Pending", 1 << 30)), false, false),
