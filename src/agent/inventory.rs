@@ -56,7 +56,7 @@ pub(super) const VIEW_DELAY: Duration = Duration::from_secs(60);
 /// (one agent coming up with 100 tmpfs volumes wrote 8 times before, once per batch the
 /// throttled PV controller made Available; twice now). A publishing that takes longer writes
 /// what it has by then.
-const PUBLISHING_DELAY: Duration = Duration::from_secs(3);
+pub(super) const PUBLISHING_DELAY: Duration = Duration::from_secs(3);
 
 /// What a status write carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

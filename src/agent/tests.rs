@@ -1208,13 +1208,20 @@ async fn the_apis_view_of_the_pvs_waits_up_to_a_minute_and_anything_else_goes_ou
     lab.pass().await;
     assert_eq!(inventory_writes(&lab), written + 1, "a view that lasts is shown as it stands");
 
-    // A new volume is no view change: out after the usual delay.
+    // A new volume is no view change, but its publishing is under way (it settles, then its
+    // PV is created): the change waits for it, at most PUBLISHING_DELAY, not the minute.
     *lab.host.scan.lock().unwrap() = Scan { volumes: vec![found("1"), found("2")], ..Default::default() };
     lab.pass().await;
     assert_eq!(inventory_writes(&lab), written + 1);
     age(&mut lab, 400);
     lab.pass().await;
-    assert_eq!(inventory_writes(&lab), written + 2, "a change that is not the view goes out after 250 ms");
+    assert_eq!(inventory_writes(&lab), written + 1, "it waits while the new volume is published");
+    let due = lab.agent.inventory_due().expect("the loop wakes for it");
+    let publishing = super::inventory::PUBLISHING_DELAY;
+    assert!(due < std::time::Instant::now() + publishing, "it waits at most {publishing:?}");
+    age(&mut lab, publishing.as_millis() as u64);
+    lab.pass().await;
+    assert_eq!(inventory_writes(&lab), written + 2, "a change that is not the view goes out within a few seconds");
 }
 
 #[tokio::test]
