@@ -295,6 +295,10 @@ fn a_released_filesystem_pv_costs_three_requests_and_its_inventory_view_waits() 
         &[("storageClassMap", &format!("wipe-req:\n  hostDir: {d}\n  mountDir: {d}\n", d = dir.display()))],
     );
     let kubeconfig = cp.agent_kubeconfig(tmp.path());
+    // Another test's loop device attached or detached from here on is a change of the host's
+    // disks that the inventory lists: without a class that claims devices nothing wakes a pass
+    // for it, so the agent may write it with the cycle's first pass (allowed for below).
+    let disks = support::DiskChanges::start();
     let agent = AgentProcess::start(&config, node, &kubeconfig, &tmp.path().join("agent.log"));
     let uid = wait_until("PV published", WAIT, || cp.pv_state(&name).map(|(u, _)| u));
     assert_eq!(cp.bind_claim("wipe-req-claim", "wipe-req", false), name);
@@ -302,7 +306,6 @@ fn a_released_filesystem_pv_costs_three_requests_and_its_inventory_view_waits() 
     // Whatever the binding caused is done before the count starts.
     std::thread::sleep(Duration::from_secs(3));
     let mark = audit_len(&cp);
-    let disks = support::DiskChanges::start();
     let released = Instant::now();
     cp.release_claim("wipe-req-claim");
     wait_recycled(&cp, &name, &uid, Some(&vol), WAIT);
