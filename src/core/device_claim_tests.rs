@@ -205,12 +205,7 @@ fn exhaustively_a_device_is_claimed_only_when_every_safety_fact_is_clear() {
 #[test]
 fn exhaustively_without_the_hosts_processes_no_device_is_claimed_and_that_is_said() {
     let probes: Vec<(&str, Probe, Option<&str>)> = {
-        let p = |in_use: Option<&str>, activity: Option<&str>, content: Content| Probe {
-            done: true,
-            in_use: in_use.map(Into::into),
-            content,
-            activity: activity.map(Into::into),
-        };
+        let p = finished_probe;
         vec![
             ("blank", p(None, None, Content::Blank), None),
             ("not blank", p(None, None, Content::NotBlank("xfs superblock at 0".into())), Some("not-blank")),
@@ -982,14 +977,14 @@ fn host_dirs_are_compared_cleaned_and_excluding_a_disk_excludes_its_partitions()
     assert!(matches!(verdict(&p, "fast", "sda1"), Verdict::NotSelected(ref w) if w.contains("excluded")));
 }
 
+/// A probe that finished with these findings (`in_use`, `activity`: why, when found).
+fn finished_probe(in_use: Option<&str>, activity: Option<&str>, content: Content) -> Probe {
+    Probe { done: true, in_use: in_use.map(Into::into), content, activity: activity.map(Into::into) }
+}
+
 /// The findings a probe of a recorded device can give, and whether each is foreign use.
 fn findings() -> Vec<(&'static str, Probe, bool)> {
-    let p = |in_use: Option<&str>, activity: Option<&str>, content: Content| Probe {
-        done: true,
-        in_use: in_use.map(Into::into),
-        content,
-        activity: activity.map(Into::into),
-    };
+    let p = finished_probe;
     vec![
         ("clean", p(None, None, Content::Blank), false),
         ("mounted", p(Some("it is mounted at /srv"), None, Content::NotProbed), true),
