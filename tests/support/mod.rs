@@ -563,10 +563,13 @@ impl AgentProcess {
 
     /// Starts the agent with extra flags (none: event-driven with the config's resync).
     pub fn start_with(config_dir: &Path, node: &str, kubeconfig: &Path, log: &Path, extra: &[&str]) -> Self {
-        Self::start_with_prefix(&[], config_dir, node, kubeconfig, log, extra)
+        Self::start_wrapped(&[], config_dir, node, kubeconfig, log, extra)
     }
 
-    fn start_with_prefix(
+    /// [`AgentProcess::start_with`], the binary run by `wrapper` (its command words, the
+    /// agent's command line after them: `unshare --user ...`; none: the agent itself); the
+    /// wrapper must exec the agent, so the process is the agent's.
+    pub fn start_wrapped(
         wrapper: &[&str],
         config_dir: &Path,
         node: &str,
@@ -584,20 +587,6 @@ impl AgentProcess {
         args.extend(["--node-name".to_string(), node.to_string(), "--config-dir".to_string()]);
         args.push(config_dir.display().to_string());
         Self::spawn_by(wrapper, &args, kubeconfig, log)
-    }
-
-    /// [`AgentProcess::start_with`], the binary run by `wrapper` (its command words, the
-    /// agent's command line after them: `unshare --user ...`); the wrapper must exec the agent,
-    /// so the process is the agent's.
-    pub fn start_wrapped(
-        wrapper: &[&str],
-        config_dir: &Path,
-        node: &str,
-        kubeconfig: &Path,
-        log: &Path,
-        extra: &[&str],
-    ) -> Self {
-        Self::start_with_prefix(wrapper, config_dir, node, kubeconfig, log, extra)
     }
 
     /// Starts `node-cleanup` with these flags (it is the same binary).
