@@ -30,6 +30,7 @@
 //!
 //! Pure: the agent gathers the evidence; this module says what it means.
 
+use super::disk_identity::{DiskIdentity, LoopKey};
 use super::used_mark::relation_keys;
 
 /// How many hex digits of the SHA-256 of a disk's stable ID the label keeps (160 bits): a label
@@ -40,7 +41,13 @@ const LABEL_HEX: usize = 40;
 /// The whole disk an identity is on, by its stable ID (a partition's disk): what names the
 /// device on any node. `None` for an identity named by numbers only.
 pub fn whole_disk(identity: &str) -> Option<String> {
-    relation_keys(identity).into_iter().find(|k| k.starts_with("disk:"))
+    // A loop device by its key in the current format (an id of an earlier version names the
+    // file by path and has its filesystem's device number in `backing`), so both formats agree.
+    let canonical_loop = DiskIdentity::parse(identity)
+        .and_then(|d| d.loop_key())
+        .and_then(|k| LoopKey { part: None, ..k }.render())
+        .map(|id| format!("disk:{id}"));
+    canonical_loop.or_else(|| relation_keys(identity).into_iter().find(|k| k.starts_with("disk:")))
 }
 
 /// The value of the disk-id label for a volume of this identity: lowercase hex of the first
@@ -65,10 +72,17 @@ pub fn missing_disk_label(identity: Option<&str>, label: Option<&str>) -> Option
 /// Whether a PV's recorded identity (its annotation) names the same whole disk as the identity
 /// found: the label only finds candidates, a forged or colliding label proves nothing.
 pub fn names_disk(recorded: Option<&str>, found: &str) -> bool {
-    match (recorded.and_then(whole_disk), whole_disk(found)) {
-        (Some(a), Some(b)) => a == b,
-        _ => false,
-    }
+    recorded.is_some_and(|r| same_whole_disk(r, found))
+}
+
+/// Whether two identities name one whole disk: the same stable ID and, for loop devices, a
+/// backing file born at the same time where both sides know it. An inode number is reused once
+/// its file is deleted; a file born later at that inode is other data, so a record of the
+/// deleted one holds nothing on it. The one rule for PVs and used-disk records alike.
+pub fn same_whole_disk(recorded: &str, found: &str) -> bool {
+    let (Some(a), Some(b)) = (whole_disk(recorded), whole_disk(found)) else { return false };
+    let born = |identity: &str| DiskIdentity::parse(identity).and_then(|d| d.loop_key()).and_then(|k| k.born);
+    a == b && (born(recorded).zip(born(found))).is_none_or(|(x, y)| x == y)
 }
 
 /// What this node's own ledger says of the disk.

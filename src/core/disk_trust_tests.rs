@@ -11,6 +11,12 @@ fn the_label_is_a_hash_of_the_whole_disk_and_fits_a_label_value() {
     assert_eq!(disk_label("v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:48"), Some(label.clone()));
     assert_eq!(disk_label("v2;blk;disk=wwid:0x5000c/part1;size=1048576;dev=8:17"), Some(label.clone()));
     assert_ne!(disk_label("v2;blk;disk=wwid:0x5000d;size=1073741824;dev=8:16"), Some(label));
+    // A loop device's id of an earlier version (file by path, its filesystem in `backing`)
+    // and the current one: one label, so another node finds the PV either way.
+    let loop_label = disk_label("v2;blk;disk=loop:7:0:5@0/part1@2048;size=1;dev=7:4");
+    assert!(loop_label.is_some());
+    assert_eq!(disk_label("v2;blk;disk=loop:/i.img@0#5;backing=7:0;size=1;dev=7:3"), loop_label);
+    assert_ne!(disk_label("v2;blk;disk=loop:7:0:6@0;size=1;dev=7:3"), loop_label);
     // Named by numbers only, or a directory: nothing to look up.
     assert_eq!(disk_label("v2;blk;size=1073741824;dev=8:16"), None);
     assert_eq!(disk_label("v2;fs;uuid=u1;ino=2;dev=8:1"), None);
@@ -47,6 +53,36 @@ fn a_pv_names_the_disk_only_by_its_full_identity() {
     assert!(!names_disk(None, DISK));
     assert!(!names_disk(Some("v2;blk;size=1073741824;dev=8:16"), DISK));
     assert!(!names_disk(Some(DISK), "v2;blk;size=1073741824;dev=8:16"));
+}
+
+#[test]
+fn a_loop_file_reborn_at_a_deleted_files_inode_is_another_disk() {
+    // A loop device over inode 5 of 7:0, in either id format, whole or a partition, its file's
+    // birth time known or not.
+    let id = |old: bool, born: Option<u64>, part: bool| {
+        let disk = if old { "loop:/i.img@0#5" } else { "loop:7:0:5@0" };
+        let part = if part { "/part1@2048" } else { "" };
+        let born = born.map(|b| format!(";born={b}")).unwrap_or_default();
+        format!("v2;blk;disk={disk}{part};backing=7:0{born};size=1048576;dev=7:3")
+    };
+    let borns = [None, Some(1_000), Some(2_000)];
+    for (old_a, old_b, part_a, part_b) in (0..16).map(|n| (n & 1 != 0, n & 2 != 0, n & 4 != 0, n & 8 != 0)) {
+        for a in borns {
+            for b in borns {
+                let (recorded, found) = (id(old_a, a, part_a), id(old_b, b, part_b));
+                // One file unless both birth times are known and differ.
+                let want = a.zip(b).is_none_or(|(x, y)| x == y);
+                assert_eq!(same_whole_disk(&recorded, &found), want, "{recorded} / {found}");
+                assert_eq!(names_disk(Some(&recorded), &found), want, "{recorded} / {found}");
+                assert_eq!(same_whole_disk(&found, &recorded), want, "symmetric: {recorded} / {found}");
+            }
+        }
+    }
+    // Another inode, or the same inode on another filesystem: never one disk, born or not.
+    assert!(!same_whole_disk(&id(false, Some(1), false), "v2;blk;disk=loop:7:0:6@0;born=1;size=1;dev=7:3"));
+    assert!(!same_whole_disk(&id(false, Some(1), false), "v2;blk;disk=loop:8:1:5@0;born=1;size=1;dev=7:3"));
+    // A birth time means nothing to a disk named by a WWID.
+    assert!(same_whole_disk(DISK, "v2;blk;disk=wwid:0x5000c;born=7;size=1073741824;dev=8:16"));
 }
 
 fn pv(bits: u8) -> PvWitness {

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::capacity::iec;
 use super::disk_identity::DiskIdentity;
-use super::disk_trust::whole_disk;
+use super::disk_trust::same_whole_disk;
 use super::used_mark::UsedMark;
 
 /// The API group of the inventory's kind (that of our annotations and labels).
@@ -341,13 +341,12 @@ pub fn record_witnesses<'a>(
     node: &str,
     identity: &str,
 ) -> Vec<super::disk_trust::RecordWitness> {
-    let Some(found_disk) = whole_disk(identity) else { return Vec::new() };
     let mut out = Vec::new();
     for (owner, list) in records {
         if owner == node {
             continue;
         }
-        for r in list.iter().filter(|r| whole_disk(&r.identity).as_ref() == Some(&found_disk)) {
+        for r in list.iter().filter(|r| same_whole_disk(&r.identity, identity)) {
             out.push(super::disk_trust::RecordWitness {
                 node: owner.to_string(),
                 pv: r.pv.clone(),

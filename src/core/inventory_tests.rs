@@ -1,5 +1,8 @@
 use super::*;
 
+/// A loop device's backing file, and a later file at the same inode (born later).
+const LOOP_1: &str = "v2;blk;disk=loop:7:0:5@0;backing=7:0;born=1000;size=1048576;dev=7:3";
+const LOOP_2: &str = "v2;blk;disk=loop:7:0:5@0;backing=7:0;born=2000;size=1048576;dev=7:3";
 const DISK_A: &str = "v2;blk;disk=wwid:0x5000a;size=1073741824;dev=8:16";
 const DISK_A_ELSEWHERE: &str = "v2;blk;disk=wwid:0x5000a;size=1073741824;dev=8:48";
 const DISK_A_PART: &str = "v2;blk;disk=wwid:0x5000a/part1@2048;size=536870912;dev=8:17";
@@ -91,6 +94,8 @@ fn the_cluster_records_witness_a_disk_only_when_they_name_that_very_device_on_an
         ("offered only", vec![offered.clone()], "b", DISK_A, &none, vec![]),
         ("offered, and used later", vec![offered, record(DISK_A, "u3")], "b", DISK_A, &none, vec!["u3"]),
         ("no records", vec![], "b", DISK_A, &none, vec![]),
+        ("a loop file born again at its inode", vec![record(LOOP_1, "u4")], "b", LOOP_2, &none, vec![]),
+        ("the same loop file", vec![record(LOOP_1, "u5")], "b", LOOP_1, &none, vec!["u5"]),
     ];
     for (case, records, node, found, superseded, want) in cases {
         let got = record_witnesses([("a", records.as_slice())], superseded, &BTreeSet::new(), node, found);
