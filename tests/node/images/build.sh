@@ -39,7 +39,10 @@ shell_line=$(oci "$out/shell.tar" --name "$SHELL_IMAGE" --cmd '["/bin/sh"]' \
   --file "$busybox:/bin/busybox:0755" "${links[@]}" --dir tmp:1777)
 
 # ---- agent: the release image, as users get it (scripts/build-image.sh) ----
-agent_line=$(IMAGE=$AGENT_IMAGE bash "$repo/scripts/build-image.sh" "$work/agent" | head -1)
+# The whole output, then its first line: `| head -1` may exit before the script's second
+# line, which then dies of SIGPIPE and fails the build under pipefail.
+agent_out=$(IMAGE=$AGENT_IMAGE bash "$repo/scripts/build-image.sh" "$work/agent")
+agent_line=${agent_out%%$'\n'*}
 mv "$work/agent/"*.oci.tar "$out/agent.tar"
 
 printf '%s\n' "$pause_line" "$shell_line" "$agent_line" > "$out/images"
