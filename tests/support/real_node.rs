@@ -65,7 +65,31 @@ impl RealNode {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let name = env["NODE_NAME"].clone();
-        Some(RealNode { cp: ControlPlane::get(), env, name, dir, made: Default::default(), _turn: turn })
+        let node = RealNode { cp: ControlPlane::get(), env, name, dir, made: Default::default(), _turn: turn };
+        static LEFTOVERS: std::sync::Once = std::sync::Once::new();
+        LEFTOVERS.call_once(|| node.delete_leftover_pvs());
+        Some(node)
+    }
+
+    /// Deletes the PVs of this node whose volume is gone from the host: an earlier test process's
+    /// (a failed run, on a control plane kept for the next). Such a PV rightly holds its disk's
+    /// identity, a loop device's backing file by filesystem and inode, and a filesystem reuses a
+    /// deleted image's inode for a later test's image: the agent then refuses that image as the
+    /// leftover's disk. Run once per process, before any test of it made a PV.
+    fn delete_leftover_pvs(&self) {
+        let selector = format!("local-static-provisioner.io/node={}", self.name);
+        let Some(list) = self.cp.get_json(&["pv", "-l", &selector]) else { return };
+        for pv in list["items"].as_array().into_iter().flatten() {
+            let (Some(name), Some(path)) = (pv["metadata"]["name"].as_str(), pv["spec"]["local"]["path"].as_str()) else {
+                continue;
+            };
+            if std::fs::symlink_metadata(path).is_ok() {
+                continue;
+            }
+            eprintln!("real node: deleting PV {name} of an earlier run (its volume {path} is gone)");
+            let _ = self.cp.kubectl(&["patch", "pv", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+            let _ = self.cp.kubectl(&["delete", "pv", name, "--ignore-not-found", "--wait=false"]);
+        }
     }
 
     pub fn var(&self, name: &str) -> &str {
