@@ -80,14 +80,16 @@ impl RealNode {
         let selector = format!("local-static-provisioner.io/node={}", self.name);
         let Some(list) = self.cp.get_json(&["pv", "-l", &selector]) else { return };
         for pv in list["items"].as_array().into_iter().flatten() {
-            let (Some(name), Some(path)) = (pv["metadata"]["name"].as_str(), pv["spec"]["local"]["path"].as_str()) else {
+            let (Some(name), Some(path)) = (pv["metadata"]["name"].as_str(), pv["spec"]["local"]["path"].as_str())
+            else {
                 continue;
             };
             if std::fs::symlink_metadata(path).is_ok() {
                 continue;
             }
             eprintln!("real node: deleting PV {name} of an earlier run (its volume {path} is gone)");
-            let _ = self.cp.kubectl(&["patch", "pv", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+            let _ =
+                self.cp.kubectl(&["patch", "pv", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
             let _ = self.cp.kubectl(&["delete", "pv", name, "--ignore-not-found", "--wait=false"]);
         }
     }
