@@ -70,25 +70,77 @@ pub(crate) fn relevant_mounts<'a>(table: &[MountLine<'a>], interest: Option<&Mou
 ///   single file (root not `/`: a device node) below kubelet's directory.
 pub(crate) fn relevant_indices(table: &[MountLine<'_>], interest: Option<&MountInterest>) -> Vec<usize> {
     let Some(interest) = interest else { return (0..table.len()).collect() };
-    let near_path =
-        |m: &MountLine<'_>| interest.paths.iter().any(|p| m.mount_point.starts_with(p) || p.starts_with(m.mount_point));
-    // The filesystems found at or around the paths: every other mount of them matters too.
-    let mut devices: BTreeSet<&str> = interest.devices.iter().map(String::as_str).collect();
-    devices.extend(table.iter().filter(|m| near_path(m)).map(|m| m.device));
+    let devices = near_devices(table, interest);
+    (0..table.len()).filter(|i| relevant_line(&table[*i], interest, &devices)).collect()
+}
+
+/// The devices whose every mount is relevant: the interest's own, and those of the entries at,
+/// below or above its paths (the filesystems found there: every other mount of them matters).
+pub(crate) fn near_devices(table: &[MountLine<'_>], interest: &MountInterest) -> BTreeSet<String> {
+    let mut devices = interest.devices.clone();
+    devices.extend(table.iter().filter(|m| near_path(&interest.paths, m.mount_point)).map(|m| m.device.to_string()));
+    devices
+}
+
+/// Whether one entry is relevant, given the table's [`near_devices`]: the rule of
+/// [`relevant_indices`], for a mount that came since the table was read too.
+pub(crate) fn relevant_line(m: &MountLine<'_>, interest: &MountInterest, near_devices: &BTreeSet<String>) -> bool {
     let kubelet = interest.kubelet_dir.as_deref();
-    let kubelet_views: Vec<PathBuf> = kubelet
-        .into_iter()
-        .flat_map(|k| std::iter::once(k.to_path_buf()).chain(KUBELET_LOCAL_VOLUME_DIRS.iter().map(|d| k.join(d))))
-        .collect();
-    (0..table.len())
-        .filter(|i| {
-            let m = &table[*i];
-            near_path(m)
-                || devices.contains(m.device)
-                || kubelet_views.iter().any(|k| k.starts_with(m.mount_point))
-                || (interest.block_devices && on_block_device(m, kubelet))
+    let covers_kubelet = || {
+        kubelet.is_some_and(|k| {
+            std::iter::once(k.to_path_buf())
+                .chain(KUBELET_LOCAL_VOLUME_DIRS.iter().map(|d| k.join(d)))
+                .any(|view| view.starts_with(m.mount_point))
         })
-        .collect()
+    };
+    near_path(&interest.paths, m.mount_point)
+        || near_devices.contains(m.device)
+        || covers_kubelet()
+        || (interest.block_devices && on_block_device(m, kubelet))
+}
+
+/// What a mount event did to the namespace's mount IDs (listmount(2)), judged before reading the
+/// whole table: on a busy node most events are mounts elsewhere, and one look at each new mount
+/// tells them apart for the price of a few system calls instead of the kernel writing out the
+/// table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum IdChange {
+    /// Read the table: no earlier listing to compare with, the same IDs (a remount, a change of
+    /// propagation, or a mount and its unmount between two looks: only the table shows those),
+    /// or a mount went that was not one of the `fresh` mounts found irrelevant.
+    ReadTable,
+    /// Only these mounts came (and only fresh irrelevant ones went): look at each; the table
+    /// need be read only if one may be relevant.
+    LookAt(Vec<u64>),
+}
+
+/// Compares two listings (ascending, as listmount gives them). `fresh`: the mounts that came
+/// since the table was last read and were found irrelevant then.
+pub(crate) fn id_change(before: Option<&[u64]>, now: &[u64], fresh: &BTreeSet<u64>) -> IdChange {
+    let Some(before) = before else { return IdChange::ReadTable };
+    if before == now {
+        return IdChange::ReadTable;
+    }
+    let (was, is): (BTreeSet<u64>, BTreeSet<u64>) = (before.iter().copied().collect(), now.iter().copied().collect());
+    if was.difference(&is).any(|gone| !fresh.contains(gone)) {
+        return IdChange::ReadTable;
+    }
+    IdChange::LookAt(is.difference(&was).copied().collect())
+}
+
+/// Whether `mount_point` is one of `paths`, below one, or above one (it covers it), in
+/// logarithmic time: a busy node's every mount event asks this of every line of the table, and
+/// an agent with a thousand volumes has a thousand paths. Paths order by components, so those
+/// below `mount_point` follow it directly.
+fn near_path(paths: &BTreeSet<PathBuf>, mount_point: &Path) -> bool {
+    let at_or_below = mount_point.ancestors().any(|a| paths.contains(a));
+    let above = || {
+        paths
+            .range::<Path, _>((std::ops::Bound::Included(mount_point), std::ops::Bound::Unbounded))
+            .next()
+            .is_some_and(|p| p.starts_with(mount_point))
+    };
+    at_or_below || above()
 }
 
 /// Whether an entry may be (or hold) a block device, for the in-use checks of block devices.

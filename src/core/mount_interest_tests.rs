@@ -240,3 +240,84 @@ fn a_by_id_name_changing_matters_only_while_a_device_is_depended_on() {
     let on_sdb = DeviceInterest { all: false, devices: BTreeSet::from(["8:16".to_string()]) };
     assert!(device_change_matters(&before, &after, Some(&on_sdb)));
 }
+
+#[test]
+fn near_path_agrees_with_comparing_every_path() {
+    // Every set of up to three paths from a pool of look-alikes (a shared prefix that is not a
+    // component, nesting, the root), against every mount point from the same pool.
+    let pool = ["/", "/a", "/a/b", "/a/b/c", "/a/bc", "/a/b-c", "/a-x", "/a-x/b", "/b", "/a/b/", "/ab/b"];
+    let pool: Vec<PathBuf> = pool.iter().map(PathBuf::from).collect();
+    for bits in 0u32..(1 << pool.len()) {
+        if bits.count_ones() > 3 {
+            continue;
+        }
+        let paths: BTreeSet<PathBuf> =
+            (0..pool.len()).filter(|i| bits & (1 << i) != 0).map(|i| pool[i].clone()).collect();
+        for m in &pool {
+            let naive = paths.iter().any(|p| m.starts_with(p) || p.starts_with(m));
+            assert_eq!(near_path(&paths, m), naive, "{m:?} near {paths:?}");
+        }
+    }
+}
+
+#[test]
+fn the_table_is_read_unless_only_new_mounts_came_and_only_fresh_irrelevant_ones_went() {
+    // Every listing before (none, or any subset of four mounts), every listing now, every set
+    // of fresh irrelevant mounts.
+    let subset = |bits: u32| -> Vec<u64> { (0..4u64).filter(|i| bits & (1 << i) != 0).collect() };
+    for before_bits in 0..=16u32 {
+        let before = (before_bits < 16).then(|| subset(before_bits));
+        for now_bits in 0..16u32 {
+            let now = subset(now_bits);
+            for fresh_bits in 0..16u32 {
+                let fresh: BTreeSet<u64> = subset(fresh_bits).into_iter().collect();
+                let got = id_change(before.as_deref(), &now, &fresh);
+                let case = format!("{before:?} -> {now:?}, fresh {fresh:?}: {got:?}");
+                let Some(before) = &before else {
+                    assert_eq!(got, IdChange::ReadTable, "{case}");
+                    continue;
+                };
+                let gone: Vec<u64> = before.iter().copied().filter(|i| !now.contains(i)).collect();
+                let came: Vec<u64> = now.iter().copied().filter(|i| !before.contains(i)).collect();
+                if *before == now || gone.iter().any(|g| !fresh.contains(g)) {
+                    // Only the table shows a remount, and a mount that went may have mattered.
+                    assert_eq!(got, IdChange::ReadTable, "{case}");
+                } else {
+                    // Exactly the mounts that came are looked at.
+                    assert_eq!(got, IdChange::LookAt(came), "{case}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_new_mount_is_judged_by_the_same_rule_as_a_line_of_the_table() {
+    // Each line of a table, judged alone with the table's near devices, as relevant_indices
+    // judges it within the table: a mount that came later is held to the same rule.
+    let interest = MountInterest {
+        paths: ["/mnt/disks".into(), "/mnt/disks/a".into()].into(),
+        devices: ["8:16".to_string()].into(),
+        kubelet_dir: Some("/var/lib/kubelet".into()),
+        block_devices: false,
+    };
+    let table: Vec<Line> = vec![
+        ("0:30", "/", "/", "ext4", "/dev/vda"),
+        ("0:40", "/", "/mnt/disks/a", "tmpfs", "a"),
+        ("0:40", "/sub", "/var/lib/kubelet/pods/p/volumes/kubernetes.io~local-volume/pv", "tmpfs", "a"),
+        ("8:16", "/", "/elsewhere", "ext4", "/dev/sdb"),
+        ("0:50", "/", "/run/noise", "tmpfs", "noise"),
+        ("0:51", "/", "/var/lib/kubelet", "tmpfs", "k"),
+        ("0:52", "/", "/mnt", "tmpfs", "over"),
+    ];
+    let lines = lines(&table);
+    for block_devices in [false, true] {
+        let interest = MountInterest { block_devices, ..interest.clone() };
+        let near = near_devices(&lines, &interest);
+        let whole = relevant_indices(&lines, Some(&interest));
+        for (i, l) in lines.iter().enumerate() {
+            assert_eq!(relevant_line(l, &interest, &near), whole.contains(&i), "{l:?} block {block_devices}");
+        }
+        assert!(!whole.contains(&4), "a tmpfs elsewhere is not relevant");
+    }
+}

@@ -13,6 +13,8 @@ pub mod identity;
 pub(crate) mod inotify;
 pub mod kernel_log;
 pub mod kubelet;
+#[allow(unsafe_code)]
+pub(crate) mod listmount;
 pub mod mountinfo;
 pub(crate) mod operator_wipe;
 pub mod ops;

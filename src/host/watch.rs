@@ -24,14 +24,17 @@ use super::inotify::{Delivery, DevPath, Inotify, InotifyError, Sink};
 use super::mountinfo::{MOUNTINFO, MountTable};
 use super::ops::{Answer, Job, OnDeadline, Operations, Subject};
 use crate::core::inotify::Owner;
-use crate::core::mount_interest::{DeviceInterest, MountInterest, MountLine, device_change_matters, relevant_indices};
+use crate::core::mount_interest::{
+    DeviceInterest, IdChange, MountInterest, MountLine, device_change_matters, id_change, near_devices,
+    relevant_indices, relevant_line,
+};
 
 /// What the mount watch compares (core::mount_interest): set by the agent after each pass
 /// from what it found, with the fingerprint of the relevant part of the table that pass read.
 /// Until the first pass, every mount event wakes a pass.
 pub(crate) struct MountWatch {
-    /// The interest and the fingerprint last seen of the entries it finds relevant.
-    state: Mutex<Option<(MountInterest, u64)>>,
+    /// The interest, and what was last seen of the table through it.
+    state: Mutex<Option<Seen>>,
     /// kubelet's directory, as configured, and as the watch thread resolved it (it may wait
     /// on it; a pass does not).
     kubelet_dir: Option<PathBuf>,
@@ -57,11 +60,11 @@ impl MountWatch {
     pub(crate) fn set(&self, mut interest: MountInterest, table: &MountTable) {
         interest.kubelet_dir = self.kubelet_resolved.get().cloned().flatten().or_else(|| self.kubelet_dir.clone());
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let fingerprint = relevant_fingerprint(table.text(), Some(&interest));
-        if state.as_ref().is_some_and(|(i, f)| *i == interest && *f == fingerprint) {
+        let (fingerprint, near) = relevant_fingerprint(table.text(), Some(&interest));
+        if state.as_ref().is_some_and(|s| s.interest == interest && s.fingerprint == fingerprint) {
             return;
         }
-        *state = Some((interest, fingerprint));
+        *state = Some(Seen { interest, fingerprint, near });
         drop(state);
         use std::io::Write;
         if let Some(w) = self.waker.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
@@ -73,17 +76,49 @@ impl MountWatch {
     /// Every change matters until the first pass said what it depends on.
     fn differs(&self, text: &str) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((interest, seen)) = state.as_mut() else { return true };
-        let now = relevant_fingerprint(text, Some(interest));
-        std::mem::replace(seen, now) != now
+        let Some(seen) = state.as_mut() else { return true };
+        let (now, near) = relevant_fingerprint(text, Some(&seen.interest));
+        seen.near = near;
+        std::mem::replace(&mut seen.fingerprint, now) != now
     }
+
+    /// Whether every mount in `added` (unique IDs that came since the table was last read) is
+    /// one the last pass does not depend on, by its own facts (statmount): a mount that cannot
+    /// be looked at (gone already), or whose source is unknown while block devices matter, may
+    /// be relevant. Nothing is irrelevant before the first pass.
+    fn all_irrelevant(&self, added: &[u64]) -> bool {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(seen) = state.as_ref() else { return false };
+        added.iter().all(|id| {
+            let Ok(f) = super::listmount::mount_facts(*id) else { return false };
+            let Some(source) = f.source.as_deref().or((!seen.interest.block_devices).then_some("")) else {
+                return false;
+            };
+            let line = MountLine {
+                device: &f.device,
+                root: &f.root,
+                mount_point: &f.mount_point,
+                fs_type: &f.fs_type,
+                source,
+            };
+            !relevant_line(&line, &seen.interest, &seen.near)
+        })
+    }
+}
+
+/// What the watch compares against: the interest the last pass set, the fingerprint of the
+/// relevant entries of the table last read, and that table's [`near_devices`].
+struct Seen {
+    interest: MountInterest,
+    fingerprint: u64,
+    near: BTreeSet<String>,
 }
 
 /// A hash of the lines of the mount table `text` that `interest` finds relevant, each whole (its
 /// mount ID too: an entry unmounted and mounted again is a change). A malformed line counts as
 /// relevant. The pass's table and the watch's reads are hashed by this one function from their
-/// text, so they agree byte for byte.
-fn relevant_fingerprint(text: &str, interest: Option<&MountInterest>) -> u64 {
+/// text, so they agree byte for byte. With it, the table's [`near_devices`].
+fn relevant_fingerprint(text: &str, interest: Option<&MountInterest>) -> (u64, BTreeSet<String>) {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     let mut views = Vec::new();
@@ -106,7 +141,8 @@ fn relevant_fingerprint(text: &str, interest: Option<&MountInterest>) -> u64 {
     for i in relevant_indices(&lines, interest) {
         views[i].line.hash(&mut hasher);
     }
-    hasher.finish()
+    let near = interest.map(|i| near_devices(&lines, i)).unwrap_or_default();
+    (hasher.finish(), near)
 }
 
 /// Starts a thread that signals `changed` on a mount or unmount in this namespace that touches
@@ -128,6 +164,10 @@ pub(crate) fn watch_mounts(changed: Arc<Notify>, watch: Arc<MountWatch>) -> Resu
             let kubelet = watch.kubelet_dir.as_deref().and_then(|d| std::fs::canonicalize(d).ok());
             let _ = watch.kubelet_resolved.set(kubelet);
             let mut buf = Vec::with_capacity(64 * 1024);
+            // The mount IDs as of the last table read or look, and the mounts that came since
+            // that read and were found irrelevant (core::mount_interest::id_change).
+            let (mut ids, mut listing, mut fresh) = (Vec::new(), None::<Vec<u64>>, BTreeSet::new());
+            let mut said_unlisted = false;
             loop {
                 let (event, woken) = {
                     let mut fds =
@@ -152,6 +192,31 @@ pub(crate) fn watch_mounts(changed: Arc<Notify>, watch: Arc<MountWatch>) -> Resu
                 if !event && !woken {
                     continue;
                 }
+                // First the mount IDs (listmount): mounts elsewhere that came and went are told
+                // apart without the table. A new interest (woken) is compared on the table.
+                let listed = match super::listmount::mount_ids(&mut ids) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        if !said_unlisted {
+                            said_unlisted = true;
+                            tracing::info!(error = %e, "mount IDs cannot be listed here (listmount, Linux 6.8+): the mount table is read on every mount event");
+                        }
+                        false
+                    }
+                };
+                if listed
+                    && !woken
+                    && let IdChange::LookAt(added) = id_change(listing.as_deref(), &ids, &fresh)
+                    && watch.all_irrelevant(&added)
+                {
+                    fresh.extend(added);
+                    listing = Some(ids.clone());
+                    continue;
+                }
+                // The listing taken before the table is read: a mount in between is in the
+                // table and comes again as added, to be looked at, at the next event.
+                listing = listed.then(|| ids.clone());
+                fresh.clear();
                 // A table that cannot be read is a change: the pass finds out. Read as
                 // MountTable::read reads it (lossily as UTF-8), into the same buffer each time.
                 buf.clear();
@@ -913,9 +978,15 @@ mod tests {
             umount(&elsewhere);
         }
         let quiet_after_churn = !signalled(500);
+        // One mounted elsewhere and kept: a mount that came (looked at alone) and then, after
+        // a relevant one made the table be read, goes (the table tells).
+        tmpfs_at(&elsewhere);
+        let quiet_while_kept = !signalled(300);
         // A bind mount of the volume elsewhere (kubelet's into a pod), its unmount, a new entry.
         run(&["mount".as_ref(), "--bind".as_ref(), vol.as_os_str(), bind.as_os_str()]);
         let bind_seen = signalled(5000);
+        umount(&elsewhere);
+        let quiet_after_kept_went = !signalled(300);
         umount(&bind);
         let unbind_seen = signalled(5000);
         tmpfs_at(&new);
@@ -926,6 +997,7 @@ mod tests {
         let volume_gone_seen = signalled(5000);
         assert!(quiet_after_set, "setting the interest alone is no change");
         assert!(quiet_after_churn, "a mount elsewhere must not wake a pass");
+        assert!(quiet_while_kept && quiet_after_kept_went, "{quiet_while_kept} {quiet_after_kept_went}");
         assert!(bind_seen && unbind_seen, "a bind mount of a volume: {bind_seen} {unbind_seen}");
         assert!(entry_seen && entry_gone_seen, "an entry mounted: {entry_seen} {entry_gone_seen}");
         assert!(volume_gone_seen, "a volume unmounted");
