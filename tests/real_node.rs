@@ -603,10 +603,22 @@ fn real_node_a_failing_disk_is_shown_on_the_claim() {
 
     let name = disk.device.file_name().unwrap().to_string_lossy().into_owned();
     std::fs::write(format!("/sys/fs/ext4/{name}/trigger_fs_error"), "1").unwrap();
-    let described = wait_until("DiskFailing on the claim", WAIT, || {
+    let start = std::time::Instant::now();
+    let described = loop {
         let out = node.cp.kubectl_ok(&["describe", "pvc", &claim, "-n", "default"]);
-        out.contains("DiskFailing").then_some(out)
-    });
+        if out.contains("DiskFailing") {
+            break out;
+        }
+        // What the kernel and the agent said, for a run that fails here.
+        assert!(
+            start.elapsed() < WAIT,
+            "no DiskFailing on the claim after {WAIT:?}; errors_count {:?}; PV {}\n{out}\nagent:\n{}",
+            std::fs::read_to_string(format!("/sys/fs/ext4/{name}/errors_count")),
+            node.cp.get_json(&["pv", &pv]).map(|v| v["metadata"]["annotations"].to_string()).unwrap_or_default(),
+            node.agent_log_tail(80)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
     assert!(described.contains("filesystem-errors"), "{described}");
     let failing = node.cp.get_json(&["pv", &pv]).unwrap();
     let annotation = failing["metadata"]["annotations"]["local-static-provisioner.io/disk-failing"].as_str();
