@@ -108,7 +108,7 @@ fn real_node_filesystem_volume_is_wiped_between_tenants() {
 fn real_node_block_volume_quick_wipe_leaves_no_signature() {
     let Some(node) = RealNode::get("real_node_block_volume_quick_wipe_leaves_no_signature") else { return };
     node.deploy();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = node.image_dir();
     let disk = LoopDevice::new(&tmp.path().join("e2e-blk.img"), 48);
     let entry = unique("e2e-blk");
     let link = Link::new(&disk.device, &Path::new("/mnt/block-disks").join(&entry));
@@ -163,7 +163,7 @@ fn real_node_a_claimed_raw_disk_is_formatted_by_kubelet_and_wiped_between_tenant
     };
     node.deploy();
     let dir = Path::new("/mnt/claimed-disks");
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = node.image_dir();
     let disk = LoopDevice::new(&tmp.path().join(format!("{}.img", unique("e2e-claimed"))), 57);
     let linked = || {
         std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
@@ -277,7 +277,7 @@ fn real_node_block_wipe_never_starts_while_kubelet_still_has_the_device_mapped()
         return;
     };
     node.deploy();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = node.image_dir();
     let disk = LoopDevice::new(&tmp.path().join("e2e-blk-held.img"), 48);
     let entry = unique("e2e-blk-held");
     let link = Link::new(&disk.device, &Path::new("/mnt/block-disks").join(&entry));
@@ -582,7 +582,7 @@ fn real_node_kubectl_get_localstoragenodes_shows_the_node() {
 fn real_node_a_failing_disk_is_shown_on_the_claim() {
     let Some(node) = RealNode::get("real_node_a_failing_disk_is_shown_on_the_claim") else { return };
     node.deploy();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = node.image_dir();
     let disk = LoopDevice::new(&tmp.path().join("e2e-failing.img"), 64);
     support::run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&disk.device));
     let entry = unique("e2e-failing");
@@ -672,7 +672,7 @@ struct SwapLab<'a> {
 impl<'a> SwapLab<'a> {
     /// The disks (ext4 when `!block`), each at its own entry, and their PVs published.
     fn new(node: &'a RealNode, block: bool, stem: &str) -> SwapLab<'a> {
-        let images = tempfile::tempdir().unwrap();
+        let images = node.image_dir();
         let (dir, class) = if block { ("/mnt/block-disks", "block-disks") } else { ("/mnt/fast-disks", "fast-disks") };
         let devices = ["a", "b"].map(|tag| {
             let disk = LoopDevice::new(&images.path().join(format!("{stem}-{tag}.img")), 40);

@@ -94,6 +94,22 @@ impl RealNode {
         }
     }
 
+    /// A directory for one test's disk images, on the node's own tmpfs (DIR/disk-images,
+    /// mounted by the first test that asks and unmounted by tests/node/stop.sh). A loop device
+    /// is named by its backing file's filesystem and inode, and the agent in its container cannot
+    /// read the file's birth time (the host's files are not visible there): an image in /tmp may
+    /// get the inode of another test's deleted image, whose used mark or PV then rightly makes
+    /// the agent refuse it as that disk. tmpfs hands out inode numbers that are not reused
+    /// within a boot, so no two images of a run share a name.
+    pub fn image_dir(&self) -> tempfile::TempDir {
+        let root = self.dir.join("disk-images");
+        if !super::mounts_under(&root).contains(&root) {
+            std::fs::create_dir_all(&root).unwrap();
+            run(Command::new("mount").args(["-t", "tmpfs", "-o", "mode=0700", "lsp-node-disk-images"]).arg(&root));
+        }
+        tempfile::tempdir_in(&root).unwrap()
+    }
+
     pub fn var(&self, name: &str) -> &str {
         self.env.get(name).unwrap_or_else(|| panic!("{name} missing from the node's env file"))
     }
