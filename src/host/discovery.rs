@@ -471,7 +471,14 @@ fn scan_class(
         }
     };
     for ((path, name, _), examined) in entries.into_iter().zip(results) {
-        let Some((result, signs)) = examined else { continue };
+        let Some((result, signs)) = examined else {
+            if let Some(ex) = examine {
+                let (subject, domain) =
+                    (Subject::Volume(host_path(&cfg.host_dir, &name)), guard.mounts.domain_of(&path));
+                tracing::debug!(path = %path.display(), state = %ex.ops.explain(&subject, domain.as_ref()), "entry still being examined");
+            }
+            continue;
+        };
         if let Some(signs) = signs {
             out.signs.push((host_path(&cfg.host_dir, &name), signs));
         }

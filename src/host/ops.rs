@@ -316,14 +316,16 @@ impl State {
     /// once the stuck one returns), or slow and left by its caller (its turn comes once that
     /// one ends, without a thread meanwhile).
     fn held_by_neighbour(&mut self, subject: &Subject, domain: Option<&Domain>, now: Instant) -> Option<Refusal> {
-        let mut slow = false;
+        let mut slow = Vec::new();
         let mut stuck = None;
         for (other, f) in self.neighbours(subject, domain) {
             if f.running && f.deadline <= now {
                 stuck = Some((other.clone(), f.op, f.started));
                 break;
             }
-            slow |= f.running && !f.watched && f.held(now);
+            if f.running && !f.watched && f.held(now) {
+                slow.push((other.clone(), f.id));
+            }
         }
         if let Some((other, op, since)) = stuck {
             let on = domain.map(ToString::to_string).unwrap_or_default();
@@ -335,7 +337,13 @@ impl State {
             self.suspects.entry(subject.clone()).or_insert(suspect);
             return Some(Refusal::Unresponsive(Unresponsive { subject: subject.clone(), what }));
         }
-        slow.then_some(Refusal::Busy)
+        // Its turn comes when they end: each wakes the owner then.
+        for (other, id) in &slow {
+            if let Some(f) = self.flight_mut(other, *id) {
+                f.waited_on = true;
+            }
+        }
+        (!slow.is_empty()).then_some(Refusal::Busy)
     }
 
     /// After an operation on `domain` ended, with none of the domain stuck any more: its
@@ -406,6 +414,10 @@ struct Flight {
     /// Its owner watches it (a wipe, see [`Operations::start`]): long but not slow while it
     /// extends its deadline.
     watched: bool,
+    /// Another caller was answered `Pending` because of it (the same operation on its subject,
+    /// or a slow neighbour on its domain): its end wakes the owner, so that caller asks again.
+    /// Without the wake, that subject would wait for an unrelated event or the resync.
+    waited_on: bool,
 }
 
 impl Flight {
@@ -455,6 +467,8 @@ pub struct Ticket {
     id: u64,
     /// A retry of a suspect subject: its timely end clears the subject.
     retry: bool,
+    /// Its operation was ended already (see [`Ticket::answer`]): dropping it does nothing more.
+    ended: bool,
 }
 
 impl Ticket {
@@ -495,7 +509,7 @@ impl Ticket {
     /// keeps it for the next call if it came within the deadline and wakes the owner. Decided
     /// under the lock the caller gives up under, so no answer falls between the two.
     fn answer<T: Send + 'static>(
-        self,
+        mut self,
         op: &'static str,
         tag: String,
         index: usize,
@@ -503,7 +517,7 @@ impl Ticket {
         to: &mpsc::Sender<(usize, Answer<T>)>,
     ) {
         let now = Instant::now();
-        let kept = {
+        let wake = {
             let mut state = self.inner.lock();
             let flight = state.flight(&self.subject, self.id);
             let (abandoned, in_time) = flight.map_or((true, false), |f| (f.abandoned, f.deadline > now));
@@ -512,64 +526,77 @@ impl Ticket {
             } else {
                 to.send((index, Answer::Done(value))).err().and_then(|e| e.0.1.done())
             };
-            match unheard {
+            let kept = match unheard {
                 Some(value) if in_time => {
                     state.kept.insert(self.subject.clone(), Kept { op, tag, at: now, value: Box::new(value) });
                     true
                 }
                 _ => false,
+            };
+            // Ended under the same lock: a caller that got this answer and asks again at once
+            // finds no operation of the subject still in flight (which would answer it Pending).
+            let ended = self.end(&mut state, now);
+            self.ended = true;
+            kept | ended
+        };
+        if wake {
+            self.inner.wake();
+        }
+    }
+
+    /// Removes the operation from those in flight and concludes on its subject (and its
+    /// domain's neighbours) from how it ended; whether the owner should be woken.
+    fn end(&self, state: &mut State, now: Instant) -> bool {
+        let flight = state.flights.get_mut(&self.subject).and_then(|v| {
+            let at = v.iter().position(|f| f.id == self.id)?;
+            Some(v.remove(at))
+        });
+        if state.flights.get(&self.subject).is_some_and(Vec::is_empty) {
+            state.flights.remove(&self.subject);
+        }
+        let waited_on = flight.as_ref().is_some_and(|f| f.waited_on);
+        // Refused before it ran (see `start`): nothing to conclude.
+        let Some(flight) = flight.filter(|f| f.running) else { return waited_on };
+        let late = flight.deadline <= now;
+        let neighbours = state.retry_neighbours(&self.subject, flight.domain.as_ref(), !late, now);
+        if late {
+            state.answered.remove(&self.subject);
+        } else if !state.answered.contains(&self.subject) {
+            state.answered.insert(self.subject.clone());
+        }
+        let others = state.flights.contains_key(&self.subject);
+        let concluded = match (late, state.suspects.get_mut(&self.subject)) {
+            // A timely answer after the subject stalled: it answers again.
+            (false, Some(_)) if self.retry || !others => {
+                state.suspects.remove(&self.subject);
+                true
+            }
+            (false, _) => neighbours,
+            (true, suspect) => {
+                // Too late: the subject stays unresponsive, retried with backoff once
+                // nothing of it is stuck any more.
+                let failures = suspect.as_ref().map_or(0, |s| s.failures) + 1;
+                let since = suspect.as_ref().map_or(flight.started, |s| s.since);
+                let delay = retry_delay(failures);
+                let retry_at = Some(now + delay);
+                let domain = flight.domain.clone();
+                let suspect = Suspect { op: flight.op, since, failures, retry_at, domain, by_neighbour: false };
+                state.suspects.insert(self.subject.clone(), suspect);
+                true
             }
         };
-        let inner = self.inner.clone();
-        drop(self);
-        if kept {
-            inner.wake();
-        }
+        concluded || waited_on
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let now = Instant::now();
+        if self.ended {
+            return;
+        }
         let wake = {
             let mut state = self.inner.lock();
-            let flight = state.flights.get_mut(&self.subject).and_then(|v| {
-                let at = v.iter().position(|f| f.id == self.id)?;
-                Some(v.remove(at))
-            });
-            if state.flights.get(&self.subject).is_some_and(Vec::is_empty) {
-                state.flights.remove(&self.subject);
-            }
-            // Refused before it ran (see `start`): nothing to conclude.
-            let Some(flight) = flight.filter(|f| f.running) else { return };
-            let late = flight.deadline <= now;
-            let neighbours = state.retry_neighbours(&self.subject, flight.domain.as_ref(), !late, now);
-            if late {
-                state.answered.remove(&self.subject);
-            } else if !state.answered.contains(&self.subject) {
-                state.answered.insert(self.subject.clone());
-            }
-            let others = state.flights.contains_key(&self.subject);
-            match (late, state.suspects.get_mut(&self.subject)) {
-                // A timely answer after the subject stalled: it answers again.
-                (false, Some(_)) if self.retry || !others => {
-                    state.suspects.remove(&self.subject);
-                    true
-                }
-                (false, _) => neighbours,
-                (true, suspect) => {
-                    // Too late: the subject stays unresponsive, retried with backoff once
-                    // nothing of it is stuck any more.
-                    let failures = suspect.as_ref().map_or(0, |s| s.failures) + 1;
-                    let since = suspect.as_ref().map_or(flight.started, |s| s.since);
-                    let delay = retry_delay(failures);
-                    let retry_at = Some(now + delay);
-                    let domain = flight.domain.clone();
-                    let suspect = Suspect { op: flight.op, since, failures, retry_at, domain, by_neighbour: false };
-                    state.suspects.insert(self.subject.clone(), suspect);
-                    true
-                }
-            }
+            self.end(&mut state, Instant::now())
         };
         if wake {
             self.inner.wake();
@@ -747,9 +774,10 @@ impl Operations {
             domain,
             retry,
             watched,
+            waited_on: false,
         });
         drop(state);
-        Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry }, retry))
+        Ok((Ticket { inner: self.inner.clone(), subject: subject.clone(), id, retry, ended: false }, retry))
     }
 
     /// Runs `work` for the registered operation `ticket` on the pool without waiting: the
@@ -922,17 +950,48 @@ impl Operations {
         out
     }
 
+    /// What the executor holds about `subject` now (its operations, its record as unresponsive,
+    /// a kept answer, and the operations of other subjects of `domain`), for a log line that
+    /// says why a subject's answer is pending.
+    pub fn explain(&self, subject: &Subject, domain: Option<&Domain>) -> String {
+        let now = Instant::now();
+        let state = self.inner.lock();
+        let flight = |f: &Flight| {
+            format!(
+                "{} {}ms ago{}{}{}",
+                f.op,
+                now.duration_since(f.started).as_millis(),
+                if f.running { ", running" } else { ", queued" },
+                if f.abandoned { ", abandoned" } else { "" },
+                if f.deadline <= now { ", past its deadline" } else { "" }
+            )
+        };
+        let own: Vec<String> = state.flights.get(subject).into_iter().flatten().map(flight).collect();
+        let neighbours: Vec<String> =
+            state.neighbours(subject, domain).map(|(s, f)| format!("{s}: {}", flight(f))).collect();
+        let suspect = state.suspects.get(subject).map(|s| format!("{} (by neighbour {})", s.op, s.by_neighbour));
+        let kept = state.kept.get(subject).map(|k| k.op);
+        let pool = self.inner.pool.queue.lock().map(|q| (q.threads, q.idle, q.jobs.len())).unwrap_or_default();
+        format!(
+            "own {own:?}; neighbours {neighbours:?}; suspect {suspect:?}; kept {kept:?}; pool threads/idle/queued {pool:?}"
+        )
+    }
+
     /// Whether an operation `op` on `subject`, or one its caller went on without, is queued or
     /// running within its deadline: then no other starts. A queued one counts whatever its
     /// deadline (which counts only once it runs): each pass queueing another job for a subject
     /// whose first waits behind held threads would grow the queue without end.
+    /// Those it finds are marked [`Flight::waited_on`]: their end wakes the owner to ask again.
     fn running(&self, subject: &Subject, op: &'static str) -> bool {
         let now = Instant::now();
-        let state = self.inner.lock();
-        state
-            .flights
-            .get(subject)
-            .is_some_and(|v| v.iter().any(|f| (f.op == op || f.abandoned) && (!f.running || f.deadline > now)))
+        let mut state = self.inner.lock();
+        let Some(flights) = state.flights.get_mut(subject) else { return false };
+        let mut found = false;
+        for f in flights.iter_mut().filter(|f| (f.op == op || f.abandoned) && (!f.running || f.deadline > now)) {
+            f.waited_on = true;
+            found = true;
+        }
+        found
     }
 
     /// Notes that the caller of operation `id` on `subject` went on without it.
@@ -1397,6 +1456,49 @@ mod tests {
         assert!(ops.begin(&vol("/w"), None, "inspection", SHORT).is_err(), "a stuck wipe keeps others off its volume");
         drop(ticket);
         assert_eq!(ops.stuck(), 0);
+    }
+
+    /// The real node's lost volumes: a pass got an entry's answer, the next pass (at once, the
+    /// events of a mount queued meanwhile) found the finished operation still registered, was
+    /// answered Pending, and nothing woke the loop again. An answered operation is over for
+    /// whoever asks next, however the pool's thread is scheduled after handing it over.
+    #[test]
+    fn an_answered_operation_is_never_still_in_flight_for_the_next_call() {
+        let ops = Operations::new();
+        for i in 0..2000 {
+            let jobs = vec![
+                Job::new(vol("/a"), "inspection", SHORT, move |_| i),
+                Job::new(vol("/b"), "inspection", SHORT, move |_| i + 1),
+            ];
+            assert_eq!(ops.run_all(jobs), vec![Answer::Done(i), Answer::Done(i + 1)], "round {i}");
+        }
+    }
+
+    /// A caller answered Pending because the same operation of its subject was running for
+    /// another caller is woken when that one ends, so it asks again: a Pending nobody wakes
+    /// would leave the subject unexamined until an unrelated event.
+    #[test]
+    fn a_caller_answered_pending_for_another_callers_operation_is_woken_when_it_ends() {
+        let ops = Operations::new();
+        let woken = Arc::new(AtomicU64::new(0));
+        let count = woken.clone();
+        ops.on_wake(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        });
+        let first = {
+            let ops = ops.clone();
+            std::thread::spawn(move || {
+                ops.run(vol("/v"), "inspection", GRACE * 4, |_| {
+                    std::thread::sleep(GRACE / 2);
+                    "first"
+                })
+            })
+        };
+        std::thread::sleep(GRACE / 5);
+        assert_eq!(ops.run(vol("/v"), "inspection", GRACE * 4, |_| "second"), Answer::Pending);
+        assert_eq!(first.join().unwrap(), Answer::Done("first"), "its own caller still gets it");
+        assert!(woken.load(Ordering::SeqCst) >= 1, "the end of the operation it waited on wakes the owner");
+        assert_eq!(ops.run(vol("/v"), "inspection", GRACE, |_| "again"), Answer::Done("again"));
     }
 
     #[test]
