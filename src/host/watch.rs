@@ -64,6 +64,7 @@ impl MountWatch {
         if state.as_ref().is_some_and(|s| s.interest == interest && s.fingerprint == fingerprint) {
             return;
         }
+        tracing::trace!(paths = interest.paths.len(), devices = interest.devices.len(), "mount interest set");
         *state = Some(Seen { interest, fingerprint, near });
         drop(state);
         use std::io::Write;
@@ -209,6 +210,7 @@ pub(crate) fn watch_mounts(changed: Arc<Notify>, watch: Arc<MountWatch>) -> Resu
                     && let IdChange::LookAt(added) = id_change(listing.as_deref(), &ids, &fresh)
                     && watch.all_irrelevant(&added)
                 {
+                    tracing::trace!(?added, "mounts came elsewhere");
                     fresh.extend(added);
                     listing = Some(ids.clone());
                     continue;
@@ -226,8 +228,10 @@ pub(crate) fn watch_mounts(changed: Arc<Notify>, watch: Arc<MountWatch>) -> Resu
                     Err(_) => true,
                 };
                 if differs {
-                    tracing::trace!("mount table changed where it matters");
+                    tracing::trace!(woken, "mount table changed where it matters");
                     changed.notify_one();
+                } else {
+                    tracing::trace!(woken, "mount table read: nothing changed where it matters");
                 }
             }
         })

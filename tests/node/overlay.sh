@@ -12,6 +12,7 @@
 #     deploy/components/host-pid (claims need the host's processes), as an operator adds it;
 #   - deploy/components/startup-taint with the key lsp-e2e.example.com/storage-not-ready
 #     (upstream's removeNodeNotReadyTaint), as an operator whose node pool taints new Nodes.
+# LSP_AGENT_RUST_LOG, when set, is the agent's RUST_LOG (more detail while a test is diagnosed).
 # Usage: overlay.sh OUT_DIR CONTROL_PLANE_DIR   then `kubectl apply -k OUT_DIR`
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +29,10 @@ free_port() {
 agent_port=${AGENT_PORT:-$(free_port)}
 cleanup_port=${NODE_CLEANUP_PORT:-$(free_port)}
 mkdir -p "$out"
+agent_log_env=""
+if [ -n "${LSP_AGENT_RUST_LOG:-}" ]; then
+  agent_log_env="            - {name: RUST_LOG, value: \"$LSP_AGENT_RUST_LOG\"}"
+fi
 out=$(cd "$out" && pwd)
 # kustomize takes only relative paths to bases.
 rel=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$repo" "$out")
@@ -80,6 +85,7 @@ spec:
           env:
             - {name: KUBERNETES_SERVICE_HOST, value: "$api_host"}
             - {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}
+$agent_log_env
           volumeMounts:
             - {name: block-disks, mountPath: /mnt/block-disks, mountPropagation: HostToContainer}
             - {name: claimed-disks, mountPath: /mnt/claimed-disks, mountPropagation: HostToContainer}
