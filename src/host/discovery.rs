@@ -443,6 +443,9 @@ fn scan_class(
         mode: cfg.volume_mode,
         mount_dir: PathBuf::from(&cfg.mount_dir),
     };
+    // What an entry's inspection runs on, for the executor: its subject and its filesystem.
+    let inspected_as =
+        |name: &str, entry: &Path| (Subject::Volume(host_path(&cfg.host_dir, name)), guard.mounts.domain_of(entry));
     // None: still being examined (host::ops's grace passed): neither published nor skipped
     // this pass; its answer is kept for the next one.
     let results: Vec<Option<Examined>> = match examine {
@@ -454,8 +457,7 @@ fn scan_class(
         Some(ex) => {
             let jobs = entries.iter().map(|(_, name, entry)| {
                 let job = entry_of(name, entry.clone());
-                let subject = Subject::Volume(job.host_path.clone());
-                let domain = guard.mounts.domain_of(&job.entry);
+                let (subject, domain) = inspected_as(name, entry);
                 let (guard, ledger) = (guard.clone(), ex.ledger.clone());
                 Job::new(subject, "inspection", ex.timeout, move |on| job.run(&guard, ledger.as_ref(), on)).on(domain)
             });
@@ -470,11 +472,12 @@ fn scan_class(
                 .collect()
         }
     };
-    for ((path, name, _), examined) in entries.into_iter().zip(results) {
+    for ((path, name, entry), examined) in entries.into_iter().zip(results) {
         let Some((result, signs)) = examined else {
-            if let Some(ex) = examine {
-                let (subject, domain) =
-                    (Subject::Volume(host_path(&cfg.host_dir, &name)), guard.mounts.domain_of(&path));
+            if let Some(ex) = examine
+                && tracing::enabled!(tracing::Level::DEBUG)
+            {
+                let (subject, domain) = inspected_as(&name, &entry);
                 tracing::debug!(path = %path.display(), state = %ex.ops.explain(&subject, domain.as_ref()), "entry still being examined");
             }
             continue;

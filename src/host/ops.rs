@@ -971,6 +971,7 @@ impl Operations {
             state.neighbours(subject, domain).map(|(s, f)| format!("{s}: {}", flight(f))).collect();
         let suspect = state.suspects.get(subject).map(|s| format!("{} (by neighbour {})", s.op, s.by_neighbour));
         let kept = state.kept.get(subject).map(|k| k.op);
+        drop(state);
         let pool = self.inner.pool.queue.lock().map(|q| (q.threads, q.idle, q.jobs.len())).unwrap_or_default();
         format!(
             "own {own:?}; neighbours {neighbours:?}; suspect {suspect:?}; kept {kept:?}; pool threads/idle/queued {pool:?}"
@@ -1329,6 +1330,16 @@ mod tests {
         Subject::Volume(p.to_string())
     }
 
+    /// Counts the owner's wake-ups.
+    fn count_wakes(ops: &Operations) -> Arc<AtomicU64> {
+        let woken = Arc::new(AtomicU64::new(0));
+        let count = woken.clone();
+        ops.on_wake(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        });
+        woken
+    }
+
     const SHORT: Duration = Duration::from_millis(150);
 
     #[test]
@@ -1373,11 +1384,7 @@ mod tests {
     #[test]
     fn a_subject_that_answers_again_is_retried_in_the_background_then_cleared() {
         let ops = Operations::new();
-        let woken = Arc::new(AtomicU64::new(0));
-        let count = woken.clone();
-        ops.on_wake(move || {
-            count.fetch_add(1, Ordering::SeqCst);
-        });
+        let woken = count_wakes(&ops);
         let wedge = Wedge::default();
         let w = wedge.clone();
         assert!(ops.run(vol("/v"), "inspection", SHORT, move |_| w.hold()).done().is_none());
@@ -1480,11 +1487,7 @@ mod tests {
     #[test]
     fn a_caller_answered_pending_for_another_callers_operation_is_woken_when_it_ends() {
         let ops = Operations::new();
-        let woken = Arc::new(AtomicU64::new(0));
-        let count = woken.clone();
-        ops.on_wake(move || {
-            count.fetch_add(1, Ordering::SeqCst);
-        });
+        let woken = count_wakes(&ops);
         let first = {
             let ops = ops.clone();
             std::thread::spawn(move || {
@@ -1504,11 +1507,7 @@ mod tests {
     #[test]
     fn a_slow_answer_is_not_waited_for_past_the_grace_and_is_kept_for_the_next_pass() {
         let ops = Operations::new();
-        let woken = Arc::new(AtomicU64::new(0));
-        let count = woken.clone();
-        ops.on_wake(move || {
-            count.fetch_add(1, Ordering::SeqCst);
-        });
+        let woken = count_wakes(&ops);
         let ran = Arc::new(AtomicU64::new(0));
         let slow = |ran: Arc<AtomicU64>| {
             move |_: &OnDeadline| {

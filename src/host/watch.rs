@@ -211,6 +211,9 @@ pub(crate) fn watch_mounts(changed: Arc<Notify>, watch: Arc<MountWatch>) -> Resu
                     && watch.all_irrelevant(&added)
                 {
                     tracing::trace!(?added, "mounts came elsewhere");
+                    // Only those still mounted: on a busy node kubelet's mounts come and go
+                    // elsewhere for ever, and a mount ID is never used again.
+                    fresh.retain(|id| ids.binary_search(id).is_ok());
                     fresh.extend(added);
                     listing = Some(ids.clone());
                     continue;
