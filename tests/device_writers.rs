@@ -131,8 +131,8 @@ fn a_claimed_device_formatted_and_mounted_by_the_host_while_available_is_withdra
     let path = dir.join(&name);
     let pv = h.wait_published(&path);
     // The host takes the disk for something of its own. The agent's brief exclusive probe of
-    // a device with an unbound PV can meet mkfs's exclusive open: mkfs is run again then, as an
-    // operator would.
+    // a device with an unbound PV can meet mkfs's exclusive open, and the mount's: each is run
+    // again then, as an operator would.
     // Until blkid sees the filesystem: a run that met the probe may fail with another message
     // than "busy", or leave a filesystem blkid does not see yet.
     let mut last = String::new();
@@ -150,7 +150,7 @@ fn a_claimed_device_formatted_and_mounted_by_the_host_while_available_is_withdra
         dev.display()
     );
     let mnt = h.lab.dir("hostfs-mnt");
-    h.lab.mount_dev(&dev, &mnt);
+    h.lab.mount_dev_meeting_probes(&dev, &mnt);
     std::fs::write(mnt.join("host-file"), b"the host's data").unwrap();
     let note = wait_until("a ClaimedDeviceChanged event on the PV", WAIT, || pv_event(&h, &pv, "ClaimedDeviceChanged"));
     assert!(note.contains("changed under it"), "{note}");

@@ -74,6 +74,24 @@ impl Lab {
         self.mount_dev_with(dev, at, &[]);
     }
 
+    /// [`Lab::mount_dev`] of a device the agent may be probing: its brief exclusive open of a
+    /// claimed device with an unbound PV makes a mount meeting it fail as busy, and the mount
+    /// is run again then, as an operator would (at most 20 times, 100 ms apart).
+    pub fn mount_dev_meeting_probes(&self, dev: &Path, at: &Path) {
+        std::fs::create_dir_all(at).unwrap();
+        let mut last = String::new();
+        for _ in 0..20 {
+            let out = Command::new("mount").arg(dev).arg(at).output().unwrap();
+            if out.status.success() {
+                return;
+            }
+            last = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(last.contains("busy"), "mount {} {} failed: {last}", dev.display(), at.display());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("mount {} {} stayed busy: {last}", dev.display(), at.display());
+    }
+
     /// `mount <opts> dev at` (e.g. `-o ro`).
     pub fn mount_dev_with(&self, dev: &Path, at: &Path, opts: &[&str]) {
         std::fs::create_dir_all(at).unwrap();
