@@ -109,8 +109,15 @@ lsp_find_toolchains() {
   return "$missing"
 }
 
+# lsp_now_ms: the clock in milliseconds. Whole seconds read twice and subtracted say 2 s for
+# one real second that began late in a second; elapsed times are floored from milliseconds.
+lsp_now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# lsp_since T0: whole seconds elapsed since T0 ($(lsp_now_ms)).
+lsp_since() { echo $(( ($(lsp_now_ms) - $1) / 1000 )); }
+
 # lsp_ticker_start LINE T0: every LSP_TICK seconds (default 60) prints "LINE (N s so far)" to
-# stderr, N counted from T0 ($(date +%s)), until lsp_ticker_stop; its PID is in lsp_ticker. Its
+# stderr, N counted from T0 ($(lsp_now_ms)), until lsp_ticker_stop; its PID is in lsp_ticker. Its
 # stdout is /dev/null and its sleep ends with it, so a caller's $(...) does not wait for it.
 lsp_ticker_start() {
   local line=$1 t0=$2 tick=${LSP_TICK:-60}
@@ -119,7 +126,7 @@ lsp_ticker_start() {
     while :; do
       sleep "$tick" & s=$!
       wait "$s"
-      echo "$line ($(( $(date +%s) - t0 )) s so far)" >&2
+      echo "$line ($(lsp_since "$t0") s so far)" >&2
     done
   ) > /dev/null &
   lsp_ticker=$!
@@ -138,12 +145,12 @@ lsp_ticker_stop() {
 lsp_stage() {
   local who=$1 what=$2 t0 rc=0
   shift 2
-  t0=$(date +%s)
+  t0=$(lsp_now_ms)
   echo "$who: building $what ..." >&2
   lsp_ticker_start "$who: still building $what" "$t0"
   "$@" || rc=$?
   lsp_ticker_stop
-  echo "$who: $what $( ((rc == 0)) && echo built || echo "FAILED (exit $rc)") in $(( $(date +%s) - t0 )) s" >&2
+  echo "$who: $what $( ((rc == 0)) && echo built || echo "FAILED (exit $rc)") in $(lsp_since "$t0") s" >&2
   return "$rc"
 }
 
@@ -153,13 +160,13 @@ lsp_stage() {
 lsp_lock() {
   local who=$1 fd=$2 file=$3 what=$4 t0 holders
   flock -n "$fd" && return 0
-  t0=$(date +%s)
+  t0=$(lsp_now_ms)
   holders=$(lslocks -n -o PID,PATH 2> /dev/null | awk -v f="$file" '$2 == f {print $1}' | sort -u | tr '\n' ' ')
   echo "$who: waiting for another build of $what to finish (lock $file${holders:+, held by pid ${holders% }}) ..." >&2
   lsp_ticker_start "$who: still waiting for the other build of $what" "$t0"
   flock "$fd"
   lsp_ticker_stop
-  echo "$who: waited $(( $(date +%s) - t0 )) s for the other build of $what" >&2
+  echo "$who: waited $(lsp_since "$t0") s for the other build of $what" >&2
 }
 
 # lsp_source_date_epoch REPO: SOURCE_DATE_EPOCH when set, else the time of REPO's commit (empty
