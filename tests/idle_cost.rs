@@ -1,8 +1,8 @@
 //! What an idle or busy agent costs (issue 29): its requests counted in the API server's audit
 //! log (by its User-Agent, which names the node) for a PV deleted by hand while its volume is
 //! still there (the agent releases its finalizer and re-creates it; upstream, which sets no
-//! finalizer, sends the one create) and for a start-up (the Node read once, this node's PVs
-//! listed by the watch, one adoption list); and the wake-ups of its block-device watch while
+//! finalizer, sends the one create) and for a start-up (the Node read once, each watch one
+//! request, one adoption list); and the wake-ups of its block-device watch while
 //! idle. Against the real control plane with real tmpfs volumes; needs root.
 
 mod support;
@@ -126,19 +126,17 @@ fn a_pv_deleted_by_hand_costs_one_patch_and_its_re_creation() {
     assert!(requests.len() <= 2, "requests per deleted PV: {requests:?}");
 }
 
-#[test]
-fn start_up_reads_the_node_once_and_this_nodes_pvs_through_the_watch() {
-    if !require_root("start_up_reads_the_node_once_and_this_nodes_pvs_through_the_watch") {
-        return;
-    }
-    let cp = ControlPlane::get();
+/// An agent started with 3 volumes on `cp`: its requests (apart from those on its node
+/// inventory, which come second) from its start until its inventory shows the 3 PVs and a quiet
+/// moment passed, and its log.
+fn start_up_requests(cp: &ControlPlane, base: &str) -> (Vec<String>, Vec<String>, String) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let node = &node_of_run(&cp, "idle-cost-start", root);
-    let (_mounts, config) = lab(&cp, root, "idle-cost-start", 3);
+    let node = &node_of_run(cp, base, root);
+    let (_mounts, config) = lab(cp, root, base, 3);
     let kubeconfig = cp.agent_kubeconfig(root);
     let prefix = root.display().to_string();
-    let from = audit_len(&cp);
+    let from = audit_len(cp);
     let agent = AgentProcess::start(&config, node, &kubeconfig, &root.join("agent.log"));
     wait_until("3 PVs published", WAIT, || (cp.pvs_under(&prefix).len() == 3).then_some(()));
     // Its node inventory shows them (written once the changes settled), then a quiet moment.
@@ -147,8 +145,9 @@ fn start_up_reads_the_node_once_and_this_nodes_pvs_through_the_watch() {
         (inv["status"]["summary"]["volumes"] == 3).then_some(())
     });
     std::thread::sleep(Duration::from_secs(3));
-    let (requests, inventory) = split_inventory(requests_of(&cp, node, from));
+    let (requests, inventory) = split_inventory(requests_of(cp, node, from));
     let log = agent.stop();
+    assert!(!requests.is_empty(), "no request of the agent in the audit log\n{log}");
     // Its node inventory: read once, created once, and written as the volumes were published
     // (changes within its delay as one write).
     let own = |verb: &str| inventory.iter().filter(|r| **r == format!("{verb} localstoragenodes/{node}")).count();
@@ -156,10 +155,7 @@ fn start_up_reads_the_node_once_and_this_nodes_pvs_through_the_watch() {
     assert!((1..=4).contains(&own("patch")), "{inventory:?}");
     assert_eq!(own("get") + own("create") + own("patch"), inventory.len(), "nothing else: {inventory:?}");
     let count = |prefix: &str| requests.iter().filter(|r| r.starts_with(prefix)).count();
-    assert!(!requests.is_empty(), "no request of the agent in the audit log\n{log}");
     assert_eq!(count("get nodes"), 1, "{requests:?}");
-    // The watch's list (this node's PVs) and the adoption list (the cluster's, once).
-    assert_eq!(count("list persistentvolumes"), 2, "{requests:?}");
     assert_eq!(count("create persistentvolumes"), 3, "{requests:?}");
     // Nothing but the watches' lists and watches, the PVs' creates and their Events.
     let other: Vec<&String> = requests
@@ -168,6 +164,50 @@ fn start_up_reads_the_node_once_and_this_nodes_pvs_through_the_watch() {
         .filter(|r| !r.starts_with("list ") && !r.starts_with("watch ") && !r.starts_with("create events"))
         .collect();
     assert!(other.is_empty(), "unexpected start-up requests: {other:?} (all: {requests:?})");
+    (requests, inventory, log)
+}
+
+fn count(requests: &[String], prefix: &str) -> usize {
+    requests.iter().filter(|r| r.starts_with(prefix)).count()
+}
+
+/// Each watch (its Node, this node's PVs, the StorageClasses) is one request: a streaming list,
+/// whose first events are the objects that exist. The one list is the adoption's (the
+/// cluster's PVs, once).
+#[test]
+fn start_up_reads_the_node_once_and_each_watch_with_one_request() {
+    if !require_root("start_up_reads_the_node_once_and_each_watch_with_one_request") {
+        return;
+    }
+    let cp = ControlPlane::get();
+    let (requests, _, _) = start_up_requests(&cp, "idle-cost-start");
+    for watched in ["nodes", "persistentvolumes", "storageclasses"] {
+        assert_eq!(count(&requests, &format!("watch {watched}")), 1, "{watched}: {requests:?}");
+    }
+    assert_eq!(count(&requests, "list persistentvolumes"), 1, "the adoption's only: {requests:?}");
+    assert_eq!(count(&requests, "list "), 1, "no other list: {requests:?}");
+}
+
+/// An API server that does not serve streaming lists (the WatchList feature gate off, as
+/// before Kubernetes 1.32) refuses the first watch; each watch then lists and watches, once,
+/// and the agent publishes as on any other. A control plane of this test's own.
+#[test]
+fn without_streaming_lists_each_watch_lists_then_watches() {
+    if !require_root("without_streaming_lists_each_watch_lists_then_watches") {
+        return;
+    }
+    let cp = ControlPlane::private(&["--feature-gates=WatchList=false"]);
+    let (requests, _, log) = start_up_requests(&cp, "idle-cost-no-watch-list");
+    for watched in ["nodes", "storageclasses"] {
+        assert_eq!(count(&requests, &format!("list {watched}")), 1, "{watched}: {requests:?}");
+    }
+    // The watch's list of this node's PVs, and the adoption's.
+    assert_eq!(count(&requests, "list persistentvolumes"), 2, "{requests:?}");
+    // Each watch: the refused streaming one, then the one after the list.
+    for watched in ["nodes", "persistentvolumes", "storageclasses"] {
+        assert_eq!(count(&requests, &format!("watch {watched}")), 2, "{watched}: {requests:?}");
+    }
+    assert_eq!(log.matches("the API server does not serve streaming lists").count(), 3, "said once per watch:\n{log}");
 }
 
 /// The voluntary context switches (sleeps ended) of the agent's thread named `name`.

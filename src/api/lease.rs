@@ -67,7 +67,8 @@ impl Cluster {
     + Send
     + 'static {
         use kube::runtime::WatchStreamExt;
-        kube::runtime::watcher(self.leases(namespace), kube::runtime::watcher::Config::default()).default_backoff()
+        super::watch::watch_objects("leases", self.leases(namespace), kube::runtime::watcher::Config::default())
+            .default_backoff()
     }
 
     /// Writes `holder` into the Lease: creates it when `current` is None, else replaces it with

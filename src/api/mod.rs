@@ -18,6 +18,7 @@ mod nodes;
 mod patch;
 mod pvs;
 mod recorder;
+mod watch;
 
 pub use error::{ApiError, error_chain};
 pub use events::{
@@ -323,7 +324,8 @@ impl Cluster {
     ) -> (Store<StorageClass>, impl Stream<Item = Result<(), watcher::Error>> + Send + 'static) {
         let (reader, writer) = reflector::store();
         let api: Api<StorageClass> = Api::all(self.client.clone());
-        let watch = watcher(api, watcher::Config::default()).default_backoff().modify(trim);
+        let watch =
+            watch::watch_objects("storageclasses", api, watcher::Config::default()).default_backoff().modify(trim);
         let stream = reflector::reflector(writer, watch).touched_objects().map(|r| r.map(|_| ()));
         (reader, stream)
     }

@@ -116,8 +116,9 @@ impl Cluster {
         let api = Api::<Node>::all(self.client.clone());
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut last: Option<FenceFacts> = None;
-        let stream = reflector::reflector(writer, watcher(api, config).default_backoff()).touched_objects().filter_map(
-            move |event| {
+        let stream = reflector::reflector(writer, super::watch::watch_objects("node", api, config).default_backoff())
+            .touched_objects()
+            .filter_map(move |event| {
                 let out = match event {
                     Ok(node) => {
                         let now = (node.metadata.uid.clone(), node.metadata.labels.clone());
@@ -129,8 +130,7 @@ impl Cluster {
                     Err(e) => Some(Err(e)),
                 };
                 futures::future::ready(out)
-            },
-        );
+            });
         (reader, stream)
     }
 
@@ -163,7 +163,8 @@ impl Cluster {
         let (reader, writer) = reflector::store();
         // An Api over PartialObjectMeta asks for metadata only (a PartialObjectMetadata list and watch).
         let api = Api::<NodeMeta>::all(self.client.clone());
-        let watch = watcher(api, watcher::Config::default().page_size(NODE_PAGE)).default_backoff().modify(trim_node);
+        let config = watcher::Config::default().page_size(NODE_PAGE);
+        let watch = super::watch::watch_objects("nodes", api, config).default_backoff().modify(trim_node);
         (reader, reflector::reflector(writer, watch))
     }
 }

@@ -214,9 +214,12 @@ impl Cluster {
             Some(selector) => watcher::Config::default().labels(selector),
             None => watcher::Config::default(),
         };
-        let stream = reflector::reflector(writer, watcher(self.pvs(), cfg).default_backoff().modify(trim))
-            .touched_objects()
-            .map(|r| r.map(|_| ()));
+        let stream = reflector::reflector(
+            writer,
+            super::watch::watch_objects("persistentvolumes", self.pvs(), cfg).default_backoff().modify(trim),
+        )
+        .touched_objects()
+        .map(|r| r.map(|_| ()));
         (reader, stream)
     }
 }

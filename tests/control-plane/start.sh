@@ -5,6 +5,8 @@
 #
 # Usage: start.sh DIR     DIR is created and holds certificates, kubeconfigs, data, logs/ and
 #                         pids; DIR/env is a shell file with KUBECONFIG, API_URL and the binaries.
+# LSP_APISERVER_FLAGS: more flags for kube-apiserver, split on spaces (a test of an API server
+# configured otherwise, e.g. --feature-gates=WatchList=false as before Kubernetes 1.32).
 # Stop it with stop.sh DIR (only the PIDs this script recorded are stopped).
 set -euo pipefail
 
@@ -92,6 +94,7 @@ rules:
 - level: None
 AUDIT
 
+read -ra apiserver_flags <<< "${LSP_APISERVER_FLAGS:-}"
 launch kube-apiserver "$bin/kube-apiserver" \
   --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/logs/audit.log" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
@@ -104,7 +107,7 @@ launch kube-apiserver "$bin/kube-apiserver" \
   --api-audiences "https://kubernetes.default.svc.cluster.local" \
   --service-cluster-ip-range 10.0.0.0/24 \
   --authorization-mode RBAC --allow-privileged=true --profiling=false \
-  --endpoint-reconciler-type none
+  --endpoint-reconciler-type none "${apiserver_flags[@]}"
 
 kubectl_admin() { "$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" "$@"; }
 

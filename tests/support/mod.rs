@@ -274,6 +274,15 @@ impl ControlPlane {
         Self::from_dir(tmp.path().to_path_buf(), Some(tmp))
     }
 
+    /// A control plane of this test only, its API server started with `apiserver_flags` too
+    /// (tests/control-plane/start.sh, LSP_APISERVER_FLAGS); stopped when dropped.
+    pub fn private(apiserver_flags: &[&str]) -> ControlPlane {
+        let tmp = tempfile::Builder::new().prefix("lsp-control-plane-").tempdir().unwrap();
+        let script = repo_root().join("tests/control-plane/start.sh");
+        run(Command::new("bash").arg(script).arg(tmp.path()).env("LSP_APISERVER_FLAGS", apiserver_flags.join(" ")));
+        Self::from_dir(tmp.path().to_path_buf(), Some(tmp))
+    }
+
     fn from_dir(dir: PathBuf, owned: Option<tempfile::TempDir>) -> ControlPlane {
         let env = std::fs::read_to_string(dir.join("env")).expect("control plane env file");
         let var = |name: &str| {
