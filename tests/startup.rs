@@ -99,7 +99,7 @@ fn a_closed_port_is_named_with_its_cause_and_retried_like_a_missing_node() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let server = format!("https://127.0.0.1:{port}");
     let agent = Agent::start(dir.path(), "closed-port-node", &kubeconfig(dir.path(), &server));
-    let expected = format!("cannot reach the API server at {server}/: get node closed-port-node: ");
+    let expected = format!("cannot reach the API server at {server}/: watch node closed-port-node: ");
     let ready = wait_until("/readyz to name the API server", Duration::from_secs(30), || {
         let ready = agent.readyz();
         ready.contains(&expected).then_some(ready)

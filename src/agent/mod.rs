@@ -133,13 +133,19 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     serve(addr, opts.metrics_path.clone(), metrics.clone(), readiness.clone()).await?;
 
     let cluster = Cluster::connect(&opts.client, &opts.node_name).await?.with_metrics(metrics.clone());
+    // This node's Node, watched from here on: its fence labels as they are now (a label removed
+    // by hand wakes a pass that puts it back). The watch's first event is the Node itself.
+    let (node_store, node_events) = cluster.watch_own_node(&opts.node_name);
+    let mut node_events = Box::pin(node_events);
     let node = tokio::select! {
-        node = node::wait_for_node(&cluster, &opts.node_name, &readiness) => node,
+        node = node::wait_for_node(&cluster, &opts.node_name, &node_store, &mut node_events, &readiness) => node,
         _ = shutdown.signalled() => {
             info!("stopped before the Node could be read");
             return Ok(());
         }
     };
+    let node =
+        node.ok_or_else(|| AgentError::Node { node: opts.node_name.clone(), message: "its watch ended".into() })?;
     let node_info = node::node_info(&node)?;
     let use_node_name_only = first.config.as_ref().is_some_and(|c| c.use_node_name_only);
     let identity = node::identity_for(&node_info, use_node_name_only);
@@ -167,9 +173,6 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
             return Ok(());
         }
     }
-    // This node's Node: its fence labels as they are now (a label removed by hand wakes a pass
-    // that puts it back). Not waited for: the Node was just read.
-    let (node_store, node_events) = cluster.watch_own_node(&identity.node);
     forward_events_until_synced("node", node_events, raw.clone(), None);
     // Which mounts wake a pass: each pass says (Agent::say_interest).
     let mount_watch = Arc::new(MountWatch::new(Some(opts.kubelet.dir.clone())));

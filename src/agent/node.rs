@@ -1,46 +1,74 @@
 //! This node's Node object and the agent's identity derived from it (provisioner name, node
 //! label), including a Node deleted and registered again while the agent runs.
 
-use std::time::Duration;
-
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use tracing::{debug, warn};
 
 use super::{Agent, AgentError};
 use crate::admin::Readiness;
-use crate::api::Cluster;
-use crate::core::backoff::Backoff;
+use crate::api::{ApiError, Cluster};
 use crate::core::naming::{node_label_value, provisioner_name};
 use crate::core::planner::Identity;
 use crate::core::pv::NodeInfo;
 
-/// Waits for this node's Node object: at boot the agent can start before kubelet registers, and
-/// the API server can be down or refuse us for a while. Every failure is retried with a growing
-/// delay and said (once per distinct cause) in the log and in `/readyz`, so "forbidden" points
-/// at missing RBAC.
-pub(super) async fn wait_for_node(cluster: &Cluster, name: &str, readiness: &Readiness) -> Node {
-    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+/// Waits for this node's Node object in the watch of it (`Cluster::watch_own_node`, whose
+/// first events are the Node as it is now: no separate read): at boot the agent can start
+/// before kubelet registers, and the API server can be down or refuse us for a while. The watch
+/// retries every failure with its backoff; each is said (once per distinct cause) in the log
+/// and in `/readyz`, so "forbidden" points at missing RBAC. `None`: the watch ended.
+pub(super) async fn wait_for_node(
+    cluster: &Cluster,
+    name: &str,
+    store: &Store<Node>,
+    events: &mut (impl Stream<Item = Result<(), watcher::Error>> + Unpin),
+    readiness: &Readiness,
+) -> Option<Node> {
     let mut last = String::new();
+    let mut listed = false;
     loop {
-        let why = match cluster.node(name).await {
-            Ok(node) => return node,
-            Err(e) if e.is_not_found() => "Node object not found yet; waiting for it to register".to_string(),
-            Err(e) if e.is_refusal() => format!("forbidden to read the Node (check the RBAC from deploy/): {e}"),
-            Err(e) if e.is_unauthorized() => format!(
-                "{} does not accept our credentials (check the kubeconfig or the service account token): {e}",
-                cluster.describe_server()
-            ),
-            Err(e) => match e.http_status() {
-                Some(code) => format!("cannot read the Node: {} answered {code}: {e}", cluster.describe_server()),
-                None => format!("cannot read the Node: cannot reach {}: {e}", cluster.describe_server()),
+        if let Some(node) = store.get(&ObjectRef::new(name)) {
+            return Some((*node).clone());
+        }
+        let why = tokio::select! {
+            event = events.next() => match event? {
+                Ok(()) => continue,
+                Err(e) => why_waiting(cluster, &ApiError::from_watch(format!("node {name}"), e)),
             },
+            // The watch has listed what exists, and the Node was not among it.
+            ready = store.wait_until_ready(), if !listed => {
+                listed = true;
+                if ready.is_err() {
+                    return None;
+                }
+                if store.get(&ObjectRef::new(name)).is_some() {
+                    continue;
+                }
+                "Node object not found yet; waiting for it to register".to_string()
+            }
         };
         if why != last {
             warn!(node = name, "{why}; retrying");
             readiness.set(Some(format!("starting: {why}")));
             last = why;
         }
-        tokio::time::sleep(backoff.next_delay(crate::runtime::random_fraction())).await;
+    }
+}
+
+/// Why the Node could not be read, for the log and `/readyz`.
+fn why_waiting(cluster: &Cluster, e: &ApiError) -> String {
+    match e {
+        e if e.is_refusal() => format!("forbidden to read the Node (check the RBAC from deploy/): {e}"),
+        e if e.is_unauthorized() => format!(
+            "{} does not accept our credentials (check the kubeconfig or the service account token): {e}",
+            cluster.describe_server()
+        ),
+        e => match e.http_status() {
+            Some(code) => format!("cannot read the Node: {} answered {code}: {e}", cluster.describe_server()),
+            None => format!("cannot read the Node: cannot reach {}: {e}", cluster.describe_server()),
+        },
     }
 }
 

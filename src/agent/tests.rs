@@ -148,8 +148,9 @@ impl MockApi {
             while let Some((request, send)) = handle.next_request().await {
                 let method = request.method().to_string();
                 let path = request.uri().path().to_string();
+                let watch = request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
                 let body = request.into_body().collect_bytes().await.unwrap_or_default();
-                let (status, reply) = api.answer(&method, &path, &body);
+                let (status, reply) = api.answer(&method, &path, watch, &body);
                 api.seen.lock().unwrap().push((method, path));
                 let response = Response::builder().status(status).body(Body::from(reply.into_bytes())).unwrap();
                 send.send_response(response);
@@ -164,7 +165,7 @@ impl MockApi {
         self.scripted.lock().unwrap().insert(key.to_string(), codes.to_vec());
     }
 
-    fn answer(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    fn answer(&self, method: &str, path: &str, watch: bool, body: &[u8]) -> (u16, String) {
         if self.no_crd.load(Ordering::SeqCst) && path.starts_with(INVENTORIES) {
             return (404, "404 page not found\n".into());
         }
@@ -179,6 +180,15 @@ impl MockApi {
                 });
                 return (code, status.to_string());
             }
+        }
+        // A watch of Node n1 (a streaming list): the Node, then the end of the initial events.
+        if watch && path == "/api/v1/nodes" {
+            let mut node = serde_json::to_value(node()).unwrap_or_default();
+            node["metadata"]["resourceVersion"] = serde_json::json!("1");
+            let added = serde_json::json!({ "type": "ADDED", "object": node });
+            let end = serde_json::json!({ "type": "BOOKMARK", "object": { "kind": "Node", "apiVersion": "v1",
+                "metadata": { "resourceVersion": "1", "annotations": { "k8s.io/initial-events-end": "true" } } } });
+            return (200, format!("{added}\n{end}\n"));
         }
         if method == "GET"
             && let Some(obj) = self.objects.lock().unwrap().get(path)
@@ -562,13 +572,17 @@ async fn a_failed_wipe_first_backs_off_like_any_wipe() {
 #[tokio::test]
 async fn the_node_wait_retries_every_failure_and_says_why_in_readiness() {
     let api = MockApi::default();
-    api.script("GET /api/v1/nodes/n1", &[403, 500]);
+    api.script("GET /api/v1/nodes", &[403, 500]);
     let opts = ClientOptions { kubeconfig: None, qps: 1000, burst: 1000, ..Default::default() };
     let cluster = Cluster::from_client(api.client(), &opts, "n1");
     let readiness = Readiness::new("starting");
     let waiting = {
         let readiness = readiness.clone();
-        tokio::spawn(async move { super::node::wait_for_node(&cluster, "n1", &readiness).await })
+        tokio::spawn(async move {
+            let (store, events) = cluster.watch_own_node("n1");
+            let mut events = Box::pin(events);
+            super::node::wait_for_node(&cluster, "n1", &store, &mut events, &readiness).await
+        })
     };
     let mut said = Vec::new();
     while !waiting.is_finished() {
@@ -577,11 +591,12 @@ async fn the_node_wait_retries_every_failure_and_says_why_in_readiness() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let node = waiting.await.unwrap();
+    let node = waiting.await.unwrap().expect("the Node");
     assert_eq!(node.metadata.name.as_deref(), Some("n1"), "a refusal and an outage do not stop the agent");
-    assert!(said.iter().any(|w| w.contains("forbidden")), "{said:?}");
-    assert!(said.iter().any(|w| w.contains("cannot read the Node")), "{said:?}");
-    assert_eq!(api.count("GET", "/api/v1/nodes/n1"), 3);
+    assert!(said.iter().any(|w| w.contains("forbidden to read the Node")), "{said:?}");
+    assert!(said.iter().any(|w| w.contains("cannot read the Node") && w.contains("answered 500")), "{said:?}");
+    // The watch is the only read: refused, failed, then answered with the Node.
+    assert_eq!(api.count("GET", "/api/v1/nodes"), 3, "{:?}", api.seen.lock().unwrap());
 }
 
 /// A reload that breaks one class keeps that class's last valid definition (its PVs keep a

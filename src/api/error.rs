@@ -21,6 +21,9 @@ pub enum ApiError {
     /// deadline. Nothing was sent.
     #[error("{action} {object}: not sent: leadership lost (or ending before the request could finish)")]
     Fenced { action: &'static str, object: String },
+    /// A watch got an answer that is not a watch's (no resourceVersion).
+    #[error("watch {object}: {message}")]
+    WatchAnswer { object: String, message: String },
     /// A fenced write got no answer within its deadline and was abandoned; the API server may
     /// or may not have applied it.
     #[error("{action} {object}: no answer within {} ms; abandoned (it may or may not have been applied)", deadline.as_millis())]
@@ -47,6 +50,20 @@ impl ApiError {
     pub(super) fn request(action: &'static str, object: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
         let object = object.into();
         move |source| ApiError::Request { action, object, source }
+    }
+
+    /// Why a watch of `object` failed, as a request's error (the watch's start, its list, a
+    /// broken stream or an error event all carry the API server's answer or the connection's).
+    pub fn from_watch(object: impl Into<String>, error: kube::runtime::watcher::Error) -> ApiError {
+        use kube::runtime::watcher::Error as W;
+        let object = object.into();
+        match error {
+            W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => {
+                ApiError::request("watch", object)(e)
+            }
+            W::WatchError(status) => ApiError::request("watch", object)(kube::Error::Api(status)),
+            W::NoResourceVersion => ApiError::WatchAnswer { object, message: W::NoResourceVersion.to_string() },
+        }
     }
 
     /// Whether the API refused the request itself (forbidden by RBAC or an admission policy,

@@ -106,8 +106,10 @@ impl Cluster {
     /// A watch of one Node, `name` (the agent's own), by field selector: the labels its volume
     /// fences are planned from as they are now, not as a read at start-up or at the last resync
     /// left them, so a fence label removed by hand is put back within a pass. The store holds
-    /// the Node; the stream yields once per change of its UID or labels (kubelet's status
-    /// updates change neither and wake nothing) and must be polled to keep the store fresh.
+    /// the Node; the stream yields once the store's Node changed its UID or labels, or came or
+    /// went (kubelet's status updates change neither and wake nothing), judged after each event
+    /// reached the store (a list's objects reach it together, at its end), and must be polled
+    /// to keep the store fresh.
     pub fn watch_own_node(
         &self,
         name: &str,
@@ -115,22 +117,24 @@ impl Cluster {
         let (reader, writer) = reflector::store();
         let api = Api::<Node>::all(self.client.clone());
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let mut last: Option<FenceFacts> = None;
-        let stream = reflector::reflector(writer, super::watch::watch_objects("node", api, config).default_backoff())
-            .touched_objects()
-            .filter_map(move |event| {
-                let out = match event {
-                    Ok(node) => {
-                        let now = (node.metadata.uid.clone(), node.metadata.labels.clone());
-                        (last.as_ref() != Some(&now)).then(|| {
-                            last = Some(now);
-                            Ok(())
-                        })
-                    }
-                    Err(e) => Some(Err(e)),
-                };
-                futures::future::ready(out)
-            });
+        let (store, key) = (reader.clone(), reflector::ObjectRef::<Node>::new(name));
+        // Before the first list ends there is nothing to compare with.
+        let mut last: Option<Option<FenceFacts>> = None;
+        let events = super::watch::watch_objects("node", api, config).default_backoff();
+        let stream = reflector::reflector(writer, events).filter_map(move |event| {
+            let out = match event {
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                    let now = store.get(&key).map(|node| (node.metadata.uid.clone(), node.metadata.labels.clone()));
+                    (last.as_ref() != Some(&now)).then(|| {
+                        last = Some(now);
+                        Ok(())
+                    })
+                }
+                Err(e) => Some(Err(e)),
+            };
+            futures::future::ready(out)
+        });
         (reader, stream)
     }
 
