@@ -1,7 +1,7 @@
 //! Every watch of ours starts with a streaming list (`sendInitialEvents`, the API server's
 //! WatchList): the objects that exist arrive as the watch's first events, served from the API
 //! server's watch cache, so a reflector costs one request where a list and then a watch cost
-//! two, and no whole list is built in memory on either side (node-cleanup's watch of every PV).
+//! two, and the API server builds no list response (node-cleanup's watch of every PV).
 //!
 //! An API server that does not serve streaming lists (the WatchList feature gate off: before
 //! Kubernetes 1.32, or turned off) refuses the watch's parameters as invalid. That one answer
