@@ -10,7 +10,8 @@
 # Phases, the same for both:
 #   publish  all A agents started at once: seconds until all A*V PVs exist; creates sent (from
 #            the audit log) vs PVs, and Warning events saying a volume is "already published"
-#            (false refusals: every volume here is its own disk);
+#            (false refusals: every volume here is its own disk); the agents' requests and the
+#            API server's CPU-s from the start until every PV is Available and 11 s more;
 #   idle     once every PV is Available, 11 s of quiet (see idle_cost in lib.sh), then
 #            IDLE_SECONDS (default 60): CPU-s of all agents together (/proc/PID/stat), of the
 #            API server, the agents' requests (audit log, by verb+resource), PV watch events
@@ -66,6 +67,8 @@ for l in open(sys.argv[1]):
         j = json.loads(l)
         rows.setdefault(j["impl"], {})[j["figure"].rsplit("_", 1)[-1]] = j
 cols = [("publish s", "publish", "seconds_to_all_pvs"), ("creates", "publish", "creates_sent"),
+        ("publish requests", "publish", "requests_until_settled"),
+        ("publish apiserver CPU-s", "publish", "apiserver_cpu_s_until_settled"),
         ("refused", "publish", "already_published_warnings"), ("idle agents CPU-s/min", "idle", "agents_cpu_s_per_min"),
         ("idle apiserver CPU-s", "idle", "apiserver_cpu_s"), ("idle req/min", "idle", "agent_requests_per_min"),
         ("mean RSS MiB", "idle", "mean_agent_rss_mib"), ("req/released PV", "released", "requests_per_pv"),
@@ -188,7 +191,7 @@ on_node() {
   local a=$1 cfg=$2; shift 2
   exec unshare -m --propagation private sh -c "$node_sh" sh "$work/vols/node-$a" "$v" "$cfg" "$@"
 }
-start=$(now)
+start=$(now); p0=$(cpu_ticks "$api_pid")
 for a in $(seq 1 "$agents"); do
   if [[ $impl == ours ]]; then
     RUST_LOG=warn on_node "$a" "" "$bin" run --listen-address 127.0.0.1:0 --config-dir "$work/agent-$a/config" \
@@ -210,13 +213,14 @@ secs=null; [[ $t_pub != None ]] && secs=$(elapsed "$start" "$t_pub")
 all_available() { [[ $(count_phase Available) -ge $total ]]; }
 until_or 600 all_available || echo "fleet: not all PVs Available after 600 s" >&2
 sleep 11
-t_settled=$(now)
+t_settled=$(now); p1=$(cpu_ticks "$api_pid")
+pub_cpu=$("$python" -c "print(round(($p1 - $p0) / $hz, 2))")
 pubreq=$(py requests "$work/cp/logs/audit.log" "$user" "$start" "$t_settled")
 creates=$(jget "$pubreq" '["by"].get("create persistentvolumes", 0)')
 conflicts=$(jget "$pubreq" '["conflicts"]')
 k get events -A -o json > "$work/events.json"
 refusals=$(py refusals "$work/events.json")
-echo "{\"figure\":\"${figure}_publish\",\"impl\":\"$impl\",\"agents\":$agents,\"volumes_each\":$v,\"pvs\":$total,\"pvs_seen\":$seen,\"seconds_to_all_pvs\":$secs,\"creates_sent\":$creates,\"conflicts_409\":$conflicts,\"already_published_warnings\":$(jget "$refusals" '["already_published_warnings"]'),\"volumes_refused\":$(jget "$refusals" '["volumes_refused"]'),\"requests_until_settled\":$(jget "$pubreq" '["total"]'),\"requests_by\":$(jget "$pubreq" '["by"]' | tr "'" '"'),\"failed_answers\":$(jget "$pubreq" '["failed"]' | tr "'" '"')}"
+echo "{\"figure\":\"${figure}_publish\",\"impl\":\"$impl\",\"agents\":$agents,\"volumes_each\":$v,\"pvs\":$total,\"pvs_seen\":$seen,\"seconds_to_all_pvs\":$secs,\"creates_sent\":$creates,\"conflicts_409\":$conflicts,\"already_published_warnings\":$(jget "$refusals" '["already_published_warnings"]'),\"volumes_refused\":$(jget "$refusals" '["volumes_refused"]'),\"requests_until_settled\":$(jget "$pubreq" '["total"]'),\"apiserver_cpu_s_until_settled\":$pub_cpu,\"requests_by\":$(jget "$pubreq" '["by"]' | tr "'" '"'),\"failed_answers\":$(jget "$pubreq" '["failed"]' | tr "'" '"')}"
 
 # ---- idle ----
 w0=$(watch_events)
