@@ -655,8 +655,46 @@ impl AgentProcess {
     }
 }
 
+/// What the threads of process `pid` are doing (name, state, kernel wait channel) and its
+/// admin server's `/readyz` (which names a pass that is stuck, and where): printed when a test
+/// fails with the agent still running, so a silent agent shows whether it idles or hangs.
+fn process_snapshot(pid: u32, log: &str) -> String {
+    use std::io::Read;
+    let mut out = String::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect::<Vec<_>>());
+    for task in tasks.unwrap_or_default() {
+        let read = |name: &str| std::fs::read_to_string(task.path().join(name)).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').next()).unwrap_or("?").to_string();
+        out.push_str(&format!(
+            "thread {} {:?} state {state} wchan {}\n",
+            task.file_name().to_string_lossy(),
+            read("comm").trim(),
+            read("wchan")
+        ));
+    }
+    let addr = log
+        .lines()
+        .find(|l| l.contains("admin server listening"))
+        .and_then(|l| l.split("address=").nth(1)?.split_whitespace().next().map(str::to_string));
+    if let Some(addr) = addr
+        && let Ok(mut stream) = std::net::TcpStream::connect(&addr)
+    {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = write!(stream, "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        out.push_str(&format!("/readyz: {}\n", answer.lines().last().unwrap_or("(no answer within 2 s)")));
+    }
+    out
+}
+
 impl Drop for AgentProcess {
     fn drop(&mut self) {
+        if std::thread::panicking() && matches!(self.child.try_wait(), Ok(None)) {
+            eprintln!("----- the agent {} when the test failed -----", self.child.id());
+            eprint!("{}", process_snapshot(self.child.id(), &self.log_text()));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
