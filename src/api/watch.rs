@@ -69,21 +69,23 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let first = start_watcher(api.clone(), config.clone(), Start::Streaming);
-    futures::stream::unfold((first, Start::Streaming), move |(mut inner, start)| {
-        let (api, config) = (api.clone(), config.clone());
-        async move {
-            let mut item = inner.next().await?;
-            let next = next_start(start, &item);
-            if next != start {
-                // The refusal itself is not passed on: nothing failed, the other way starts now.
-                if let Err(e) = &item {
-                    info!(watch = what, answer = %e, "the API server does not serve streaming lists; listing, then watching");
-                }
-                inner = start_watcher(api, config, next);
-                item = inner.next().await?;
+    // What a switch starts from: kept only while the watch streams, and taken by the switch, so
+    // the events themselves copy nothing.
+    let fallback = Some((api, config));
+    futures::stream::unfold((first, fallback), move |(mut inner, mut fallback)| async move {
+        let mut item = inner.next().await?;
+        let start = if fallback.is_some() { Start::Streaming } else { Start::ListThenWatch };
+        if next_start(start, &item) != start
+            && let Some((api, config)) = fallback.take()
+        {
+            // The refusal itself is not passed on: nothing failed, the other way starts now.
+            if let Err(e) = &item {
+                info!(watch = what, answer = %e, "the API server does not serve streaming lists; listing, then watching");
             }
-            Some((item, (inner, next)))
+            inner = start_watcher(api, config, Start::ListThenWatch);
+            item = inner.next().await?;
         }
+        Some((item, (inner, fallback)))
     })
 }
 

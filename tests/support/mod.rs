@@ -268,10 +268,7 @@ impl ControlPlane {
         if let Ok(dir) = std::env::var("LSP_CONTROL_PLANE_DIR") {
             return Self::from_dir(PathBuf::from(dir), None);
         }
-        let tmp = tempfile::Builder::new().prefix("lsp-control-plane-").tempdir().unwrap();
-        let script = repo_root().join("tests/control-plane/start.sh");
-        run(Command::new("bash").arg(script).arg(tmp.path()));
-        Self::from_dir(tmp.path().to_path_buf(), Some(tmp))
+        Self::private(&[])
     }
 
     /// A control plane of this test only, its API server started with `apiserver_flags` too
@@ -673,11 +670,7 @@ fn process_snapshot(pid: u32, log: &str) -> String {
             read("wchan")
         ));
     }
-    let addr = log
-        .lines()
-        .find(|l| l.contains("admin server listening"))
-        .and_then(|l| l.split("address=").nth(1)?.split_whitespace().next().map(str::to_string));
-    if let Some(addr) = addr
+    if let Some(addr) = admin_address(log)
         && let Ok(mut stream) = std::net::TcpStream::connect(&addr)
     {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
@@ -780,13 +773,15 @@ impl ControlPlane {
 
 /// GETs `path` from the admin server of an agent whose log `log` returns: the address is the
 /// one its "admin server listening" line gives (a free port chosen by the agent).
+/// The admin server's address, from the agent's log line saying it listens.
+fn admin_address(log: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains("admin server listening"))?;
+    Some(line.split("address=").nth(1)?.split_whitespace().next()?.to_string())
+}
+
 pub fn admin_get(log: impl Fn() -> String, path: &str) -> String {
     use std::io::Read;
-    let addr = wait_until("the admin server address in the log", Duration::from_secs(30), || {
-        let log = log();
-        let line = log.lines().find(|l| l.contains("admin server listening"))?;
-        Some(line.split("address=").nth(1)?.split_whitespace().next()?.to_string())
-    });
+    let addr = wait_until("the admin server address in the log", Duration::from_secs(30), || admin_address(&log()));
     let mut stream = std::net::TcpStream::connect(&addr).unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
     let mut out = String::new();
