@@ -47,7 +47,8 @@ fn used_ext4(h: &Harness, class: &str, entry: &Path, claim: &str, mib: u64) -> (
     std::fs::write(entry.join("secret"), SECRET).unwrap();
     run(&mut Command::new("sync"));
     let uid = h.uid(&pv);
-    wait_until("the disk carries the complete mark of its PV", WAIT, || marked_for(entry, &pv, &uid));
+    // Complete: the PV's UID and its claim (the agent rewrites the mark when it sees it Bound).
+    wait_until("the disk carries the complete mark of its claimed PV", WAIT, || marked_claimed_for(entry, &pv, &uid));
     (pv, uid, dev)
 }
 

@@ -401,6 +401,9 @@ impl ControlPlane {
             .arg(repo_root().join("tests/control-plane/agent-kubeconfig.sh"))
             .arg(&self.dir)
             .arg(&path));
+        // deploy/ holds the inventory's CRD too: a test starting its own control plane (or the
+        // first on a shared one) may use the kind at once.
+        self.wait_crd_established("localstoragenodes.local-static-provisioner.io");
         self.forget_finished_tests_inventories();
         path
     }

@@ -151,10 +151,11 @@ impl Harness {
         let cp = ControlPlane::get();
         let node = format!("um-{name}").replace('_', "-");
         cp.create_node(&node);
+        // Applies deploy/ (RBAC and the inventory's CRD) before the kind is used below.
+        let kubeconfig = cp.agent_kubeconfig(&lab.root);
         // The node's inventory an earlier run on this control plane left: its agent would
         // start from that status (and a view change waits a minute), not from this run's.
         cp.kubectl_ok(&["delete", "localstoragenode", &node, "--ignore-not-found", "--wait=false"]);
-        let kubeconfig = cp.agent_kubeconfig(&lab.root);
         Some(Harness { cp, lab, node, kubeconfig, logs: Cell::new(0) })
     }
 
@@ -328,6 +329,13 @@ pub fn used_mark(root: &Path) -> Option<Value> {
 pub fn marked_for(root: &Path, pv: &str, uid: &str) -> Option<()> {
     let mark = used_mark(root)?;
     (mark["pv"] == pv && mark["uid"] == uid).then_some(())
+}
+
+/// Like `marked_for`, and the mark also records that the PV was claimed: the agent rewrites it
+/// once it sees the PV Bound, so a test that compares the mark later waits for this one.
+pub fn marked_claimed_for(root: &Path, pv: &str, uid: &str) -> Option<()> {
+    marked_for(root, pv, uid)?;
+    (used_mark(root)?["claimed"] == true).then_some(())
 }
 
 /// The ledger's entry for `pv`, if the ledger is readable and has one.
