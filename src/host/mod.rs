@@ -9,6 +9,8 @@ pub(crate) mod claims;
 pub mod device_content;
 pub(crate) mod discovery;
 pub mod disk_health;
+#[allow(unsafe_code)]
+pub mod fscrypt;
 pub mod identity;
 pub(crate) mod inotify;
 pub mod kernel_log;
