@@ -104,7 +104,7 @@ pub(super) const TOP_KEYS: [&str; 11] = [
 pub(super) const DEVICE_KEYS: [&str; 9] =
     ["types", "minSize", "maxSize", "rotational", "models", "vendors", "exclude", "maxPerNode", "verify"];
 
-pub(super) const CLASS_KEYS: [&str; 12] = [
+pub(super) const CLASS_KEYS: [&str; 13] = [
     "hostDir",
     "mountDir",
     "blockCleanerCommand",
@@ -117,6 +117,7 @@ pub(super) const CLASS_KEYS: [&str; 12] = [
     "devices",
     "rootMode",
     "rootOwner",
+    "encryption",
 ];
 
 #[derive(Default)]
@@ -326,6 +327,25 @@ impl Parser {
                 "rootMode and rootOwner are for Filesystem classes (a Block volume has no root directory)",
             );
         }
+        let encryption = match field_str(self, "encryption") {
+            None => None,
+            Some(s) => crate::core::encryption::Encryption::parse(&s)
+                .map_err(|e| self.problem(&format!("{loc}.encryption"), e))
+                .ok()
+                .flatten(),
+        };
+        if encryption.is_some() && volume_mode == VolumeMode::Block {
+            self.problem(
+                &format!("{loc}.encryption"),
+                "is for Filesystem classes: a Block volume is handed to the pod as a device, with no directory to encrypt",
+            );
+        }
+        if encryption.is_some() && devices.is_some() {
+            self.problem(
+                &format!("{loc}.encryption"),
+                "cannot be set with devices: claimed devices are raw block devices, and encryption needs a mounted filesystem (docs/encryption.md)",
+            );
+        }
         Some(ClassConfig {
             host_dir: host_dir.unwrap_or_default(),
             mount_dir: mount_dir.unwrap_or_default(),
@@ -339,6 +359,7 @@ impl Parser {
             devices,
             root_mode,
             root_owner,
+            encryption,
         })
     }
 

@@ -71,6 +71,7 @@ fn default_class(dir: &str) -> ClassConfig {
         devices: None,
         root_mode: None,
         root_owner: None,
+        encryption: None,
     }
 }
 
@@ -155,6 +156,7 @@ fn helm_chart_rendering_is_accepted_with_every_value() {
                 devices: None,
                 root_mode: None,
                 root_owner: None,
+                encryption: None,
             },
         )]),
         node_labels_for_pv: vec!["topology.kubernetes.io/zone".into()],

@@ -59,6 +59,9 @@ pub struct PvState {
     pub honours_fence: bool,
     /// `spec.capacity.storage` in bytes, when readable.
     pub capacity_bytes: Option<u64>,
+    /// The key an encrypted volume's PV names (core::encryption), or why its annotation is
+    /// unreadable: its wipe destroys that key first, and refuses while it cannot tell which.
+    pub encryption: Option<Result<String, String>>,
 }
 
 impl PvState {
@@ -99,6 +102,7 @@ impl PvState {
             }),
             honours_fence: pv.fence_honoured,
             capacity_bytes: pv.spec.capacity_bytes,
+            encryption: pv.encryption_key().transpose(),
         }
     }
 }

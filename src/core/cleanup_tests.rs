@@ -39,6 +39,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         claim: None,
         honours_fence: true,
         capacity_bytes: None,
+        encryption: None,
     }
 }
 
@@ -766,6 +767,7 @@ fn from_pv_extracts_every_field() {
             // Made before fences: its affinity does not require the fence label's absence.
             honours_fence: false,
             capacity_bytes: Some(100 << 30),
+            encryption: None,
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

@@ -13,6 +13,7 @@ pub mod disk_health;
 pub mod disk_identity;
 pub mod disk_trust;
 pub(crate) mod effect_key;
+pub mod encryption;
 pub(crate) mod expectations;
 pub mod fence;
 pub(crate) mod fence_label;

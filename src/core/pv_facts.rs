@@ -114,9 +114,18 @@ pub struct PvFactsStatus {
 }
 
 impl PvFacts {
-    /// The host path of a local PV.
+    /// The host path of a local PV's volume: `spec.local.path`, less the data directory of an
+    /// encrypted volume (core::encryption::volume_path), so every rule about the volume reads
+    /// its root whether or not it is encrypted.
     pub fn local_path(&self) -> Option<&str> {
-        self.spec.local.as_ref().map(|l| l.path.as_str())
+        let encrypted = self.annotation(super::encryption::ANN_ENCRYPTION).map(String::as_str);
+        self.spec.local.as_ref().map(|l| super::encryption::volume_path(&l.path, encrypted))
+    }
+
+    /// The key identifier an encrypted volume's PV names (`None`: not encrypted); an
+    /// unreadable annotation is an error, so nothing treats such a volume as unencrypted.
+    pub fn encryption_key(&self) -> Result<Option<String>, String> {
+        super::encryption::key_to_destroy(self.annotation(super::encryption::ANN_ENCRYPTION).map(String::as_str))
     }
 
     /// `status.phase`, empty when not set.
@@ -296,6 +305,24 @@ mod tests {
             },
             "status": {"phase": "Bound", "lastPhaseTransitionTime": "2026-11-24T08:00:00Z"}
         })
+    }
+
+    #[test]
+    fn an_encrypted_volume_is_read_at_its_root_with_its_key() {
+        let key = "0123456789abcdef0123456789abcdef";
+        let mut json = full();
+        json["spec"]["local"]["path"] = "/mnt/disks/a/lsp-encrypted".into();
+        json["metadata"]["annotations"]["local-static-provisioner.io/encryption"] =
+            format!("fscrypt-v2 key={key}").into();
+        let facts: PvFacts = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(facts.local_path(), Some("/mnt/disks/a"));
+        assert_eq!(facts.encryption_key(), Ok(Some(key.to_string())));
+        // An unreadable annotation is an error, never "not encrypted".
+        json["metadata"]["annotations"]["local-static-provisioner.io/encryption"] = "fscrypt-v2 key=zz".into();
+        let facts: PvFacts = serde_json::from_value(json).unwrap();
+        assert!(facts.encryption_key().is_err());
+        let plain: PvFacts = serde_json::from_value(full()).unwrap();
+        assert_eq!(plain.encryption_key(), Ok(None));
     }
 
     #[test]

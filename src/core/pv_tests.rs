@@ -40,6 +40,7 @@ fn class(host_dir: &str) -> ClassConfig {
         devices: None,
         root_mode: None,
         root_owner: None,
+        encryption: None,
     }
 }
 

@@ -101,6 +101,10 @@ pub struct ClassConfig {
     /// `rootOwner`: the owner and group (numeric) the wipe gives a Filesystem volume's root.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "uid_gid")]
     pub root_owner: Option<(u32, u32)>,
+    /// `encryption`: each volume's data encrypted at rest with its own key (core::encryption);
+    /// `None`: volumes are published as they are, as upstream does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<super::encryption::Encryption>,
 }
 
 impl ClassConfig {
