@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::config::ProvisionerConfig;
 use crate::core::cleanup::PvState;
 use crate::core::device_claim::LinkAction;
+use crate::core::disk_identity::{Verdict, judge};
 use crate::core::succession::DiskCheck;
 use crate::core::used_mark::{Replace, UsedMark};
 use crate::core::volume_safety::DiskKey;
@@ -21,12 +22,17 @@ use crate::core::wipe_job::{Progress, WipeError, WipeJob, Wiped};
 use crate::host::HostError;
 use crate::host::claims::{self, ClaimMemory, ClaimReport};
 use crate::host::discovery::{self, Examine, Scan};
+use crate::host::encryption;
+use crate::host::fscrypt::KeyId;
+use crate::host::identity::directory_identity;
 use crate::host::identity::{check_disk, presence_and_check, upgraded_identity, volume_identity_in};
+use crate::host::key_store::KeyStore;
 use crate::host::kubelet::KubeletView;
 use crate::host::mountinfo::MountTable;
 use crate::host::ops::{Answer, Job, OnDeadline, Operations, Subject};
 use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
 use crate::host::verify::Verifier;
+use std::os::fd::AsFd as _;
 
 /// What one pass wants to know about the host, beyond the scan of the discovery directories.
 #[derive(Debug, Clone, Default)]
@@ -151,6 +157,39 @@ pub trait HostAccess: Send + Sync + 'static {
     /// Drops the last wipes `keep` rejects; returns those kept. A host that keeps none has none.
     fn last_wipes(&self, _keep: &(dyn Fn(&LastWipe) -> bool + Sync)) -> Result<Vec<LastWipe>, String> {
         Ok(Vec::new())
+    }
+    /// Readies the encrypted data directory of the volume at `path` (inside this container;
+    /// `host_path` and the identity discovery `recorded` go with its key) on the disk proven to
+    /// be that one, and returns its key's identifier (host::encryption::prepare). A host that
+    /// keeps no keys refuses.
+    fn prepare_encrypted(
+        &self,
+        path: &std::path::Path,
+        _host_path: &str,
+        _recorded: &str,
+        _on: &OnDeadline,
+    ) -> Result<String, String> {
+        Err(format!("{}: this host keeps no encryption keys", path.display()))
+    }
+    /// Has key `key` (hex identifier) in the kernel for the encrypted volume at `path`; `true`
+    /// when it had to be added (host::encryption::load). A host that keeps no keys cannot.
+    fn load_key(&self, path: &std::path::Path, key: &str, _on: &OnDeadline) -> Result<bool, String> {
+        Err(format!("{}: this host keeps no encryption keys (key {key})", path.display()))
+    }
+    /// The keys in the node's store. A host that keeps none has none.
+    fn stored_keys(&self) -> Result<Vec<crate::host::key_store::KeyInfo>, String> {
+        Ok(Vec::new())
+    }
+    /// Destroys a stored key no PV names (core::encryption::plan_keys) unless kubelet holds a
+    /// mount of its disk; `path`: where its volume is mounted in this container, if it is (the
+    /// kernel's copy goes too). A host that keeps no keys has none to destroy.
+    fn destroy_orphan_key(
+        &self,
+        _key: &crate::host::key_store::KeyInfo,
+        _path: Option<&std::path::Path>,
+        _on: &OnDeadline,
+    ) -> Result<(), String> {
+        Ok(())
     }
 }
 
@@ -472,4 +511,90 @@ impl HostAccess for RealHost {
     fn last_wipes(&self, keep: &(dyn Fn(&LastWipe) -> bool + Sync)) -> Result<Vec<LastWipe>, String> {
         crate::host::wipe_history::retain(self.state_dir()?, keep).map_err(|e| e.to_string())
     }
+
+    fn prepare_encrypted(
+        &self,
+        path: &std::path::Path,
+        host_path: &str,
+        recorded: &str,
+        _on: &OnDeadline,
+    ) -> Result<String, String> {
+        let store = KeyStore::new(self.state_dir()?);
+        let mounts = MountTable::read().map_err(|e| e.to_string())?;
+        let root = encrypted_root(path)?;
+        // Proven on the descriptor the key and the policy go through: the disk discovery found.
+        let found = directory_identity(root.as_fd(), path, Some(&mounts)).map_err(|e| e.to_string())?;
+        let same = found.identity == recorded || matches!(judge(recorded, &found, None), Verdict::Same(_));
+        if !same {
+            return Err(format!("{}: the volume changed since discovery; not encrypted now", path.display()));
+        }
+        let id =
+            encryption::prepare(root.as_fd(), path, host_path, &found.identity, &store).map_err(|e| e.to_string())?;
+        Ok(id.to_hex())
+    }
+
+    fn load_key(&self, path: &std::path::Path, key: &str, _on: &OnDeadline) -> Result<bool, String> {
+        let id = KeyId::from_hex(key).ok_or_else(|| format!("{key:?} is not a key identifier"))?;
+        let store = KeyStore::new(self.state_dir()?);
+        let root = encrypted_root(path)?;
+        let loaded = encryption::load(root.as_fd(), path, &id, &store).map_err(|e| e.to_string())?;
+        Ok(loaded == encryption::Loaded::Added)
+    }
+
+    fn stored_keys(&self) -> Result<Vec<crate::host::key_store::KeyInfo>, String> {
+        KeyStore::new(self.state_dir()?).list().map_err(|e| e.to_string())
+    }
+
+    fn destroy_orphan_key(
+        &self,
+        key: &crate::host::key_store::KeyInfo,
+        path: Option<&std::path::Path>,
+        _on: &OnDeadline,
+    ) -> Result<(), String> {
+        let id = KeyId::from_hex(&key.id).ok_or_else(|| format!("{:?} is not a key identifier", key.id))?;
+        let store = KeyStore::new(self.state_dir()?);
+        let mounts = MountTable::read().map_err(|e| e.to_string())?;
+        // Any mount kubelet has of the disk the key was made on keeps the key: a pod may still
+        // use the volume (its PV force-deleted). A disk that cannot be told is kept too.
+        let device =
+            crate::core::disk_identity::DiskIdentity::parse(&key.identity).and_then(|d| d.dev).ok_or_else(|| {
+                format!("key {}: the disk it was made on cannot be told ({}); kept", key.id, key.identity)
+            })?;
+        let subject = crate::host::kubelet::Subject::Filesystem { device, root: "/".into() };
+        if let Some(at) = self.kubelet.holder(&subject, &mounts).map_err(|e| e.to_string())? {
+            return Err(format!("key {}: kubelet still has its volume mounted at {}; kept", key.id, at.display()));
+        }
+        match path {
+            Some(path) => {
+                let root = encrypted_root(path)?;
+                let found = directory_identity(root.as_fd(), path, Some(&mounts)).map_err(|e| e.to_string())?;
+                let same = matches!(judge(&key.identity, &found, None), Verdict::Same(_));
+                if same {
+                    encryption::destroy(root.as_fd(), path, &id, &store).map_err(|e| e.to_string())?;
+                } else {
+                    // Another disk is there now: the key's own filesystem is not mounted here.
+                    encryption::forget(&id, &store).map_err(|e| e.to_string())?;
+                }
+            }
+            None => {
+                encryption::forget(&id, &store).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The root of the Filesystem volume at `path`, opened for an encryption step: a directory
+/// (a link is never followed out of the discovery directory, and a block device has no
+/// directory to encrypt).
+fn encrypted_root(path: &std::path::Path) -> Result<std::fs::File, String> {
+    use crate::host::volume::{EntryKind, resolve_entry};
+    let (kind, resolved) = resolve_entry(path).map_err(|e| e.to_string())?;
+    if kind != EntryKind::Directory {
+        return Err(format!(
+            "{}: encryption needs a mounted filesystem, and this entry is not a directory ({kind:?})",
+            path.display()
+        ));
+    }
+    crate::host::used_mark::open_volume_root(&resolved).map_err(|e| e.to_string())
 }

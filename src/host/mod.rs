@@ -9,11 +9,13 @@ pub(crate) mod claims;
 pub mod device_content;
 pub(crate) mod discovery;
 pub mod disk_health;
+pub mod encryption;
 #[allow(unsafe_code)]
 pub mod fscrypt;
 pub mod identity;
 pub(crate) mod inotify;
 pub mod kernel_log;
+pub mod key_store;
 pub mod kubelet;
 #[allow(unsafe_code)]
 pub(crate) mod listmount;

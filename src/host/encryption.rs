@@ -1,0 +1,247 @@
+//! The host half of per-volume encryption (core::encryption): readying an encrypted volume's
+//! data directory with a fresh key, having its key in the kernel (after a reboot or a remount
+//! the kernel has none), and destroying it. Every call works on a descriptor of the volume's
+//! root the caller opened (host::used_mark::open_volume_root: no symlink followed, nothing
+//! mounted over it), and on the data directory opened from it without following a link, so a
+//! path swapped meanwhile cannot redirect it.
+
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use super::fscrypt::{self, FscryptError, KeyId, KeyStatus, MasterKey, Removal, Support};
+use super::key_store::{KeyStore, KeyStoreError};
+use crate::core::encryption::ENCRYPTED_DIR;
+
+/// Why an encryption step failed, naming the volume.
+#[derive(Debug, thiserror::Error)]
+pub enum EncryptionError {
+    /// The volume's filesystem cannot take an fscrypt policy.
+    #[error("{path}: {why}")]
+    Unsupported { path: PathBuf, why: String },
+    /// An fscrypt call failed (its error names the path).
+    #[error(transparent)]
+    Fscrypt(#[from] FscryptError),
+    /// The node's key store failed.
+    #[error("{path}: {source}")]
+    Store {
+        path: PathBuf,
+        #[source]
+        source: KeyStoreError,
+    },
+    /// A file operation on the data directory failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: rustix::io::Errno,
+    },
+    /// The data directory holds files of an earlier volume (its key unknown or its PV gone):
+    /// never handed to a new claim, and never emptied here (the wipe does that, proven).
+    #[error(
+        "{path} already holds files (an earlier volume's data, encrypted with {key}); it is not published until it is wiped (local-static-provisioner.io/cleanup on its PV, or `local-static-provisioner wipe-disk`)"
+    )]
+    HoldsData { path: PathBuf, key: String },
+    /// The data directory is not encrypted with the key its PV names.
+    #[error("{path} is encrypted with {found}, not with the key its PV names ({wanted}): not the directory published")]
+    WrongKey { path: PathBuf, found: String, wanted: String },
+    /// The kernel gave another identifier for the stored key than its name.
+    #[error("{path}: the stored key {wanted} is another key (the kernel derives {found} from it); refused")]
+    KeyMismatch { path: PathBuf, found: String, wanted: String },
+    /// The kernel still has the key after its removal.
+    #[error("{path}: the key {key} is still in the kernel after its removal ({status:?}); the wipe stops here")]
+    StillLoaded { path: PathBuf, key: String, status: KeyStatus },
+    /// Files of the volume are still open: the key's secret is gone from the kernel, but the
+    /// removal completes only once they are closed.
+    #[error(
+        "{path}: files encrypted with {key} are still open on the host; the key is removed once they are closed (retried)"
+    )]
+    FilesBusy { path: PathBuf, key: String },
+}
+
+impl EncryptionError {
+    fn store(path: &Path) -> impl FnOnce(KeyStoreError) -> EncryptionError + '_ {
+        move |source| EncryptionError::Store { path: path.to_path_buf(), source }
+    }
+    fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(rustix::io::Errno) -> EncryptionError + 'a {
+        move |source| EncryptionError::Io { op, path: path.to_path_buf(), source }
+    }
+}
+
+/// Opens the data directory of the volume whose root is `root`, without following a link;
+/// `None` when there is none.
+fn open_data_dir(root: BorrowedFd<'_>, data: &Path) -> Result<Option<OwnedFd>, EncryptionError> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(root, ENCRYPTED_DIR, flags, Mode::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(EncryptionError::io("opening", data)(e)),
+    }
+}
+
+/// Whether the directory open as `dir` has no entries (no key needed: a locked directory
+/// lists its entries by their encrypted names).
+fn is_empty(dir: BorrowedFd<'_>, path: &Path) -> Result<bool, EncryptionError> {
+    let entries = rustix::fs::Dir::read_from(dir).map_err(EncryptionError::io("reading", path))?;
+    for entry in entries {
+        let entry = entry.map_err(EncryptionError::io("reading", path))?;
+        if ![&b"."[..], b".."].contains(&entry.file_name().to_bytes()) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Readies the encrypted data directory of the volume whose root is open as `root` (`path`
+/// inside this container; `host_path` and `identity` are recorded with the key) and returns the
+/// identifier of its key:
+/// - a filesystem that cannot take a policy is refused, saying what to do;
+/// - an empty data directory encrypted with a key the store holds is kept (a publish that
+///   stored its key and was interrupted before its PV was made), its key loaded;
+/// - any other empty data directory is removed and made anew;
+/// - a data directory that holds files is refused: an earlier volume's data is never handed on;
+/// - a new one gets a fresh key, stored durably before the policy names it, with the mode and
+///   owner of the volume's root (what rootMode and rootOwner give the root, the tenant gets).
+pub fn prepare(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    host_path: &str,
+    identity: &str,
+    store: &KeyStore,
+) -> Result<KeyId, EncryptionError> {
+    match fscrypt::support(root, path)? {
+        Support::Usable => {}
+        Support::FeatureOff => {
+            return Err(EncryptionError::Unsupported {
+                path: path.to_path_buf(),
+                why: "the filesystem has no encrypt feature; enable it (ext4: `tune2fs -O encrypt <device>` while \
+                      unmounted, or `mkfs.ext4 -O encrypt`; f2fs: `mkfs.f2fs -O encrypt`) as docs/disk-preparation.md shows"
+                    .into(),
+            });
+        }
+        Support::NotSupported => {
+            return Err(EncryptionError::Unsupported {
+                path: path.to_path_buf(),
+                why:
+                    "the filesystem cannot be encrypted with fscrypt (ext4 and f2fs made with the encrypt feature can)"
+                        .into(),
+            });
+        }
+    }
+    let data = path.join(ENCRYPTED_DIR);
+    if let Some(dir) = open_data_dir(root, &data)? {
+        let policy = fscrypt::policy_of(dir.as_fd(), &data)?;
+        let empty = is_empty(dir.as_fd(), &data)?;
+        if let Some(id) = policy
+            && empty
+            && let Ok(key) = store.read(&id)
+        {
+            load_key(root, &data, &id, &key)?;
+            // Written again: its age restarts, so the orphan rule does not take it for the
+            // leftover of an old publish while its PV is being made.
+            store.keep(&id, &key, host_path, identity).map_err(EncryptionError::store(path))?;
+            return Ok(id);
+        }
+        if !empty {
+            let key = policy.map_or_else(|| "no key: it is not encrypted".to_string(), |id| id.to_hex());
+            return Err(EncryptionError::HoldsData { path: data, key });
+        }
+        drop(dir);
+        rustix::fs::unlinkat(root, ENCRYPTED_DIR, AtFlags::REMOVEDIR)
+            .map_err(EncryptionError::io("removing", &data))?;
+    }
+    let key = MasterKey::generate()?;
+    let id = fscrypt::add_key(root, &key, path)?;
+    store.keep(&id, &key, host_path, identity).map_err(EncryptionError::store(path))?;
+    let stat = rustix::fs::fstat(root).map_err(EncryptionError::io("stat", path))?;
+    rustix::fs::mkdirat(root, ENCRYPTED_DIR, Mode::from_raw_mode(0o700))
+        .map_err(EncryptionError::io("creating", &data))?;
+    let dir =
+        open_data_dir(root, &data)?.ok_or_else(|| EncryptionError::io("opening", &data)(rustix::io::Errno::NOENT))?;
+    fscrypt::set_policy(dir.as_fd(), &id, &data)?;
+    let mode = Mode::from_raw_mode(stat.st_mode & 0o7777);
+    rustix::fs::fchmod(dir.as_fd(), mode).map_err(EncryptionError::io("chmod", &data))?;
+    let (uid, gid) = (rustix::fs::Uid::from_raw(stat.st_uid), rustix::fs::Gid::from_raw(stat.st_gid));
+    rustix::fs::fchown(dir.as_fd(), Some(uid), Some(gid)).map_err(EncryptionError::io("chown", &data))?;
+    rustix::fs::fsync(dir.as_fd()).map_err(EncryptionError::io("syncing", &data))?;
+    rustix::fs::fsync(root).map_err(EncryptionError::io("syncing", path))?;
+    Ok(id)
+}
+
+/// Adds `key` to the filesystem of `root` and checks the kernel derives `id` from it.
+fn load_key(root: BorrowedFd<'_>, path: &Path, id: &KeyId, key: &MasterKey) -> Result<(), EncryptionError> {
+    let found = fscrypt::add_key(root, key, path)?;
+    if found != *id {
+        return Err(EncryptionError::KeyMismatch {
+            path: path.to_path_buf(),
+            found: found.to_hex(),
+            wanted: id.to_hex(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether [`load`] found the key in the kernel already or added it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loaded {
+    AlreadyPresent,
+    Added,
+}
+
+/// Has key `id` in the kernel for the volume whose root is open as `root`: the data directory
+/// must be there and encrypted with exactly that key (else it is not the directory published);
+/// a key the kernel lacks is read from the store and added.
+pub fn load(root: BorrowedFd<'_>, path: &Path, id: &KeyId, store: &KeyStore) -> Result<Loaded, EncryptionError> {
+    let data = path.join(ENCRYPTED_DIR);
+    let dir =
+        open_data_dir(root, &data)?.ok_or_else(|| EncryptionError::io("opening", &data)(rustix::io::Errno::NOENT))?;
+    match fscrypt::policy_of(dir.as_fd(), &data)? {
+        Some(found) if found == *id => {}
+        found => {
+            let found = found.map_or_else(|| "no key (not encrypted)".to_string(), |f| f.to_hex());
+            return Err(EncryptionError::WrongKey { path: data, found, wanted: id.to_hex() });
+        }
+    }
+    if fscrypt::key_status(root, id, path)? == KeyStatus::Present {
+        return Ok(Loaded::AlreadyPresent);
+    }
+    let key = store.read(id).map_err(EncryptionError::store(path))?;
+    load_key(root, path, id, &key)?;
+    Ok(Loaded::Added)
+}
+
+/// What [`destroy`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Destroyed {
+    /// The key was in the kernel and was removed from it.
+    pub was_loaded: bool,
+    /// The node's store held a copy, now destroyed.
+    pub was_stored: bool,
+}
+
+/// Destroys key `id`: removed from the kernel for every user (its secret is wiped at once;
+/// the inodes it unlocked are evicted), then its stored copy destroyed durably. The caller has
+/// proven the disk is the PV's and that kubelet holds no mount of it. Files still open fail
+/// with [`EncryptionError::FilesBusy`] before the stored copy goes, so a retry completes it.
+pub fn destroy(root: BorrowedFd<'_>, path: &Path, id: &KeyId, store: &KeyStore) -> Result<Destroyed, EncryptionError> {
+    let removal = fscrypt::remove_key(root, id, path)?;
+    if removal == Removal::FilesBusy {
+        return Err(EncryptionError::FilesBusy { path: path.to_path_buf(), key: id.to_hex() });
+    }
+    // Shown, not assumed: the kernel no longer has it (a key still in use would be
+    // incompletely removed, which the removal above already refused).
+    let status = fscrypt::key_status(root, id, path)?;
+    if status != KeyStatus::Absent {
+        return Err(EncryptionError::StillLoaded { path: path.to_path_buf(), key: id.to_hex(), status });
+    }
+    let was_stored = store.destroy(id).map_err(EncryptionError::store(path))?;
+    Ok(Destroyed { was_loaded: removal == Removal::Removed, was_stored })
+}
+
+/// Destroys the stored copy of a key whose volume is not mounted here (an orphan whose disk
+/// is gone): nothing to remove from the kernel.
+pub fn forget(id: &KeyId, store: &KeyStore) -> Result<bool, EncryptionError> {
+    store.destroy(id).map_err(EncryptionError::store(store.dir()))
+}
