@@ -10,9 +10,10 @@
 //! planners), `build_info` and `memory`.
 
 // The crate's surface is what the binary and the integration tests use; everything else is
-// `pub(crate)`, so the compiler shows what is dead. `unsafe` only in the three modules that wrap
+// `pub(crate)`, so the compiler shows what is dead. `unsafe` only in the four modules that wrap
 // system calls no crate offers (memory: the allocator's tunables; host::blockdev: block and
-// loop ioctls; host::listmount: listmount and statmount), each allowing it where it is declared.
+// loop ioctls; host::listmount: listmount and statmount; host::fscrypt: the fscrypt ioctls),
+// each allowing it where it is declared.
 #![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 

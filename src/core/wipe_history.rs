@@ -42,6 +42,10 @@ pub struct LastWipe {
     /// The PV the volume was released from: its name and UID.
     pub pv: String,
     pub pv_uid: String,
+    /// An encrypted volume's key the wipe destroyed first, and when (absent in records of
+    /// earlier versions and for unencrypted volumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_erased: Option<super::wipe_job::KeyErased>,
 }
 
 impl LastWipe {
@@ -65,8 +69,13 @@ impl LastWipe {
     /// the wipe was not timed).
     pub fn annotation(&self) -> String {
         let took = self.elapsed_ms.map(|ms| format!(" duration={}", duration(ms))).unwrap_or_default();
+        let key = self
+            .key_erased
+            .as_ref()
+            .map(|k| format!(" key={} key-destroyed={} key-verified=absent", k.key, k.at))
+            .unwrap_or_default();
         format!(
-            "at={} method={} bytes={}{took} previous-pv={}",
+            "at={} method={} bytes={}{took}{key} previous-pv={}",
             self.at,
             self.method.replace(' ', "-"),
             self.bytes,
@@ -76,7 +85,14 @@ impl LastWipe {
 
     /// The words of the agent's log line when the new PV is created.
     pub fn note(&self) -> String {
-        let what = if self.method == FILESYSTEM {
+        let what = if let Some(k) = &self.key_erased {
+            format!(
+                "its encryption key {} destroyed at {}, then every entry removed, {} freed",
+                k.key,
+                k.at,
+                iec(self.bytes)
+            )
+        } else if self.method == FILESYSTEM {
             format!("every entry removed, {} freed", iec(self.bytes))
         } else {
             format!("{} device, {}", iec(self.bytes), self.method)
@@ -94,6 +110,8 @@ impl LastWipe {
 
 /// The method of a filesystem volume's wipe.
 pub const FILESYSTEM: &str = "filesystem";
+/// The method of an encrypted volume's wipe: its key destroyed, then every entry removed.
+pub const CRYPTO_ERASE: &str = "crypto-erase";
 
 /// `elapsed_ms` in seconds, to the millisecond: `0.012s`, `61.999s`.
 fn duration(elapsed_ms: u64) -> String {
@@ -116,6 +134,7 @@ mod tests {
             elapsed_ms: Some(1234),
             pv: "local-pv-1234".into(),
             pv_uid: "uid-1".into(),
+            key_erased: None,
         }
     }
 
@@ -174,6 +193,22 @@ mod tests {
         assert!(resumed.note().contains("finished after a retry"), "{}", resumed.note());
         assert!(!resumed.annotation().contains("duration"), "{}", resumed.annotation());
         assert!(LastWipe { elapsed_ms: Some(0), ..wipe() }.annotation().contains("duration=0.000s"));
+        let erased = LastWipe {
+            method: CRYPTO_ERASE.into(),
+            key_erased: Some(super::super::wipe_job::KeyErased {
+                key: "0123456789abcdef0123456789abcdef".into(),
+                at: "2026-11-28T09:59:59Z".into(),
+            }),
+            ..wipe()
+        };
+        assert_eq!(
+            erased.annotation(),
+            "at=2026-11-28T10:00:00Z method=crypto-erase bytes=4096 duration=1.234s \
+             key=0123456789abcdef0123456789abcdef key-destroyed=2026-11-28T09:59:59Z key-verified=absent previous-pv=uid-1"
+        );
+        assert!(
+            erased.note().contains("encryption key 0123456789abcdef0123456789abcdef destroyed at 2026-11-28T09:59:59Z")
+        );
         assert_eq!(duration(12), "0.012s");
         assert_eq!(duration(61_999), "61.999s");
     }

@@ -37,6 +37,10 @@ pub enum WipeError {
     /// The wipe itself failed (I/O error, tree changed, cancelled); retried soon.
     #[error("{0}")]
     Failed(String),
+    /// An encrypted volume's key could not be destroyed (files still open, the kernel still
+    /// has it, the store could not be written): nothing was removed; retried soon.
+    #[error("{0}")]
+    KeyNotDestroyed(String),
     /// The volume is in a state only an operator can fix (nested mount, not mounted,
     /// immutable file, wrong entry type, missing cleaner): retried rarely.
     #[error("{0}")]
@@ -115,6 +119,17 @@ pub struct Wiped {
     /// How (core::wipe_history::LastWipe::method).
     pub method: String,
     /// When the wipe completed (RFC 3339; empty: not known, an old record resumed).
+    pub at: String,
+    /// An encrypted volume's key, destroyed before its files were removed (core::encryption).
+    pub key_erased: Option<KeyErased>,
+}
+
+/// The destruction of an encrypted volume's key: the erase that can be shown.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct KeyErased {
+    /// The key's identifier (hex; never the key).
+    pub key: String,
+    /// When it was removed from the kernel and its stored copy destroyed (RFC 3339).
     pub at: String,
 }
 

@@ -14,10 +14,12 @@ use crate::config::BlockCleanMethod;
 use crate::core::activity::IoStat;
 use crate::core::cleanup::PvState;
 use crate::core::disk_identity::{Found, Proof, Verdict, judge};
-use crate::core::wipe_history::FILESYSTEM;
-use crate::core::wipe_job::{Progress, WipeError, WipeJob, Wiped};
+use crate::core::wipe_history::{CRYPTO_ERASE, FILESYSTEM};
+use crate::core::wipe_job::{KeyErased, Progress, WipeError, WipeJob, Wiped};
 use crate::host::discovery::wipe_exposure;
+use crate::host::fscrypt::KeyId;
 use crate::host::identity::{device_identity, directory_identity, found_identity};
+use crate::host::key_store::KeyStore;
 use crate::host::kubelet::{KubeletError, KubeletView, Subject};
 use crate::host::mountinfo::MountTable;
 use crate::host::used_mark::{Ledger, clear_dir_mark, open_volume_root};
@@ -57,6 +59,7 @@ pub fn wipe(
             at: Some(wiped.at.clone()),
             method: Some(wiped.method.clone()),
             bytes: Some(wiped.bytes),
+            key_erased: wiped.key_erased.clone(),
         };
         // Only saves a second wipe: without the record a retry wipes again, as before.
         match record::keep(dir, record) {
@@ -190,6 +193,7 @@ fn resume(ledger: &Ledger, kubelet: &KubeletView, job: &WipeJob, state_dir: &Pat
         identity,
         method: recorded.method.unwrap_or_else(|| mode.to_string()),
         at: recorded.at.unwrap_or_default(),
+        key_erased: recorded.key_erased,
     }))
 }
 
@@ -203,9 +207,11 @@ fn wipe_volume(
 ) -> Result<Wiped, WipeError> {
     let path = job.target.path.clone();
     let failed = |e: &dyn std::fmt::Display| WipeError::Failed(e.to_string());
+    let key = key_of_job(job)?;
     let checked = check_volume(&job.pv, &path)?;
     let mounts = MountTable::read().map_err(|e| failed(&e))?;
     not_held_by_kubelet(kubelet, &path, &checked, &mounts)?;
+    let state_dir = ledger.path().parent();
     match checked {
         Checked::Filesystem { root, size } => {
             progress.size.store(size, Ordering::Relaxed);
@@ -217,6 +223,9 @@ fn wipe_volume(
             // The descriptor and identity proven, kept to clear the used mark of exactly this
             // disk once the wipe is complete.
             let mut proven: Option<(std::os::fd::OwnedFd, String)> = None;
+            // An encrypted volume's key goes first, on the descriptor just proven: its data is
+            // unreadable from then on, whatever the removal of its files leaves on the disk.
+            let mut key_erased = None;
             let mut verify = |fd: std::os::fd::BorrowedFd<'_>| {
                 // Never the host itself, whatever identity the PV recorded (or not).
                 if let Some(why) = mount_of_fd(fd, &mounts).and_then(|m| wipe_exposure(m, &mounts, class)) {
@@ -233,6 +242,22 @@ fn wipe_volume(
                     text
                 })?;
                 proven = Some((fd.try_clone_to_owned().map_err(|e| e.to_string())?, identity));
+                if let Some(id) = &key
+                    && key_erased.is_none()
+                {
+                    match erase_key(fd, &root, id, state_dir) {
+                        Ok(erased) => key_erased = Some(erased),
+                        Err(e) => {
+                            let e = WipeError::KeyNotDestroyed(format!(
+                                "destroying the key {id} of {}: {e}; nothing was removed",
+                                root.display()
+                            ));
+                            let text = e.to_string();
+                            refusal = Some(e);
+                            return Err(text);
+                        }
+                    }
+                }
                 Ok(())
             };
             let result = wipe_filesystem_counted(
@@ -256,8 +281,14 @@ fn wipe_volume(
             let fd = std::os::fd::AsFd::as_fd(&fd);
             let dir = mount_of_fd(fd, &mounts).map(|m| m.root.display().to_string());
             clear_marks(ledger, Some(fd), &root, &identity, dir.as_deref())?;
-            Ok(completed("fs", stats.bytes_freed, identity, FILESYSTEM.into()))
+            let method = if key_erased.is_some() { CRYPTO_ERASE } else { FILESYSTEM };
+            Ok(Wiped { key_erased, ..completed("fs", stats.bytes_freed, identity, method.into()) })
         }
+        Checked::Block { .. } if key.is_some() => Err(WipeError::Refused(format!(
+            "PV {} names an encryption key but {} is a block device: not the volume published; not wiped",
+            job.pv.name,
+            path.display()
+        ))),
         Checked::Block { size, found } => {
             progress.size.store(size, Ordering::Relaxed);
             progress.total.store(size, Ordering::Relaxed);
@@ -310,10 +341,45 @@ fn wipe_volume(
 
 /// A wipe that completed now.
 fn completed(mode: &'static str, bytes: u64, identity: String, method: String) -> Wiped {
+    Wiped { mode, bytes, resumed: false, identity, method, at: now_rfc3339(), key_erased: None }
+}
+
+/// Now, to the second (RFC 3339).
+fn now_rfc3339() -> String {
     use k8s_openapi::jiff::{Timestamp, Unit};
     let now = Timestamp::now();
-    let at = now.round(Unit::Second).unwrap_or(now);
-    Wiped { mode, bytes, resumed: false, identity, method, at: at.to_string() }
+    now.round(Unit::Second).unwrap_or(now).to_string()
+}
+
+/// The key an encrypted volume's PV names, to be destroyed before its files are removed;
+/// refused while the PV's annotation cannot be read (which key is unknown).
+fn key_of_job(job: &WipeJob) -> Result<Option<KeyId>, WipeError> {
+    match &job.pv.encryption {
+        None => Ok(None),
+        Some(Err(why)) => Err(WipeError::Refused(format!(
+            "PV {}: its encryption annotation cannot be read ({why}), so which key to destroy is unknown; not wiped",
+            job.pv.name
+        ))),
+        Some(Ok(hex)) => KeyId::from_hex(hex).map(Some).ok_or_else(|| {
+            WipeError::Refused(format!("PV {}: {hex:?} is not a key identifier; not wiped", job.pv.name))
+        }),
+    }
+}
+
+/// Destroys the encrypted volume's key on the volume whose root `fd` the wipe proved is the
+/// PV's: removed from the kernel, its stored copy destroyed, and checked absent.
+fn erase_key(
+    fd: std::os::fd::BorrowedFd<'_>,
+    root: &Path,
+    id: &KeyId,
+    state_dir: Option<&Path>,
+) -> Result<KeyErased, String> {
+    let Some(state_dir) = state_dir else {
+        return Err("no state directory holds this volume's key".into());
+    };
+    let store = KeyStore::new(state_dir);
+    crate::host::encryption::destroy(fd, root, id, &store).map_err(|e| e.to_string())?;
+    Ok(KeyErased { key: id.to_hex(), at: now_rfc3339() })
 }
 
 /// Fails with [`WipeError::InUse`] while kubelet still has the volume at `path` mounted for a

@@ -53,6 +53,7 @@ mod tests {
             elapsed_ms: Some(2),
             pv: "local-pv-x".into(),
             pv_uid: "u".into(),
+            key_erased: None,
         }
     }
 

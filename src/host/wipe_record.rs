@@ -105,6 +105,9 @@ pub struct WipedRecord {
     pub method: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
+    /// The encrypted volume's key the wipe destroyed, and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_erased: Option<crate::core::wipe_job::KeyErased>,
 }
 
 /// What the disk shows now, for [`honoured`].
@@ -206,6 +209,7 @@ mod tests {
             at: None,
             method: None,
             bytes: None,
+            key_erased: None,
         }
     }
 
@@ -219,6 +223,7 @@ mod tests {
             at: Some("2026-11-28T10:00:00Z".into()),
             method: Some("quick".into()),
             bytes: Some(800 * 512),
+            key_erased: None,
         }
     }
 

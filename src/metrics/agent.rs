@@ -125,6 +125,8 @@ pub(super) struct Wipes {
     delete_duration: Family<DeleteDurationLabels, Histogram>,
     wipes_running: Gauge,
     wipe_bytes: Family<ModeLabels, Counter>,
+    crypto_erases: Counter,
+    key_failures: Family<OpLabels, Counter>,
 }
 
 impl Wipes {
@@ -136,6 +138,8 @@ impl Wipes {
             delete_duration: Family::new_with_constructor(|| Histogram::new(GO_DEFAULT_BUCKETS)),
             wipes_running: Gauge::default(),
             wipe_bytes: Family::default(),
+            crypto_erases: Counter::default(),
+            key_failures: Family::default(),
         };
         registry.register(
             "local_volume_provisioner_persistentvolume_delete",
@@ -158,6 +162,16 @@ impl Wipes {
             group.wipes_running.clone(),
         );
         registry.register("local_static_provisioner_wipe_bytes", "Bytes wiped", group.wipe_bytes.clone());
+        registry.register(
+            "local_static_provisioner_crypto_erases",
+            "Encrypted volumes whose key a wipe destroyed (removed from the kernel, shown absent, its stored copy destroyed) before removing their files (docs/encryption.md)",
+            group.crypto_erases.clone(),
+        );
+        registry.register(
+            "local_static_provisioner_encryption_key_failures",
+            "Failed steps of encrypted volumes' keys, by operation: prepare (a new volume's key and directory), load (a key into the kernel; the PV is fenced), destroy (a wipe's key destruction; retried), orphan (a key no PV names)",
+            group.key_failures.clone(),
+        );
         group
     }
 }
@@ -365,6 +379,16 @@ impl Metrics {
         }
     }
 
+    /// Counts one encrypted volume's key destroyed by its wipe.
+    pub fn crypto_erased(&self) {
+        self.inner.wipes.crypto_erases.inc();
+    }
+
+    /// Counts one failed step `op` of an encryption key (prepare, load, destroy, orphan).
+    pub fn key_failed(&self, op: &str) {
+        self.inner.wipes.key_failures.get_or_create(&OpLabels { op: op.to_string() }).inc();
+    }
+
     /// Counts one unbound PV of a claimed device of `class` withdrawn for foreign use.
     pub fn claim_withdrawn(&self, class: &str) {
         self.inner.claims.claims_withdrawn.get_or_create(&ClassLabels { class: class.to_string() }).inc();
@@ -555,6 +579,12 @@ struct FailingLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
+}
+
+/// An encryption key operation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: String,
 }
 
 /// Why entries of the discovery directories are not published.

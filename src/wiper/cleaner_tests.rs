@@ -63,6 +63,7 @@ impl HostAccess for QuickHost {
             identity: job.pv.identity.clone().unwrap_or_default(),
             method: "filesystem".into(),
             at: "2026-11-28T10:00:00Z".into(),
+            key_erased: None,
         })
     }
     fn hold_claim(&self, _host_path: &str, _why: &str) -> Result<(), String> {
@@ -247,6 +248,7 @@ async fn last_wipes_older_than_a_week_are_not_read_back() {
         elapsed_ms: Some(1),
         pv: "v".into(),
         pv_uid: "u".into(),
+        key_erased: None,
     };
     host.note_last_wipe(&old).unwrap();
     let restarted = Cleaner::new(cleaner.cluster.clone(), host.clone(), cleaner.opts.clone(), Metrics::new()).0;

@@ -84,8 +84,11 @@ impl WipeTask {
             Ok(Wiped { resumed: true, .. }) => {
                 info!(pv = name, path = %path.display(), "wiped before, unchanged since: finishing the PV");
             }
-            Ok(Wiped { mode, bytes, .. }) => {
+            Ok(Wiped { mode, bytes, key_erased, .. }) => {
                 self.metrics.wipe_finished(&finished(mode, true, *bytes));
+                if key_erased.is_some() {
+                    self.metrics.crypto_erased();
+                }
                 info!(pv = name, path = %path.display(), mode, bytes, elapsed_ms = elapsed.as_millis() as u64, "volume wiped");
                 let secs = elapsed.as_secs_f64();
                 let note = if orphan {
@@ -107,6 +110,9 @@ impl WipeTask {
                 self.cluster.event(&self.regarding, false, "VolumeStillMounted", "Wipe", note).await;
             }
             Err(e) => {
+                if matches!(e, WipeError::KeyNotDestroyed(_)) {
+                    self.metrics.key_failed("destroy");
+                }
                 // Until the entry is examined, the class's mode stands in for the metrics.
                 self.metrics.wipe_finished(&finished(if block { "block" } else { "fs" }, false, 0));
                 warn!(pv = name, path = %path.display(), error = %e, "wipe failed; the PV is left as it is");
@@ -164,6 +170,7 @@ impl WipeTask {
             elapsed_ms: (!wiped.resumed).then(|| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
             pv: self.job.pv.name.clone(),
             pv_uid: self.job.pv.uid.clone(),
+            key_erased: wiped.key_erased,
         };
         let (host, noted) = (self.host.clone(), last.clone());
         match tokio::task::spawn_blocking(move || host.note_last_wipe(&noted)).await {
