@@ -27,6 +27,7 @@ fn fence_action(reason: FenceReason) -> &'static str {
         FenceReason::NotItsDisk => "FenceNotItsDisk",
         FenceReason::DiskMissing => "FenceDiskMissing",
         FenceReason::Unverified => "FenceUnverified",
+        FenceReason::KeyUnavailable => "FenceKeyUnavailable",
     }
 }
 
@@ -43,6 +44,7 @@ impl Agent {
         checks: &[(String, DiskCheck)],
         succession: &[(String, DiskCheck)],
         missing: &BTreeSet<String>,
+        locked: &BTreeSet<String>,
     ) {
         let seen: BTreeMap<&str, DiskCheck> =
             checks.iter().chain(succession).map(|(uid, check)| (uid.as_str(), *check)).collect();
@@ -54,6 +56,7 @@ impl Agent {
                 honours: pv.honours_fence,
                 seen: match seen.get(pv.uid.as_str()).map(|c| Seen::from(*c)) {
                     Some(Seen::Missing) if !missing.contains(&pv.uid) => Seen::NoAnswer,
+                    Some(Seen::Own) if locked.contains(&pv.name) => Seen::KeyUnavailable,
                     Some(seen) => seen,
                     None => Seen::NoAnswer,
                 },

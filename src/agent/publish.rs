@@ -173,6 +173,9 @@ impl Agent {
         if creates.iter().any(portable) && !self.copy_marks_before_create().await {
             creates.retain(|d| !portable(d));
         }
+        // A volume of an encrypting class is published only with its key and data directory.
+        let keys = self.prepare_encrypted(&mut creates).await;
+        let keys = &keys;
         let mut created = Vec::new();
         let mut published = BTreeSet::new();
         let cluster = &self.cluster;
@@ -188,6 +191,9 @@ impl Agent {
         let results: Vec<(&DesiredPv, Option<String>, Result<Created, ApiError>)> = stream::iter(creates)
             .filter_map(|d| async move {
                 let mut pv = ctx.pv_for(d)?;
+                if let Some(key) = keys.get(&d.name) {
+                    crate::core::encryption::encrypt_pv(&mut pv, key);
+                }
                 let last = cleaner.last_wipe_for(&d.host_path, &d.identity);
                 if let Some(last) = &last {
                     pv.metadata.annotations.get_or_insert_default().insert(ANN_LAST_WIPE.into(), last.annotation());

@@ -42,6 +42,8 @@ pub enum Seen {
     Missing,
     /// The check did not answer (an unresponsive or slow disk) or was not made this pass.
     NoAnswer,
+    /// Its own disk, but the key of its encrypted volume could not be loaded this pass.
+    KeyUnavailable,
 }
 
 impl From<DiskCheck> for Seen {
@@ -105,6 +107,7 @@ pub fn plan_fences(pvs: &[FenceInput], node_labels: &BTreeMap<String, String>) -
             Seen::Own => None,
             Seen::NotItsDisk => Some(FenceReason::NotItsDisk),
             Seen::Missing => Some(FenceReason::DiskMissing),
+            Seen::KeyUnavailable => Some(FenceReason::KeyUnavailable),
             Seen::NoAnswer if node_wide => current.or(Some(FenceReason::Unverified)),
             Seen::NoAnswer => current,
         };

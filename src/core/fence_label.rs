@@ -21,6 +21,10 @@ pub enum FenceReason {
     DiskMissing,
     /// Its disk did not answer the first pass after the agent started: not checked yet.
     Unverified,
+    /// Its disk is there, but the key of its encrypted volume cannot be had in the kernel (the
+    /// node's stored copy lost, or its data directory is not the one published): a pod would
+    /// get a directory it cannot read (core::encryption).
+    KeyUnavailable,
 }
 
 impl FenceReason {
@@ -30,6 +34,7 @@ impl FenceReason {
             FenceReason::NotItsDisk => "not-its-disk",
             FenceReason::DiskMissing => "disk-missing",
             FenceReason::Unverified => "unverified",
+            FenceReason::KeyUnavailable => "key-unavailable",
         }
     }
 
@@ -39,6 +44,7 @@ impl FenceReason {
         match value {
             "not-its-disk" => FenceReason::NotItsDisk,
             "disk-missing" => FenceReason::DiskMissing,
+            "key-unavailable" => FenceReason::KeyUnavailable,
             _ => FenceReason::Unverified,
         }
     }
@@ -49,6 +55,7 @@ impl FenceReason {
             FenceReason::NotItsDisk => "its path holds a disk that is not the PV's own (disks swapped or replaced)",
             FenceReason::DiskMissing => "nothing is mounted at its path (its disk is missing)",
             FenceReason::Unverified => "its disk has not answered since the agent started",
+            FenceReason::KeyUnavailable => "its encryption key cannot be loaded on this node (its data cannot be read)",
         }
     }
 }

@@ -1,10 +1,11 @@
 use super::*;
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, VolumeNodeAffinity};
 
-const SEEN: [Seen; 4] = [Seen::Own, Seen::NotItsDisk, Seen::Missing, Seen::NoAnswer];
+const SEEN: [Seen; 5] = [Seen::Own, Seen::NotItsDisk, Seen::Missing, Seen::NoAnswer, Seen::KeyUnavailable];
 /// Label values a PV's key may have on the node before the pass (None: absent; "odd": a value
 /// set by hand).
-const BEFORE: [Option<&str>; 5] = [None, Some("not-its-disk"), Some("disk-missing"), Some("unverified"), Some("odd")];
+const BEFORE: [Option<&str>; 6] =
+    [None, Some("not-its-disk"), Some("disk-missing"), Some("unverified"), Some("key-unavailable"), Some("odd")];
 
 fn apply(labels: &BTreeMap<String, String>, plan: &FencePlan) -> BTreeMap<String, String> {
     let mut out = labels.clone();
@@ -67,6 +68,7 @@ fn every_combination_ends_in_exactly_the_fences_the_rule_asks_for() {
                                     (true, Seen::Own) => None,
                                     (true, Seen::NotItsDisk) => Some("not-its-disk"),
                                     (true, Seen::Missing) => Some("disk-missing"),
+                                    (true, Seen::KeyUnavailable) => Some("key-unavailable"),
                                     (true, Seen::NoAnswer) => match before {
                                         Some("odd") => Some("unverified"),
                                         Some(v) => Some(v),
@@ -104,7 +106,7 @@ fn every_combination_ends_in_exactly_the_fences_the_rule_asks_for() {
             }
         }
     }
-    assert_eq!(cases, 2 * 2 * 4 * 4 * 5 * 5);
+    assert_eq!(cases, 2 * 2 * SEEN.len() * SEEN.len() * BEFORE.len() * BEFORE.len());
 }
 
 #[test]

@@ -1,0 +1,260 @@
+//! Encrypted volumes (core::encryption): a new volume of a class with `encryption` gets its
+//! key and data directory before its PV is created; every pass has the key of each of this
+//! node's encrypted PVs in the kernel (a reboot or a remount drops them) and fences the PVs
+//! whose key cannot be had; stored keys no PV names are destroyed once they are orphans. The
+//! key of a released PV is destroyed by its wipe (host::wipe), never here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use tracing::{debug, info, warn};
+
+use super::Agent;
+use crate::core::cleanup::PvState;
+use crate::core::effect_key::EffectKey;
+use crate::core::encryption::{KeyedPv, StoredKey, plan_keys};
+use crate::core::fence::may_be_mounted;
+use crate::core::planner::DesiredPv;
+use crate::host::key_store::KeyInfo;
+use crate::host::ops::{Answer, Job, Subject};
+use crate::wiper::target_at;
+
+impl Agent {
+    /// Readies the encrypted data directory of every volume in `creates` whose class says
+    /// `encryption` (one host operation each, under its deadline) and returns their keys'
+    /// identifiers by PV name. A volume that could not be readied is left out of `creates`:
+    /// never published unencrypted; told once per cause, and tried again with backoff.
+    pub(super) async fn prepare_encrypted(&mut self, creates: &mut Vec<&DesiredPv>) -> BTreeMap<String, String> {
+        let encrypting = |d: &DesiredPv, agent: &Agent| {
+            agent.config.storage_class_map.get(&d.class).is_some_and(|c| c.encryption.is_some())
+        };
+        let mut wanted: Vec<(String, String, Result<PathBuf, String>, String)> = Vec::new();
+        for d in creates.iter().filter(|d| encrypting(d, self)) {
+            let target = target_at(&d.host_path, &d.class, self.config.storage_class_map.get(&d.class)).map(|t| t.path);
+            wanted.push((d.name.clone(), d.host_path.clone(), target, d.identity.clone()));
+        }
+        if wanted.is_empty() {
+            return BTreeMap::new();
+        }
+        let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
+        let asked: Vec<(String, String, Result<PathBuf, String>, String)> = wanted.clone();
+        let answers = self
+            .on_host(move |_| {
+                let mut jobs = Vec::new();
+                let mut refused = BTreeMap::new();
+                for (i, (name, host_path, target, identity)) in asked.into_iter().enumerate() {
+                    let path = match target {
+                        Ok(p) => p,
+                        Err(e) => {
+                            refused.insert(i, Err(e));
+                            continue;
+                        }
+                    };
+                    let host = shared.clone();
+                    let subject = Subject::Volume(host_path.clone());
+                    let tag = format!("{name}|{identity}");
+                    jobs.push((
+                        i,
+                        Job::effect(subject, "encryption prepare", timeout, move |on| {
+                            host.prepare_encrypted(&path, &host_path, &identity, on)
+                        })
+                        .tagged(tag),
+                    ));
+                }
+                let (index, jobs): (Vec<usize>, Vec<_>) = jobs.into_iter().unzip();
+                for (i, answer) in index.into_iter().zip(ops.run_all(jobs)) {
+                    let result = match answer {
+                        Answer::Done(r) => r,
+                        Answer::Pending => Err("its encryption is still being readied (a slow disk)".to_string()),
+                        Answer::Unresponsive(e) => Err(e.to_string()),
+                    };
+                    refused.insert(i, result);
+                }
+                refused
+            })
+            .await
+            .unwrap_or_default();
+        let mut keys = BTreeMap::new();
+        for (i, (name, host_path, _, _)) in wanted.into_iter().enumerate() {
+            let result = answers.get(&i).cloned().unwrap_or_else(|| Err("the host task failed".into()));
+            match result {
+                Ok(key) => {
+                    debug!(pv = %name, path = %host_path, key = %key, "encrypted data directory ready");
+                    self.fresh_keys.insert(key.clone(), std::time::Instant::now());
+                    keys.insert(name, key);
+                }
+                Err(e) => {
+                    self.metrics.key_failed("prepare");
+                    self.effects.record::<(), _>(&EffectKey::Create(name.clone()), &Err(e.clone()));
+                    self.inventory_refused(&host_path, "encryption", e.clone());
+                    let note = format!("volume at {host_path} not published as {name}: its encryption: {e}");
+                    if self.report_unpublished(format!("encryption/{name}/{host_path}/{e}"), &name, note).await {
+                        warn!(pv = %name, path = %host_path, "volume not published: its encryption: {e}");
+                    }
+                }
+            }
+        }
+        creates.retain(|d| !encrypting(d, self) || keys.contains_key(&d.name));
+        keys
+    }
+
+    /// Has the key of each of this node's encrypted PVs (and an earlier incarnation's) that a
+    /// pod may mount in the kernel, and destroys the stored keys no PV names any more
+    /// (core::encryption::plan_keys). Returns the PVs whose key could not be had: the fences
+    /// keep pods from mounting them.
+    pub(super) async fn follow_keys(&mut self, states: &[PvState], predecessors: &[PvState]) -> BTreeSet<String> {
+        let mut keyed = Vec::new();
+        let mut unreadable = BTreeSet::new();
+        let mut classes = BTreeMap::new();
+        for pv in states.iter().chain(predecessors) {
+            if pv.encryption.is_some() {
+                classes.insert(pv.name.clone(), pv.class.clone());
+            }
+            match &pv.encryption {
+                None => {}
+                Some(Ok(key)) => keyed.push(KeyedPv {
+                    name: pv.name.clone(),
+                    host_path: pv.host_path.clone(),
+                    key: key.clone(),
+                    live: may_be_mounted(pv),
+                }),
+                Some(Err(why)) => {
+                    // Which key is unknown: fenced, and no stored key counts as an orphan.
+                    if self.problems.first_seen(format!("key-annotation/{}/{why}", pv.name)) {
+                        warn!(pv = %pv.name, "its encryption annotation cannot be read ({why}); fenced");
+                    }
+                    unreadable.insert(pv.name.clone());
+                }
+            }
+        }
+        let encrypting = self.config.storage_class_map.values().any(|c| c.encryption.is_some());
+        if keyed.is_empty() && unreadable.is_empty() && !encrypting && !self.keys_stored && self.fresh_keys.is_empty() {
+            return unreadable;
+        }
+        let stored = match self.on_host(|host| host.stored_keys()).await {
+            Some(Ok(keys)) => Some(keys),
+            Some(Err(e)) => {
+                warn!(error = %e, "the node's key store cannot be read; no orphan key is destroyed this pass");
+                None
+            }
+            None => None,
+        };
+        self.keys_stored = stored.as_ref().is_none_or(|k| !k.is_empty());
+        let as_planned = |k: &KeyInfo| StoredKey { id: k.id.clone(), host_path: k.host_path.clone(), age: k.age };
+        // Keys this agent readied lately name PVs the store may not show yet: never orphans.
+        let now = std::time::Instant::now();
+        self.fresh_keys.retain(|_, at| now.duration_since(*at) < crate::core::encryption::ORPHAN_AFTER);
+        for key in self.fresh_keys.keys() {
+            keyed.push(KeyedPv { name: String::new(), host_path: String::new(), key: key.clone(), live: false });
+        }
+        let planned: Vec<StoredKey> = stored.iter().flatten().map(as_planned).collect();
+        // An unreadable annotation may name any stored key: none is an orphan meanwhile.
+        let complete = stored.is_some() && unreadable.is_empty();
+        let plan = plan_keys(&keyed, &planned, complete);
+        let mut locked = unreadable;
+        locked.extend(self.load_keys(plan.load, &classes).await);
+        let orphans: Vec<KeyInfo> =
+            stored.into_iter().flatten().filter(|k| plan.orphans.iter().any(|o| o.id == k.id)).collect();
+        self.destroy_orphans(orphans).await;
+        locked
+    }
+
+    /// Loads the planned keys (one host operation per volume, under its deadline); returns the
+    /// PVs whose key could not be loaded, each told once per cause.
+    async fn load_keys(
+        &mut self,
+        load: BTreeMap<String, (String, String)>,
+        classes: &BTreeMap<String, String>,
+    ) -> BTreeSet<String> {
+        if load.is_empty() {
+            return BTreeSet::new();
+        }
+        let mut asked = Vec::new();
+        for (name, (host_path, key)) in load {
+            let class = classes.get(&name).and_then(|c| self.config.storage_class_map.get(c));
+            let path = class.and_then(|c| crate::core::pv::container_path(&host_path, &c.host_dir, &c.mount_dir).ok());
+            asked.push((name, host_path, key, path));
+        }
+        let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
+        let jobs_of = asked.clone();
+        let answers: Vec<Result<bool, String>> = self
+            .on_host(move |_| {
+                let jobs: Vec<Job<Result<bool, String>>> = jobs_of
+                    .into_iter()
+                    .map(|(name, host_path, key, path)| {
+                        let host = shared.clone();
+                        let subject = Subject::Volume(host_path.clone());
+                        Job::new(subject, "key load", timeout, move |on| match path {
+                            Some(path) => host.load_key(&path, &key, on),
+                            None => Err(format!("PV {name}: its class is not configured; its volume cannot be found")),
+                        })
+                    })
+                    .collect();
+                ops.run_all(jobs)
+                    .into_iter()
+                    .map(|a| match a {
+                        Answer::Done(r) => r,
+                        Answer::Pending => Err("its key is still being loaded (a slow disk)".to_string()),
+                        Answer::Unresponsive(e) => Err(e.to_string()),
+                    })
+                    .collect()
+            })
+            .await
+            .unwrap_or_default();
+        let mut locked = BTreeSet::new();
+        for ((name, host_path, key, _), answer) in asked.into_iter().zip(answers) {
+            match answer {
+                Ok(true) => info!(pv = %name, path = %host_path, key = %key, "encryption key loaded into the kernel"),
+                Ok(false) => {}
+                Err(e) => {
+                    self.metrics.key_failed("load");
+                    if self.problems.first_seen(format!("key-load/{name}/{e}")) {
+                        warn!(pv = %name, path = %host_path, key = %key, "encryption key not loaded: {e}");
+                    }
+                    locked.insert(name);
+                }
+            }
+        }
+        locked
+    }
+
+    /// Destroys orphan keys (their volume's root found in this pass's scan, or not mounted);
+    /// each failure told once per cause and tried again at a later pass.
+    async fn destroy_orphans(&mut self, orphans: Vec<KeyInfo>) {
+        for key in orphans {
+            let path = self.found_disks.iter().find(|(host_path, _)| *host_path == key.host_path).and_then(
+                |(host_path, _)| {
+                    self.config
+                        .storage_class_map
+                        .values()
+                        .find_map(|c| crate::core::pv::container_path(host_path, &c.host_dir, &c.mount_dir).ok())
+                },
+            );
+            let (ops, timeout, shared, k) = (self.ops.clone(), self.host_timeout, self.host.clone(), key.clone());
+            let subject = Subject::Volume(key.host_path.clone());
+            let result = self
+                .on_host(move |_| {
+                    match ops.run(subject, "orphan key destroy", timeout, move |on| {
+                        shared.destroy_orphan_key(&k, path.as_deref(), on)
+                    }) {
+                        Answer::Done(r) => r,
+                        Answer::Pending => Err("still being destroyed (a slow disk)".to_string()),
+                        Answer::Unresponsive(e) => Err(e.to_string()),
+                    }
+                })
+                .await
+                .unwrap_or_else(|| Err("the host task failed".into()));
+            match result {
+                Ok(()) => {
+                    info!(key = %key.id, path = %key.host_path, "orphan encryption key destroyed (no PV names it)")
+                }
+                Err(e) => {
+                    self.metrics.key_failed("orphan");
+                    if self.problems.first_seen(format!("orphan-key/{}/{e}", key.id)) {
+                        warn!(key = %key.id, path = %key.host_path, "orphan encryption key kept: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
