@@ -485,6 +485,39 @@ fn agent_creates_only_local_pvs_pinned_to_its_node_under_a_root() {
         let why = format!("{path} is not directly under one of [{ROOT}]");
         assert_create_denied(&cp, &agent, &pv("vap-create-path", path), path, &why);
     }
+    // An encrypted volume's PV names <root>/<entry>/lsp-encrypted and says so in its
+    // annotation; the entry is checked as for any PV, and the suffix means nothing without it.
+    let encrypted = |name: &str, path: &str| {
+        with(pv(name, path), |p| {
+            p["metadata"]["annotations"]["local-static-provisioner.io/encryption"] =
+                json!("fscrypt-v2 key=0123456789abcdef0123456789abcdef");
+        })
+    };
+    let p = encrypted("vap-create-encrypted", &format!("{ROOT}/vol1/lsp-encrypted"));
+    assert_allowed(&create(&cp, &agent, &p), "an encrypted volume's PV");
+    for path in [
+        format!("{ROOT}/lsp-encrypted"),
+        format!("{ROOT}/a/b/lsp-encrypted"),
+        format!("{ROOT}//lsp-encrypted"),
+        format!("{ROOT}/../lsp-encrypted"),
+        format!("{ROOT}/vol1/lsp-encrypted/x"),
+        format!("{ROOT}/vol1/other"),
+    ] {
+        let p = encrypted("vap-create-encrypted-bad", &path);
+        let out = create(&cp, &agent, &p);
+        assert!(!out.status.success(), "an encrypted PV at {path} must be denied");
+        assert!(cp.get_json(&["pv", "vap-create-encrypted-bad"]).is_none(), "{path}: created after a refusal");
+    }
+    let plain = format!("{ROOT}/vol1/lsp-encrypted");
+    let why = format!("{plain} is not directly under one of [{ROOT}]");
+    assert_create_denied(
+        &cp,
+        &agent,
+        &pv("vap-create-path", &plain),
+        "the data directory without the annotation",
+        &why,
+    );
+
     // Backsteps: the API server's own validation refuses them before admission (the policy
     // would too: '..' is never an entry, and 'root/../etc' has two components).
     for path in ["/mnt/fast-disks/../etc", "/mnt/fast-disks/..", "/mnt/fast-disks/vol1/../../../etc"] {
