@@ -1,0 +1,192 @@
+//! Per-volume encryption at rest (docs/encryption.md) on real ext4 loop devices made with the
+//! encrypt feature, the real control plane and the agent under its own RBAC: each volume is
+//! published with its own key on its data directory, what the tenant writes never reaches the
+//! disk in clear, the key is back in the kernel after a remount (a reboot drops every key) and
+//! destroyed on release, so the old blocks restored read nothing with any key the node has; a
+//! filesystem without the feature is refused, and a PV whose key is lost is fenced.
+//!
+//! Needs root.
+
+mod support;
+
+use std::os::fd::AsFd as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use local_static_provisioner::host::fscrypt;
+use local_static_provisioner::host::key_store::KeyStore;
+use support::used_lab::*;
+use support::{run, wait_until};
+
+/// What the tenant writes: long and odd enough to be found in a raw image only where written.
+const SECRET: &[u8] = b"ENCRYPTED-TENANT-SECRET-5b1e77d0-never-in-clear";
+/// What the admin writes at the volume's root, outside the encrypted directory: found in the
+/// raw image, so a search that finds nothing is not blind.
+const CONTROL: &[u8] = b"UNENCRYPTED-CONTROL-MARKER-0c4f2a99";
+const ANN_ENCRYPTION: &str = "local-static-provisioner.io/encryption";
+const ANN_LAST_WIPE: &str = "local-static-provisioner.io/last-wipe";
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// An ext4 on a new loop device, made with (or without) the encrypt feature, mounted at `at`.
+fn ext4(h: &Harness, name: &str, at: &Path, encrypt: bool) -> (PathBuf, PathBuf) {
+    let (dev, img) = h.lab.loop_dev(name, 64);
+    let mut mkfs = Command::new("mkfs.ext4");
+    mkfs.args(["-q", "-F"]);
+    if encrypt {
+        mkfs.args(["-O", "encrypt"]);
+    }
+    run(mkfs.arg(&dev));
+    h.lab.mount_dev(&dev, at);
+    (dev, img)
+}
+
+/// The key identifier a PV's encryption annotation names.
+fn key_of(h: &Harness, pv: &str) -> String {
+    let ann = h.ann(pv, ANN_ENCRYPTION).unwrap_or_else(|| panic!("{pv} has no {ANN_ENCRYPTION}"));
+    ann.strip_prefix("fscrypt-v2 key=").unwrap_or_else(|| panic!("{ann:?}")).to_string()
+}
+
+/// Reads `file`; the error's raw errno when it cannot be.
+fn read(file: &Path) -> Result<Vec<u8>, Option<i32>> {
+    std::fs::read(file).map_err(|e| e.raw_os_error())
+}
+
+const ENOKEY: i32 = 126;
+
+/// The node's fence label of `pv`, if set.
+fn fence(h: &Harness, pv: &str) -> Option<String> {
+    let node = h.cp.get_json(&["node", &h.node])?;
+    node["metadata"]["labels"][format!("fence.local-static-provisioner.io/{pv}")].as_str().map(str::to_string)
+}
+
+#[test]
+fn each_volume_gets_its_own_key_kept_across_a_remount_and_destroyed_on_release() {
+    let Some(h) = Harness::new("encryption") else { return };
+    let class = "enc-fast";
+    let disks = h.lab.dir("disks");
+    let config = h.config("config", &[(class, &disks, "  encryption: fscrypt\n")]);
+    let state = h.lab.path(&format!("state-{}", h.node));
+    let store = KeyStore::new(&state);
+    let (e, f, plain) = (disks.join("e"), disks.join("f"), disks.join("p"));
+    let (dev, img) = ext4(&h, "e", &e, true);
+    ext4(&h, "f", &f, true);
+    ext4(&h, "p", &plain, false);
+    let mut agent = h.agent(&config, &[]);
+
+    // Each volume: its data directory published, with a key of its own, stored on the node.
+    let data = e.join("lsp-encrypted");
+    let pv = h.wait_published(&data);
+    let other = h.wait_published(&f.join("lsp-encrypted"));
+    let (key, other_key) = (key_of(&h, &pv), key_of(&h, &other));
+    assert_ne!(key, other_key, "two volumes share a key");
+    let id = fscrypt::KeyId::from_hex(&key).unwrap();
+    let stored = store.read(&id);
+    assert!(stored.is_ok(), "the key of {pv} ({key}): {:?}; stored: {:?}", stored.err(), store.list());
+    assert!(h.pv_at(&e).is_none(), "the volume root itself must not be published");
+    // A filesystem without the encrypt feature: refused, and the Node is told what to do.
+    let refused = wait_until("the plain ext4 refused with an event", WAIT, || {
+        h.node_event("VolumeNotPublished", "encrypt feature")
+    });
+    assert!(refused.contains("tune2fs -O encrypt"), "{refused}");
+    assert!(h.pv_at(&plain).is_none() && h.pv_at(&plain.join("lsp-encrypted")).is_none());
+
+    // The tenant writes through its claim; the disk never holds it in clear.
+    h.claim("enc-claim", class, &pv, false);
+    std::fs::write(data.join("secret"), SECRET).unwrap();
+    std::fs::write(e.join("control"), CONTROL).unwrap();
+    run(&mut Command::new("sync"));
+    let raw = std::fs::read(&dev).unwrap();
+    assert!(contains(&raw, CONTROL), "the control marker is on the disk (else the search is blind)");
+    assert!(!contains(&raw, SECRET), "the tenant's data reached the disk in clear");
+    std::fs::remove_file(e.join("control")).unwrap();
+    run(&mut Command::new("sync"));
+    // The disk as it is now, to be restored after the release.
+    let before = h.lab.path("images/e-before.img");
+    run(Command::new("cp").arg("--sparse=always").arg(&img).arg(&before));
+
+    // A reboot drops every key: the agent stopped, the filesystem unmounted and mounted again.
+    drop(agent);
+    h.lab.umount(&e);
+    h.lab.mount_dev(&dev, &e);
+    let locked = entries(&data);
+    assert_eq!(locked.len(), 1, "{locked:?}");
+    assert_ne!(locked[0].file_name().unwrap(), "secret", "names are readable without the key");
+    assert_eq!(read(&locked[0]).err(), Some(Some(ENOKEY)), "the tenant's file is readable without its key");
+    // The agent back: the key is in the kernel again before anything else, the data readable.
+    agent = h.agent(&config, &[]);
+    wait_until("the key loaded again after the remount", WAIT, || {
+        (read(&data.join("secret")).ok()? == SECRET).then_some(())
+    });
+    assert_eq!(fence(&h, &pv), None, "a volume whose key is loaded is not fenced");
+
+    // Released: the key destroyed first (kernel and store), then the files; the clean volume is
+    // published again with a new key, and its PV says what was done.
+    let old_uid = h.uid(&pv);
+    h.delete_claim("enc-claim");
+    let new_key = wait_until("the volume published again after its wipe", WAIT, || {
+        let (name, phase) = h.pv_at(&data)?;
+        (name == pv && phase == "Available" && h.uid(&pv) != old_uid).then(|| key_of(&h, &pv))
+    });
+    assert_ne!(new_key, key, "the recycled volume kept its key");
+    let history = h.ann(&pv, ANN_LAST_WIPE).unwrap_or_default();
+    for part in ["method=crypto-erase", &format!("key={key}"), "key-destroyed=", "key-verified=absent"] {
+        assert!(history.contains(part), "{part} missing from {ANN_LAST_WIPE}: {history:?}");
+    }
+    assert!(store.read(&id).is_err(), "the released volume's key is still in the node's store");
+    assert!(store.list().unwrap().iter().all(|k| k.id != key));
+    assert!(entries(&data).is_empty(), "the recycled volume is not empty");
+    drop(agent);
+
+    // The old blocks restored: what the tenant wrote reads with no key the node has.
+    let copy = h.lab.loop_on(&before);
+    let restored = h.lab.path("restored");
+    h.lab.mount_dev_with(&copy, &restored, &["-o", "ro"]);
+    let old = entries(&restored.join("lsp-encrypted"));
+    assert_eq!(old.len(), 1, "the restored copy holds the tenant's file: {old:?}");
+    let root = std::fs::File::open(&restored).unwrap();
+    for kept in store.list().unwrap() {
+        let bytes = store.read(&fscrypt::KeyId::from_hex(&kept.id).unwrap()).unwrap();
+        let added = fscrypt::add_key(root.as_fd(), &bytes, &restored).unwrap();
+        assert_ne!(added.to_hex(), key);
+    }
+    assert_eq!(read(&old[0]).err(), Some(Some(ENOKEY)), "the released tenant's data is readable from its old blocks");
+    drop(root);
+    h.lab.umount(&restored);
+}
+
+/// A bound encrypted volume whose key the node lost (its state directory restored without
+/// `keys/`, say) is fenced after a remount: kubelet would mount a directory nobody can read.
+#[test]
+fn a_volume_whose_key_is_lost_is_fenced() {
+    let Some(h) = Harness::new("enc-lost") else { return };
+    let class = "enc-lost";
+    let disks = h.lab.dir("disks");
+    let config = h.config("config", &[(class, &disks, "  encryption: fscrypt\n")]);
+    let store = KeyStore::new(&h.lab.path(&format!("state-{}", h.node)));
+    let e = disks.join("e");
+    let (dev, _) = ext4(&h, "e", &e, true);
+    let agent = h.agent(&config, &[]);
+    let data = e.join("lsp-encrypted");
+    let pv = h.wait_published(&data);
+    h.claim("enc-lost-claim", class, &pv, false);
+    std::fs::write(data.join("secret"), SECRET).unwrap();
+    drop(agent);
+    let id = fscrypt::KeyId::from_hex(&key_of(&h, &pv)).unwrap();
+    assert!(store.destroy(&id).unwrap());
+    h.lab.umount(&e);
+    h.lab.mount_dev(&dev, &e);
+    let _agent = h.agent(&config, &[]);
+    wait_until("the PV fenced for its lost key", WAIT, || (fence(&h, &pv)? == "key-unavailable").then_some(()));
+    assert_eq!(h.pv_at(&data).map(|(_, phase)| phase).as_deref(), Some("Bound"), "the PV itself is kept");
+}
+
+/// The entries of a directory (by their names as the kernel shows them: encrypted without
+/// the key).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    all.sort();
+    all
+}
