@@ -249,6 +249,7 @@ fn upstream_keys_land_where_upstream_puts_them() {
     assert_eq!(effective["storageClassMap"]["lsp-all-fast"]["namePattern"], "ssd*,nvme*");
     assert_eq!(effective["storageClassMap"]["lsp-all-fast"]["rootMode"], "2770");
     assert_eq!(effective["storageClassMap"]["lsp-all-fast"]["rootOwner"], "0:2000");
+    assert_eq!(effective["storageClassMap"]["lsp-all-fast"]["encryption"], "fscrypt");
     assert_eq!(effective["storageClassMap"]["lsp-all-block"]["volumeMode"], "Block");
     assert_eq!(effective["nodeLabelsForPV"], json!(["topology.kubernetes.io/zone"]));
     assert_eq!(effective["labelsForPV"]["team"], "storage");

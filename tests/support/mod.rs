@@ -891,6 +891,8 @@ pub fn library_expositions() -> (String, String) {
     );
     agent.device_claimed("fast");
     agent.claim_withdrawn("fast");
+    agent.crypto_erased();
+    agent.key_failed("load");
     agent.set_full_reads(Some(("sdb", "wwn-0x1", 1, 2)), &BTreeMap::from([("blank", 1)]));
     agent.api_request("create", false, Duration::from_millis(1));
     agent.set_config_valid(true);
