@@ -183,6 +183,80 @@ fn a_volume_whose_key_is_lost_is_fenced() {
     assert_eq!(h.pv_at(&data).map(|(_, phase)| phase).as_deref(), Some("Bound"), "the PV itself is kept");
 }
 
+/// A used encrypted volume whose PV an operator force-deleted (no wipe, no key destroyed) is
+/// wiped before it is published again, and that wipe destroys the key its data directory is
+/// encrypted with (the node's, proven on the disk): the next tenant gets a new key, and the old
+/// one is gone from the node.
+#[test]
+fn a_force_deleted_encrypted_volume_is_crypto_erased_before_it_returns() {
+    let Some(h) = Harness::new("enc-forced") else { return };
+    let class = "enc-forced";
+    let disks = h.lab.dir("disks");
+    let config = h.config("config", &[(class, &disks, "  encryption: fscrypt\n")]);
+    let store = KeyStore::new(&h.lab.path(&format!("state-{}", h.node)));
+    let e = disks.join("e");
+    ext4(&h, "e", &e, true);
+    let _agent = h.agent(&config, &[]);
+    let data = e.join("lsp-encrypted");
+    let pv = h.wait_published(&data);
+    let key = key_of(&h, &pv);
+    h.claim("enc-forced-claim", class, &pv, false);
+    std::fs::write(data.join("secret"), SECRET).unwrap();
+    // Deleted while Bound, its finalizers forced off: no wipe, and the same name comes back
+    // for the volume once it is wiped, so "gone" is the old object's UID no longer there.
+    let old_uid = h.uid(&pv);
+    h.cp.kubectl_ok(&["delete", "pv", &pv, "--wait=false"]);
+    wait_until("the used PV gone", WAIT, || {
+        if h.pv(&pv).is_none_or(|p| p["metadata"]["uid"] != old_uid.as_str()) {
+            return Some(());
+        }
+        let _ = h.cp.kubectl(&["patch", "pv", &pv, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+        None
+    });
+    h.delete_claim("enc-forced-claim");
+    let new_key = wait_until("the volume wiped first and published again", WAIT, || {
+        let (name, phase) = h.pv_at(&data)?;
+        (phase == "Available" && h.uid(&name) != old_uid).then(|| key_of(&h, &name))
+    });
+    assert_ne!(new_key, key);
+    let old = fscrypt::KeyId::from_hex(&key).unwrap();
+    assert!(store.read(&old).is_err(), "the force-deleted volume's key is still in the node's store");
+    assert!(entries(&data).is_empty(), "the volume came back with the tenant's files");
+}
+
+/// A PV whose annotation names another volume's key (edited by hand, or a forged object) is
+/// never wiped with it: the wipe refuses, the other volume's key stays, and the data stays.
+#[test]
+fn a_pv_naming_another_volumes_key_destroys_nothing() {
+    let Some(h) = Harness::new("enc-forged") else { return };
+    let class = "enc-forged";
+    let disks = h.lab.dir("disks");
+    let config = h.config("config", &[(class, &disks, "  encryption: fscrypt\n")]);
+    let store = KeyStore::new(&h.lab.path(&format!("state-{}", h.node)));
+    let (e, f) = (disks.join("e"), disks.join("f"));
+    ext4(&h, "e", &e, true);
+    ext4(&h, "f", &f, true);
+    let _agent = h.agent(&config, &[]);
+    let (data_e, data_f) = (e.join("lsp-encrypted"), f.join("lsp-encrypted"));
+    let (pv_e, pv_f) = (h.wait_published(&data_e), h.wait_published(&data_f));
+    let key_f = key_of(&h, &pv_f);
+    h.claim("enc-forged-claim", class, &pv_e, false);
+    std::fs::write(data_e.join("secret"), SECRET).unwrap();
+    let forged = format!("{ANN_ENCRYPTION}=fscrypt-v2 key={key_f}");
+    h.cp.kubectl_ok(&["annotate", "pv", &pv_e, "--overwrite", &forged]);
+    h.delete_claim("enc-forged-claim");
+    let refused = wait_until("the wipe refused", WAIT, || {
+        let result = h.ann(&pv_e, "local-static-provisioner.io/cleanup-result")?;
+        result.contains("not with the key its PV names").then_some(result)
+    });
+    assert!(refused.contains(&key_f), "{refused}");
+    let id_f = fscrypt::KeyId::from_hex(&key_f).unwrap();
+    assert!(store.read(&id_f).is_ok(), "another volume's key was destroyed");
+    assert_eq!(read(&data_f.join("missing")).err(), Some(Some(2)));
+    assert_eq!(read(&data_e.join("secret")).ok().as_deref(), Some(SECRET), "the data was removed");
+    assert_eq!(h.pv_at(&data_e).map(|(_, phase)| phase).as_deref(), Some("Released"));
+}
+
 /// The entries of a directory (by their names as the kernel shows them: encrypted without
 /// the key).
 fn entries(dir: &Path) -> Vec<PathBuf> {

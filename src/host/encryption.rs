@@ -170,6 +170,16 @@ pub fn prepare(
     Ok(id)
 }
 
+/// The key the data directory of the volume whose root is `root` is encrypted with; `None`
+/// when there is no such directory (never followed through a link) or it is not encrypted.
+pub fn data_key(root: BorrowedFd<'_>, path: &Path) -> Result<Option<KeyId>, EncryptionError> {
+    let data = path.join(ENCRYPTED_DIR);
+    match open_data_dir(root, &data)? {
+        Some(dir) => Ok(fscrypt::policy_of(dir.as_fd(), &data)?),
+        None => Ok(None),
+    }
+}
+
 /// Adds `key` to the filesystem of `root` and checks the kernel derives `id` from it.
 fn load_key(root: BorrowedFd<'_>, path: &Path, id: &KeyId, key: &MasterKey) -> Result<(), EncryptionError> {
     let found = fscrypt::add_key(root, key, path)?;

@@ -140,6 +140,11 @@ impl KeyStore {
         MasterKey::from_bytes(&raw).map_err(|e| unreadable(e.to_string()))
     }
 
+    /// What the store knows of key `id` (not its bytes); `None` when it holds no such key.
+    pub fn info(&self, id: &KeyId) -> Result<Option<KeyInfo>, KeyStoreError> {
+        Ok(self.list()?.into_iter().find(|k| k.id == id.to_hex()))
+    }
+
     /// Every stored key (not their bytes); files that are not key files are left out.
     pub fn list(&self) -> Result<Vec<KeyInfo>, KeyStoreError> {
         let entries = match std::fs::read_dir(&self.dir) {

@@ -241,23 +241,17 @@ fn wipe_volume(
                     refusal = Some(e);
                     text
                 })?;
-                proven = Some((fd.try_clone_to_owned().map_err(|e| e.to_string())?, identity));
-                if let Some(id) = &key
-                    && key_erased.is_none()
-                {
-                    match erase_key(fd, &root, id, state_dir) {
-                        Ok(erased) => key_erased = Some(erased),
+                if key_erased.is_none() {
+                    match erase_key(fd, &root, key.as_ref(), &identity, state_dir) {
+                        Ok(erased) => key_erased = erased,
                         Err(e) => {
-                            let e = WipeError::KeyNotDestroyed(format!(
-                                "destroying the key {id} of {}: {e}; nothing was removed",
-                                root.display()
-                            ));
                             let text = e.to_string();
                             refusal = Some(e);
                             return Err(text);
                         }
                     }
                 }
+                proven = Some((fd.try_clone_to_owned().map_err(|e| e.to_string())?, identity));
                 Ok(())
             };
             let result = wipe_filesystem_counted(
@@ -366,20 +360,55 @@ fn key_of_job(job: &WipeJob) -> Result<Option<KeyId>, WipeError> {
     }
 }
 
-/// Destroys the encrypted volume's key on the volume whose root `fd` the wipe proved is the
-/// PV's: removed from the kernel, its stored copy destroyed, and checked absent.
+/// Destroys the key of the encrypted volume whose root `fd` the wipe proved is the PV's disk
+/// (`identity`): removed from the kernel, shown absent, its stored copy destroyed. The key is
+/// the one its PV names (`named`), or, for a volume without one (a wipe-first), the one its
+/// data directory is encrypted with when the node's store holds it (a tenant's own key is
+/// never taken for one of ours). Refused, destroying nothing, when the data directory names
+/// another key than the PV, or the stored key was made for another disk: a key is destroyed
+/// only on the disk it was made for. `None`: nothing of ours to destroy.
 fn erase_key(
     fd: std::os::fd::BorrowedFd<'_>,
     root: &Path,
-    id: &KeyId,
+    named: Option<&KeyId>,
+    identity: &str,
     state_dir: Option<&Path>,
-) -> Result<KeyErased, String> {
+) -> Result<Option<KeyErased>, WipeError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        WipeError::KeyNotDestroyed(format!("destroying the key of {}: {e}; nothing was removed", root.display()))
+    };
+    let refused =
+        |why: String| WipeError::Refused(format!("{}: {why}; no key destroyed, nothing removed", root.display()));
     let Some(state_dir) = state_dir else {
-        return Err("no state directory holds this volume's key".into());
+        return match named {
+            Some(id) => Err(failed(&format!("no state directory holds its key {id}"))),
+            None => Ok(None),
+        };
     };
     let store = KeyStore::new(state_dir);
-    crate::host::encryption::destroy(fd, root, id, &store).map_err(|e| e.to_string())?;
-    Ok(KeyErased { key: id.to_hex(), at: now_rfc3339() })
+    let on_disk = crate::host::encryption::data_key(fd, root).map_err(|e| failed(&e))?;
+    let id = match (named, on_disk) {
+        (Some(id), Some(there)) if there != *id => {
+            return Err(refused(format!(
+                "its data directory is encrypted with {there}, not with the key its PV names ({id}): not the volume published"
+            )));
+        }
+        (Some(id), _) => *id,
+        (None, Some(there)) if store.info(&there).map_err(|e| failed(&e))?.is_some() => there,
+        (None, _) => return Ok(None),
+    };
+    if let Some(info) = store.info(&id).map_err(|e| failed(&e))? {
+        let found = Found { identity: identity.to_string(), legacy: String::new(), fs_type: None };
+        let same = info.identity == identity || matches!(judge(&info.identity, &found, None), Verdict::Same(_));
+        if !same {
+            return Err(refused(format!(
+                "the stored key {id} was made for another disk ({}, at {}), not this one ({identity})",
+                info.identity, info.host_path
+            )));
+        }
+    }
+    crate::host::encryption::destroy(fd, root, &id, &store).map_err(|e| failed(&e))?;
+    Ok(Some(KeyErased { key: id.to_hex(), at: now_rfc3339() }))
 }
 
 /// Fails with [`WipeError::InUse`] while kubelet still has the volume at `path` mounted for a
