@@ -250,9 +250,11 @@ impl Agent {
                 }
                 Err(e) => {
                     self.metrics.key_failed("orphan");
-                    if self.problems.first_seen(format!("orphan-key/{}/{e}", key.id)) {
-                        warn!(key = %key.id, path = %key.host_path, "orphan encryption key kept: {e}");
-                    }
+                    let note = format!(
+                        "the encryption key {} (made for the volume at {}) is named by no PV, but is kept: {e}",
+                        key.id, key.host_path
+                    );
+                    self.report_node_problem("EncryptionKeyKept", note).await;
                 }
             }
         }
