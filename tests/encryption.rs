@@ -138,6 +138,19 @@ fn each_volume_gets_its_own_key_kept_across_a_remount_and_destroyed_on_release()
     assert!(store.read(&id).is_err(), "the released volume's key is still in the node's store");
     assert!(store.list().unwrap().iter().all(|k| k.id != key));
     assert!(entries(&data).is_empty(), "the recycled volume is not empty");
+    // A second tenant, released too: the PV after it tells both tenants' erases.
+    let second_uid = h.uid(&pv);
+    h.claim("enc-claim-2", class, &pv, false);
+    std::fs::write(data.join("second"), SECRET).unwrap();
+    h.delete_claim("enc-claim-2");
+    wait_until("the volume recycled a second time", WAIT, || {
+        let (name, phase) = h.pv_at(&data)?;
+        (name == pv && phase == "Available" && h.uid(&pv) != second_uid).then_some(())
+    });
+    let last = h.ann(&pv, ANN_LAST_WIPE).unwrap_or_default();
+    assert!(last.contains(&format!("key={new_key}")) && last.contains(&second_uid), "{last:?}");
+    let earlier = h.ann(&pv, "local-static-provisioner.io/earlier-wipes").unwrap_or_default();
+    assert!(earlier.contains(&format!("key={key}")) && earlier.contains(&old_uid), "{earlier:?}");
     drop(agent);
 
     // The old blocks restored: what the tenant wrote reads with no key the node has.

@@ -23,7 +23,7 @@ use crate::core::planner::{
 use crate::core::pv::{ClassPolicy, PvContext};
 use crate::core::pv_facts::PvFacts;
 use crate::core::used_mark::{UsedMark, UsedRead};
-use crate::core::wipe_history::ANN_LAST_WIPE;
+use crate::core::wipe_history::{ANN_EARLIER_WIPES, ANN_LAST_WIPE};
 use crate::host::discovery::Scan;
 use crate::wiper::{Busy, target_at, target_for};
 
@@ -196,7 +196,11 @@ impl Agent {
                 }
                 let last = cleaner.last_wipe_for(&d.host_path, &d.identity);
                 if let Some(last) = &last {
-                    pv.metadata.annotations.get_or_insert_default().insert(ANN_LAST_WIPE.into(), last.annotation());
+                    let annotations = pv.metadata.annotations.get_or_insert_default();
+                    annotations.insert(ANN_LAST_WIPE.into(), last.annotation());
+                    if let Some(earlier) = last.earlier_annotation() {
+                        annotations.insert(ANN_EARLIER_WIPES.into(), earlier);
+                    }
                 }
                 Some((d, last.map(|l| l.note()), pv))
             })

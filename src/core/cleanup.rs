@@ -62,6 +62,10 @@ pub struct PvState {
     /// The key an encrypted volume's PV names (core::encryption), or why its annotation is
     /// unreadable: its wipe destroys that key first, and refuses while it cannot tell which.
     pub encryption: Option<Result<String, String>>,
+    /// The wipes of its volume before it was published, newest first (its last-wipe and
+    /// earlier-wipes annotations, core::wipe_history::earlier_wipes): carried to the PV that
+    /// follows its own wipe.
+    pub wipe_history: Vec<String>,
 }
 
 impl PvState {
@@ -103,6 +107,10 @@ impl PvState {
             honours_fence: pv.fence_honoured,
             capacity_bytes: pv.spec.capacity_bytes,
             encryption: pv.encryption_key().transpose(),
+            wipe_history: super::wipe_history::earlier_wipes(
+                ann(super::wipe_history::ANN_LAST_WIPE).as_deref(),
+                ann(super::wipe_history::ANN_EARLIER_WIPES).as_deref(),
+            ),
         }
     }
 }

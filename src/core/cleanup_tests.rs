@@ -40,6 +40,7 @@ fn pv(name: &str, phase: &str, policy: &str) -> PvState {
         honours_fence: true,
         capacity_bytes: None,
         encryption: None,
+        wipe_history: Vec::new(),
     }
 }
 
@@ -768,6 +769,7 @@ fn from_pv_extracts_every_field() {
             honours_fence: false,
             capacity_bytes: Some(100 << 30),
             encryption: None,
+            wipe_history: Vec::new(),
         }
     );
     // And the planner reads it as a used PV being deleted: wipe, then let it go.

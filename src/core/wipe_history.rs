@@ -19,6 +19,28 @@ use super::disk_identity::{Found, Verdict, judge};
 /// was released from.
 pub const ANN_LAST_WIPE: &str = "local-static-provisioner.io/last-wipe";
 
+/// The annotation on a recycled PV with the wipes before its last one (newest first, one per
+/// line, each as [`ANN_LAST_WIPE`] says it): with it, the PV tells the erase of its volume's
+/// last tenants, not only the last one, for as long as the disk stays at its path.
+pub const ANN_EARLIER_WIPES: &str = "local-static-provisioner.io/earlier-wipes";
+
+/// How many earlier wipes [`ANN_EARLIER_WIPES`] keeps: a bounded history (a PV's store copy
+/// grows by at most this many lines, however often its volume is recycled).
+pub const KEEP_EARLIER: usize = 3;
+
+/// The wipes of a released PV's volume before the one now done, newest first, from its
+/// annotations (`last`: its [`ANN_LAST_WIPE`], `earlier`: its [`ANN_EARLIER_WIPES`]), at most
+/// [`KEEP_EARLIER`]; blank lines dropped.
+pub fn earlier_wipes(last: Option<&str>, earlier: Option<&str>) -> Vec<String> {
+    last.into_iter()
+        .chain(earlier.into_iter().flat_map(str::lines))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(KEEP_EARLIER)
+        .map(str::to_string)
+        .collect()
+}
+
 /// How long a completed wipe waits for its volume to be published again before it is
 /// forgotten (a disk taken out after its wipe never comes back to claim it).
 pub const KEEP_FOR: SignedDuration = SignedDuration::from_hours(24 * 7);
@@ -46,6 +68,10 @@ pub struct LastWipe {
     /// earlier versions and for unencrypted volumes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_erased: Option<super::wipe_job::KeyErased>,
+    /// The wipes before this one, newest first ([`earlier_wipes`]): the new PV's
+    /// [`ANN_EARLIER_WIPES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<String>,
 }
 
 impl LastWipe {
@@ -81,6 +107,11 @@ impl LastWipe {
             self.bytes,
             self.pv_uid
         )
+    }
+
+    /// The value of [`ANN_EARLIER_WIPES`], when there were wipes before this one.
+    pub fn earlier_annotation(&self) -> Option<String> {
+        (!self.earlier.is_empty()).then(|| self.earlier.join("\n"))
     }
 
     /// The words of the agent's log line when the new PV is created.
@@ -135,6 +166,7 @@ mod tests {
             pv: "local-pv-1234".into(),
             pv_uid: "uid-1".into(),
             key_erased: None,
+            earlier: Vec::new(),
         }
     }
 
@@ -160,6 +192,20 @@ mod tests {
         // Nothing proves a device-number-only identity: never applied on it.
         let weak = LastWipe { identity: "v2;fs;ino=2;dev=8:1".into(), ..wipe() };
         assert!(!weak.applies_to("/mnt/disks/vol1", "v2;fs;ino=2;dev=8:1"));
+    }
+
+    #[test]
+    fn the_earlier_wipes_are_the_released_pvs_newest_first_and_bounded() {
+        assert!(earlier_wipes(None, None).is_empty());
+        assert_eq!(earlier_wipes(Some("w3"), None), ["w3"]);
+        assert_eq!(earlier_wipes(Some("w3"), Some("w2\nw1")), ["w3", "w2", "w1"]);
+        // Bounded: the oldest fall off, however long the chain the PV carried.
+        assert_eq!(earlier_wipes(Some("w9"), Some("w8\nw7\nw6\nw5")), ["w9", "w8", "w7"]);
+        assert_eq!(earlier_wipes(None, Some("w2\n\n  \nw1")), ["w2", "w1"]);
+        assert_eq!(earlier_wipes(Some(" "), Some("w1")), ["w1"]);
+        let w = LastWipe { earlier: vec!["w2".into(), "w1".into()], ..wipe() };
+        assert_eq!(w.earlier_annotation().as_deref(), Some("w2\nw1"));
+        assert_eq!(wipe().earlier_annotation(), None);
     }
 
     #[test]

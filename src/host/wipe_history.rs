@@ -54,6 +54,7 @@ mod tests {
             pv: "local-pv-x".into(),
             pv_uid: "u".into(),
             key_erased: None,
+            earlier: Vec::new(),
         }
     }
 

@@ -249,6 +249,7 @@ async fn last_wipes_older_than_a_week_are_not_read_back() {
         pv: "v".into(),
         pv_uid: "u".into(),
         key_erased: None,
+        earlier: Vec::new(),
     };
     host.note_last_wipe(&old).unwrap();
     let restarted = Cleaner::new(cleaner.cluster.clone(), host.clone(), cleaner.opts.clone(), Metrics::new()).0;

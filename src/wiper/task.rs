@@ -171,6 +171,7 @@ impl WipeTask {
             pv: self.job.pv.name.clone(),
             pv_uid: self.job.pv.uid.clone(),
             key_erased: wiped.key_erased,
+            earlier: self.job.pv.wipe_history.clone(),
         };
         let (host, noted) = (self.host.clone(), last.clone());
         match tokio::task::spawn_blocking(move || host.note_last_wipe(&noted)).await {
