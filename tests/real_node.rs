@@ -1300,3 +1300,91 @@ fn real_node_an_agent_killed_and_a_kubelet_restart_that_swaps_the_disks_reach_no
     lab.put_back_and_read();
     lab.finish();
 }
+
+/// What the tenant of the encrypted volume writes: found in the raw disk only if it was written
+/// there in clear.
+const ENCRYPTED_SECRET: &str = "E2E-ENCRYPTED-SECRET-3d9a61c7-never-on-the-disk";
+
+/// Encryption at rest as users install it (docs/encryption.md; the overlay's encrypted-disks
+/// class): a pod writes a secret through its claim and the raw disk never holds it; after a
+/// reboot (which drops every key from the kernel) a pod recreated with the claim reads it, the
+/// agent having put the key back before kubelet could mount the volume; released, the key is
+/// destroyed before the files go (the recycled PV says so), and the next tenant's pod sees an
+/// empty volume.
+#[test]
+fn real_node_an_encrypted_volume_keeps_its_data_off_the_disk_survives_a_reboot_and_is_erased() {
+    let Some(node) =
+        RealNode::get("real_node_an_encrypted_volume_keeps_its_data_off_the_disk_survives_a_reboot_and_is_erased")
+    else {
+        return;
+    };
+    node.deploy();
+    let images = node.image_dir();
+    let disk = LoopDevice::new(&images.path().join("e2e-enc.img"), 48);
+    support::run(Command::new("mkfs.ext4").args(["-q", "-F", "-O", "encrypt"]).arg(&disk.device));
+    let entry = unique("e2e-enc");
+    let root = Path::new("/mnt/encrypted-disks").join(&entry);
+    std::fs::create_dir_all(&root).unwrap();
+    support::run(Command::new("mount").arg(&disk.device).arg(&root));
+    let mount = Mount { path: root.clone() };
+    let data = root.join("lsp-encrypted");
+    let pv = pv_name(&entry, &node.name, "encrypted-disks");
+    let uid = wait_until("the encrypted volume's PV", WAIT, || node.cp.pv_state(&pv).map(|(u, _)| u));
+    let object = node.cp.get_json(&["pv", &pv]).unwrap();
+    assert_eq!(object["spec"]["local"]["path"], data.display().to_string().as_str(), "the PV names the data directory");
+    let key = object["metadata"]["annotations"]["local-static-provisioner.io/encryption"].as_str().unwrap().to_string();
+    assert!(key.starts_with("fscrypt-v2 key="), "{key}");
+
+    // The tenant writes through kubelet's mount of the PV; the disk holds only ciphertext.
+    node.claim_volume("e2e-enc-1", "encrypted-disks", false, "40Mi", &pv);
+    let write =
+        format!("printf '%s' {ENCRYPTED_SECRET} > /data/secret && sync && trap 'exit 0' TERM; sleep 3600 & wait");
+    node.workload("e2e-enc-writer", "e2e-enc-1", false, &write, 5);
+    node.wait_phase("e2e-enc-writer", &["Running"]);
+    wait_until("the secret written", WAIT, || data.join("secret").exists().then_some(()));
+    assert!(node.kubelet_holds(&pv), "kubelet mounted the PV for the pod");
+    support::run(&mut Command::new("sync"));
+    let raw = std::fs::read(&disk.device).unwrap();
+    let secret = ENCRYPTED_SECRET.as_bytes();
+    assert!(!raw.windows(secret.len()).any(|w| w == secret), "the tenant's data is on the disk in clear");
+    node.delete_pod("e2e-enc-writer", false);
+    wait_until("the writer gone", WAIT, || {
+        node.cp.get_json(&["pod", "e2e-enc-writer", "-n", "default"]).is_none().then_some(())
+    });
+
+    // A reboot: everything killed, the disk's filesystem mounted again (its key gone from the
+    // kernel: the data directory is locked), the tenant's next pod already placed on the node,
+    // then the node up: kubelet starts that pod at once, and may mount the volume only once the
+    // agent's first pass lifted the boot fence, which it does after it put the key back.
+    let boot_fence = Path::new("/var/lib/local-static-provisioner/bin/local-static-provisioner");
+    wait_until("the boot fence's binary on the host", WAIT, || boot_fence.exists().then_some(()));
+    power(&node, "down");
+    support::run(Command::new("umount").arg(&root));
+    support::run(Command::new("mount").arg(&disk.device).arg(&root));
+    assert!(!data.join("secret").exists(), "the key survived the remount: the test proves nothing");
+    let read = format!("[ \"$(cat /data/secret)\" = {ENCRYPTED_SECRET} ]");
+    node.workload_placed("e2e-enc-reader", "e2e-enc-1", false, &read, 5);
+    power(&node, "up");
+    node.deploy();
+    node.expect_success("e2e-enc-reader");
+
+    // Released: the key destroyed first, then the files; the next tenant gets an empty volume.
+    release(&node, &["e2e-enc-reader"], &["e2e-enc-1"]);
+    let new_uid = wait_recycled(&node, &pv, &uid, Some(&data));
+    let history =
+        node.cp.get_json(&["pv", &pv]).unwrap()["metadata"]["annotations"]["local-static-provisioner.io/last-wipe"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+    let old_key = key.trim_start_matches("fscrypt-v2 ");
+    for part in ["method=crypto-erase", old_key, "key-verified=absent"] {
+        assert!(history.contains(part), "{part} missing from the recycled PV's last-wipe: {history}");
+    }
+    node.claim_volume("e2e-enc-2", "encrypted-disks", false, "40Mi", &pv);
+    node.workload("e2e-enc-next", "e2e-enc-2", false, "ls -la /data; [ -z \"$(ls -A /data)\" ]", 5);
+    node.expect_success("e2e-enc-next");
+    release(&node, &["e2e-enc-next"], &["e2e-enc-2"]);
+    wait_recycled(&node, &pv, &new_uid, Some(&data));
+    drop(mount);
+    drop(disk);
+}

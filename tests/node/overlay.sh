@@ -10,6 +10,8 @@
 #   - a third, claimed-disks (Filesystem, ext4, /mnt/claimed-disks), whose devices section claims
 #     loop devices of exactly 57 MiB (a size no other test uses), the same way, and with it
 #     deploy/components/host-pid (claims need the host's processes), as an operator adds it;
+#   - a fourth, encrypted-disks (Filesystem, /mnt/encrypted-disks, encryption: fscrypt: each
+#     volume's data under its own key, docs/encryption.md), the same way;
 #   - deploy/components/startup-taint with the key lsp-e2e.example.com/storage-not-ready
 #     (upstream's removeNodeNotReadyTaint), as an operator whose node pool taints new Nodes.
 # LSP_AGENT_RUST_LOG, when set, is the agent's RUST_LOG (more detail while a test is diagnosed).
@@ -45,6 +47,7 @@ resources:
   - $rel/deploy/node-cleanup
   - block-storageclass.yaml
   - claimed-storageclass.yaml
+  - encrypted-storageclass.yaml
   - startup-taint.yaml
 components:
   - $rel/deploy/components/host-pid
@@ -66,7 +69,7 @@ patches:
     patch: |
       - op: replace
         path: /spec/variables/0/expression
-        value: "['/mnt/fast-disks', '/mnt/block-disks', '/mnt/claimed-disks']"
+        value: "['/mnt/fast-disks', '/mnt/block-disks', '/mnt/claimed-disks', '/mnt/encrypted-disks']"
 YAML
 
 cat > "$out/agent.yaml" <<YAML
@@ -89,9 +92,11 @@ $agent_log_env
           volumeMounts:
             - {name: block-disks, mountPath: /mnt/block-disks, mountPropagation: HostToContainer}
             - {name: claimed-disks, mountPath: /mnt/claimed-disks, mountPropagation: HostToContainer}
+            - {name: encrypted-disks, mountPath: /mnt/encrypted-disks, mountPropagation: HostToContainer}
       volumes:
         - {name: block-disks, hostPath: {path: /mnt/block-disks}}
         - {name: claimed-disks, hostPath: {path: /mnt/claimed-disks}}
+        - {name: encrypted-disks, hostPath: {path: /mnt/encrypted-disks}}
 YAML
 
 cat > "$out/node-cleanup.yaml" <<YAML
@@ -138,6 +143,10 @@ YAML
         types: [loop]
         minSize: 57Mi
         maxSize: 57Mi
+    encrypted-disks:
+      hostDir: /mnt/encrypted-disks
+      mountDir: /mnt/encrypted-disks
+      encryption: fscrypt
 YAML
 } > "$out/configmap.yaml"
 
@@ -152,7 +161,7 @@ data:
   key: lsp-e2e.example.com/storage-not-ready
 YAML
 
-for class in block claimed; do
+for class in block claimed encrypted; do
   cat > "$out/$class-storageclass.yaml" <<YAML
 apiVersion: storage.k8s.io/v1
 kind: StorageClass

@@ -20,8 +20,8 @@ cp_dir=$(cd "$cp_dir" && pwd)
 NODE_NAME=${NODE_NAME:-lsp-real-node}
 KUBELET_ROOT=/var/lib/kubelet
 # The discovery directories of the shipped ConfigMap and of the overlay's block and
-# device-claiming classes.
-DISCOVERY_DIRS=(/mnt/fast-disks /mnt/block-disks /mnt/claimed-disks)
+# device-claiming classes, and of its encrypting class.
+DISCOVERY_DIRS=(/mnt/fast-disks /mnt/block-disks /mnt/claimed-disks /mnt/encrypted-disks)
 PAUSE_IMAGE=registry.local/lsp-test/pause:1
 SHELL_IMAGE=registry.local/lsp-test/shell:1
 AGENT_IMAGE=docker.io/library/local-static-provisioner:e2e
