@@ -1336,7 +1336,7 @@ fn real_node_an_encrypted_volume_keeps_its_data_off_the_disk_survives_a_reboot_a
     assert!(key.starts_with("fscrypt-v2 key="), "{key}");
 
     // The tenant writes through kubelet's mount of the PV; the disk holds only ciphertext.
-    node.claim_volume("e2e-enc-1", "encrypted-disks", false, "40Mi", &pv);
+    node.claim_volume("e2e-enc-1", "encrypted-disks", false, "30Mi", &pv);
     let write =
         format!("printf '%s' {ENCRYPTED_SECRET} > /data/secret && sync && trap 'exit 0' TERM; sleep 3600 & wait");
     node.workload("e2e-enc-writer", "e2e-enc-1", false, &write, 5);
@@ -1380,7 +1380,7 @@ fn real_node_an_encrypted_volume_keeps_its_data_off_the_disk_survives_a_reboot_a
     for part in ["method=crypto-erase", old_key, "key-verified=absent"] {
         assert!(history.contains(part), "{part} missing from the recycled PV's last-wipe: {history}");
     }
-    node.claim_volume("e2e-enc-2", "encrypted-disks", false, "40Mi", &pv);
+    node.claim_volume("e2e-enc-2", "encrypted-disks", false, "30Mi", &pv);
     node.workload("e2e-enc-next", "e2e-enc-2", false, "ls -la /data; [ -z \"$(ls -A /data)\" ]", 5);
     node.expect_success("e2e-enc-next");
     release(&node, &["e2e-enc-next"], &["e2e-enc-2"]);
