@@ -121,6 +121,12 @@ fn each_volume_gets_its_own_key_kept_across_a_remount_and_destroyed_on_release()
         (read(&data.join("secret")).ok()? == SECRET).then_some(())
     });
     assert_eq!(fence(&h, &pv), None, "a volume whose key is loaded is not fenced");
+    // Remounted while the agent runs: the new mount is seen, and its key put back.
+    h.lab.umount(&e);
+    h.lab.mount_dev(&dev, &e);
+    wait_until("the key loaded again after a remount under the running agent", WAIT, || {
+        (read(&data.join("secret")).ok()? == SECRET).then_some(())
+    });
 
     // Released: the key destroyed first (kernel and store), then the files; the clean volume is
     // published again with a new key, and its PV says what was done.

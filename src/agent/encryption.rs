@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use tracing::{debug, info, warn};
 
+use std::time::{Duration, Instant};
+
 use super::Agent;
 use crate::core::cleanup::PvState;
 use crate::core::effect_key::EffectKey;
@@ -18,6 +20,20 @@ use crate::core::planner::DesiredPv;
 use crate::host::key_store::KeyInfo;
 use crate::host::ops::{Answer, Job, Subject};
 use crate::wiper::target_at;
+
+/// How often the node's key store is listed for orphans (they wait 10 minutes anyway): a pass
+/// does not read every key file.
+const LIST_EVERY: Duration = Duration::from_secs(300);
+
+/// What the encryption stage keeps between passes.
+#[derive(Debug, Default)]
+pub(super) struct KeyState {
+    /// When the store was last listed, and whether it held keys then.
+    listed: Option<(Instant, bool)>,
+    /// Keys readied for new PVs, and when: named, for the orphan rule, until the store shows
+    /// their PVs (core::encryption::plan_keys).
+    fresh: BTreeMap<String, Instant>,
+}
 
 impl Agent {
     /// Readies the encrypted data directory of every volume in `creates` whose class says
@@ -80,7 +96,7 @@ impl Agent {
             match result {
                 Ok(key) => {
                     debug!(pv = %name, path = %host_path, key = %key, "encrypted data directory ready");
-                    self.fresh_keys.insert(key.clone(), std::time::Instant::now());
+                    self.keys.fresh.insert(key.clone(), Instant::now());
                     keys.insert(name, key);
                 }
                 Err(e) => {
@@ -102,7 +118,12 @@ impl Agent {
     /// pod may mount in the kernel, and destroys the stored keys no PV names any more
     /// (core::encryption::plan_keys). Returns the PVs whose key could not be had: the fences
     /// keep pods from mounting them.
-    pub(super) async fn follow_keys(&mut self, states: &[PvState], predecessors: &[PvState]) -> BTreeSet<String> {
+    pub(super) async fn follow_keys(
+        &mut self,
+        states: &[PvState],
+        predecessors: &[PvState],
+        keys_absent: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
         let mut keyed = Vec::new();
         let mut unreadable = BTreeSet::new();
         let mut classes = BTreeMap::new();
@@ -112,11 +133,13 @@ impl Agent {
             }
             match &pv.encryption {
                 None => {}
+                // Loaded when this pass's presence check found its key missing from the kernel
+                // (host::access): a key in place costs no more than that check.
                 Some(Ok(key)) => keyed.push(KeyedPv {
                     name: pv.name.clone(),
                     host_path: pv.host_path.clone(),
                     key: key.clone(),
-                    live: may_be_mounted(pv),
+                    live: may_be_mounted(pv) && keys_absent.contains(&pv.uid),
                 }),
                 Some(Err(why)) => {
                     // Which key is unknown: fenced, and no stored key counts as an orphan.
@@ -128,23 +151,31 @@ impl Agent {
             }
         }
         let encrypting = self.config.storage_class_map.values().any(|c| c.encryption.is_some());
-        if keyed.is_empty() && unreadable.is_empty() && !encrypting && !self.keys_stored && self.fresh_keys.is_empty() {
-            return unreadable;
-        }
-        let stored = match self.on_host(|host| host.stored_keys()).await {
-            Some(Ok(keys)) => Some(keys),
-            Some(Err(e)) => {
-                warn!(error = %e, "the node's key store cannot be read; no orphan key is destroyed this pass");
-                None
+        let now = Instant::now();
+        // The store is listed for orphans now and then, not at every pass; never while nothing
+        // is encrypted and it held nothing at the last look.
+        let held = self.keys.listed.is_none_or(|(_, held)| held);
+        let due = self.keys.listed.is_none_or(|(at, _)| now.duration_since(at) >= LIST_EVERY);
+        let wanted = encrypting || !keyed.is_empty() || !unreadable.is_empty() || held;
+        let stored = if due && wanted {
+            match self.on_host(|host| host.stored_keys()).await {
+                Some(Ok(keys)) => {
+                    self.keys.listed = Some((now, !keys.is_empty()));
+                    Some(keys)
+                }
+                Some(Err(e)) => {
+                    warn!(error = %e, "the node's key store cannot be read; no orphan key is destroyed this pass");
+                    None
+                }
+                None => None,
             }
-            None => None,
+        } else {
+            None
         };
-        self.keys_stored = stored.as_ref().is_none_or(|k| !k.is_empty());
         let as_planned = |k: &KeyInfo| StoredKey { id: k.id.clone(), host_path: k.host_path.clone(), age: k.age };
         // Keys this agent readied lately name PVs the store may not show yet: never orphans.
-        let now = std::time::Instant::now();
-        self.fresh_keys.retain(|_, at| now.duration_since(*at) < crate::core::encryption::ORPHAN_AFTER);
-        for key in self.fresh_keys.keys() {
+        self.keys.fresh.retain(|_, at| now.duration_since(*at) < crate::core::encryption::ORPHAN_AFTER);
+        for key in self.keys.fresh.keys() {
             keyed.push(KeyedPv { name: String::new(), host_path: String::new(), key: key.clone(), live: false });
         }
         let planned: Vec<StoredKey> = stored.iter().flatten().map(as_planned).collect();

@@ -384,12 +384,9 @@ pub(crate) struct Agent {
     /// Whether the start-up taint was removed (or found absent) since this process started
     /// (core::startup_taint).
     startup_taint_done: bool,
-    /// Whether the node's key store held keys at the last look (or was not read): while it
-    /// holds none and nothing is encrypted, passes do not read it (agent::encryption).
-    keys_stored: bool,
-    /// Keys readied for new PVs, and when: named, for the orphan rule, until the store shows
-    /// their PVs (core::encryption::plan_keys).
-    fresh_keys: BTreeMap<String, Instant>,
+    /// The encrypted volumes' keys: the store's last listing, keys readied lately, keys known
+    /// in the kernel (agent::encryption).
+    keys: encryption::KeyState,
 }
 
 impl Agent {
@@ -455,8 +452,7 @@ impl Agent {
             inventory: inventory::InventoryState::default(),
             settling: 0,
             startup_taint_done: false,
-            keys_stored: true,
-            fresh_keys: BTreeMap::new(),
+            keys: encryption::KeyState::default(),
         })
     }
 
@@ -640,7 +636,7 @@ impl Agent {
         let kept: Vec<PvState> = states.iter().filter(|pv| !withdrawn.contains(&pv.uid)).cloned().collect();
         // Encrypted volumes' keys in the kernel before the fences are planned: a PV whose key
         // cannot be had is fenced (and the node-wide fence after a boot lifts only after this).
-        let locked = self.follow_keys(&kept, &predecessors).await;
+        let locked = self.follow_keys(&kept, &predecessors, &observation.keys_absent).await;
         self.follow_fences(&kept, &predecessors, &observation.checks, &observation.succession, &missing, &locked).await;
         self.upgrade_identities(&states, &observation.upgrades).await;
         self.label_disks(&observation.upgrades).await;

@@ -83,6 +83,9 @@ pub struct Observation {
     /// The mount table this pass read: the mount watch compares what it reads with it
     /// (host::watch::MountWatch).
     pub mounts: Option<Arc<MountTable>>,
+    /// UIDs of the asked encrypted PVs whose volume is present but whose key the kernel does
+    /// not have (a reboot or a remount dropped it), or could not say (core::encryption).
+    pub keys_absent: BTreeSet<String>,
 }
 
 /// One used mark to write (see host::used_mark::mark_volume).
@@ -388,6 +391,7 @@ impl HostAccess for RealHost {
         let jobs = ask.pvs.iter().map(|(pv, path)| {
             // Only what the check reads: a thousand PVs' whole states would be copied per pass.
             let (identity, deleting) = (pv.identity.clone(), pv.deleting);
+            let key = pv.encryption.clone().and_then(Result::ok);
             let (path, mounts) = (path.clone(), mounts.clone());
             let domain = mounts.domain_of(&path);
             Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move |on| {
@@ -395,15 +399,21 @@ impl HostAccess for RealHost {
                 let recorded = identity.as_deref().filter(|id| crate::core::disk_identity::is_legacy(id));
                 let upgrade = recorded.filter(|_| !deleting).and_then(|id| upgraded_identity(&path, id, &mounts, on));
                 let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts(), on) } else { None };
-                (present, check, upgrade, disk, io_failure)
+                let key_absent =
+                    key.filter(|_| present).is_some_and(|k| !matches!(encryption::key_present(&path, &k), Ok(true)));
+                (present, check, upgrade, disk, io_failure, key_absent)
             })
             .on(domain)
         });
         let checked = self.ops.run_each(jobs);
         let (mut absent, mut checks, mut upgrades, mut disks) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut io_failures = Vec::new();
+        let mut keys_absent = BTreeSet::new();
         for ((pv, _), result) in ask.pvs.iter().zip(checked) {
-            let Some((present, check, upgrade, disk, io_failure)) = result.done() else { continue };
+            let Some((present, check, upgrade, disk, io_failure, key_absent)) = result.done() else { continue };
+            if key_absent {
+                keys_absent.insert(pv.uid.clone());
+            }
             if let Some(what) = io_failure {
                 io_failures.push((pv.host_path.clone(), what));
             }
@@ -438,7 +448,19 @@ impl HostAccess for RealHost {
             .collect();
         let disks = ask.disks.then_some(disks);
         let mounts = Some(mounts);
-        Ok(Observation { scan, absent, checks, io_failures, upgrades, disks, succession, claims, devices, mounts })
+        Ok(Observation {
+            scan,
+            absent,
+            checks,
+            io_failures,
+            upgrades,
+            disks,
+            succession,
+            claims,
+            devices,
+            mounts,
+            keys_absent,
+        })
     }
 
     fn mount_table(&self) -> Result<Arc<MountTable>, HostError> {

@@ -193,6 +193,16 @@ fn load_key(root: BorrowedFd<'_>, path: &Path, id: &KeyId, key: &MasterKey) -> R
     Ok(())
 }
 
+/// Whether the kernel has key `key` (hex identifier) for the filesystem of the volume at
+/// `path` (opened as a volume root: a directory, no link followed). One ioctl: the presence
+/// check of every pass asks it of each encrypted PV, so a key lost by a remount or a reboot
+/// is loaded again at the next pass, and a present one costs nothing more.
+pub fn key_present(path: &Path, key: &str) -> Result<bool, String> {
+    let id = KeyId::from_hex(key).ok_or_else(|| format!("{key:?} is not a key identifier"))?;
+    let root = crate::host::used_mark::open_volume_root(path).map_err(|e| e.to_string())?;
+    Ok(fscrypt::key_status(root.as_fd(), &id, path).map_err(|e| e.to_string())? == KeyStatus::Present)
+}
+
 /// Whether [`load`] found the key in the kernel already or added it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loaded {
