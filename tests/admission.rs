@@ -392,6 +392,73 @@ fn base_fence_policy_matches_the_agent_as_the_pv_policy_does() {
     );
 }
 
+const ANN_ENCRYPTION: &str = "local-static-provisioner.io/encryption";
+const ENCRYPTED: &str = "fscrypt-v2 key=0123456789abcdef0123456789abcdef";
+
+/// With an encrypting root (variable 1, as the chart renders it for a class with `encryption`),
+/// an encrypted volume's PV may name <root>/<entry>/lsp-encrypted; the entry is checked as for
+/// any PV, the suffix means nothing without the annotation, and nothing under another root.
+#[test]
+fn an_encrypted_pv_names_its_data_directory_only_under_an_encrypting_root() {
+    let cp = ControlPlane::get();
+    let test = "vap-enc";
+    let (ns, sa) = ("vap-enc", "vap-enc-agent");
+    let a = "vap-enc-a";
+    let uid_a = cp.create_node(a);
+    apply_agent_rbac(&cp);
+    service_account(&cp, ns, sa, "local-static-provisioner");
+    let mut scratch = Scratch::new(&cp, test);
+    let enc = "/mnt/enc-disks";
+    let yaml = read("deploy/base/admission-policy.yaml")
+        .replace("\n        ['/mnt/fast-disks']\n", &format!("\n        ['{ROOT}', '{enc}']\n"))
+        .replace(
+            "- name: encryptedRoots\n      expression: >-\n        []\n",
+            &format!("- name: encryptedRoots\n      expression: >-\n        ['{enc}']\n"),
+        );
+    assert!(yaml.contains(&format!("['{enc}']")), "variable 1 not found");
+    scratch.apply_policies(&policies_for(&yaml, test, Some(sa), Some("none")));
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = pod_bound_kubeconfig(&cp, tmp.path(), ns, sa, a);
+    let pv = |name: &str, path: &str| agent_pv(test, name, a, &uid_a, path);
+    let encrypted = |name: &str, path: &str| {
+        with(pv(name, path), |p| {
+            p["metadata"]["annotations"][ANN_ENCRYPTION] = json!(ENCRYPTED);
+        })
+    };
+    wait_enforced(&scratch, &agent, &pv("vap-enc-probe", "/etc"), "is not directly under one of");
+    assert_allowed(
+        &create(&cp, &agent, &encrypted("vap-enc-ok", &format!("{enc}/vol1/lsp-encrypted"))),
+        "an encrypted volume's PV",
+    );
+    let refused = [
+        (format!("{enc}/lsp-encrypted"), ENCRYPTED),
+        (format!("{enc}/a/b/lsp-encrypted"), ENCRYPTED),
+        (format!("{enc}//lsp-encrypted"), ENCRYPTED),
+        (format!("{enc}/vol1/lsp-encrypted/x"), ENCRYPTED),
+        (format!("{enc}/vol1/other"), ENCRYPTED),
+        // Under a root whose class does not encrypt.
+        (format!("{ROOT}/vol1/lsp-encrypted"), ENCRYPTED),
+        // The annotation must name a key.
+        (format!("{enc}/vol1/lsp-encrypted"), "yes"),
+    ];
+    for (path, value) in refused {
+        let p = with(pv("vap-enc-bad", &path), |p| {
+            p["metadata"]["annotations"][ANN_ENCRYPTION] = json!(value);
+        });
+        let out = create(&cp, &agent, &p);
+        assert!(!out.status.success(), "an encrypted PV at {path} ({value}) must be denied");
+        assert!(cp.get_json(&["pv", "vap-enc-bad"]).is_none(), "{path}: created after a refusal");
+    }
+    let plain = format!("{enc}/vol1/lsp-encrypted");
+    assert_create_denied(
+        &cp,
+        &agent,
+        &pv("vap-enc-plain", &plain),
+        "the data directory without the annotation",
+        "is not directly under one of",
+    );
+}
+
 #[test]
 fn agent_creates_only_local_pvs_pinned_to_its_node_under_a_root() {
     let cp = ControlPlane::get();
@@ -485,38 +552,13 @@ fn agent_creates_only_local_pvs_pinned_to_its_node_under_a_root() {
         let why = format!("{path} is not directly under one of [{ROOT}]");
         assert_create_denied(&cp, &agent, &pv("vap-create-path", path), path, &why);
     }
-    // An encrypted volume's PV names <root>/<entry>/lsp-encrypted and says so in its
-    // annotation; the entry is checked as for any PV, and the suffix means nothing without it.
-    let encrypted = |name: &str, path: &str| {
-        with(pv(name, path), |p| {
-            p["metadata"]["annotations"]["local-static-provisioner.io/encryption"] =
-                json!("fscrypt-v2 key=0123456789abcdef0123456789abcdef");
-        })
-    };
-    let p = encrypted("vap-create-encrypted", &format!("{ROOT}/vol1/lsp-encrypted"));
-    assert_allowed(&create(&cp, &agent, &p), "an encrypted volume's PV");
-    for path in [
-        format!("{ROOT}/lsp-encrypted"),
-        format!("{ROOT}/a/b/lsp-encrypted"),
-        format!("{ROOT}//lsp-encrypted"),
-        format!("{ROOT}/../lsp-encrypted"),
-        format!("{ROOT}/vol1/lsp-encrypted/x"),
-        format!("{ROOT}/vol1/other"),
-    ] {
-        let p = encrypted("vap-create-encrypted-bad", &path);
-        let out = create(&cp, &agent, &p);
-        assert!(!out.status.success(), "an encrypted PV at {path} must be denied");
-        assert!(cp.get_json(&["pv", "vap-create-encrypted-bad"]).is_none(), "{path}: created after a refusal");
-    }
-    let plain = format!("{ROOT}/vol1/lsp-encrypted");
-    let why = format!("{plain} is not directly under one of [{ROOT}]");
-    assert_create_denied(
-        &cp,
-        &agent,
-        &pv("vap-create-path", &plain),
-        "the data directory without the annotation",
-        &why,
-    );
+    // An encrypted volume's data directory is refused where no class encrypts (the base has no
+    // encrypting root): there the last component is the tenant's to make.
+    let p = with(pv("vap-create-encrypted", &format!("{ROOT}/vol1/lsp-encrypted")), |p| {
+        p["metadata"]["annotations"][ANN_ENCRYPTION] = json!(ENCRYPTED);
+    });
+    let why = format!("{ROOT}/vol1/lsp-encrypted is not directly under one of [{ROOT}]");
+    assert_create_denied(&cp, &agent, &p, "an encrypted PV under a root that does not encrypt", &why);
 
     // Backsteps: the API server's own validation refuses them before admission (the policy
     // would too: '..' is never an entry, and 'root/../etc' has two components).
@@ -1158,12 +1200,16 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
             "classes[1].hostDir=/mnt/b".into(),
             "classes[2].name=c".into(),
             "classes[2].hostDir=/mnt/b/".into(),
+            "classes[1].encryption=fscrypt".into(),
             "nodeCleanup.enabled=true".into(),
             "nodeCleanup.storageClasses={a}".into(),
         ],
     );
     let policy = find(&docs, "ValidatingAdmissionPolicy", "vaphelm-local-static-provisioner-node-scope");
     assert_eq!(roots(policy), ["/mnt/a/disks", "/mnt/b"]);
+    // The encrypting classes' roots (variable 1): b's only.
+    assert_eq!(policy["spec"]["variables"][1]["name"], "encryptedRoots", "overlays patch variable 1");
+    assert_eq!(variable(policy, "encryptedRoots"), "['/mnt/b']");
     assert!(matched_user(policy).contains(&format!("'^system:serviceaccount:{ns}:vap[.]helm-agent$'")));
     assert_eq!(
         find(&docs, "ValidatingAdmissionPolicyBinding", "vaphelm-local-static-provisioner-node-scope")["spec"]["policyName"],
@@ -1184,7 +1230,7 @@ fn helm_policy_renders_the_release_and_lets_the_real_agent_work() {
         p["metadata"]["name"] = json!("x");
         p["spec"]["matchConditions"] = json!(null);
         for v in p["spec"]["variables"].as_array_mut().unwrap() {
-            if v["name"] == "roots" {
+            if v["name"] == "roots" || v["name"] == "encryptedRoots" {
                 v["expression"] = json!(null);
             }
         }

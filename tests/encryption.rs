@@ -276,6 +276,79 @@ fn a_pv_naming_another_volumes_key_destroys_nothing() {
     assert_eq!(h.pv_at(&data_e).map(|(_, phase)| phase).as_deref(), Some("Released"));
 }
 
+/// The host steps on a real ext4 with the encrypt feature, without a cluster: a readied empty
+/// directory is reused only on the disk its key was made for; one with files is never reused,
+/// nor given up with its key; a mount over `lsp-encrypted` is not this volume's; an empty one
+/// is given up with its key (kernel and store).
+#[test]
+fn a_readied_key_is_reused_or_given_up_only_while_its_directory_is_empty_and_on_its_own_disk() {
+    use local_static_provisioner::host::encryption::{EncryptionError, abandon, prepare};
+    use local_static_provisioner::host::used_mark::open_volume_root;
+    let Some(h) = Harness::new("enc-host") else { return };
+    let e = h.lab.path("e");
+    ext4(&h, "e", &e, true);
+    let store = KeyStore::new(&h.lab.path("state"));
+    let root = open_volume_root(&e).unwrap();
+    let fd = root.as_fd();
+    let disk = "v2;fs;disk=test:e;uuid=e;ino=2";
+    let id = prepare(fd, &e, "/mnt/e", disk, &store).unwrap();
+    assert!(store.read(&id).is_ok());
+    // Interrupted before its PV: the same empty directory and key again.
+    assert_eq!(prepare(fd, &e, "/mnt/e", disk, &store).unwrap(), id);
+    // A clone elsewhere (another disk's identity): refused, the directory kept as it is.
+    let other = prepare(fd, &e, "/mnt/e", "v2;fs;disk=test:clone;uuid=c;ino=2", &store).unwrap_err();
+    assert!(matches!(other, EncryptionError::OtherDisksKey { .. }), "{other}");
+    // Files written with the key: never reused, never given up.
+    let data = e.join("lsp-encrypted");
+    std::fs::write(data.join("f"), SECRET).unwrap();
+    let held = prepare(fd, &e, "/mnt/e", disk, &store).unwrap_err();
+    assert!(matches!(held, EncryptionError::HoldsData { .. }), "{held}");
+    let kept = abandon(fd, &e, &id, &store).unwrap_err();
+    assert!(matches!(kept, EncryptionError::HoldsData { .. }), "{kept}");
+    assert!(store.read(&id).is_ok(), "a key with data was destroyed");
+    std::fs::remove_file(data.join("f")).unwrap();
+    // Something mounted over the directory is not this volume's.
+    h.lab.tmpfs(&data, 1);
+    let over = prepare(fd, &e, "/mnt/e", disk, &store).unwrap_err();
+    assert!(matches!(over, EncryptionError::MountedOver { .. }), "{over}");
+    h.lab.umount(&data);
+    // Empty: given up, the directory removed, the key gone from the kernel and the store.
+    abandon(fd, &e, &id, &store).unwrap();
+    assert!(!data.exists());
+    assert!(store.read(&id).is_err());
+    assert_eq!(fscrypt::key_status(fd, &id, &e).unwrap(), fscrypt::KeyStatus::Absent);
+}
+
+/// A tenant of a class that does not encrypt may leave anything named `lsp-encrypted` at its
+/// volume's root (a file, a link, a directory on a filesystem without fscrypt): the wipe removes
+/// it like any entry, and the volume is recycled.
+#[test]
+fn a_plain_volumes_entry_named_like_the_data_directory_does_not_stop_its_wipe() {
+    let Some(h) = Harness::new("enc-plain") else { return };
+    let class = "enc-plain";
+    let disks = h.lab.dir("disks");
+    let config = h.config("config", &[(class, &disks, "")]);
+    let (a, b) = (disks.join("a"), disks.join("b"));
+    h.lab.tmpfs(&a, 8);
+    ext4(&h, "b", &b, false);
+    let _agent = h.agent(&config, &[]);
+    let (pv_a, pv_b) = (h.wait_published(&a), h.wait_published(&b));
+    let (uid_a, uid_b) = (h.uid(&pv_a), h.uid(&pv_b));
+    h.claim("enc-plain-a", class, &pv_a, false);
+    h.claim("enc-plain-b", class, &pv_b, false);
+    std::fs::write(a.join("lsp-encrypted"), b"a file").unwrap();
+    std::os::unix::fs::symlink("/", b.join("lsp-encrypted")).unwrap();
+    h.delete_claim("enc-plain-a");
+    h.delete_claim("enc-plain-b");
+    for (pv, uid, root) in [(&pv_a, &uid_a, &a), (&pv_b, &uid_b, &b)] {
+        wait_until(&format!("{pv} recycled"), WAIT, || {
+            let (name, phase) = h.pv_at(root)?;
+            (name == *pv && phase == "Available" && h.uid(pv) != *uid).then_some(())
+        });
+        assert!(!root.join("lsp-encrypted").exists() && std::fs::symlink_metadata(root.join("lsp-encrypted")).is_err());
+    }
+}
+
 /// The entries of a directory (by their names as the kernel shows them: encrypted without
 /// the key).
 fn entries(dir: &Path) -> Vec<PathBuf> {

@@ -21,6 +21,10 @@ use crate::host::key_store::KeyInfo;
 use crate::host::ops::{Answer, Job, Subject};
 use crate::wiper::target_at;
 
+/// The longest a readied key waits for its PV to show in the store before the orphan rule may
+/// look at it (then only if its directory is still empty).
+const FRESH_AT_MOST: Duration = Duration::from_secs(3600);
+
 /// How often the node's key store is listed for orphans (they wait 10 minutes anyway): a pass
 /// does not read every key file.
 const LIST_EVERY: Duration = Duration::from_secs(300);
@@ -44,6 +48,13 @@ impl Agent {
         let encrypting = |d: &DesiredPv, agent: &Agent| {
             agent.config.storage_class_map.get(&d.class).is_some_and(|c| c.encryption.is_some())
         };
+        // Until the PVs upstream made for this node are adopted, a volume's PV may exist without
+        // this agent's label: readying its data directory could put one into a tenant's live
+        // volume. Such volumes wait for the adoption (retried with its backoff).
+        if !self.adopted {
+            creates.retain(|d| !encrypting(d, self));
+            return BTreeMap::new();
+        }
         let mut wanted: Vec<(String, String, Result<PathBuf, String>, String)> = Vec::new();
         for d in creates.iter().filter(|d| encrypting(d, self)) {
             let target = target_at(&d.host_path, &d.class, self.config.storage_class_map.get(&d.class)).map(|t| t.path);
@@ -90,9 +101,19 @@ impl Agent {
             })
             .await
             .unwrap_or_default();
+        // Two PVs never share a key: one a readied directory names that another PV names
+        // already (a cloned disk) is refused.
+        let named = self.named_keys();
         let mut keys = BTreeMap::new();
         for (i, (name, host_path, _, _)) in wanted.into_iter().enumerate() {
-            let result = answers.get(&i).cloned().unwrap_or_else(|| Err("the host task failed".into()));
+            let mut result = answers.get(&i).cloned().unwrap_or_else(|| Err("the host task failed".into()));
+            if let Ok(key) = &result
+                && let Some(other) = named.get(key).filter(|other| **other != name)
+            {
+                result = Err(format!(
+                    "its data directory is encrypted with the key of PV {other} ({key}): a copy of that volume's disk?"
+                ));
+            }
             match result {
                 Ok(key) => {
                     debug!(pv = %name, path = %host_path, key = %key, "encrypted data directory ready");
@@ -112,6 +133,71 @@ impl Agent {
         }
         creates.retain(|d| !encrypting(d, self) || keys.contains_key(&d.name));
         keys
+    }
+
+    /// The key each PV of this node's store names (any PV there, ours or not, whatever its
+    /// state): no such key is ever an orphan, nor readied for another volume.
+    fn named_keys(&self) -> BTreeMap<String, String> {
+        let mut named = BTreeMap::new();
+        for pv in self.pv_store.state() {
+            if let (Ok(Some(key)), Some(name)) = (pv.encryption_key(), pv.metadata.name.as_deref()) {
+                named.insert(key, name.to_string());
+            }
+        }
+        named
+    }
+
+    /// After the create of an encrypted volume's PV: a key whose create did not publish it no
+    /// longer waits for its PV. When the name was taken by a PV that does not name this key
+    /// (one made before the volume was encrypted, say), the directory just readied is given up
+    /// at once, while it is still empty: nothing is left in that tenant's volume.
+    pub(super) async fn settle_readied_key(
+        &mut self,
+        d: &DesiredPv,
+        key: &str,
+        result: &Result<crate::api::Created, crate::api::ApiError>,
+    ) {
+        let taken_by_other = match result {
+            Ok(crate::api::Created::Created { .. }) => return,
+            Ok(crate::api::Created::AlreadyExists(existing)) => {
+                existing.encryption_key().ok().flatten().as_deref() != Some(key)
+            }
+            Err(_) => false,
+        };
+        self.keys.fresh.remove(key);
+        if !taken_by_other {
+            return;
+        }
+        let Ok(target) = target_at(&d.host_path, &d.class, self.config.storage_class_map.get(&d.class)) else { return };
+        let info = KeyInfo {
+            id: key.to_string(),
+            host_path: d.host_path.clone(),
+            identity: d.identity.clone(),
+            created: String::new(),
+            age: None,
+        };
+        let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
+        let subject = Subject::Volume(d.host_path.clone());
+        let path = target.path;
+        let given_up = self
+            .on_host(move |_| {
+                match ops.run(subject, "readied key given up", timeout, move |on| {
+                    shared.destroy_orphan_key(&info, Some(&path), on)
+                }) {
+                    Answer::Done(r) => r,
+                    Answer::Pending => Err("still being given up (a slow disk)".to_string()),
+                    Answer::Unresponsive(e) => Err(e.to_string()),
+                }
+            })
+            .await
+            .unwrap_or_else(|| Err("the host task failed".into()));
+        match given_up {
+            Ok(()) => {
+                info!(pv = %d.name, path = %d.host_path, key, "the name is another PV's: the readied encryption key and its empty directory are given up")
+            }
+            // The orphan rule takes it later, on the same conditions.
+            Err(e) => warn!(pv = %d.name, path = %d.host_path, key, "the readied encryption key is kept for now: {e}"),
+        }
     }
 
     /// Has the key of each of this node's encrypted PVs (and an earlier incarnation's) that a
@@ -135,11 +221,15 @@ impl Agent {
                 None => {}
                 // Loaded when this pass's presence check found its key missing from the kernel
                 // (host::access): a key in place costs no more than that check.
+                // Not a Released (or Failed) PV's: no pod gets it mounted again before its wipe,
+                // which destroys the key; loading it would race the wipe.
                 Some(Ok(key)) => keyed.push(KeyedPv {
                     name: pv.name.clone(),
                     host_path: pv.host_path.clone(),
                     key: key.clone(),
-                    live: may_be_mounted(pv) && keys_absent.contains(&pv.uid),
+                    live: may_be_mounted(pv)
+                        && !matches!(pv.phase.as_str(), "Released" | "Failed")
+                        && keys_absent.contains(&pv.uid),
                 }),
                 Some(Err(why)) => {
                     // Which key is unknown: fenced, and no stored key counts as an orphan.
@@ -158,7 +248,18 @@ impl Agent {
         let due = self.keys.listed.is_none_or(|(at, _)| now.duration_since(at) >= LIST_EVERY);
         let wanted = encrypting || !keyed.is_empty() || !unreadable.is_empty() || held;
         let stored = if due && wanted {
-            match self.on_host(|host| host.stored_keys()).await {
+            let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
+            let listed = self
+                .on_host(move |_| {
+                    let subject = Subject::Host("key store");
+                    match ops.run(subject, "key store listing", timeout, move |_| shared.stored_keys()) {
+                        Answer::Done(r) => r,
+                        Answer::Pending => Err("the key store is still being listed (a slow disk)".to_string()),
+                        Answer::Unresponsive(e) => Err(e.to_string()),
+                    }
+                })
+                .await;
+            match listed {
                 Some(Ok(keys)) => {
                     self.keys.listed = Some((now, !keys.is_empty()));
                     Some(keys)
@@ -173,8 +274,15 @@ impl Agent {
             None
         };
         let as_planned = |k: &KeyInfo| StoredKey { id: k.id.clone(), host_path: k.host_path.clone(), age: k.age };
-        // Keys this agent readied lately name PVs the store may not show yet: never orphans.
-        self.keys.fresh.retain(|_, at| now.duration_since(*at) < crate::core::encryption::ORPHAN_AFTER);
+        // Every PV of the store names its key, whoever's it is (an identity change, a label or
+        // annotation edited by hand must not make a tenant's key an orphan).
+        let named = self.named_keys();
+        for (key, name) in &named {
+            keyed.push(KeyedPv { name: name.clone(), host_path: String::new(), key: key.clone(), live: false });
+        }
+        // Keys readied for creates name PVs the store may not show yet: never orphans until it
+        // shows them (or the create did not publish; an hour at most, for a watch that lags).
+        self.keys.fresh.retain(|key, at| !named.contains_key(key) && now.duration_since(*at) < FRESH_AT_MOST);
         for key in self.keys.fresh.keys() {
             keyed.push(KeyedPv { name: String::new(), host_path: String::new(), key: key.clone(), live: false });
         }

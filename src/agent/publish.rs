@@ -211,6 +211,9 @@ impl Agent {
         for (d, told, result) in results {
             let (name, path) = (d.name.clone(), d.host_path.clone());
             self.effects.record(&EffectKey::Create(name.clone()), &result);
+            if let Some(key) = keys.get(&name) {
+                self.settle_readied_key(d, key, &result).await;
+            }
             match result {
                 Ok(Created::Created { uid }) => {
                     info!(pv = %name, path = %path, "created PV");

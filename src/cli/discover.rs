@@ -109,9 +109,23 @@ pub(super) fn run(args: &DiscoverArgs) -> ExitCode {
     for action in crate::core::planner::plan(&identity, &desired, &[], &BTreeMap::new()) {
         match action {
             crate::core::planner::Action::Create { name, host_path } => {
-                pvs.extend(
-                    crate::core::planner::desired_named(&desired, &name, &host_path).and_then(|d| ctx.pv_for(d)),
-                );
+                // An encrypting class's volume is published by the agent only, with the key it
+                // makes then (docs/encryption.md): a PV applied from here would be unencrypted.
+                let d = crate::core::planner::desired_named(&desired, &name, &host_path);
+                if let Some(class) =
+                    d.and_then(|d| config.storage_class_map.get(&d.class)).filter(|c| c.encryption.is_some())
+                {
+                    let _ = writeln!(
+                        stderr,
+                        "skipped {host_path} ({name}, reason encrypted): its class encrypts its volumes (encryption: {}); only the agent publishes them, with the key it makes for each",
+                        serde_json::to_value(class.encryption)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default()
+                    );
+                    continue;
+                }
+                pvs.extend(d.and_then(|d| ctx.pv_for(d)));
             }
             crate::core::planner::Action::Refuse { name, host_path, reason } => {
                 let _ = writeln!(stderr, "skipped {host_path} ({name}, reason {}): {reason}", reason.code());

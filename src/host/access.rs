@@ -548,7 +548,11 @@ impl HostAccess for RealHost {
         let found = directory_identity(root.as_fd(), path, Some(&mounts)).map_err(|e| e.to_string())?;
         let same = found.identity == recorded || matches!(judge(recorded, &found, None), Verdict::Same(_));
         if !same {
-            return Err(format!("{}: the volume changed since discovery; not encrypted now", path.display()));
+            return Err(format!(
+                "{}: the volume changed since discovery (found {}, discovery saw {recorded}); not encrypted now",
+                path.display(),
+                found.identity
+            ));
         }
         let id =
             encryption::prepare(root.as_fd(), path, host_path, &found.identity, &store).map_err(|e| e.to_string())?;
@@ -574,34 +578,30 @@ impl HostAccess for RealHost {
         _on: &OnDeadline,
     ) -> Result<(), String> {
         let id = KeyId::from_hex(&key.id).ok_or_else(|| format!("{:?} is not a key identifier", key.id))?;
+        // Only on the disk it was made for, found mounted at its path: a key whose disk is
+        // not here may still be a tenant's only way to their data (the disk comes back).
+        let Some(path) = path else {
+            return Err(format!("key {}: its disk is not mounted at {}; kept until it is", key.id, key.host_path));
+        };
         let store = KeyStore::new(self.state_dir()?);
         let mounts = MountTable::read().map_err(|e| e.to_string())?;
-        // Any mount kubelet has of the disk the key was made on keeps the key: a pod may still
-        // use the volume (its PV force-deleted). A disk that cannot be told is kept too.
-        let device =
-            crate::core::disk_identity::DiskIdentity::parse(&key.identity).and_then(|d| d.dev).ok_or_else(|| {
-                format!("key {}: the disk it was made on cannot be told ({}); kept", key.id, key.identity)
-            })?;
-        let subject = crate::host::kubelet::Subject::Filesystem { device, root: "/".into() };
+        let root = encrypted_root(path)?;
+        let found = directory_identity(root.as_fd(), path, Some(&mounts)).map_err(|e| e.to_string())?;
+        let same = found.identity == key.identity || matches!(judge(&key.identity, &found, None), Verdict::Same(_));
+        if !same {
+            return Err(format!(
+                "key {}: another disk is at {} now ({}, the key was made for {}); kept",
+                key.id, key.host_path, found.identity, key.identity
+            ));
+        }
+        // Any mount kubelet has of this filesystem keeps the key: a pod may still use it.
+        let resolved = crate::host::volume::resolve_entry(path).map_err(|e| e.to_string())?.1;
+        let subject = crate::host::kubelet::Subject::filesystem_at(&resolved, &mounts)
+            .ok_or_else(|| format!("key {}: {} is not a mount point; kept", key.id, path.display()))?;
         if let Some(at) = self.kubelet.holder(&subject, &mounts).map_err(|e| e.to_string())? {
             return Err(format!("key {}: kubelet still has its volume mounted at {}; kept", key.id, at.display()));
         }
-        match path {
-            Some(path) => {
-                let root = encrypted_root(path)?;
-                let found = directory_identity(root.as_fd(), path, Some(&mounts)).map_err(|e| e.to_string())?;
-                let same = matches!(judge(&key.identity, &found, None), Verdict::Same(_));
-                if same {
-                    encryption::destroy(root.as_fd(), path, &id, &store).map_err(|e| e.to_string())?;
-                } else {
-                    // Another disk is there now: the key's own filesystem is not mounted here.
-                    encryption::forget(&id, &store).map_err(|e| e.to_string())?;
-                }
-            }
-            None => {
-                encryption::forget(&id, &store).map_err(|e| e.to_string())?;
-            }
-        }
+        encryption::abandon(root.as_fd(), path, &id, &store).map_err(|e| e.to_string())?;
         Ok(())
     }
 }

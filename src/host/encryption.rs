@@ -41,9 +41,18 @@ pub enum EncryptionError {
     /// The data directory holds files of an earlier volume (its key unknown or its PV gone):
     /// never handed to a new claim, and never emptied here (the wipe does that, proven).
     #[error(
-        "{path} already holds files (an earlier volume's data, encrypted with {key}); it is not published until it is wiped (local-static-provisioner.io/cleanup on its PV, or `local-static-provisioner wipe-disk`)"
+        "{path} already holds files (an earlier volume's data, encrypted with {key}); the volume is not published until that data is gone: remove the directory's contents on the node (they cannot be read without the key), or reformat the disk"
     )]
     HoldsData { path: PathBuf, key: String },
+    /// The data directory is empty and encrypted with a stored key made for another disk (a
+    /// cloned or restored disk): two volumes must never share a key.
+    #[error(
+        "{path} is encrypted with the stored key {key}, made for another disk ({made_for}); not reused (a cloned disk?): remove the empty directory on the node to have a new key made"
+    )]
+    OtherDisksKey { path: PathBuf, key: String, made_for: String },
+    /// Something is mounted on the data directory: it is not this volume's directory.
+    #[error("{path} is a mount point (another filesystem mounted on it): not this volume's data directory")]
+    MountedOver { path: PathBuf },
     /// The data directory is not encrypted with the key its PV names.
     #[error("{path} is encrypted with {found}, not with the key its PV names ({wanted}): not the directory published")]
     WrongKey { path: PathBuf, found: String, wanted: String },
@@ -70,15 +79,43 @@ impl EncryptionError {
     }
 }
 
-/// Opens the data directory of the volume whose root is `root`, without following a link;
-/// `None` when there is none.
+/// Opens the data directory of the volume whose root is `root`, without following a link and
+/// only on the root's own mount (something mounted over it is not this volume's); `None` when
+/// there is none.
 fn open_data_dir(root: BorrowedFd<'_>, data: &Path) -> Result<Option<OwnedFd>, EncryptionError> {
+    use rustix::fs::{StatxFlags, statx};
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    match rustix::fs::openat(root, ENCRYPTED_DIR, flags, Mode::empty()) {
-        Ok(fd) => Ok(Some(fd)),
-        Err(rustix::io::Errno::NOENT) => Ok(None),
-        Err(e) => Err(EncryptionError::io("opening", data)(e)),
+    let dir = match rustix::fs::openat(root, ENCRYPTED_DIR, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(EncryptionError::io("opening", data)(e)),
+    };
+    let mount_of = |fd: BorrowedFd<'_>| statx(fd, c"", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID).map(|s| s.stx_mnt_id);
+    let (outer, inner) = (mount_of(root), mount_of(dir.as_fd()));
+    match (outer, inner) {
+        (Ok(a), Ok(b)) if a == b => Ok(Some(dir)),
+        (Ok(_), Ok(_)) => Err(EncryptionError::MountedOver { path: data.to_path_buf() }),
+        (Err(e), _) | (_, Err(e)) => Err(EncryptionError::io("statx", data)(e)),
     }
+}
+
+/// Gives the data directory the mode and owner of the volume's root (what rootMode and
+/// rootOwner give the root, the tenant gets), then syncs it and the root.
+fn like_the_root(root: BorrowedFd<'_>, dir: BorrowedFd<'_>, path: &Path, data: &Path) -> Result<(), EncryptionError> {
+    let stat = rustix::fs::fstat(root).map_err(EncryptionError::io("stat", path))?;
+    let mode = Mode::from_raw_mode(stat.st_mode & 0o7777);
+    rustix::fs::fchmod(dir, mode).map_err(EncryptionError::io("chmod", data))?;
+    let (uid, gid) = (rustix::fs::Uid::from_raw(stat.st_uid), rustix::fs::Gid::from_raw(stat.st_gid));
+    rustix::fs::fchown(dir, Some(uid), Some(gid)).map_err(EncryptionError::io("chown", data))?;
+    rustix::fs::fsync(dir).map_err(EncryptionError::io("syncing", data))?;
+    rustix::fs::fsync(root).map_err(EncryptionError::io("syncing", path))
+}
+
+/// Whether `recorded` (a stored key's disk) is the disk `found` now (core::disk_identity).
+fn same_disk(recorded: &str, found: &str) -> bool {
+    use crate::core::disk_identity::{Found, Verdict, judge};
+    let now = Found { identity: found.to_string(), legacy: String::new(), fs_type: None };
+    recorded == found || matches!(judge(recorded, &now, None), Verdict::Same(_))
 }
 
 /// Whether the directory open as `dir` has no entries (no key needed: a locked directory
@@ -98,8 +135,9 @@ fn is_empty(dir: BorrowedFd<'_>, path: &Path) -> Result<bool, EncryptionError> {
 /// inside this container; `host_path` and `identity` are recorded with the key) and returns the
 /// identifier of its key:
 /// - a filesystem that cannot take a policy is refused, saying what to do;
-/// - an empty data directory encrypted with a key the store holds is kept (a publish that
-///   stored its key and was interrupted before its PV was made), its key loaded;
+/// - an empty data directory encrypted with a key the store holds for this very disk is kept
+///   (a publish that stored its key and was interrupted before its PV was made), its key
+///   loaded; one whose stored key was made for another disk (a clone) is refused, kept as it is;
 /// - any other empty data directory is removed and made anew;
 /// - a data directory that holds files is refused: an earlier volume's data is never handed on;
 /// - a new one gets a fresh key, stored durably before the policy names it, with the mode and
@@ -136,12 +174,18 @@ pub fn prepare(
         let empty = is_empty(dir.as_fd(), &data)?;
         if let Some(id) = policy
             && empty
-            && let Ok(key) = store.read(&id)
+            && let Some(info) = store.info(&id).map_err(EncryptionError::store(path))?
         {
+            if !same_disk(&info.identity, identity) {
+                return Err(EncryptionError::OtherDisksKey { path: data, key: id.to_hex(), made_for: info.identity });
+            }
+            let key = store.read(&id).map_err(EncryptionError::store(path))?;
             load_key(root, &data, &id, &key)?;
-            // Written again: its age restarts, so the orphan rule does not take it for the
-            // leftover of an old publish while its PV is being made.
-            store.keep(&id, &key, host_path, identity).map_err(EncryptionError::store(path))?;
+            // What a crash after the policy and before these left undone.
+            like_the_root(root, dir.as_fd(), path, &data)?;
+            // Its age restarts, so the orphan rule does not take it for the leftover of an old
+            // publish while its PV is being made.
+            store.touch(&id).map_err(EncryptionError::store(path))?;
             return Ok(id);
         }
         if !empty {
@@ -155,19 +199,35 @@ pub fn prepare(
     let key = MasterKey::generate()?;
     let id = fscrypt::add_key(root, &key, path)?;
     store.keep(&id, &key, host_path, identity).map_err(EncryptionError::store(path))?;
-    let stat = rustix::fs::fstat(root).map_err(EncryptionError::io("stat", path))?;
     rustix::fs::mkdirat(root, ENCRYPTED_DIR, Mode::from_raw_mode(0o700))
         .map_err(EncryptionError::io("creating", &data))?;
     let dir =
         open_data_dir(root, &data)?.ok_or_else(|| EncryptionError::io("opening", &data)(rustix::io::Errno::NOENT))?;
     fscrypt::set_policy(dir.as_fd(), &id, &data)?;
-    let mode = Mode::from_raw_mode(stat.st_mode & 0o7777);
-    rustix::fs::fchmod(dir.as_fd(), mode).map_err(EncryptionError::io("chmod", &data))?;
-    let (uid, gid) = (rustix::fs::Uid::from_raw(stat.st_uid), rustix::fs::Gid::from_raw(stat.st_gid));
-    rustix::fs::fchown(dir.as_fd(), Some(uid), Some(gid)).map_err(EncryptionError::io("chown", &data))?;
-    rustix::fs::fsync(dir.as_fd()).map_err(EncryptionError::io("syncing", &data))?;
-    rustix::fs::fsync(root).map_err(EncryptionError::io("syncing", path))?;
+    like_the_root(root, dir.as_fd(), path, &data)?;
     Ok(id)
+}
+
+/// Gives up key `id` of the volume whose root is `root` (proven by the caller to be the disk it
+/// was made for) when nothing can have been written with it: its data directory is absent, or
+/// empty and encrypted with it (then removed). Removed from the kernel, its stored copy
+/// destroyed. A directory with files, or one encrypted with another key, keeps the key: that
+/// data is the wipe's to destroy, proven, never the orphan rule's.
+pub fn abandon(root: BorrowedFd<'_>, path: &Path, id: &KeyId, store: &KeyStore) -> Result<Destroyed, EncryptionError> {
+    let data = path.join(ENCRYPTED_DIR);
+    if let Some(dir) = open_data_dir(root, &data)? {
+        let policy = fscrypt::policy_of(dir.as_fd(), &data)?;
+        if policy == Some(*id) && !is_empty(dir.as_fd(), &data)? {
+            return Err(EncryptionError::HoldsData { path: data, key: id.to_hex() });
+        }
+        if policy == Some(*id) {
+            drop(dir);
+            rustix::fs::unlinkat(root, ENCRYPTED_DIR, AtFlags::REMOVEDIR)
+                .map_err(EncryptionError::io("removing", &data))?;
+            rustix::fs::fsync(root).map_err(EncryptionError::io("syncing", path))?;
+        }
+    }
+    destroy(root, path, id, store)
 }
 
 /// The key the data directory of the volume whose root is `root` is encrypted with; `None`
@@ -258,10 +318,4 @@ pub fn destroy(root: BorrowedFd<'_>, path: &Path, id: &KeyId, store: &KeyStore) 
     }
     let was_stored = store.destroy(id).map_err(EncryptionError::store(path))?;
     Ok(Destroyed { was_loaded: removal == Removal::Removed, was_stored })
-}
-
-/// Destroys the stored copy of a key whose volume is not mounted here (an orphan whose disk
-/// is gone): nothing to remove from the kernel.
-pub fn forget(id: &KeyId, store: &KeyStore) -> Result<bool, EncryptionError> {
-    store.destroy(id).map_err(EncryptionError::store(store.dir()))
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
+use zeroize::Zeroize as _;
 
 use super::fscrypt::{KeyId, MasterKey};
 
@@ -101,7 +102,10 @@ impl KeyStore {
             created: created.map(|t| t.to_string()).unwrap_or_default(),
         };
         let path = self.path(id);
-        let bytes = serde_json::to_vec(&file).map_err(|e| io("encoding", &path, std::io::Error::other(e)))?;
+        let mut file = file;
+        let encoded = serde_json::to_vec(&file).map_err(|e| io("encoding", &path, std::io::Error::other(e)));
+        file.key.zeroize();
+        let mut bytes = encoded?;
         let tmp = self.dir.join(format!("{}.key.tmp", id.to_hex()));
         let mut f = OpenOptions::new()
             .write(true)
@@ -110,10 +114,21 @@ impl KeyStore {
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| io("creating", &tmp, e))?;
-        f.write_all(&bytes).map_err(|e| io("writing", &tmp, e))?;
+        let written = f.write_all(&bytes).map_err(|e| io("writing", &tmp, e));
+        bytes.zeroize();
+        written?;
         f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io("renaming into place", &path, e))?;
         self.sync_dir()
+    }
+
+    /// Marks key `id` as used now (its file's modification time): a key kept for a new
+    /// publish is not an old orphan.
+    pub fn touch(&self, id: &KeyId) -> Result<(), KeyStoreError> {
+        let path = self.path(id);
+        let f = OpenOptions::new().write(true).open(&path).map_err(|e| io("opening", &path, e))?;
+        f.set_modified(std::time::SystemTime::now()).map_err(|e| io("touching", &path, e))?;
+        f.sync_all().map_err(|e| io("syncing", &path, e))
     }
 
     fn sync_dir(&self) -> Result<(), KeyStoreError> {
@@ -131,18 +146,56 @@ impl KeyStore {
             }
             Err(e) => return Err(io("reading", &path, e)),
         };
+        let mut bytes = bytes;
         let unreadable = |message: String| KeyStoreError::Unreadable { path: path.clone(), message };
-        let file: KeyFile = serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;
+        let parsed = serde_json::from_slice::<KeyFile>(&bytes).map_err(|e| unreadable(e.to_string()));
+        bytes.zeroize();
+        let mut file = parsed?;
+        let decoded = base64::engine::general_purpose::STANDARD.decode(&file.key);
+        file.key.zeroize();
         if file.id != id.to_hex() {
             return Err(unreadable(format!("names key {}, not {}", file.id, id.to_hex())));
         }
-        let raw = base64::engine::general_purpose::STANDARD.decode(&file.key).map_err(|e| unreadable(e.to_string()))?;
-        MasterKey::from_bytes(&raw).map_err(|e| unreadable(e.to_string()))
+        let mut raw = decoded.map_err(|e| unreadable(e.to_string()))?;
+        let key = MasterKey::from_bytes(&raw).map_err(|e| unreadable(e.to_string()));
+        raw.zeroize();
+        key
     }
 
     /// What the store knows of key `id` (not its bytes); `None` when it holds no such key.
     pub fn info(&self, id: &KeyId) -> Result<Option<KeyInfo>, KeyStoreError> {
-        Ok(self.list()?.into_iter().find(|k| k.id == id.to_hex()))
+        let path = self.path(id);
+        match Self::read_info(&path)? {
+            Some(info) if info.id == id.to_hex() => Ok(Some(info)),
+            Some(info) => {
+                Err(KeyStoreError::Unreadable { path, message: format!("names key {}, not {}", info.id, id.to_hex()) })
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The key file at `path` without its bytes (they are zeroed once read); `None` when there
+    /// is no such file.
+    fn read_info(path: &Path) -> Result<Option<KeyInfo>, KeyStoreError> {
+        let mut bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io("reading", path, e)),
+        };
+        let parsed = serde_json::from_slice::<KeyFile>(&bytes);
+        bytes.zeroize();
+        let mut file =
+            parsed.map_err(|e| KeyStoreError::Unreadable { path: path.to_path_buf(), message: e.to_string() })?;
+        file.key.zeroize();
+        let written = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let age = written.map(|at| std::time::SystemTime::now().duration_since(at).unwrap_or_default());
+        Ok(Some(KeyInfo {
+            id: file.id,
+            host_path: file.host_path,
+            identity: file.identity,
+            created: file.created,
+            age,
+        }))
     }
 
     /// Every stored key (not their bytes); files that are not key files are left out.
@@ -159,17 +212,13 @@ impl KeyStore {
             if path.extension().is_none_or(|x| x != "key") {
                 continue;
             }
-            let bytes = std::fs::read(&path).map_err(|e| io("reading", &path, e))?;
-            let Ok(file) = serde_json::from_slice::<KeyFile>(&bytes) else { continue };
-            let written = entry.metadata().and_then(|m| m.modified()).ok();
-            let age = written.map(|at| std::time::SystemTime::now().duration_since(at).unwrap_or_default());
-            keys.push(KeyInfo {
-                id: file.id,
-                host_path: file.host_path,
-                identity: file.identity,
-                created: file.created,
-                age,
-            });
+            // A file that is not a key file (a stray, or a key zeroed by a destruction a crash
+            // cut short) is not a key; destroying its key finishes it.
+            match Self::read_info(&path) {
+                Ok(Some(info)) => keys.push(info),
+                Ok(None) | Err(KeyStoreError::Unreadable { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
         keys.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(keys)
@@ -180,6 +229,13 @@ impl KeyStore {
     /// flash-backed state directory the overwrite is best effort (docs/encryption.md); the
     /// removal is what makes the key unreadable to this and every later agent.
     pub fn destroy(&self, id: &KeyId) -> Result<bool, KeyStoreError> {
+        // A copy a crash left half-written beside it goes too.
+        let tmp = self.dir.join(format!("{}.key.tmp", id.to_hex()));
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("removing", &tmp, e)),
+        }
         let path = self.path(id);
         let mut f = match OpenOptions::new().write(true).open(&path) {
             Ok(f) => f,

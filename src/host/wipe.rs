@@ -386,16 +386,22 @@ fn erase_key(
         };
     };
     let store = KeyStore::new(state_dir);
-    let on_disk = crate::host::encryption::data_key(fd, root).map_err(|e| failed(&e))?;
-    let id = match (named, on_disk) {
-        (Some(id), Some(there)) if there != *id => {
-            return Err(refused(format!(
-                "its data directory is encrypted with {there}, not with the key its PV names ({id}): not the volume published"
-            )));
-        }
-        (Some(id), _) => *id,
-        (None, Some(there)) if store.info(&there).map_err(|e| failed(&e))?.is_some() => there,
-        (None, _) => return Ok(None),
+    let id = match named {
+        Some(id) => match crate::host::encryption::data_key(fd, root).map_err(|e| failed(&e))? {
+            Some(there) if there != *id => {
+                return Err(refused(format!(
+                    "its data directory is encrypted with {there}, not with the key its PV names ({id}): not the volume published"
+                )));
+            }
+            _ => *id,
+        },
+        // No key named: only a data directory encrypted with a key the node keeps is ours.
+        // Whatever else a tenant left under that name (a file, a link, a directory on a
+        // filesystem without fscrypt) is an ordinary entry the wipe removes.
+        None => match crate::host::encryption::data_key(fd, root) {
+            Ok(Some(there)) if matches!(store.info(&there), Ok(Some(_))) => there,
+            _ => return Ok(None),
+        },
     };
     if let Some(info) = store.info(&id).map_err(|e| failed(&e))? {
         let found = Found { identity: identity.to_string(), legacy: String::new(), fs_type: None };

@@ -70,6 +70,9 @@ patches:
       - op: replace
         path: /spec/variables/0/expression
         value: "['/mnt/fast-disks', '/mnt/block-disks', '/mnt/claimed-disks', '/mnt/encrypted-disks']"
+      - op: replace
+        path: /spec/variables/1/expression
+        value: "['/mnt/encrypted-disks']"
 YAML
 
 cat > "$out/agent.yaml" <<YAML
