@@ -349,6 +349,38 @@ fn a_plain_volumes_entry_named_like_the_data_directory_does_not_stop_its_wipe() 
     }
 }
 
+/// Turning encryption on for a class converts nothing in place: its PV keeps its path and its
+/// data, the Node is told, and the volume is published encrypted after its wipe.
+#[test]
+fn a_class_turned_encrypting_converts_no_volume_silently() {
+    let Some(h) = Harness::new("enc-later") else { return };
+    let class = "enc-later";
+    let disks = h.lab.dir("disks");
+    let config = h.config("config", &[(class, &disks, "")]);
+    let e = disks.join("e");
+    ext4(&h, "e", &e, true);
+    let _agent = h.agent(&config, &[]);
+    let pv = h.wait_published(&e);
+    h.claim("enc-later-claim", class, &pv, false);
+    std::fs::write(e.join("tenant"), SECRET).unwrap();
+    // The same config directory, now with encryption on (a reload, as kubelet updates it).
+    h.config("config", &[(class, &disks, "  encryption: fscrypt\n")]);
+    let told = wait_until("the Node told of the unencrypted PV", WAIT, || h.node_event("EncryptionPending", &pv));
+    assert!(told.contains(class) && told.contains("stay unencrypted"), "{told}");
+    assert_eq!(h.pv_at(&e).map(|(name, phase)| (name, phase)), Some((pv.clone(), "Bound".to_string())));
+    assert_eq!(std::fs::read(e.join("tenant")).unwrap(), SECRET, "the tenant's data was touched");
+    assert!(!e.join("lsp-encrypted").exists(), "a data directory was made in a tenant's volume");
+    // Released and wiped: published again, encrypted.
+    let uid = h.uid(&pv);
+    h.delete_claim("enc-later-claim");
+    let data = e.join("lsp-encrypted");
+    wait_until("the volume published again encrypted", WAIT, || {
+        let (name, phase) = h.pv_at(&data)?;
+        (name == pv && phase == "Available" && h.uid(&pv) != uid).then_some(())
+    });
+    assert!(h.ann(&pv, ANN_ENCRYPTION).is_some());
+}
+
 /// The entries of a directory (by their names as the kernel shows them: encrypted without
 /// the key).
 fn entries(dir: &Path) -> Vec<PathBuf> {

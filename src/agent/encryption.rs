@@ -241,6 +241,9 @@ impl Agent {
             }
         }
         let encrypting = self.config.storage_class_map.values().any(|c| c.encryption.is_some());
+        if encrypting {
+            self.tell_unencrypted(states).await;
+        }
         let now = Instant::now();
         // The store is listed for orphans now and then, not at every pass; never while nothing
         // is encrypted and it held nothing at the last look.
@@ -296,6 +299,36 @@ impl Agent {
             stored.into_iter().flatten().filter(|k| plan.orphans.iter().any(|o| o.id == k.id)).collect();
         self.destroy_orphans(orphans).await;
         locked
+    }
+
+    /// Tells, once per change, the PVs of an encrypting class that were published before it
+    /// encrypted: they are never converted (their data stays as the tenant wrote it) and stay
+    /// unencrypted until their wipe; nothing about it is silent.
+    async fn tell_unencrypted(&mut self, states: &[PvState]) {
+        let classes: Vec<String> = self
+            .config
+            .storage_class_map
+            .iter()
+            .filter(|(_, c)| c.encryption.is_some())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for class in classes {
+            let plain: Vec<&str> = states
+                .iter()
+                .filter(|pv| pv.class == class && pv.encryption.is_none() && !pv.deleting)
+                .map(|pv| pv.name.as_str())
+                .collect();
+            if plain.is_empty() {
+                continue;
+            }
+            let shown = plain.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+            let more = if plain.len() > 5 { format!(" and {} more", plain.len() - 5) } else { String::new() };
+            let note = format!(
+                "{} PV(s) of StorageClass {class} were published before it encrypted its volumes ({shown}{more}): they are not converted, and stay unencrypted until they are released and wiped; the volume is then published again encrypted",
+                plain.len()
+            );
+            self.report_node_problem("EncryptionPending", note).await;
+        }
     }
 
     /// Loads the planned keys (one host operation per volume, under its deadline); returns the
