@@ -367,7 +367,7 @@ fn a_class_turned_encrypting_converts_no_volume_silently() {
     h.config("config", &[(class, &disks, "  encryption: fscrypt\n")]);
     let told = wait_until("the Node told of the unencrypted PV", WAIT, || h.node_event("EncryptionPending", &pv));
     assert!(told.contains(class) && told.contains("stay unencrypted"), "{told}");
-    assert_eq!(h.pv_at(&e).map(|(name, phase)| (name, phase)), Some((pv.clone(), "Bound".to_string())));
+    assert_eq!(h.pv_at(&e), Some((pv.clone(), "Bound".to_string())));
     assert_eq!(std::fs::read(e.join("tenant")).unwrap(), SECRET, "the tenant's data was touched");
     assert!(!e.join("lsp-encrypted").exists(), "a data directory was made in a tenant's volume");
     // Released and wiped: published again, encrypted.
