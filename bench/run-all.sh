@@ -22,3 +22,4 @@ bash "$here/wedged-disks.sh" 20 100               # issue 41: 20 and 100 wedged 
 bash "$here/idle-side-by-side.sh" 100            # issue 29: idle, one agent with 100 volumes, ours vs upstream v2.9.0
 bash "$here/busy-node.sh" 100                  # issue 42: idle with 100 volumes while a tmpfs elsewhere is mounted and unmounted twice a second
 bash "$here/fleet.sh" 50 10                      # issue 29: fleet of 50 agents x 10 volumes, ours vs upstream v2.9.0
+bash "$here/encryption.sh" 20                    # issue 45: 20 ext4 volumes plain and 20 encrypted: publish, recycle
