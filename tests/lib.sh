@@ -7,11 +7,20 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-# launch NAME ARGS...: runs in its own session, output to logs/NAME.log, PID recorded in pids.
+# started_at PID: the process's start time (clock ticks since boot, /proc/PID/stat field 22),
+# which tells it from a later process that got its PID once it is gone.
+started_at() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2> /dev/null) || return 0
+  awk '{print $20}' <<< "${stat##*) }"
+}
+
+# launch NAME ARGS...: runs in its own session, output to logs/NAME.log, PID recorded in pids
+# with its start time (stop scripts signal only the process they started, never a PID reused).
 launch() {
   local name=$1; shift
   setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
-  echo "$! $name" >> "$dir/pids"
+  echo "$! $name $(started_at $!)" >> "$dir/pids"
 }
 
 # fail_and_stop WHO STOP_SCRIPT MESSAGE...: says what failed with the last lines of every log,
