@@ -45,6 +45,15 @@ pub fn earlier_wipes(last: Option<&str>, earlier: Option<&str>) -> Vec<String> {
 /// forgotten (a disk taken out after its wipe never comes back to claim it).
 pub const KEEP_FOR: SignedDuration = SignedDuration::from_hours(24 * 7);
 
+/// The destruction of an encrypted volume's key: the erase that can be shown.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KeyErased {
+    /// The key's identifier (hex; never the key).
+    pub key: String,
+    /// When it was removed from the kernel and its stored copy destroyed (RFC 3339).
+    pub at: String,
+}
+
 /// The last completed wipe of the volume at one host path.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct LastWipe {
@@ -67,7 +76,7 @@ pub struct LastWipe {
     /// An encrypted volume's key the wipe destroyed first, and when (absent in records of
     /// earlier versions and for unencrypted volumes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_erased: Option<super::wipe_job::KeyErased>,
+    pub key_erased: Option<KeyErased>,
     /// The wipes before this one, newest first ([`earlier_wipes`]): the new PV's
     /// [`ANN_EARLIER_WIPES`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -241,7 +250,7 @@ mod tests {
         assert!(LastWipe { elapsed_ms: Some(0), ..wipe() }.annotation().contains("duration=0.000s"));
         let erased = LastWipe {
             method: CRYPTO_ERASE.into(),
-            key_erased: Some(super::super::wipe_job::KeyErased {
+            key_erased: Some(super::KeyErased {
                 key: "0123456789abcdef0123456789abcdef".into(),
                 at: "2026-11-28T09:59:59Z".into(),
             }),

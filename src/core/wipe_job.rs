@@ -121,16 +121,7 @@ pub struct Wiped {
     /// When the wipe completed (RFC 3339; empty: not known, an old record resumed).
     pub at: String,
     /// An encrypted volume's key, destroyed before its files were removed (core::encryption).
-    pub key_erased: Option<KeyErased>,
-}
-
-/// The destruction of an encrypted volume's key: the erase that can be shown.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-pub struct KeyErased {
-    /// The key's identifier (hex; never the key).
-    pub key: String,
-    /// When it was removed from the kernel and its stored copy destroyed (RFC 3339).
-    pub at: String,
+    pub key_erased: Option<super::wipe_history::KeyErased>,
 }
 
 /// A wipe's progress, shared with the host side: the size once known, and bytes done.

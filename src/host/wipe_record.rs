@@ -107,7 +107,7 @@ pub struct WipedRecord {
     pub bytes: Option<u64>,
     /// The encrypted volume's key the wipe destroyed, and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_erased: Option<crate::core::wipe_job::KeyErased>,
+    pub key_erased: Option<crate::core::wipe_history::KeyErased>,
 }
 
 /// What the disk shows now, for [`honoured`].
