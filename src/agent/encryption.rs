@@ -18,7 +18,7 @@ use crate::core::encryption::{KeyedPv, StoredKey, plan_keys};
 use crate::core::fence::may_be_mounted;
 use crate::core::planner::DesiredPv;
 use crate::host::key_store::KeyInfo;
-use crate::host::ops::{Answer, Job, Subject};
+use crate::host::ops::{Job, Subject};
 use crate::wiper::target_at;
 
 /// The longest a readied key waits for its PV to show in the store before the orphan rule may
@@ -90,11 +90,7 @@ impl Agent {
                 }
                 let (index, jobs): (Vec<usize>, Vec<_>) = jobs.into_iter().unzip();
                 for (i, answer) in index.into_iter().zip(ops.run_all(jobs)) {
-                    let result = match answer {
-                        Answer::Done(r) => r,
-                        Answer::Pending => Err("its encryption is still being readied (a slow disk)".to_string()),
-                        Answer::Unresponsive(e) => Err(e.to_string()),
-                    };
+                    let result = answer.or_error("its encryption is still being readied (a slow disk)");
                     refused.insert(i, result);
                 }
                 refused
@@ -181,13 +177,10 @@ impl Agent {
         let path = target.path;
         let given_up = self
             .on_host(move |_| {
-                match ops.run(subject, "readied key given up", timeout, move |on| {
+                ops.run(subject, "readied key given up", timeout, move |on| {
                     shared.destroy_orphan_key(&info, Some(&path), on)
-                }) {
-                    Answer::Done(r) => r,
-                    Answer::Pending => Err("still being given up (a slow disk)".to_string()),
-                    Answer::Unresponsive(e) => Err(e.to_string()),
-                }
+                })
+                .or_error("still being given up (a slow disk)")
             })
             .await
             .unwrap_or_else(|| Err("the host task failed".into()));
@@ -255,11 +248,8 @@ impl Agent {
             let listed = self
                 .on_host(move |_| {
                     let subject = Subject::Host("key store");
-                    match ops.run(subject, "key store listing", timeout, move |_| shared.stored_keys()) {
-                        Answer::Done(r) => r,
-                        Answer::Pending => Err("the key store is still being listed (a slow disk)".to_string()),
-                        Answer::Unresponsive(e) => Err(e.to_string()),
-                    }
+                    ops.run(subject, "key store listing", timeout, move |_| shared.stored_keys())
+                        .or_error("the key store is still being listed (a slow disk)")
                 })
                 .await;
             match listed {
@@ -364,11 +354,7 @@ impl Agent {
                     .collect();
                 ops.run_all(jobs)
                     .into_iter()
-                    .map(|a| match a {
-                        Answer::Done(r) => r,
-                        Answer::Pending => Err("its key is still being loaded (a slow disk)".to_string()),
-                        Answer::Unresponsive(e) => Err(e.to_string()),
-                    })
+                    .map(|a| a.or_error("its key is still being loaded (a slow disk)"))
                     .collect()
             })
             .await
@@ -406,13 +392,10 @@ impl Agent {
             let subject = Subject::Volume(key.host_path.clone());
             let result = self
                 .on_host(move |_| {
-                    match ops.run(subject, "orphan key destroy", timeout, move |on| {
+                    ops.run(subject, "orphan key destroy", timeout, move |on| {
                         shared.destroy_orphan_key(&k, path.as_deref(), on)
-                    }) {
-                        Answer::Done(r) => r,
-                        Answer::Pending => Err("still being destroyed (a slow disk)".to_string()),
-                        Answer::Unresponsive(e) => Err(e.to_string()),
-                    }
+                    })
+                    .or_error("still being destroyed (a slow disk)")
                 })
                 .await
                 .unwrap_or_else(|| Err("the host task failed".into()));

@@ -10,7 +10,7 @@ use crate::core::effect_key::EffectKey;
 use crate::core::planner::DesiredPv;
 use crate::core::used_mark::{Replace, UsedMark, UsedRead};
 use crate::host::access::MarkJob;
-use crate::host::ops::{Answer, Job, Subject};
+use crate::host::ops::{Job, Subject};
 use crate::host::used_mark::{Accept, Carrier, MarkOutcome};
 use crate::wiper::{target_at, target_for};
 
@@ -255,12 +255,10 @@ impl Agent {
             let mut outcomes: Vec<Result<MarkOutcome, String>> = ops
                 .run_all(jobs)
                 .into_iter()
-                .map(|r| match r {
-                    Answer::Done(outcome) => outcome,
-                    Answer::Pending => Err("its used mark is still being written (a slow disk); looked at again when \
-                                            the write ends"
-                        .to_string()),
-                    Answer::Unresponsive(e) => Err(e.to_string()),
+                .map(|r| {
+                    r.or_error(
+                        "its used mark is still being written (a slow disk); looked at again when the write ends",
+                    )
                 })
                 .collect();
             host.record_marks(&mut outcomes);

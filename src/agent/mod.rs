@@ -56,7 +56,7 @@ use crate::core::startup_taint::PassOutcome;
 use crate::host::access::{HostAccess, RealHost};
 use crate::host::inotify::Inotify;
 use crate::host::kubelet::KubeletView;
-use crate::host::ops::{Answer, Operations, Subject};
+use crate::host::ops::{Operations, Subject};
 use crate::host::used_mark::Ledger;
 use crate::host::watch::{DirWatcher, MountWatch, Needs, WatchNeeds, watch_block_devices, watch_mounts};
 use crate::metrics::Metrics;
@@ -731,11 +731,8 @@ impl Agent {
         let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
         let subject = Subject::Volume(host_path.to_string());
         let read = self.on_host(move |_| {
-            match ops.run(subject, "identity read", timeout, move |on| shared.identity(&path, on)) {
-                Answer::Done(identity) => identity,
-                Answer::Pending => Err("the identity read is still running (a slow disk); tried again later".into()),
-                Answer::Unresponsive(e) => Err(e.to_string()),
-            }
+            ops.run(subject, "identity read", timeout, move |on| shared.identity(&path, on))
+                .or_error("the identity read is still running (a slow disk); tried again later")
         });
         read.await.unwrap_or_else(|| Err("host task failed".into()))
     }

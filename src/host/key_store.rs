@@ -18,14 +18,9 @@ use super::fscrypt::{KeyId, MasterKey};
 /// Why the store could not be used, naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyStoreError {
-    /// A file operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file operation failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] super::HostError),
     /// A key file is not one this agent writes, or holds another key than its name says.
     #[error("{path}: {message}")]
     Unreadable { path: PathBuf, message: String },
@@ -35,7 +30,7 @@ pub enum KeyStoreError {
 }
 
 fn io(op: &'static str, path: &Path, e: std::io::Error) -> KeyStoreError {
-    KeyStoreError::Io { op, path: path.to_path_buf(), source: e }
+    KeyStoreError::Io(super::HostError::io(op, path, e))
 }
 
 /// One stored key's file.

@@ -112,6 +112,18 @@ impl<T> Answer<T> {
     }
 }
 
+impl<T> Answer<Result<T, String>> {
+    /// The answer of an operation that itself answers `Result<_, String>`, as one result: a
+    /// caller still waiting is told `pending`, and a subject that does not answer is an error.
+    pub fn or_error(self, pending: &str) -> Result<T, String> {
+        match self {
+            Answer::Done(result) => result,
+            Answer::Pending => Err(pending.to_string()),
+            Answer::Unresponsive(e) => Err(e.to_string()),
+        }
+    }
+}
+
 /// An answer nobody waited for, kept for the next call.
 struct Kept {
     op: &'static str,
