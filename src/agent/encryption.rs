@@ -268,8 +268,9 @@ impl Agent {
         };
         let as_planned = |k: &KeyInfo| StoredKey { id: k.id.clone(), host_path: k.host_path.clone(), age: k.age };
         // Every PV of the store names its key, whoever's it is (an identity change, a label or
-        // annotation edited by hand must not make a tenant's key an orphan).
-        let named = self.named_keys();
+        // annotation edited by hand must not make a tenant's key an orphan). Read only when
+        // orphans are judged or readied keys wait for their PV: not a scan of every PV per pass.
+        let named = if stored.is_some() || !self.keys.fresh.is_empty() { self.named_keys() } else { BTreeMap::new() };
         for (key, name) in &named {
             keyed.push(KeyedPv { name: name.clone(), host_path: String::new(), key: key.clone(), live: false });
         }
