@@ -5,7 +5,7 @@
 # unmounted twice a second in the agent's mount namespace (kubelet does so for every pod):
 # CPU-s and RSS of the agent over the window, the API server's CPU-s, the agent's requests and
 # the mount-table changes seen. Ours should cost what it costs on a quiet node (a change that
-# touches nothing a pass read wakes no pass: core::mount_interest). It is bench/fleet.sh with
+# touches nothing a pass read wakes no pass: core::mounts::mount_interest). It is bench/fleet.sh with
 # one agent, no PV churn and NOISE=1. Needs root.
 n=${1:-100}
 CHURN=0 NOISE=1 FIGURE=${FIGURE:-busy_node} exec bash "$(dirname "${BASH_SOURCE[0]}")/fleet.sh" 1 "$n"

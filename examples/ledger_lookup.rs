@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use local_static_provisioner::core::used_mark::{
+use local_static_provisioner::core::identity::used_mark::{
     LedgerIndex, UsedMark, UsedRead, ledger_lookup, ledger_lookup_indexed,
 };
 

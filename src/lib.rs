@@ -11,8 +11,8 @@
 
 // The crate's surface is what the binary and the integration tests use; everything else is
 // `pub(crate)`, so the compiler shows what is dead. `unsafe` only in the four modules that wrap
-// system calls no crate offers (memory: the allocator's tunables; host::blockdev: block and
-// loop ioctls; host::listmount: listmount and statmount; host::fscrypt: the fscrypt ioctls),
+// system calls no crate offers (memory: the allocator's tunables; host::devices::blockdev: block and
+// loop ioctls; host::mounts::listmount: listmount and statmount; host::volumes::fscrypt: the fscrypt ioctls),
 // each allowing it where it is declared.
 #![warn(unreachable_pub)]
 #![deny(unsafe_code)]

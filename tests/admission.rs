@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use local_static_provisioner::core::naming::pv_name;
-use local_static_provisioner::core::pv::clean_path;
+use local_static_provisioner::core::volumes::naming::pv_name;
+use local_static_provisioner::core::volumes::pv::clean_path;
 use serde_json::{Value, json};
 use support::{
     AgentProcess, ControlPlane, cannot_run, mount_tmpfs, relative, repo_root, require_root, run, wait_until,
@@ -100,8 +100,8 @@ fn hostname(node: &str) -> Value {
     term("kubernetes.io/hostname", "In", &[node])
 }
 
-/// A PV shaped exactly as the agent builds it (src/core/pv.rs; the golden JSON of
-/// src/core/pv_tests.rs with every optional field but the class selector), for `node`, whose
+/// A PV shaped exactly as the agent builds it (src/core/volumes/pv.rs; the golden JSON of
+/// src/core/volumes/pv_tests.rs with every optional field but the class selector), for `node`, whose
 /// Node has UID `uid`, at `path`. `test` labels it for clean-up.
 fn agent_pv(test: &str, name: &str, node: &str, uid: &str, path: &str) -> Value {
     json!({

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;
 use std::time::Duration;
 
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use serde_json::Value;
 use support::{AgentProcess, ControlPlane, LoopDevice, mount_tmpfs, require_root, wait_until, write_config};
 
@@ -133,7 +133,7 @@ fn agent_publishes_once_and_restarts_without_churn() {
     drop(agent);
     // Its PVs go with the test: the loop image's inode is freed with the scratch directory, and
     // a later test's image given the same inode would be that disk to the agent, held by these
-    // unclaimed PVs of another node (core::disk_trust).
+    // unclaimed PVs of another node (core::identity::disk_trust).
     cp.forget_pvs_under(&root.display().to_string());
 }
 

@@ -137,7 +137,7 @@ fn server_dry_run(cp: &ControlPlane, yaml: &str, what: &str) {
 /// Upstream examples whose config the agent refuses on purpose, and the refusal: data-safety
 /// rules upstream does not have (docs/migrate-from-upstream.md). The chart renders them; the
 /// agent names the problem (ConfigInvalid, /readyz, `validate-config`). None today: the EKS
-/// example's /dev/disk/kubernetes is a dedicated directory under /dev (core::volume_safety).
+/// example's /dev/disk/kubernetes is a dedicated directory under /dev (core::volumes::volume_safety).
 const REFUSED_BY_THE_AGENT: [(&str, &str); 0] = [];
 
 #[test]

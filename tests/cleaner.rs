@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use support::{
     AgentProcess, ControlPlane, LoopDevice, Mount, Zram, binary, mount_tmpfs, require_root, run, umount_when_idle,
     wait_until, write_config,

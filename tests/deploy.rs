@@ -180,7 +180,7 @@ fn kustomize_discovery_dir_with_the_base_value_is_the_base() {
     }
 }
 
-/// The directories kubelet mounts local volumes in (`KUBELET_LOCAL_VOLUME_DIRS` of core::volume_safety).
+/// The directories kubelet mounts local volumes in (`KUBELET_LOCAL_VOLUME_DIRS` of core::volumes::volume_safety).
 const KUBELET_LOCAL_VOLUME_DIRS: [&str; 3] =
     ["pods", "plugins/kubernetes.io~local-volume", "plugins/kubernetes.io/local-volume"];
 

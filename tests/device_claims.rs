@@ -16,7 +16,7 @@
 //! Each test selects its devices by a size no other test uses, so agents of tests running side
 //! by side never claim each other's devices. This kernel has no scsi_debug module, no
 //! device-mapper, no md and no udev: devices with a real WWID, holders and /dev/disk/by-id
-//! links are covered by the unit tests of core::device_claim only. Needs root.
+//! links are covered by the unit tests of core::devices::device_claim only. Needs root.
 
 mod support;
 

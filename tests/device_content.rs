@@ -11,8 +11,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use local_static_provisioner::core::signatures::{Content, signature_areas};
-use local_static_provisioner::host::device_content::{Probe, probe_content};
+use local_static_provisioner::core::devices::signatures::{Content, signature_areas};
+use local_static_provisioner::host::devices::device_content::{Probe, probe_content};
 use support::{cannot_run, require_root, run};
 
 const MIB: u64 = 1024 * 1024;
@@ -368,7 +368,7 @@ fn wipefs_is_not_enough_but_zeroing_the_signature_areas_is() {
     assert!(found.contains(&format!("ext4 backup superblock at {}", 8193 * 1024 + 0x38)), "{found:?}");
     lab.zero_signature_areas();
     // Outside the areas the file system's metadata is still there, and the windows sampled
-    // over the whole surface (core::surface) see it: not blank, at an offset outside them.
+    // over the whole surface (core::devices::surface) see it: not blank, at an offset outside them.
     let image = std::fs::read(lab.dir.path().join("disk.img")).unwrap();
     let areas = signature_areas(image.len() as u64);
     let outside = |at: usize| !areas.iter().any(|&(o, l)| o <= at as u64 && (at as u64) < o + l);

@@ -1,4 +1,4 @@
-//! "Blank" across the whole surface (core::surface, host::device_content, host::verify) on
+//! "Blank" across the whole surface (core::devices::surface, host::devices::device_content, host::devices::verify) on
 //! real loop devices: a disk zeroed only at its start, or holding raw data further in, is
 //! refused naming the offset; a blank one is still claimed; `verify: full` finds what the
 //! samples miss, claims a blank disk once its full read finished, and never reads a disk twice.
@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use local_static_provisioner::host::verify::{Found, FullReadJob, VerifyError, read_whole};
+use local_static_provisioner::host::devices::verify::{Found, FullReadJob, VerifyError, read_whole};
 use serde_json::Value;
 use support::used_lab::*;
 use support::{binary, require_root, run, wait_until, write_config};

@@ -88,7 +88,7 @@ fn discover_reports_real_mounts_and_block_devices() {
     assert_eq!(vol1["metadata"]["labels"]["team"], "storage");
     assert_eq!(
         vol1["metadata"]["name"].as_str().unwrap(),
-        local_static_provisioner::core::naming::pv_name("vol1", "test-node", "local-fs")
+        local_static_provisioner::core::volumes::naming::pv_name("vol1", "test-node", "local-fs")
     );
     assert_eq!(by_path(&format!("{host_fs}/vol 2"))["spec"]["capacity"]["storage"], "24Mi");
     let disk = by_path(&format!("{}/disk1", block_dir.display()));

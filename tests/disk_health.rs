@@ -1,8 +1,8 @@
 //! Failing-disk signs (issue 27) on real loop devices (root only: skipped with a message
 //! otherwise, a failure under CI): each test brings a real filesystem or device into the state
 //! a failing disk leaves it in (an ext4 error with errors=remount-ro, a shut down XFS or ext4, a
-//! read-only remount, a read-only block device), checks that host::disk_health::read_signs
-//! sees it and core::disk_health judges it, then repairs it and checks that the signs clear.
+//! read-only remount, a read-only block device), checks that host::health::disk_health::read_signs
+//! sees it and core::health::disk_health judges it, then repairs it and checks that the signs clear.
 //! Each read is timed: it runs for every volume on every pass.
 
 mod support;
@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use local_static_provisioner::core::disk_health::{Failing, HealthMemory, Signs, SizeFacts};
-use local_static_provisioner::core::kernel_log::KernelLogMemory;
-use local_static_provisioner::host::disk_health::read_signs;
-use local_static_provisioner::host::kernel_log::{KMSG, KernelLog};
-use local_static_provisioner::host::mountinfo::{MountEntry, MountTable};
+use local_static_provisioner::core::health::disk_health::{Failing, HealthMemory, Signs, SizeFacts};
+use local_static_provisioner::core::health::kernel_log::KernelLogMemory;
+use local_static_provisioner::host::health::disk_health::read_signs;
+use local_static_provisioner::host::health::kernel_log::{KMSG, KernelLog};
+use local_static_provisioner::host::mounts::mountinfo::{MountEntry, MountTable};
 use local_static_provisioner::host::ops::foreground;
 use support::{cannot_run, quiet, remove_scratch_dir, require_root, run};
 
@@ -503,8 +503,8 @@ fn block_device_shrunk_then_grown() {
 /// ledger only, as before.
 #[test]
 fn mark_write_on_a_filesystem_read_only_after_an_error() {
-    use local_static_provisioner::core::used_mark::UsedMark;
-    use local_static_provisioner::host::used_mark::{Carrier, MarkError, open_volume_root, write_dir_mark};
+    use local_static_provisioner::core::identity::used_mark::UsedMark;
+    use local_static_provisioner::host::identity::used_mark::{Carrier, MarkError, open_volume_root, write_dir_mark};
     use std::os::fd::AsFd;
     if !require_root("mark_write_on_a_filesystem_read_only_after_an_error") {
         return;

@@ -1380,10 +1380,10 @@ fn value_lists() -> Vec<ValueList> {
         report.contains("if matches!(reason, Refusal::NotProbed) {\n                continue;"),
         "report.rs changed"
     );
-    let mut refused = match_arms("src/core/device_claim.rs", "pub fn code(&self)");
+    let mut refused = match_arms("src/core/devices/device_claim.rs", "pub fn code(&self)");
     assert!(refused.remove("not-probed"), "{refused:?}");
-    let failing = match_arms("src/core/disk_health.rs", "pub fn code(&self)");
-    let fenced = match_arms("src/core/fence_label.rs", "pub fn label_value(self)");
+    let failing = match_arms("src/core/health/disk_health.rs", "pub fn code(&self)");
+    let fenced = match_arms("src/core/fence/fence_label.rs", "pub fn label_value(self)");
     let succession = call_arguments("src/agent/succession.rs", "metrics.succession");
     assert!(refused.len() > 10 && failing.len() > 4 && fenced.len() == 4 && succession.len() > 3);
     let mut lists = Vec::new();
@@ -1392,8 +1392,8 @@ fn value_lists() -> Vec<ValueList> {
             lists.push(ValueList { at, what, spans, ignore, code: code.clone() });
         };
     // DeviceRefused is a Warning for the refusals Refusal::needs_operator names, else Normal.
-    let codes = variant_codes("src/core/device_claim.rs", "pub fn code(&self)");
-    let operator = method_body("src/core/device_claim.rs", "pub fn needs_operator(&self)");
+    let codes = variant_codes("src/core/devices/device_claim.rs", "pub fn code(&self)");
+    let operator = method_body("src/core/devices/device_claim.rs", "pub fn needs_operator(&self)");
     let warning: BTreeSet<String> = operator
         .split("Refusal::")
         .skip(1)

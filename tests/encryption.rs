@@ -13,8 +13,8 @@ use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use local_static_provisioner::host::fscrypt;
-use local_static_provisioner::host::key_store::KeyStore;
+use local_static_provisioner::host::volumes::fscrypt;
+use local_static_provisioner::host::volumes::key_store::KeyStore;
 use support::used_lab::*;
 use support::{run, wait_until};
 
@@ -282,8 +282,8 @@ fn a_pv_naming_another_volumes_key_destroys_nothing() {
 /// is given up with its key (kernel and store).
 #[test]
 fn a_readied_key_is_reused_or_given_up_only_while_its_directory_is_empty_and_on_its_own_disk() {
-    use local_static_provisioner::host::encryption::{EncryptionError, abandon, prepare};
-    use local_static_provisioner::host::used_mark::open_volume_root;
+    use local_static_provisioner::host::identity::used_mark::open_volume_root;
+    use local_static_provisioner::host::volumes::encryption::{EncryptionError, abandon, prepare};
     let Some(h) = Harness::new("enc-host") else { return };
     let e = h.lab.path("e");
     ext4(&h, "e", &e, true);

@@ -7,7 +7,7 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use support::{
     AgentProcess, ControlPlane, bind_mount, mount_tmpfs, require_root, run, umount_when_idle, wait_until, write_config,
 };

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use local_static_provisioner::core::naming::{ANN_DISK_FAILING, pv_name};
+use local_static_provisioner::core::volumes::naming::{ANN_DISK_FAILING, pv_name};
 use support::agent_checks::{available, capacity, class_map, events_about, gauge, metric_lines, unique};
 use support::{
     AgentProcess, ControlPlane, quiet, remove_scratch_dir, require_root, run, umount_when_idle, wait_recycled,
@@ -553,7 +553,7 @@ fn stalled_wipe_gives_its_slot_back() {
 /// An ext4 error on an idle node, the two ways ext4 reacts to one: `errors=continue` (mkfs's
 /// default) only counts it; `errors=remount-ro` also makes the superblock read-only, a change
 /// the kernel makes itself and does not announce in the mount table. Neither changes a mount or
-/// a device: the agent's watch of the failing signs (every 2 s, host::watch) wakes a pass, so
+/// a device: the agent's watch of the failing signs (every 2 s, host::mounts::watch) wakes a pass, so
 /// both Available PVs are withdrawn within seconds, not at the next resync (5 to 10 min). On a
 /// busy host it could pass by chance (any mount anywhere wakes a pass); on an idle one it failed
 /// before that watch.

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use local_static_provisioner::core::fence::{FENCE_PREFIX, LABEL_VOLUMES_UNVERIFIED};
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::fence::volume_fence::{FENCE_PREFIX, LABEL_VOLUMES_UNVERIFIED};
+use local_static_provisioner::core::volumes::naming::pv_name;
 use serde_json::Value;
 use support::{AgentProcess, ControlPlane, LoopDevice, Mount, binary, require_root, run, wait_until, write_config};
 

@@ -13,11 +13,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use local_static_provisioner::core::used_mark::{Replace, UsedMark, UsedRead, XATTR_NAME};
-use local_static_provisioner::host::mountinfo::MountTable;
-use local_static_provisioner::host::used_mark::{
+use local_static_provisioner::core::identity::used_mark::{Replace, UsedMark, UsedRead, XATTR_NAME};
+use local_static_provisioner::host::identity::used_mark::{
     Accept, Carrier, LEDGER_FILE, Ledger, MarkOutcome, mark_volume, open_volume_root, write_dir_mark,
 };
+use local_static_provisioner::host::mounts::mountinfo::MountTable;
 use serde_json::Value;
 use support::used_lab::{Harness, Lab, WAIT, ledger_entry};
 use support::{cannot_run, require_root, run, wait_until};

@@ -10,10 +10,12 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use local_static_provisioner::core::disk_identity::{DiskIdentity, Found, Proof, Verdict, judge};
-use local_static_provisioner::core::succession::DiskCheck;
-use local_static_provisioner::host::identity::{check_disk, found_identity, volume_identity, volume_present};
-use local_static_provisioner::host::mountinfo::MountTable;
+use local_static_provisioner::core::cluster::succession::DiskCheck;
+use local_static_provisioner::core::identity::disk_identity::{DiskIdentity, Found, Proof, Verdict, judge};
+use local_static_provisioner::host::identity::fingerprint::{
+    check_disk, found_identity, volume_identity, volume_present,
+};
+use local_static_provisioner::host::mounts::mountinfo::MountTable;
 use local_static_provisioner::host::ops::foreground;
 use support::{Mount, Zram, mount_tmpfs, require_root, run};
 
@@ -215,7 +217,7 @@ fn the_same_disk_remounted_or_reattached_is_the_same() {
     let m = mount(&disk.device, &vol);
     let recorded = volume_identity(&vol).unwrap();
     assert_eq!(
-        local_static_provisioner::host::identity::volume_identity_in(&vol, &mounts()).unwrap(),
+        local_static_provisioner::host::identity::fingerprint::volume_identity_in(&vol, &mounts()).unwrap(),
         recorded,
         "with or without a mount table read"
     );

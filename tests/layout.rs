@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 const RANKS: &[&[&str]] = &[
     // Pure logic and build facts: no I/O, no imports of the rest.
     &["core", "build_info", "memory"],
-    // Reading and checking the ConfigMap (its types are core::settings).
+    // Reading and checking the ConfigMap (its types are core::config::settings).
     &["config"],
     // Everything that touches the host, discovery included.
     &["host"],
@@ -30,7 +30,7 @@ const RANKS: &[&[&str]] = &[
     &["cli"],
 ];
 
-/// The top-level module a file of src/ belongs to (`host` for src/host/claims.rs, `metrics`
+/// The top-level module a file of src/ belongs to (`host` for src/host/devices/claims.rs, `metrics`
 /// for src/metrics.rs); `None` for the crate roots (lib.rs, main.rs).
 fn unit_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?;
@@ -50,7 +50,7 @@ fn code_of(line: &str) -> &str {
 }
 
 /// The first path segments after every `crate::` in `text` (outside comments): `host` for
-/// `crate::host::ops::Operations`, `api` and `core` for `use crate::{api::Cluster, core::pv}`.
+/// `crate::host::ops::Operations`, `api` and `core` for `use crate::{api::Cluster, core::volumes::pv}`.
 fn crate_paths(text: &str) -> Vec<String> {
     let mut found = Vec::new();
     let code: String = text.lines().map(code_of).collect::<Vec<_>>().join("\n");
@@ -263,7 +263,7 @@ fn files_belong_to_their_top_level_module() {
     let src = Path::new("/x/src");
     for (file, unit) in [
         ("/x/src/metrics.rs", Some("metrics")),
-        ("/x/src/host/claims.rs", Some("host")),
+        ("/x/src/host/devices/claims.rs", Some("host")),
         ("/x/src/cli/mod.rs", Some("cli")),
         ("/x/src/core/a/b.rs", Some("core")),
         ("/x/src/lib.rs", None),

@@ -20,9 +20,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use local_static_provisioner::core::device_claim::link_name;
-use local_static_provisioner::core::disk_identity::{DiskIdentity, Verdict, judge};
-use local_static_provisioner::host::identity::{found_identity, volume_identity};
+use local_static_provisioner::core::devices::device_claim::link_name;
+use local_static_provisioner::core::identity::disk_identity::{DiskIdentity, Verdict, judge};
+use local_static_provisioner::host::identity::fingerprint::{found_identity, volume_identity};
 use serde_json::Value;
 use support::used_lab::*;
 use support::{binary, run, wait_until};
@@ -305,7 +305,7 @@ fn an_image_that_reused_a_deleted_images_inode_is_another_disk() {
         other => panic!("the new image proved the recorded disk: {other:?} ({recorded} vs {})", found.identity),
     }
     assert!(
-        !local_static_provisioner::core::disk_identity::may_share_disk(&recorded, &found.identity),
+        !local_static_provisioner::core::identity::disk_identity::may_share_disk(&recorded, &found.identity),
         "nor does it share the recorded disk's data"
     );
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use support::agent_checks::{available, gauge, threads_and_rss};
 use support::{
     AgentProcess, ControlPlane, quiet, remove_scratch_dir, require_root, run, wait_recycled, wait_until, write_config,

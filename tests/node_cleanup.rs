@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use serde_json::Value;
 use support::{AgentProcess, ControlPlane, mount_tmpfs, require_root, wait_until, write_config};
 

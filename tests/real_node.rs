@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use k8s_openapi::jiff::Timestamp;
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use support::real_node::{RealNode, WAIT};
 use support::{LoopDevice, Mount, mount_tmpfs, wait_until};
 

@@ -8,7 +8,7 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use support::real_node::{RealNode, WAIT};
 use support::{mount_tmpfs, repo_root, run, wait_until};
 

@@ -10,7 +10,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
 
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use support::{AgentProcess, ControlPlane, Mount, bind_mount, mount_tmpfs, require_root, wait_until, write_config};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -244,7 +244,8 @@ fn an_identity_recorded_by_an_older_version_is_upgraded_and_still_lets_the_wipe_
     let root = tmp.path();
     let disks = root.join("disks");
     let _v = mount_tmpfs(&disks.join("v"), 8);
-    let legacy = local_static_provisioner::host::identity::found_identity(&disks.join("v"), None).unwrap().legacy;
+    let legacy =
+        local_static_provisioner::host::identity::fingerprint::found_identity(&disks.join("v"), None).unwrap().legacy;
     assert!(legacy.starts_with("fs:fsid="), "the old format: {legacy}");
     let name = pv_name("v", node, class);
     // The PV as an older version made it: our label and finalizer, the old identity format.

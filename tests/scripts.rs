@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use local_static_provisioner::host::wipe_block::run_cleaner_command;
+use local_static_provisioner::host::wipe::wipe_block::run_cleaner_command;
 use support::{LoopDevice, repo_root, require_root, run};
 
 #[tokio::test]

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use local_static_provisioner::core::naming::pv_name;
+use local_static_provisioner::core::volumes::naming::pv_name;
 use support::used_lab::*;
 use support::{run, umount_when_idle, wait_until};
 

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use local_static_provisioner::core::naming::{ANN_DISK_FAILING, pv_name};
+use local_static_provisioner::core::volumes::naming::{ANN_DISK_FAILING, pv_name};
 use serde_json::Value;
 use support::agent_checks::{
     available, block_class_map, capacity, class_map, events_about, metric_lines, proc_status, unique,

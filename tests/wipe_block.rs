@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::{Mount, require_root, run};
 
-use local_static_provisioner::host::wipe_block::{
+use local_static_provisioner::host::wipe::wipe_block::{
     BlockMethod, BlockWipeError, BlockWipeReport, run_cleaner_command, wipe_block,
 };
 

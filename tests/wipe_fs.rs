@@ -10,9 +10,9 @@ use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use local_static_provisioner::core::volume_root::ConfiguredRoot;
-use local_static_provisioner::host::mountinfo::MountTable;
-use local_static_provisioner::host::wipe_fs::*;
+use local_static_provisioner::core::wipe::volume_root::ConfiguredRoot;
+use local_static_provisioner::host::mounts::mountinfo::MountTable;
+use local_static_provisioner::host::wipe::wipe_fs::*;
 use support::require_root;
 
 fn run(cmd: &mut Command) -> String {
@@ -303,8 +303,8 @@ fn bench_wipe_vs_rm() {
 /// an older version) may have had a tenant, whose chmod would otherwise become the record.
 #[test]
 fn the_root_is_recorded_at_the_first_publication_only() {
-    use local_static_provisioner::core::used_mark::{Replace, UsedMark};
-    use local_static_provisioner::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
+    use local_static_provisioner::core::identity::used_mark::{Replace, UsedMark};
+    use local_static_provisioner::host::identity::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
     if !require_root("the_root_is_recorded_at_the_first_publication_only") {
         return;
     }

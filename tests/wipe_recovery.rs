@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use local_static_provisioner::config::{ClassConfig, ConfigSource};
-use local_static_provisioner::core::cleanup::PvState;
-use local_static_provisioner::core::naming::pv_name;
-use local_static_provisioner::host::identity::found_identity;
-use local_static_provisioner::host::kubelet::KubeletView;
-use local_static_provisioner::host::used_mark::Ledger;
-use local_static_provisioner::host::wipe::wipe;
-use local_static_provisioner::host::wipe_record::{self as record, WipedRecord};
+use local_static_provisioner::core::volumes::naming::pv_name;
+use local_static_provisioner::core::wipe::cleanup::PvState;
+use local_static_provisioner::host::identity::fingerprint::found_identity;
+use local_static_provisioner::host::identity::used_mark::Ledger;
+use local_static_provisioner::host::volumes::kubelet::KubeletView;
+use local_static_provisioner::host::wipe::run::wipe;
+use local_static_provisioner::host::wipe::wipe_record::{self as record, WipedRecord};
 use local_static_provisioner::wiper::{Progress, WipeError, WipeJob, Wiped, target_at};
 use serde_json::Value;
 use support::{
@@ -328,7 +328,7 @@ fn a_released_filesystem_pv_costs_three_requests_and_its_inventory_view_waits() 
     assert!(inventory.len() <= changes, "{inventory:?} after a cycle of {cycle:?} ({changes} changes of the disks)");
     assert!(requests.len() <= 3, "{} requests for one released PV: {requests:?}", requests.len());
     // The PV's delete, our finalizer's removal, and the clean volume's new PV, which carries how
-    // the volume was wiped in its annotation (core::wipe_history): no event more.
+    // the volume was wiped in its annotation (core::wipe::wipe_history): no event more.
     assert_eq!(requests, ["delete persistentvolumes", "patch persistentvolumes", "create persistentvolumes"]);
     let new = cp.get_json(&["pv", &name]).unwrap();
     let last = new["metadata"]["annotations"]["local-static-provisioner.io/last-wipe"].as_str().unwrap_or_default();

@@ -17,7 +17,7 @@ use crate::admin::Readiness;
 use crate::api::node_reference;
 use crate::config::{ConfigSource, Effective, LoadedConfig, ProvisionerConfig, effective};
 use crate::host::ops::{Answer, Operations, Subject};
-use crate::host::wipe_block::cleaner_warnings_here;
+use crate::host::wipe::wipe_block::cleaner_warnings_here;
 
 /// Reads the configuration at start-up, under the executor's deadline (its directory may sit on
 /// a filesystem that stops answering). An invalid or unread one does not stop the agent: it
@@ -253,7 +253,7 @@ impl Agent {
 
     /// inotify on the config directory and every class's discovery directory; a directory
     /// that cannot be watched (missing, or not answering: its add runs under the executor's
-    /// deadline, host::watch::DirWatcher) is reported once per occurrence and tried again on
+    /// deadline, host::mounts::watch::DirWatcher) is reported once per occurrence and tried again on
     /// the next pass. Off the runtime's workers: it waits up to the executor's grace.
     pub(super) async fn watch_dirs(&mut self) {
         let Some(mut watcher) = self.dir_watcher.take() else { return };
@@ -283,12 +283,12 @@ impl Agent {
         }
     }
 
-    /// What the agent lacks of inotify (host::inotify: instances or watches exhausted): in the
+    /// What the agent lacks of inotify (host::mounts::inotify: instances or watches exhausted): in the
     /// metric every pass, and on the Node as a Warning once per onset and a Normal event when
-    /// it healed (core::inotify::shortage_notice). The shared instance wakes a pass when it
+    /// it healed (core::mounts::inotify::shortage_notice). The shared instance wakes a pass when it
     /// changes.
     pub(super) async fn say_watch_shortage(&mut self) {
-        use crate::core::inotify::{EXHAUSTED_REASON, RESTORED_REASON, ShortageNotice, shortage_notice};
+        use crate::core::mounts::inotify::{EXHAUSTED_REASON, RESTORED_REASON, ShortageNotice, shortage_notice};
         let Some(inotify) = &self.inotify else { return };
         let now = inotify.shortage();
         self.metrics.set_watch_degraded(now.instances, now.watches);

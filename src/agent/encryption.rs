@@ -1,8 +1,8 @@
-//! Encrypted volumes (core::encryption): a new volume of a class with `encryption` gets its
+//! Encrypted volumes (core::volumes::encryption): a new volume of a class with `encryption` gets its
 //! key and data directory before its PV is created; every pass has the key of each of this
 //! node's encrypted PVs in the kernel (a reboot or a remount drops them) and fences the PVs
 //! whose key cannot be had; stored keys no PV names are destroyed once they are orphans. The
-//! key of a released PV is destroyed by its wipe (host::wipe), never here.
+//! key of a released PV is destroyed by its wipe (host::wipe::run), never here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -12,13 +12,13 @@ use tracing::{debug, info, warn};
 use std::time::{Duration, Instant};
 
 use super::Agent;
-use crate::core::cleanup::PvState;
-use crate::core::effect_key::EffectKey;
-use crate::core::encryption::{KeyedPv, StoredKey, plan_keys};
-use crate::core::fence::may_be_mounted;
-use crate::core::planner::DesiredPv;
-use crate::host::key_store::KeyInfo;
+use crate::core::fence::volume_fence::may_be_mounted;
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::encryption::{KeyedPv, StoredKey, plan_keys};
+use crate::core::volumes::planner::DesiredPv;
+use crate::core::wipe::cleanup::PvState;
 use crate::host::ops::{Job, Subject};
+use crate::host::volumes::key_store::KeyInfo;
 use crate::wiper::target_at;
 
 /// The longest a readied key waits for its PV to show in the store before the orphan rule may
@@ -35,7 +35,7 @@ pub(super) struct KeyState {
     /// When the store was last listed, and whether it held keys then.
     listed: Option<(Instant, bool)>,
     /// Keys readied for new PVs, and when: named, for the orphan rule, until the store shows
-    /// their PVs (core::encryption::plan_keys).
+    /// their PVs (core::volumes::encryption::plan_keys).
     fresh: BTreeMap<String, Instant>,
 }
 
@@ -195,7 +195,7 @@ impl Agent {
 
     /// Has the key of each of this node's encrypted PVs (and an earlier incarnation's) that a
     /// pod may mount in the kernel, and destroys the stored keys no PV names any more
-    /// (core::encryption::plan_keys). Returns the PVs whose key could not be had: the fences
+    /// (core::volumes::encryption::plan_keys). Returns the PVs whose key could not be had: the fences
     /// keep pods from mounting them.
     pub(super) async fn follow_keys(
         &mut self,
@@ -335,7 +335,8 @@ impl Agent {
         let mut asked = Vec::new();
         for (name, (host_path, key)) in load {
             let class = classes.get(&name).and_then(|c| self.config.storage_class_map.get(c));
-            let path = class.and_then(|c| crate::core::pv::container_path(&host_path, &c.host_dir, &c.mount_dir).ok());
+            let path = class
+                .and_then(|c| crate::core::volumes::pv::container_path(&host_path, &c.host_dir, &c.mount_dir).ok());
             asked.push((name, host_path, key, path));
         }
         let (ops, timeout, shared) = (self.ops.clone(), self.host_timeout, self.host.clone());
@@ -383,10 +384,9 @@ impl Agent {
         for key in orphans {
             let path = self.found_disks.iter().find(|(host_path, _)| *host_path == key.host_path).and_then(
                 |(host_path, _)| {
-                    self.config
-                        .storage_class_map
-                        .values()
-                        .find_map(|c| crate::core::pv::container_path(host_path, &c.host_dir, &c.mount_dir).ok())
+                    self.config.storage_class_map.values().find_map(|c| {
+                        crate::core::volumes::pv::container_path(host_path, &c.host_dir, &c.mount_dir).ok()
+                    })
                 },
             );
             let (ops, timeout, shared, k) = (self.ops.clone(), self.host_timeout, self.host.clone(), key.clone());

@@ -1,4 +1,4 @@
-//! Volume fences (core::fence): the labels on this node that keep pods from mounting a PV
+//! Volume fences (core::fence::volume_fence): the labels on this node that keep pods from mounting a PV
 //! whose path does not hold its own disk, set and lifted from what each pass found at every
 //! PV's path, the node-wide one set when the agent stops, and the PV's and claim's owners told.
 
@@ -8,14 +8,14 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::Agent;
-use crate::core::cleanup::PvState;
-use crate::core::disk_identity::may_share_disk;
-use crate::core::effect_key::EffectKey;
-use crate::core::fence::{
+use crate::core::cluster::succession::DiskCheck;
+use crate::core::fence::volume_fence::{
     FenceFacts, FenceInput, FenceReason, Seen, fence_key, fences_to_tell, may_be_mounted, plan_fences, stop_label,
 };
-use crate::core::presence::where_moved;
-use crate::core::succession::DiskCheck;
+use crate::core::identity::disk_identity::may_share_disk;
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::presence::where_moved;
+use crate::core::wipe::cleanup::PvState;
 
 /// How long an agent tries to set the node-wide fence when it stops (kubelet's grace period is
 /// 30 s and wipes still have to be stopped after it) or starts.
@@ -95,7 +95,7 @@ impl Agent {
             warn!(pv = %name, reason = reason.label_value(), "{note}");
             // One action per reason: events with the same reason, object and action fold into
             // one series that keeps its first note, and a fence that changes reason must say so.
-            // A note that says more (core::fence::fences_to_tell) is an event of its own.
+            // A note that says more (core::fence::volume_fence::fences_to_tell) is an event of its own.
             self.tell_as(pv, true, "VolumeFenced", fence_action(*reason), note).await;
         }
         for name in &plan.lifted {
@@ -110,7 +110,7 @@ impl Agent {
         }
     }
 
-    /// What this node shows of a fenced PV's disks (core::fence::FenceFacts): for a path that
+    /// What this node shows of a fenced PV's disks (core::fence::volume_fence::FenceFacts): for a path that
     /// holds another disk, whose disk it is and where the PV's own disk is now.
     fn fence_facts(&self, pv: &PvState, reason: FenceReason, all: &[&PvState]) -> FenceFacts {
         if reason != FenceReason::NotItsDisk {
@@ -173,12 +173,12 @@ impl Agent {
     /// carries it already (the agent before stopped cleanly, or kubelet's start set it). An
     /// agent killed without SIGTERM (OOM, SIGKILL, a crash) set none, and the disks may have
     /// been swapped since: without it, a pod starting now would mount whatever its path holds
-    /// until the first pass has checked it. The first pass lifts it (core::fence::plan_fences),
+    /// until the first pass has checked it. The first pass lifts it (core::fence::volume_fence::plan_fences),
     /// so it costs the pods that mount this node's volumes the time of that pass, which they
     /// wait after a clean restart anyway. Best effort: the first pass follows either way.
     pub(super) async fn fence_at_start(&mut self) {
         let labels = self.node.metadata.labels.as_ref();
-        if labels.is_some_and(|l| l.contains_key(crate::core::fence::LABEL_VOLUMES_UNVERIFIED)) {
+        if labels.is_some_and(|l| l.contains_key(crate::core::fence::volume_fence::LABEL_VOLUMES_UNVERIFIED)) {
             return info!("the node-wide volume fence is up; the first pass lifts it once it has checked every disk");
         }
         match self.fence_node_wide().await {

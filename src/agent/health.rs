@@ -1,4 +1,4 @@
-//! Failing and wedged disks (core::disk_health): the signs the scan read and the volumes that
+//! Failing and wedged disks (core::health::disk_health): the signs the scan read and the volumes that
 //! do not answer (host::ops) are judged per volume; a new volume on a failing disk is not
 //! published, an unbound PV on one is withdrawn, and every other PV on one is annotated and
 //! its claim's owner told, until the signs clear.
@@ -10,13 +10,13 @@ use tracing::{info, warn};
 
 use super::Agent;
 use crate::api::{AnnotationPatch, claim_reference, pv_reference};
-use crate::core::cleanup::PvState;
-use crate::core::disk_health::Signs;
-use crate::core::disk_health::{Failing, HealthAction, annotation_value, plan_health};
-use crate::core::effect_key::EffectKey;
-use crate::core::naming::ANN_DISK_FAILING;
-use crate::host::discovery::{Scan, SkipReason, Skipped};
+use crate::core::health::disk_health::Signs;
+use crate::core::health::disk_health::{Failing, HealthAction, annotation_value, plan_health};
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::naming::ANN_DISK_FAILING;
+use crate::core::wipe::cleanup::PvState;
 use crate::host::ops::{Stall, Subject};
+use crate::host::volumes::discovery::{Scan, SkipReason, Skipped};
 
 impl Agent {
     /// The failing signs of every volume examined this pass, by host path, with the volumes
@@ -62,7 +62,7 @@ impl Agent {
     /// PV's capacity is not changed (a Bound PV's is the claim's; an unbound one never offers
     /// more than it did), and a new PV of the volume would offer the new size.
     pub(super) async fn tell_growths(&self, states: &[PvState], growths: &[Growth]) {
-        use crate::core::capacity::iec;
+        use crate::core::volumes::capacity::iec;
         for g in growths {
             let Some(pv) = states.iter().find(|s| s.host_path == g.path) else { continue };
             let note = format!(
@@ -118,7 +118,7 @@ impl Agent {
     }
 
     /// Annotates, withdraws and unflags this node's PVs as their disks' signs say
-    /// (core::disk_health::plan_health), telling the PV and its claim.
+    /// (core::health::disk_health::plan_health), telling the PV and its claim.
     pub(super) async fn follow_health(&mut self, states: &[PvState], judged: &Judged) {
         let failing = &judged.failing;
         let mut labels = Vec::new();
@@ -201,7 +201,7 @@ pub(super) struct Judged {
     pub(super) growths: Vec<Growth>,
 }
 
-/// A volume grown past its PV's capacity (core::disk_health::grown), in bytes.
+/// A volume grown past its PV's capacity (core::health::disk_health::grown), in bytes.
 pub(super) struct Growth {
     path: String,
     was: u64,

@@ -1,4 +1,4 @@
-//! The agent's heartbeat (core::heartbeat): its own task renews the Lease named after its node
+//! The agent's heartbeat (core::cluster::heartbeat): its own task renews the Lease named after its node
 //! every HEARTBEAT_RENEW, apart from the pass loop, so a renewal never costs a pass and a long
 //! pass never delays a renewal. A failed renewal is retried with the project's backoff (from
 //! 1 s, doubling, capped at the renewal period) and said once per run of failures; node-cleanup
@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use crate::api::lease::{ReadLease, Written};
 use crate::api::node_owner;
 use crate::api::{ApiError, Cluster};
-use crate::core::backoff::Backoff;
-use crate::core::heartbeat::{HEARTBEAT_DURATION, HEARTBEAT_RENEW, heartbeat_lease_name};
+use crate::core::cluster::heartbeat::{HEARTBEAT_DURATION, HEARTBEAT_RENEW, heartbeat_lease_name};
+use crate::core::reconcile::backoff::Backoff;
 
 /// Renews the heartbeat Lease of `node` in `namespace` until the task is dropped (the agent's
 /// process ends with it). Nothing is done when the node's name makes no valid Lease name.

@@ -1,14 +1,14 @@
 //! What the last pass depends on among the host's mounts and block devices
-//! (core::mount_interest), told to the watches so that a change elsewhere (kubelet mounting a
+//! (core::mounts::mount_interest), told to the watches so that a change elsewhere (kubelet mounting a
 //! pod's token, another program's loop device) costs no pass.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::Agent;
-use crate::core::mount_interest::{DeviceInterest, MountInterest};
-use crate::core::settings::VolumeMode;
-use crate::core::volume_safety::DiskKey;
+use crate::core::config::settings::VolumeMode;
+use crate::core::mounts::mount_interest::{DeviceInterest, MountInterest};
+use crate::core::volumes::volume_safety::DiskKey;
 use crate::host::access::Observation;
 
 impl Agent {

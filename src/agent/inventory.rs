@@ -1,4 +1,4 @@
-//! The node inventory (core::inventory): at the end of each pass the agent builds its node's
+//! The node inventory (core::cluster::inventory): at the end of each pass the agent builds its node's
 //! `LocalStorageNode` status and writes it only when its content changed, so an idle node
 //! writes nothing. The same object carries the node's cluster-side copy of its used block disks:
 //! written before a block PV is created (after the local mark), read back at start-up to
@@ -14,22 +14,22 @@ use super::Agent;
 use crate::api::inventory::{Found, LocalStorageNode};
 use crate::api::{ApiError, node_reference};
 use crate::config::VolumeMode;
-use crate::core::backoff::{Policy, Retries};
-use crate::core::cleanup::PvState;
-use crate::core::device_claim::{DeviceFacts, Verdict};
-use crate::core::disk_trust::{
-    Decision, Own, OwnMark, PvWitness, WipeCause, disk_label, hold_words, judge, pv_witness,
-};
-use crate::core::inventory::{
+use crate::core::cluster::inventory::{
     ClassInput, DeviceInventory, DeviceVerdict, EntryInput, HeldDisk, Inputs, InventoryStatus, PvInput, SupersededPv,
     UsedDiskRecord, WriteWait, build, missing_from_ledger, own_records, prune_superseded, record_witnesses,
     same_content, write_wait,
 };
-use crate::core::naming::{ANN_RELEASED_HOLDS, LABEL_DISK_ID};
-use crate::core::planner::DesiredPv;
-use crate::core::used_mark::{UsedMark, UsedRead};
-use crate::host::claims::ClaimReport;
-use crate::host::discovery::{Scan, SkipReason};
+use crate::core::devices::device_claim::{DeviceFacts, Verdict};
+use crate::core::identity::disk_trust::{
+    Decision, Own, OwnMark, PvWitness, WipeCause, disk_label, hold_words, judge, pv_witness,
+};
+use crate::core::identity::used_mark::{UsedMark, UsedRead};
+use crate::core::reconcile::backoff::{Policy, Retries};
+use crate::core::volumes::naming::{ANN_RELEASED_HOLDS, LABEL_DISK_ID};
+use crate::core::volumes::planner::DesiredPv;
+use crate::core::wipe::cleanup::PvState;
+use crate::host::devices::claims::ClaimReport;
+use crate::host::volumes::discovery::{Scan, SkipReason};
 
 /// Delays after a failed inventory read or write: a missing CRD or a refused write is fixed
 /// by an operator, so the retry grows to minutes.
@@ -41,7 +41,7 @@ const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::f
 const DELAY: Duration = Duration::from_millis(250);
 
 /// How long a change that is only the API's view of this node's PVs (a phase, a claim, a
-/// released PV's cycle under way; see core::inventory::only_pv_view_changes) waits before it is
+/// released PV's cycle under way; see core::cluster::inventory::only_pv_view_changes) waits before it is
 /// written, so it goes out with the changes of a minute: a claim bound or a released PV wiped,
 /// deleted and published again costs no write of its own (issue 42: requests per released PV at
 /// most 3, the PV's delete, finalizer and create). The PV objects show their phase at once; the
@@ -50,7 +50,7 @@ const DELAY: Duration = Duration::from_millis(250);
 /// the waiting view with it.
 pub(super) const VIEW_DELAY: Duration = Duration::from_secs(60);
 
-/// How long a change waits while this node's publishing is under way (core::inventory::
+/// How long a change waits while this node's publishing is under way (core::cluster::inventory::
 /// WriteWait::Publishing): the passes of a node coming up (volumes found, settled, their PVs
 /// created, the store showing them, the PV controller making them Available) go out in one
 /// write. The PV controller is throttled for the whole cluster (about 20 PVs a second): 20
@@ -63,7 +63,7 @@ pub(super) const PUBLISHING_DELAY: Duration = Duration::from_secs(15);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Writing {
     /// A pass's whole status; `publishing`: this node's publishing is under way
-    /// (core::inventory::WriteWait::Publishing).
+    /// (core::cluster::inventory::WriteWait::Publishing).
     Whole { publishing: bool },
     /// The used-disk copy over what was last written, before block PVs are created.
     Copy,
@@ -84,7 +84,7 @@ pub(super) struct InventoryState {
     /// The ledger's generation the copy was last taken at, and the copy.
     ledger_generation: Option<u64>,
     copy: Vec<UsedDiskRecord>,
-    /// UIDs of other nodes' records whose disk this node wiped (core::inventory).
+    /// UIDs of other nodes' records whose disk this node wiped (core::cluster::inventory).
     superseded: BTreeSet<String>,
     /// Wipes-first under way of disks another node's record named: host path -> that UID.
     wiping_foreign: BTreeMap<String, String>,
@@ -154,7 +154,7 @@ impl Agent {
             policy: Default::default(),
             capacity_bytes: 1,
             identity: identity.into(),
-            disk: crate::core::volume_safety::DiskKey::block("8:16"),
+            disk: crate::core::volumes::volume_safety::DiskKey::block("8:16"),
             in_use: None,
             used: UsedRead::Unmarked,
             mark_holder: None,
@@ -182,7 +182,7 @@ fn device_inventory(d: &DeviceFacts, report: &ClaimReport) -> (DeviceInventory, 
         verdicts.push(DeviceVerdict { class: decision.class.clone(), verdict: verdict.into(), reason, message });
         needs.push(need);
     }
-    let link = d.stable_id.as_deref().map(crate::core::device_claim::link_name);
+    let link = d.stable_id.as_deref().map(crate::core::devices::device_claim::link_name);
     for (held, verdict) in [(&report.plan.held, "Held"), (&report.plan.kept, "Kept")] {
         for (class, name, what) in held.iter() {
             if link.as_deref() == Some(name.as_str()) {
@@ -249,7 +249,7 @@ impl Agent {
             let Some(entry) = s.path.file_name().and_then(|n| n.to_str()) else { continue };
             entries.push(EntryInput {
                 class: s.class.clone(),
-                host_path: crate::core::pv::host_path(&class.host_dir, entry),
+                host_path: crate::core::volumes::pv::host_path(&class.host_dir, entry),
                 capacity_bytes: None,
                 refused: Some((s.reason.code().to_string(), s.reason.to_string())),
                 unresponsive: matches!(s.reason, SkipReason::Unresponsive(_)),
@@ -292,7 +292,8 @@ impl Agent {
         self.inventory.superseded = status.superseded.iter().cloned().collect();
         self.inventory.superseded_pvs = status.superseded_pvs.iter().map(|p| (p.uid.clone(), p.disk.clone())).collect();
         let copy = status.used_disks.clone();
-        let restore = move |ledger: &[crate::core::used_mark::UsedMark]| missing_from_ledger(&copy, ledger, &node);
+        let restore =
+            move |ledger: &[crate::core::identity::used_mark::UsedMark]| missing_from_ledger(&copy, ledger, &node);
         match self.on_host(move |host| host.restore_marks(&restore)).await {
             Some(Ok(0)) => {}
             Some(Ok(n)) => {
@@ -547,7 +548,7 @@ impl Agent {
     }
 
     /// Before new volumes are planned: each block disk named by a stable ID that is not yet
-    /// published here is judged by what the cluster knows of it (core::disk_trust): the PVs
+    /// published here is judged by what the cluster knows of it (core::identity::disk_trust): the PVs
     /// that name it (one label-selected list per disk) and other nodes' used-disk records (one
     /// list of the `LocalStorageNode`s, only when there is such a disk; none without the CRD).
     /// Returns the host paths judged so: their marks are not read back again.
@@ -654,7 +655,7 @@ impl Agent {
             };
             // This node published the disk, a claim released it and it wiped it here (its last
             // wipe, of this very disk). A disk it withdrew unclaimed is not let go in this sense:
-            // it may have been used on another node since (core::disk_trust::Own).
+            // it may have been used on another node since (core::identity::disk_trust::Own).
             let let_go = self.cleaner.last_wipe_for(&d.host_path, &d.identity).is_some();
             let decision = judge(Own { mark, let_go }, pvs.as_deref(), recs.as_deref());
             decided.insert(d.host_path.clone());
@@ -729,8 +730,8 @@ impl Agent {
     /// A wipe finished: a completed wipe-first of a disk another node recorded supersedes that
     /// record here (the disk is clean; it gets this node's own record when published), and one
     /// of a disk another node's released PV named supersedes that PV.
-    pub(super) fn inventory_wipe_done(&mut self, key: &crate::core::effect_key::EffectKey, ok: bool) {
-        let crate::core::effect_key::EffectKey::WipeFirst(path) = key else { return };
+    pub(super) fn inventory_wipe_done(&mut self, key: &crate::core::reconcile::effect_key::EffectKey, ok: bool) {
+        let crate::core::reconcile::effect_key::EffectKey::WipeFirst(path) = key else { return };
         if let Some(uid) = self.inventory.wiping_foreign.remove(path)
             && ok
         {

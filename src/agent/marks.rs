@@ -1,22 +1,22 @@
-//! Used marks (core::used_mark): written on a disk before its PV is created, completed with the
+//! Used marks (core::identity::used_mark): written on a disk before its PV is created, completed with the
 //! PV's UID and claim, and the ledger told about PVs let go unclaimed. The host work runs in
 //! one blocking call per batch; a failed mark is retried with backoff like any effect.
 
 use tracing::{debug, warn};
 
 use super::Agent;
-use crate::core::cleanup::PvState;
-use crate::core::effect_key::EffectKey;
-use crate::core::planner::DesiredPv;
-use crate::core::used_mark::{Replace, UsedMark, UsedRead};
+use crate::core::identity::used_mark::{Replace, UsedMark, UsedRead};
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::planner::DesiredPv;
+use crate::core::wipe::cleanup::PvState;
 use crate::host::access::MarkJob;
+use crate::host::identity::used_mark::{Accept, Carrier, MarkOutcome};
 use crate::host::ops::{Job, Subject};
-use crate::host::used_mark::{Accept, Carrier, MarkOutcome};
 use crate::wiper::{target_at, target_for};
 
 impl Agent {
     /// Writes the used mark on every disk about to be published, before its PV is created (see
-    /// core::used_mark), proving on the descriptor written through that it is the disk found.
+    /// core::identity::used_mark), proving on the descriptor written through that it is the disk found.
     /// Returns the volumes whose disks are marked now; the others are retried with backoff.
     pub(super) async fn mark_before_create<'d>(&mut self, creates: Vec<&'d DesiredPv>) -> Vec<&'d DesiredPv> {
         if creates.is_empty() {
@@ -83,7 +83,7 @@ impl Agent {
                 }
                 Ok(MarkOutcome::DiskFailing(why)) => {
                     // Held as the sign io-failure: the next passes keep the volume back as
-                    // disk-failing (core::disk_health), never "created, then withdrawn".
+                    // disk-failing (core::health::disk_health), never "created, then withdrawn".
                     warn!(pv = %mark.pv, path = %mark.path, "not published: its disk failed the used mark's write ({why})");
                     self.health.witness(&mark.path, &why, std::time::Instant::now());
                     format!("its disk is failing: {why}")
@@ -270,7 +270,7 @@ impl Agent {
     /// Records in the ledger that this PV was let go while no claim was on it (a precondition
     /// or the PV's own state proved it): its disk's mark then counts as offered, not used, and
     /// the disk is published again without a wipe. A failure only costs that wipe. Until the
-    /// store shows the PV being deleted, it is taken as such (core::expectations).
+    /// store shows the PV being deleted, it is taken as such (core::reconcile::expectations).
     pub(super) async fn note_withdrawn(&mut self, uid: &str) {
         self.expectations.deleted(uid, std::time::Instant::now());
         let uids = vec![uid.to_string()];

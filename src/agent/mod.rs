@@ -43,27 +43,27 @@ use tracing::{debug, info, trace, warn};
 use crate::admin::{Readiness, parse_listen_address, serve};
 use crate::api::{ApiError, ClientOptions, Cluster};
 use crate::config::ProvisionerConfig;
-use crate::core::cleanup::PvState;
-use crate::core::disk_health::HealthMemory;
-use crate::core::expectations::Expectations;
-use crate::core::naming::LABEL_NODE;
-use crate::core::occurrence::Occurrences;
-use crate::core::planner::{Identity, ObservedPv};
-use crate::core::pv::NodeInfo;
-use crate::core::pv_facts::PvFacts;
-use crate::core::settle::Settler;
-use crate::core::startup_taint::PassOutcome;
+use crate::core::fence::startup_taint::PassOutcome;
+use crate::core::health::disk_health::HealthMemory;
+use crate::core::mounts::settle::Settler;
+use crate::core::reconcile::expectations::Expectations;
+use crate::core::reconcile::occurrence::Occurrences;
+use crate::core::volumes::naming::LABEL_NODE;
+use crate::core::volumes::planner::{Identity, ObservedPv};
+use crate::core::volumes::pv::NodeInfo;
+use crate::core::volumes::pv_facts::PvFacts;
+use crate::core::wipe::cleanup::PvState;
 use crate::host::access::{HostAccess, RealHost};
-use crate::host::inotify::Inotify;
-use crate::host::kubelet::KubeletView;
+use crate::host::identity::used_mark::Ledger;
+use crate::host::mounts::inotify::Inotify;
+use crate::host::mounts::watch::{DirWatcher, MountWatch, Needs, WatchNeeds, watch_block_devices, watch_mounts};
 use crate::host::ops::{Operations, Subject};
-use crate::host::used_mark::Ledger;
-use crate::host::watch::{DirWatcher, MountWatch, Needs, WatchNeeds, watch_block_devices, watch_mounts};
+use crate::host::volumes::kubelet::KubeletView;
 use crate::metrics::Metrics;
 use crate::runtime::{EventClock, Shutdown, debounced, forward_events_until_synced, jittered, sleep_until_opt};
 use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
 
-use crate::core::effect_key::EffectKey;
+use crate::core::reconcile::effect_key::EffectKey;
 use crate::runtime::effects::Effects;
 
 /// Settings of `run`.
@@ -82,7 +82,7 @@ pub(crate) struct AgentOptions {
     /// How long a predecessor PV's disk must stay missing or different before it is withdrawn
     /// or marked stale: long enough for a rebooted machine to finish mounting its disks.
     pub succession_settle: Duration,
-    /// Node-local directory for the ledger of used disks (see host::used_mark).
+    /// Node-local directory for the ledger of used disks (see host::identity::used_mark).
     pub state_dir: PathBuf,
     /// Where kubelet mounts pods' volumes; no wipe starts while it holds one.
     pub kubelet: KubeletView,
@@ -96,9 +96,9 @@ pub(crate) struct AgentOptions {
     pub metrics_path: String,
     /// The deadline of one host operation on a volume (host::ops).
     pub host_op_timeout: Duration,
-    /// Keep this binary in the state directory for the boot fence (host::boot_fence).
+    /// Keep this binary in the state directory for the boot fence (host::fence::boot_fence).
     pub install_boot_fence: bool,
-    /// Namespace of the heartbeat Lease this agent renews (core::heartbeat); None: no heartbeat.
+    /// Namespace of the heartbeat Lease this agent renews (core::cluster::heartbeat); None: no heartbeat.
     pub heartbeat_namespace: Option<String>,
 }
 
@@ -116,7 +116,7 @@ pub(crate) enum AgentError {
     Admin(#[from] crate::admin::AdminError),
     /// The state directory (the ledger of used disks) cannot be used.
     #[error("state directory: {0}")]
-    State(#[from] crate::host::used_mark::MarkError),
+    State(#[from] crate::host::identity::used_mark::MarkError),
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -185,7 +185,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let watched = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
     // What the watch reads periodically: each pass says (Agent::say_watch_needs).
     let watch_needs = Arc::new(WatchNeeds::new(watched.clone()));
-    // One inotify instance for the whole agent (host::inotify): the block-device watch and the
+    // One inotify instance for the whole agent (host::mounts::inotify): the block-device watch and the
     // directory watcher share it. When instances or watches run out, it says so (the pass
     // tells it on the Node, Agent::say_watch_shortage) and retries on its own.
     let inotify = match Inotify::start(raw.clone()) {
@@ -203,11 +203,11 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     // A stuck operation that returns (a disk that answers again) wakes a pass.
     let answered = raw.clone();
     ops.on_wake(move || answered.notify_one());
-    // The kernel log's disk-failure lines (core::kernel_log): the only sign of a disk that
+    // The kernel log's disk-failure lines (core::health::kernel_log): the only sign of a disk that
     // fails only writes. Without CAP_SYSLOG (dmesg_restrict) the sign is not seen: said once.
-    let kernel_log = Arc::new(std::sync::Mutex::new(crate::core::kernel_log::KernelLogMemory::default()));
-    let kmsg = std::path::Path::new(crate::host::kernel_log::KMSG);
-    match crate::host::kernel_log::watch_kernel_log(kmsg, kernel_log.clone(), raw.clone()) {
+    let kernel_log = Arc::new(std::sync::Mutex::new(crate::core::health::kernel_log::KernelLogMemory::default()));
+    let kmsg = std::path::Path::new(crate::host::health::kernel_log::KMSG);
+    match crate::host::health::kernel_log::watch_kernel_log(kmsg, kernel_log.clone(), raw.clone()) {
         Ok(()) => info!("following the kernel log for disk I/O errors"),
         Err(e) => warn!(
             error = %e,
@@ -225,9 +225,9 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         let state_dir = opts.state_dir.clone();
         tokio::task::spawn_blocking(move || {
             let own = std::path::Path::new("/proc/self/exe");
-            match crate::host::boot_fence::install_binary(own, &state_dir) {
+            match crate::host::fence::boot_fence::install_binary(own, &state_dir) {
                 Ok(true) => {
-                    let path = crate::host::boot_fence::installed_path(&state_dir);
+                    let path = crate::host::fence::boot_fence::installed_path(&state_dir);
                     info!(path = %path.display(), "boot fence binary installed")
                 }
                 Ok(false) => {}
@@ -325,13 +325,13 @@ pub(crate) struct Agent {
     dir_watcher: Option<DirWatcher>,
     /// The agent's one inotify instance, and the shortage of it last told on the Node.
     inotify: Option<Arc<Inotify>>,
-    told_shortage: crate::core::inotify::Shortage,
+    told_shortage: crate::core::mounts::inotify::Shortage,
     /// What the block-device watch must read periodically, from what the last pass found.
     watch_needs: Option<Arc<WatchNeeds>>,
     /// Which mount changes wake a pass, from what the last pass read.
     mount_watch: Option<Arc<MountWatch>>,
-    /// The devices the kernel log said failed (host::kernel_log fills it).
-    kernel_log: Arc<std::sync::Mutex<crate::core::kernel_log::KernelLogMemory>>,
+    /// The devices the kernel log said failed (host::health::kernel_log fills it).
+    kernel_log: Arc<std::sync::Mutex<crate::core::health::kernel_log::KernelLogMemory>>,
     settle: Duration,
     succession_settle: Duration,
     /// Since when each found volume (path and identity) has been seen.
@@ -357,7 +357,7 @@ pub(crate) struct Agent {
     /// backoff (effect `collision/<name>`) and forgotten once free or no longer wanted.
     foreign: BTreeMap<String, String>,
     /// PVs this agent created, or deleted, that its store does not show so yet
-    /// (core::expectations).
+    /// (core::reconcile::expectations).
     expectations: Expectations,
     /// UIDs of PVs whose disk was found carrying their complete used mark, and whether it
     /// records a claim: not read again until a claim shows up on an unclaimed one.
@@ -368,8 +368,9 @@ pub(crate) struct Agent {
     /// (host path, identity) of every volume the last scan found, settled or not: where a PV's
     /// disk that left its path went.
     found_disks: Vec<(String, String)>,
-    /// What each fence in force last told its owners (core::fence::fences_to_tell).
-    fences_told: BTreeMap<String, (crate::core::fence::FenceReason, crate::core::fence::FenceFacts)>,
+    /// What each fence in force last told its owners (core::fence::volume_fence::fences_to_tell).
+    fences_told:
+        BTreeMap<String, (crate::core::fence::volume_fence::FenceReason, crate::core::fence::volume_fence::FenceFacts)>,
     /// Failed effects and their retry deadlines.
     effects: Effects,
     /// Problems reported in this pass and the last: each is reported once per occurrence and
@@ -382,7 +383,7 @@ pub(crate) struct Agent {
     /// Found volumes the last publishing left inside their settle window.
     settling: usize,
     /// Whether the start-up taint was removed (or found absent) since this process started
-    /// (core::startup_taint).
+    /// (core::fence::startup_taint).
     startup_taint_done: bool,
     /// The encrypted volumes' keys: the store's last listing, keys readied lately, keys known
     /// in the kernel (agent::encryption).
@@ -567,7 +568,7 @@ impl Agent {
         }
         self.load_inventory().await;
         let pvs = self.pv_store.state();
-        // What the store shows of the PVs this agent created or deleted (core::expectations).
+        // What the store shows of the PVs this agent created or deleted (core::reconcile::expectations).
         let shown = pvs.iter().map(|pv| {
             let meta = &pv.metadata;
             (meta.name.as_deref().unwrap_or(""), meta.uid.as_deref().unwrap_or(""), meta.deletion_timestamp.is_some())
@@ -599,9 +600,10 @@ impl Agent {
                 Some((_, s)) => {
                     s.io_failure.get_or_insert(what);
                 }
-                None => {
-                    signs.push((path, crate::core::disk_health::Signs { io_failure: Some(what), ..Default::default() }))
-                }
+                None => signs.push((
+                    path,
+                    crate::core::health::disk_health::Signs { io_failure: Some(what), ..Default::default() },
+                )),
             }
         }
         self.say_watch_needs(&observation.scan, &signs);
@@ -610,10 +612,10 @@ impl Agent {
             .scan
             .skipped
             .iter()
-            .filter(|s| matches!(s.reason, crate::host::discovery::SkipReason::Unresponsive(_)))
+            .filter(|s| matches!(s.reason, crate::host::volumes::discovery::SkipReason::Unresponsive(_)))
             .filter_map(|s| {
                 let class = self.config.storage_class_map.get(&s.class)?;
-                Some(crate::core::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))
+                Some(crate::core::volumes::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))
             })
             .collect();
         let judged = self.judge_disks(&signs, &states);
@@ -702,19 +704,19 @@ impl Agent {
         std::borrow::Cow::Owned(marked.collect())
     }
 
-    /// Tells the block-device watch what to read periodically (host::watch::WatchNeeds), from
+    /// Tells the block-device watch what to read periodically (host::mounts::watch::WatchNeeds), from
     /// this pass's scan: the device list while a class claims devices, ext4 error counts and
     /// SCSI error counters while a volume has them, superblock options while a volume is a
     /// filesystem on a disk (device major not 0: not tmpfs). Nothing while there is none.
     fn say_watch_needs(
         &self,
-        scan: &crate::host::discovery::Scan,
-        signs: &[(String, crate::core::disk_health::Signs)],
+        scan: &crate::host::volumes::discovery::Scan,
+        signs: &[(String, crate::core::health::disk_health::Signs)],
     ) {
         let Some(watch) = &self.watch_needs else { return };
-        let on_disk = |v: &crate::core::pv::FoundVolume| match &v.disk {
-            crate::core::volume_safety::DiskKey::Filesystem { device, .. } => !device.starts_with("0:"),
-            crate::core::volume_safety::DiskKey::Block { .. } => false,
+        let on_disk = |v: &crate::core::volumes::pv::FoundVolume| match &v.disk {
+            crate::core::volumes::volume_safety::DiskKey::Filesystem { device, .. } => !device.starts_with("0:"),
+            crate::core::volumes::volume_safety::DiskKey::Block { .. } => false,
         };
         let ext4 = signs.iter().any(|(_, s)| s.fs_errors.is_some());
         watch.set(Needs {

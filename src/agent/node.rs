@@ -10,9 +10,9 @@ use tracing::{debug, warn};
 use super::{Agent, AgentError};
 use crate::admin::Readiness;
 use crate::api::{ApiError, Cluster};
-use crate::core::naming::{node_label_value, provisioner_name};
-use crate::core::planner::Identity;
-use crate::core::pv::NodeInfo;
+use crate::core::volumes::naming::{node_label_value, provisioner_name};
+use crate::core::volumes::planner::Identity;
+use crate::core::volumes::pv::NodeInfo;
 
 /// Waits for this node's Node object in the watch of it (`Cluster::watch_own_node`, whose
 /// first events are the Node as it is now: no separate read): at boot the agent can start
@@ -80,7 +80,7 @@ pub(super) fn node_info(node: &Node) -> Result<NodeInfo, AgentError> {
     if uid.is_empty() {
         return Err(AgentError::Node { node: name, message: "has no UID".into() });
     }
-    if !labels.contains_key(crate::core::naming::LABEL_HOSTNAME) {
+    if !labels.contains_key(crate::core::volumes::naming::LABEL_HOSTNAME) {
         return Err(AgentError::Node {
             node: name,
             message: "has no kubernetes.io/hostname label; PV node affinity needs it".into(),

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use tracing::error;
 
 use super::Agent;
-use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
-use crate::core::effect_key::EffectKey;
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::wipe::cleanup::{CleanupAction, PvState, plan_cleanup};
 use crate::host::access::{Ask, Observation};
 use crate::wiper::target_for;
 

@@ -1,5 +1,5 @@
 //! Presence: a PV whose volume vanished is withdrawn while unbound and flagged while bound;
-//! the flag goes when the volume is back (core::presence).
+//! the flag goes when the volume is back (core::volumes::presence).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -8,11 +8,11 @@ use tracing::{info, warn};
 
 use super::Agent;
 use crate::api::{AnnotationPatch, pv_reference};
-use crate::core::cleanup::PvState;
-use crate::core::device_claim::{Tampered, tamper_withdrawals};
-use crate::core::effect_key::EffectKey;
-use crate::core::naming::{ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO};
-use crate::core::presence::{PresenceAction, plan_presence, where_moved};
+use crate::core::devices::device_claim::{Tampered, tamper_withdrawals};
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::naming::{ANN_VOLUME_MISSING, ANN_VOLUME_MOVED_TO};
+use crate::core::volumes::presence::{PresenceAction, plan_presence, where_moved};
+use crate::core::wipe::cleanup::PvState;
 
 impl Agent {
     /// UIDs of this node's PVs whose volume has been gone for the settle window (from the
@@ -83,7 +83,7 @@ impl Agent {
     /// Withdraws the unbound PVs whose claimed device changed under them (resourceVersion
     /// precondition: one bound meanwhile is left alone), then holds their claim records
     /// durably; a Warning event on the PV says what was found. A bound or released PV is never
-    /// touched here (core::device_claim only reports unbound ones, and the store is checked
+    /// touched here (core::devices::device_claim only reports unbound ones, and the store is checked
     /// again).
     pub(super) async fn withdraw_tampered(&mut self, states: &[PvState], tampered: &[Tampered]) {
         for (name, uid, resource_version, t) in tamper_withdrawals(states, tampered) {

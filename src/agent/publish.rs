@@ -10,21 +10,21 @@ use tracing::{debug, info, warn};
 use super::Agent;
 use crate::api::{AnnotationPatch, ApiError, Created, TakeOver, node_reference};
 use crate::config::VolumeMode;
-use crate::core::backoff::Policy;
-use crate::core::cleanup::PvState;
-use crate::core::desired::{class_policy, desired_from};
-use crate::core::effect_key::EffectKey;
-use crate::core::expectations::Expected;
-use crate::core::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
-use crate::core::planner::{
+use crate::core::identity::used_mark::{UsedMark, UsedRead};
+use crate::core::reconcile::backoff::Policy;
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::reconcile::expectations::Expected;
+use crate::core::volumes::desired::{class_policy, desired_from};
+use crate::core::volumes::naming::{ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_NODE};
+use crate::core::volumes::planner::{
     Action, DesiredPv, ExistingPv, ObservedPv, Refusal, classify_existing, desired_named, needs_adoption,
     plan_adoption, plan_expecting,
 };
-use crate::core::pv::{ClassPolicy, PvContext};
-use crate::core::pv_facts::PvFacts;
-use crate::core::used_mark::{UsedMark, UsedRead};
-use crate::core::wipe_history::{ANN_EARLIER_WIPES, ANN_LAST_WIPE};
-use crate::host::discovery::Scan;
+use crate::core::volumes::pv::{ClassPolicy, PvContext};
+use crate::core::volumes::pv_facts::PvFacts;
+use crate::core::wipe::cleanup::PvState;
+use crate::core::wipe::wipe_history::{ANN_EARLIER_WIPES, ANN_LAST_WIPE};
+use crate::host::volumes::discovery::Scan;
 use crate::wiper::{Busy, target_at, target_for};
 
 /// Volumes published (or their used marks checked) together. A node that comes up with
@@ -74,7 +74,7 @@ impl Agent {
         // PVs left by an earlier incarnation of this Node: their names wait for succession to
         // decide (re-adopt or withdraw) instead of being reported as taken.
         desired.retain(|d| !predecessors.iter().any(|p| p.name == d.name));
-        // The PVs this agent created that the store does not show yet (core::expectations).
+        // The PVs this agent created that the store does not show yet (core::reconcile::expectations).
         let expected = self.expectations.pending();
         let names: BTreeSet<&str> = pvs.iter().filter_map(|pv| pv.metadata.name.as_deref()).collect();
         let is_new = |d: &DesiredPv| {
@@ -169,7 +169,7 @@ impl Agent {
         let mut creates = self.mark_before_create(creates).await;
         // A block disk's marks go into the cluster-side copy before its PV exists, as they went
         // into the ledger; while they cannot, its PV waits.
-        let portable = |d: &&DesiredPv| crate::core::inventory::is_portable_block(&d.identity);
+        let portable = |d: &&DesiredPv| crate::core::cluster::inventory::is_portable_block(&d.identity);
         if creates.iter().any(portable) && !self.copy_marks_before_create().await {
             creates.retain(|d| !portable(d));
         }
@@ -185,14 +185,14 @@ impl Agent {
         let cleaner = &self.cleaner;
         // Each object is built as its request starts, so no more than `concurrency` of them
         // exist at once, however many volumes a pass publishes. A volume wiped after its last
-        // PV was released carries that wipe on its new PV's annotation (core::wipe_history),
+        // PV was released carries that wipe on its new PV's annotation (core::wipe::wipe_history),
         // which `kubectl describe pv` shows: no request more than the create; the log tells
         // it in words.
         let results: Vec<(&DesiredPv, Option<String>, Result<Created, ApiError>)> = stream::iter(creates)
             .filter_map(|d| async move {
                 let mut pv = ctx.pv_for(d)?;
                 if let Some(key) = keys.get(&d.name) {
-                    crate::core::encryption::encrypt_pv(&mut pv, key);
+                    crate::core::volumes::encryption::encrypt_pv(&mut pv, key);
                 }
                 let last = cleaner.last_wipe_for(&d.host_path, &d.identity);
                 if let Some(last) = &last {
@@ -405,7 +405,7 @@ impl Agent {
         let mut fetched: BTreeMap<String, Result<Option<PvFacts>, String>> = BTreeMap::new();
         for d in desired.iter_mut() {
             let (UsedRead::Marked(mark) | UsedRead::Offered(mark)) = &d.used else { continue };
-            // A block disk judged by every PV that names it (core::disk_trust): a PV of the
+            // A block disk judged by every PV that names it (core::identity::disk_trust): a PV of the
             // mark's name that does not name the disk by identity holds nothing.
             if judged.contains(&d.host_path) {
                 continue;
@@ -446,7 +446,7 @@ impl Agent {
         }
     }
 
-    /// Starts wiping a used disk that no live PV names (see core::used_mark), once per
+    /// Starts wiping a used disk that no live PV names (see core::identity::used_mark), once per
     /// occurrence reported; a failed wipe backs off in the cleaner before it is tried again.
     async fn wipe_first(
         &mut self,

@@ -1,4 +1,4 @@
-//! Reclaim (core::cleanup): released PVs are wiped and deleted, cleanup requests answered,
+//! Reclaim (core::wipe::cleanup): released PVs are wiped and deleted, cleanup requests answered,
 //! PVs made by upstream or an older version get our finalizer, and identities recorded in an
 //! old format are re-recorded once the disk proves to be the same.
 
@@ -8,11 +8,11 @@ use tracing::info;
 
 use super::Agent;
 use crate::api::AnnotationPatch;
-use crate::core::cleanup::{CleanupAction, PvState, plan_cleanup};
-use crate::core::disk_trust::missing_disk_label;
-use crate::core::effect_key::EffectKey;
-use crate::core::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_DISK_ID};
-use crate::core::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_pv};
+use crate::core::identity::disk_trust::missing_disk_label;
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::naming::{ANN_CLEANUP_RESULT, ANN_VOLUME_IDENTITY, FINALIZER_WIPE, LABEL_DISK_ID};
+use crate::core::volumes::volume_safety::{DiskKey, PublishedDisk, wipe_would_hit_another_pv};
+use crate::core::wipe::cleanup::{CleanupAction, PvState, plan_cleanup};
 use crate::wiper::target_for;
 
 /// For each PV about to be wiped (by UID), why its disk must not be wiped because another live
@@ -154,7 +154,7 @@ impl Agent {
         }
     }
 
-    /// Puts the disk-id label (core::disk_trust) on this node's PVs that lack it: PVs made
+    /// Puts the disk-id label (core::identity::disk_trust) on this node's PVs that lack it: PVs made
     /// before the label existed (by an older version, or adopted from upstream) are then found
     /// by another node about to offer their disk, as new ones are. One patch per PV, guarded
     /// by its resourceVersion; not again while the store has not shown it yet. PVs whose

@@ -1,4 +1,4 @@
-//! Problems reported once per occurrence (core::occurrence): logged and evented when a pass
+//! Problems reported once per occurrence (core::reconcile::occurrence): logged and evented when a pass
 //! first sees them, forgotten when a pass no longer does, so one that comes back is reported
 //! again and memory holds only the problems of now.
 
@@ -8,11 +8,11 @@ use tracing::{debug, info, warn};
 
 use super::Agent;
 use crate::api::{class_reference, node_reference, pv_reference};
-use crate::core::device_claim::{LinkAction, Refusal, Verdict, link_name};
-use crate::core::effect_key::EffectKey;
-use crate::core::naming::pv_name;
-use crate::host::claims::ClaimReport;
-use crate::host::discovery::{Scan, SkipReason};
+use crate::core::devices::device_claim::{LinkAction, Refusal, Verdict, link_name};
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::naming::pv_name;
+use crate::host::devices::claims::ClaimReport;
+use crate::host::volumes::discovery::{Scan, SkipReason};
 
 impl Agent {
     /// Logs each skipped entry once per occurrence; refusals (skips that protect data, and

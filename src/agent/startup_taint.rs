@@ -1,4 +1,4 @@
-//! Upstream's `removeNodeNotReadyTaint` (core::startup_taint): after the first pass that left
+//! Upstream's `removeNodeNotReadyTaint` (core::fence::startup_taint): after the first pass that left
 //! nothing of this node's volumes to publish, the start-up taint
 //! `provisionerNotReadyNodeTaintKey` is removed from this node's Node, once per start.
 
@@ -6,8 +6,8 @@ use tracing::{info, warn};
 
 use super::Agent;
 use crate::api::node_reference;
-use crate::core::effect_key::EffectKey;
-use crate::core::startup_taint::{PassOutcome, TaintStep, step};
+use crate::core::fence::startup_taint::{PassOutcome, TaintStep, step};
+use crate::core::reconcile::effect_key::EffectKey;
 
 impl Agent {
     /// The configured start-up taint key while `removeNodeNotReadyTaint` is on.

@@ -1,4 +1,4 @@
-//! Succession (core::succession): PVs an earlier incarnation of this Node left are re-adopted
+//! Succession (core::cluster::succession): PVs an earlier incarnation of this Node left are re-adopted
 //! when their disk is here, and withdrawn or flagged once it has stayed missing or different
 //! for the succession settle window.
 
@@ -9,13 +9,13 @@ use tracing::{info, warn};
 
 use super::Agent;
 use crate::api::{AnnotationPatch, pv_reference};
-use crate::core::cleanup::PvState;
-use crate::core::effect_key::EffectKey;
-use crate::core::naming::{
+use crate::core::cluster::succession::{DiskCheck, SuccessionAction, plan_succession};
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::naming::{
     ANN_PROVISIONED_BY, ANN_VOLUME_IDENTITY, ANN_VOLUME_MOVED_TO, ANN_VOLUME_STALE, FINALIZER_WIPE,
 };
-use crate::core::presence::where_moved;
-use crate::core::succession::{DiskCheck, SuccessionAction, plan_succession};
+use crate::core::volumes::presence::where_moved;
+use crate::core::wipe::cleanup::PvState;
 use crate::wiper::target_for;
 
 /// Checks whose outcome must hold for the settle window before it is acted on.

@@ -21,18 +21,18 @@ use super::{Agent, AgentOptions, Parts};
 use crate::admin::Readiness;
 use crate::api::{ClientOptions, Cluster};
 use crate::config::{ConfigSource, ProvisionerConfig};
-use crate::core::cleanup::{AfterWipe, PvState};
-use crate::core::effect_key::EffectKey;
-use crate::core::pv::FoundVolume;
-use crate::core::pv_facts::PvFacts;
-use crate::core::succession::DiskCheck;
-use crate::core::volume_safety::DiskKey;
+use crate::core::cluster::succession::DiskCheck;
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::volumes::pv::FoundVolume;
+use crate::core::volumes::pv_facts::PvFacts;
+use crate::core::volumes::volume_safety::DiskKey;
+use crate::core::wipe::cleanup::{AfterWipe, PvState};
 use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
-use crate::host::discovery::{Scan, SkipReason, Skipped};
-use crate::host::mountinfo::MountTable;
+use crate::host::identity::used_mark::MarkOutcome;
+use crate::host::mounts::mountinfo::MountTable;
 use crate::host::ops::OnDeadline;
-use crate::host::used_mark::MarkOutcome;
+use crate::host::volumes::discovery::{Scan, SkipReason, Skipped};
 use crate::metrics::Metrics;
 use crate::wiper::{Cleaner, CleanerOptions, Progress, WipeError, WipeJob, WipeOutcome, Wiped, target_for};
 
@@ -54,7 +54,7 @@ struct FakeHost {
     /// What the presence checks find at each PV's path, by UID (absent: no answer).
     checks: Mutex<Vec<(String, DiskCheck)>>,
     /// What the device claim pass reports (none: no class claims devices).
-    claims: Mutex<Option<crate::host::claims::ClaimReport>>,
+    claims: Mutex<Option<crate::host::devices::claims::ClaimReport>>,
     /// I/O errors the presence checks meet, by host path.
     io_failures: Mutex<Vec<(String, String)>>,
 }
@@ -78,7 +78,7 @@ impl HostAccess for FakeHost {
         while self.frozen.lock().unwrap().contains(&job.mark.path) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(MarkOutcome::Written(job.mark.clone(), crate::host::used_mark::Carrier::Attribute))
+        Ok(MarkOutcome::Written(job.mark.clone(), crate::host::identity::used_mark::Carrier::Attribute))
     }
 
     fn record_marks(&self, _outcomes: &mut [Result<MarkOutcome, String>]) {}
@@ -322,7 +322,7 @@ async fn lab() -> Lab {
         settle: Duration::ZERO,
         succession_settle: Duration::ZERO,
         state_dir: PathBuf::from("/nonexistent"),
-        kubelet: crate::host::kubelet::KubeletView { dir: PathBuf::from("/nonexistent"), required: false },
+        kubelet: crate::host::volumes::kubelet::KubeletView { dir: PathBuf::from("/nonexistent"), required: false },
         create_concurrency: 4,
         cleaner: cleaner_opts,
         listen_address: "127.0.0.1:0".into(),
@@ -673,8 +673,8 @@ async fn a_config_directory_that_does_not_answer_keeps_the_last_good_config() {
     assert!(lab.agent.readiness.detail().is_none_or(|d| !d.contains("not read")));
 }
 
-fn tampered(name: &str) -> crate::core::device_claim::Tampered {
-    crate::core::device_claim::Tampered {
+fn tampered(name: &str) -> crate::core::devices::device_claim::Tampered {
+    crate::core::devices::device_claim::Tampered {
         class: CLASS.into(),
         name: name.into(),
         host_path: format!("/mnt/disks/{name}"),
@@ -765,7 +765,7 @@ fn fenced_pv(name: &str) -> PvFacts {
         operator: "In".into(),
         values: Some(vec!["n1".into()]),
     }];
-    expressions.extend(crate::core::fence::fence_requirements(name));
+    expressions.extend(crate::core::fence::volume_fence::fence_requirements(name));
     pv.spec.node_affinity = Some(k8s_openapi::api::core::v1::VolumeNodeAffinity {
         required: Some(k8s_openapi::api::core::v1::NodeSelector {
             node_selector_terms: vec![k8s_openapi::api::core::v1::NodeSelectorTerm {
@@ -774,9 +774,9 @@ fn fenced_pv(name: &str) -> PvFacts {
             }],
         }),
     });
-    // As the store keeps it (core::pv_facts): whether it honours its fence.
-    pv.fence_honoured = crate::core::fence::honours_fence(name, pv.spec.node_affinity.as_ref());
-    crate::core::fence::strip_fence_requirements(&mut pv.spec.node_affinity);
+    // As the store keeps it (core::volumes::pv_facts): whether it honours its fence.
+    pv.fence_honoured = crate::core::fence::volume_fence::honours_fence(name, pv.spec.node_affinity.as_ref());
+    crate::core::fence::volume_fence::strip_fence_requirements(&mut pv.spec.node_affinity);
     assert!(pv.fence_honoured);
     pv.spec.claim_ref = Some(Box::new(k8s_openapi::api::core::v1::ObjectReference {
         namespace: Some("default".into()),
@@ -903,7 +903,7 @@ async fn an_unbound_pv_withdrawn_because_its_disk_is_gone_is_not_fenced_on_its_w
 
 /// The PV name the agent gives the entry `entry` of the test class on n1.
 fn name_of(entry: &str) -> String {
-    crate::core::naming::pv_name(entry, "n1", CLASS)
+    crate::core::volumes::naming::pv_name(entry, "n1", CLASS)
 }
 
 /// A PV of another node holding the name `name` (a collision of upstream's name hash).
@@ -964,7 +964,7 @@ async fn a_pv_just_created_is_neither_refused_nor_created_again_while_the_watch_
     assert_eq!(lab.api.count("POST", "/api/v1/persistentvolumes"), 1);
     // The disk now carries the mark of the PV just created (the mock answers UID uid-1), and
     // the API has it; the agent's store (the watch) does not show it yet.
-    let mark = crate::core::used_mark::UsedMark {
+    let mark = crate::core::identity::used_mark::UsedMark {
         pv: name.clone(),
         node: "n1".into(),
         path: volume.host_path.clone(),
@@ -975,7 +975,7 @@ async fn a_pv_just_created_is_neither_refused_nor_created_again_while_the_watch_
         claimed: false,
         wiped_filesystems: Default::default(),
     };
-    let marked = FoundVolume { used: crate::core::used_mark::UsedRead::Marked(mark), ..volume.clone() };
+    let marked = FoundVolume { used: crate::core::identity::used_mark::UsedRead::Marked(mark), ..volume.clone() };
     *lab.host.scan.lock().unwrap() = Scan { volumes: vec![marked], ..Default::default() };
     let created = serde_json::json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
@@ -1020,7 +1020,7 @@ async fn a_pv_just_created_is_neither_refused_nor_created_again_while_the_watch_
 async fn a_held_device_is_one_warning_event_per_occurrence_whatever_its_details_say() {
     let mut lab = lab().await;
     let held = |what: &str| {
-        let plan = crate::core::device_claim::ClaimPlan {
+        let plan = crate::core::devices::device_claim::ClaimPlan {
             held: vec![(CLASS.into(), "disk-a".into(), what.to_string())],
             ..Default::default()
         };
@@ -1030,7 +1030,7 @@ async fn a_held_device_is_one_warning_event_per_occurrence_whatever_its_details_
             reason: SkipReason::DeviceHeld(what.to_string()),
         };
         (
-            crate::host::claims::ClaimReport { plan, ..Default::default() },
+            crate::host::devices::claims::ClaimReport { plan, ..Default::default() },
             Scan { skipped: vec![skipped], ..Default::default() },
         )
     };
@@ -1305,9 +1305,9 @@ fn pv_of_n2(
         "status": { "phase": phase },
     });
     if !by_name_only {
-        let label = crate::core::disk_trust::disk_label(identity).unwrap();
-        pv["metadata"]["labels"][crate::core::naming::LABEL_DISK_ID] = serde_json::json!(label);
-        pv["metadata"]["annotations"][crate::core::naming::ANN_VOLUME_IDENTITY] = serde_json::json!(identity);
+        let label = crate::core::identity::disk_trust::disk_label(identity).unwrap();
+        pv["metadata"]["labels"][crate::core::volumes::naming::LABEL_DISK_ID] = serde_json::json!(label);
+        pv["metadata"]["annotations"][crate::core::volumes::naming::ANN_VOLUME_IDENTITY] = serde_json::json!(identity);
     }
     if claimed {
         pv["spec"]["claimRef"] = serde_json::json!({ "namespace": "t", "name": "c", "uid": "claim-uid" });
@@ -1328,7 +1328,7 @@ fn release_holds(lab: &Lab, uids: &str) {
     let list = objects.get_mut(INVENTORIES).unwrap();
     let own = serde_json::json!({
         "apiVersion": "local-static-provisioner.io/v1alpha1", "kind": "LocalStorageNode",
-        "metadata": { "name": "n1", "annotations": { crate::core::naming::ANN_RELEASED_HOLDS: uids } },
+        "metadata": { "name": "n1", "annotations": { crate::core::volumes::naming::ANN_RELEASED_HOLDS: uids } },
         "spec": { "nodeName": "n1" },
     });
     list["items"].as_array_mut().unwrap().push(own);
@@ -1400,7 +1400,7 @@ async fn a_bound_pv_of_another_node_holds_a_block_disk_while_a_decoy_by_name_doe
     let identity = "v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:16";
     // This node's own used disk, a record of n2 naming a decoy PV by name only: wiped as its
     // own mark says.
-    let mark = crate::core::used_mark::UsedMark {
+    let mark = crate::core::identity::used_mark::UsedMark {
         pv: "gone-pv".into(),
         node: "n1".into(),
         path: "/mnt/disks/d".into(),
@@ -1411,7 +1411,10 @@ async fn a_bound_pv_of_another_node_holds_a_block_disk_while_a_decoy_by_name_doe
         claimed: true,
         wiped_filesystems: Vec::new(),
     };
-    let volume = FoundVolume { used: crate::core::used_mark::UsedRead::Marked(mark), ..recorded_elsewhere(&lab, None) };
+    let volume = FoundVolume {
+        used: crate::core::identity::used_mark::UsedRead::Marked(mark),
+        ..recorded_elsewhere(&lab, None)
+    };
     *lab.host.scan.lock().unwrap() = Scan { volumes: vec![volume.clone()], ..Default::default() };
     lab.api.objects.lock().unwrap().insert(
         "/api/v1/persistentvolumes/pv-on-n2".into(),
@@ -1508,10 +1511,10 @@ async fn an_inventory_of_an_earlier_incarnation_of_the_node_is_left_to_the_garba
 async fn a_pv_made_before_the_disk_id_label_gets_it_once() {
     let mut lab = lab().await;
     let identity = "v2;blk;disk=wwid:0x5000c;size=1073741824;dev=8:16";
-    let annotations = serde_json::json!({ crate::core::naming::ANN_VOLUME_IDENTITY: identity });
+    let annotations = serde_json::json!({ crate::core::volumes::naming::ANN_VOLUME_IDENTITY: identity });
     lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("old", "Bound", annotations.clone())));
     // A directory's PV has no disk to look up: no label, no patch.
-    let dir = serde_json::json!({ crate::core::naming::ANN_VOLUME_IDENTITY: "v2;fs;uuid=u1;ino=2;dev=8:1" });
+    let dir = serde_json::json!({ crate::core::volumes::naming::ANN_VOLUME_IDENTITY: "v2;fs;uuid=u1;ino=2;dev=8:1" });
     lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv("dir", "Bound", dir)));
     lab.pass().await;
     assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/old"), 1, "labelled");
@@ -1520,8 +1523,7 @@ async fn a_pv_made_before_the_disk_id_label_gets_it_once() {
     lab.pass().await;
     assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/old"), 1, "not again before the store shows it");
     // The store shows it: nothing more to do.
-    let label =
-        serde_json::json!({ crate::core::naming::LABEL_DISK_ID: crate::core::disk_trust::disk_label(identity) });
+    let label = serde_json::json!({ crate::core::volumes::naming::LABEL_DISK_ID: crate::core::identity::disk_trust::disk_label(identity) });
     lab.pvs.apply_watcher_event(&watcher::Event::Apply(own_pv_labelled("old", "Bound", annotations, label, "8")));
     lab.pass().await;
     assert_eq!(lab.api.count("PATCH", "/api/v1/persistentvolumes/old"), 1);
@@ -1588,8 +1590,8 @@ async fn a_starting_agent_fences_its_node_before_its_first_pass_which_lifts_it()
 /// one told (Normal VolumeGrown), once.
 #[tokio::test]
 async fn presence_io_failures_and_size_changes_are_signs() {
-    use crate::core::disk_health::{Signs, SizeFacts};
-    use crate::core::naming::ANN_DISK_FAILING;
+    use crate::core::health::disk_health::{Signs, SizeFacts};
+    use crate::core::volumes::naming::ANN_DISK_FAILING;
     let mut lab = lab().await;
     let annotated = |name: &str, annotations: serde_json::Value| {
         let mut pv = own_pv(name, "Bound", annotations);

@@ -1,4 +1,4 @@
-//! The node inventory (`LocalStorageNode`, core::inventory): the agent reads its own at
+//! The node inventory (`LocalStorageNode`, core::cluster::inventory): the agent reads its own at
 //! start-up, creates it owned by its Node, applies its status (server-side apply of the status
 //! subresource: fields it no longer sets are removed), and lists every node's when it must know
 //! which block disks other nodes recorded as used. The kubectl plugin lists them.
@@ -10,7 +10,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
 
-use crate::core::inventory::{GROUP, InventorySpec, InventoryStatus, KIND, PLURAL, VERSION};
+use crate::core::cluster::inventory::{GROUP, InventorySpec, InventoryStatus, KIND, PLURAL, VERSION};
 
 use super::*;
 
@@ -138,7 +138,7 @@ impl Cluster {
     /// admission policy forbids agents to change metadata). A merge patch under the object's
     /// resourceVersion, so a concurrent release is not lost. Returns the whole list now.
     pub async fn release_holds(&self, node: &str, records: &[String]) -> Result<Vec<String>, ApiError> {
-        use crate::core::naming::ANN_RELEASED_HOLDS;
+        use crate::core::volumes::naming::ANN_RELEASED_HOLDS;
         let api = self.inventories();
         let obj = self.call("get", api.get(node)).await.map_err(ApiError::request("get localstoragenode", node))?;
         let mut released: Vec<String> = obj

@@ -1,6 +1,6 @@
 //! The leader Lease (coordination.k8s.io/v1): read, create, and write guarded by
 //! resourceVersion, so two candidates that both decide to take an expired lease cannot both
-//! succeed. The decisions themselves are in `core::lease`. These requests are never fenced
+//! succeed. The decisions themselves are in `core::cluster::lease`. These requests are never fenced
 //! (they use `Cluster::call`): the fence on node-cleanup's writes asks the election itself.
 
 use std::time::Duration;
@@ -12,7 +12,7 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
 use super::{ApiError, Cluster};
-use crate::core::lease::LeaseRecord;
+use crate::core::cluster::lease::LeaseRecord;
 
 /// The Lease as read, with the record that decides leadership.
 #[derive(Debug, Clone)]
@@ -58,7 +58,7 @@ impl Cluster {
         Ok(lease.map(|object| ReadLease { record: lease_record(&object), object }))
     }
 
-    /// A watch of the Leases of `namespace` (node-cleanup: the agents' heartbeats, core::heartbeat).
+    /// A watch of the Leases of `namespace` (node-cleanup: the agents' heartbeats, core::cluster::heartbeat).
     /// The stream yields every watch event and must be polled.
     pub fn watch_leases(
         &self,

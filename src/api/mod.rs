@@ -43,7 +43,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config, Resource};
 
-use crate::core::pv_facts::PvFacts;
+use crate::core::volumes::pv_facts::PvFacts;
 
 /// The User-Agent of our requests: role and instance (node name, Lease identity), so the API
 /// server's audit log tells the agents and the node-cleanup replicas apart. Characters a header
@@ -376,7 +376,7 @@ mod tests {
 
     use super::nodes::trim_node;
     use super::*;
-    use crate::core::naming::LABEL_HOSTNAME;
+    use crate::core::volumes::naming::LABEL_HOSTNAME;
 
     #[test]
     fn error_chain_names_the_cause_once() {
@@ -604,7 +604,7 @@ mod tests {
 
         // The node-wide volume fence is kept (node-cleanup fences a node whose agent's
         // heartbeat lapsed only when it carries none), with or without the hostname label.
-        let fence = crate::core::fence_label::LABEL_VOLUMES_UNVERIFIED;
+        let fence = crate::core::fence::fence_label::LABEL_VOLUMES_UNVERIFIED;
         let mut fenced = PartialObjectMeta::<Node>::default();
         fenced.metadata.name = Some("n3".into());
         fenced.metadata.labels = Some(BTreeMap::from([

@@ -12,8 +12,8 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::core::fence_label::LABEL_VOLUMES_UNVERIFIED;
-use crate::core::naming::LABEL_HOSTNAME;
+use crate::core::fence::fence_label::LABEL_VOLUMES_UNVERIFIED;
+use crate::core::volumes::naming::LABEL_HOSTNAME;
 
 /// An owner reference to the Node `name` with UID `uid`: what a node's own objects (its
 /// LocalStorageNode, its agent's heartbeat Lease) carry, so the garbage collector removes them
@@ -46,7 +46,7 @@ pub(super) fn trim_node(node: &mut NodeMeta) {
     let mut labels = meta.labels.unwrap_or_default();
     let hostname = labels.remove_entry(LABEL_HOSTNAME).filter(|(_, v)| meta.name.as_ref() != Some(v));
     // The node-wide volume fence: node-cleanup sets it when the agent's heartbeat lapses, unless
-    // it is there already (core::heartbeat).
+    // it is there already (core::cluster::heartbeat).
     let fence = labels.remove_entry(LABEL_VOLUMES_UNVERIFIED);
     let kept: BTreeMap<String, String> = hostname.into_iter().chain(fence).collect();
     node.types = None;
@@ -67,7 +67,7 @@ impl Cluster {
     }
 
     /// Sets (`Some`) or removes (`None`) labels of a Node, nothing else, with a merge patch:
-    /// the agent's volume fences on its own Node (core::fence). Returns the Node as it is now.
+    /// the agent's volume fences on its own Node (core::fence::volume_fence). Returns the Node as it is now.
     pub async fn patch_node_labels(
         &self,
         name: &str,
@@ -83,7 +83,7 @@ impl Cluster {
     /// Replaces the taints of a Node with `remaining`, nothing else, with a JSON patch that first
     /// tests they are still `expected` (what the caller read): a taint added or removed
     /// meanwhile fails the write (422) instead of being undone. The agent's start-up taint
-    /// removal (core::startup_taint). Returns the Node as it is now.
+    /// removal (core::fence::startup_taint). Returns the Node as it is now.
     pub async fn replace_node_taints(
         &self,
         name: &str,

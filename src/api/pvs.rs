@@ -8,7 +8,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::core::pv_facts::{PvFacts, PvOwnership};
+use crate::core::volumes::pv_facts::{PvFacts, PvOwnership};
 
 use super::*;
 
@@ -16,7 +16,7 @@ use super::*;
 const PV_PATH: &str = "/api/v1/persistentvolumes";
 
 impl Cluster {
-    /// PVs as they are read: only the fields decisions need (see core::pv_facts).
+    /// PVs as they are read: only the fields decisions need (see core::volumes::pv_facts).
     fn pvs(&self) -> Api<PvFacts> {
         Api::all(self.client.clone())
     }
@@ -67,7 +67,7 @@ impl Cluster {
     }
 
     /// Every node's PVs carrying the label `key=value`, in one label-selected list (page by
-    /// page): the PVs that may name one disk (core::disk_trust), however large the cluster.
+    /// page): the PVs that may name one disk (core::identity::disk_trust), however large the cluster.
     pub async fn list_pvs_labelled(&self, key: &str, value: &str) -> Result<Vec<PvFacts>, ApiError> {
         let pvs = self.pvs();
         let selector = format!("{key}={value}");

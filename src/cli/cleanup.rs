@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::AnnotationPatch;
 use crate::api::{ClientOptions, Cluster};
-use crate::core::naming::{ANN_CLEANUP, ANN_CLEANUP_REQUESTED_AT, ANN_CLEANUP_RESULT, CLEANUP_REQUESTED};
+use crate::core::volumes::naming::{ANN_CLEANUP, ANN_CLEANUP_REQUESTED_AT, ANN_CLEANUP_RESULT, CLEANUP_REQUESTED};
 
 /// Sets the cleanup request on each PV; with `wait`, reports each outcome. Exit code 0 only
 /// when every request was accepted (and, with `wait`, completed).
@@ -49,7 +49,12 @@ pub async fn run(pvs: Vec<String>, client: ClientOptions, wait: bool, timeout: D
 async fn request(cluster: &Cluster, name: &str) -> Result<String, String> {
     let pv = cluster.get_pv(name).await.map_err(|e| e.to_string())?.ok_or("no such PV")?;
     let uid = pv.metadata.uid.clone().unwrap_or_default();
-    if pv.metadata.finalizers.as_ref().is_none_or(|f| !f.iter().any(|f| f == crate::core::naming::FINALIZER_WIPE)) {
+    if pv
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_none_or(|f| !f.iter().any(|f| f == crate::core::volumes::naming::FINALIZER_WIPE))
+    {
         eprintln!("{name}: note: the PV does not carry our finalizer yet; the agent adopts it first");
     }
     // A new request clears the answer to the previous one.

@@ -8,10 +8,10 @@ use std::process::ExitCode;
 
 use super::{DiscoverArgs, Output, PLACEHOLDER_NODE_UID, disks, load_or_report};
 use crate::config::LoadedConfig;
-use crate::core::desired::{class_policy, desired_pvs};
-use crate::core::naming::provisioner_name;
-use crate::core::pv::{NodeInfo, PvContext};
-use crate::host::discovery;
+use crate::core::volumes::desired::{class_policy, desired_pvs};
+use crate::core::volumes::naming::provisioner_name;
+use crate::core::volumes::pv::{NodeInfo, PvContext};
+use crate::host::volumes::discovery;
 
 pub(super) fn run(args: &DiscoverArgs) -> ExitCode {
     let Some((LoadedConfig { mut config, .. }, failed_classes)) = load_or_report(&args.config) else {
@@ -27,7 +27,7 @@ pub(super) fn run(args: &DiscoverArgs) -> ExitCode {
     }
     // The dry run reads the volumes' own used marks, and the agent's ledger when given.
     let ledger = match &args.state_dir {
-        Some(dir) => match crate::host::used_mark::Ledger::read_only(dir) {
+        Some(dir) => match crate::host::identity::used_mark::Ledger::read_only(dir) {
             Ok(ledger) => Some(ledger),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -50,17 +50,17 @@ pub(super) fn run(args: &DiscoverArgs) -> ExitCode {
     };
     let mut links = Vec::new();
     for action in claims.iter().flat_map(|p| &p.actions) {
-        if let crate::core::device_claim::LinkAction::Create(r) = action {
+        if let crate::core::devices::device_claim::LinkAction::Create(r) = action {
             eprintln!("claim: class {} would link {} -> {} (disk {})", r.class, r.host_path, r.target, r.disk);
             links.push((r.class.clone(), r.name.clone(), PathBuf::from(&r.target)));
         }
     }
     for d in claims.iter().flat_map(|p| &p.decisions) {
-        if let crate::core::device_claim::Verdict::Refused(r) = &d.verdict {
+        if let crate::core::devices::device_claim::Verdict::Refused(r) = &d.verdict {
             eprintln!("claim: class {} refuses /dev/{} ({}): {r}", d.class, d.device, r.code());
         }
     }
-    let scan = match crate::host::mountinfo::MountTable::read() {
+    let scan = match crate::host::mounts::mountinfo::MountTable::read() {
         Ok(mounts) => {
             let mut scan = discovery::scan_with_links(&config, &mounts, &Default::default(), &links);
             discovery::read_used_marks(&mut scan.volumes, &config, &mounts, ledger.as_ref());
@@ -99,19 +99,19 @@ pub(super) fn run(args: &DiscoverArgs) -> ExitCode {
         let _ = writeln!(stderr, "class {}: {}", p.class, p.message);
     }
     // Two entries with the same host path or PV name are reported, as the agent would refuse them.
-    let identity = crate::core::planner::Identity {
+    let identity = crate::core::volumes::planner::Identity {
         node: node.name.clone(),
         provisioner: provisioner.clone(),
-        node_label: crate::core::naming::node_label_value(&node.name),
+        node_label: crate::core::volumes::naming::node_label_value(&node.name),
         use_node_name_only: config.use_node_name_only,
     };
     let mut pvs = Vec::new();
-    for action in crate::core::planner::plan(&identity, &desired, &[], &BTreeMap::new()) {
+    for action in crate::core::volumes::planner::plan(&identity, &desired, &[], &BTreeMap::new()) {
         match action {
-            crate::core::planner::Action::Create { name, host_path } => {
+            crate::core::volumes::planner::Action::Create { name, host_path } => {
                 // An encrypting class's volume is published by the agent only, with the key it
                 // makes then (docs/encryption.md): a PV applied from here would be unencrypted.
-                let d = crate::core::planner::desired_named(&desired, &name, &host_path);
+                let d = crate::core::volumes::planner::desired_named(&desired, &name, &host_path);
                 if let Some(class) =
                     d.and_then(|d| config.storage_class_map.get(&d.class)).filter(|c| c.encryption.is_some())
                 {
@@ -127,10 +127,10 @@ pub(super) fn run(args: &DiscoverArgs) -> ExitCode {
                 }
                 pvs.extend(d.and_then(|d| ctx.pv_for(d)));
             }
-            crate::core::planner::Action::Refuse { name, host_path, reason } => {
+            crate::core::volumes::planner::Action::Refuse { name, host_path, reason } => {
                 let _ = writeln!(stderr, "skipped {host_path} ({name}, reason {}): {reason}", reason.code());
             }
-            crate::core::planner::Action::WipeFirst { name, host_path, mark, .. } => {
+            crate::core::volumes::planner::Action::WipeFirst { name, host_path, mark, .. } => {
                 let _ = writeln!(
                     stderr,
                     "skipped {host_path} ({name}, reason used): it held the data of PV {} and is wiped before it is published",

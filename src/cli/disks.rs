@@ -9,10 +9,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::config::{LoadedConfig, ProvisionerConfig};
-use crate::core::capacity::iec;
-use crate::core::device_claim::{ClaimPlan, ClaimRecord, DeviceFacts, DeviceKind, Verdict};
-use crate::host::claims::{plan_claims, read_records};
-use crate::host::mountinfo::MountTable;
+use crate::core::devices::device_claim::{ClaimPlan, ClaimRecord, DeviceFacts, DeviceKind, Verdict};
+use crate::core::volumes::capacity::iec;
+use crate::host::devices::claims::{plan_claims, read_records};
+use crate::host::mounts::mountinfo::MountTable;
 
 /// Why the listing could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -22,7 +22,7 @@ pub enum DisksError {
     Host(#[from] crate::host::HostError),
     /// The agent's claim records could not be read.
     #[error(transparent)]
-    Claims(#[from] crate::host::claims::ClaimError),
+    Claims(#[from] crate::host::devices::claims::ClaimError),
 }
 
 /// The claim plan of this node now: the devices, the plan, and the records it started from.
@@ -36,7 +36,7 @@ pub fn plan_now(
     };
     let mounts = MountTable::read()?;
     // No cluster here: which recorded devices have a PV is unknown, so they are not probed.
-    let verifier = state_dir.map(crate::host::verify::Verifier::view);
+    let verifier = state_dir.map(crate::host::devices::verify::Verifier::view);
     let (devices, plan) = plan_claims(config, records.clone(), None, &mounts, None, verifier.as_ref(), None);
     Ok((devices, plan, records))
 }

@@ -2,8 +2,8 @@
 //! pod (kubelet's `ExecStartPre`, deploy/host/). An agent sets it when it stops, but a crash, a
 //! SIGKILL or a power loss stops nothing: without this, kubelet may start pods on disks that
 //! came back in another order, or were remounted while no agent ran, before any agent has
-//! checked them. The agent lifts it once a pass has checked every volume (core::fence); which
-//! value it gets and why every start fences: core::boot_fence.
+//! checked them. The agent lifts it once a pass has checked every volume (core::fence::volume_fence); which
+//! value it gets and why every start fences: core::fence::boot_fence.
 //!
 //! It runs with kubelet's own credentials: a kubelet may label its own Node (NodeRestriction
 //! allows keys outside kubernetes.io and k8s.io).
@@ -14,10 +14,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::api::{ClientOptions, Cluster};
-use crate::core::backoff::Backoff;
-use crate::core::boot_fence::boot_fence;
-use crate::core::fence::LABEL_VOLUMES_UNVERIFIED;
-use crate::host::boot_fence::{agent_presence, fenced_this_boot, note_fenced};
+use crate::core::fence::boot_fence::boot_fence;
+use crate::core::fence::volume_fence::LABEL_VOLUMES_UNVERIFIED;
+use crate::core::reconcile::backoff::Backoff;
+use crate::host::fence::boot_fence::{agent_presence, fenced_this_boot, note_fenced};
 
 /// The kernel's table of file locks: whether an agent holds its state directory.
 const PROC_LOCKS: &str = "/proc/locks";
@@ -27,7 +27,7 @@ const REFUSED: u8 = 2;
 
 /// Sets the node-wide fence on `node`, retrying an API server that cannot be reached (a node
 /// boots before its network or the control plane is up) for up to `wait`. Its value says which
-/// window it covers (core::boot_fence): the first kubelet start in this boot (no `marker`
+/// window it covers (core::fence::boot_fence): the first kubelet start in this boot (no `marker`
 /// yet), or a restart while the agent of `state_dir` runs or does not. Exit codes: 0 set, or
 /// no such Node (nothing of it to fence); 1 the API did not answer in time; 2 refused.
 pub async fn run(node: String, client: ClientOptions, wait: Duration, marker: &Path, state_dir: &Path) -> ExitCode {

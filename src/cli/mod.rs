@@ -318,7 +318,7 @@ struct FenceNodeArgs {
     wait: Duration,
     /// Where it notes that kubelet started in this boot (a later start is a restart: the
     /// fence's value says so; it fences all the same). Under /run, which every boot empties.
-    #[arg(long, env = "FENCE_BOOT_MARKER", default_value = crate::host::boot_fence::BOOT_MARKER)]
+    #[arg(long, env = "FENCE_BOOT_MARKER", default_value = crate::host::fence::boot_fence::BOOT_MARKER)]
     boot_marker: PathBuf,
     /// The agent's --state-dir: whether an agent runs is told by the lock it holds there.
     #[arg(long, env = "STATE_DIR", default_value = "/var/lib/local-static-provisioner")]
@@ -405,7 +405,7 @@ fn dns_subdomain_problem(s: &str) -> Option<String> {
 /// names an owner that does not exist, and the garbage collector deletes the PV.
 fn parse_node_uid(s: &str) -> Result<String, String> {
     // The API server writes UIDs in lowercase, and owner references are compared as strings.
-    if crate::core::naming::is_uuid(s) && !s.bytes().any(|b| b.is_ascii_uppercase()) {
+    if crate::core::volumes::naming::is_uuid(s) && !s.bytes().any(|b| b.is_ascii_uppercase()) {
         Ok(s.to_string())
     } else {
         Err(format!(

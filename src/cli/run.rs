@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use super::{RunArgs, init_logging, kubeconfig_file, runtime};
 use crate::agent::{AgentOptions, run};
 use crate::api::ClientOptions;
-use crate::host::kubelet::KubeletView;
+use crate::host::volumes::kubelet::KubeletView;
 use crate::wiper::CleanerOptions;
 
 pub(super) fn agent(args: RunArgs) -> ExitCode {

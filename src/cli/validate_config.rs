@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use super::{ValidateArgs, report_refused};
 use crate::config::{LoadedConfig, load_dir};
-use crate::host::discovery;
+use crate::host::volumes::discovery;
 
 /// Reads the config `validate-config` checks: the manifest given with -f, else the directory.
 fn load_for_validation(args: &ValidateArgs) -> Result<LoadedConfig, String> {
@@ -35,7 +35,7 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
     };
     let eff = crate::config::effective(&loaded, None);
     let mut failed = false;
-    for w in loaded.warnings.iter().chain(&crate::host::wipe_block::cleaner_warnings_here(&eff.config)) {
+    for w in loaded.warnings.iter().chain(&crate::host::wipe::wipe_block::cleaner_warnings_here(&eff.config)) {
         eprintln!("warning: {w}");
     }
     if args.strict && !loaded.unknown_keys.is_empty() {
@@ -62,7 +62,7 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
     }
     // The discovery directories that exist on this machine are also checked as they resolve
     // here (symlinks, bind mounts), as the agent checks them on every pass.
-    let mounts = match crate::host::mountinfo::MountTable::read() {
+    let mounts = match crate::host::mounts::mountinfo::MountTable::read() {
         Ok(m) => m,
         Err(e) => {
             eprintln!("error: {e}");

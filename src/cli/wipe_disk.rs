@@ -1,7 +1,7 @@
 //! `local-static-provisioner wipe-disk --id <stable id> [--yes]`: an operator's explicit wipe of
 //! one disk of this node, named by its stable id exactly as `disks` prints it. A disk holding
 //! old data is refused by the claim rules forever, and the agent never clears data on its own
-//! word; this command does, on the operator's, once core::operator_wipe's rules prove that
+//! word; this command does, on the operator's, once core::wipe::operator_wipe's rules prove that
 //! nothing uses the disk's data (not mounted, held, open, an entry of a discovery directory or
 //! a PV's disk). Without `--yes` it only says what it would zero and why that is allowed or
 //! refused. Run on the node (in the agent's pod, which has the host's /dev, /sys and, for the
@@ -16,13 +16,13 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::api::{ClientOptions, Cluster, node_reference};
 use crate::config::ProvisionerConfig;
-use crate::core::device_claim::PvDisk;
-use crate::core::disk_identity::DiskIdentity;
-use crate::core::naming::{ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, node_label_value};
-use crate::core::operator_wipe::{KnownPv, Target, WipeRefusal, WipeWorld, decide, default_timeout, find_target};
-use crate::core::pv_facts::PvFacts;
-use crate::host::claims::pv_disks;
-use crate::host::operator_wipe::{gather, volumes_at, wipe};
+use crate::core::devices::device_claim::PvDisk;
+use crate::core::identity::disk_identity::DiskIdentity;
+use crate::core::volumes::naming::{ANN_VOLUME_IDENTITY, LABEL_HOSTNAME, LABEL_NODE, node_label_value};
+use crate::core::volumes::pv_facts::PvFacts;
+use crate::core::wipe::operator_wipe::{KnownPv, Target, WipeRefusal, WipeWorld, decide, default_timeout, find_target};
+use crate::host::devices::claims::pv_disks;
+use crate::host::wipe::operator_wipe::{gather, volumes_at, wipe};
 
 /// How long the API gets to answer the reads the decision needs (and the event after).
 const API_TIMEOUT: Duration = Duration::from_secs(30);

@@ -13,9 +13,9 @@ use super::{
     BlockCleanMethod, ClassConfig, ConfigError, DEFAULT_BLOCK_CLEANER, DeviceSelector, DeviceType, LoadedConfig,
     Problem, ProvisionerConfig, Verify, VolumeMode, parse_quantity, validate,
 };
-use crate::core::go_duration::parse_go_duration;
-use crate::core::pattern::NamePattern;
-use crate::core::volume_root::ConfiguredRoot;
+use crate::core::config::go_duration::parse_go_duration;
+use crate::core::config::pattern::NamePattern;
+use crate::core::wipe::volume_root::ConfiguredRoot;
 
 /// Reads every key file of a mounted ConfigMap (skipping kubelet's `..data` machinery and
 /// directories), then parses and validates it.
@@ -329,7 +329,7 @@ impl Parser {
         }
         let encryption = match field_str(self, "encryption") {
             None => None,
-            Some(s) => crate::core::encryption::Encryption::parse(&s)
+            Some(s) => crate::core::volumes::encryption::Encryption::parse(&s)
                 .map_err(|e| self.problem(&format!("{loc}.encryption"), e))
                 .ok()
                 .flatten(),

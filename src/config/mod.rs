@@ -17,12 +17,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use crate::core::device_selector::{DeviceSelector, DeviceType, Verify, any_glob_matches, parse_quantity};
-pub(crate) use crate::core::go_duration as duration;
-pub use crate::core::settings::{
+pub(crate) use crate::core::config::go_duration as duration;
+pub use crate::core::config::settings::{
     ACCESS_MODES, BlockCleanMethod, ClassConfig, DEFAULT_BLOCK_CLEANER, DEFAULT_MIN_RESYNC_PERIOD, ProvisionerConfig,
     VolumeMode,
 };
+pub use crate::core::devices::device_selector::{DeviceSelector, DeviceType, Verify, any_glob_matches, parse_quantity};
 pub use cleaners::cleaner_warnings;
 pub use effective::{Effective, effective};
 pub use load::{load_dir, parse_entries};

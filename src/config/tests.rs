@@ -1297,7 +1297,7 @@ fn a_bad_devices_section_fails_its_class_only_and_names_the_key() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The devices section (its types are core::device_selector's)
+// The devices section (its types are core::devices::device_selector's)
 // ---------------------------------------------------------------------------------------------
 
 /// The devices section of class `fast` read from `yaml`, or the problems of that class.
@@ -1386,7 +1386,7 @@ fn root_mode_and_owner_are_read_and_shown_as_written() {
     assert_eq!((class.root_mode, class.root_owner), (Some(0o1777), Some((1000, 2000))));
     assert_eq!(
         class.configured_root(),
-        crate::core::volume_root::ConfiguredRoot { mode: Some(0o1777), owner: Some((1000, 2000)) }
+        crate::core::wipe::volume_root::ConfiguredRoot { mode: Some(0o1777), owner: Some((1000, 2000)) }
     );
     // validate-config prints them as they are written, not as numbers.
     let shown = serde_json::to_value(class).unwrap();
@@ -1395,6 +1395,6 @@ fn root_mode_and_owner_are_read_and_shown_as_written() {
     // Left out: nothing configured, and nothing shown.
     let plain = ok(&[("storageClassMap", &one_class("fast", "/mnt/fast"))]);
     let plain = &plain.config.storage_class_map["fast"];
-    assert_eq!(plain.configured_root(), crate::core::volume_root::ConfiguredRoot::default());
+    assert_eq!(plain.configured_root(), crate::core::wipe::volume_root::ConfiguredRoot::default());
     assert!(serde_json::to_value(plain).unwrap().get("rootMode").is_none());
 }

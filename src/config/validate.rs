@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path};
 
 use super::{ACCESS_MODES, ClassConfig, Problem, ProvisionerConfig};
-use crate::core::pattern::NamePattern;
-use crate::core::pv::clean_path as normalize;
-use crate::core::volume_safety::{SENSITIVE_DIRS, SYSTEM_DIRS, dedicated_dev_dir, dev_root_advice};
+use crate::core::config::pattern::NamePattern;
+use crate::core::volumes::pv::clean_path as normalize;
+use crate::core::volumes::volume_safety::{SENSITIVE_DIRS, SYSTEM_DIRS, dedicated_dev_dir, dev_root_advice};
 
 /// Pseudo-filesystems that hold no volumes at any depth.
 const PSEUDO_FS_ROOTS: [&str; 2] = ["/proc", "/sys"];
@@ -218,7 +218,7 @@ fn class_name_problem(name: &str) -> Option<String> {
 }
 
 /// Why `dir` cannot be a class's hostDir or mountDir. A directory of its own below /dev/disk
-/// is accepted (`dedicated_dev_dir`, in core/volume_safety.rs).
+/// is accepted (`dedicated_dev_dir`, in core/volumes/volume_safety.rs).
 fn dir_problem(dir: &str) -> Option<String> {
     if dir.is_empty() {
         return Some("is required".into());

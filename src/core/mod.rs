@@ -1,47 +1,14 @@
-//! The pure core: naming, rounding, pattern matching, PV construction and the planner. Nothing
-//! here touches the host or the API, so all of it is tested with plain unit tests.
+//! The pure core: every decision of the agent, node-cleanup and the wiper, as functions over
+//! facts. Nothing here touches the host or the API, so all of it is tested with plain unit
+//! tests. One folder per capability (docs/architecture.md maps them).
 
-pub(crate) mod activity;
-pub(crate) mod backoff;
-pub mod boot_fence;
-pub(crate) mod capacity;
-pub mod cleanup;
-pub(crate) mod desired;
-pub mod device_claim;
-pub(crate) mod device_selector;
-pub mod disk_health;
-pub mod disk_identity;
-pub mod disk_trust;
-pub(crate) mod effect_key;
-pub mod encryption;
-pub(crate) mod expectations;
+pub mod cluster;
+pub(crate) mod config;
+pub mod devices;
 pub mod fence;
-pub(crate) mod fence_label;
-pub(crate) mod go_duration;
-pub(crate) mod heartbeat;
-pub(crate) mod inotify;
-pub mod inventory;
-pub mod kernel_log;
-pub(crate) mod lease;
-pub(crate) mod mount_interest;
-pub mod naming;
-pub(crate) mod node_cleanup;
-pub(crate) mod occurrence;
-pub(crate) mod operator_wipe;
-pub(crate) mod pattern;
-pub(crate) mod planner;
-pub(crate) mod presence;
-pub mod pv;
-pub(crate) mod pv_facts;
-pub(crate) mod pv_inputs;
-pub(crate) mod settings;
-pub(crate) mod settle;
-pub mod signatures;
-pub mod startup_taint;
-pub mod succession;
-pub(crate) mod surface;
-pub mod used_mark;
-pub mod volume_root;
-pub(crate) mod volume_safety;
-pub mod wipe_history;
-pub(crate) mod wipe_job;
+pub mod health;
+pub mod identity;
+pub(crate) mod mounts;
+pub(crate) mod reconcile;
+pub mod volumes;
+pub mod wipe;

@@ -11,27 +11,27 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::ProvisionerConfig;
-use crate::core::cleanup::PvState;
-use crate::core::device_claim::LinkAction;
-use crate::core::disk_identity::{Verdict, judge};
-use crate::core::succession::DiskCheck;
-use crate::core::used_mark::{Replace, UsedMark};
-use crate::core::volume_safety::DiskKey;
-use crate::core::wipe_history::LastWipe;
-use crate::core::wipe_job::{Progress, WipeError, WipeJob, Wiped};
+use crate::core::cluster::succession::DiskCheck;
+use crate::core::devices::device_claim::LinkAction;
+use crate::core::identity::disk_identity::{Verdict, judge};
+use crate::core::identity::used_mark::{Replace, UsedMark};
+use crate::core::volumes::volume_safety::DiskKey;
+use crate::core::wipe::cleanup::PvState;
+use crate::core::wipe::wipe_history::LastWipe;
+use crate::core::wipe::wipe_job::{Progress, WipeError, WipeJob, Wiped};
 use crate::host::HostError;
-use crate::host::claims::{self, ClaimMemory, ClaimReport};
-use crate::host::discovery::{self, Examine, Scan};
-use crate::host::encryption;
-use crate::host::fscrypt::KeyId;
-use crate::host::identity::directory_identity;
-use crate::host::identity::{check_disk, presence_and_check, upgraded_identity, volume_identity_in};
-use crate::host::key_store::KeyStore;
-use crate::host::kubelet::KubeletView;
-use crate::host::mountinfo::MountTable;
+use crate::host::devices::claims::{self, ClaimMemory, ClaimReport};
+use crate::host::devices::verify::Verifier;
+use crate::host::identity::fingerprint::directory_identity;
+use crate::host::identity::fingerprint::{check_disk, presence_and_check, upgraded_identity, volume_identity_in};
+use crate::host::identity::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
+use crate::host::mounts::mountinfo::MountTable;
 use crate::host::ops::{Answer, Job, OnDeadline, Operations, Subject};
-use crate::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
-use crate::host::verify::Verifier;
+use crate::host::volumes::discovery::{self, Examine, Scan};
+use crate::host::volumes::encryption;
+use crate::host::volumes::fscrypt::KeyId;
+use crate::host::volumes::key_store::KeyStore;
+use crate::host::volumes::kubelet::KubeletView;
 use std::os::fd::AsFd as _;
 
 /// What one pass wants to know about the host, beyond the scan of the discovery directories.
@@ -69,7 +69,7 @@ pub struct Observation {
     /// I/O errors the presence checks met, by host path (the failing sign `io-failure`).
     pub io_failures: Vec<(String, String)>,
     /// For each asked PV, its volume's identity in the current format when it recorded one in
-    /// an old format and the disk proves to be the same (see host::identity::upgraded_identity).
+    /// an old format and the disk proves to be the same (see host::identity::fingerprint::upgraded_identity).
     pub upgrades: Vec<(String, String)>,
     /// The disk each asked PV's volume is on (only when asked; `None` entries are left out).
     pub disks: Option<Vec<(String, DiskKey)>>,
@@ -78,17 +78,17 @@ pub struct Observation {
     /// The device claim pass (when a class has a `devices` section or links were recorded).
     pub claims: Option<ClaimReport>,
     /// Without a claim pass, the node's block devices for the inventory, listed from sysfs
-    /// without opening any (host::claims::listing); empty when a claim pass ran.
-    pub devices: Vec<crate::core::device_claim::DeviceFacts>,
+    /// without opening any (host::devices::claims::listing); empty when a claim pass ran.
+    pub devices: Vec<crate::core::devices::device_claim::DeviceFacts>,
     /// The mount table this pass read: the mount watch compares what it reads with it
-    /// (host::watch::MountWatch).
+    /// (host::mounts::watch::MountWatch).
     pub mounts: Option<Arc<MountTable>>,
     /// UIDs of the asked encrypted PVs whose volume is present but whose key the kernel does
-    /// not have (a reboot or a remount dropped it), or could not say (core::encryption).
+    /// not have (a reboot or a remount dropped it), or could not say (core::volumes::encryption).
     pub keys_absent: BTreeSet<String>,
 }
 
-/// One used mark to write (see host::used_mark::mark_volume).
+/// One used mark to write (see host::identity::used_mark::mark_volume).
 #[derive(Debug, Clone)]
 pub struct MarkJob {
     /// Where the volume is, inside this container.
@@ -118,7 +118,7 @@ pub trait HostAccess: Send + Sync + 'static {
     /// Records the marks written in the ledger, in one durable write; a failed write turns
     /// their outcomes into errors.
     fn record_marks(&self, outcomes: &mut [Result<MarkOutcome, String>]);
-    /// Records PVs let go while no claim was on them (see host::used_mark::Ledger).
+    /// Records PVs let go while no claim was on them (see host::identity::used_mark::Ledger).
     fn record_withdrawn(&self, uids: &[String]) -> Result<(), String>;
     /// The identity of the volume at `path`, in the current format.
     fn identity(&self, path: &std::path::Path, on: &OnDeadline) -> Result<String, String>;
@@ -135,21 +135,21 @@ pub trait HostAccess: Send + Sync + 'static {
     /// Marks the claim record of the link at `host_path` held for `why`, durably: its
     /// unbound PV was withdrawn because its device changed under it.
     fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String>;
-    /// Drops the records of completed wipes (host::wipe_record) whose PV UID `keep` rejects;
+    /// Drops the records of completed wipes (host::wipe::wipe_record) whose PV UID `keep` rejects;
     /// returns the UIDs still recorded. A host that keeps none has none.
     fn forget_wipes(&self, _keep: &(dyn Fn(&str) -> bool + Sync)) -> Result<Vec<String>, String> {
         Ok(Vec::new())
     }
     /// Keeps the last completed wipe of a volume durably until its new PV exists
-    /// (host::wipe_history). A host that keeps none forgets it.
+    /// (host::wipe::wipe_history). A host that keeps none forgets it.
     fn note_last_wipe(&self, _wipe: &LastWipe) -> Result<(), String> {
         Ok(())
     }
     /// The ledger's marks that go into the node inventory's cluster-side copy
-    /// (core::inventory::is_portable_block_mark), each with whether it was only offered, when
+    /// (core::cluster::inventory::is_portable_block_mark), each with whether it was only offered, when
     /// the ledger changed since generation `since`; `Ok(None)` when it did not. A host
     /// without a ledger has none.
-    fn used_copy(&self, _since: Option<u64>) -> Result<Option<crate::host::used_mark::MarksAt>, String> {
+    fn used_copy(&self, _since: Option<u64>) -> Result<Option<crate::host::identity::used_mark::MarksAt>, String> {
         Ok(None)
     }
     /// Puts back into the ledger, durably, marks its cluster-side copy holds and it lacks (a
@@ -163,7 +163,7 @@ pub trait HostAccess: Send + Sync + 'static {
     }
     /// Readies the encrypted data directory of the volume at `path` (inside this container;
     /// `host_path` and the identity discovery `recorded` go with its key) on the disk proven to
-    /// be that one, and returns its key's identifier (host::encryption::prepare). A host that
+    /// be that one, and returns its key's identifier (host::volumes::encryption::prepare). A host that
     /// keeps no keys refuses.
     fn prepare_encrypted(
         &self,
@@ -175,20 +175,20 @@ pub trait HostAccess: Send + Sync + 'static {
         Err(format!("{}: this host keeps no encryption keys", path.display()))
     }
     /// Has key `key` (hex identifier) in the kernel for the encrypted volume at `path`; `true`
-    /// when it had to be added (host::encryption::load). A host that keeps no keys cannot.
+    /// when it had to be added (host::volumes::encryption::load). A host that keeps no keys cannot.
     fn load_key(&self, path: &std::path::Path, key: &str, _on: &OnDeadline) -> Result<bool, String> {
         Err(format!("{}: this host keeps no encryption keys (key {key})", path.display()))
     }
     /// The keys in the node's store. A host that keeps none has none.
-    fn stored_keys(&self) -> Result<Vec<crate::host::key_store::KeyInfo>, String> {
+    fn stored_keys(&self) -> Result<Vec<crate::host::volumes::key_store::KeyInfo>, String> {
         Ok(Vec::new())
     }
-    /// Destroys a stored key no PV names (core::encryption::plan_keys) unless kubelet holds a
+    /// Destroys a stored key no PV names (core::volumes::encryption::plan_keys) unless kubelet holds a
     /// mount of its disk; `path`: where its volume is mounted in this container, if it is (the
     /// kernel's copy goes too). A host that keeps no keys has none to destroy.
     fn destroy_orphan_key(
         &self,
-        _key: &crate::host::key_store::KeyInfo,
+        _key: &crate::host::volumes::key_store::KeyInfo,
         _path: Option<&std::path::Path>,
         _on: &OnDeadline,
     ) -> Result<(), String> {
@@ -201,7 +201,7 @@ pub trait HostAccess: Send + Sync + 'static {
 pub(crate) struct RealHost {
     ledger: Ledger,
     kubelet: KubeletView,
-    /// What the claim passes saw, between passes (host::claims::ClaimMemory).
+    /// What the claim passes saw, between passes (host::devices::claims::ClaimMemory).
     baselines: Arc<Mutex<ClaimMemory>>,
     /// The devices of unbound PVs, whose writes the block-device watch turns into a pass.
     watched: Arc<Mutex<BTreeSet<String>>>,
@@ -240,7 +240,7 @@ impl RealHost {
         self
     }
 
-    /// Shares `watched` with the block-device watch (host::watch::watch_block_devices): after
+    /// Shares `watched` with the block-device watch (host::mounts::watch::watch_block_devices): after
     /// each claim pass it holds the devices of unbound PVs.
     pub(crate) fn watching(mut self, watched: Arc<Mutex<BTreeSet<String>>>) -> Self {
         self.watched = watched;
@@ -261,7 +261,7 @@ impl RealHost {
 }
 
 impl RealHost {
-    /// The device claim pass (see host::claims): skipped while no class has a `devices`
+    /// The device claim pass (see host::devices::claims): skipped while no class has a `devices`
     /// section and no link of ours is recorded.
     /// The classes whose discovery directory does not answer (a hung network or FUSE
     /// filesystem under it): each is looked at on the pool of per-volume operations, and one
@@ -300,7 +300,7 @@ impl RealHost {
                 let why = "the agent's claim records are unreadable";
                 let held =
                     claims::hold_unknown_links(&ask.config, &paths, mounts, why, Some((&self.ops, self.timeout)));
-                let plan = crate::core::device_claim::ClaimPlan { held, ..Default::default() };
+                let plan = crate::core::devices::device_claim::ClaimPlan { held, ..Default::default() };
                 return Some(ClaimReport { failed: Some(e.to_string()), plan, ..Default::default() });
             }
         };
@@ -396,7 +396,7 @@ impl HostAccess for RealHost {
             let domain = mounts.domain_of(&path);
             Job::new(Subject::Volume(pv.host_path.clone()), "presence check", self.timeout, move |on| {
                 let (present, check, io_failure) = presence_and_check(&path, identity.as_deref(), &mounts, on);
-                let recorded = identity.as_deref().filter(|id| crate::core::disk_identity::is_legacy(id));
+                let recorded = identity.as_deref().filter(|id| crate::core::identity::disk_identity::is_legacy(id));
                 let upgrade = recorded.filter(|_| !deleting).and_then(|id| upgraded_identity(&path, id, &mounts, on));
                 let disk = if with_disks { discovery::disk_at(&path, &mounts, &mounts.facts(), on) } else { None };
                 let key_absent =
@@ -493,8 +493,8 @@ impl HostAccess for RealHost {
         self.ledger.record_withdrawn(uids).map_err(|e| e.to_string())
     }
 
-    fn used_copy(&self, since: Option<u64>) -> Result<Option<crate::host::used_mark::MarksAt>, String> {
-        self.ledger.marks_since(since, crate::core::inventory::is_portable_block_mark)
+    fn used_copy(&self, since: Option<u64>) -> Result<Option<crate::host::identity::used_mark::MarksAt>, String> {
+        self.ledger.marks_since(since, crate::core::cluster::inventory::is_portable_block_mark)
     }
 
     fn restore_marks(&self, copy: &dyn Fn(&[UsedMark]) -> Vec<UsedMark>) -> Result<usize, String> {
@@ -515,7 +515,7 @@ impl HostAccess for RealHost {
         progress: &Progress,
         _on: &OnDeadline,
     ) -> Result<Wiped, WipeError> {
-        super::wipe::wipe(&self.ledger, &self.kubelet, job, cancel, progress)
+        super::wipe::run::wipe(&self.ledger, &self.kubelet, job, cancel, progress)
     }
 
     fn hold_claim(&self, host_path: &str, why: &str) -> Result<(), String> {
@@ -523,15 +523,15 @@ impl HostAccess for RealHost {
     }
 
     fn forget_wipes(&self, keep: &(dyn Fn(&str) -> bool + Sync)) -> Result<Vec<String>, String> {
-        crate::host::wipe_record::retain(self.state_dir()?, keep).map_err(|e| e.to_string())
+        crate::host::wipe::wipe_record::retain(self.state_dir()?, keep).map_err(|e| e.to_string())
     }
 
     fn note_last_wipe(&self, wipe: &LastWipe) -> Result<(), String> {
-        crate::host::wipe_history::note(self.state_dir()?, wipe).map_err(|e| e.to_string())
+        crate::host::wipe::wipe_history::note(self.state_dir()?, wipe).map_err(|e| e.to_string())
     }
 
     fn last_wipes(&self, keep: &(dyn Fn(&LastWipe) -> bool + Sync)) -> Result<Vec<LastWipe>, String> {
-        crate::host::wipe_history::retain(self.state_dir()?, keep).map_err(|e| e.to_string())
+        crate::host::wipe::wipe_history::retain(self.state_dir()?, keep).map_err(|e| e.to_string())
     }
 
     fn prepare_encrypted(
@@ -567,13 +567,13 @@ impl HostAccess for RealHost {
         Ok(loaded == encryption::Loaded::Added)
     }
 
-    fn stored_keys(&self) -> Result<Vec<crate::host::key_store::KeyInfo>, String> {
+    fn stored_keys(&self) -> Result<Vec<crate::host::volumes::key_store::KeyInfo>, String> {
         KeyStore::new(self.state_dir()?).list().map_err(|e| e.to_string())
     }
 
     fn destroy_orphan_key(
         &self,
-        key: &crate::host::key_store::KeyInfo,
+        key: &crate::host::volumes::key_store::KeyInfo,
         path: Option<&std::path::Path>,
         _on: &OnDeadline,
     ) -> Result<(), String> {
@@ -595,8 +595,8 @@ impl HostAccess for RealHost {
             ));
         }
         // Any mount kubelet has of this filesystem keeps the key: a pod may still use it.
-        let resolved = crate::host::volume::resolve_entry(path).map_err(|e| e.to_string())?.1;
-        let subject = crate::host::kubelet::Subject::filesystem_at(&resolved, &mounts)
+        let resolved = crate::host::volumes::volume::resolve_entry(path).map_err(|e| e.to_string())?.1;
+        let subject = crate::host::volumes::kubelet::Subject::filesystem_at(&resolved, &mounts)
             .ok_or_else(|| format!("key {}: {} is not a mount point; kept", key.id, path.display()))?;
         if let Some(at) = self.kubelet.holder(&subject, &mounts).map_err(|e| e.to_string())? {
             return Err(format!("key {}: kubelet still has its volume mounted at {}; kept", key.id, at.display()));
@@ -610,7 +610,7 @@ impl HostAccess for RealHost {
 /// (a link is never followed out of the discovery directory, and a block device has no
 /// directory to encrypt).
 fn encrypted_root(path: &std::path::Path) -> Result<std::fs::File, String> {
-    use crate::host::volume::{EntryKind, resolve_entry};
+    use crate::host::volumes::volume::{EntryKind, resolve_entry};
     let (kind, resolved) = resolve_entry(path).map_err(|e| e.to_string())?;
     if kind != EntryKind::Directory {
         return Err(format!(
@@ -618,5 +618,5 @@ fn encrypted_root(path: &std::path::Path) -> Result<std::fs::File, String> {
             path.display()
         ));
     }
-    crate::host::used_mark::open_volume_root(&resolved).map_err(|e| e.to_string())
+    crate::host::identity::used_mark::open_volume_root(&resolved).map_err(|e| e.to_string())
 }

@@ -1,39 +1,23 @@
 //! Everything that touches the host: the mount table, file types, filesystem and block
-//! device sizes. Kept small and separate so the rest of the agent is plain logic.
+//! device sizes, ioctls, wipes. Kept separate so the rest of the agent is plain logic. One
+//! folder per capability, named as core's: the facts core judges are gathered in the host
+//! folder of the same name.
 
-pub(crate) mod access;
-#[allow(unsafe_code)]
-pub(crate) mod blockdev;
-pub(crate) mod boot_fence;
-pub(crate) mod claims;
-pub mod device_content;
-pub(crate) mod discovery;
-pub mod disk_health;
-pub mod encryption;
-#[allow(unsafe_code)]
-pub mod fscrypt;
+// One folder per capability.
+pub mod devices;
+pub(crate) mod fence;
+pub mod health;
 pub mod identity;
-pub(crate) mod inotify;
-pub mod kernel_log;
-pub mod key_store;
-pub mod kubelet;
-#[allow(unsafe_code)]
-pub(crate) mod listmount;
-pub mod mountinfo;
-pub(crate) mod operator_wipe;
+pub mod mounts;
+pub mod volumes;
+pub mod wipe;
+
+// Host-wide: the agent's one door to the host, the operation executor every host call that may
+// hang runs under, the process's own figures, the state directory's small JSON lists.
+pub(crate) mod access;
 pub mod ops;
 pub(crate) mod process;
 pub(crate) mod state_file;
-pub mod used_mark;
-pub mod verify;
-pub(crate) mod volume;
-pub(crate) mod watch;
-pub mod wipe;
-pub mod wipe_block;
-pub mod wipe_fs;
-pub mod wipe_history;
-pub mod wipe_record;
-pub(crate) mod writers;
 
 use std::path::PathBuf;
 

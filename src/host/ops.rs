@@ -39,7 +39,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::core::backoff::Policy;
+use crate::core::reconcile::backoff::Policy;
 
 /// Threads held by operations that do not answer the pool adds at most, beside [`WORKERS`].
 /// A held thread costs little: its stack is virtual memory, of which only the pages the stuck

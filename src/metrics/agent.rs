@@ -429,7 +429,7 @@ impl Metrics {
     }
 
     /// Sets how many block disks another node's PV or record holds back, per reason
-    /// (core::disk_trust); reasons absent from `by_reason` are removed.
+    /// (core::identity::disk_trust); reasons absent from `by_reason` are removed.
     pub fn set_held_disks(&self, by_reason: &std::collections::BTreeMap<&'static str, i64>) {
         self.inner.passes.held_disks.clear();
         for (reason, n) in by_reason {
@@ -447,7 +447,7 @@ impl Metrics {
         self.inner.health.operations_stuck.set(stuck as i64);
     }
 
-    /// Whether the agent lacks inotify instances or watches (core::inotify::Shortage).
+    /// Whether the agent lacks inotify instances or watches (core::mounts::inotify::Shortage).
     pub fn set_watch_degraded(&self, instances: bool, watches: bool) {
         for (kind, short) in [("instances", instances), ("watches", watches)] {
             self.inner
@@ -560,7 +560,7 @@ struct StallLabels {
     operation: String,
 }
 
-/// A PV whose volume is fenced (core::fence) and why.
+/// A PV whose volume is fenced (core::fence::volume_fence) and why.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FenceLabels {
     pv: String,

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use crate::api::Cluster;
 use crate::api::lease::{ReadLease, Written};
-use crate::core::lease::{LeaseDecision, decide};
+use crate::core::cluster::lease::{LeaseDecision, decide};
 
 /// The longest deadline a fenced request gets, however long the gap.
 pub(crate) const MAX_REQUEST_DEADLINE: Duration = Duration::from_secs(10);

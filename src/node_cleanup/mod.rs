@@ -28,7 +28,7 @@ use tracing::{debug, info, warn};
 use crate::admin::{Readiness, parse_listen_address, serve};
 use crate::api::lease::lease_record;
 use crate::api::{ApiError, ClientOptions, Cluster, NodeMeta};
-use crate::core::heartbeat::{LeaseClock, node_of_heartbeat};
+use crate::core::cluster::heartbeat::{LeaseClock, node_of_heartbeat};
 use crate::metrics::{Metrics, Role};
 use k8s_openapi::api::coordination::v1::Lease;
 use leader::LeaseOptions;
@@ -115,7 +115,7 @@ pub(crate) async fn run(opts: NodeCleanupOptions) -> Result<(), NodeCleanupError
         cluster.with_fence(request_deadline, move |d| leadership.is_leader_for(d))
     };
 
-    // The agents' heartbeats (core::heartbeat): a Lease seen for the first time, or a re-list,
+    // The agents' heartbeats (core::cluster::heartbeat): a Lease seen for the first time, or a re-list,
     // wakes a fence check; a renewal wakes nothing (its deadline moves; the check wakes at the
     // earliest one).
     let heartbeats = Arc::new(Mutex::new(LeaseClock::default()));

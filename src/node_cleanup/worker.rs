@@ -1,5 +1,5 @@
 //! One pass of node-cleanup: reads the PV and Node stores, tracks absent Nodes and stale PVs
-//! through their grace periods, plans (core::node_cleanup) and, on the leader only, carries out
+//! through their grace periods, plans (core::cluster::node_cleanup) and, on the leader only, carries out
 //! the plan with fenced writes, confirming each gone Node with a direct query first.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,14 +18,14 @@ use super::NodeWatchError;
 use super::leader::Leadership;
 use crate::admin::Readiness;
 use crate::api::{ApiError, Cluster, NodeMeta, claim_reference, pv_reference};
-use crate::core::fence_label::LABEL_VOLUMES_UNVERIFIED;
-use crate::core::heartbeat::{AGENT_GONE, HeartbeatVerdict, LeaseClock, heartbeat_verdict, node_of_heartbeat};
-use crate::core::naming::{FINALIZER_WIPE, LABEL_HOSTNAME};
-use crate::core::node_cleanup::{
+use crate::core::cluster::heartbeat::{AGENT_GONE, HeartbeatVerdict, LeaseClock, heartbeat_verdict, node_of_heartbeat};
+use crate::core::cluster::node_cleanup::{
     Cause, LocalPv, NodeCleanupAction, NodeView, absent_nodes, plan_node_cleanup, stale_pvs,
 };
-use crate::core::pv_facts::PvFacts;
-use crate::core::settle::Settler;
+use crate::core::fence::fence_label::LABEL_VOLUMES_UNVERIFIED;
+use crate::core::mounts::settle::Settler;
+use crate::core::volumes::naming::{FINALIZER_WIPE, LABEL_HOSTNAME};
+use crate::core::volumes::pv_facts::PvFacts;
 use crate::metrics::Metrics;
 
 /// Logged when a pass stops because this replica no longer leads.
@@ -44,7 +44,7 @@ fn ends_pass(e: &ApiError) -> bool {
 
 /// What a pass reads, kept fresh by the watches.
 pub(super) struct Views {
-    /// The agents' heartbeat Leases and since when each has been unchanged (core::heartbeat).
+    /// The agents' heartbeat Leases and since when each has been unchanged (core::cluster::heartbeat).
     pub heartbeats: Arc<Mutex<LeaseClock>>,
     /// Every PV of the cluster.
     pub pvs: Store<PvFacts>,
@@ -205,7 +205,7 @@ impl Worker {
         }
     }
 
-    /// Fences every Node whose agent's heartbeat Lease lapsed (core::heartbeat), on the leader
+    /// Fences every Node whose agent's heartbeat Lease lapsed (core::cluster::heartbeat), on the leader
     /// only; `due` becomes the earliest time another live Lease would lapse (or a failed fence
     /// is tried again). Apart from the PV pass: the wake at a Lease's deadline costs no pass.
     pub(super) async fn fence_lapsed_agents(&mut self, due: &mut Option<Instant>) {
@@ -489,7 +489,7 @@ fn cause_label(cause: &Cause) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::node_cleanup::ClaimRef;
+    use crate::core::cluster::node_cleanup::ClaimRef;
 
     fn local_pv(name: &str, uid: &str) -> LocalPv {
         LocalPv {

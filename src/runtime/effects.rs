@@ -1,6 +1,6 @@
 //! The one executor's bookkeeping for effects, the agent's (API writes, used marks, conditions
-//! waited out) and the wiper's (wipes): each effect has a typed key (core::effect_key), a failed
-//! one is kept with its own retry deadline (core::backoff) that wakes the loop, and the records
+//! waited out) and the wiper's (wipes): each effect has a typed key (core::reconcile::effect_key), a failed
+//! one is kept with its own retry deadline (core::reconcile::backoff) that wakes the loop, and the records
 //! of effects no longer wanted are dropped, so nothing only grows.
 
 use std::collections::BTreeSet;
@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
-use crate::core::backoff::{Policy, Record, Retries};
-use crate::core::effect_key::EffectKey;
+use crate::core::reconcile::backoff::{Policy, Record, Retries};
+use crate::core::reconcile::effect_key::EffectKey;
 
 /// Delays after a failed API write or used mark: 0.5 s, doubling to 30 s, so a refusal that is
 /// lifted (an admission policy removed, RBAC fixed) is followed within about half a minute

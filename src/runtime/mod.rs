@@ -60,7 +60,7 @@ pub(crate) fn forward_events_until_synced(
 }
 
 /// When the latest change event was relayed to the loop: a new volume's settle window starts
-/// there (see core::settle), not at the debounced pass that found it.
+/// there (see core::mounts::settle), not at the debounced pass that found it.
 #[derive(Debug, Default)]
 pub(crate) struct EventClock {
     latest: std::sync::Mutex<Option<std::time::Instant>>,

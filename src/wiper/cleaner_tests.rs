@@ -13,21 +13,21 @@ use tokio::sync::mpsc;
 use super::{Cleaner, CleanerOptions, Progress, WipeError, WipeJob, WipeOutcome, WipeTarget, Wiped};
 use crate::api::{ClientOptions, Cluster};
 use crate::config::ClassConfig;
-use crate::core::cleanup::{AfterWipe, PvState};
-use crate::core::effect_key::EffectKey;
-use crate::core::wipe_history::LastWipe;
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::wipe::cleanup::{AfterWipe, PvState};
+use crate::core::wipe::wipe_history::LastWipe;
 use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
-use crate::host::mountinfo::MountTable;
+use crate::host::identity::used_mark::MarkOutcome;
+use crate::host::mounts::mountinfo::MountTable;
 use crate::host::ops::OnDeadline;
-use crate::host::used_mark::MarkOutcome;
 use crate::metrics::Metrics;
 
 /// A host whose wipes succeed at once.
 #[derive(Default)]
 struct QuickHost {
     wipes: AtomicUsize,
-    /// The volumes' last wipes it keeps (host::wipe_history).
+    /// The volumes' last wipes it keeps (host::wipe::wipe_history).
     history: Mutex<Vec<LastWipe>>,
 }
 
@@ -39,7 +39,7 @@ impl HostAccess for QuickHost {
         Ok(Arc::default())
     }
     fn mark_one(&self, job: &MarkJob, _mounts: &MountTable, _on: &OnDeadline) -> Result<MarkOutcome, String> {
-        Ok(MarkOutcome::Written(job.mark.clone(), crate::host::used_mark::Carrier::Attribute))
+        Ok(MarkOutcome::Written(job.mark.clone(), crate::host::identity::used_mark::Carrier::Attribute))
     }
     fn record_marks(&self, _outcomes: &mut [Result<MarkOutcome, String>]) {}
     fn record_withdrawn(&self, _uids: &[String]) -> Result<(), String> {

@@ -2,10 +2,10 @@
 //! concurrency limit and a timeout that scales with the volume's size, and finishes the PV
 //! (delete it, or drop our finalizer) only after the wipe succeeded. Before wiping, the host
 //! side proves that the path still holds the very disk that was published
-//! (core::disk_identity): a disk proven to be another is never wiped, and one that cannot be
+//! (core::identity::disk_identity): a disk proven to be another is never wiped, and one that cannot be
 //! proven the same waits for an operator's confirmation of exactly the identity found.
 //!
-//! Every failure is kept as a retry record (core::backoff) until the wipe succeeds: failures
+//! Every failure is kept as a retry record (core::reconcile::backoff) until the wipe succeeds: failures
 //! retry after 10 s, doubling to 30 min; refusals (an operator must act) after 5 min. A new
 //! cleanup request or identity confirmation on the PV retries at once.
 
@@ -21,16 +21,16 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::api::{Cluster, pv_reference};
 use crate::config::ClassConfig;
-use crate::core::backoff::Policy;
-use crate::core::cleanup::{AfterWipe, PvState};
-use crate::core::effect_key::EffectKey;
-use crate::core::wipe_history::LastWipe;
+use crate::core::reconcile::backoff::Policy;
+use crate::core::reconcile::effect_key::EffectKey;
+use crate::core::wipe::cleanup::{AfterWipe, PvState};
+use crate::core::wipe::wipe_history::LastWipe;
 use crate::host::access::HostAccess;
 use crate::host::ops::Operations;
 use crate::metrics::Metrics;
 use crate::runtime::effects::Effects;
 
-pub use crate::core::wipe_job::{Progress, WIPE_STALL, WipeError, WipeJob, WipeTarget, Wiped};
+pub use crate::core::wipe::wipe_job::{Progress, WIPE_STALL, WipeError, WipeJob, WipeTarget, Wiped};
 
 impl From<crate::api::ApiError> for WipeError {
     fn from(e: crate::api::ApiError) -> Self {
@@ -49,7 +49,7 @@ pub struct CleanerOptions {
     pub min_rate: u64,
 }
 
-/// Locates a PV's volume inside this container through its class (core::pv::container_path).
+/// Locates a PV's volume inside this container through its class (core::volumes::pv::container_path).
 pub fn target_for(pv: &PvState, class: Option<&ClassConfig>) -> Result<WipeTarget, String> {
     target_at(&pv.host_path, &pv.class, class)
 }
@@ -59,7 +59,7 @@ pub fn target_for(pv: &PvState, class: Option<&ClassConfig>) -> Result<WipeTarge
 pub fn target_at(host_path: &str, class_name: &str, class: Option<&ClassConfig>) -> Result<WipeTarget, String> {
     let class =
         class.ok_or_else(|| format!("StorageClass {class_name:?} is not in the config; cannot locate its volume"))?;
-    let path = crate::core::pv::container_path(host_path, &class.host_dir, &class.mount_dir)?;
+    let path = crate::core::volumes::pv::container_path(host_path, &class.host_dir, &class.mount_dir)?;
     Ok(WipeTarget { path, class: class.clone() })
 }
 
@@ -75,7 +75,7 @@ pub struct WipeOutcome {
 }
 
 /// The last completed wipe of each volume whose new PV does not exist yet, by host path
-/// (core::wipe_history), shared by the cleaner and its wipe tasks: a task adds its wipe before
+/// (core::wipe::wipe_history), shared by the cleaner and its wipe tasks: a task adds its wipe before
 /// it deletes the PV, since the pass that deletion wakes may publish the volume at once.
 pub(crate) type History = Arc<std::sync::Mutex<BTreeMap<String, LastWipe>>>;
 
@@ -123,7 +123,7 @@ pub struct Cleaner {
     metrics: Metrics,
     /// Where the wipes run, one per volume, under their progress deadline (host::ops).
     ops: Operations,
-    /// PV UIDs that may have a completed-wipe record (host::wipe_record): pruned once their PV is
+    /// PV UIDs that may have a completed-wipe record (host::wipe::wipe_record): pruned once their PV is
     /// gone or needs no wipe.
     recorded: BTreeSet<String>,
     /// The volumes' last wipes (kept durably by the host too), dropped once published or too
@@ -387,7 +387,7 @@ impl Cleaner {
     }
 
     /// The failure kept for `key`, if any (for tests and logs).
-    pub fn failure(&self, key: &EffectKey) -> Option<&crate::core::backoff::Record> {
+    pub fn failure(&self, key: &EffectKey) -> Option<&crate::core::reconcile::backoff::Record> {
         self.retries.failure(key)
     }
 

@@ -5,7 +5,7 @@
 //! Requests per released PV are kept to what a decision or an operator needs: the PV's
 //! delete and the removal of our finalizer (its position read from the watch's store, not
 //! asked again), then discovery's create of the clean volume, whose annotation tells the wipe
-//! (core::wipe_history: the new PV's own history, in the create). A wipe that ends within
+//! (core::wipe::wipe_history: the new PV's own history, in the create). A wipe that ends within
 //! [`PROGRESS_EVERY`] is told in the log and the metrics only; a longer one is announced with
 //! an Event when it passes that time, and its end with another, so whoever saw it start sees it
 //! end. Failures are always Events (and the PV's cleanup-result annotation).
@@ -20,9 +20,9 @@ use tracing::{info, warn};
 
 use super::{History, Progress, WIPE_STALL, WipeError, WipeJob, Wiped};
 use crate::api::{AnnotationPatch, Cluster, pv_reference};
-use crate::core::cleanup::AfterWipe;
-use crate::core::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
-use crate::core::wipe_history::LastWipe;
+use crate::core::volumes::naming::{ANN_CLEANUP_RESULT, FINALIZER_WIPE};
+use crate::core::wipe::cleanup::AfterWipe;
+use crate::core::wipe::wipe_history::LastWipe;
 use crate::host::access::HostAccess;
 use crate::host::ops::{Operations, Subject};
 use crate::metrics::{FinishedWipe, Metrics};
@@ -44,7 +44,7 @@ pub(super) struct WipeTask {
     pub after: AfterWipe,
     pub cancel: Arc<AtomicBool>,
     pub progress: Arc<Progress>,
-    /// The volumes' last wipes, shared with the cleaner (core::wipe_history).
+    /// The volumes' last wipes, shared with the cleaner (core::wipe::wipe_history).
     pub history: History,
     /// Whether the wipe was announced with an Event (a long one, or a wipe-first).
     pub announced: AtomicBool,
@@ -158,7 +158,7 @@ impl WipeTask {
         Ok(())
     }
 
-    /// Keeps the wipe as the volume's history for its next PV (core::wipe_history): durably
+    /// Keeps the wipe as the volume's history for its next PV (core::wipe::wipe_history): durably
     /// (a restart before that PV exists keeps it) and in the cleaner's memory.
     async fn keep_history(&self, wiped: Wiped, elapsed: Duration) {
         let last = LastWipe {

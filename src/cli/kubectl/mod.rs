@@ -5,11 +5,11 @@
 //! the agent's commands and the plugin's never mix.
 //!
 //! - `disks` and `volumes` read the cluster-wide inventory (one paged list of `LocalStorageNode`
-//!   objects, core::inventory) and print it (render.rs, pure, golden-tested), filtered by node
+//!   objects, core::cluster::inventory) and print it (render.rs, pure, golden-tested), filtered by node
 //!   and class, as a table or the objects (`-o json|yaml`);
 //! - `cleanup PV...` is the main binary's `cleanup` (the wipe-and-recycle request);
 //! - `release-hold --node N UID...` releases holds another node's word put on node N's disks
-//!   (an annotation on N's LocalStorageNode, which no agent token may write; core::disk_trust);
+//!   (an annotation on N's LocalStorageNode, which no agent token may write; core::identity::disk_trust);
 //! - `prepare` explains how to clear a disk that holds old data (prepare.rs): node-side, with
 //!   `wipe-disk`, because only the agent on the host can prove that nothing uses the disk.
 

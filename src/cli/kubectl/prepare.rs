@@ -9,8 +9,8 @@
 use std::fmt::Write as _;
 
 use crate::api::inventory::LocalStorageNode;
-use crate::core::capacity::iec;
-use crate::core::inventory::DeviceInventory;
+use crate::core::cluster::inventory::DeviceInventory;
+use crate::core::volumes::capacity::iec;
 
 /// The binary's path in the agent's image (docs/troubleshooting.md, the tools).
 const BINARY: &str = "/usr/local/bin/local-static-provisioner";

@@ -3,15 +3,15 @@
 //! file of the tests (tests/golden/kubectl-plugin/) and the command itself only lists and prints.
 //!
 //! Tables read like kubectl's (upper-case headers, columns three spaces apart, `-` for nothing),
-//! sizes are IEC (`crate::core::capacity::iec`, as the printer columns' `availableCapacity`).
+//! sizes are IEC (`crate::core::volumes::capacity::iec`, as the printer columns' `availableCapacity`).
 //! `-o json|yaml` prints the objects as the API holds them (a `v1` `List`, managed fields left
 //! out as kubectl does), narrowed by the same filters: for scripts.
 
 use serde_json::json;
 
 use crate::api::inventory::LocalStorageNode;
-use crate::core::capacity::iec;
-use crate::core::inventory::{DeviceInventory, GROUP, InventoryStatus, KIND, VERSION, VolumeInventory};
+use crate::core::cluster::inventory::{DeviceInventory, GROUP, InventoryStatus, KIND, VERSION, VolumeInventory};
+use crate::core::volumes::capacity::iec;
 
 /// What the API answer could not be turned into.
 #[derive(Debug, thiserror::Error)]
@@ -497,7 +497,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_held_disk_is_a_flagged_volume_and_a_note_with_its_release() {
-        use crate::core::inventory::{EntryInput, HeldDisk, Inputs, build};
+        use crate::core::cluster::inventory::{EntryInput, HeldDisk, Inputs, build};
         let held = |reason: &str| HeldDisk {
             path: "/mnt/raw/d".into(),
             node: "worker-1".into(),

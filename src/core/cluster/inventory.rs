@@ -1,0 +1,733 @@
+//! The node inventory: what one agent knows of its node, as the `LocalStorageNode` object (one
+//! per Node, cluster-scoped, named after the Node, owned by it) carries it in its status, so that
+//! `kubectl get localstoragenodes` and the kubectl plugin answer for the whole cluster without
+//! exec'ing into any agent.
+//!
+//! Pure: the agent gathers the inputs of a pass ([`Inputs`]), [`build`] makes the status, and
+//! [`same_content`] says whether it differs from what was last written. The time of the pass is
+//! not content: an idle node writes nothing.
+//!
+//! The status also carries the node's cluster-side copy of its used block disks
+//! ([`UsedDiskRecord`]): a block device cannot carry its used mark (core::identity::used_mark), so the
+//! node-local ledger was its only record, lost with the node's disk and unseen by another node
+//! the device moves to. [`record_witnesses`] is what another agent reads of those records, and
+//! core::identity::disk_trust what it makes of them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::identity::disk_identity::DiskIdentity;
+use crate::core::identity::disk_trust::same_whole_disk;
+use crate::core::identity::used_mark::UsedMark;
+use crate::core::volumes::capacity::iec;
+
+/// The API group of the inventory's kind (that of our annotations and labels).
+pub const GROUP: &str = "local-static-provisioner.io";
+/// Its version.
+pub const VERSION: &str = "v1alpha1";
+/// Its kind.
+pub const KIND: &str = "LocalStorageNode";
+/// Its plural resource name.
+pub const PLURAL: &str = "localstoragenodes";
+
+/// The inventory object: named after its Node; the spec only repeats the node's name (what the
+/// admission policy checks against the writer's token), the status is the agent's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct InventorySpec {
+    /// The Node this object describes (equal to the object's name).
+    pub node_name: String,
+}
+
+/// What the agent of one node reports.
+// Every field has a default: a status another version wrote (older, newer, or cut short) is read
+// for what it has, so one node's object never makes the list of all of them unreadable.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct InventoryStatus {
+    /// The Node (equal to the object's name).
+    pub node_name: String,
+    /// The counts `kubectl get` shows.
+    pub summary: Summary,
+    /// The agent and the configuration it runs.
+    pub agent: AgentInfo,
+    /// Per class of the configuration: its directory, mode and volumes.
+    #[serde(default)]
+    pub classes: Vec<ClassInventory>,
+    /// The node's block devices (unattached loop devices left out) and what each class with a
+    /// `devices` section makes of each.
+    #[serde(default)]
+    pub devices: Vec<DeviceInventory>,
+    /// Every discovery entry and every PV of this node: its PV, phase and flags, or why it is
+    /// not published.
+    #[serde(default)]
+    pub volumes: Vec<VolumeInventory>,
+    /// Block disks this node published, so that hold or held a tenant's data until wiped: the
+    /// cluster-side copy of the node's ledger (see core::identity::disk_trust).
+    #[serde(default)]
+    pub used_disks: Vec<UsedDiskRecord>,
+    /// PV UIDs of other nodes' used-disk records whose disk this node wiped: those records no
+    /// longer hold the disk back here, and their node may drop them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded: Vec<String>,
+    /// Released PVs of other nodes (a claim used them) whose disk this node wiped since: they
+    /// no longer make it wipe the disk again (core::identity::disk_trust). Dropped once a lookup of that
+    /// disk no longer finds the PV.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded_pvs: Vec<SupersededPv>,
+    /// Disks held back here by another node's PV or record (core::identity::disk_trust), and by which.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldDisk>,
+    /// When the pass that found this content ended (RFC 3339). Not content: later passes that
+    /// found the same write nothing, so this is the time of the last change seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<String>,
+}
+
+/// A released PV of another node whose disk this node wiped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SupersededPv {
+    /// The PV's UID.
+    pub uid: String,
+    /// The disk-id label of the disk (core::identity::disk_trust::disk_label).
+    pub disk: String,
+}
+
+/// A volume held back because of another node's PV or used-disk record (core::identity::disk_trust).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HeldDisk {
+    /// The held volume's host path.
+    pub path: String,
+    /// The node whose PV or record holds it.
+    pub node: String,
+    /// The PV named (the PV itself, or the one the record names).
+    pub record: String,
+    /// Its UID: what `kubectl local-storage release-hold` takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// `claimed-pv`, `unclaimed-pv` or `record`.
+    pub reason: String,
+    /// In words.
+    pub message: String,
+}
+
+/// The counts of the printer columns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Summary {
+    /// Block devices listed.
+    pub disks: u32,
+    /// Of them, claimed by a class.
+    pub claimed: u32,
+    /// PVs of this node.
+    pub volumes: u32,
+    /// Of them, Available.
+    pub available: u32,
+    /// Their capacity in bytes.
+    pub available_bytes: u64,
+    /// The same, human (IEC).
+    pub available_capacity: String,
+    /// Entries, devices and PVs with a problem an operator may need to act on, plus an invalid
+    /// configuration.
+    pub problems: u32,
+}
+
+/// The agent and its configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentInfo {
+    /// Its version (crate version and commit).
+    pub version: String,
+    /// Whether the configuration on disk is the one in use.
+    pub config_valid: bool,
+    /// Why not, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_problem: Option<String>,
+    /// Keys of the configuration it does not know (typos), ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_keys: Vec<String>,
+}
+
+/// One class of the configuration in use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClassInventory {
+    /// StorageClass name.
+    pub name: String,
+    /// Discovery directory on the host.
+    pub host_dir: String,
+    /// `Filesystem` or `Block`.
+    pub volume_mode: String,
+    /// Whether the class claims raw devices (a `devices` section).
+    pub claims_devices: bool,
+    /// PVs of this class on this node.
+    pub volumes: u32,
+    /// Of them, Available.
+    pub available: u32,
+    /// Their capacity in bytes.
+    pub available_bytes: u64,
+}
+
+/// One block device and its verdicts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DeviceInventory {
+    /// Kernel name (`sdb`).
+    pub name: String,
+    /// `major:minor`.
+    pub dev: String,
+    /// disk, part, loop, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Model, as the kernel shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Serial or WWID: the stable identity claims and records rely on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_id: Option<String>,
+    /// Its /dev/disk/by-id names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_id: Vec<String>,
+    /// Spinning (true), solid state (false), unknown (absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotational: Option<bool>,
+    /// Read-only.
+    #[serde(default)]
+    pub read_only: bool,
+    /// What the agent found on it (blank, a filesystem, in use: by what).
+    pub content: String,
+    /// What each class with a `devices` section makes of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<DeviceVerdict>,
+}
+
+/// What one class makes of one device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DeviceVerdict {
+    /// StorageClass name.
+    pub class: String,
+    /// `Claimed`, `Claiming`, `NotSelected`, `Refused`, `Held` or `Kept`.
+    pub verdict: String,
+    /// A stable code for a refusal (`not-blank`, `in-use`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// In words.
+    pub message: String,
+}
+
+impl DeviceVerdict {
+    /// Whether an operator may need to act: a refusal that needs one, or a held link.
+    pub fn is_problem(&self, needs_operator: bool) -> bool {
+        self.verdict == "Held" || (self.verdict == "Refused" && needs_operator)
+    }
+}
+
+/// One discovery entry or PV of this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VolumeInventory {
+    /// StorageClass name.
+    pub class: String,
+    /// Host path.
+    pub path: String,
+    /// Its PV, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pv: Option<String>,
+    /// The PV's phase; `Unpublished` for an entry without a PV.
+    pub phase: String,
+    /// Capacity in bytes (the PV's, or the volume's as found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    /// The claim bound to it (`namespace/name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
+    /// `missing`, `moved`, `stale`, `unresponsive`, `failing`, `deleting`, `held` (by another
+    /// node's PV or record: see [`HeldDisk`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+    /// Why an entry is not published (a stable code), or the reason of a flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// In words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl VolumeInventory {
+    /// Whether an operator may need to look at it.
+    pub fn is_problem(&self) -> bool {
+        self.flags.iter().any(|f| f != "deleting") || (self.pv.is_none() && self.message.is_some())
+    }
+}
+
+/// The cluster-side copy of one used-disk mark of a block disk (see core::identity::used_mark).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct UsedDiskRecord {
+    /// The disk's identity when it was published (core::identity::disk_identity).
+    pub identity: String,
+    /// The PV it was published as.
+    pub pv: String,
+    /// That PV's UID, once it was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Its host path then.
+    pub path: String,
+    /// When it was marked (RFC 3339).
+    pub at: String,
+    /// A claim was seen bound to the PV.
+    #[serde(default)]
+    pub claimed: bool,
+    /// Its PV was withdrawn unclaimed: offered, never used.
+    #[serde(default)]
+    pub offered: bool,
+}
+
+impl UsedDiskRecord {
+    /// The record of a ledger mark (`offered`: its PV was withdrawn unclaimed).
+    pub fn of(mark: &UsedMark, offered: bool) -> Self {
+        UsedDiskRecord {
+            identity: mark.identity.clone(),
+            pv: mark.pv.clone(),
+            uid: mark.uid.clone(),
+            path: mark.path.clone(),
+            at: mark.at.clone(),
+            claimed: mark.claimed,
+            offered,
+        }
+    }
+
+    /// The mark it copies, as node `node` recorded it.
+    pub fn mark(&self, node: &str) -> UsedMark {
+        UsedMark {
+            pv: self.pv.clone(),
+            node: node.to_string(),
+            path: self.path.clone(),
+            identity: self.identity.clone(),
+            at: self.at.clone(),
+            uid: self.uid.clone(),
+            root: None,
+            claimed: self.claimed,
+            wiped_filesystems: Vec::new(),
+        }
+    }
+}
+
+/// Whether a ledger mark belongs in the cluster-side copy: a mark of a block device, named by
+/// what names it on any node (its stable device ID). A filesystem carries its own mark to any
+/// node; a device number or an fsid names nothing on another machine.
+pub fn is_portable_block_mark(mark: &UsedMark) -> bool {
+    is_portable_block(&mark.identity)
+}
+
+/// Whether an identity is a block device's named by its stable ID: what the copy keeps.
+pub fn is_portable_block(identity: &str) -> bool {
+    DiskIdentity::parse(identity)
+        .is_some_and(|d| d.kind == crate::core::identity::disk_identity::Kind::Block && d.disk.is_some())
+}
+
+/// Other nodes' used-disk records naming the whole disk found as `identity` on `node`, as
+/// witnesses for core::identity::disk_trust. `superseded` holds the UIDs of records whose disk this node
+/// wiped since; `released` the UIDs (or PV names) an operator released holds of.
+pub fn record_witnesses<'a>(
+    records: impl IntoIterator<Item = (&'a str, &'a [UsedDiskRecord])>,
+    superseded: &BTreeSet<String>,
+    released: &BTreeSet<String>,
+    node: &str,
+    identity: &str,
+) -> Vec<crate::core::identity::disk_trust::RecordWitness> {
+    let mut out = Vec::new();
+    for (owner, list) in records {
+        if owner == node {
+            continue;
+        }
+        for r in list.iter().filter(|r| same_whole_disk(&r.identity, identity)) {
+            out.push(crate::core::identity::disk_trust::RecordWitness {
+                node: owner.to_string(),
+                pv: r.pv.clone(),
+                uid: r.uid.clone(),
+                offered: r.offered,
+                superseded: r.uid.as_ref().is_some_and(|u| superseded.contains(u)),
+                released_by_operator: r.uid.as_ref().is_some_and(|u| released.contains(u)) || released.contains(&r.pv),
+            });
+        }
+    }
+    out
+}
+
+/// The records this node keeps in its copy: its ledger's portable block marks (with whether
+/// each was only offered), in a stable order. Only a wipe of the disk here clears one (as it
+/// clears the ledger): another node's word never does, so a node that lies about having wiped a
+/// disk cannot make this node's record of it go away.
+pub fn own_records(ledger: impl IntoIterator<Item = (UsedMark, bool)>) -> Vec<UsedDiskRecord> {
+    let mut out: Vec<UsedDiskRecord> = ledger
+        .into_iter()
+        .filter(|(m, _)| is_portable_block_mark(m))
+        .map(|(m, offered)| UsedDiskRecord::of(&m, offered))
+        .collect();
+    out.sort_by(|a, b| (&a.identity, &a.pv).cmp(&(&b.identity, &b.pv)));
+    out.dedup();
+    out
+}
+
+/// The records of this node's copy that its ledger lacks (a ledger lost or replaced while the
+/// copy stayed in the API): put back into the ledger at start-up, so the disks they name are
+/// wiped before they are offered, exactly as if the ledger had never been lost.
+pub fn missing_from_ledger(copy: &[UsedDiskRecord], ledger: &[UsedMark], node: &str) -> Vec<UsedMark> {
+    copy.iter()
+        .filter(|r| !ledger.iter().any(|m| m.identity == r.identity && m.pv == r.pv))
+        .map(|r| r.mark(node))
+        .collect()
+}
+
+/// Keeps of `superseded` only UIDs some inventory still records: once the other node dropped
+/// its record (its own wipe of the disk, or its Node deleted), there is nothing to supersede.
+pub fn prune_superseded(superseded: &mut BTreeSet<String>, recorded: &BTreeSet<String>) -> bool {
+    let before = superseded.len();
+    superseded.retain(|u| recorded.contains(u));
+    before != superseded.len()
+}
+
+/// One PV of this node, as the inventory reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PvInput {
+    pub name: String,
+    pub class: String,
+    pub host_path: String,
+    pub phase: String,
+    pub capacity_bytes: Option<u64>,
+    pub claim: Option<String>,
+    pub deleting: bool,
+    pub missing: bool,
+    pub stale: bool,
+    pub moved_to: Option<String>,
+    pub failing: Option<String>,
+}
+
+/// One discovery entry of this pass: found (a volume) or skipped (with why).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntryInput {
+    pub class: String,
+    pub host_path: String,
+    pub capacity_bytes: Option<u64>,
+    /// Why it is not published (code, words), for a skipped entry or a refused volume.
+    pub refused: Option<(String, String)>,
+    /// The entry's disk does not answer.
+    pub unresponsive: bool,
+    /// Skipped for a reason an operator must act on (an evented one).
+    pub needs_operator: bool,
+}
+
+/// One class of the configuration in use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassInput {
+    pub name: String,
+    pub host_dir: String,
+    pub volume_mode: String,
+    pub claims_devices: bool,
+}
+
+/// What one pass knew, for [`build`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inputs {
+    pub node: String,
+    pub version: String,
+    pub config_problem: Option<String>,
+    pub unknown_keys: Vec<String>,
+    pub classes: Vec<ClassInput>,
+    /// Devices with their verdicts, and whether each verdict needs an operator.
+    pub devices: Vec<(DeviceInventory, Vec<bool>)>,
+    pub entries: Vec<EntryInput>,
+    pub pvs: Vec<PvInput>,
+    pub used_disks: Vec<UsedDiskRecord>,
+    pub superseded: Vec<String>,
+    pub superseded_pvs: Vec<SupersededPv>,
+    pub held: Vec<HeldDisk>,
+}
+
+/// The status for a pass's inputs: sorted, so that the same node gives the same content
+/// whatever order the host listed things in.
+pub fn build(inputs: Inputs) -> InventoryStatus {
+    let mut classes: BTreeMap<String, ClassInventory> = inputs
+        .classes
+        .iter()
+        .map(|c| {
+            let class = ClassInventory {
+                name: c.name.clone(),
+                host_dir: c.host_dir.clone(),
+                volume_mode: c.volume_mode.clone(),
+                claims_devices: c.claims_devices,
+                ..Default::default()
+            };
+            (c.name.clone(), class)
+        })
+        .collect();
+    let mut volumes: BTreeMap<(String, String), VolumeInventory> = BTreeMap::new();
+    let mut problems = u32::from(inputs.config_problem.is_some());
+    let mut summary = Summary::default();
+    for pv in &inputs.pvs {
+        summary.volumes += 1;
+        let available = pv.phase == "Available" && !pv.deleting;
+        let class = classes
+            .entry(pv.class.clone())
+            .or_insert_with(|| ClassInventory { name: pv.class.clone(), ..Default::default() });
+        class.volumes += 1;
+        if available {
+            summary.available += 1;
+            class.available += 1;
+            let bytes = pv.capacity_bytes.unwrap_or(0);
+            summary.available_bytes += bytes;
+            class.available_bytes += bytes;
+        }
+        let mut flags = Vec::new();
+        let mut reason = None;
+        for (on, flag) in [(pv.missing, "missing"), (pv.moved_to.is_some(), "moved"), (pv.stale, "stale")] {
+            if on {
+                flags.push(flag.to_string());
+            }
+        }
+        if let Some(why) = &pv.failing {
+            flags.push("failing".into());
+            reason = Some(why.clone());
+        }
+        if let Some(to) = &pv.moved_to {
+            reason.get_or_insert_with(|| format!("its disk was found at {to}"));
+        }
+        if pv.deleting {
+            flags.push("deleting".into());
+        }
+        let v = VolumeInventory {
+            class: pv.class.clone(),
+            path: pv.host_path.clone(),
+            pv: Some(pv.name.clone()),
+            phase: pv.phase.clone(),
+            capacity_bytes: pv.capacity_bytes,
+            claim: pv.claim.clone(),
+            flags,
+            reason: None,
+            message: reason,
+        };
+        volumes.insert((pv.class.clone(), pv.host_path.clone()), v);
+    }
+    for e in &inputs.entries {
+        let key = (e.class.clone(), e.host_path.clone());
+        match volumes.get_mut(&key) {
+            Some(v) => {
+                if e.unresponsive && !v.flags.iter().any(|f| f == "unresponsive") {
+                    v.flags.push("unresponsive".into());
+                    if let Some((_, words)) = &e.refused {
+                        v.message.get_or_insert_with(|| words.clone());
+                    }
+                }
+            }
+            None => {
+                let (reason, message) = match &e.refused {
+                    Some((code, words)) => (Some(code.clone()), Some(words.clone())),
+                    None => (None, None),
+                };
+                let v = VolumeInventory {
+                    class: e.class.clone(),
+                    path: e.host_path.clone(),
+                    pv: None,
+                    phase: "Unpublished".into(),
+                    capacity_bytes: e.capacity_bytes,
+                    claim: None,
+                    flags: if e.unresponsive { vec!["unresponsive".into()] } else { Vec::new() },
+                    reason,
+                    message: message.filter(|_| e.needs_operator || e.unresponsive),
+                };
+                volumes.insert(key, v);
+            }
+        }
+    }
+    // A disk held by another node's PV or record: its entry says by which.
+    for h in &inputs.held {
+        if let Some(v) = volumes.values_mut().find(|v| v.path == h.path && v.pv.is_none()) {
+            if !v.flags.iter().any(|f| f == "held") {
+                v.flags.push("held".into());
+            }
+            v.reason = Some(format!("held-by-{}", h.reason));
+            v.message = Some(h.message.clone());
+        }
+    }
+    problems += volumes.values().filter(|v| v.is_problem()).count() as u32;
+    let mut devices: Vec<DeviceInventory> = Vec::new();
+    for (mut d, needs) in inputs.devices {
+        summary.disks += 1;
+        if d.classes.iter().any(|c| c.verdict == "Claimed") {
+            summary.claimed += 1;
+        }
+        if d.classes.iter().zip(needs.iter().chain(std::iter::repeat(&false))).any(|(c, n)| c.is_problem(*n)) {
+            problems += 1;
+        }
+        d.classes.sort_by(|a, b| a.class.cmp(&b.class));
+        devices.push(d);
+    }
+    devices.sort_by(|a, b| a.name.cmp(&b.name));
+    summary.problems = problems;
+    summary.available_capacity = iec(summary.available_bytes);
+    let mut used_disks = inputs.used_disks;
+    used_disks.sort_by(|a, b| (&a.identity, &a.pv).cmp(&(&b.identity, &b.pv)));
+    used_disks.dedup();
+    let mut superseded = inputs.superseded;
+    superseded.sort();
+    superseded.dedup();
+    let mut superseded_pvs = inputs.superseded_pvs;
+    superseded_pvs.sort();
+    superseded_pvs.dedup();
+    let mut held = inputs.held;
+    held.sort();
+    held.dedup();
+    InventoryStatus {
+        node_name: inputs.node,
+        summary,
+        agent: AgentInfo {
+            version: inputs.version,
+            config_valid: inputs.config_problem.is_none(),
+            config_problem: inputs.config_problem,
+            unknown_keys: inputs.unknown_keys,
+        },
+        classes: classes.into_values().collect(),
+        devices,
+        volumes: volumes.into_values().collect(),
+        used_disks,
+        superseded,
+        superseded_pvs,
+        held,
+        observed_at: None,
+    }
+}
+
+/// Whether two statuses say the same, their pass times aside: only a difference is written.
+pub fn same_content(a: &InventoryStatus, b: &InventoryStatus) -> bool {
+    InventoryStatus { observed_at: None, ..a.clone() } == InventoryStatus { observed_at: None, ..b.clone() }
+}
+
+/// How long a change of the inventory may wait before it is written (agent::inventory turns
+/// each into a delay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteWait {
+    /// Written promptly (a disk, a verdict, a problem, the used-disk records).
+    Prompt,
+    /// The pass's publishing is under way (volumes settling, PVs created or deleted that the
+    /// store does not show yet): the next passes change the view again within a second, so the
+    /// change waits for them, a little, and a node coming up writes its volumes and their PVs
+    /// in one write instead of one per step.
+    Publishing,
+    /// Only the API's view of this node's PVs changed ([`only_pv_view_changes`]).
+    View,
+}
+
+/// How long the change from `written` (None: nothing written by this process yet) to `now` may
+/// wait, `publishing` saying whether this node's publishing is under way. The used-disk records
+/// (evidence other nodes judge by) never wait for publishing: a change to them is prompt.
+pub fn write_wait(written: Option<&InventoryStatus>, now: &InventoryStatus, publishing: bool) -> WriteWait {
+    if written.is_some_and(|w| only_pv_view_changes(w, now)) {
+        return WriteWait::View;
+    }
+    let records = |s: &InventoryStatus| (s.used_disks.clone(), s.superseded.clone(), s.superseded_pvs.clone());
+    let records_kept = match written {
+        Some(w) => records(w) == records(now),
+        None => now.used_disks.is_empty() && now.superseded.is_empty() && now.superseded_pvs.is_empty(),
+    };
+    if publishing && records_kept { WriteWait::Publishing } else { WriteWait::Prompt }
+}
+
+/// Whether every difference between the status `written` and the status `now` is the API's
+/// own view of this node's PVs (a phase, a claim, a PV being deleted or made again), which the
+/// PV objects show at once: such a write may wait and go out with the next, so a claim bound or
+/// a released PV wiped, deleted and published again costs no write of its own (a node writes
+/// that view at most about once a minute whatever its churn: agent::inventory's VIEW_DELAY).
+///
+/// So is what a device no class judges holds (mounted where, held by what): its appearing,
+/// going or resizing, and every verdict, are not.
+///
+/// A volume's change is of that view when `written` showed it with a settled PV (Available,
+/// Bound or Released: a new PV's first phase, Pending, is shown Available at once) and no
+/// problem (no flag but `deleting`, no words), and `now` shows it with a PV and no problem, or unpublished with no
+/// reason yet (between the delete and the create). Anything else is not: a device, a verdict,
+/// any other flag, a refusal, the configuration, the used-disk copy and the records of other
+/// nodes' disks (evidence another node judges by), a volume `written` did not show (a new disk
+/// is shown at once), and the capacity of a volume whose PV is Available or Bound (a disk that
+/// shrank). The counts derive from the volumes, so they follow what the volumes say.
+pub fn only_pv_view_changes(written: &InventoryStatus, now: &InventoryStatus) -> bool {
+    let quiet = |v: &VolumeInventory| v.flags.iter().all(|f| f == "deleting") && v.message.is_none();
+    let had_pv: BTreeSet<(&str, &str)> = written
+        .volumes
+        .iter()
+        .filter(|v| v.pv.is_some() && quiet(v) && matches!(v.phase.as_str(), "Available" | "Bound" | "Released"))
+        .map(|v| (v.class.as_str(), v.path.as_str()))
+        .collect();
+    let is_view = |v: &VolumeInventory| {
+        let view = match v.pv {
+            None => v.flags.is_empty() && v.reason.is_none() && v.message.is_none(),
+            Some(_) => quiet(v),
+        };
+        view && had_pv.contains(&(v.class.as_str(), v.path.as_str()))
+    };
+    // The volumes whose view changed, and whether their capacity still counts (a settled PV's).
+    let views: BTreeMap<(&str, &str), bool> = now
+        .volumes
+        .iter()
+        .filter(|v| is_view(v))
+        .map(|v| {
+            ((v.class.as_str(), v.path.as_str()), v.pv.is_some() && matches!(v.phase.as_str(), "Available" | "Bound"))
+        })
+        .collect();
+    // Both sides with those volumes reduced to what is not the view, and without the counts.
+    let settled =
+        |s: &InventoryStatus| InventoryStatus {
+            summary: Summary {
+                volumes: 0,
+                available: 0,
+                available_bytes: 0,
+                available_capacity: String::new(),
+                problems: 0,
+                ..s.summary.clone()
+            },
+            classes: s
+                .classes
+                .iter()
+                .map(|c| ClassInventory { volumes: 0, available: 0, available_bytes: 0, ..c.clone() })
+                .collect(),
+            volumes: s
+                .volumes
+                .iter()
+                .map(|v| match views.get(&(v.class.as_str(), v.path.as_str())) {
+                    Some(keep_capacity) => VolumeInventory {
+                        class: v.class.clone(),
+                        path: v.path.clone(),
+                        capacity_bytes: if *keep_capacity { v.capacity_bytes } else { None },
+                        ..Default::default()
+                    },
+                    None => v.clone(),
+                })
+                .collect(),
+            // What a device no class judges holds (where it is mounted, by whom it is held) is
+            // the host's view, shown with the next write: kubelet mounts a CSI disk for every pod.
+            devices: s
+                .devices
+                .iter()
+                .map(|d| {
+                    if d.classes.is_empty() {
+                        DeviceInventory { content: String::new(), ..d.clone() }
+                    } else {
+                        d.clone()
+                    }
+                })
+                .collect(),
+            observed_at: None,
+            ..s.clone()
+        };
+    settled(written) == settled(now)
+}
+
+#[cfg(test)]
+#[path = "inventory_tests.rs"]
+mod tests;
