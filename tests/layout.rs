@@ -1,6 +1,7 @@
 //! The source layout stays readable: every import between the top-level modules and folders of
-//! src/ points down the ranks below (no circles), and core/ imports nothing but core/, with no
-//! circle between its files either. Read from the sources themselves: every `crate::` path in
+//! src/ points down the ranks below (no circles), core/ imports nothing but core/, every file of
+//! core/ and host/ sits in a capability folder (host/ using core's folder names), and no two
+//! files of core/ or of host/ import each other in a circle. Read from the sources themselves: every `crate::` path in
 //! src/**/*.rs outside comments, in `use` lines and inline. `LSP_LAYOUT_SRC` points the check
 //! at another tree (how it was seen failing on the tree before issue 29).
 
@@ -131,38 +132,150 @@ fn top_level_edges(src: &Path) -> Edges {
     edges
 }
 
-/// Imports between the files of core/ (`super::x` and `crate::core::x`), by file stem. Test
-/// code is left out (`*_tests.rs`, and a file from its `#[cfg(test)]` on): tests sit above
-/// what they test.
-fn core_file_edges(core: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    rust_files(core, &mut files);
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files {
-        let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        if stem == "mod" || stem.ends_with("_tests") {
+/// The capability folders of core/ and host/, and the few host-wide files that sit beside them.
+/// A file elsewhere has no room a newcomer would look in: add its folder here and to
+/// docs/architecture.md. host/ uses core's folder names, so the facts a core folder judges are
+/// gathered in the host folder of the same name.
+const CORE_FOLDERS: &[&str] =
+    &["cluster", "config", "devices", "fence", "health", "identity", "mounts", "reconcile", "volumes", "wipe"];
+const HOST_FOLDERS: &[&str] = &["devices", "fence", "health", "identity", "mounts", "volumes", "wipe"];
+const HOST_WIDE_FILES: &[&str] = &["access", "ops", "process", "state_file"];
+
+/// Every path a text names after `prefix` (`crate::core::`), outside comments, with `{}` groups
+/// expanded: `crate::core::{a::b, c::{d, e}}` names `a::b`, `c::d` and `c::e`.
+fn paths_after(text: &str, prefix: &str) -> Vec<Vec<String>> {
+    fn tree(text: &str, base: &[String], out: &mut Vec<Vec<String>>) -> usize {
+        let (mut at, mut path) = (0, base.to_vec());
+        let bytes = text.as_bytes();
+        while at < text.len() {
+            let c = bytes[at] as char;
+            if c.is_alphanumeric() || c == '_' {
+                let word = ident_at(&text[at..]);
+                at += word.len();
+                path.push(word);
+            } else if text[at..].starts_with("::{") {
+                at += 3 + tree(&text[at + 3..], &path, out);
+                path = base.to_vec();
+            } else if text[at..].starts_with("::") {
+                at += 2;
+            } else if c == ',' || c == '}' {
+                if path.len() > base.len() {
+                    out.push(std::mem::replace(&mut path, base.to_vec()));
+                }
+                at += 1;
+                if c == '}' || base.is_empty() {
+                    return at;
+                }
+            } else if c.is_whitespace() && !base.is_empty() {
+                at += 1;
+            } else {
+                break;
+            }
+        }
+        if path.len() > base.len() {
+            out.push(path);
+        }
+        at
+    }
+    let code: String = text.lines().map(code_of).collect::<Vec<_>>().join("\n");
+    let (mut out, mut rest) = (Vec::new(), code.as_str());
+    while let Some(at) = rest.find(prefix) {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
             continue;
         }
-        let unit = stem;
+        if let Some(group) = rest.strip_prefix('{') {
+            tree(group, &[String::new()], &mut out);
+        } else {
+            tree(rest, &[], &mut out);
+        }
+    }
+    for path in &mut out {
+        path.retain(|s| !s.is_empty());
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// A file of `root` (core/ or host/) as the layout names it: `volumes/planner` for
+/// src/core/volumes/planner.rs, `ops` for src/host/ops.rs; None for a folder's mod.rs, which
+/// only declares its files.
+fn file_unit(root: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(root).ok()?.with_extension("");
+    let name = rel.to_string_lossy().into_owned();
+    (rel.file_name()? != "mod").then_some(name)
+}
+
+/// What a path after `crate::core::` (or `super::` from `from`) names among the files of `root`:
+/// `volumes/planner` for `volumes::planner::X`; None for an item of the root's mod.rs.
+fn target_file(root: &Path, path: &[String]) -> Option<String> {
+    let first = path.first()?;
+    if root.join(first).is_dir() {
+        let file = path.get(1)?;
+        root.join(first).join(format!("{file}.rs")).is_file().then(|| format!("{first}/{file}"))
+    } else {
+        root.join(format!("{first}.rs")).is_file().then(|| first.clone())
+    }
+}
+
+/// Imports between the production files of `root` (src/core or src/host), as `folder/file`.
+/// Test code is left out (`*_tests.rs`, and a file from its `#[cfg(test)]` on): tests sit above
+/// what they test.
+fn file_edges(root: &Path, name: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let Some(unit) = file_unit(root, &file) else { continue };
+        if unit.ends_with("_tests") {
+            continue;
+        }
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
-        let code: String =
-            text.lines().take_while(|l| l.trim() != "#[cfg(test)]").map(code_of).collect::<Vec<_>>().join("\n");
-        for prefix in ["super::", "crate::core::"] {
-            let mut rest = code.as_str();
-            while let Some(at) = rest.find(prefix) {
-                let before = rest[..at].chars().next_back();
-                rest = &rest[at + prefix.len()..];
-                let target = ident_at(rest);
-                // `super::super::x` is not a file of core; `super::*` in a test module is the
-                // file itself.
-                let word = before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
-                if !word && !target.is_empty() && target != unit && target != "super" {
-                    edges.entry(unit.clone()).or_default().insert(target);
-                }
+        let code: String = text.lines().take_while(|l| l.trim() != "#[cfg(test)]").collect::<Vec<_>>().join("\n");
+        let folder = file.parent().and_then(|p| p.strip_prefix(root).ok()).map(Path::to_path_buf).unwrap_or_default();
+        let mut targets: Vec<String> =
+            paths_after(&code, &format!("crate::{name}::")).iter().filter_map(|p| target_file(root, p)).collect();
+        for path in paths_after(&code, "super::") {
+            let mut full: Vec<String> = folder.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+            full.extend(path);
+            targets.extend(target_file(root, &full));
+        }
+        for target in targets {
+            if target != unit {
+                edges.entry(unit.clone()).or_default().insert(target);
             }
         }
     }
     edges
+}
+
+/// Files of `root` outside the capability folders (and, for host/, its host-wide files), and
+/// folders no rule names.
+fn misplaced(root: &Path, folders: &[&str], top_files: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(root)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", root.display()))
+        .map(|e| e.unwrap_or_else(|e| panic!("reading {}: {e}", root.display())).path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let known = if path.is_dir() {
+            folders.contains(&name.as_str())
+        } else {
+            name == "mod" || top_files.contains(&name.as_str())
+        };
+        if !known {
+            problems.push(format!(
+                "{} is not in a capability folder of {} (folders: {}): move it into one, or name a new folder in tests/layout.rs and docs/architecture.md",
+                path.display(),
+                root.display(),
+                folders.join(", ")
+            ));
+        }
+    }
+    problems
 }
 
 /// The circles of a graph, each as the path that closes it (`a -> b -> a`), one per circle
@@ -231,8 +344,17 @@ fn layout_problems(src: &Path) -> Vec<String> {
     for circle in circles(&graph) {
         problems.push(format!("import circle between top-level modules: {circle}"));
     }
-    for circle in circles(&core_file_edges(&src.join("core"))) {
-        problems.push(format!("import circle between files of core/: {circle}"));
+    for name in ["core", "host"] {
+        for circle in circles(&file_edges(&src.join(name), name)) {
+            problems.push(format!("import circle between files of {name}/: {circle}"));
+        }
+    }
+    problems.extend(misplaced(&src.join("core"), CORE_FOLDERS, &[]));
+    problems.extend(misplaced(&src.join("host"), HOST_FOLDERS, HOST_WIDE_FILES));
+    for folder in HOST_FOLDERS {
+        if !CORE_FOLDERS.contains(folder) {
+            problems.push(format!("host/{folder} has no core/{folder}: host's folders take core's names"));
+        }
     }
     problems
 }
@@ -296,4 +418,48 @@ fn every_rank_names_distinct_modules() {
     assert_eq!(rank_of("core"), Some(0));
     assert!(rank_of("cli") > rank_of("agent") && rank_of("agent") > rank_of("wiper"));
     assert!(rank_of("wiper") > rank_of("host") && rank_of("host") > rank_of("core"));
+}
+
+#[test]
+fn use_groups_are_expanded_to_every_path() {
+    let text = "use crate::core::{volumes::planner::{self, Plan}, identity::used_mark::UsedMark};\n\
+                use crate::core::wipe::cleanup::PvState; // crate::core::fence::x in a comment\n\
+                let n = crate::core::volumes::naming::pv_name(x);\n\
+                use super::{blockdev, mountinfo::MountTable};\n";
+    let core = paths_after(text, "crate::core::");
+    let heads: Vec<String> = core.iter().map(|p| p[..2].join("/")).collect();
+    assert_eq!(heads, ["volumes/planner", "volumes/planner", "identity/used_mark", "wipe/cleanup", "volumes/naming"]);
+    let sup: Vec<String> = paths_after(text, "super::").iter().map(|p| p[0].clone()).collect();
+    assert_eq!(sup, ["blockdev", "mountinfo"]);
+}
+
+#[test]
+fn file_edges_cross_folders_and_find_circles_between_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let core = file_edges(&src.join("core"), "core");
+    assert!(core.get("volumes/planner").is_some_and(|t| t.contains("identity/used_mark")), "{core:?}");
+    let host = file_edges(&src.join("host"), "host");
+    assert!(host.get("wipe/run").is_some_and(|t| t.contains("identity/fingerprint")), "{host:?}");
+    assert!(host.get("devices/blockdev").is_some_and(|t| t.contains("mounts/mountinfo")), "super:: of host");
+    // A tree of two files in two folders that import each other, and a file outside any folder.
+    let dir = std::env::temp_dir().join(format!("lsp-layout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (file, text) in [
+        ("core/mod.rs", "pub mod a;\npub mod b;\n"),
+        ("core/a/mod.rs", "pub mod x;\n"),
+        ("core/a/x.rs", "use crate::core::b::y::Y;\n#[cfg(test)]\nmod tests { use crate::core::stray::Z; }\n"),
+        ("core/b/mod.rs", "pub mod y;\n"),
+        ("core/b/y.rs", "pub fn f() { crate::core::{a::x::g}; }\n"),
+        ("core/stray.rs", ""),
+    ] {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let edges = file_edges(&dir.join("core"), "core");
+    assert_eq!(circles(&edges), ["a/x -> b/y -> a/x"], "test code is left out: {edges:?}");
+    let problems = misplaced(&dir.join("core"), &["a", "b"], &[]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("stray.rs"), "{problems:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
