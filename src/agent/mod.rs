@@ -20,6 +20,7 @@ mod inventory;
 mod marks;
 mod node;
 mod observe;
+mod pass;
 mod presence;
 mod publish;
 mod reclaim;
@@ -43,13 +44,12 @@ use tracing::{debug, info, trace, warn};
 use crate::admin::{Readiness, parse_listen_address, serve};
 use crate::api::{ApiError, ClientOptions, Cluster};
 use crate::config::ProvisionerConfig;
-use crate::core::fence::startup_taint::PassOutcome;
 use crate::core::health::disk_health::HealthMemory;
 use crate::core::mounts::settle::Settler;
 use crate::core::reconcile::expectations::Expectations;
 use crate::core::reconcile::occurrence::Occurrences;
 use crate::core::volumes::naming::LABEL_NODE;
-use crate::core::volumes::planner::{Identity, ObservedPv};
+use crate::core::volumes::planner::Identity;
 use crate::core::volumes::pv::NodeInfo;
 use crate::core::volumes::pv_facts::PvFacts;
 use crate::core::wipe::cleanup::PvState;
@@ -63,7 +63,6 @@ use crate::metrics::Metrics;
 use crate::runtime::{EventClock, Shutdown, debounced, forward_events_until_synced, jittered, sleep_until_opt};
 use crate::wiper::{Cleaner, CleanerOptions, WipeOutcome};
 
-use crate::core::reconcile::effect_key::EffectKey;
 use crate::runtime::effects::Effects;
 
 /// Settings of `run`.
@@ -550,146 +549,6 @@ impl Agent {
         self.readiness.pass_started(self.discovery_period.unwrap_or(self.config.min_resync_period) * 2);
         self.reconcile_once(revealed).await;
         self.readiness.pass_ended();
-    }
-
-    async fn reconcile_once(&mut self, revealed: Option<Instant>) {
-        let started = Instant::now();
-        self.follow_watched_node();
-        self.reload_config().await;
-        self.tell_config_findings().await;
-        self.watch_dirs().await;
-        self.say_watch_shortage().await;
-        if !self.has_config {
-            return;
-        }
-        self.effects.begin_pass();
-        if !self.adopted {
-            self.adopt().await;
-        }
-        self.load_inventory().await;
-        let pvs = self.pv_store.state();
-        // What the store shows of the PVs this agent created or deleted (core::reconcile::expectations).
-        let shown = pvs.iter().map(|pv| {
-            let meta = &pv.metadata;
-            (meta.name.as_deref().unwrap_or(""), meta.uid.as_deref().unwrap_or(""), meta.deletion_timestamp.is_some())
-        });
-        self.expectations.observe(shown, Instant::now());
-        // This node's PVs, and those an earlier incarnation of this Node left.
-        let (mut states, mut predecessors) = (Vec::new(), Vec::new());
-        for pv in &pvs {
-            let observed = ObservedPv::from_pv(pv);
-            if self.identity.owns(&observed) {
-                states.push(PvState::from_pv(pv));
-            } else if self.identity.is_predecessor(&observed) {
-                predecessors.push(PvState::from_pv(pv));
-            }
-        }
-        // The same PVs for the rules that withdraw unbound PVs (vanished, failing, changed
-        // device): one this agent deleted is being deleted, whatever the lagging store still
-        // shows, so it is not withdrawn (nor told) again. Everything else (its wipe or
-        // finalizer, succession) waits for the store, which shows whether a claim came meanwhile.
-        let going = self.deleted_as_deleting(&states);
-        let Some(mut observation) = self.observe(&states, &predecessors).await else { return };
-        // The node's block devices now: an unresponsive device that is gone is forgotten.
-        let devices: std::collections::BTreeSet<String> =
-            observation.claims.iter().flat_map(|c| c.devices.iter().map(|d| d.name.clone())).collect();
-        let mut signs = std::mem::take(&mut observation.scan.signs);
-        // An I/O error a PV's presence check met is the same sign as one the scan met.
-        for (path, what) in std::mem::take(&mut observation.io_failures) {
-            match signs.iter_mut().find(|(p, _)| *p == path) {
-                Some((_, s)) => {
-                    s.io_failure.get_or_insert(what);
-                }
-                None => signs.push((
-                    path,
-                    crate::core::health::disk_health::Signs { io_failure: Some(what), ..Default::default() },
-                )),
-            }
-        }
-        self.say_watch_needs(&observation.scan, &signs);
-        self.say_interest(&observation);
-        let unresponsive_entries: Vec<String> = observation
-            .scan
-            .skipped
-            .iter()
-            .filter(|s| matches!(s.reason, crate::host::volumes::discovery::SkipReason::Unresponsive(_)))
-            .filter_map(|s| {
-                let class = self.config.storage_class_map.get(&s.class)?;
-                Some(crate::core::volumes::pv::host_path(&class.host_dir, s.path.file_name()?.to_str()?))
-            })
-            .collect();
-        let judged = self.judge_disks(&signs, &states);
-        self.keep_failing_back(&mut observation.scan, &judged.failing);
-        let tampered = observation.claims.as_ref().map(|c| c.plan.tampered.clone()).unwrap_or_default();
-        self.inventory_devices(observation.claims.as_ref(), &observation.devices);
-        self.report_claims(observation.claims.take().as_ref()).await;
-        self.withdraw_tampered(&going, &tampered).await;
-        // Only changes since the previous scan can have revealed something it did not see.
-        let revealed = revealed.filter(|at| self.last_scan.is_none_or(|last| *at > last)).unwrap_or(started);
-        self.last_scan = Some(started);
-        let discovery_time = started.elapsed();
-        self.problems.begin_pass();
-        self.inventory_entries(&observation.scan);
-        let (desired, planned) = self.publish(observation.scan, revealed, &predecessors).await;
-        let next_stale = self.succeed(&predecessors, &observation.succession).await;
-        let (missing, next_missing) = self.missing_volumes(&observation.absent);
-        let withdrawn = self.follow_presence(&going, &missing).await;
-        // A PV withdrawn just now is gone: fencing it would only tell its end as a fence.
-        let kept: Vec<PvState> = states.iter().filter(|pv| !withdrawn.contains(&pv.uid)).cloned().collect();
-        // Encrypted volumes' keys in the kernel before the fences are planned: a PV whose key
-        // cannot be had is fenced (and the node-wide fence after a boot lifts only after this).
-        let locked = self.follow_keys(&kept, &predecessors, &observation.keys_absent).await;
-        self.follow_fences(&kept, &predecessors, &observation.checks, &observation.succession, &missing, &locked).await;
-        self.upgrade_identities(&states, &observation.upgrades).await;
-        self.label_disks(&observation.upgrades).await;
-        self.ensure_marks(&states, &missing).await;
-        self.clean(&states, &missing, observation.disks).await;
-        self.follow_health(&going, &judged).await;
-        self.tell_growths(&states, &judged.growths).await;
-        // Stalls met in this pass's own operations (a used-mark write) are named at once.
-        self.report_stalls(&self.ops.stalls());
-        // A volume is remembered as unresponsive while it has a PV or an entry.
-        let mut subjects: std::collections::BTreeSet<String> = states.iter().map(|s| s.host_path.clone()).collect();
-        subjects.extend(signs.into_iter().map(|(p, _)| p));
-        subjects.extend(unresponsive_entries);
-        self.ops.retain(|s| match s {
-            Subject::Volume(p) => subjects.contains(p),
-            Subject::Device(d) => devices.contains(d),
-            Subject::Directory(_) | Subject::Config(_) | Subject::Host(_) => true,
-        });
-        self.effects.end_pass();
-        // Wipe failures of PVs that are gone, and of used disks no longer found, are forgotten.
-        let live_pvs: std::collections::BTreeSet<&str> = states.iter().map(|s| s.uid.as_str()).collect();
-        let found: std::collections::BTreeSet<&str> = self.found_disks.iter().map(|(path, _)| path.as_str()).collect();
-        self.cleaner.retain(|key| match key {
-            EffectKey::Wipe(uid) => live_pvs.contains(uid.as_str()),
-            EffectKey::WipeFirst(path) => found.contains(path.as_str()),
-            _ => false,
-        });
-        self.next_settle = [self.next_settle, next_stale, next_missing].into_iter().flatten().min();
-        debug!(
-            desired = desired,
-            observed = pvs.len(),
-            actions = planned,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "pass done"
-        );
-        let mut by_phase = BTreeMap::new();
-        for pv in &states {
-            *by_phase.entry(pv.phase.clone()).or_insert(0) += 1;
-        }
-        self.metrics.set_volumes(&by_phase);
-        let count = |flagged: fn(&PvState) -> bool| states.iter().filter(|pv| flagged(pv)).count() as i64;
-        self.metrics.set_flagged(
-            count(|pv| pv.flagged_missing),
-            count(|pv| pv.flagged_stale),
-            count(|pv| pv.moved_to.is_some()),
-        );
-        self.metrics.pass_done(started.elapsed(), discovery_time);
-        self.write_inventory(&states).await;
-        let failed_creates = self.effects.failed_keys().filter(|k| matches!(k, EffectKey::Create(_))).count();
-        let outcome = PassOutcome { configured: true, settling: self.settling, failed_creates };
-        self.follow_startup_taint(outcome).await;
     }
 
     /// `pvs` with those this agent deleted (the store not showing it yet) marked as being
