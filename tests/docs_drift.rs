@@ -26,6 +26,10 @@
 //! - Closed lists of label values (devices_refused's reasons, volume_failing's, fenced_volumes',
 //!   succession_total's outcomes) and of which refusals make DeviceRefused a Warning, against
 //!   the code that sets them.
+//! - Paths: every file or folder of the repository a doc names (`src/…`, `tests/…`, `deploy/…`,
+//!   `docs/…`, `scripts/…`, `bench/…`) must exist, and every function named as
+//!   `src/….rs::name` must be a `fn name` of that file (docs/architecture.md names the code and
+//!   the tests behind each promise that way).
 //! - Each comparison is fed a mutated copy of its table and must report the mismatch.
 
 mod support;
@@ -1463,4 +1467,72 @@ fn closed_lists_of_label_values_match_the_code() {
     let more: Vec<String> = spans.iter().cloned().chain(["too-small".to_string()]).collect();
     let problems = compare_values(&at, what, &more, ignore, &code);
     assert!(problems.iter().any(|p| p.contains("never takes \"too-small\"")), "{problems:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths and functions
+
+/// The repository's folders whose paths the docs name.
+const REPO_DIRS: [&str; 6] = ["src/", "tests/", "deploy/", "docs/", "scripts/", "bench/"];
+
+/// Every repository path named in `text` (file `file`) that does not exist, and every
+/// `path.rs::name` whose file has no `fn name`. A path starts with one of [`REPO_DIRS`] after
+/// a character that cannot be part of a path (so `/usr/share/doc/…` and `../docs/x.md` are not
+/// read as one) and ends at the first character that cannot (a glob's `*` included: `tests/*.rs`
+/// is read as `tests/`).
+fn check_paths(file: &str, text: &str) -> Vec<String> {
+    let path_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/');
+    let mut problems = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let at = format!("{file}:{}", i + 1);
+        let mut pos = 0;
+        while let Some(start) = REPO_DIRS.iter().filter_map(|d| line[pos..].find(d).map(|s| s + pos)).min() {
+            let end = line[start..].find(|c: char| !path_char(c)).map_or(line.len(), |e| start + e);
+            pos = end.max(start + 1);
+            if line[..start].chars().next_back().is_some_and(path_char) {
+                continue;
+            }
+            let path = line[start..end].trim_end_matches(['.', ',']);
+            // `kubectl logs deploy/NAME` names a Deployment (checked with the object names).
+            let deployment = path.starts_with("deploy/") && line[..start].contains("kubectl");
+            if !repo_root().join(path).exists() && !deployment {
+                problems.push(format!("{at}: {path} does not exist"));
+                continue;
+            }
+            let Some(rest) = line[end..].strip_prefix("::").filter(|_| path.ends_with(".rs")) else { continue };
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let source = read_doc(path);
+            let defined = ["(", "<"].iter().any(|after| source.contains(&format!("fn {name}{after}")));
+            if !name.is_empty() && !defined {
+                problems.push(format!("{at}: {path} has no fn {name}"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn paths_and_functions_named_in_the_docs_exist() {
+    let architecture = read_doc("docs/architecture.md");
+    let named = architecture.matches("src/").count();
+    assert!(named > 50, "docs/architecture.md names only {named} paths under src/: was it rewritten?");
+    let mut problems = Vec::new();
+    for (file, text) in all_docs() {
+        problems.extend(check_paths(&file, &text));
+    }
+    assert!(problems.is_empty(), "the docs name paths or functions that do not exist:\n{}", problems.join("\n"));
+
+    // A path that does not exist, or a function its file does not define, is reported; a path
+    // inside another one, a glob, and a sentence's full stop are not.
+    let text = "`src/core/volumes/planer.rs` and `src/core/volumes/planner.rs::plan_everything`\n\
+                `src/core/volumes/planner.rs::plan`, /usr/share/doc/x, tests/*.rs, ../docs/x, src/agent/.\n\
+                `kubectl logs deploy/lsp-local-static-provisioner`";
+    let problems = check_paths("x.md", text);
+    assert_eq!(
+        problems,
+        [
+            "x.md:1: src/core/volumes/planer.rs does not exist",
+            "x.md:1: src/core/volumes/planner.rs has no fn plan_everything",
+        ],
+    );
 }

@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The ranks, lowest first: a module may import only modules of a lower rank. The README's
-/// layout section says the same.
+/// The ranks, lowest first: a module may import only modules of a lower rank.
+/// docs/architecture.md's table of top-level modules says the same.
 const RANKS: &[&[&str]] = &[
     // Pure logic and build facts: no I/O, no imports of the rest.
     &["core", "build_info", "memory"],
@@ -339,7 +339,7 @@ fn layout_problems(src: &Path) -> Vec<String> {
         }
     }
     for module in unranked {
-        problems.push(format!("{module} has no rank: add it to RANKS in tests/layout.rs and to the README"));
+        problems.push(format!("{module} has no rank: add it to RANKS in tests/layout.rs and to docs/architecture.md"));
     }
     for circle in circles(&graph) {
         problems.push(format!("import circle between top-level modules: {circle}"));
