@@ -133,8 +133,8 @@ impl Agent {
     /// the problems met at start-up, before the API could be reached (`ConfigInvalid`; later
     /// ones are told as reloads meet them).
     pub(super) async fn tell_config_findings(&mut self) {
-        if !std::mem::replace(&mut self.told_first_load, true)
-            && let Some(problem) = &self.config_problem
+        if !std::mem::replace(&mut self.config_state.told_first_load, true)
+            && let Some(problem) = &self.config_state.config_problem
         {
             let note = if self.has_config {
                 format!("configuration partly refused at start-up: {problem}")
@@ -143,12 +143,12 @@ impl Agent {
             };
             self.cluster.event(&node_reference(&self.node), true, "ConfigInvalid", "Load", note).await;
         }
-        if self.config_warnings == self.told_warnings {
+        if self.config_state.config_warnings == self.config_state.told_warnings {
             return;
         }
-        self.told_warnings = self.config_warnings.clone();
-        if !self.config_warnings.is_empty() {
-            let note = format!("configuration: {}", self.config_warnings.join("; "));
+        self.config_state.told_warnings = self.config_state.config_warnings.clone();
+        if !self.config_state.config_warnings.is_empty() {
+            let note = format!("configuration: {}", self.config_state.config_warnings.join("; "));
             self.cluster.event(&node_reference(&self.node), true, "ConfigUnknownKeys", "Load", note).await;
         }
     }
@@ -156,30 +156,40 @@ impl Agent {
     /// Applies a changed config directory. New settings apply to new PVs; existing PVs are not
     /// changed. A class that became invalid keeps its last valid definition.
     pub(super) async fn reload_config(&mut self) {
-        let loaded =
-            match read_config(&mut self.source, &self.ops, self.host_timeout, ConfigSource::load_if_changed).await {
-                Ok(read) => {
-                    if std::mem::take(&mut self.config_unread) {
-                        info!(config_dir = %self.source.dir().display(), "the config directory answers again");
-                        let detail =
-                            self.config_problem.as_ref().filter(|_| self.has_config).map(|p| format!("config: {p}"));
-                        self.readiness.set_detail(detail);
-                        self.say_readiness();
-                    }
-                    match read {
-                        Some(loaded) => loaded,
-                        None => return,
-                    }
+        let loaded = match read_config(
+            &mut self.config_state.source,
+            &self.ops,
+            self.host_timeout,
+            ConfigSource::load_if_changed,
+        )
+        .await
+        {
+            Ok(read) => {
+                if std::mem::take(&mut self.config_state.config_unread) {
+                    info!(config_dir = %self.config_state.source.dir().display(), "the config directory answers again");
+                    let detail = self
+                        .config_state
+                        .config_problem
+                        .as_ref()
+                        .filter(|_| self.has_config)
+                        .map(|p| format!("config: {p}"));
+                    self.readiness.set_detail(detail);
+                    self.say_readiness();
                 }
-                Err(why) => return self.config_unread(why),
-            };
+                match read {
+                    Some(loaded) => loaded,
+                    None => return,
+                }
+            }
+            Err(why) => return self.config_unread(why),
+        };
         match loaded {
             Ok(loaded) => {
-                self.config_warnings.clone_from(&loaded.warnings);
+                self.config_state.config_warnings.clone_from(&loaded.warnings);
                 let eff = effective(&loaded, self.has_config.then_some(&self.config));
                 let changed = !self.has_config || eff.config != self.config;
                 if changed {
-                    log_findings(self.source.dir(), &loaded, &eff);
+                    log_findings(self.config_state.source.dir(), &loaded, &eff);
                     if self.has_config {
                         let classes = eff.config.storage_class_map.len();
                         info!(classes, "configuration reloaded");
@@ -189,28 +199,28 @@ impl Agent {
                     self.identity = super::node::identity_for(&self.node_info, eff.config.use_node_name_only);
                     self.config = eff.config.clone();
                     self.has_config = true;
-                    self.left_out_classes = eff.left_out_problems();
+                    self.config_state.left_out_classes = eff.left_out_problems();
                 }
                 match failure_summary(&eff) {
                     Some(problem) => {
-                        if self.config_problem.as_deref() != Some(problem.as_str()) {
+                        if self.config_state.config_problem.as_deref() != Some(problem.as_str()) {
                             // A change applied has had its failures logged with its findings.
                             if !changed {
                                 for line in eff.describe_failures() {
-                                    error!(config_dir = %self.source.dir().display(), "{line}");
+                                    error!(config_dir = %self.config_state.source.dir().display(), "{line}");
                                 }
                             }
                             let note = format!("configuration change partly refused: {problem}");
                             self.cluster
                                 .event(&node_reference(&self.node), true, "ConfigInvalid", "Reload", note)
                                 .await;
-                            self.config_problem = Some(problem.clone());
+                            self.config_state.config_problem = Some(problem.clone());
                         }
                         self.readiness.set_detail(Some(format!("config: {problem}")));
                         self.metrics.set_config_valid(false);
                     }
                     None => {
-                        if self.config_problem.take().is_some() {
+                        if self.config_state.config_problem.take().is_some() {
                             info!("configuration valid again");
                         }
                         self.readiness.set_detail(None);
@@ -221,11 +231,11 @@ impl Agent {
             }
             Err(e) => {
                 let problem = e.to_string();
-                if self.config_problem.as_deref() != Some(problem.as_str()) {
+                if self.config_state.config_problem.as_deref() != Some(problem.as_str()) {
                     error!(error = %problem, "configuration change refused; the last valid configuration stays in use");
                     let note = format!("configuration change refused, last valid configuration kept: {problem}");
                     self.cluster.event(&node_reference(&self.node), true, "ConfigInvalid", "Reload", note).await;
-                    self.config_problem = Some(problem.clone());
+                    self.config_state.config_problem = Some(problem.clone());
                 }
                 self.metrics.set_config_valid(false);
                 if self.has_config {
@@ -240,7 +250,7 @@ impl Agent {
     /// not answering): the configuration in use stays, and readiness says so (not ready while
     /// there is none yet). Logged once per occurrence.
     fn config_unread(&mut self, why: String) {
-        self.config_unread = true;
+        self.config_state.config_unread = true;
         if self.problems.first_seen(format!("config-read/{why}")) {
             warn!("{why}; the configuration in use stays until it is read");
         }
@@ -256,8 +266,8 @@ impl Agent {
     /// deadline, host::mounts::watch::DirWatcher) is reported once per occurrence and tried again on
     /// the next pass. Off the runtime's workers: it waits up to the executor's grace.
     pub(super) async fn watch_dirs(&mut self) {
-        let Some(mut watcher) = self.dir_watcher.take() else { return };
-        let config_dir = self.source.dir().to_path_buf();
+        let Some(mut watcher) = self.watches.dir_watcher.take() else { return };
+        let config_dir = self.config_state.source.dir().to_path_buf();
         let mut dirs: BTreeMap<PathBuf, Subject> = self
             .config
             .storage_class_map
@@ -275,7 +285,7 @@ impl Agent {
             warn!("the directory watcher's task failed; changes are found by mount events and resync");
             return;
         };
-        self.dir_watcher = Some(watcher);
+        self.watches.dir_watcher = Some(watcher);
         for e in problems {
             if self.problems.first_seen(format!("watch/{e}")) {
                 warn!(error = %e, "directory not watched (yet); changes there are found by mount events and resync");
@@ -289,11 +299,11 @@ impl Agent {
     /// changes.
     pub(super) async fn say_watch_shortage(&mut self) {
         use crate::core::mounts::inotify::{EXHAUSTED_REASON, RESTORED_REASON, ShortageNotice, shortage_notice};
-        let Some(inotify) = &self.inotify else { return };
+        let Some(inotify) = &self.watches.inotify else { return };
         let now = inotify.shortage();
         self.metrics.set_watch_degraded(now.instances, now.watches);
-        let notice = shortage_notice(self.told_shortage, now);
-        self.told_shortage = now;
+        let notice = shortage_notice(self.watches.told_shortage, now);
+        self.watches.told_shortage = now;
         match notice {
             Some(ShortageNotice::Exhausted { note }) => {
                 warn!(%note, "inotify exhausted");

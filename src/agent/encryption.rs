@@ -382,7 +382,7 @@ impl Agent {
     /// each failure told once per cause and tried again at a later pass.
     async fn destroy_orphans(&mut self, orphans: Vec<KeyInfo>) {
         for key in orphans {
-            let path = self.found_disks.iter().find(|(host_path, _)| *host_path == key.host_path).and_then(
+            let path = self.marks.found_disks.iter().find(|(host_path, _)| *host_path == key.host_path).and_then(
                 |(host_path, _)| {
                     self.config.storage_class_map.values().find_map(|c| {
                         crate::core::volumes::pv::container_path(host_path, &c.host_dir, &c.mount_dir).ok()

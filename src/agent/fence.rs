@@ -116,7 +116,7 @@ impl Agent {
         if reason != FenceReason::NotItsDisk {
             return FenceFacts::default();
         }
-        let here = self.found_disks.iter().find(|(path, _)| *path == pv.host_path).map(|(_, id)| id.as_str());
+        let here = self.marks.found_disks.iter().find(|(path, _)| *path == pv.host_path).map(|(_, id)| id.as_str());
         let owner = here.and_then(|id| {
             all.iter()
                 .find(|other| other.name != pv.name && other.identity.as_deref().is_some_and(|r| may_share_disk(r, id)))
@@ -126,7 +126,7 @@ impl Agent {
                 Some((ns, claim, _)) => format!("{} (claim {ns}/{claim})", other.name),
                 None => other.name.clone(),
             }),
-            own_disk_at: where_moved(pv, &self.found_disks),
+            own_disk_at: where_moved(pv, &self.marks.found_disks),
         }
     }
 

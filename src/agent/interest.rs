@@ -35,7 +35,7 @@ impl Agent {
             }
         }
         let block_found = disks.iter().any(|d| matches!(d, DiskKey::Block { .. }));
-        if let (Some(watch), Some(table)) = (&self.mount_watch, &observation.mounts) {
+        if let (Some(watch), Some(table)) = (&self.watches.mount_watch, &observation.mounts) {
             let interest = MountInterest {
                 paths,
                 devices: devices.clone(),
@@ -44,7 +44,7 @@ impl Agent {
             };
             watch.set(interest, table);
         }
-        if let Some(watch) = &self.watch_needs {
+        if let Some(watch) = &self.watches.watch_needs {
             // Anonymous devices (tmpfs, btrfs, overlay) are no block device of the list.
             let on_disks = devices.into_iter().filter(|d| !d.starts_with("0:")).collect();
             watch.set_devices(DeviceInterest { all: claims || block_class || block_found, devices: on_disks });

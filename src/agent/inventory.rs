@@ -404,7 +404,7 @@ impl Agent {
             ?what,
             volumes = status.summary.volumes,
             available = status.summary.available,
-            settling = self.settling,
+            settling = self.settles.settling,
             expected = !self.expectations.is_empty(),
             first = self.inventory.written.is_none(),
             "node inventory: writing"
@@ -493,8 +493,8 @@ impl Agent {
         build(Inputs {
             node: self.node_info.name.clone(),
             version: version(),
-            config_problem: self.config_problem.clone(),
-            unknown_keys: self.config_warnings.clone(),
+            config_problem: self.config_state.config_problem.clone(),
+            unknown_keys: self.config_state.config_warnings.clone(),
             classes,
             devices: std::mem::take(&mut self.inventory.devices),
             entries,
@@ -518,7 +518,7 @@ impl Agent {
         // Publishing is under way while volumes settle, while PVs created or deleted are not
         // yet in the store, and while this node's new PVs wait for the PV controller to make
         // them Available (it is throttled: 20 a second for the whole cluster).
-        let publishing = self.settling > 0
+        let publishing = self.settles.settling > 0
             || !self.expectations.is_empty()
             || states.iter().any(|pv| pv.phase == "Pending" && !pv.deleting);
         self.write_status(status, Writing::Whole { publishing }).await;

@@ -115,12 +115,12 @@ impl Agent {
     /// not read again by this process.
     pub(super) async fn ensure_marks(&mut self, states: &[PvState], missing: &std::collections::BTreeSet<String>) {
         let live: std::collections::HashSet<&str> = states.iter().map(|s| s.uid.as_str()).collect();
-        self.marked.retain(|uid, _| live.contains(uid.as_str()));
+        self.marks.marked.retain(|uid, _| live.contains(uid.as_str()));
         let busy = self.cleaner.busy(states);
         let candidates: Vec<&PvState> = states
             .iter()
             .filter(|pv| !pv.deleting && !missing.contains(&pv.uid) && !busy.pvs.contains(&pv.uid))
-            .filter(|pv| match self.marked.get(&pv.uid) {
+            .filter(|pv| match self.marks.marked.get(&pv.uid) {
                 Some(claimed) => !claimed && pv.used_by_a_claim(),
                 None => true,
             })
@@ -191,10 +191,10 @@ impl Agent {
                 Ok(MarkOutcome::Written(m, carrier)) => {
                     debug!(pv = %pv.name, claimed = m.claimed, "used mark written");
                     self.report_node_local(m, carrier).await;
-                    self.marked.insert(pv.uid.clone(), m.claimed);
+                    self.marks.marked.insert(pv.uid.clone(), m.claimed);
                 }
                 Ok(MarkOutcome::Kept(Some(m))) if m.pv == pv.name && m.uid.as_deref() == Some(pv.uid.as_str()) => {
-                    self.marked.insert(pv.uid.clone(), m.claimed);
+                    self.marks.marked.insert(pv.uid.clone(), m.claimed);
                 }
                 Ok(MarkOutcome::NotTheDisk(why)) => {
                     debug!(pv = %pv.name, "not marking: the disk at its path is not proven to be its own ({why})")

@@ -245,13 +245,13 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let cleaner = cleaner.with_operations(ops.clone());
     let parts = Parts { cluster, host, ops, cleaner, metrics, readiness, node, pv_store, sc_store };
     let mut agent = Agent::new(parts, &opts, first.config, first.problem, source)?;
-    agent.left_out_classes = first.left_out;
-    agent.config_warnings = first.warnings;
+    agent.config_state.left_out_classes = first.left_out;
+    agent.config_state.config_warnings = first.warnings;
     agent.say_readiness();
-    agent.dir_watcher = dir_watcher;
-    agent.inotify = inotify;
-    agent.watch_needs = Some(watch_needs);
-    agent.mount_watch = Some(mount_watch);
+    agent.watches.dir_watcher = dir_watcher;
+    agent.watches.inotify = inotify;
+    agent.watches.watch_needs = Some(watch_needs);
+    agent.watches.mount_watch = Some(mount_watch);
     agent.kernel_log = kernel_log;
     agent.node_store = Some(node_store);
     // Before anything else: no pod newly mounts a volume of this node until this agent's first
@@ -286,7 +286,76 @@ pub(crate) struct Parts {
     pub sc_store: Store<StorageClass>,
 }
 
-/// The agent's state between passes.
+/// What reading the configuration remembers between passes: where it comes from, why the one
+/// on disk is not in use, what was told of it. Read and written by agent::config only (and the
+/// inventory, which reports it).
+struct ConfigState {
+    /// Where the configuration comes from, re-read only when it changed.
+    source: crate::config::ConfigSource,
+    /// Why the configuration on disk is not the one in use, if it is not.
+    config_problem: Option<String>,
+    /// Classes of the ConfigMap left out as invalid (never valid since start-up), with their
+    /// problems: their PVs are kept as they are, and a refused wipe says why.
+    left_out_classes: BTreeMap<String, String>,
+    /// The unknown keys of the configuration on disk (config::LoadedConfig::warnings), and
+    /// those last told on the Node: told again only when they change.
+    config_warnings: Vec<String>,
+    told_warnings: Vec<String>,
+    /// Whether the problems of the first read were told (they are read before the API is).
+    told_first_load: bool,
+    /// Whether the last read of the config directory gave no answer (host::ops).
+    config_unread: bool,
+}
+
+/// The watches that wake passes, and what each pass tells them it needs (agent::interest,
+/// agent::config).
+#[derive(Default)]
+struct WatchState {
+    dir_watcher: Option<DirWatcher>,
+    /// The agent's one inotify instance, and the shortage of it last told on the Node.
+    inotify: Option<Arc<Inotify>>,
+    told_shortage: crate::core::mounts::inotify::Shortage,
+    /// What the block-device watch must read periodically, from what the last pass found.
+    watch_needs: Option<Arc<WatchNeeds>>,
+    /// Which mount changes wake a pass, from what the last pass read.
+    mount_watch: Option<Arc<MountWatch>>,
+}
+
+/// Settle windows: a found volume, a vanished one, a stale predecessor must stay so for a while
+/// before a pass acts on it; the loop wakes at the next window's end.
+#[derive(Default)]
+struct SettleState {
+    settle: Duration,
+    succession_settle: Duration,
+    /// Since when each found volume (path and identity) has been seen.
+    new_volumes: Settler,
+    /// Since when each PV's volume has been missing.
+    vanished: Settler,
+    /// Since when each PV of an earlier incarnation of this Node has looked stale.
+    stale: Settler,
+    /// When the next volume settles, so the loop wakes up for it.
+    next_settle: Option<Instant>,
+    /// Found volumes the last publishing left inside their settle window.
+    settling: usize,
+}
+
+/// What the marking stages remember: disks found carrying their complete used mark, disk-id
+/// labels put on, and where every found volume's disk is.
+#[derive(Default)]
+struct MarkState {
+    /// UIDs of PVs whose disk was found carrying their complete used mark, and whether it
+    /// records a claim: not read again until a claim shows up on an unclaimed one.
+    marked: BTreeMap<String, bool>,
+    /// PVs (by UID) this process put the disk-id label on, with the resourceVersion they had:
+    /// not patched again while the store still shows that version.
+    disk_labelled: BTreeMap<String, String>,
+    /// (host path, identity) of every volume the last scan found, settled or not: where a PV's
+    /// disk that left its path went.
+    found_disks: Vec<(String, String)>,
+}
+
+/// The agent's state between passes: owned sub-states, each read and written by the stages
+/// named on it, and the parts shared by all.
 pub(crate) struct Agent {
     cluster: Cluster,
     host: Arc<dyn HostAccess>,
@@ -302,45 +371,12 @@ pub(crate) struct Agent {
     cleaner: Cleaner,
     metrics: Metrics,
     readiness: Readiness,
-    /// Where the configuration comes from, re-read only when it changed.
-    source: crate::config::ConfigSource,
     /// The configuration in use: the last valid one read.
     config: ProvisionerConfig,
     /// Whether any valid configuration has been read yet.
     has_config: bool,
-    /// Why the configuration on disk is not the one in use, if it is not.
-    config_problem: Option<String>,
-    /// Classes of the ConfigMap left out as invalid (never valid since start-up), with their
-    /// problems: their PVs are kept as they are, and a refused wipe says why.
-    left_out_classes: BTreeMap<String, String>,
-    /// The unknown keys of the configuration on disk (config::LoadedConfig::warnings), and
-    /// those last told on the Node: told again only when they change.
-    config_warnings: Vec<String>,
-    told_warnings: Vec<String>,
-    /// Whether the problems of the first read were told (they are read before the API is).
-    told_first_load: bool,
-    /// Whether the last read of the config directory gave no answer (host::ops).
-    config_unread: bool,
-    dir_watcher: Option<DirWatcher>,
-    /// The agent's one inotify instance, and the shortage of it last told on the Node.
-    inotify: Option<Arc<Inotify>>,
-    told_shortage: crate::core::mounts::inotify::Shortage,
-    /// What the block-device watch must read periodically, from what the last pass found.
-    watch_needs: Option<Arc<WatchNeeds>>,
-    /// Which mount changes wake a pass, from what the last pass read.
-    mount_watch: Option<Arc<MountWatch>>,
     /// The devices the kernel log said failed (host::health::kernel_log fills it).
     kernel_log: Arc<std::sync::Mutex<crate::core::health::kernel_log::KernelLogMemory>>,
-    settle: Duration,
-    succession_settle: Duration,
-    /// Since when each found volume (path and identity) has been seen.
-    new_volumes: Settler,
-    /// Since when each PV's volume has been missing.
-    vanished: Settler,
-    /// Since when each PV of an earlier incarnation of this Node has looked stale.
-    stale: Settler,
-    /// When the next volume settles, so the loop wakes up for it.
-    next_settle: Option<Instant>,
     node: Node,
     /// The watch of this Node (None in unit tests that do not give one), and the
     /// resourceVersion of the copy last taken from it.
@@ -358,15 +394,6 @@ pub(crate) struct Agent {
     /// PVs this agent created, or deleted, that its store does not show so yet
     /// (core::reconcile::expectations).
     expectations: Expectations,
-    /// UIDs of PVs whose disk was found carrying their complete used mark, and whether it
-    /// records a claim: not read again until a claim shows up on an unclaimed one.
-    marked: BTreeMap<String, bool>,
-    /// PVs (by UID) this process put the disk-id label on, with the resourceVersion they had:
-    /// not patched again while the store still shows that version.
-    disk_labelled: BTreeMap<String, String>,
-    /// (host path, identity) of every volume the last scan found, settled or not: where a PV's
-    /// disk that left its path went.
-    found_disks: Vec<(String, String)>,
     /// What each fence in force last told its owners (core::fence::volume_fence::fences_to_tell).
     fences_told:
         BTreeMap<String, (crate::core::fence::volume_fence::FenceReason, crate::core::fence::volume_fence::FenceFacts)>,
@@ -379,14 +406,16 @@ pub(crate) struct Agent {
     last_scan: Option<Instant>,
     /// The node inventory: what was last written, this pass's inputs, the used-disk copy.
     inventory: inventory::InventoryState,
-    /// Found volumes the last publishing left inside their settle window.
-    settling: usize,
     /// Whether the start-up taint was removed (or found absent) since this process started
     /// (core::fence::startup_taint).
     startup_taint_done: bool,
     /// The encrypted volumes' keys: the store's last listing, keys readied lately, keys known
     /// in the kernel (agent::encryption).
     keys: encryption::KeyState,
+    config_state: ConfigState,
+    watches: WatchState,
+    settles: SettleState,
+    marks: MarkState,
 }
 
 impl Agent {
@@ -410,27 +439,9 @@ impl Agent {
             cleaner: parts.cleaner,
             metrics: parts.metrics,
             readiness: parts.readiness,
-            source,
             has_config: config.is_some(),
             config: config.unwrap_or_default(),
-            config_problem,
-            left_out_classes: BTreeMap::new(),
-            config_warnings: Vec::new(),
-            told_warnings: Vec::new(),
-            told_first_load: false,
-            config_unread: false,
-            dir_watcher: None,
-            inotify: None,
-            told_shortage: Default::default(),
-            watch_needs: None,
-            mount_watch: None,
             kernel_log: Arc::default(),
-            settle: opts.settle,
-            succession_settle: opts.succession_settle.max(opts.settle),
-            new_volumes: Settler::default(),
-            vanished: Settler::default(),
-            stale: Settler::default(),
-            next_settle: None,
             node: parts.node,
             node_store: None,
             watched_version: None,
@@ -442,24 +453,46 @@ impl Agent {
             adopted: false,
             foreign: BTreeMap::new(),
             expectations: Expectations::default(),
-            marked: BTreeMap::new(),
-            disk_labelled: BTreeMap::new(),
-            found_disks: Vec::new(),
             fences_told: BTreeMap::new(),
             effects: Effects::default(),
             problems: Occurrences::default(),
             last_scan: None,
             inventory: inventory::InventoryState::default(),
-            settling: 0,
             startup_taint_done: false,
             keys: encryption::KeyState::default(),
+            marks: MarkState { marked: BTreeMap::new(), disk_labelled: BTreeMap::new(), found_disks: Vec::new() },
+            settles: SettleState {
+                settle: opts.settle,
+                succession_settle: opts.succession_settle.max(opts.settle),
+                new_volumes: Settler::default(),
+                vanished: Settler::default(),
+                stale: Settler::default(),
+                next_settle: None,
+                settling: 0,
+            },
+            watches: WatchState {
+                dir_watcher: None,
+                inotify: None,
+                told_shortage: Default::default(),
+                watch_needs: None,
+                mount_watch: None,
+            },
+            config_state: ConfigState {
+                source,
+                config_problem,
+                left_out_classes: BTreeMap::new(),
+                config_warnings: Vec::new(),
+                told_warnings: Vec::new(),
+                told_first_load: false,
+                config_unread: false,
+            },
         })
     }
 
     /// Ready once the watches synced, while a valid configuration is in use; the reason
     /// otherwise.
     fn say_readiness(&self) {
-        match (&self.config_problem, self.has_config) {
+        match (&self.config_state.config_problem, self.has_config) {
             (Some(problem), false) => self.readiness.set(Some(format!("no valid configuration: {problem}"))),
             _ => self.readiness.set(None),
         }
@@ -516,7 +549,7 @@ impl Agent {
         let expiry = self.expectations.next_expiry().filter(|at| *at > Instant::now());
         [
             self.cleaner.next_retry(),
-            self.next_settle,
+            self.settles.next_settle,
             self.effects.next_due(),
             self.ops.next_retry(),
             expiry,
@@ -572,7 +605,7 @@ impl Agent {
         scan: &crate::host::volumes::discovery::Scan,
         signs: &[(String, crate::core::health::disk_health::Signs)],
     ) {
-        let Some(watch) = &self.watch_needs else { return };
+        let Some(watch) = &self.watches.watch_needs else { return };
         let on_disk = |v: &crate::core::volumes::pv::FoundVolume| match &v.disk {
             crate::core::volumes::volume_safety::DiskKey::Filesystem { device, .. } => !device.starts_with("0:"),
             crate::core::volumes::volume_safety::DiskKey::Block { .. } => false,

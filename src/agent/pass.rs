@@ -249,7 +249,7 @@ impl Agent {
         });
         self.effects.end_pass();
         let live_pvs: BTreeSet<&str> = api.states.iter().map(|s| s.uid.as_str()).collect();
-        let found: BTreeSet<&str> = self.found_disks.iter().map(|(path, _)| path.as_str()).collect();
+        let found: BTreeSet<&str> = self.marks.found_disks.iter().map(|(path, _)| path.as_str()).collect();
         self.cleaner.retain(|key| match key {
             EffectKey::Wipe(uid) => live_pvs.contains(uid.as_str()),
             EffectKey::WipeFirst(path) => found.contains(path.as_str()),
@@ -259,7 +259,7 @@ impl Agent {
 
     /// The pass's end: the next settle deadline, metrics, the inventory, the start-up taint.
     async fn finish(&mut self, api: &ApiView, applied: Applied, started: Instant) {
-        self.next_settle = [self.next_settle, applied.next_settle].into_iter().flatten().min();
+        self.settles.next_settle = [self.settles.next_settle, applied.next_settle].into_iter().flatten().min();
         debug!(
             desired = applied.desired,
             observed = api.shown,
@@ -281,7 +281,7 @@ impl Agent {
         self.metrics.pass_done(started.elapsed(), applied.discovery_time);
         self.write_inventory(&api.states).await;
         let failed_creates = self.effects.failed_keys().filter(|k| matches!(k, EffectKey::Create(_))).count();
-        let outcome = PassOutcome { configured: true, settling: self.settling, failed_creates };
+        let outcome = PassOutcome { configured: true, settling: self.settles.settling, failed_creates };
         self.follow_startup_taint(outcome).await;
     }
 }

@@ -18,7 +18,7 @@ impl Agent {
     /// UIDs of this node's PVs whose volume has been gone for the settle window (from the
     /// observation's `absent`), and when the next one would be.
     pub(super) fn missing_volumes(&mut self, absent: &[String]) -> (BTreeSet<String>, Option<Instant>) {
-        self.vanished.observe(absent.iter().cloned(), Instant::now(), self.settle)
+        self.settles.vanished.observe(absent.iter().cloned(), Instant::now(), self.settles.settle)
     }
 
     /// Withdraws unbound PVs whose volume vanished, flags bound ones, unflags returned ones.
@@ -28,7 +28,7 @@ impl Agent {
         let moved: BTreeMap<String, String> = states
             .iter()
             .filter(|pv| missing.contains(&pv.uid))
-            .filter_map(|pv| Some((pv.uid.clone(), where_moved(pv, &self.found_disks)?)))
+            .filter_map(|pv| Some((pv.uid.clone(), where_moved(pv, &self.marks.found_disks)?)))
             .collect();
         for action in plan_presence(states, missing, &moved) {
             match action {

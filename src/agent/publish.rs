@@ -49,16 +49,17 @@ impl Agent {
             *unpublished_by_reason.entry(s.reason.code()).or_default() += 1;
         }
         self.report_skips(&scan).await;
-        self.found_disks = scan.volumes.iter().map(|v| (v.host_path.clone(), v.identity.clone())).collect();
+        self.marks.found_disks = scan.volumes.iter().map(|v| (v.host_path.clone(), v.identity.clone())).collect();
         let mut scan = scan;
         // A new volume is published once it has stayed (same disk at the same path) for the
         // settle window, counted from the event that revealed it.
         let keys = scan.volumes.iter().map(|v| format!("{}\n{}", v.host_path, v.identity));
-        let (settled, next_new) = self.new_volumes.observe_since(keys, revealed, Instant::now(), self.settle);
-        self.next_settle = next_new;
+        let (settled, next_new) =
+            self.settles.new_volumes.observe_since(keys, revealed, Instant::now(), self.settles.settle);
+        self.settles.next_settle = next_new;
         let found = scan.volumes.len();
         scan.volumes.retain(|v| settled.contains(&format!("{}\n{}", v.host_path, v.identity)));
-        self.settling = found - scan.volumes.len();
+        self.settles.settling = found - scan.volumes.len();
         let policies = self.class_policies();
         let ctx =
             PvContext { config: &self.config, node: &self.node_info, provisioner_name: &self.identity.provisioner };

@@ -62,7 +62,7 @@ impl Agent {
             _ if wipes.is_empty() => BTreeMap::new(),
             Some(disks) => disks_shared_with_live_pvs(states, &wipes, disks),
             None => {
-                self.next_settle = Some(std::time::Instant::now());
+                self.settles.next_settle = Some(std::time::Instant::now());
                 let why = "its disk was not compared with the disks of this node's other PVs in this pass";
                 wipes.iter().map(|uid| (uid.clone(), why.to_string())).collect()
             }
@@ -100,7 +100,7 @@ impl Agent {
                             self.cleaner.start(pv, after, target);
                         }
                         Err(msg) => {
-                            let note = match self.left_out_classes.get(&pv.class) {
+                            let note = match self.config_state.left_out_classes.get(&pv.class) {
                                 Some(problems) => format!(
                                     "not wiping PV {}: its class {:?} is invalid in the ConfigMap ({problems}); \
                                      the volume is kept as it is until the class is fixed",
@@ -162,13 +162,13 @@ impl Agent {
     pub(super) async fn label_disks(&mut self, upgrades: &[(String, String)]) {
         let pvs = self.pv_store.state();
         let live: BTreeSet<&str> = pvs.iter().filter_map(|pv| pv.metadata.uid.as_deref()).collect();
-        self.disk_labelled.retain(|uid, _| live.contains(uid.as_str()));
+        self.marks.disk_labelled.retain(|uid, _| live.contains(uid.as_str()));
         for pv in &pvs {
             let (Some(name), Some(uid)) = (pv.metadata.name.as_deref(), pv.metadata.uid.as_deref()) else { continue };
             let rv = pv.metadata.resource_version.clone().unwrap_or_default();
             if pv.metadata.deletion_timestamp.is_some()
                 || upgrades.iter().any(|(u, _)| u == uid)
-                || self.disk_labelled.get(uid) == Some(&rv)
+                || self.marks.disk_labelled.get(uid) == Some(&rv)
             {
                 continue;
             }
@@ -180,7 +180,7 @@ impl Agent {
             let patched = self.cluster.set_pv_labels(name, Some(&rv), &labels);
             if let Some(Ok(())) = self.effects.run(&EffectKey::Upgrade(name.to_string()), patched).await {
                 info!(pv = %name, "disk-id label put on a PV made before it existed");
-                self.disk_labelled.insert(uid.to_string(), rv);
+                self.marks.disk_labelled.insert(uid.to_string(), rv);
             }
         }
     }

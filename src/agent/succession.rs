@@ -36,7 +36,9 @@ impl Agent {
                     // was swapped with another): its data is on this live node, so it is never
                     // taken for gone.
                     let check = match check {
-                        DiskCheck::Different | DiskCheck::Missing if where_moved(pv, &self.found_disks).is_some() => {
+                        DiskCheck::Different | DiskCheck::Missing
+                            if where_moved(pv, &self.marks.found_disks).is_some() =>
+                        {
                             DiskCheck::Moved
                         }
                         check => *check,
@@ -54,7 +56,7 @@ impl Agent {
         }
         let key = |pv: &PvState, check: DiskCheck| format!("{}\n{check:?}", pv.uid);
         let doubts = found.iter().filter(|(_, _, c)| doubtful(*c)).map(|(pv, _, c)| key(pv, *c));
-        let (settled, next) = self.stale.observe(doubts, Instant::now(), self.succession_settle);
+        let (settled, next) = self.settles.stale.observe(doubts, Instant::now(), self.settles.succession_settle);
         for (pv, path, check) in found {
             if doubtful(check) && !settled.contains(&key(&pv, check)) {
                 continue;
@@ -133,7 +135,7 @@ impl Agent {
                 self.metrics.succession("unverified");
             }
             SuccessionAction::FlagMoved { name } => {
-                let Some(to) = where_moved(pv, &self.found_disks) else { return };
+                let Some(to) = where_moved(pv, &self.marks.found_disks) else { return };
                 let patch = AnnotationPatch::new().set(ANN_VOLUME_MOVED_TO, to.clone()).remove(ANN_VOLUME_STALE);
                 let patched = self.cluster.patch_annotations(&name, rv, &patch);
                 if let Some(Ok(())) = self.effects.run(&EffectKey::FlagMoved(name.clone()), patched).await {

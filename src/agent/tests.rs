@@ -616,7 +616,7 @@ async fn a_class_broken_by_a_reload_keeps_its_last_valid_definition() {
     assert_eq!(classes.keys().collect::<Vec<_>>(), [CLASS, "new"]);
     assert_eq!(classes[CLASS].host_dir, "/mnt/disks", "the broken class runs as before");
     assert_eq!(lab.api.events(), events + 2, "one reload event and one ConfigInvalid event");
-    let problem = lab.agent.config_problem.clone().expect("the failure is remembered");
+    let problem = lab.agent.config_state.config_problem.clone().expect("the failure is remembered");
     assert!(
         problem.contains(&format!("class \"{CLASS}\" is invalid, its last valid definition stays in use")),
         "{problem}"
@@ -628,7 +628,7 @@ async fn a_class_broken_by_a_reload_keeps_its_last_valid_definition() {
     // Fixed.
     write(&format!("{CLASS}:\n  hostDir: /mnt/disks2\n  mountDir: /mnt/disks2\n"));
     lab.agent.reload_config().await;
-    assert!(lab.agent.config_problem.is_none());
+    assert!(lab.agent.config_state.config_problem.is_none());
     assert_eq!(lab.agent.config.storage_class_map[CLASS].host_dir, "/mnt/disks2");
 }
 
@@ -658,7 +658,7 @@ async fn a_config_directory_that_does_not_answer_keeps_the_last_good_config() {
     lab.agent.reload_config().await;
     assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
     assert_eq!(lab.agent.config.storage_class_map[CLASS].host_dir, "/mnt/disks", "the last good config stays");
-    assert!(lab.agent.config_unread);
+    assert!(lab.agent.config_state.config_unread);
     let detail = lab.agent.readiness.detail().unwrap_or_default();
     assert!(detail.contains("not read, the last good one stays in use"), "{detail}");
     // It answers again: the background retry reads it, a later reload applies it.
@@ -669,7 +669,7 @@ async fn a_config_directory_that_does_not_answer_keeps_the_last_good_config() {
         lab.agent.reload_config().await;
     }
     assert_eq!(lab.agent.config.storage_class_map[CLASS].host_dir, "/mnt/d2");
-    assert!(!lab.agent.config_unread);
+    assert!(!lab.agent.config_state.config_unread);
     assert!(lab.agent.readiness.detail().is_none_or(|d| !d.contains("not read")));
 }
 
@@ -1132,11 +1132,11 @@ async fn unknown_config_keys_and_start_up_problems_are_told_on_the_node_once() {
     lab.agent.reload_config().await;
     lab.agent.tell_config_findings().await;
     assert_eq!(lab.api.events(), events + 2, "fixed: nothing to tell");
-    assert!(lab.agent.config_warnings.is_empty());
+    assert!(lab.agent.config_state.config_warnings.is_empty());
 
     // A problem met at start-up (before the API could be reached) is told at the first pass.
     let mut lab = crate::agent::tests::lab().await;
-    lab.agent.config_problem = Some("class \"x\" is invalid".into());
+    lab.agent.config_state.config_problem = Some("class \"x\" is invalid".into());
     let events = lab.api.events();
     lab.agent.tell_config_findings().await;
     lab.agent.tell_config_findings().await;
