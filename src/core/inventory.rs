@@ -125,7 +125,8 @@ pub struct InventoryStatus {
     pub summary: Summary,
     /// The agent and the configuration it runs.
     pub agent: AgentInfo,
-    /// Per class of the configuration: its directory, mode and volumes.
+    /// Per class of the configuration (and of any PV of a class since removed): its directory,
+    /// mode and volumes.
     #[serde(default)]
     pub classes: Vec<ClassInventory>,
     /// The node's block devices (unattached loop devices left out) and what each class with a
@@ -437,7 +438,9 @@ pub fn crd() -> CustomResourceDefinition {
 /// - `int64` for schemars's `uint32` and `uint64` formats, which are not Kubernetes's (it knows
 ///   `int32` and `int64`); `minimum: 0` still says unsigned.
 /// - Descriptions are doc comments, wrapped at the code's width: a line break inside a paragraph
-///   becomes a space (`kubectl explain` wraps them itself).
+///   becomes a space (`kubectl explain` wraps them itself). The items of a described array have
+///   none of their own (their type's doc comment): `kubectl explain` would print it right after
+///   the array's, saying the same twice.
 fn api_schema(schema: &mut JSONSchemaProps) {
     schema.default = None;
     schema.nullable = None;
@@ -450,10 +453,17 @@ fn api_schema(schema: &mut JSONSchemaProps) {
     for property in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
         api_schema(property);
     }
-    match &mut schema.items {
-        Some(JSONSchemaPropsOrArray::Schema(items)) => api_schema(items),
-        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.iter_mut().for_each(api_schema),
-        None => {}
+    let described = schema.description.is_some();
+    let items = match &mut schema.items {
+        Some(JSONSchemaPropsOrArray::Schema(items)) => std::slice::from_mut(items.as_mut()),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.as_mut_slice(),
+        None => &mut [],
+    };
+    for item in items {
+        if described {
+            item.description = None;
+        }
+        api_schema(item);
     }
 }
 

@@ -676,7 +676,8 @@ fn the_resource_and_its_crd_say_the_same() {
 /// The schema is one the API server takes as structural and says only what it is to enforce:
 /// no references or combinators, a type everywhere, no defaults for it to write into stored
 /// objects, no nulls kept, only Kubernetes's formats, `required` naming properties, and
-/// descriptions as prose (no line breaks of the code's wrapping).
+/// descriptions as prose (no line breaks of the code's wrapping, an array's items not described
+/// again).
 #[test]
 fn the_crd_schema_is_structural_and_plain() {
     fn check(at: &str, schema: &serde_json::Value, problems: &mut Vec<String>) {
@@ -712,6 +713,9 @@ fn the_crd_schema_is_structural_and_plain() {
             check(&format!("{at}.{name}"), property, problems);
         }
         if let Some(items) = map.get("items") {
+            if map.contains_key("description") && items.get("description").is_some() {
+                problems.push(format!("{at}[]: described twice"));
+            }
             check(&format!("{at}[]"), items, problems);
         }
     }
