@@ -3,57 +3,20 @@
 //! subresource: fields it no longer sets are removed), and lists every node's when it must know
 //! which block disks other nodes recorded as used. The kubectl plugin lists them.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use serde::{Deserialize, Serialize};
 
-use crate::core::cluster::inventory::{GROUP, InventorySpec, InventoryStatus, KIND, PLURAL, VERSION};
+use crate::core::cluster::inventory::{InventorySpec, InventoryStatus};
 
 use super::*;
 
+/// One `LocalStorageNode` object: kube's derive of core::cluster::inventory's types, which also make
+/// its CRD.
+pub use crate::core::cluster::inventory::LocalStorageNode;
+
 /// The field manager of the agent's status writes.
 const FIELD_MANAGER: &str = "local-static-provisioner";
-
-/// One `LocalStorageNode` object.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LocalStorageNode {
-    #[serde(rename = "apiVersion", default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: InventorySpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<InventoryStatus>,
-}
-
-impl Resource for LocalStorageNode {
-    type DynamicType = ();
-    type Scope = kube::core::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        PLURAL.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
 
 /// What the inventory of a node is when it is read.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,8 +57,6 @@ impl Cluster {
     /// garbage collector removes it with the Node). One that exists already is fine.
     pub async fn create_inventory(&self, node: &str, node_uid: &str) -> Result<(), ApiError> {
         let obj = LocalStorageNode {
-            api_version: format!("{GROUP}/{VERSION}"),
-            kind: KIND.into(),
             metadata: ObjectMeta {
                 name: Some(node.to_string()),
                 owner_references: Some(vec![super::nodes::node_owner(node, node_uid)]),
@@ -116,8 +77,8 @@ impl Cluster {
     /// only writer). `Ok(false)` when the object does not exist (it must be created first).
     pub async fn apply_inventory_status(&self, node: &str, status: &InventoryStatus) -> Result<bool, ApiError> {
         let body = serde_json::json!({
-            "apiVersion": format!("{GROUP}/{VERSION}"),
-            "kind": KIND,
+            "apiVersion": LocalStorageNode::api_version(&()),
+            "kind": LocalStorageNode::kind(&()),
             "metadata": { "name": node },
             "status": status,
         });

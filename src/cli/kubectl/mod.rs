@@ -339,6 +339,8 @@ mod tests {
         assert!(uri.starts_with("/apis/local-static-provisioner.io/v1alpha1/localstoragenodes?"), "{uri}");
         assert!(matches!(err, PluginError::CrdMissing), "{err:?}");
         assert!(err.to_string().contains(CRD) && err.to_string().contains("deploy/base/crd.yaml"), "{err}");
+        use kube::core::CustomResourceExt as _;
+        assert_eq!(CRD, LocalStorageNode::crd_name(), "the name of the CRD the types make");
     }
 
     #[test]

@@ -7,10 +7,11 @@
 //! `-o json|yaml` prints the objects as the API holds them (a `v1` `List`, managed fields left
 //! out as kubectl does), narrowed by the same filters: for scripts.
 
+use kube::Resource as _;
 use serde_json::json;
 
 use crate::api::inventory::LocalStorageNode;
-use crate::core::cluster::inventory::{DeviceInventory, GROUP, InventoryStatus, KIND, VERSION, VolumeInventory};
+use crate::core::cluster::inventory::{DeviceInventory, InventoryStatus, VolumeInventory};
 use crate::core::volumes::capacity::iec;
 
 /// What the API answer could not be turned into.
@@ -282,8 +283,8 @@ fn objects(selection: &Selection<'_>, filter: &Filter, format: Format) -> Result
         let mut metadata = object.metadata.clone();
         metadata.managed_fields = None;
         let mut item = json!({
-            "apiVersion": format!("{GROUP}/{VERSION}"),
-            "kind": KIND,
+            "apiVersion": LocalStorageNode::api_version(&()),
+            "kind": LocalStorageNode::kind(&()),
             "metadata": metadata,
             "spec": object.spec,
         });

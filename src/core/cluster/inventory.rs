@@ -15,6 +15,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
+};
+use kube::CustomResource;
+use kube::core::CustomResourceExt as _;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::core::identity::disk_identity::DiskIdentity;
@@ -22,28 +28,95 @@ use crate::core::identity::disk_trust::same_whole_disk;
 use crate::core::identity::used_mark::UsedMark;
 use crate::core::volumes::capacity::iec;
 
-/// The API group of the inventory's kind (that of our annotations and labels).
-pub const GROUP: &str = "local-static-provisioner.io";
-/// Its version.
-pub const VERSION: &str = "v1alpha1";
-/// Its kind.
-pub const KIND: &str = "LocalStorageNode";
-/// Its plural resource name.
-pub const PLURAL: &str = "localstoragenodes";
+// The CRD (deploy/base/crd.yaml and the chart's crds/, which tests/crd.rs keeps equal to
+// [`crd`]) is generated from these types: kube's `CustomResource` derive makes the
+// `LocalStorageNode` object, its `Resource` (group, version, kind, plural) and its CRD, schemars
+// the schema, and every doc comment below is a field's description (`kubectl explain`), so they
+// are written for an operator. What only a reader of the code needs is in plain comments.
+//
+// Every struct has serde's default, so that a status another version wrote (older, newer, or cut
+// short) is read for what it has: one node's object never makes the list of all of them
+// unreadable. The fields the API server requires of a write are named in each struct's
+// `required` (schemars would take the defaults for "not required").
 
-/// The inventory object: named after its Node; the spec only repeats the node's name (what the
-/// admission policy checks against the writer's token), the status is the agent's.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Which Node the object describes: only its name, which the admission policy checks against the
+/// token of the agent that writes the object. The status is that agent's.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+// The printer columns repeat `type_ = "integer"` and the like, which clippy takes for a
+// duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[kube(
+    group = "local-static-provisioner.io",
+    version = "v1alpha1",
+    kind = "LocalStorageNode",
+    plural = "localstoragenodes",
+    shortname = "lsn",
+    category = "local-storage",
+    status = "InventoryStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "The local disks and volumes of one node, as its local-static-provisioner agent found them. Named after the Node and owned by it.",
+    printcolumn(name = "Disks", type_ = "integer", json_path = ".status.summary.disks", description = "Block devices"),
+    printcolumn(
+        name = "Claimed",
+        type_ = "integer",
+        json_path = ".status.summary.claimed",
+        description = "Devices claimed by a class"
+    ),
+    printcolumn(
+        name = "Volumes",
+        type_ = "integer",
+        json_path = ".status.summary.volumes",
+        description = "PVs of the node"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "integer",
+        json_path = ".status.summary.available",
+        description = "Available PVs"
+    ),
+    printcolumn(
+        name = "Capacity",
+        type_ = "string",
+        json_path = ".status.summary.availableCapacity",
+        description = "Capacity of the Available PVs"
+    ),
+    printcolumn(
+        name = "Problems",
+        type_ = "integer",
+        json_path = ".status.summary.problems",
+        description = "Things an operator may need to look at"
+    ),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.agent.version", priority = 1),
+    printcolumn(name = "Config-Valid", type_ = "boolean", json_path = ".status.agent.configValid", priority = 1),
+    printcolumn(name = "Observed", type_ = "date", json_path = ".status.observedAt", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("required" = ["nodeName"]))]
 pub struct InventorySpec {
     /// The Node this object describes (equal to the object's name).
     pub node_name: String,
 }
 
-/// What the agent of one node reports.
-// Every field has a default: a status another version wrote (older, newer, or cut short) is read
-// for what it has, so one node's object never makes the list of all of them unreadable.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+// The derived object requires its `spec`, and so does the schema: the API server refuses a write
+// without one. An object stored without one all the same (written before the CRD said so) is
+// read with the default spec instead of failing the list of all of them: serde reads an absent
+// field through `deserialize_option` (as an absent `Option`), and so does this, as does `null`.
+impl<'de> Deserialize<'de> for InventorySpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Default, Deserialize)]
+        #[serde(rename_all = "camelCase", default)]
+        struct Fields {
+            node_name: String,
+        }
+        let fields = Option::<Fields>::deserialize(deserializer)?;
+        Ok(fields.map(|f| InventorySpec { node_name: f.node_name }).unwrap_or_default())
+    }
+}
+
+/// What the node's agent reports. Written by that agent only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct InventoryStatus {
     /// The Node (equal to the object's name).
@@ -52,7 +125,8 @@ pub struct InventoryStatus {
     pub summary: Summary,
     /// The agent and the configuration it runs.
     pub agent: AgentInfo,
-    /// Per class of the configuration: its directory, mode and volumes.
+    /// Per class of the configuration (and of any PV of a class since removed): its directory,
+    /// mode and volumes.
     #[serde(default)]
     pub classes: Vec<ClassInventory>,
     /// The node's block devices (unattached loop devices left out) and what each class with a
@@ -63,8 +137,10 @@ pub struct InventoryStatus {
     /// not published.
     #[serde(default)]
     pub volumes: Vec<VolumeInventory>,
-    /// Block disks this node published, so that hold or held a tenant's data until wiped: the
-    /// cluster-side copy of the node's ledger (see core::identity::disk_trust).
+    /// Block disks this node published and has not wiped since (they hold or held a tenant's
+    /// data): held back (wiped first) wherever they show up. The cluster-side copy of the node's
+    /// ledger of used disks.
+    // What another node makes of them: core::identity::disk_trust.
     #[serde(default)]
     pub used_disks: Vec<UsedDiskRecord>,
     /// PV UIDs of other nodes' used-disk records whose disk this node wiped: those records no
@@ -72,34 +148,41 @@ pub struct InventoryStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub superseded: Vec<String>,
     /// Released PVs of other nodes (a claim used them) whose disk this node wiped since: they
-    /// no longer make it wipe the disk again (core::identity::disk_trust). Dropped once a lookup of that
-    /// disk no longer finds the PV.
+    /// no longer make it wipe the disk again. Dropped once a lookup of that disk no longer finds
+    /// the PV.
+    // core::identity::disk_trust reads them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub superseded_pvs: Vec<SupersededPv>,
-    /// Disks held back here by another node's PV or record (core::identity::disk_trust), and by which.
+    /// Disks held back here by another node's PV or used-disk record, and by which.
+    // Judged by core::identity::disk_trust.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<HeldDisk>,
     /// When the pass that found this content ended (RFC 3339). Not content: later passes that
     /// found the same write nothing, so this is the time of the last change seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
     pub observed_at: Option<String>,
 }
 
 /// A released PV of another node whose disk this node wiped.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("required" = ["uid", "disk"]))]
 pub struct SupersededPv {
     /// The PV's UID.
     pub uid: String,
-    /// The disk-id label of the disk (core::identity::disk_trust::disk_label).
+    /// The disk-id label of the disk this node wiped for it.
+    // core::identity::disk_trust::disk_label.
     pub disk: String,
 }
 
-/// A volume held back because of another node's PV or used-disk record (core::identity::disk_trust).
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// A volume held back because of another node's PV or used-disk record.
+// Judged by core::identity::disk_trust.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("required" = ["path", "node", "record", "reason"]))]
 pub struct HeldDisk {
-    /// The held volume's host path.
+    /// The host path of the held volume.
     pub path: String,
     /// The node whose PV or record holds it.
     pub node: String,
@@ -115,7 +198,7 @@ pub struct HeldDisk {
 }
 
 /// The counts of the printer columns.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Summary {
     /// Block devices listed.
@@ -136,24 +219,25 @@ pub struct Summary {
 }
 
 /// The agent and its configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct AgentInfo {
-    /// Its version (crate version and commit).
+    /// The agent's version and commit.
     pub version: String,
     /// Whether the configuration on disk is the one in use.
     pub config_valid: bool,
     /// Why not, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_problem: Option<String>,
-    /// Keys of the configuration it does not know (typos), ignored.
+    /// Keys of the configuration the agent does not know (typos), ignored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown_keys: Vec<String>,
 }
 
-/// One class of the configuration in use.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// One class of the configuration in use (or of a PV of this node whose class it no longer has).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("required" = ["name"]))]
 pub struct ClassInventory {
     /// StorageClass name.
     pub name: String,
@@ -172,8 +256,9 @@ pub struct ClassInventory {
 }
 
 /// One block device and its verdicts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("required" = ["name"]))]
 pub struct DeviceInventory {
     /// Kernel name (`sdb`).
     pub name: String,
@@ -207,12 +292,15 @@ pub struct DeviceInventory {
 }
 
 /// What one class makes of one device.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("required" = ["class", "verdict"]))]
 pub struct DeviceVerdict {
     /// StorageClass name.
     pub class: String,
-    /// `Claimed`, `Claiming`, `NotSelected`, `Refused`, `Held` or `Kept`.
+    /// What the class makes of the device.
+    // The words agent::inventory gives core::devices::device_claim's verdicts.
+    #[schemars(extend("enum" = ["Claimed", "Claiming", "NotSelected", "Refused", "Held", "Kept"]))]
     pub verdict: String,
     /// A stable code for a refusal (`not-blank`, `in-use`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -229,8 +317,9 @@ impl DeviceVerdict {
 }
 
 /// One discovery entry or PV of this node.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("required" = ["class", "path", "phase"]))]
 pub struct VolumeInventory {
     /// StorageClass name.
     pub class: String,
@@ -248,8 +337,12 @@ pub struct VolumeInventory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<String>,
     /// `missing`, `moved`, `stale`, `unresponsive`, `failing`, `deleting`, `held` (by another
-    /// node's PV or record: see [`HeldDisk`]).
+    /// node's PV or record: see `status.held`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = {
+        "type": "string",
+        "enum": ["missing", "moved", "stale", "unresponsive", "failing", "deleting", "held"]
+    }))]
     pub flags: Vec<String>,
     /// Why an entry is not published (a stable code), or the reason of a flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,11 +359,14 @@ impl VolumeInventory {
     }
 }
 
-/// The cluster-side copy of one used-disk mark of a block disk (see core::identity::used_mark).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A block disk this node published: the cluster-side copy of its used-disk mark.
+// The mark is core::identity::used_mark's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("required" = ["identity", "pv", "path", "at"]))]
 pub struct UsedDiskRecord {
-    /// The disk's identity when it was published (core::identity::disk_identity).
+    /// The disk's identity when it was published.
+    // Format: core::identity::disk_identity.
     pub identity: String,
     /// The PV it was published as.
     pub pv: String,
@@ -316,6 +412,58 @@ impl UsedDiskRecord {
             claimed: self.claimed,
             wiped_filesystems: Vec::new(),
         }
+    }
+}
+
+/// The LocalStorageNode CustomResourceDefinition, as deploy/base/crd.yaml and the chart's crds/
+/// ship it: kube's derive of the types above, its schema made to say what the API server is to
+/// enforce and no more ([`api_schema`]).
+pub fn crd() -> CustomResourceDefinition {
+    let mut crd = LocalStorageNode::crd();
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version.schema.as_mut().and_then(|v| v.open_api_v3_schema.as_mut()) {
+            api_schema(schema);
+        }
+    }
+    crd
+}
+
+/// Makes a schema schemars derived from Rust types say what the API server is to enforce of
+/// the objects, no more, no less, in words that read as prose; recursively.
+/// - No `default`: schemars names serde's defaults (every field here has one, so that a status
+///   another version wrote is read for what it has), and the API server would write them into
+///   every stored status.
+/// - No `nullable`: an `Option` field is absent, never null (`skip_serializing_if`); without
+///   `nullable` the API server drops a null instead of storing it.
+/// - `int64` for schemars's `uint32` and `uint64` formats, which are not Kubernetes's (it knows
+///   `int32` and `int64`); `minimum: 0` still says unsigned.
+/// - Descriptions are doc comments, wrapped at the code's width: a line break inside a paragraph
+///   becomes a space (`kubectl explain` wraps them itself). The items of a described array have
+///   none of their own (their type's doc comment): `kubectl explain` would print it right after
+///   the array's, saying the same twice.
+fn api_schema(schema: &mut JSONSchemaProps) {
+    schema.default = None;
+    schema.nullable = None;
+    if matches!(schema.format.as_deref(), Some("uint32" | "uint64")) {
+        schema.format = Some("int64".into());
+    }
+    if let Some(text) = &mut schema.description {
+        *text = text.split("\n\n").map(|p| p.replace('\n', " ")).collect::<Vec<_>>().join("\n\n");
+    }
+    for property in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        api_schema(property);
+    }
+    let described = schema.description.is_some();
+    let items = match &mut schema.items {
+        Some(JSONSchemaPropsOrArray::Schema(items)) => std::slice::from_mut(items.as_mut()),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.as_mut_slice(),
+        None => &mut [],
+    };
+    for item in items {
+        if described {
+            item.description = None;
+        }
+        api_schema(item);
     }
 }
 

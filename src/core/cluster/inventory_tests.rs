@@ -653,3 +653,117 @@ fn a_change_waits_for_publishing_unless_it_touches_the_used_disk_records() {
         }
     }
 }
+
+/// The object's `Resource` and its CRD are one definition: kube's derive of the types.
+#[test]
+fn the_resource_and_its_crd_say_the_same() {
+    use kube::Resource as _;
+    let crd = crd();
+    assert_eq!(LocalStorageNode::api_version(&()), "local-static-provisioner.io/v1alpha1");
+    assert_eq!(crd.spec.group, LocalStorageNode::group(&()));
+    assert_eq!(crd.spec.names.kind, LocalStorageNode::kind(&()));
+    assert_eq!(crd.spec.names.plural, LocalStorageNode::plural(&()));
+    assert_eq!(crd.metadata.name.as_deref(), Some("localstoragenodes.local-static-provisioner.io"));
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["lsn".to_string()]));
+    assert_eq!(crd.spec.names.categories, Some(vec!["local-storage".to_string()]));
+    let [version] = crd.spec.versions.as_slice() else { panic!("one version: {:?}", crd.spec.versions) };
+    assert_eq!(version.name, LocalStorageNode::version(&()));
+    assert!(version.served && version.storage);
+    assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "status subresource");
+}
+
+/// The schema is one the API server takes as structural and says only what it is to enforce:
+/// no references or combinators, a type everywhere, no defaults for it to write into stored
+/// objects, no nulls kept, only Kubernetes's formats, `required` naming properties, and
+/// descriptions as prose (no line breaks of the code's wrapping, an array's items not described
+/// again).
+#[test]
+fn the_crd_schema_is_structural_and_plain() {
+    fn check(at: &str, schema: &serde_json::Value, problems: &mut Vec<String>) {
+        let Some(map) = schema.as_object() else {
+            problems.push(format!("{at}: not an object"));
+            return;
+        };
+        for key in map.keys() {
+            let allowed =
+                ["type", "description", "properties", "required", "items", "enum", "format", "minimum", "title"];
+            if !allowed.contains(&key.as_str()) {
+                problems.push(format!("{at}: {key}"));
+            }
+        }
+        if map.get("type").and_then(|t| t.as_str()).is_none() {
+            problems.push(format!("{at}: no type"));
+        }
+        if let Some(format) = map.get("format").and_then(|f| f.as_str())
+            && !["int64", "date-time"].contains(&format)
+        {
+            problems.push(format!("{at}: format {format}"));
+        }
+        if map.get("description").and_then(|d| d.as_str()).is_some_and(|d| d.contains('\n') || d.contains("::")) {
+            problems.push(format!("{at}: description {}", map["description"]));
+        }
+        let properties = map.get("properties").and_then(|p| p.as_object());
+        for name in map.get("required").and_then(|r| r.as_array()).into_iter().flatten() {
+            if !properties.is_some_and(|p| name.as_str().is_some_and(|n| p.contains_key(n))) {
+                problems.push(format!("{at}: required {name} is no property"));
+            }
+        }
+        for (name, property) in properties.into_iter().flatten() {
+            check(&format!("{at}.{name}"), property, problems);
+        }
+        if let Some(items) = map.get("items") {
+            if map.contains_key("description") && items.get("description").is_some() {
+                problems.push(format!("{at}[]: described twice"));
+            }
+            check(&format!("{at}[]"), items, problems);
+        }
+    }
+    let crd = serde_json::to_value(crd()).unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let mut problems = Vec::new();
+    check("", schema, &mut problems);
+    assert!(problems.is_empty(), "{problems:#?}");
+    let status = &schema["properties"]["status"]["properties"];
+    assert_eq!(
+        status["devices"]["items"]["properties"]["classes"]["items"]["properties"]["verdict"]["enum"],
+        serde_json::json!(["Claimed", "Claiming", "NotSelected", "Refused", "Held", "Kept"])
+    );
+    assert_eq!(status["observedAt"]["format"], "date-time");
+    assert_eq!(status["summary"]["properties"]["disks"]["minimum"], 0.0);
+}
+
+/// An object as another version may have written it reads for what it has: a spec without its
+/// name, a status cut short, none.
+#[test]
+fn an_object_reads_for_what_it_has() {
+    let object: LocalStorageNode = serde_json::from_value(serde_json::json!({
+        "apiVersion": "local-static-provisioner.io/v1alpha1", "kind": "LocalStorageNode",
+        "metadata": {"name": "n1"}, "spec": {}, "status": {"summary": {"disks": 2}, "future": 1},
+    }))
+    .unwrap();
+    assert_eq!(object.spec, InventorySpec::default());
+    let status = object.status.unwrap();
+    assert_eq!(status.summary.disks, 2);
+    assert!(status.volumes.is_empty());
+    let bare: LocalStorageNode =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}, "spec": {"nodeName": "n1"}})).unwrap();
+    assert_eq!(bare.status, None);
+    assert_eq!(bare.spec.node_name, "n1");
+    // Without a spec (stored before the CRD required one), or a null one: the default.
+    for spec in [None, Some(serde_json::Value::Null)] {
+        let mut json = serde_json::json!({"metadata": {"name": "n1"}, "status": {"nodeName": "n1"}});
+        if let Some(spec) = spec {
+            json["spec"] = spec;
+        }
+        let object: LocalStorageNode = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(object.spec, InventorySpec::default(), "{json}");
+        assert_eq!(object.status.unwrap().node_name, "n1");
+    }
+    let list: Vec<LocalStorageNode> =
+        serde_saphyr::from_str("- metadata: {name: n1}\n- metadata: {name: n2}\n  spec: {nodeName: n2}\n").unwrap();
+    assert_eq!(list[1].spec.node_name, "n2", "YAML too");
+    let written = serde_json::to_value(&bare).unwrap();
+    assert_eq!(written["apiVersion"], "local-static-provisioner.io/v1alpha1");
+    assert_eq!(written["kind"], "LocalStorageNode");
+}
