@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod support;
+use crate::support;
 
 const SECURE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -49,6 +49,7 @@ fn run(snippet: &str, home: &Path, user_home: &Path, extra: &[(&str, &str)]) -> 
 
 #[test]
 fn the_invoking_users_go_and_cargo_are_found_under_secure_path() {
+    let _area = support::area(module_path!());
     let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     fake_go(&user.path().join("sdk/go1.26.2/bin/go"), "go1.26.2");
     script(&user.path().join(".cargo/bin/cargo"), "echo user-cargo");
@@ -69,6 +70,7 @@ fn the_invoking_users_go_and_cargo_are_found_under_secure_path() {
 
 #[test]
 fn a_go_older_than_1_26_is_passed_over() {
+    let _area = support::area(module_path!());
     let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     fake_go(&user.path().join(".local/go/bin/go"), "go1.25.7");
     fake_go(&user.path().join("sdk/go1.27rc1/bin/go"), "go1.27rc1");
@@ -93,6 +95,7 @@ fn a_go_older_than_1_26_is_passed_over() {
 
 #[test]
 fn a_missing_cargo_says_exactly_what_to_do() {
+    let _area = support::area(module_path!());
     let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (code, _, err) = run("lsp_find_toolchains cargo", home.path(), user.path(), &[]);
     assert_eq!(code, 1, "{err}");
@@ -104,6 +107,7 @@ fn a_missing_cargo_says_exactly_what_to_do() {
 
 #[test]
 fn the_release_binary_follows_cargo_target_dir() {
+    let _area = support::area(module_path!());
     let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let cases = [
         (None, "/r/target/release/local-static-provisioner"),
@@ -120,6 +124,7 @@ fn the_release_binary_follows_cargo_target_dir() {
 /// What `sudo bash scripts/install-deps.sh` meets on this machine: secure_path, root's HOME.
 #[test]
 fn install_deps_passes_under_secure_path() {
+    let _area = support::area(module_path!());
     if !nix::unistd::geteuid().is_root() {
         return support::cannot_run("install_deps_passes_under_secure_path", "needs root (it installs packages)");
     }
@@ -135,6 +140,7 @@ fn install_deps_passes_under_secure_path() {
 /// printer ends with it (a caller's `$(...)` returns at once).
 #[test]
 fn a_long_stage_says_it_still_runs_and_how_long_it_took() {
+    let _area = support::area(module_path!());
     let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let started = std::time::Instant::now();
     let (code, out, err) = run(
@@ -154,6 +160,7 @@ fn a_long_stage_says_it_still_runs_and_how_long_it_took() {
 /// holder's PID), that it still waits, and how long it waited (tests/lib.sh's reuse_or_lock).
 #[test]
 fn a_build_waiting_on_a_lock_says_what_for_and_how_long() {
+    let _area = support::area(module_path!());
     let (home, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let lock = home.path().join("build.lock");
     let mut holder = Command::new("flock").arg(&lock).args(["sleep", "2.5"]).spawn().unwrap();

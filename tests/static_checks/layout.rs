@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::support;
+
 /// The ranks, lowest first: a module may import only modules of a lower rank. The README's
 /// layout section says the same.
 const RANKS: &[&[&str]] = &[
@@ -239,6 +241,7 @@ fn layout_problems(src: &Path) -> Vec<String> {
 
 #[test]
 fn imports_point_down_the_ranks_without_circles() {
+    let _area = support::area(module_path!());
     let src = std::env::var_os("LSP_LAYOUT_SRC")
         .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), PathBuf::from);
     let edges = top_level_edges(&src);
@@ -249,6 +252,7 @@ fn imports_point_down_the_ranks_without_circles() {
 
 #[test]
 fn crate_paths_are_read_from_code_only() {
+    let _area = support::area(module_path!());
     let text = "use crate::host::ops::{Answer, Job};\n\
                 use crate::{api::Cluster, core::{pv, naming::X}, metrics};\n\
                 let x = crate::wiper::ask_of(&pv); // crate::agent in a comment\n\
@@ -260,6 +264,7 @@ fn crate_paths_are_read_from_code_only() {
 
 #[test]
 fn files_belong_to_their_top_level_module() {
+    let _area = support::area(module_path!());
     let src = Path::new("/x/src");
     for (file, unit) in [
         ("/x/src/metrics.rs", Some("metrics")),
@@ -275,6 +280,7 @@ fn files_belong_to_their_top_level_module() {
 
 #[test]
 fn circles_are_found_and_named() {
+    let _area = support::area(module_path!());
     let graph = |edges: &[(&str, &str)]| {
         let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (a, b) in edges {
@@ -290,6 +296,7 @@ fn circles_are_found_and_named() {
 
 #[test]
 fn every_rank_names_distinct_modules() {
+    let _area = support::area(module_path!());
     let all: Vec<&str> = RANKS.iter().flat_map(|r| r.iter().copied()).collect();
     let distinct: BTreeSet<&str> = all.iter().copied().collect();
     assert_eq!(all.len(), distinct.len(), "a module in two ranks: {all:?}");
