@@ -4,7 +4,7 @@
 //! only `wipefs -a` cleaned is not blank, one whose signature areas were zeroed is, and a
 //! device held exclusively (another O_EXCL open, a mount) is busy and not read.
 
-mod support;
+use crate::support;
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -153,6 +153,7 @@ fn tool_stdin(name: &str, args: &[&str], dev: &Path, input: &str) {
 
 #[test]
 fn ext4_made_by_mkfs_is_named_with_its_backups() {
+    let _area = support::area(module_path!());
     let Some(lab) = made_with("ext4", &["mkfs.ext4"], 128, "TYPE", "ext4", |d| tool("mkfs.ext4", &["-q", "-F"], d))
     else {
         return;
@@ -169,6 +170,7 @@ fn ext4_made_by_mkfs_is_named_with_its_backups() {
 
 #[test]
 fn xfs_made_by_mkfs_is_named() {
+    let _area = support::area(module_path!());
     // mkfs.xfs refuses file systems under 300 MiB.
     let Some(lab) = made_with("xfs", &["mkfs.xfs"], 300, "TYPE", "xfs", |d| tool("mkfs.xfs", &["-q", "-f"], d)) else {
         return;
@@ -178,6 +180,7 @@ fn xfs_made_by_mkfs_is_named() {
 
 #[test]
 fn btrfs_made_by_mkfs_is_named_with_its_mirror() {
+    let _area = support::area(module_path!());
     let Some(lab) = made_with("btrfs", &["mkfs.btrfs"], 300, "TYPE", "btrfs", |d| tool("mkfs.btrfs", &["-q", "-f"], d))
     else {
         return;
@@ -187,6 +190,7 @@ fn btrfs_made_by_mkfs_is_named_with_its_mirror() {
 
 #[test]
 fn vfat_made_by_mkfs_is_named() {
+    let _area = support::area(module_path!());
     let Some(lab) =
         made_with("vfat (FAT16)", &["mkfs.vfat"], 64, "TYPE", "vfat", |d| tool("mkfs.vfat", &["-F", "16"], d))
     else {
@@ -203,6 +207,7 @@ fn vfat_made_by_mkfs_is_named() {
 
 #[test]
 fn swap_made_by_mkswap_is_named() {
+    let _area = support::area(module_path!());
     let Some(lab) = made_with("swap", &["mkswap"], 64, "TYPE", "swap", |d| tool("mkswap", &[], d)) else {
         return;
     };
@@ -211,6 +216,7 @@ fn swap_made_by_mkswap_is_named() {
 
 #[test]
 fn dos_and_gpt_tables_made_by_sfdisk_are_named() {
+    let _area = support::area(module_path!());
     let Some(lab) = made_with("dos label", &["sfdisk"], 64, "PTTYPE", "dos", |d| {
         tool_stdin("sfdisk", &["-q", "--no-reread", "--no-tell-kernel"], d, "label: dos\n,,83\n")
     }) else {
@@ -231,6 +237,7 @@ fn dos_and_gpt_tables_made_by_sfdisk_are_named() {
 
 #[test]
 fn an_lvm2_physical_volume_made_by_pvcreate_is_named() {
+    let _area = support::area(module_path!());
     // pvcreate only writes the label: it needs no device-mapper (this kernel has none).
     let Some(lab) =
         made_with("LVM2", &["pvcreate"], 64, "TYPE", "LVM2_member", |d| tool("pvcreate", &["-q", "-y", "-ff"], d))
@@ -242,6 +249,7 @@ fn an_lvm2_physical_volume_made_by_pvcreate_is_named() {
 
 #[test]
 fn luks_made_by_cryptsetup_is_named() {
+    let _area = support::area(module_path!());
     // luksFormat writes the headers itself; dm-crypt is only needed to open the volume.
     let format = |kind: &'static str| {
         move |d: &Path| {
@@ -283,6 +291,7 @@ fn md1_csum(sb: &[u8]) -> u32 {
 
 #[test]
 fn an_md_1_2_superblock_is_named() {
+    let _area = support::area(module_path!());
     // mdadm --create needs the md driver, which this kernel lacks ("unexpected failure opening
     // /dev/md127"), and has no offline mode: the v1.2 superblock is written here, byte for
     // byte as md's struct mdp_superblock_1 lays it out, so that blkid accepts it (magic,
@@ -310,6 +319,7 @@ fn an_md_1_2_superblock_is_named() {
 
 #[test]
 fn zfs_uberblocks_are_named() {
+    let _area = support::area(module_path!());
     // No ZFS tools on Debian's main archive: four uberblock magics in label L0 are what
     // libblkid needs to say zfs_member (it wants at least 4, and a device of 64 MiB or more).
     let Some(lab) = made_with("zfs", &[], 64, "TYPE", "zfs_member", |d| {
@@ -326,6 +336,7 @@ fn zfs_uberblocks_are_named() {
 
 #[test]
 fn bcache_f2fs_ntfs_and_squashfs_made_by_their_tools_are_named() {
+    let _area = support::area(module_path!());
     let Some(lab) = made_with("bcache", &["make-bcache"], 64, "TYPE", "bcache", |d| tool("make-bcache", &["-B"], d))
     else {
         return;
@@ -355,6 +366,7 @@ fn bcache_f2fs_ntfs_and_squashfs_made_by_their_tools_are_named() {
 
 #[test]
 fn wipefs_is_not_enough_but_zeroing_the_signature_areas_is() {
+    let _area = support::area(module_path!());
     let Some(lab) =
         made_with("wipefs", &["mkfs.ext4", "wipefs"], 128, "TYPE", "ext4", |d| tool("mkfs.ext4", &["-q", "-F"], d))
     else {
@@ -381,6 +393,7 @@ fn wipefs_is_not_enough_but_zeroing_the_signature_areas_is() {
 
 #[test]
 fn data_without_a_signature_is_reported_by_offset() {
+    let _area = support::area(module_path!());
     if !can_run("data", &[]) {
         return;
     }
@@ -394,6 +407,7 @@ fn data_without_a_signature_is_reported_by_offset() {
 
 #[test]
 fn a_device_held_exclusively_is_busy_and_released_is_read() {
+    let _area = support::area(module_path!());
     if !can_run("busy (O_EXCL)", &[]) {
         return;
     }
@@ -407,6 +421,7 @@ fn a_device_held_exclusively_is_busy_and_released_is_read() {
 
 #[test]
 fn a_mounted_device_is_busy() {
+    let _area = support::area(module_path!());
     if !can_run("busy (mounted)", &["mkfs.ext4", "mount"]) {
         return;
     }

@@ -1,7 +1,7 @@
 //! `wipe_filesystem` through the public API on a real ext4 volume (loop device), and the
 //! wipe-versus-`rm -rf` benchmark that bench/wipe-fs.sh runs. Needs root; skipped otherwise.
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
@@ -51,6 +51,7 @@ fn is_empty(dir: &Path) -> bool {
 
 #[test]
 fn wipes_an_ext4_volume_and_reports_freed_space() {
+    let _area = support::area(module_path!());
     if !require_root("wipes_an_ext4_volume_and_reports_freed_space") {
         return;
     }
@@ -168,6 +169,7 @@ fn assert_new_root(vol: &Path, mode: u32, owner: (u32, u32), kept_flags: u32, re
 
 #[test]
 fn the_wipe_leaves_a_tmpfs_root_as_a_new_volumes() {
+    let _area = support::area(module_path!());
     if !require_root("the_wipe_leaves_a_tmpfs_root_as_a_new_volumes") {
         return;
     }
@@ -192,6 +194,7 @@ fn the_wipe_leaves_a_tmpfs_root_as_a_new_volumes() {
 
 #[test]
 fn the_wipe_leaves_an_ext4_root_as_a_new_volumes() {
+    let _area = support::area(module_path!());
     if !require_root("the_wipe_leaves_an_ext4_root_as_a_new_volumes") {
         return;
     }
@@ -262,6 +265,7 @@ fn generate(root: &Path, files: usize) -> usize {
 #[test]
 #[ignore = "benchmark: run with bench/wipe-fs.sh"]
 fn bench_wipe_vs_rm() {
+    let _area = support::area(module_path!());
     if !require_root("bench_wipe_vs_rm") {
         return;
     }
@@ -303,6 +307,7 @@ fn bench_wipe_vs_rm() {
 /// an older version) may have had a tenant, whose chmod would otherwise become the record.
 #[test]
 fn the_root_is_recorded_at_the_first_publication_only() {
+    let _area = support::area(module_path!());
     use local_static_provisioner::core::used_mark::{Replace, UsedMark};
     use local_static_provisioner::host::used_mark::{Accept, Ledger, MarkOutcome, mark_volume};
     if !require_root("the_root_is_recorded_at_the_first_publication_only") {
@@ -367,6 +372,7 @@ nix::ioctl_read!(set_encryption_policy, b'f', 19, [u8; 12]);
 /// wipe fails, naming the path and the flag, and the policy is still there.
 #[test]
 fn an_encrypted_root_is_refused_naming_the_path_and_the_flag() {
+    let _area = support::area(module_path!());
     const TEST: &str = "an_encrypted_root_is_refused_naming_the_path_and_the_flag";
     if !require_root(TEST) {
         return;

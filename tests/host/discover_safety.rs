@@ -16,7 +16,7 @@
 //! not (in reverse order, `umount -l` as a last resort), and the test's directory is only
 //! deleted once nothing is mounted below it.
 
-mod support;
+use crate::support;
 
 use std::cell::{Cell, RefCell};
 use std::ffi::CString;
@@ -905,6 +905,7 @@ fn hold_exclusively(dev: &Path) -> File {
 
 #[test]
 fn directory_volumes_are_mount_points_at_their_own_name_and_symlinks_only_reach_devices() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("entries") else { return };
     let canary = lab.canary_tmpfs("outside/canary");
     let disks = lab.dir("disks");
@@ -956,6 +957,7 @@ fn directory_volumes_are_mount_points_at_their_own_name_and_symlinks_only_reach_
 
 #[test]
 fn discovery_roots_that_resolve_to_the_host_are_refused() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("unsafe-roots") else { return };
     lab.canary_tmpfs("outside/canary");
     let good = lab.dir("good");
@@ -991,6 +993,7 @@ fn discovery_roots_that_resolve_to_the_host_are_refused() {
 
 #[test]
 fn classes_sharing_one_directory_are_all_refused() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("shared-roots") else { return };
     lab.canary_tmpfs("outside/canary");
     let a = lab.dir("disks-a");
@@ -1038,6 +1041,7 @@ fn classes_sharing_one_directory_are_all_refused() {
 
 #[test]
 fn mounts_whose_source_is_the_host_are_refused() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("exposes-host") else { return };
     lab.canary_ext4("outside/canary");
     let disks = lab.dir("disks");
@@ -1091,6 +1095,7 @@ fn mounts_whose_source_is_the_host_are_refused() {
 
 #[test]
 fn one_disk_is_published_at_most_once() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("one-disk") else { return };
     lab.canary_tmpfs("outside/canary");
     let a = lab.dir("disks-a");
@@ -1185,6 +1190,7 @@ fn one_disk_is_published_at_most_once() {
 
 #[test]
 fn block_devices_the_host_uses_are_not_published() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("device-in-use") else { return };
     lab.canary_ext4("outside/canary");
     let blk = lab.dir("blk");
@@ -1278,6 +1284,7 @@ fn block_devices_the_host_uses_are_not_published() {
 
 #[test]
 fn ordinary_volumes_are_still_published() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("ordinary") else { return };
     let canary = lab.canary_tmpfs("outside/canary");
     let real = lab.dir("real-disks");
@@ -1323,6 +1330,7 @@ fn ordinary_volumes_are_still_published() {
 
 #[test]
 fn odd_entry_names_do_not_confuse_the_mount_table() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("odd-names") else { return };
     lab.canary_tmpfs("outside/canary");
     let disks = lab.dir("disks");
@@ -1354,6 +1362,7 @@ fn odd_entry_names_do_not_confuse_the_mount_table() {
 
 #[test]
 fn symlink_chains_through_proc_lead_only_to_what_they_resolve_to() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("proc-links") else { return };
     lab.canary_tmpfs("outside/canary");
     let mounted = lab.loop_dev("mounted", 32);
@@ -1400,6 +1409,7 @@ fn symlink_chains_through_proc_lead_only_to_what_they_resolve_to() {
 
 #[test]
 fn files_and_device_nodes_bind_mounted_onto_entries() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("file-binds") else { return };
     let canary = lab.canary_tmpfs("outside/canary");
     let disks = lab.dir("disks");
@@ -1424,6 +1434,7 @@ fn files_and_device_nodes_bind_mounted_onto_entries() {
 
 #[test]
 fn overlays_kernel_filesystems_and_other_namespaces_are_not_volumes() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("kernel-fs") else { return };
     let canary = lab.canary_tmpfs("outside/canary");
     let disks = lab.dir("disks");
@@ -1475,6 +1486,7 @@ fn overlays_kernel_filesystems_and_other_namespaces_are_not_volumes() {
 
 #[test]
 fn mounts_nested_inside_a_volume_are_not_volumes_of_their_own() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("nested") else { return };
     let canary = lab.canary_tmpfs("outside/canary");
     let disks = lab.dir("disks");
@@ -1498,6 +1510,7 @@ fn mounts_nested_inside_a_volume_are_not_volumes_of_their_own() {
 
 #[test]
 fn covering_the_discovery_directory_or_its_parent_without_name_clashes() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("covered") else { return };
     lab.canary_tmpfs("outside/canary");
     let parent = lab.dir("parent");
@@ -1539,6 +1552,7 @@ fn covering_the_discovery_directory_or_its_parent_without_name_clashes() {
 /// check looks at the canonical path's text only, and validate-config passes.
 #[test]
 fn a_root_that_is_a_system_directory_through_a_mount_is_refused() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("mounted-roots") else { return };
     lab.canary_tmpfs("outside/canary");
     // A free device of this test, so that something would be published; the pattern keeps
@@ -1576,6 +1590,7 @@ fn a_root_that_is_a_system_directory_through_a_mount_is_refused() {
 /// canary bound over the directory or its parent, and the host's /etc when / is bound over it.
 #[test]
 fn hidden_mounts_under_a_covered_discovery_directory_are_not_volumes() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("hidden-mounts") else { return };
 
     // 1. The discovery directory bind-mounted onto itself after its volumes were mounted.
@@ -1625,6 +1640,7 @@ fn hidden_mounts_under_a_covered_discovery_directory_are_not_volumes() {
 /// the one underneath. A bind of /etc (or of a canary) moved onto a tmpfs entry is published.
 #[test]
 fn the_mount_on_top_of_a_stack_is_the_one_judged() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("stacked-mounts") else { return };
     let canary = lab.canary_tmpfs("outside/canary");
     let disks = lab.dir("disks");
@@ -1656,6 +1672,7 @@ fn the_mount_on_top_of_a_stack_is_the_one_judged() {
 /// partition are published as separate PVs (wiping the disk's PV destroys the others).
 #[test]
 fn a_disk_and_its_partitions_are_one_disk() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("partitions") else { return };
     lab.canary_tmpfs("outside/canary");
     let (disk, parts) = lab.partitioned_loop("parted", 64);
@@ -1684,6 +1701,7 @@ fn a_disk_and_its_partitions_are_one_disk() {
 /// device are all published next to the volume whose data they are.
 #[test]
 fn a_loop_device_shares_the_disk_of_its_backing_file() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("loop-backing") else { return };
     lab.canary_tmpfs("outside/canary");
     let fs = lab.dir("fs");
@@ -1728,6 +1746,7 @@ fn a_loop_device_shares_the_disk_of_its_backing_file() {
 /// accepts the config (only exact system directories are refused).
 #[test]
 fn a_host_dir_inside_a_sensitive_directory_is_refused() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("sensitive-host-dir") else { return };
     lab.canary_tmpfs("outside/canary");
     let disks = lab.dir("disks");
@@ -1761,6 +1780,7 @@ fn a_host_dir_inside_a_sensitive_directory_is_refused() {
 /// will each open their own.
 #[test]
 fn a_device_that_depends_on_who_resolves_it_is_not_published() {
+    let _area = support::area(module_path!());
     let Some(lab) = Lab::new("proc-self") else { return };
     lab.canary_tmpfs("outside/canary");
     let free = lab.loop_dev("free", 16);

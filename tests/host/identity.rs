@@ -4,7 +4,7 @@
 //! never taken for it; the same disk remounted, renumbered or reattached is; identities recorded
 //! by earlier versions keep working. Needs root.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -116,6 +116,7 @@ fn is_same(v: &Verdict) -> bool {
 
 #[test]
 fn an_ext4_clone_with_the_same_uuid_is_another_disk() {
+    let _area = support::area(module_path!());
     if !require_root("an_ext4_clone_with_the_same_uuid_is_another_disk") {
         return;
     }
@@ -165,6 +166,7 @@ fn an_ext4_clone_with_the_same_uuid_is_another_disk() {
 
 #[test]
 fn xfs_remade_on_the_same_device_is_another_disk() {
+    let _area = support::area(module_path!());
     if !require_root("xfs_remade_on_the_same_device_is_another_disk") {
         return;
     }
@@ -201,6 +203,7 @@ fn xfs_remade_on_the_same_device_is_another_disk() {
 
 #[test]
 fn the_same_disk_remounted_or_reattached_is_the_same() {
+    let _area = support::area(module_path!());
     if !require_root("the_same_disk_remounted_or_reattached_is_the_same") {
         return;
     }
@@ -261,6 +264,7 @@ fn the_same_disk_remounted_or_reattached_is_the_same() {
 
 #[test]
 fn partitions_are_named_by_their_disk_and_place() {
+    let _area = support::area(module_path!());
     if !require_root("partitions_are_named_by_their_disk_and_place") {
         return;
     }
@@ -310,6 +314,7 @@ fn partitions_are_named_by_their_disk_and_place() {
 
 #[test]
 fn a_remounted_tmpfs_is_another_mount() {
+    let _area = support::area(module_path!());
     if !require_root("a_remounted_tmpfs_is_another_mount") {
         return;
     }
@@ -332,6 +337,7 @@ fn a_remounted_tmpfs_is_another_mount() {
 
 #[test]
 fn old_format_identities_keep_working() {
+    let _area = support::area(module_path!());
     if !require_root("old_format_identities_keep_working") {
         return;
     }
@@ -372,6 +378,7 @@ fn old_format_identities_keep_working() {
 
 #[test]
 fn a_device_without_a_stable_id_needs_a_confirmation() {
+    let _area = support::area(module_path!());
     if !require_root("a_device_without_a_stable_id_needs_a_confirmation") {
         return;
     }

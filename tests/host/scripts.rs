@@ -3,7 +3,7 @@
 //! (needs root); and the image archive of scripts/build-image.sh: reproducible wherever the
 //! commit is checked out, with one SHA256SUMS for every archive built into a directory.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +14,7 @@ use support::{LoopDevice, repo_root, require_root, run};
 
 #[tokio::test]
 async fn shipped_scripts_leave_no_signatures() {
+    let _area = support::area(module_path!());
     if !require_root("shipped_scripts_leave_no_signatures") {
         return;
     }
@@ -91,6 +92,7 @@ fn host_arch() -> &'static str {
 /// binary's own build date is SOURCE_DATE_EPOCH too (build.rs).
 #[test]
 fn the_image_archive_is_the_same_from_two_clones() {
+    let _area = support::area(module_path!());
     let tmp = tempfile::tempdir().unwrap();
     let prebuilt = tmp.path().join("prebuilt");
     std::fs::create_dir(&prebuilt).unwrap();
@@ -135,6 +137,7 @@ fn the_image_archive_is_the_same_from_two_clones() {
 /// all in its SHA256SUMS; building one again replaces its own lines.
 #[test]
 fn sha256sums_lists_every_archive_built_into_a_directory() {
+    let _area = support::area(module_path!());
     let tmp = tempfile::tempdir().unwrap();
     let prebuilt = tmp.path().join("prebuilt");
     std::fs::create_dir(&prebuilt).unwrap();

@@ -2,7 +2,7 @@
 //! name with a space, a symlink to a loop device in a Block class, and pattern mismatches.
 //! Needs root; skipped with a message otherwise.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
@@ -13,6 +13,7 @@ use support::{LoopDevice, binary, bind_mount, mount_tmpfs, require_root, run, wr
 
 #[test]
 fn discover_reports_real_mounts_and_block_devices() {
+    let _area = support::area(module_path!());
     if !require_root("discover_reports_real_mounts_and_block_devices") {
         return;
     }
@@ -120,6 +121,7 @@ fn discover_reports_real_mounts_and_block_devices() {
 
 #[test]
 fn validate_config_lists_every_problem() {
+    let _area = support::area(module_path!());
     let tmp = tempfile::tempdir().unwrap();
     let class_map = "a:\n  hostDir: relative/dir\n  mountDir: /mnt/a\nb:\n  hostDir: /proc\n  mountDir: /mnt/b\n  volumeMode: Raw\n";
     write_config(tmp.path(), &[("storageClassMap", class_map), ("minResyncPeriod", "soon\n"), ("bogusKey", "1\n")]);
@@ -141,6 +143,7 @@ fn validate_config_lists_every_problem() {
 
 #[test]
 fn validate_config_refuses_likely_misspellings_and_strict_refuses_every_unknown_key() {
+    let _area = support::area(module_path!());
     let validate = |dir: &std::path::Path, strict: bool| {
         let mut cmd = Command::new(binary());
         cmd.args(["validate-config", "--config-dir"]).arg(dir);
@@ -215,6 +218,7 @@ impl Drop for DevDir {
 /// mounted one refused; a class on udev's own /dev/disk/by-id is refused whole.
 #[test]
 fn a_class_on_a_dedicated_directory_of_dev_offers_its_blank_disks_only() {
+    let _area = support::area(module_path!());
     if !require_root("a_block_class_on_a_dedicated_directory_of_dev_offers_its_blank_disks_only") {
         return;
     }

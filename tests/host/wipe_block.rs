@@ -1,7 +1,7 @@
 //! Built-in block wipes against real loop devices (root only: skipped with a message
 //! otherwise), and the external cleaner command runner (runs as any user).
 
-mod support;
+use crate::support;
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -131,12 +131,14 @@ fn quick_wipes_ext4(test: &str, block_size: u32) {
 
 #[test]
 fn quick_erases_ext4_with_1k_blocks() {
+    let _area = support::area(module_path!());
     quick_wipes_ext4("quick_erases_ext4_with_1k_blocks", 1024);
     assert_eq!(ext_backups(1024)[0], 8193 * 1024);
 }
 
 #[test]
 fn quick_erases_ext4_with_4k_blocks() {
+    let _area = support::area(module_path!());
     quick_wipes_ext4("quick_erases_ext4_with_4k_blocks", 4096);
     assert_eq!(ext_backups(4096), vec![32768 * 4096]);
 }
@@ -212,6 +214,7 @@ fn last_sector(dev: &Path) -> Vec<u8> {
 
 #[test]
 fn quick_erases_gpt_including_backup_header() {
+    let _area = support::area(module_path!());
     if !require_root("quick_erases_gpt_including_backup_header") {
         return;
     }
@@ -231,6 +234,7 @@ fn quick_erases_gpt_including_backup_header() {
 
 #[test]
 fn zero_fills_the_whole_device_through_a_symlink() {
+    let _area = support::area(module_path!());
     if !require_root("zero_fills_the_whole_device_through_a_symlink") {
         return;
     }
@@ -262,6 +266,7 @@ fn assert_steady_progress(calls: &[(u64, u64)], total: u64) {
 
 #[test]
 fn shred_with_one_pass_leaves_the_device_all_zeroes() {
+    let _area = support::area(module_path!());
     if !require_root("shred_with_one_pass_leaves_the_device_all_zeroes") {
         return;
     }
@@ -284,6 +289,7 @@ fn shred_with_one_pass_leaves_the_device_all_zeroes() {
 
 #[test]
 fn shred_is_cancelled_before_writing_anything() {
+    let _area = support::area(module_path!());
     if !require_root("shred_is_cancelled_before_writing_anything") {
         return;
     }
@@ -300,6 +306,7 @@ fn shred_is_cancelled_before_writing_anything() {
 
 #[test]
 fn discard_on_a_loop_device() {
+    let _area = support::area(module_path!());
     if !require_root("discard_on_a_loop_device") {
         return;
     }
@@ -320,6 +327,7 @@ fn discard_on_a_loop_device() {
 
 #[test]
 fn cancel_before_start() {
+    let _area = support::area(module_path!());
     if !require_root("cancel_before_start") {
         return;
     }
@@ -343,6 +351,7 @@ fn cancel_before_start() {
 
 #[test]
 fn mounted_device_is_refused() {
+    let _area = support::area(module_path!());
     if !require_root("mounted_device_is_refused") {
         return;
     }
@@ -376,6 +385,7 @@ fn mounted_device_is_refused() {
 
 #[test]
 fn regular_files_and_char_devices_are_not_block_devices() {
+    let _area = support::area(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("disk.img");
     std::fs::write(&file, vec![0xA5u8; 4096]).unwrap();
@@ -414,6 +424,7 @@ fn command_detail(err: &BlockWipeError) -> &str {
 
 #[tokio::test]
 async fn cleaner_command_gets_the_device_in_its_environment() {
+    let _area = support::area(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("seen");
     let argv = script(
@@ -428,6 +439,7 @@ async fn cleaner_command_gets_the_device_in_its_environment() {
 
 #[tokio::test]
 async fn cleaner_command_exit_status_is_an_error() {
+    let _area = support::area(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let argv =
         script(dir.path(), "fail.sh", "echo starting; echo 'first problem' >&2; echo 'disk on fire' >&2; exit 3");
@@ -442,6 +454,7 @@ async fn cleaner_command_exit_status_is_an_error() {
 
 #[tokio::test]
 async fn cleaner_command_is_killed_on_timeout() {
+    let _area = support::area(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let argv = script(dir.path(), "slow.sh", "echo sleeping; sleep 30; echo done");
     let started = Instant::now();
@@ -454,6 +467,7 @@ async fn cleaner_command_is_killed_on_timeout() {
 
 #[tokio::test]
 async fn cleaner_command_with_lots_of_output_does_not_block() {
+    let _area = support::area(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let argv = script(dir.path(), "chatty.sh", "seq 1 200000; seq 1 200000 >&2");
     let started = Instant::now();
@@ -463,6 +477,7 @@ async fn cleaner_command_with_lots_of_output_does_not_block() {
 
 #[tokio::test]
 async fn cleaner_command_that_cannot_start() {
+    let _area = support::area(module_path!());
     let device = Path::new("/dev/fake");
     let argv = vec!["/nonexistent/scripts/quick_reset.sh".to_string()];
     let err = run_cleaner_command(&argv, device, "local-pv-5", Duration::from_secs(5)).await.unwrap_err();

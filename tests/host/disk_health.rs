@@ -5,7 +5,7 @@
 //! sees it and core::disk_health judges it, then repairs it and checks that the signs clear.
 //! Each read is timed: it runs for every volume on every pass.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -164,6 +164,7 @@ fn corrupt_and_look_up(dev: &Path, point: &Path) {
 
 #[test]
 fn ext4_error_with_remount_ro_until_fsck() {
+    let _area = support::area(module_path!());
     if !require_root("ext4_error_with_remount_ro_until_fsck") {
         return;
     }
@@ -205,6 +206,7 @@ fn ext4_error_with_remount_ro_until_fsck() {
 
 #[test]
 fn ext4_corruption_found_by_a_lookup() {
+    let _area = support::area(module_path!());
     if !require_root("ext4_corruption_found_by_a_lookup") {
         return;
     }
@@ -224,6 +226,7 @@ fn ext4_corruption_found_by_a_lookup() {
 
 #[test]
 fn ext4_shut_down() {
+    let _area = support::area(module_path!());
     if !require_root("ext4_shut_down") {
         return;
     }
@@ -245,6 +248,7 @@ fn ext4_shut_down() {
 
 #[test]
 fn xfs_shut_down() {
+    let _area = support::area(module_path!());
     if !require_root("xfs_shut_down") {
         return;
     }
@@ -267,6 +271,7 @@ fn xfs_shut_down() {
 
 #[test]
 fn remount_read_only_and_back() {
+    let _area = support::area(module_path!());
     if !require_root("remount_read_only_and_back") {
         return;
     }
@@ -289,6 +294,7 @@ fn remount_read_only_and_back() {
 
 #[test]
 fn ext4_remount_read_only_and_back() {
+    let _area = support::area(module_path!());
     if !require_root("ext4_remount_read_only_and_back") {
         return;
     }
@@ -305,6 +311,7 @@ fn ext4_remount_read_only_and_back() {
 
 #[test]
 fn block_device_set_read_only() {
+    let _area = support::area(module_path!());
     if !require_root("block_device_set_read_only") {
         return;
     }
@@ -321,6 +328,7 @@ fn block_device_set_read_only() {
 
 #[test]
 fn partition_of_a_read_only_disk() {
+    let _area = support::area(module_path!());
     if !require_root("partition_of_a_read_only_disk") {
         return;
     }
@@ -388,6 +396,7 @@ fn devices_of(volume: &Path, mount: Option<&MountEntry>, device: &str) -> Vec<St
 /// only the kernel log says so (the sign kernel-log, read from /dev/kmsg).
 #[test]
 fn ext4_on_a_device_shrunk_under_it() {
+    let _area = support::area(module_path!());
     if !require_root("ext4_on_a_device_shrunk_under_it") {
         return;
     }
@@ -471,6 +480,7 @@ fn wait_for_value<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
 /// then told as grown (once per size), never failing for growth.
 #[test]
 fn block_device_shrunk_then_grown() {
+    let _area = support::area(module_path!());
     if !require_root("block_device_shrunk_then_grown") {
         return;
     }
@@ -503,6 +513,7 @@ fn block_device_shrunk_then_grown() {
 /// ledger only, as before.
 #[test]
 fn mark_write_on_a_filesystem_read_only_after_an_error() {
+    let _area = support::area(module_path!());
     use local_static_provisioner::core::used_mark::UsedMark;
     use local_static_provisioner::host::used_mark::{Carrier, MarkError, open_volume_root, write_dir_mark};
     use std::os::fd::AsFd;
