@@ -113,7 +113,7 @@ fn a_held_device_is_one_warning_and_one_event_for_as_long_as_it_is_held() {
     let config = h.config("config", &[(class, &dir, &section)]);
     let (dev, _) = h.lab.loop_dev("held", mib);
     // The agent claimed the device, then stopped before publishing it, and someone put a
-    // filesystem on it meanwhile (as tests/device_claims.rs sets it up).
+    // filesystem on it meanwhile (as tests/cluster/device_claims.rs sets it up).
     let state = h.lab.dir(&format!("state-{}", h.node));
     let listing = disks_json(&config, &state);
     let kernel = dev.file_name().unwrap().to_str().unwrap();

@@ -1,7 +1,7 @@
 //! Adversarial constructions against the durable "used" mark (see docs/data-safety.md, "A used
 //! disk is never offered unwiped, wherever it shows up"), on real mounts, loop devices and the
 //! real control plane, with the agent under its own RBAC. None of these is covered by
-//! tests/used_mark.rs:
+//! tests/cluster/used_mark.rs:
 //!
 //! - a used ext4 volume mounted read-only at a new entry after its PV was force-deleted;
 //! - a used Filesystem volume's device linked into a Block class (held while its PV lives,

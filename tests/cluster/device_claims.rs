@@ -6,7 +6,7 @@
 //! - devices with a signature (ext4, xfs, swap, dos and gpt tables, LVM2, LUKS2, leftovers of
 //!   `wipefs -a`, data we do not recognise), a mounted one, one opened exclusively, a
 //!   partitioned one, and one an operator already linked are refused, each with its reason
-//!   (md, ZFS, bcache and the others are recognised as tests/device_content.rs shows; holders
+//!   (md, ZFS, bcache and the others are recognised as tests/host/device_content.rs shows; holders
 //!   need device-mapper or md, which this kernel lacks: unit tests only);
 //! - detaching and re-attaching the devices in the other order keeps their names and PVs;
 //! - a claimed device goes through release, wipe and republish;

@@ -315,7 +315,7 @@ fn compare_metrics(role: &str, documented: &[DocMetric], exposed: &BTreeMap<Stri
             )),
             Some(_) => {}
             None => problems.push(format!(
-                "{}: no sample of {} to check its labels against (tests/docs_drift.rs must make one)",
+                "{}: no sample of {} to check its labels against (tests/cluster/docs_drift.rs must make one)",
                 doc.at, doc.name
             )),
         }

@@ -228,7 +228,8 @@ fn layout_problems(src: &Path) -> Vec<String> {
         }
     }
     for module in unranked {
-        problems.push(format!("{module} has no rank: add it to RANKS in tests/layout.rs and to the README"));
+        problems
+            .push(format!("{module} has no rank: add it to RANKS in tests/static_checks/layout.rs and to the README"));
     }
     for circle in circles(&graph) {
         problems.push(format!("import circle between top-level modules: {circle}"));
