@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): what N wedged volumes (default 100) cost the healthy ones, issue 41's
-# scenario. Runs tests/wedged_disks.rs's scenario (a) with WEDGED_VOLUMES=N: N bindfs FUSE
+# scenario. Runs tests/cluster/wedged_disks.rs's scenario (a) with WEDGED_VOLUMES=N: N bindfs FUSE
 # mounts whose daemons are stopped (every access blocks, even stat) beside 3 healthy tmpfs
 # volumes in one class, the agent (its own process, --host-op-timeout 2s) started among them;
 # then a new healthy volume is mounted and a healthy one released. Prints the scenario's figures
@@ -22,12 +22,12 @@ profile=()
 [[ ${BENCH_PROFILE:-release} == dev ]] || profile=(--release)
 out=$(mktemp -t lsp-bench-wedged.XXXXXX)
 trap 'rm -f "$out"' EXIT
-(cd "$repo" && cargo test "${profile[@]}" --locked -q --test wedged_disks --no-run) >&2
+(cd "$repo" && cargo test "${profile[@]}" --locked -q --test cluster --no-run) >&2
 rows=()
 for n in "${counts[@]}"; do
   verdict=met
-  (cd "$repo" && WEDGED_VOLUMES=$n cargo test "${profile[@]}" --locked -q --test wedged_disks -- \
-    --exact a_hundred_wedged_volumes_never_hold_the_healthy_ones --nocapture --test-threads=1) > "$out" 2>&1 \
+  (cd "$repo" && WEDGED_VOLUMES=$n cargo test "${profile[@]}" --locked -q --test cluster -- \
+    --exact wedged_disks::a_hundred_wedged_volumes_never_hold_the_healthy_ones --nocapture --test-threads=1) > "$out" 2>&1 \
     || verdict=missed
   line=$(grep -o -m1 '{".*"scenario":"wedged-volumes".*}' "$out" || true)
   if [[ -z $line ]]; then

@@ -8,6 +8,6 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 files=${1:-200000}
 [[ $(id -u) == 0 ]] || { echo "wipe-fs: needs root (mounts)" >&2; exit 1; }
 cd "$repo"
-out=$(WIPE_BENCH_FILES=$files cargo test --release --locked -q --test wipe_fs -- --ignored --nocapture --exact bench_wipe_vs_rm 2>&1) \
+out=$(WIPE_BENCH_FILES=$files cargo test --release --locked -q --test host -- --ignored --nocapture --exact wipe_fs::bench_wipe_vs_rm 2>&1) \
   || { echo "$out" >&2; exit 1; }
 grep -E '^\{"figure"|^(figure|wipe_fs) ' <<< "$out"

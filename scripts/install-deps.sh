@@ -4,10 +4,11 @@
 # it prints nothing when nothing is missing. The demo and tests/run.sh call it themselves.
 set -euo pipefail
 need=()
-# tests/device_content.rs makes each on-disk signature with its real tool (mkswap ... mksquashfs);
-# tests/failing_disks.rs wedges volumes (fsfreeze, a FUSE mount whose daemon is stopped: bindfs);
-# tests/wedged_disks.rs: 100 such bindfs mounts, and failing disks served by python3 over /dev/fuse;
-# tests/host_defects.rs mounts a vfat volume through fusefat where the kernel has no vfat driver.
+# tests/host/device_content.rs makes each on-disk signature with its real tool (mkswap ...
+# mksquashfs); tests/cluster/failing_disks.rs wedges volumes (fsfreeze, a FUSE mount whose daemon is
+# stopped: bindfs); tests/cluster/wedged_disks.rs: 100 such bindfs mounts, and failing disks served
+# by python3 over /dev/fuse; tests/cluster/host_defects.rs mounts a vfat volume through fusefat
+# where the kernel has no vfat driver.
 for tool in openssl:openssl curl:curl mount:mount losetup:mount mkfs.ext4:e2fsprogs chattr:e2fsprogs mkfs.xfs:xfsprogs \
             blkid:util-linux wipefs:util-linux partx:util-linux sfdisk:fdisk flock:util-linux setsid:util-linux \
             python3:python3 truncate:coreutils readelf:binutils mkswap:util-linux \

@@ -1,13 +1,13 @@
 //! local-static-provisioner: publishes the disks mounted on a Kubernetes node as local
 //! PersistentVolumes, compatible with the upstream Go provisioner.
 //!
-//! Layout, one module per role, each importing only the ones listed after it (tests/layout.rs
-//! checks it): `cli` (the commands, one file each); `agent` (the reconcile loop) and
-//! `node_cleanup` (the cluster-wide Deployment for deleted Nodes, with its `leader` election);
-//! `wiper` (wipes in the background); `runtime` (loop helpers); `api` (Kubernetes access) and
-//! `admin` (HTTP); `metrics`; `host` (mount table, devices, discovery, the wipes themselves);
-//! `config` (reading the ConfigMap); `core` (pure: naming, config types, PV construction,
-//! planners), `build_info` and `memory`.
+//! Layout, one module per role, each importing only the ones listed after it
+//! (tests/static_checks/layout.rs checks it): `cli` (the commands, one file each); `agent` (the
+//! reconcile loop) and `node_cleanup` (the cluster-wide Deployment for deleted Nodes, with its
+//! `leader` election); `wiper` (wipes in the background); `runtime` (loop helpers); `api`
+//! (Kubernetes access) and `admin` (HTTP); `metrics`; `host` (mount table, devices, discovery, the
+//! wipes themselves); `config` (reading the ConfigMap); `core` (pure: naming, config types, PV
+//! construction, planners), `build_info` and `memory`.
 
 // The crate's surface is what the binary and the integration tests use; everything else is
 // `pub(crate)`, so the compiler shows what is dead. `unsafe` only in the four modules that wrap

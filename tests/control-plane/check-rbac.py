@@ -18,7 +18,8 @@ MAY_BE_UNUSED = {("events.k8s.io", "events", "patch")}
 # The lists of what the watches stream (src/api/watch.rs): each watch starts with a streaming
 # list, which is a watch; an API server without streaming lists (before Kubernetes 1.32, or the
 # WatchList gate off) is answered with a list and then a watch, so list stays granted. The
-# suite's control plane serves streaming lists; tests/idle_cost.rs runs the other kind on its own.
+# suite's control plane serves streaming lists; tests/cluster/idle_cost.rs runs the other kind on
+# its own.
 MAY_BE_UNUSED |= {("", "nodes", "list"), ("", "persistentvolumes", "list"),
                   ("storage.k8s.io", "storageclasses", "list"), ("coordination.k8s.io", "leases", "list")}
 # Requests the suite makes with the agent's identity on purpose to prove RBAC is enforced.

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod agent_checks;
+pub mod area;
 pub mod failing_disk;
 pub mod real_node;
 pub mod used_lab;
@@ -14,6 +15,15 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+/// Waits until the area of the calling test (`module_path!()`: its module, a former test file)
+/// may run, and enters it: tests of two areas never run at the same time, tests of one area run
+/// side by side (tests/support/area.rs). Called first in every test of the merged test crates,
+/// as `let _area = support::area(module_path!());` (tests/static_checks/test_areas.rs checks
+/// that each does).
+pub fn area(module_path: &str) -> area::InArea<'static> {
+    area::enter_test_area(module_path)
+}
 
 /// The binary under test.
 pub fn binary() -> PathBuf {

@@ -1,7 +1,8 @@
-//! The lab and harness of the used-mark suites (tests/used_mark.rs, tests/attack_used_mark.rs):
-//! a private scratch mount holding every mount, image and loop device of one test, and one fake
-//! Node with its classes, claims and agents under their own RBAC, all removed at the end; plus
-//! what a user sees (the mark read with Python, the ledger's entries, "never" checks).
+//! The lab and harness of the used-mark suites (tests/cluster/used_mark.rs,
+//! tests/cluster/attack_used_mark.rs): a private scratch mount holding every mount, image and loop
+//! device of one test, and one fake Node with its classes, claims and agents under their own RBAC,
+//! all removed at the end; plus what a user sees (the mark read with Python, the ledger's entries,
+//! "never" checks).
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds promtool (pinned) from the Prometheus Go module into a cache outside the repository,
-# once; prints the path of the promtool binary. Used by tests/chart.rs to check and unit-test
-# the chart's PrometheusRule and the PromQL of its Grafana dashboard. (Debian's prometheus
+# once; prints the path of the promtool binary. Used by tests/cluster/chart.rs to check and
+# unit-test the chart's PrometheusRule and the PromQL of its Grafana dashboard. (Debian's prometheus
 # package is older and installs a server that starts as a service; only the checker is needed.)
 set -euo pipefail
 # Prometheus v3.x is published as Go module versions v0.3XX.Y.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the Prometheus Operator's Go module (pinned) into Go's module cache, once, and prints
-# the directory of its CRDs (ServiceMonitor, PrometheusRule, ...). tests/chart.rs installs the
-# two the chart uses into the test control plane, so that the server-side dry run validates
+# the directory of its CRDs (ServiceMonitor, PrometheusRule, ...). tests/cluster/chart.rs installs
+# the two the chart uses into the test control plane, so that the server-side dry run validates
 # the chart's ServiceMonitors and PrometheusRule against their real schemas.
 set -euo pipefail
 PROMETHEUS_OPERATOR_VERSION=v0.85.0

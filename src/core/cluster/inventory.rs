@@ -28,7 +28,7 @@ use crate::core::identity::disk_trust::same_whole_disk;
 use crate::core::identity::used_mark::UsedMark;
 use crate::core::volumes::capacity::iec;
 
-// The CRD (deploy/base/crd.yaml and the chart's crds/, which tests/crd.rs keeps equal to
+// The CRD (deploy/base/crd.yaml and the chart's crds/, which tests/static_checks/crd.rs keeps equal to
 // [`crd`]) is generated from these types: kube's `CustomResource` derive makes the
 // `LocalStorageNode` object, its `Resource` (group, version, kind, plural) and its CRD, schemars
 // the schema, and every doc comment below is a field's description (`kubectl explain`), so they

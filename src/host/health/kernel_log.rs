@@ -128,7 +128,7 @@ mod tests {
 
     /// A line a program writes to /dev/kmsg (as root) is read, and not believed: only the
     /// kernel's own lines count. (A real one, from a loop device shrunk under ext4, is read in
-    /// tests/disk_health.rs.)
+    /// tests/host/disk_health.rs.)
     #[test]
     fn a_line_written_by_a_program_is_not_believed() {
         if !crate::host::test_env::require_root("a_line_written_by_a_program_is_not_believed") {

@@ -122,7 +122,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- /*
 Why the agent refuses a discovery directory, empty when it accepts it: the rules of
 validate-config (src/config/validate.rs, core/volume_safety.rs), for the NOTES' render-time
-warning. tests/chart.rs checks this against the binary for every system and sensitive
+warning. tests/cluster/chart.rs checks this against the binary for every system and sensitive
 directory. Input: dict "dir".
 */ -}}
 {{- define "lsp.dirProblem" -}}
