@@ -672,14 +672,13 @@ impl<T> Job<T> {
     }
 }
 
-impl Default for Operations {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Operations {
-    /// An executor with no wake-up (set one with [`Self::on_wake`]).
+    /// An executor with no wake-up (set one with [`Self::on_wake`]). One per process, made by
+    /// the role's entry point (agent::run) and handed to every user in its constructor: each
+    /// executor is its own pool with its own view of which subjects are stuck, so a user that
+    /// made its own would neither see nor respect the others' wedged disks. No `Default`, so
+    /// that a struct deriving it cannot make one unseen.
+    #[expect(clippy::new_without_default, reason = "a second executor must be asked for by name")]
     pub fn new() -> Self {
         Self::with_cap(WEDGED_CAP)
     }
