@@ -124,7 +124,9 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting: waiting for the Node and the PV watch");
     // Where every host operation that may hang runs under its deadline (host::ops): the
-    // config read below already.
+    // config read below already. The agent's only executor: every user (the config read, the
+    // directory watcher, the host, the cleaner, the agent) takes it in its constructor, so
+    // none can make a second pool by being forgotten.
     let ops = Operations::new();
     let mut source = crate::config::ConfigSource::new(&opts.config_dir);
     let first = config::first_load(&mut source, &readiness, &ops, opts.host_op_timeout).await;
@@ -236,13 +238,12 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     }
     // A full read (verify: full) that progresses or ends wakes a pass, like a host change.
     let wake = raw.clone();
-    let real = RealHost::new(ledger, opts.kubelet.clone())
+    let real = RealHost::new(ledger, opts.kubelet.clone(), ops.clone(), opts.host_op_timeout)
         .watching(watched)
-        .on_full_read_change(move || wake.notify_one())
-        .with_operations(ops.clone(), opts.host_op_timeout);
+        .on_full_read_change(move || wake.notify_one());
     let host: Arc<dyn HostAccess> = Arc::new(real);
-    let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), opts.cleaner.clone(), metrics.clone());
-    let cleaner = cleaner.with_operations(ops.clone());
+    let (cleaner, wipes_done) =
+        Cleaner::new(cluster.clone(), host.clone(), ops.clone(), opts.cleaner.clone(), metrics.clone());
     let parts = Parts { cluster, host, ops, cleaner, metrics, readiness, node, pv_store, sc_store };
     let mut agent = Agent::new(parts, &opts, first.config, first.problem, source)?;
     agent.config_state.left_out_classes = first.left_out;

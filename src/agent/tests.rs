@@ -293,7 +293,9 @@ async fn lab() -> Lab {
     let host = Arc::new(FakeHost::default());
     let metrics = Metrics::new();
     let cleaner_opts = CleanerOptions { concurrency: 2, timeout_base: Duration::from_secs(60), min_rate: 1 << 20 };
-    let (cleaner, wipes_done) = Cleaner::new(cluster.clone(), host.clone(), cleaner_opts.clone(), metrics.clone());
+    let ops = crate::host::ops::Operations::new();
+    let (cleaner, wipes_done) =
+        Cleaner::new(cluster.clone(), host.clone(), ops.clone(), cleaner_opts.clone(), metrics.clone());
     let (pv_store, pvs) = reflector::store::<PvFacts>();
     let (sc_store, mut classes) = reflector::store::<StorageClass>();
     let class: StorageClass = serde_json::from_value(serde_json::json!({
@@ -301,8 +303,6 @@ async fn lab() -> Lab {
     }))
     .unwrap();
     classes.apply_watcher_event(&watcher::Event::Apply(class));
-    let ops = crate::host::ops::Operations::new();
-    let cleaner = cleaner.with_operations(ops.clone());
     let parts = Parts {
         cluster,
         host: host.clone(),

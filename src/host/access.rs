@@ -214,30 +214,14 @@ pub(crate) struct RealHost {
     timeout: Duration,
 }
 
-/// The deadline of one host operation on a volume, unless `--host-op-timeout` says otherwise.
-pub(crate) const HOST_OP_TIMEOUT: Duration = Duration::from_secs(10);
-
 impl RealHost {
     /// The host, with the ledger of used disks this agent holds and where kubelet's mounts are.
-    pub(crate) fn new(ledger: Ledger, kubelet: KubeletView) -> Self {
+    /// Every per-volume operation runs on `ops` (the executor shared with the agent and the
+    /// wiper) with `timeout` as its deadline: taken here, not set afterwards, since a host that
+    /// made its own executor would be a second pool nobody sees.
+    pub(crate) fn new(ledger: Ledger, kubelet: KubeletView, ops: Operations, timeout: Duration) -> Self {
         let verifier = Verifier::new(ledger.path().parent().unwrap_or(std::path::Path::new(".")));
-        RealHost {
-            ledger,
-            kubelet,
-            baselines: Arc::default(),
-            watched: Arc::default(),
-            verifier,
-            ops: Operations::new(),
-            timeout: HOST_OP_TIMEOUT,
-        }
-    }
-
-    /// Runs every per-volume operation on `ops` (shared with the agent and the wiper) with
-    /// `timeout` as its deadline.
-    pub(crate) fn with_operations(mut self, ops: Operations, timeout: Duration) -> Self {
-        self.ops = ops;
-        self.timeout = timeout;
-        self
+        RealHost { ledger, kubelet, baselines: Arc::default(), watched: Arc::default(), verifier, ops, timeout }
     }
 
     /// Shares `watched` with the block-device watch (host::mounts::watch::watch_block_devices): after

@@ -21,7 +21,8 @@ pub(crate) mod state_file;
 
 use std::path::PathBuf;
 
-/// A host operation that failed, with the path it was about.
+/// A host operation that failed, with the path it was about: the one I/O error of the host,
+/// which every capability's error carries as its `Io` variant (`#[error(transparent)]`).
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     /// A system call or file operation failed.
@@ -40,6 +41,12 @@ pub enum HostError {
 impl HostError {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: impl Into<std::io::Error>) -> Self {
         HostError::Io { path: path.into(), op, source: source.into() }
+    }
+
+    /// Whether the disk failed the call (EIO...: the failing sign `io-failure`,
+    /// host::health::disk_health::is_disk_failure).
+    pub fn is_disk_failure(&self) -> bool {
+        matches!(self, HostError::Io { source, .. } if health::disk_health::is_disk_failure(source))
     }
 }
 

@@ -39,7 +39,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::core::reconcile::backoff::Policy;
+use crate::core::reconcile::backoff::{Policy, with_jitter};
 
 /// Threads held by operations that do not answer the pool adds at most, beside [`WORKERS`].
 /// A held thread costs little: its stack is virtual memory, of which only the pages the stuck
@@ -61,13 +61,13 @@ pub(crate) const WORKERS: usize = 1;
 const IDLE_EXIT: Duration = Duration::from_secs(10);
 
 /// Delays between background retries of an unresponsive subject once its stuck operation
-/// returned: 1 s, doubling to 1 min.
+/// returned: 1 s, doubling to 1 min (core::reconcile::backoff's rule, with its jitter).
 const RETRY: Policy = Policy { initial: Duration::from_secs(1), max: Duration::from_secs(60) };
 
-/// The delay before the `failures`-th background retry.
-fn retry_delay(failures: u32) -> Duration {
-    let doubled = RETRY.initial.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    doubled.min(RETRY.max)
+/// When the `failures`-th background retry of a subject may start, from `now`: jittered
+/// (`random` in [0, 1)), so the volumes of one filesystem that came back are not all due at once.
+fn retry_due(now: Instant, failures: u32, random: f64) -> Instant {
+    now + with_jitter(RETRY.after(failures), random)
 }
 
 /// Why an unresponsive subject's operations give no result: one text per episode (named after
@@ -379,7 +379,7 @@ impl State {
         for (s, suspect) in suspects.iter_mut() {
             let idle = s != subject && suspect.retry_at.is_none() && !flights.contains_key(s);
             if idle && suspect.domain.as_ref() == Some(domain) {
-                suspect.retry_at = Some(now + retry_delay(suspect.failures));
+                suspect.retry_at = Some(retry_due(now, suspect.failures, fastrand::f64()));
                 scheduled = true;
             }
         }
@@ -589,8 +589,7 @@ impl Ticket {
                 // nothing of it is stuck any more.
                 let failures = suspect.as_ref().map_or(0, |s| s.failures) + 1;
                 let since = suspect.as_ref().map_or(flight.started, |s| s.since);
-                let delay = retry_delay(failures);
-                let retry_at = Some(now + delay);
+                let retry_at = Some(retry_due(now, failures, fastrand::f64()));
                 let domain = flight.domain.clone();
                 let suspect = Suspect { op: flight.op, since, failures, retry_at, domain, by_neighbour: false };
                 state.suspects.insert(self.subject.clone(), suspect);
@@ -672,14 +671,13 @@ impl<T> Job<T> {
     }
 }
 
-impl Default for Operations {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Operations {
-    /// An executor with no wake-up (set one with [`Self::on_wake`]).
+    /// An executor with no wake-up (set one with [`Self::on_wake`]). One per process, made by
+    /// the role's entry point (agent::run) and handed to every user in its constructor: each
+    /// executor is its own pool with its own view of which subjects are stuck, so a user that
+    /// made its own would neither see nor respect the others' wedged disks. No `Default`, so
+    /// that a struct deriving it cannot make one unseen.
+    #[expect(clippy::new_without_default, reason = "a second executor must be asked for by name")]
     pub fn new() -> Self {
         Self::with_cap(WEDGED_CAP)
     }

@@ -12,21 +12,16 @@ use serde::de::DeserializeOwned;
 /// A state file that could not be read or written, naming it.
 #[derive(Debug, thiserror::Error)]
 pub enum StateFileError {
-    /// A file operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file operation failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] crate::host::HostError),
     /// The file is not a list this agent writes.
     #[error("{path}: {message}")]
     Unreadable { path: PathBuf, message: String },
 }
 
 fn io(op: &'static str, path: &Path, e: impl Into<std::io::Error>) -> StateFileError {
-    StateFileError::Io { op, path: path.to_path_buf(), source: e.into() }
+    StateFileError::Io(crate::host::HostError::io(op, path, e))
 }
 
 /// The list in `path`; empty when there is no such file.

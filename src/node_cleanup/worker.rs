@@ -24,6 +24,7 @@ use crate::core::cluster::node_cleanup::{
 };
 use crate::core::fence::fence_label::LABEL_VOLUMES_UNVERIFIED;
 use crate::core::mounts::settle::Settler;
+use crate::core::reconcile::backoff::{Policy, Retries};
 use crate::core::volumes::naming::{FINALIZER_WIPE, LABEL_HOSTNAME};
 use crate::core::volumes::pv_facts::PvFacts;
 use crate::metrics::Metrics;
@@ -33,8 +34,10 @@ const LEADERSHIP_LOST: &str = "leadership lost during a pass; abandoning the res
 /// Logged when a pass stops because a write outlived its deadline.
 const NO_ANSWER: &str = "a write got no answer within its deadline; abandoning the rest of the pass";
 
-/// When a failed fence of a lapsed agent's Node is tried again.
-const FENCE_RETRY: Duration = Duration::from_secs(5);
+/// When a failed fence of a lapsed agent's Node is tried again: after 5 s, jittered, and no
+/// later however often it failed (the core's backoff with its cap at the first delay), since
+/// every moment unfenced a pod may newly mount a volume of that node nobody has checked.
+const FENCE_RETRY: Policy = Policy { initial: Duration::from_secs(5), max: Duration::from_secs(5) };
 
 /// Whether a write's failure ends the pass: refused by the fence (leadership lost), or abandoned
 /// at its deadline (whether it was applied is unknown: the next pass looks again).
@@ -79,6 +82,9 @@ pub(super) struct Worker {
     nodes_unreadable_reported: bool,
     /// Absent Nodes already logged.
     absent_logged: BTreeSet<String>,
+    /// Failed fences of lapsed agents' Nodes, by Node, until one succeeds or the Node's
+    /// heartbeat no longer lapsed.
+    fence_failures: Retries<String>,
 }
 
 impl Worker {
@@ -107,6 +113,7 @@ impl Worker {
             no_nodes_reported: false,
             nodes_unreadable_reported: false,
             absent_logged: BTreeSet::new(),
+            fence_failures: Retries::default(),
         }
     }
 
@@ -238,6 +245,7 @@ impl Worker {
                 HeartbeatVerdict::Nothing => {}
             }
         }
+        self.fence_failures.retain(|node| lapsed.iter().any(|(n, _)| n == node));
         if lapsed.is_empty() {
             return;
         }
@@ -249,6 +257,7 @@ impl Worker {
             let patch = BTreeMap::from([(LABEL_VOLUMES_UNVERIFIED.to_string(), Some(AGENT_GONE.to_string()))]);
             match self.cluster.patch_node_labels(&node, &patch).await {
                 Ok(_) => {
+                    self.fence_failures.succeeded(&node);
                     self.metrics.node_cleanup_action("fence_node", "agent_heartbeat_lapsed", true);
                     warn!(
                         node = %node,
@@ -264,8 +273,10 @@ impl Worker {
                         warn!(error = %e, "fencing nodes abandoned: {}", if e.is_fenced() { LEADERSHIP_LOST } else { NO_ANSWER });
                         return;
                     }
-                    warn!(node = %node, error = %e, "fencing the node of a lapsed agent heartbeat failed; retrying in {}s", FENCE_RETRY.as_secs());
-                    let retry = Instant::now() + FENCE_RETRY;
+                    let now = Instant::now();
+                    let random = crate::runtime::random_fraction();
+                    let retry = self.fence_failures.failed(&node, FENCE_RETRY, e.to_string(), None, now, random);
+                    warn!(node = %node, error = %e, "fencing the node of a lapsed agent heartbeat failed; retrying in {:.1}s", (retry - now).as_secs_f64());
                     *due = Some(due.map_or(retry, |d| d.min(retry)));
                 }
             }

@@ -20,7 +20,7 @@ use crate::host::HostError;
 use crate::host::access::{Ask, HostAccess, MarkJob, Observation};
 use crate::host::identity::used_mark::MarkOutcome;
 use crate::host::mounts::mountinfo::MountTable;
-use crate::host::ops::OnDeadline;
+use crate::host::ops::{OnDeadline, Operations};
 use crate::metrics::Metrics;
 
 /// A host whose wipes succeed at once.
@@ -114,7 +114,7 @@ fn cleaner() -> (Cleaner, mpsc::UnboundedReceiver<WipeOutcome>, Seen, Arc<QuickH
     let cluster = Cluster::from_client(mock_client(seen.clone()), &opts, "n1");
     let host = Arc::new(QuickHost::default());
     let cleaner_opts = CleanerOptions { concurrency: 2, timeout_base: Duration::from_secs(60), min_rate: 1 << 20 };
-    let (cleaner, done) = Cleaner::new(cluster, host.clone(), cleaner_opts, Metrics::new());
+    let (cleaner, done) = Cleaner::new(cluster, host.clone(), Operations::new(), cleaner_opts, Metrics::new());
     (cleaner, done, seen, host)
 }
 
@@ -216,7 +216,8 @@ async fn a_finished_wipe_is_kept_for_the_same_disk_until_its_new_pv_exists() {
     );
     assert_eq!(cleaner.last_wipe_for("/mnt/disks/w", identity), None, "another path");
     // A restart finds it again.
-    let restarted = Cleaner::new(cleaner.cluster.clone(), host.clone(), cleaner.opts.clone(), Metrics::new()).0;
+    let restarted =
+        Cleaner::new(cleaner.cluster.clone(), host.clone(), Operations::new(), cleaner.opts.clone(), Metrics::new()).0;
     assert_eq!(restarted.last_wipe_for("/mnt/disks/v", identity), Some(last));
     // Published: forgotten, durably.
     cleaner.forget_history(["/mnt/disks/v".to_string()].into());
@@ -252,7 +253,8 @@ async fn last_wipes_older_than_a_week_are_not_read_back() {
         earlier: Vec::new(),
     };
     host.note_last_wipe(&old).unwrap();
-    let restarted = Cleaner::new(cleaner.cluster.clone(), host.clone(), cleaner.opts.clone(), Metrics::new()).0;
+    let restarted =
+        Cleaner::new(cleaner.cluster.clone(), host.clone(), Operations::new(), cleaner.opts.clone(), Metrics::new()).0;
     assert_eq!(restarted.last_wipe_for(&old.host_path, &old.identity), None);
     assert!(host.history.lock().unwrap().is_empty(), "and dropped from the host's record");
 }

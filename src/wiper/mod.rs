@@ -135,17 +135,14 @@ pub struct Cleaner {
 }
 
 impl Cleaner {
-    /// Runs the wipes on `ops`, shared with the agent's other host operations: a volume whose
-    /// scan or mark is stuck is not wiped meanwhile, and the other way round.
-    pub fn with_operations(mut self, ops: Operations) -> Self {
-        self.ops = ops;
-        self
-    }
-
-    /// A cleaner whose finished wipes are reported on the returned channel.
+    /// A cleaner whose finished wipes are reported on the returned channel. Its wipes run on
+    /// `ops`, the executor shared with the agent's other host operations (a volume whose scan or
+    /// mark is stuck is not wiped meanwhile, and the other way round): taken here, not set
+    /// afterwards, since a cleaner that made its own would be a second pool nobody sees.
     pub fn new(
         cluster: Cluster,
         host: Arc<dyn HostAccess>,
+        ops: Operations,
         opts: CleanerOptions,
         metrics: Metrics,
     ) -> (Self, mpsc::UnboundedReceiver<WipeOutcome>) {
@@ -175,7 +172,7 @@ impl Cleaner {
             permits,
             running: BTreeMap::new(),
             retries: Effects::default(),
-            ops: Operations::new(),
+            ops,
             done_tx,
             metrics,
             recorded,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::{Mount, require_root, run};
 
+use local_static_provisioner::host::HostError;
 use local_static_provisioner::host::wipe::wipe_block::{
     BlockMethod, BlockWipeError, BlockWipeReport, run_cleaner_command, wipe_block,
 };
@@ -366,7 +367,7 @@ fn mounted_device_is_refused() {
         let (result, calls) = wipe(&lo.device, method);
         let err = result.unwrap_err();
         match &err {
-            BlockWipeError::Io { path, op, source } => {
+            BlockWipeError::Io(HostError::Io { path, op, source }) => {
                 assert_eq!(path, &lo.device);
                 assert_eq!(*op, "open exclusively (is it mounted?)");
                 assert_eq!(source.raw_os_error(), Some(nix::errno::Errno::EBUSY as i32));
@@ -401,7 +402,7 @@ fn regular_files_and_char_devices_are_not_block_devices() {
     let missing = dir.path().join("missing");
     let (result, _) = wipe(&missing, BlockMethod::Quick);
     match result {
-        Err(BlockWipeError::Io { path, op: "stat", .. }) => assert_eq!(path, missing),
+        Err(BlockWipeError::Io(HostError::Io { path, op: "stat", .. })) => assert_eq!(path, missing),
         other => panic!("expected Io stat, got {other:?}"),
     }
 }

@@ -1,6 +1,9 @@
 //! Retry records: every failed effect (an API write, a wipe) is kept with its own deadline
 //! until it succeeds, and the delay doubles with each failure up to a cap, spread by jitter so
 //! many nodes that failed together do not retry together (kubelet's exponential-backoff rule).
+//! The one rule of every retry of the process ([`Policy`], then [`with_jitter`]): the effects,
+//! the wipes, the host executor's background retries, node-cleanup's fences, the heartbeat,
+//! inotify, fence-node.
 //! The loop sleeps until the earliest deadline, so a retry never waits for an unrelated event.
 //! Time and randomness are passed in, so all of it is tested without sleeping.
 
@@ -13,30 +16,21 @@ pub(crate) const JITTER: f64 = 0.2;
 /// One growing delay, for a single thing retried in a loop (waiting for the Node).
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
-    initial: Duration,
-    max: Duration,
+    policy: Policy,
     last: Option<Duration>,
 }
 
 impl Backoff {
     /// Starts at `initial` and doubles up to `max`.
     pub(crate) fn new(initial: Duration, max: Duration) -> Self {
-        Backoff { initial, max, last: None }
+        Backoff { policy: Policy { initial, max }, last: None }
     }
 
     /// The delay before the next attempt, with jitter; `random` is in [0, 1).
     pub(crate) fn next_delay(&mut self, random: f64) -> Duration {
-        let delay = grow(self.last, self.initial, self.max);
+        let delay = self.policy.next(self.last);
         self.last = Some(delay);
         with_jitter(delay, random)
-    }
-}
-
-/// The next base delay after `last`: `initial` first, then doubled, never above `max`.
-fn grow(last: Option<Duration>, initial: Duration, max: Duration) -> Duration {
-    match last {
-        None => initial.min(max),
-        Some(last) => last.saturating_mul(2).min(max),
     }
 }
 
@@ -45,13 +39,40 @@ pub(crate) fn with_jitter(delay: Duration, random: f64) -> Duration {
     delay.mul_f64(1.0 + JITTER * random.clamp(0.0, 1.0))
 }
 
-/// How delays grow for one kind of failure.
+/// How delays grow for one kind of failure: the one rule every retry of the agent, the wiper,
+/// node-cleanup and the host's executor follows (then stretched by [`with_jitter`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Policy {
     /// Delay after the first failure.
     pub initial: Duration,
     /// Largest delay.
     pub max: Duration,
+}
+
+impl Policy {
+    /// The base delay (before jitter) after `last`, the one the failure before set (`None`:
+    /// none did): `initial` first, then doubled, never above `max`.
+    pub(crate) fn next(self, last: Option<Duration>) -> Duration {
+        match last {
+            None => self.initial.min(self.max),
+            Some(last) => last.saturating_mul(2).min(self.max),
+        }
+    }
+
+    /// The base delay after `failures` failures in a row (the first's, also for 0: `initial`):
+    /// [`Self::next`] applied that many times, for a caller that counts failures instead of
+    /// keeping the last delay. Stops once the delay no longer grows, so any count is cheap.
+    pub(crate) fn after(self, failures: u32) -> Duration {
+        let mut delay = self.next(None);
+        for _ in 1..failures {
+            let next = self.next(Some(delay));
+            if next == delay {
+                break;
+            }
+            delay = next;
+        }
+        delay
+    }
 }
 
 /// A failure waiting for its retry.
@@ -106,7 +127,7 @@ impl<K: Ord + Clone> Retries<K> {
         random: f64,
     ) -> Instant {
         let previous = self.records.get(key).filter(|r| r.asked.as_deref() == asked);
-        let delay = grow(previous.map(|r| r.delay), policy.initial, policy.max);
+        let delay = policy.next(previous.map(|r| r.delay));
         let failures = previous.map_or(1, |r| r.failures.saturating_add(1));
         let due = now + with_jitter(delay, random);
         let record = Record { failures, delay, due, error: error.into(), asked: asked.map(str::to_string) };
@@ -244,6 +265,41 @@ mod tests {
         }
         r.retain(|k| *k != "create/b");
         assert_eq!(r.keys().copied().collect::<Vec<_>>(), ["create/a", "wipe/c"]);
+    }
+
+    #[test]
+    fn a_policy_doubles_from_its_first_delay_up_to_its_cap() {
+        assert_eq!(P.next(None), Duration::from_secs(1));
+        assert_eq!(P.next(Some(Duration::from_secs(4))), Duration::from_secs(8));
+        assert_eq!(P.next(Some(Duration::from_secs(20))), Duration::from_secs(30), "capped");
+        assert_eq!(P.next(Some(Duration::MAX)), Duration::from_secs(30), "no overflow");
+        let above = Policy { initial: Duration::from_secs(90), max: Duration::from_secs(60) };
+        assert_eq!(above.next(None), Duration::from_secs(60), "a first delay above the cap is capped too");
+        let fixed = Policy { initial: Duration::from_secs(5), max: Duration::from_secs(5) };
+        assert_eq!([None, Some(fixed.initial)].map(|l| fixed.next(l)), [Duration::from_secs(5); 2], "a fixed delay");
+    }
+
+    #[test]
+    fn the_delay_after_n_failures_is_the_n_fold_next() {
+        let secs = |p: Policy, n: u32| p.after(n).as_secs();
+        assert_eq!((0..=8).map(|n| secs(P, n)).collect::<Vec<_>>(), [1, 1, 2, 4, 8, 16, 30, 30, 30]);
+        let mut last = None;
+        for n in 1..=40 {
+            let next = P.next(last);
+            assert_eq!(P.after(n), next, "after {n} failures");
+            last = Some(next);
+        }
+        assert_eq!(P.after(u32::MAX), P.max, "any count, capped");
+        let huge = Policy { initial: Duration::from_secs(1), max: Duration::MAX };
+        assert_eq!(huge.after(u32::MAX), Duration::MAX, "saturates instead of overflowing");
+        let zero = Policy { initial: Duration::ZERO, max: Duration::from_secs(1) };
+        assert_eq!(zero.after(u32::MAX), Duration::ZERO, "nothing to double");
+        let mut r = Retries::<&str>::default();
+        let now = Instant::now();
+        for n in 1..=8 {
+            let due = r.failed(&"a", P, "x", None, now, 0.0);
+            assert_eq!(due - now, P.after(n), "the retry records follow the same rule");
+        }
     }
 
     #[test]

@@ -41,14 +41,9 @@ pub(crate) const CLAIMS_FILE: &str = "claims.json";
 /// Why a claim step failed, with the path it was about.
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
-    /// A file operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file operation failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] crate::host::HostError),
     /// The claims file is not what this agent writes.
     #[error("{path} is unreadable: {message}; no link is changed until it is fixed or removed")]
     BadRecords { path: PathBuf, message: String },
@@ -61,7 +56,7 @@ pub enum ClaimError {
 }
 
 fn io(op: &'static str, path: &Path, e: impl Into<std::io::Error>) -> ClaimError {
-    ClaimError::Io { op, path: path.to_path_buf(), source: e.into() }
+    ClaimError::Io(crate::host::HostError::io(op, path, e))
 }
 
 /// What one claim pass found and did.
@@ -1207,7 +1202,7 @@ fn link_text(dir: &impl AsFd, name: &str, path: &Path) -> Result<String, ClaimEr
 impl From<state_file::StateFileError> for ClaimError {
     fn from(e: state_file::StateFileError) -> Self {
         match e {
-            state_file::StateFileError::Io { op, path, source } => ClaimError::Io { op, path, source },
+            state_file::StateFileError::Io(e) => ClaimError::Io(e),
             state_file::StateFileError::Unreadable { path, message } => ClaimError::BadRecords { path, message },
         }
     }

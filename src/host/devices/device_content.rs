@@ -50,19 +50,14 @@ pub enum DeviceContentError {
     /// The node (after following symlinks) is not a block device.
     #[error("{path} is not a block device")]
     NotBlockDevice { path: PathBuf },
-    /// A system call failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        path: PathBuf,
-        op: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A system call failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] crate::host::HostError),
 }
 
 impl DeviceContentError {
     fn io(op: &'static str, path: &Path, source: impl Into<std::io::Error>) -> Self {
-        DeviceContentError::Io { path: path.to_path_buf(), op, source: source.into() }
+        DeviceContentError::Io(crate::host::HostError::io(op, path, source))
     }
 }
 

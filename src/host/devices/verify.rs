@@ -60,14 +60,9 @@ pub fn boot_id() -> Option<String> {
 /// A full read that failed, naming the device or file.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
-    /// A system call failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A system call failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] crate::host::HostError),
     /// The records file is not what this agent writes.
     #[error("{path} is unreadable: {message}; no full read is recorded until it is fixed or removed")]
     BadRecords { path: PathBuf, message: String },
@@ -80,7 +75,7 @@ pub enum VerifyError {
 }
 
 fn io(op: &'static str, path: &Path, e: impl Into<std::io::Error>) -> VerifyError {
-    VerifyError::Io { op, path: path.to_path_buf(), source: e.into() }
+    VerifyError::Io(crate::host::HostError::io(op, path, e))
 }
 
 /// The finished full reads kept in `state_dir`.
@@ -459,7 +454,7 @@ impl ProgressWake<'_> {
 impl From<state_file::StateFileError> for VerifyError {
     fn from(e: state_file::StateFileError) -> Self {
         match e {
-            state_file::StateFileError::Io { op, path, source } => VerifyError::Io { op, path, source },
+            state_file::StateFileError::Io(e) => VerifyError::Io(e),
             state_file::StateFileError::Unreadable { path, message } => VerifyError::BadRecords { path, message },
         }
     }
@@ -561,6 +556,6 @@ mod tests {
     fn a_node_that_is_not_the_device_asked_for_is_refused() {
         let job = FullReadJob { name: "null".into(), dev: "1:3".into(), disk: "x".into(), size: 1 };
         let e = read_whole(&job, &AtomicU64::new(0)).unwrap_err();
-        assert!(matches!(e, VerifyError::NotTheDevice { .. }) || matches!(e, VerifyError::Io { .. }), "{e}");
+        assert!(matches!(e, VerifyError::NotTheDevice { .. }) || matches!(e, VerifyError::Io(_)), "{e}");
     }
 }

@@ -85,14 +85,9 @@ pub fn presence_and_check(
     let Some(recorded) = recorded else { return (true, DiskCheck::Unrecorded, None) };
     match found_identity(path, Some(mounts)) {
         Ok(found) => (is_present(recorded, &found), judged(recorded, &found), None),
-        Err(e @ HostError::Io { .. }) if disk_failed(&e) => (true, DiskCheck::Unverified, Some(e.to_string())),
+        Err(e) if e.is_disk_failure() => (true, DiskCheck::Unverified, Some(e.to_string())),
         Err(_) => (false, DiskCheck::Unverified, None),
     }
-}
-
-/// Whether a host error is the disk failing a call (host::health::disk_health::is_disk_failure).
-fn disk_failed(e: &HostError) -> bool {
-    matches!(e, HostError::Io { source, .. } if crate::host::health::disk_health::is_disk_failure(source))
 }
 
 /// A recorded identity against the one found, as a disk check.

@@ -29,14 +29,9 @@ pub const LEDGER_FILE: &str = "used-disks.json";
 /// A mark that could not be read, written or cleared, with the path it was about.
 #[derive(Debug, thiserror::Error)]
 pub enum MarkError {
-    /// A system call on the volume or the ledger failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A system call on the volume or the ledger failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] crate::host::HostError),
     /// The ledger file exists and is not a ledger.
     #[error("the used-disk ledger {path} cannot be read ({why}); repair or remove it (see docs/data-safety.md)")]
     Corrupt { path: PathBuf, why: String },
@@ -48,13 +43,13 @@ pub enum MarkError {
 
 impl MarkError {
     fn io(op: &'static str, path: &Path, source: impl Into<std::io::Error>) -> Self {
-        MarkError::Io { op, path: path.to_path_buf(), source: source.into() }
+        MarkError::Io(crate::host::HostError::io(op, path, source))
     }
 
     /// Whether the disk failed the call (EIO...: the failing sign `io-failure`).
     pub fn is_disk_failure(&self) -> bool {
         match self {
-            MarkError::Io { source, .. } => crate::host::health::disk_health::is_disk_failure(source),
+            MarkError::Io(e) => e.is_disk_failure(),
             MarkError::DiskFailing { .. } => true,
             MarkError::Corrupt { .. } => false,
         }

@@ -27,6 +27,9 @@ use crate::host::ops::OnDeadline;
 /// longest: a raised sysctl is taken up within the longest.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// The pause after a failed poll before polling again (the core's backoff, capped at its first
+/// delay): the periodic resync finds the changes meanwhile.
+const POLL_RETRY: Duration = Duration::from_secs(5);
 
 /// Why a watch was not added.
 #[derive(Debug, thiserror::Error)]
@@ -288,6 +291,7 @@ impl Inotify {
         let Some(fd) = self.fd.get() else { return };
         let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
         let mut retry_at: Option<Instant> = None;
+        let mut poll_backoff = Backoff::new(POLL_RETRY, POLL_RETRY);
         let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
         loop {
             let short = !self.lock().short_watches.is_empty();
@@ -314,7 +318,7 @@ impl Inotify {
                     Err(nix::errno::Errno::EINTR) => (false, false),
                     Err(e) => {
                         warn!(error = %e, "polling inotify failed; relying on the periodic resync");
-                        std::thread::sleep(Duration::from_secs(5));
+                        std::thread::sleep(poll_backoff.next_delay(fastrand::f64()));
                         (false, false)
                     }
                 }

@@ -24,7 +24,7 @@ use crate::core::volumes::volume_safety::{
 };
 use crate::host::HostError;
 use crate::host::devices::blockdev::{Extents, block_device_in_use, block_device_number, extent};
-use crate::host::health::disk_health::{is_disk_failure, read_signs};
+use crate::host::health::disk_health::read_signs;
 use crate::host::identity::fingerprint::volume_identity_in;
 use crate::host::identity::used_mark::{Ledger, open_volume_root, read_dir_mark};
 use crate::host::mounts::mountinfo::MountTable;
@@ -592,9 +592,10 @@ impl EntryJob {
 /// failing sign `io-failure`, so the entry is skipped as `disk-failing`; any other error
 /// (gone, not allowed) leaves it unreadable.
 fn skip_for(e: HostError) -> SkipReason {
-    match &e {
-        HostError::Io { source, .. } if is_disk_failure(source) => SkipReason::DiskFailing(format!("io-failure: {e}")),
-        _ => SkipReason::Unreadable(e.to_string()),
+    if e.is_disk_failure() {
+        SkipReason::DiskFailing(format!("io-failure: {e}"))
+    } else {
+        SkipReason::Unreadable(e.to_string())
     }
 }
 

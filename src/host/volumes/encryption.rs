@@ -30,14 +30,9 @@ pub enum EncryptionError {
         #[source]
         source: KeyStoreError,
     },
-    /// A file operation on the data directory failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: rustix::io::Errno,
-    },
+    /// A file operation on the data directory failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] crate::host::HostError),
     /// The data directory holds files of an earlier volume (its key unknown or its PV gone):
     /// never handed to a new claim, and never emptied here (the wipe does that, proven).
     #[error(
@@ -75,7 +70,7 @@ impl EncryptionError {
         move |source| EncryptionError::Store { path: path.to_path_buf(), source }
     }
     fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(rustix::io::Errno) -> EncryptionError + 'a {
-        move |source| EncryptionError::Io { op, path: path.to_path_buf(), source }
+        move |source| EncryptionError::Io(crate::host::HostError::io(op, path, source))
     }
 }
 

@@ -224,7 +224,9 @@ pub(crate) fn wipe(
         let mut attempt = 1;
         let result = loop {
             match wipe_block_checked(&node, BlockMethod::Zero, cancel, progress, &mut verify, &mut after) {
-                Err(BlockWipeError::Io { op, .. }) if op.starts_with("open exclusively") && attempt < BUSY_ATTEMPTS => {
+                Err(BlockWipeError::Io(crate::host::HostError::Io { op, .. }))
+                    if op.starts_with("open exclusively") && attempt < BUSY_ATTEMPTS =>
+                {
                     attempt += 1;
                     std::thread::sleep(BUSY_PAUSE);
                 }

@@ -129,14 +129,9 @@ pub enum BlockWipeError {
     /// The cancel flag was raised (shutdown or timeout) before the wipe finished.
     #[error("wipe of {path} cancelled after {done} of {total} bytes")]
     Cancelled { path: PathBuf, done: u64, total: u64 },
-    /// A system call failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        path: PathBuf,
-        op: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A system call failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] crate::host::HostError),
     /// An external cleaner failed (exit status, signal, spawn error, timeout).
     #[error("cleaner command `{command}` for {path} failed: {detail}")]
     Command { command: String, path: PathBuf, detail: String },
@@ -144,7 +139,7 @@ pub enum BlockWipeError {
 
 impl BlockWipeError {
     fn io(op: &'static str, path: &Path, source: impl Into<std::io::Error>) -> Self {
-        BlockWipeError::Io { path: path.to_path_buf(), op, source: source.into() }
+        BlockWipeError::Io(crate::host::HostError::io(op, path, source))
     }
 }
 

@@ -67,14 +67,9 @@ pub enum FsWipeError {
     /// would read what the last one left on it (`what` names the attribute, flags or mode).
     #[error("{}: {what} is left from the last tenant and could not be reset: {detail}", .path.display())]
     RootMetadata { path: PathBuf, what: String, detail: String },
-    /// A system call failed.
-    #[error("{op} {}: {source}", .path.display())]
-    Io {
-        path: PathBuf,
-        op: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A system call failed (the host's one I/O error: which operation, which file).
+    #[error(transparent)]
+    Io(#[from] crate::host::HostError),
 }
 
 /// Directory streams kept open at once; deeper levels are closed and later reopened through `..`.
@@ -335,7 +330,7 @@ impl<'a> Wiper<'a> {
         if cancel.load(Ordering::Relaxed) {
             return Err(FsWipeError::Cancelled { path: root.to_path_buf() });
         }
-        let io = |op: &'static str, e: Errno| FsWipeError::Io { path: root.to_path_buf(), op, source: e.into() };
+        let io = |op: &'static str, e: Errno| FsWipeError::Io(crate::host::HostError::io(op, root, e));
         let root_fd = openat(CWD, root, DIR_FLAGS, Mode::empty()).map_err(|e| io("open", e))?;
         let info = dir_info(root_fd.as_fd()).map_err(|e| io("stat", e))?;
         // The table may be stale: make sure what we opened is that very mount.
@@ -748,11 +743,11 @@ impl<'a> Wiper<'a> {
     }
 
     fn io(&self, op: &'static str, idx: usize, child: Option<&CStr>, e: Errno) -> FsWipeError {
-        FsWipeError::Io { path: self.path(idx, child), op, source: e.into() }
+        FsWipeError::Io(crate::host::HostError::io(op, self.path(idx, child), e))
     }
 
     fn io_root(&self, op: &'static str, e: Errno) -> FsWipeError {
-        FsWipeError::Io { path: self.root.to_path_buf(), op, source: e.into() }
+        FsWipeError::Io(crate::host::HostError::io(op, self.root, e))
     }
 }
 
