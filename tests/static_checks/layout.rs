@@ -263,11 +263,10 @@ fn misplaced(root: &Path, folders: &[&str], top_files: &[&str]) -> Vec<String> {
     entries.sort();
     for path in entries {
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let known = if path.is_dir() {
-            folders.contains(&name.as_str())
-        } else {
-            name == "mod" || top_files.contains(&name.as_str())
-        };
+        // A file's unit tests (`ops_tests.rs`) sit beside it.
+        let file = name.strip_suffix("_tests").unwrap_or(&name);
+        let known =
+            if path.is_dir() { folders.contains(&name.as_str()) } else { file == "mod" || top_files.contains(&file) };
         if !known {
             problems.push(format!(
                 "{} is not in a capability folder of {} (folders: {}): move it into one, or name a new folder in tests/static_checks/layout.rs and docs/architecture.md",
